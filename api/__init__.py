@@ -1,0 +1,35 @@
+"""The REST API: `create_app()` builds the Flask app; importing this package does nothing else."""
+from __future__ import annotations
+
+from typing import Any
+
+from flask import Flask
+
+from jobs.settings import Settings
+
+MAX_BODY_BYTES = 1 << 20
+"""Largest JSON request body the API reads (dataset uploads get their own limit)."""
+
+
+def create_app(config: dict[str, Any] | None = None) -> Flask:
+    """The Flask app; `config` may carry SETTINGS (a Settings) and REDIS (a client) for tests."""
+    app = Flask(__name__)
+    app.config.update(MAX_CONTENT_LENGTH=MAX_BODY_BYTES, JSON_SORT_KEYS=False)
+    if config:
+        app.config.update(config)
+    settings: Settings = app.config.get("SETTINGS") or Settings.from_env()
+    app.extensions["gpudeck.settings"] = settings
+    redis = app.config.get("REDIS")
+    if redis is None:
+        from redis import Redis
+
+        # Connecting is lazy: nothing talks to Redis until the first request.
+        redis = Redis.from_url(settings.redis_url or "redis://127.0.0.1:6379/0", socket_timeout=30)
+    app.extensions["gpudeck.redis"] = redis
+
+    from api import errors, health, jobs
+
+    errors.register(app)
+    app.register_blueprint(health.bp)
+    app.register_blueprint(jobs.bp, url_prefix="/api/v1/jobs")
+    return app

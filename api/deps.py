@@ -1,0 +1,52 @@
+"""Request-time access to what create_app put in app.extensions."""
+from __future__ import annotations
+
+from typing import Any
+
+from flask import current_app, request
+from redis import Redis
+
+from jobs.errors import BadRequest
+from jobs.settings import Settings
+from jobs.store import JobStore
+
+
+def redis() -> Redis:
+    """The app's Redis client."""
+    return current_app.extensions["gpudeck.redis"]
+
+
+def settings() -> Settings:
+    """The app's Settings."""
+    return current_app.extensions["gpudeck.settings"]
+
+
+def store() -> JobStore:
+    """A JobStore on the app's Redis."""
+    return JobStore(redis())
+
+
+def json_body() -> Any:
+    """The request's JSON body, or BadRequest saying why it is not one."""
+    if not request.is_json:
+        raise BadRequest(
+            f"the body must be JSON with Content-Type: application/json (got {request.mimetype or 'none'})"
+        )
+    body = request.get_json(silent=True)
+    if body is None:
+        raise BadRequest("the body is not valid JSON")
+    return body
+
+
+def int_arg(name: str, default: int, lo: int, hi: int) -> int:
+    """An integer query argument within [lo, hi], or BadRequest naming it."""
+    raw = request.args.get(name)
+    if raw is None or raw == "":
+        return default
+    try:
+        value = int(raw)
+    except ValueError:
+        raise BadRequest(f"query argument {name} must be an integer, got {raw!r}", {"field": name}) from None
+    if not lo <= value <= hi:
+        raise BadRequest(f"query argument {name} must be between {lo} and {hi}, got {value}", {"field": name})
+    return value

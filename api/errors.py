@@ -1,0 +1,44 @@
+"""One error shape for every error: {"error": code, "message": sentence, "details": {...}}."""
+from __future__ import annotations
+
+import logging
+
+from flask import Flask, jsonify
+from redis.exceptions import RedisError
+from werkzeug.exceptions import HTTPException
+
+from jobs.errors import BadRequest, ConfigError, Conflict, GpudeckError, NotFound, ValidationError
+
+log = logging.getLogger(__name__)
+
+STATUS = {ValidationError: 400, BadRequest: 400, NotFound: 404, Conflict: 409, ConfigError: 500}
+"""HTTP status of each domain exception; the one place where they are mapped."""
+
+
+def error_response(status: int, code: str, message: str, details: dict | None = None):
+    """A JSON error answer."""
+    return jsonify({"error": code, "message": message, "details": details or {}}), status
+
+
+def register(app: Flask) -> None:
+    """Install the handlers that turn every exception into the one error shape."""
+
+    @app.errorhandler(GpudeckError)
+    def domain_error(exc: GpudeckError):
+        status = next((s for cls, s in STATUS.items() if isinstance(exc, cls)), 500)
+        return error_response(status, exc.code, exc.message, exc.details)
+
+    @app.errorhandler(HTTPException)
+    def http_error(exc: HTTPException):
+        code = (exc.name or "error").lower().replace(" ", "_")
+        return error_response(exc.code or 500, code, exc.description or exc.name)
+
+    @app.errorhandler(RedisError)
+    def redis_down(exc: RedisError):
+        log.error("redis error: %s", exc)
+        return error_response(503, "redis_unavailable", f"the job store (Redis) is unavailable: {exc}")
+
+    @app.errorhandler(Exception)
+    def unexpected(exc: Exception):
+        log.exception("unhandled error")
+        return error_response(500, "internal_error", "an internal error occurred; see the API log")

@@ -1,0 +1,91 @@
+"""/api/v1/jobs: submit, list, show, logs, metrics."""
+from __future__ import annotations
+
+import time
+
+from flask import Blueprint, Response, request
+
+from api import deps
+from jobs import queues
+from jobs.errors import BadRequest
+from jobs.states import Status
+from jobs.views import job_view
+
+bp = Blueprint("jobs", __name__)
+
+MAX_PAGE = 500
+"""Most jobs one list page returns."""
+MAX_WAIT_S = 3600
+"""Longest a single /wait request holds (clients loop for longer waits)."""
+WAIT_POLL_S = 0.25
+"""How often /wait re-reads the job record."""
+
+
+@bp.post("")
+def submit():
+    rec = queues.submit(deps.redis(), deps.json_body())
+    return job_view(rec), 201, {"Location": f"/api/v1/jobs/{rec['id']}"}
+
+
+@bp.get("")
+def list_jobs():
+    limit = deps.int_arg("limit", 50, 1, MAX_PAGE)
+    cursor = deps.int_arg("cursor", 0, 0, 2**62) or None
+    recs = deps.store().list(limit=limit, before=cursor)
+    next_cursor = recs[-1]["id"] if len(recs) == limit else None
+    return {"jobs": [job_view(r) for r in recs], "next_cursor": next_cursor}
+
+
+@bp.get("/<int:job_id>")
+def show(job_id: int):
+    return job_view(deps.store().get(job_id))
+
+
+@bp.get("/<int:job_id>/wait")
+def wait(job_id: int):
+    """Answer when the job has ended or `timeout` seconds (default 60, at most 3600) have passed."""
+    timeout = deps.int_arg("timeout", 60, 0, MAX_WAIT_S)
+    store = deps.store()
+    deadline = time.monotonic() + timeout
+    rec = store.get(job_id)
+    while not Status(rec["status"]).ended and time.monotonic() < deadline:
+        time.sleep(min(WAIT_POLL_S, max(0.0, deadline - time.monotonic())))
+        rec = store.get(job_id)
+    return job_view(rec)
+
+
+@bp.get("/<int:job_id>/logs")
+def logs(job_id: int):
+    store = deps.store()
+    store.get(job_id)  # 404 for an unknown job
+    offset = deps.int_arg("offset", 0, 0, 2**62)
+    lines, next_offset = store.read_lines(job_id, offset)
+    body = "".join(line + "\n" for line in lines)
+    return Response(body, mimetype="text/plain", headers={"X-Next-Offset": str(next_offset)})
+
+
+@bp.get("/<int:job_id>/metrics")
+def metrics(job_id: int):
+    store = deps.store()
+    store.get(job_id)
+    fmt = request.args.get("format", "json")
+    if fmt not in ("json", "csv"):
+        raise BadRequest(f"query argument format must be json or csv, got {fmt!r}", {"field": "format"})
+    points = store.read_points(job_id)
+    if fmt == "csv":
+        return Response(_csv(points), mimetype="text/csv")
+    return {
+        "job_id": job_id,
+        "train": [p for p in points if "loss" in p],
+        "validation": [p for p in points if "val_loss" in p],
+    }
+
+
+CSV_COLUMNS = ("step", "epoch", "loss", "accuracy", "lr", "images_per_sec", "val_loss", "val_accuracy")
+
+
+def _csv(points: list[dict]) -> str:
+    rows = [",".join(CSV_COLUMNS)]
+    for p in points:
+        rows.append(",".join("" if p.get(c) is None else str(p[c]) for c in CSV_COLUMNS))
+    return "\n".join(rows) + "\n"

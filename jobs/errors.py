@@ -1,0 +1,51 @@
+"""Domain exceptions, one line each; the API maps them to status codes in one place."""
+from __future__ import annotations
+
+from typing import Any
+
+
+class GpudeckError(Exception):
+    """Base of every error gpudeck raises on purpose."""
+
+    code = "error"
+
+    def __init__(self, message: str, details: dict[str, Any] | None = None):
+        super().__init__(message)
+        self.message = message
+        self.details = details or {}
+
+
+class ConfigError(GpudeckError):
+    """The environment or the command line asks for something impossible."""
+
+    code = "config_error"
+
+
+class ValidationError(GpudeckError):
+    """A job spec (or another input) is invalid; `details["fields"]` maps field path -> problem."""
+
+    code = "validation_error"
+
+    def __init__(self, fields: dict[str, str]):
+        first = next(iter(fields.items()))
+        more = f" (and {len(fields) - 1} more)" if len(fields) > 1 else ""
+        super().__init__(f"{first[0]}: {first[1]}{more}", {"fields": fields})
+        self.fields = fields
+
+
+class BadRequest(GpudeckError):
+    """A request is malformed: not JSON, a bad query argument."""
+
+    code = "bad_request"
+
+
+class NotFound(GpudeckError):
+    """The job (or other object) does not exist."""
+
+    code = "not_found"
+
+
+class Conflict(GpudeckError):
+    """The request does not fit the object's current state."""
+
+    code = "conflict"

@@ -1,0 +1,64 @@
+"""RQ queues by GPU count and priority, and submitting a validated spec onto them."""
+from __future__ import annotations
+
+from typing import Any
+
+from redis import Redis
+from rq import Queue, Worker
+
+from jobs import spec as spec_mod
+from jobs.store import JobStore
+
+RQ_JOB_TTL = 7 * 24 * 3600
+"""How long RQ keeps its own job objects and results; gpudeck's job records are kept for good."""
+
+
+def base_queue(gpus: int) -> str:
+    """`cpu` for CPU jobs, `gpus-N` for jobs that need N GPUs on one worker."""
+    return "cpu" if gpus == 0 else f"gpus-{gpus}"
+
+
+def queue_name(gpus: int, priority: str) -> str:
+    """The queue a job of this GPU count and priority waits in (`gpus-1`, `gpus-1-high`, ...)."""
+    base = base_queue(gpus)
+    return base if priority == "normal" else f"{base}-{priority}"
+
+
+def worker_queues(gpus: int) -> list[str]:
+    """The queues a worker with `gpus` GPUs serves, highest priority first."""
+    return [queue_name(gpus, p) for p in spec_mod.PRIORITIES]
+
+
+def live_gpu_workers(redis: Redis) -> int:
+    """How many live workers serve a GPU queue."""
+    return sum(1 for w in Worker.all(connection=redis) if any(q.startswith("gpus-") for q in w.queue_names()))
+
+
+def submit(redis: Redis, body: Any) -> dict[str, Any]:
+    """Validate, assign the next id, and write the record and the RQ job in one transaction."""
+    default_gpus = 1 if live_gpu_workers(redis) else 0
+    spec = spec_mod.validate(body, default_gpus=default_gpus)
+    store = JobStore(redis)
+    job_id = store.next_id()
+    name = queue_name(spec["gpus"], spec["priority"])
+    queue = Queue(name, connection=redis)
+    with redis.pipeline() as pipe:
+        # RQ starts the MULTI itself when handed a pipeline, so it goes first; the record joins it.
+        queue.enqueue_call(
+            "jobs.task.run_job",
+            args=(job_id,),
+            job_id=rq_job_id(job_id, 1),
+            timeout=-1,  # the task enforces the spec's timeout itself, killing the trainer's group
+            result_ttl=RQ_JOB_TTL,
+            failure_ttl=RQ_JOB_TTL,
+            description=f"gpudeck job {job_id}: {spec['model']} on {spec['dataset']}",
+            pipeline=pipe,
+        )
+        rec = store.create(job_id, spec, name, pipe=pipe)
+        pipe.execute()
+    return rec
+
+
+def rq_job_id(job_id: int, attempt: int) -> str:
+    """RQ's id for one attempt of a gpudeck job."""
+    return f"gpudeck-{job_id}" if attempt == 1 else f"gpudeck-{job_id}-{attempt}"

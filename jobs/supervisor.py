@@ -1,0 +1,217 @@
+"""`gpudeck up`: Redis, the API and one worker per GPU as child processes; Ctrl-C stops them all."""
+from __future__ import annotations
+
+import logging
+import os
+import signal
+import socket
+import subprocess
+import time
+import urllib.request
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from jobs.errors import ConfigError
+from jobs.gpus import list_gpus
+from jobs.proc import python_module
+from jobs.redis_server import EmbeddedRedis
+from jobs.settings import Settings
+
+log = logging.getLogger(__name__)
+
+WARM_STOP_S = 6.0
+"""After SIGTERM, how long workers get to let their trainers checkpoint before a cold stop."""
+HARD_STOP_S = 8.5
+"""After SIGTERM, when whatever is left of the stack is killed (the whole stop stays under 10 s)."""
+RESTART_BACKOFF_S = (1, 2, 5, 10, 30)
+"""Waits before restarting a worker that died, growing with each death in a row."""
+
+
+@dataclass
+class Child:
+    """One supervised process."""
+
+    name: str
+    argv: list[str]
+    log_path: Path
+    proc: subprocess.Popen[bytes] | None = None
+    deaths: int = 0
+    restart_at: float | None = None
+    env: dict[str, str] = field(default_factory=dict)
+
+    def start(self) -> None:
+        self.log_path.parent.mkdir(parents=True, exist_ok=True)
+        with open(self.log_path, "ab") as out:
+            # Its own session: a Ctrl-C reaches only the supervisor, which stops things in order.
+            self.proc = subprocess.Popen(
+                self.argv, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                env={**os.environ, **self.env}, start_new_session=True,
+            )  # fmt: skip
+
+    def alive(self) -> bool:
+        return self.proc is not None and self.proc.poll() is None
+
+    def signal(self, sig: int) -> None:
+        if self.alive():
+            assert self.proc is not None
+            try:
+                os.killpg(self.proc.pid, sig)
+            except ProcessLookupError:
+                pass
+
+
+class Stack:
+    """The processes of one `gpudeck up`."""
+
+    def __init__(
+        self, settings: Settings, *, host: str, port: int, gpus: list[str] | None, cpu_workers: int | None
+    ):
+        self.settings = settings
+        self.host, self.port = host, port
+        self.redis: EmbeddedRedis | None = None
+        self.redis_url = settings.redis_url
+        self.gpus = gpus
+        self.cpu_workers = cpu_workers
+        self.api: Child | None = None
+        self.workers: list[Child] = []
+        self._stopping = False
+
+    @property
+    def logs_dir(self) -> Path:
+        return self.settings.home / "logs"
+
+    @property
+    def api_url(self) -> str:
+        host = f"[{self.host}]" if ":" in self.host else self.host
+        return f"http://{host}:{self.port}"
+
+    def start(self) -> None:
+        home = self.settings.home
+        home.mkdir(parents=True, exist_ok=True)
+        _check_port_free(self.host, self.port)
+        if self.redis_url is None:
+            self.redis = EmbeddedRedis(home / "redis")
+            self.redis_url = self.redis.start()
+        env = {"REDIS_URL": self.redis_url, "GPUDECK_HOME": str(home)}
+        py = python_module("tui.cli")
+        self.api = Child("api", [*py, "api", "--host", self.host, "--port", str(self.port)], self.logs_dir / "api.log", env=env)
+        self.api.start()
+        gpus = self.gpus if self.gpus is not None else [g["index"] for g in list_gpus()]
+        for gpu in gpus:
+            self.workers.append(Child(f"worker gpu {gpu}", [*py, "worker", "--gpus", gpu], self.logs_dir / f"worker-gpu{gpu}.log", env=env))
+        cpu = self.cpu_workers if self.cpu_workers is not None else (0 if gpus else 1)
+        for i in range(cpu):
+            self.workers.append(Child(f"worker cpu {i}", [*py, "worker", "--cpu"], self.logs_dir / f"worker-cpu{i}.log", env=env))
+        for w in self.workers:
+            w.start()
+        self._wait_api()
+
+    def _wait_api(self, timeout: float = 60.0) -> None:
+        deadline = time.monotonic() + timeout
+        assert self.api is not None
+        while time.monotonic() < deadline:
+            if not self.api.alive():
+                raise ConfigError(f"the API exited at start; see {self.api.log_path}:\n{_tail(self.api.log_path)}")
+            try:
+                with urllib.request.urlopen(f"{self.api_url}/healthz", timeout=2) as resp:
+                    if resp.status == 200:
+                        return
+            except OSError:
+                pass
+            time.sleep(0.1)
+        raise ConfigError(f"the API did not answer on {self.api_url} within {timeout:.0f}s; see {self.api.log_path}")
+
+    def banner(self) -> str:
+        lines = [
+            f"gpudeck is up: API {self.api_url}",
+            f"  home     {self.settings.home}",
+            f"  redis    {self.redis_url}" + (" (embedded)" if self.redis else " (REDIS_URL)"),
+            f"  logs     {self.logs_dir}/",
+        ]
+        for w in self.workers:
+            lines.append(f"  {w.name:<12} pid {w.proc.pid if w.proc else '-'}, log {w.log_path}")
+        lines.append("Ctrl-C stops everything.")
+        return "\n".join(lines)
+
+    def watch(self) -> int:
+        """Restart workers that die; return when asked to stop or when the API dies."""
+        assert self.api is not None
+        while not self._stopping:
+            if not self.api.alive():
+                log.error("the API exited (%s); stopping the stack. See %s", self.api.proc.returncode, self.api.log_path)
+                return 1
+            now = time.monotonic()
+            for w in self.workers:
+                if w.alive():
+                    continue
+                if w.restart_at is None:
+                    delay = RESTART_BACKOFF_S[min(w.deaths, len(RESTART_BACKOFF_S) - 1)]
+                    w.deaths += 1
+                    w.restart_at = now + delay
+                    log.warning("%s exited (%s); restarting in %ss", w.name, w.proc.returncode if w.proc else "?", delay)
+                elif now >= w.restart_at:
+                    w.restart_at = None
+                    w.start()
+            time.sleep(0.2)
+        return 0
+
+    def request_stop(self, *_: object) -> None:
+        self._stopping = True
+
+    def stop(self) -> None:
+        """Workers first (their trainers checkpoint), then the API, then Redis; all within 10 s."""
+        t0 = time.monotonic()
+        for w in self.workers:
+            w.signal(signal.SIGTERM)  # warm: the trainer gets SIGTERM, checkpoints, its job ends worker_lost
+        if self.api:
+            self.api.signal(signal.SIGTERM)
+        self._wait(self.workers, t0 + WARM_STOP_S)
+        for w in self.workers:
+            w.signal(signal.SIGTERM)  # second signal: RQ's cold shutdown kills the work-horse
+        self._wait([*self.workers, *([self.api] if self.api else [])], t0 + HARD_STOP_S)
+        for c in [*self.workers, *([self.api] if self.api else [])]:
+            c.signal(signal.SIGKILL)
+            if c.proc:
+                c.proc.wait()
+        if self.redis:
+            self.redis.stop(timeout=max(0.5, 9.5 - (time.monotonic() - t0)))
+
+    @staticmethod
+    def _wait(children: list[Child], until: float) -> None:
+        while time.monotonic() < until and any(c.alive() for c in children):
+            time.sleep(0.05)
+
+
+def _check_port_free(host: str, port: int) -> None:
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    with socket.socket(family) as s:
+        try:
+            s.bind((host, port))
+        except OSError as exc:
+            raise ConfigError(
+                f"cannot listen on {host}:{port} ({exc.strerror}): is gpudeck already up? Pick another --port"
+            ) from None
+
+
+def _tail(path: Path, n: int = 20) -> str:
+    try:
+        return "\n".join(path.read_text(errors="replace").splitlines()[-n:])
+    except OSError:
+        return ""
+
+
+def up(settings: Settings, *, host: str = "127.0.0.1", port: int = 8686, gpus: list[str] | None = None,
+       cpu_workers: int | None = None) -> int:  # fmt: skip
+    """Run the whole stack in the foreground until Ctrl-C or SIGTERM; returns an exit status."""
+    stack = Stack(settings, host=host, port=port, gpus=gpus, cpu_workers=cpu_workers)
+    signal.signal(signal.SIGINT, stack.request_stop)
+    signal.signal(signal.SIGTERM, stack.request_stop)
+    try:
+        stack.start()
+        print(stack.banner(), flush=True)
+        code = stack.watch()
+    finally:
+        print("gpudeck: stopping ...", flush=True)
+        stack.stop()
+        print("gpudeck: stopped.", flush=True)
+    return code

@@ -1,0 +1,56 @@
+"""A job record as clients see it: times, elapsed, ETA and progress derived from the record."""
+from __future__ import annotations
+
+import time
+from typing import Any
+
+from jobs.states import Status
+from jobs.store import iso
+
+
+def job_view(rec: dict[str, Any], now: float | None = None) -> dict[str, Any]:
+    """The JSON object GET /api/v1/jobs/ID answers."""
+    now = time.time() if now is None else now
+    status = Status(rec["status"])
+    started, running, ended = rec.get("started_at"), rec.get("running_at"), rec.get("ended_at")
+    elapsed = ((ended or now) - started) if started else None
+    progress = _progress(rec.get("progress") or {}, running, ended or now, status)
+    spec = rec["spec"]
+    return {
+        "id": rec["id"],
+        "name": spec.get("name"),
+        "status": status.value,
+        "reason": rec.get("reason"),
+        "message": rec.get("message"),
+        "spec": spec,
+        "queue": rec.get("queue"),
+        "worker": rec.get("worker"),
+        "gpu_ids": rec.get("gpu_ids"),
+        "attempt": rec.get("attempt", 1),
+        "created_at": iso(rec.get("created_at")),
+        "started_at": iso(started),
+        "ended_at": iso(ended),
+        "elapsed_s": round(elapsed, 2) if elapsed is not None else None,
+        "eta_s": progress.pop("eta_s"),
+        "progress": progress,
+        "metrics": rec.get("metrics"),
+        "result": rec.get("result"),
+        "log_tail": rec.get("log_tail") if status == Status.FAILED else None,
+    }
+
+
+def _progress(p: dict[str, Any], running_at: float | None, now: float, status: Status) -> dict[str, Any]:
+    step, total = p.get("step"), p.get("total_steps")
+    out: dict[str, Any] = {"step": step, "total_steps": total, "epoch": None, "epochs": p.get("epochs")}
+    out["fraction"] = round(step / total, 4) if step is not None and total else None
+    if step is not None and p.get("steps_per_epoch"):
+        out["epoch"] = round(step / p["steps_per_epoch"], 3)
+    eta = None
+    if status == Status.RUNNING and running_at and step is not None and total:
+        done = step - p.get("first_step", 0)
+        if done > 0:
+            eta = round((total - step) * (now - running_at) / done, 1)
+    elif status.ended:
+        eta = 0.0 if status == Status.SUCCEEDED else None
+    out["eta_s"] = eta
+    return out

@@ -1,0 +1,1 @@
+"""Keras model zoo, datasets and the trainer; never imports api, jobs or tui."""

@@ -1,0 +1,67 @@
+"""Where training reports go: the log, metrics.jsonl, TensorBoard, and the job engine's event pipe."""
+from __future__ import annotations
+
+import json
+import logging
+import os
+from pathlib import Path
+from typing import IO, Any
+
+log = logging.getLogger("models.train")
+
+EVENTS_FD_ENV = "GPUDECK_EVENTS_FD"
+"""When set, the trainer also writes its events as JSON lines to this inherited file descriptor."""
+
+
+class Reporter:
+    """Fans one training event out to every sink; the trainer calls it, never the sinks directly."""
+
+    def __init__(self, job_dir: Path):
+        self.job_dir = job_dir
+        self.metrics_file: IO[str] = open(job_dir / "metrics.jsonl", "a", buffering=1)  # noqa: SIM115
+        fd = os.environ.get(EVENTS_FD_ENV)
+        self.events: IO[str] | None = os.fdopen(int(fd), "w", buffering=1) if fd else None
+        self._writers: dict[str, Any] = {}
+
+    def event(self, kind: str, **data: Any) -> None:
+        """Send an event (`running`, `result`, ...) to the job engine, if one is listening."""
+        if self.events is not None:
+            try:
+                self.events.write(json.dumps({"event": kind, **data}) + "\n")
+            except BrokenPipeError:  # the engine went away; training and the job dir carry on
+                self.events = None
+
+    def point(self, point: dict[str, Any], split: str = "train") -> None:
+        """A metric point: metrics.jsonl, TensorBoard scalars, the engine, one log line."""
+        self.metrics_file.write(json.dumps(point) + "\n")
+        self.event("metric", **point)
+        self._tensorboard(point, split)
+        shown = " ".join(
+            f"{k} {v:.4g}" if isinstance(v, float) else f"{k} {v}"
+            for k, v in point.items()
+            if k not in ("time",)
+        )
+        log.info("%s %s", split, shown)
+
+    def _tensorboard(self, point: dict[str, Any], split: str) -> None:
+        import tensorflow as tf
+
+        writer = self._writers.get(split)
+        if writer is None:
+            writer = self._writers[split] = tf.summary.create_file_writer(
+                str(self.job_dir / "tensorboard" / split)
+            )
+        with writer.as_default(step=int(point["step"])):
+            for key, value in point.items():
+                if key in ("step", "epoch", "time") or not isinstance(value, (int, float)):
+                    continue
+                tf.summary.scalar(key.removeprefix("val_"), value)
+        writer.flush()
+
+    def close(self) -> None:
+        """Flush and close every sink."""
+        self.metrics_file.close()
+        for writer in self._writers.values():
+            writer.close()
+        if self.events is not None:
+            self.events.close()

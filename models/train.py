@@ -1,0 +1,58 @@
+"""`python -m models.train --spec spec.json --job-dir DIR`: train one job spec, standalone or for a worker."""
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import os
+import sys
+from pathlib import Path
+
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "1")
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Exit 0 on success, 2 on a bad spec, 143 when stopped by SIGTERM (after a checkpoint), 1 otherwise."""
+    parser = argparse.ArgumentParser(prog="python -m models.train", description=__doc__)
+    parser.add_argument("--spec", required=True, type=Path, help="job spec JSON file")
+    parser.add_argument("--job-dir", required=True, type=Path, help="where logs, checkpoints, results go")
+    args = parser.parse_args(argv)
+    logging.basicConfig(
+        level=logging.WARNING, format="%(asctime)s %(levelname)s %(message)s", stream=sys.stdout, force=True
+    )
+    log = logging.getLogger("models.train")
+    log.setLevel(logging.INFO)  # ours at INFO; TensorFlow's Python loggers stay at WARNING
+    try:
+        spec = json.loads(args.spec.read_text())
+    except (OSError, ValueError) as exc:
+        log.error("cannot read spec %s: %s", args.spec, exc)
+        return 2
+    from models import params as params_mod
+    from models.catalog import MODELS, parse_dataset
+
+    problems = params_mod.validate(spec.get("params") or {})
+    if spec.get("model") not in MODELS:
+        problems["model"] = f"unknown model {spec.get('model')!r}"
+    try:
+        parse_dataset(spec.get("dataset"))
+    except ValueError as exc:
+        problems["dataset"] = str(exc)
+    if problems:
+        for field, problem in problems.items():
+            log.error("bad spec: %s: %s", field, problem)
+        return 2
+
+    from models.trainer import EXIT_STOPPED, BadInput, Stopped, Trainer
+
+    try:
+        Trainer(spec, args.job_dir).run()
+    except Stopped:
+        return EXIT_STOPPED
+    except BadInput as exc:
+        log.error("bad input: %s", exc)
+        return 2
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

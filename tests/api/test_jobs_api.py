@@ -1,0 +1,122 @@
+"""POST/GET /api/v1/jobs through Flask's test client on a real Redis: ids, listing, bad input."""
+import pytest
+from rq import Queue
+
+GOOD = {"model": "resnet20", "dataset": "synthetic", "params": {"steps": 20, "batch_size": 32}}
+
+
+def test_submit_answers_201_with_sequential_ids_and_queues_the_job(client, redis):
+    first = client.post("/api/v1/jobs", json=GOOD)
+    second = client.post("/api/v1/jobs", json={**GOOD, "name": "second", "tags": ["a"]})
+    assert first.status_code == second.status_code == 201
+    assert (first.json["id"], second.json["id"]) == (1, 2)
+    assert first.headers["Location"] == "/api/v1/jobs/1"
+    job = first.json
+    assert job["status"] == "queued" and job["spec"]["model"] == "resnet20"
+    assert job["spec"]["gpus"] == 0  # no live GPU worker: the job runs on a CPU worker
+    assert job["queue"] == "cpu" and job["name"] == "resnet20"
+    assert Queue("cpu", connection=redis).job_ids == ["gpudeck-1", "gpudeck-2"]
+
+
+def test_priority_picks_the_queue(client, redis):
+    client.post("/api/v1/jobs", json={**GOOD, "priority": "high", "gpus": 2})
+    assert Queue("gpus-2-high", connection=redis).job_ids == ["gpudeck-1"]
+
+
+def test_get_and_list_newest_first_with_a_cursor(client):
+    for _ in range(5):
+        client.post("/api/v1/jobs", json=GOOD)
+    assert client.get("/api/v1/jobs/3").json["id"] == 3
+    page = client.get("/api/v1/jobs?limit=2").json
+    assert [j["id"] for j in page["jobs"]] == [5, 4] and page["next_cursor"] == 4
+    page = client.get(f"/api/v1/jobs?limit=2&cursor={page['next_cursor']}").json
+    assert [j["id"] for j in page["jobs"]] == [3, 2]
+    page = client.get(f"/api/v1/jobs?limit=2&cursor={page['next_cursor']}").json
+    assert [j["id"] for j in page["jobs"]] == [1] and page["next_cursor"] is None
+
+
+def test_a_queued_job_has_no_logs_or_metrics_yet(client):
+    client.post("/api/v1/jobs", json=GOOD)
+    logs = client.get("/api/v1/jobs/1/logs")
+    assert logs.status_code == 200 and logs.text == "" and logs.headers["X-Next-Offset"] == "0"
+    assert client.get("/api/v1/jobs/1/metrics").json == {"job_id": 1, "train": [], "validation": []}
+
+
+BAD = [
+    ({**GOOD, "model": "resnet21"}, "model", "unknown model"),
+    ({**GOOD, "dataset": "cifar11"}, "dataset", "unknown dataset"),
+    ({"dataset": "synthetic"}, "model", "is required"),
+    ({"model": "resnet20"}, "dataset", "is required"),
+    ({**GOOD, "colour": "red"}, "colour", "unknown field"),
+    ({**GOOD, "gpus": "1"}, "gpus", "integer"),
+    ({**GOOD, "gpus": -1}, "gpus", "between"),
+    ({**GOOD, "priority": "urgent"}, "priority", "one of"),
+    ({**GOOD, "tags": "a,b"}, "tags", "list"),
+    ({**GOOD, "params": {"batch_size": "32"}}, "params.batch_size", "integer"),
+    ({**GOOD, "params": {"learning_rate": 0.1}}, "params.learning_rate", "unknown param"),
+    ({**GOOD, "params": [1]}, "params", "object"),
+    ([GOOD], "body", "JSON object"),
+]
+
+
+@pytest.mark.parametrize("body, field, words", BAD)
+def test_bad_specs_get_400_naming_the_field_and_leave_nothing_behind(client, redis, body, field, words):
+    resp = client.post("/api/v1/jobs", json=body)
+    assert resp.status_code == 400
+    err = resp.json
+    assert err["error"] == "validation_error"
+    assert words in err["details"]["fields"][field]
+    assert field in err["message"]
+    assert redis.keys("*") == []  # no id used, no record, nothing queued
+
+
+def test_body_that_is_not_json(client, redis):
+    resp = client.post("/api/v1/jobs", data="{model: resnet20", content_type="application/json")
+    assert resp.status_code == 400 and resp.json["error"] == "bad_request" and "not valid JSON" in resp.json["message"]
+    resp = client.post("/api/v1/jobs", data="model=resnet20", content_type="application/x-www-form-urlencoded")
+    assert resp.status_code == 400 and "Content-Type: application/json" in resp.json["message"]
+    assert redis.keys("*") == []
+
+
+def test_unknown_job_is_404_everywhere(client):
+    for path in ("/api/v1/jobs/99", "/api/v1/jobs/99/logs", "/api/v1/jobs/99/metrics", "/api/v1/jobs/99/wait?timeout=0"):
+        resp = client.get(path)
+        assert resp.status_code == 404, path
+        assert resp.json == {"error": "not_found", "message": "job 99 does not exist", "details": {"id": 99}}
+
+
+def test_bad_query_arguments(client):
+    client.post("/api/v1/jobs", json=GOOD)
+    for path, field in (("/api/v1/jobs?limit=x", "limit"), ("/api/v1/jobs?limit=0", "limit"),
+                        ("/api/v1/jobs/1/logs?offset=-1", "offset"), ("/api/v1/jobs/1/metrics?format=xml", "format")):
+        resp = client.get(path)
+        assert resp.status_code == 400 and resp.json["details"]["field"] == field, path
+
+
+def test_unknown_routes_and_methods_use_the_error_shape(client):
+    resp = client.get("/api/v1/nope")
+    assert resp.status_code == 404 and resp.json["error"] == "not_found"
+    resp = client.delete("/api/v1/jobs")
+    assert resp.status_code == 405 and resp.json["error"] == "method_not_allowed"
+
+
+def test_wait_times_out_on_a_job_that_is_still_queued(client):
+    client.post("/api/v1/jobs", json=GOOD)
+    resp = client.get("/api/v1/jobs/1/wait?timeout=1")
+    assert resp.status_code == 200 and resp.json["status"] == "queued"
+
+
+def test_healthz(client):
+    assert client.get("/healthz").json == {"status": "ok", "redis": "ok", "workers": 0}
+
+
+def test_redis_down_is_503_not_a_traceback(settings):
+    from redis import Redis
+
+    from api import create_app
+
+    dead = Redis.from_url("redis://127.0.0.1:1/0", socket_connect_timeout=0.5)
+    client = create_app({"SETTINGS": settings, "REDIS": dead}).test_client()
+    resp = client.post("/api/v1/jobs", json=GOOD)
+    assert resp.status_code == 503 and resp.json["error"] == "redis_unavailable"
+    assert client.get("/healthz").status_code == 503

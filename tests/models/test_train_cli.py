@@ -1,0 +1,56 @@
+"""`python -m models.train` on its own: the job dir it writes, bad input, resume."""
+import json
+import subprocess
+
+import pytest
+
+from jobs.proc import python_module
+
+pytestmark = pytest.mark.slow
+
+
+def train(tmp_path, spec, job_dir):
+    spec_file = tmp_path / "spec.json"
+    spec_file.write_text(json.dumps(spec))
+    return subprocess.run(
+        python_module("models.train", "--spec", str(spec_file), "--job-dir", str(job_dir)),
+        capture_output=True, text=True, timeout=240,
+    )  # fmt: skip
+
+
+def points(job_dir):
+    return [json.loads(line) for line in (job_dir / "metrics.jsonl").read_text().splitlines()]
+
+
+def test_train_writes_the_job_dir_and_resumes(tmp_path):
+    job_dir = tmp_path / "job"
+    spec = {"model": "resnet20", "dataset": "synthetic:16x16x3:4", "params": {"steps": 6, "batch_size": 16, "log_every": 2, "seed": 1}}
+    run = train(tmp_path, spec, job_dir)
+    assert run.returncode == 0, run.stdout[-3000:]
+    train_points = [p for p in points(job_dir) if "loss" in p]
+    assert [p["step"] for p in train_points] == [2, 4, 6]
+    assert set(train_points[0]) >= {"step", "epoch", "loss", "accuracy", "lr", "images_per_sec"}
+    assert any("val_loss" in p and "val_accuracy" in p for p in points(job_dir))
+    result = json.loads((job_dir / "result.json").read_text())
+    assert set(result) == {"test_accuracy", "test_top5", "test_loss", "steps", "epochs", "images_per_sec", "duration_s"}
+    assert result["steps"] == 6 and 0 <= result["test_accuracy"] <= result["test_top5"] <= 1
+    assert (job_dir / "model.keras").stat().st_size > 0
+    assert list((job_dir / "tensorboard" / "train").glob("events.out.tfevents.*"))
+    assert list((job_dir / "tensorboard" / "validation").glob("events.out.tfevents.*"))
+    assert "resnet20: 271,098 parameters" not in run.stdout  # 4 classes, not 10
+    assert "resnet20: 270,708 parameters" in run.stdout
+
+    # Same job dir, more steps: it resumes from the checkpoint and the step count continues.
+    spec["params"]["steps"] = 10
+    run = train(tmp_path, spec, job_dir)
+    assert run.returncode == 0, run.stdout[-3000:]
+    assert "resumed from" in run.stdout and "at step 6" in run.stdout
+    assert [p["step"] for p in points(job_dir) if "loss" in p] == [2, 4, 6, 8, 10]
+
+
+def test_bad_input_exits_2_and_says_why(tmp_path):
+    run = train(tmp_path, {"model": "resnet20", "dataset": "synthetic", "params": {"batch_size": 4096, "steps": 1}}, tmp_path / "j")
+    assert run.returncode == 2
+    assert "batch_size 4096 is larger than the training set (2048 images)" in run.stdout
+    run = train(tmp_path, {"model": "nope", "dataset": "synthetic"}, tmp_path / "j2")
+    assert run.returncode == 2 and "bad spec: model" in run.stdout

@@ -1,0 +1,64 @@
+"""The REST client the CLI and the TUI share."""
+from __future__ import annotations
+
+from typing import Any
+
+import requests
+
+
+class ApiError(Exception):
+    """The API answered with an error (status, code, message, details)."""
+
+    def __init__(self, status: int, code: str, message: str, details: dict | None = None):
+        super().__init__(f"{message} ({code}, HTTP {status})")
+        self.status, self.code, self.message, self.details = status, code, message, details or {}
+
+
+class Unreachable(Exception):
+    """The API did not answer at all."""
+
+
+class Client:
+    """Thin wrapper over /api/v1 with the one error shape turned into ApiError."""
+
+    def __init__(self, base_url: str, token: str | None = None, timeout: float = 30.0):
+        self.base_url = base_url.rstrip("/")
+        self.session = requests.Session()
+        if token:
+            self.session.headers["Authorization"] = f"Bearer {token}"
+        self.timeout = timeout
+
+    def request(self, method: str, path: str, **kwargs: Any) -> requests.Response:
+        url = f"{self.base_url}{path}"
+        try:
+            resp = self.session.request(method, url, timeout=kwargs.pop("timeout", self.timeout), **kwargs)
+        except requests.RequestException as exc:
+            raise Unreachable(f"cannot reach the gpudeck API at {self.base_url}: {exc}") from None
+        if resp.status_code >= 400:
+            try:
+                err = resp.json()
+                raise ApiError(resp.status_code, err.get("error", "error"), err.get("message", ""), err.get("details"))
+            except ValueError:
+                raise ApiError(resp.status_code, "error", resp.text[:500]) from None
+        return resp
+
+    def submit(self, spec: dict[str, Any]) -> dict[str, Any]:
+        return self.request("POST", "/api/v1/jobs", json=spec).json()
+
+    def jobs(self, limit: int = 50, cursor: int | None = None) -> dict[str, Any]:
+        params: dict[str, Any] = {"limit": limit}
+        if cursor:
+            params["cursor"] = cursor
+        return self.request("GET", "/api/v1/jobs", params=params).json()
+
+    def job(self, job_id: int) -> dict[str, Any]:
+        return self.request("GET", f"/api/v1/jobs/{job_id}").json()
+
+    def wait(self, job_id: int, timeout: int = 60) -> dict[str, Any]:
+        """The job once it has ended, or as it is after `timeout` seconds."""
+        resp = self.request("GET", f"/api/v1/jobs/{job_id}/wait", params={"timeout": timeout}, timeout=timeout + 30)
+        return resp.json()
+
+    def logs(self, job_id: int, offset: int = 0) -> tuple[str, int]:
+        resp = self.request("GET", f"/api/v1/jobs/{job_id}/logs", params={"offset": offset})
+        return resp.text, int(resp.headers.get("X-Next-Offset", offset))
