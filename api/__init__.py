@@ -27,9 +27,10 @@ def create_app(config: dict[str, Any] | None = None) -> Flask:
         redis = Redis.from_url(settings.redis_url or "redis://127.0.0.1:6379/0", socket_timeout=30)
     app.extensions["gpudeck.redis"] = redis
 
-    from api import errors, health, jobs
+    from api import auth, errors, health, jobs
 
     errors.register(app)
+    auth.register(app)
     app.register_blueprint(health.bp)
     app.register_blueprint(jobs.bp, url_prefix="/api/v1/jobs")
     return app

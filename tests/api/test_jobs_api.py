@@ -120,3 +120,28 @@ def test_redis_down_is_503_not_a_traceback(settings):
     resp = client.post("/api/v1/jobs", json=GOOD)
     assert resp.status_code == 503 and resp.json["error"] == "redis_unavailable"
     assert client.get("/healthz").status_code == 503
+
+
+def test_tokens_guard_every_route_but_healthz(settings, redis):
+    from dataclasses import replace
+
+    from api import create_app
+
+    app = create_app({"SETTINGS": replace(settings, tokens=("s3cret", "other")), "REDIS": redis})
+    client = app.test_client()
+    assert client.get("/healthz").status_code == 200
+    for headers in ({}, {"Authorization": "Bearer wrong"}, {"Authorization": "Basic s3cret"}):
+        resp = client.get("/api/v1/jobs", headers=headers)
+        assert resp.status_code == 401 and resp.json["error"] == "unauthorized"
+        assert resp.headers["WWW-Authenticate"].startswith("Bearer")
+    resp = client.post("/api/v1/jobs", json=GOOD)
+    assert resp.status_code == 401 and redis.keys("*") == []
+    assert client.get("/api/v1/jobs", headers={"Authorization": "Bearer other"}).status_code == 200
+
+
+def test_api_refuses_a_public_address_without_tokens(settings):
+    from api.serve import serve
+    from jobs.errors import ConfigError
+
+    with pytest.raises(ConfigError, match="GPUDECK_TOKENS"):
+        serve(settings, host="0.0.0.0", port=1)

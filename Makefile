@@ -1,0 +1,31 @@
+# gpudeck: `make up` starts the whole stack, `make test` runs every test. Both install what they need.
+PYTHON ?= python3
+VENV ?= .venv
+BIN := $(VENV)/bin
+# The trainer's TensorFlow: the CUDA build where nvidia-smi lists a GPU, else the CPU build.
+TF_EXTRA ?= $(shell nvidia-smi -L >/dev/null 2>&1 && echo gpu || echo cpu)
+STAMP := $(VENV)/.installed-$(TF_EXTRA)
+ARGS ?=
+PYTEST_ARGS ?=
+
+.PHONY: install up test bench lint clean
+
+install: $(STAMP)
+
+$(STAMP): pyproject.toml
+	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install -q --disable-pip-version-check -e '.[$(TF_EXTRA),test]' --config-settings editable_mode=compat
+	@rm -f $(VENV)/.installed-*
+	@touch $@
+
+up: install
+	$(BIN)/gpudeck up $(ARGS)
+
+test: install
+	$(BIN)/python -m pytest $(PYTEST_ARGS)
+
+bench: install
+	$(BIN)/python -m pytest tests/bench -s $(PYTEST_ARGS)
+
+clean:
+	rm -rf $(VENV) .pytest_cache

@@ -1,0 +1,82 @@
+"""Run `gpudeck up` for real in a test, and look at the processes it leaves."""
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import time
+from pathlib import Path
+
+from jobs.proc import python_module
+from jobs.redis_server import free_port
+from tests.conftest import wait_http
+
+
+def descendants(pid: int) -> set[int]:
+    """Every live process below `pid` (children, work-horses, trainers in their own sessions)."""
+    parents: dict[int, int] = {}
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                stat = (entry / "stat").read_text()
+            except OSError:
+                continue
+            parents[int(entry.name)] = int(stat.rsplit(")", 1)[1].split()[1])
+    found: set[int] = set()
+    frontier = {pid}
+    while frontier:
+        frontier = {p for p, parent in parents.items() if parent in frontier} - found
+        found |= frontier
+    return found
+
+
+def alive(pid: int) -> bool:
+    """True unless the process is gone or a zombie."""
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except OSError:
+        return False
+    return state != "Z"
+
+
+class Up:
+    """`gpudeck up --port P --home DIR` as a child process."""
+
+    def __init__(self, home: Path, env: dict[str, str], log: Path):
+        self.home, self.port = home, free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        env = {k: v for k, v in env.items() if k != "REDIS_URL"}  # the embedded Redis, as `make up` does
+        self.out = open(log, "ab")  # noqa: SIM115
+        self.log = log
+        self.proc = subprocess.Popen(
+            python_module("tui.cli", "up", "--port", str(self.port), "--home", str(home)),
+            env=env, stdout=self.out, stderr=subprocess.STDOUT, start_new_session=True,
+        )  # fmt: skip
+        wait_http(f"{self.url}/healthz", timeout=90)
+        deadline = time.monotonic() + 30
+        while "gpudeck is up" not in self.output():  # the banner follows the API's first answer
+            assert time.monotonic() < deadline and self.proc.poll() is None, self.output()[-3000:]
+            time.sleep(0.05)
+
+    def output(self) -> str:
+        return self.log.read_text(errors="replace")
+
+    def stop(self, sig: int = signal.SIGTERM) -> float:
+        """Signal it and return how long it took to exit."""
+        t0 = time.monotonic()
+        self.proc.send_signal(sig)
+        self.proc.wait(30)
+        took = time.monotonic() - t0
+        self.out.close()
+        return took
+
+    def kill(self) -> None:
+        if self.proc.poll() is None:
+            for pid in descendants(self.proc.pid):
+                try:
+                    os.kill(pid, signal.SIGKILL)
+                except ProcessLookupError:
+                    pass
+            self.proc.kill()
+            self.proc.wait()
+        self.out.close()

@@ -1,0 +1,75 @@
+"""`gpudeck up` as a user runs it: stop within 10 s leaving no process, jobs survive a restart."""
+import json
+import subprocess
+import time
+
+import pytest
+import requests
+
+from jobs.proc import python_module
+from tests.e2e.stack import Up, alive, descendants
+
+pytestmark = pytest.mark.slow
+
+
+def test_stop_restart_and_the_cli(tmp_path, child_env):
+    home = tmp_path / "home"
+    stack = Up(home, child_env, tmp_path / "up.log")
+    try:
+        assert f"gpudeck is up: API {stack.url}" in stack.output()
+        assert f"home     {home}" in stack.output() and "worker cpu 0" in stack.output()
+        long = {"model": "resnet20", "dataset": "synthetic:16x16x3", "params": {"steps": 100000, "batch_size": 16}}
+        job_id = requests.post(f"{stack.url}/api/v1/jobs", json=long).json()["id"]
+        deadline = time.monotonic() + 120
+        while requests.get(f"{stack.url}/api/v1/jobs/{job_id}").json()["progress"]["step"] in (None, 0):
+            assert time.monotonic() < deadline, stack.output()[-3000:]
+            time.sleep(0.2)
+        procs = descendants(stack.proc.pid)
+        assert len(procs) >= 5  # redis, api (gunicorn master + workers), worker, work-horse, trainer
+        took = stack.stop()
+        assert took < 10, f"stop took {took:.1f}s"
+        assert stack.proc.returncode == 0
+        assert [p for p in procs if alive(p)] == []
+        assert list((home / "jobs" / str(job_id) / "checkpoints").glob("ckpt-*.index"))
+    finally:
+        stack.kill()
+
+    # A second `up` on the same home still has the job, which ended honestly.
+    stack = Up(home, child_env, tmp_path / "up2.log")
+    try:
+        job = requests.get(f"{stack.url}/api/v1/jobs/{job_id}").json()
+        assert job["status"] == "failed" and job["reason"] == "worker_lost", job
+        env = {**child_env, "GPUDECK_API": stack.url}
+        cli = python_module("tui.cli")
+        run = subprocess.run(
+            [*cli, "submit", "--model", "lenet", "--dataset", "synthetic:28x28x1", "--param", "steps=3",
+             "--param", "batch_size=8", "--wait", "--json"],
+            env=env, capture_output=True, text=True, timeout=180,
+        )  # fmt: skip
+        assert run.returncode == 0, run.stderr
+        assert json.loads(run.stdout)["status"] == "succeeded" and json.loads(run.stdout)["id"] == job_id + 1
+        run = subprocess.run([*cli, "ls"], env=env, capture_output=True, text=True, timeout=60)
+        lines = run.stdout.splitlines()
+        assert lines[0].split()[:2] == ["ID", "STATUS"]
+        assert lines[1].split()[:2] == [str(job_id + 1), "succeeded"] and lines[2].split()[:2] == [str(job_id), "failed"]
+        bad = subprocess.run([*cli, "submit", "--model", "resnet21", "--dataset", "synthetic"], env=env,
+                             capture_output=True, text=True, timeout=60)  # fmt: skip
+        assert bad.returncode == 2 and "model: unknown model 'resnet21'" in bad.stderr
+        assert stack.stop() < 10
+    finally:
+        stack.kill()
+    gone = subprocess.run([*cli, "ls"], env=env, capture_output=True, text=True, timeout=60)
+    assert gone.returncode == 3 and "cannot reach the gpudeck API" in gone.stderr
+
+
+def test_a_second_up_on_a_taken_port_says_so(tmp_path, child_env):
+    stack = Up(tmp_path / "home", child_env, tmp_path / "up.log")
+    try:
+        run = subprocess.run(
+            python_module("tui.cli", "up", "--port", str(stack.port), "--home", str(tmp_path / "other")),
+            env=child_env, capture_output=True, text=True, timeout=60,
+        )  # fmt: skip
+        assert run.returncode == 2
+        assert f"cannot listen on 127.0.0.1:{stack.port}" in run.stderr and "Traceback" not in run.stderr
+    finally:
+        stack.kill()

@@ -1,0 +1,25 @@
+"""`nvidia-smi -L` parsing, against a FAKE nvidia-smi that prints the real format (no GPUs here)."""
+from jobs.gpus import list_gpus
+from tests.conftest import fake_nvidia_smi
+
+REAL_L_OUTPUT = """\
+GPU 0: NVIDIA H100 80GB HBM3 (UUID: GPU-5e1d2c3a-1111-2222-3333-444455556666)
+GPU 1: NVIDIA GeForce RTX 3090 (UUID: GPU-0a0b0c0d-aaaa-bbbb-cccc-ddddeeeeffff)
+"""
+
+
+def test_lists_gpus_from_nvidia_smi(tmp_path, monkeypatch):
+    fake_nvidia_smi(tmp_path / "bin", f"cat <<'OUT'\n{REAL_L_OUTPUT}OUT\n")
+    monkeypatch.setenv("PATH", f"{tmp_path / 'bin'}:{__import__('os').environ['PATH']}")
+    assert list_gpus() == [
+        {"index": "0", "name": "NVIDIA H100 80GB HBM3", "uuid": "GPU-5e1d2c3a-1111-2222-3333-444455556666"},
+        {"index": "1", "name": "NVIDIA GeForce RTX 3090", "uuid": "GPU-0a0b0c0d-aaaa-bbbb-cccc-ddddeeeeffff"},
+    ]
+
+
+def test_no_gpus_when_nvidia_smi_fails_or_is_missing(tmp_path, monkeypatch):
+    fake_nvidia_smi(tmp_path / "bin", "echo 'NVIDIA-SMI has failed because it could not communicate with the NVIDIA driver.'\nexit 9\n")
+    monkeypatch.setenv("PATH", str(tmp_path / "bin"))
+    assert list_gpus() == []
+    monkeypatch.setenv("PATH", str(tmp_path / "empty"))
+    assert list_gpus() == []
