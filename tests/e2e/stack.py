@@ -42,10 +42,12 @@ def alive(pid: int) -> bool:
 class Up:
     """`gpudeck up --port P --home DIR` as a child process."""
 
-    def __init__(self, home: Path, env: dict[str, str], log: Path):
+    def __init__(self, home: Path, env: dict[str, str], log: Path, redis_url: str | None = None):
         self.home, self.port = home, free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         env = {k: v for k, v in env.items() if k != "REDIS_URL"}  # the embedded Redis, as `make up` does
+        if redis_url:
+            env["REDIS_URL"] = redis_url
         self.out = open(log, "ab")  # noqa: SIM115
         self.log = log
         self.proc = subprocess.Popen(

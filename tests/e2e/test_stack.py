@@ -2,6 +2,7 @@
 import json
 import subprocess
 import time
+from pathlib import Path
 
 import pytest
 import requests
@@ -71,5 +72,23 @@ def test_a_second_up_on_a_taken_port_says_so(tmp_path, child_env):
         )  # fmt: skip
         assert run.returncode == 2
         assert f"cannot listen on 127.0.0.1:{stack.port}" in run.stderr and "Traceback" not in run.stderr
+    finally:
+        stack.kill()
+
+
+def test_with_redis_url_set_no_redis_is_started_and_that_one_is_used(tmp_path, child_env, redis, redis_url):
+    stack = Up(tmp_path / "home", child_env, tmp_path / "up.log", redis_url=redis_url)
+    try:
+        assert f"redis    {redis_url} (REDIS_URL)" in stack.output()
+        cmdlines = []
+        for pid in descendants(stack.proc.pid):
+            try:
+                cmdlines.append(Path(f"/proc/{pid}/cmdline").read_bytes())
+            except OSError:
+                pass
+        assert cmdlines and not any(b"redis-server" in c for c in cmdlines)
+        assert not (tmp_path / "home" / "redis").exists()
+        job = requests.post(f"{stack.url}/api/v1/jobs", json={"model": "lenet", "dataset": "synthetic"}).json()
+        assert redis.exists(f"gpudeck:job:{job['id']}")  # it landed in the Redis we named
     finally:
         stack.kill()
