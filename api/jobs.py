@@ -23,7 +23,7 @@ WAIT_POLL_S = 0.25
 
 @bp.post("")
 def submit():
-    rec = queues.submit(deps.redis(), deps.json_body())
+    rec = queues.submit(deps.redis(), deps.json_body(), deps.settings().data_roots)
     return job_view(rec), 201, {"Location": f"/api/v1/jobs/{rec['id']}"}
 
 

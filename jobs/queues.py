@@ -1,6 +1,7 @@
 """RQ queues by GPU count and priority, and submitting a validated spec onto them."""
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 from redis import Redis
@@ -34,10 +35,10 @@ def live_gpu_workers(redis: Redis) -> int:
     return sum(1 for w in Worker.all(connection=redis) if any(q.startswith("gpus-") for q in w.queue_names()))
 
 
-def submit(redis: Redis, body: Any) -> dict[str, Any]:
+def submit(redis: Redis, body: Any, data_roots: tuple[Path, ...] = ()) -> dict[str, Any]:
     """Validate, assign the next id, and write the record and the RQ job in one transaction."""
     default_gpus = 1 if live_gpu_workers(redis) else 0
-    spec = spec_mod.validate(body, default_gpus=default_gpus)
+    spec = spec_mod.validate(body, default_gpus=default_gpus, data_roots=data_roots)
     store = JobStore(redis)
     job_id = store.next_id()
     name = queue_name(spec["gpus"], spec["priority"])

@@ -1,11 +1,13 @@
 """Job specs: every field validated before anything is queued; unknown fields refused by name."""
 from __future__ import annotations
 
+import os
+from pathlib import Path
 from typing import Any
 
 from jobs.errors import ValidationError
 from models import params as params_mod
-from models.catalog import MODELS, parse_dataset
+from models.catalog import MODELS, model_info, parse_dataset
 
 PRIORITIES = ("high", "normal", "low")
 MAX_GPUS = 16
@@ -22,7 +24,17 @@ def _int_in(value: Any, lo: int, hi: int) -> str | None:
     return None
 
 
-def validate(body: Any, *, default_gpus: int) -> dict[str, Any]:
+def check_data_path(path: str, roots: tuple[Path, ...]) -> str | None:
+    """None when `path` (symlinks and .. resolved) lies under one of `roots`, else what is wrong."""
+    if not roots:
+        return f"server path {path!r} refused: no GPUDECK_DATA_ROOTS are configured"
+    real = Path(os.path.realpath(path))
+    if not any(real == root or root in real.parents for root in roots):
+        return f"server path {path!r} is not under GPUDECK_DATA_ROOTS ({', '.join(map(str, roots))})"
+    return None
+
+
+def validate(body: Any, *, default_gpus: int, data_roots: tuple[Path, ...] = ()) -> dict[str, Any]:
     """The normalized spec (defaults filled in), or ValidationError naming every bad field."""
     if not isinstance(body, dict):
         raise ValidationError({"body": f"must be a JSON object, got {type(body).__name__}"})
@@ -34,11 +46,14 @@ def validate(body: Any, *, default_gpus: int) -> dict[str, Any]:
         if key not in body:
             errors[key] = "is required"
     model = body.get("model")
-    if "model" in body and (not isinstance(model, str) or model not in MODELS):
+    if "model" in body and (not isinstance(model, str) or model_info(model) is None):
         errors["model"] = f"unknown model {model!r}; known: {', '.join(MODELS)}"
     if "dataset" in body:
         try:
-            parse_dataset(body["dataset"])
+            ref = parse_dataset(body["dataset"])
+            problem = check_data_path(ref.path, data_roots) if ref.kind == "path" else None
+            if problem:
+                errors["dataset"] = problem
         except ValueError as exc:
             errors["dataset"] = str(exc)
     errors.update(params_mod.validate(body.get("params", {})))

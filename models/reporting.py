@@ -16,11 +16,15 @@ EVENTS_FD_ENV = "GPUDECK_EVENTS_FD"
 class Reporter:
     """Fans one training event out to every sink; the trainer calls it, never the sinks directly."""
 
-    def __init__(self, job_dir: Path):
+    def __init__(self, job_dir: Path, enabled: bool = True):
+        """`enabled=False` (a non-chief task of a multi-worker job) keeps only the log lines."""
         self.job_dir = job_dir
-        self.metrics_file: IO[str] = open(job_dir / "metrics.jsonl", "a", buffering=1)  # noqa: SIM115
+        self.enabled = enabled
+        self.metrics_file: IO[str] | None = (
+            open(job_dir / "metrics.jsonl", "a", buffering=1) if enabled else None  # noqa: SIM115
+        )
         fd = os.environ.get(EVENTS_FD_ENV)
-        self.events: IO[str] | None = os.fdopen(int(fd), "w", buffering=1) if fd else None
+        self.events: IO[str] | None = os.fdopen(int(fd), "w", buffering=1) if fd and enabled else None
         self._writers: dict[str, Any] = {}
 
     def event(self, kind: str, **data: Any) -> None:
@@ -33,9 +37,10 @@ class Reporter:
 
     def point(self, point: dict[str, Any], split: str = "train") -> None:
         """A metric point: metrics.jsonl, TensorBoard scalars, the engine, one log line."""
-        self.metrics_file.write(json.dumps(point) + "\n")
-        self.event("metric", **point)
-        self._tensorboard(point, split)
+        if self.metrics_file is not None:
+            self.metrics_file.write(json.dumps(point) + "\n")
+            self.event("metric", **point)
+            self._tensorboard(point, split)
         shown = " ".join(
             f"{k} {v:.4g}" if isinstance(v, float) else f"{k} {v}"
             for k, v in point.items()
@@ -60,7 +65,8 @@ class Reporter:
 
     def close(self) -> None:
         """Flush and close every sink."""
-        self.metrics_file.close()
+        if self.metrics_file is not None:
+            self.metrics_file.close()
         for writer in self._writers.values():
             writer.close()
         if self.events is not None:

@@ -28,10 +28,10 @@ def main(argv: list[str] | None = None) -> int:
         log.error("cannot read spec %s: %s", args.spec, exc)
         return 2
     from models import params as params_mod
-    from models.catalog import MODELS, parse_dataset
+    from models.catalog import model_info, parse_dataset
 
     problems = params_mod.validate(spec.get("params") or {})
-    if spec.get("model") not in MODELS:
+    if not isinstance(spec.get("model"), str) or model_info(spec["model"]) is None:
         problems["model"] = f"unknown model {spec.get('model')!r}"
     try:
         parse_dataset(spec.get("dataset"))

@@ -1,4 +1,8 @@
-"""The trainer: one custom tf.function training loop under whatever tf.distribute strategy applies."""
+"""The trainer: one custom tf.function training loop under whatever tf.distribute strategy applies.
+
+Keras 3 `fit` fails under MultiWorkerMirroredStrategy (keras#20585); a step run with `strategy.run` works
+under every strategy, so this one loop serves the default, Mirrored and MultiWorkerMirrored strategies.
+"""
 from __future__ import annotations
 
 import json
@@ -9,11 +13,15 @@ import time
 from pathlib import Path
 from typing import Any
 
+import keras
 import tensorflow as tf
 
 from models import datasets, zoo
 from models import params as params_mod
+from models.catalog import model_info
+from models.pipeline import Preprocess, eval_dataset, target_shape, train_dataset
 from models.reporting import Reporter
+from models.schedules import Schedule
 
 log = logging.getLogger("models.train")
 
@@ -41,23 +49,37 @@ def make_strategy() -> tf.distribute.Strategy:
     return tf.distribute.get_strategy()
 
 
-def make_optimizer(p: dict[str, Any]) -> Any:
-    """The Keras optimizer the params name."""
-    import keras
+def chief_and_task(strategy: tf.distribute.Strategy) -> tuple[bool, str]:
+    """Whether this process writes the job dir (the chief, or worker 0 when there is no chief), and its task."""
+    resolver = getattr(strategy, "cluster_resolver", None)
+    if resolver is None or not resolver.task_type:
+        return True, ""
+    task_type, task_id = resolver.task_type, resolver.task_id
+    has_chief = "chief" in resolver.cluster_spec().as_dict()
+    return task_type == "chief" or (task_type == "worker" and task_id == 0 and not has_chief), f"{task_type}{task_id}"
 
-    lr, momentum = p["lr"], p["momentum"]
-    name = p["optimizer"]
+
+def make_optimizer(p: dict[str, Any], lr: Any) -> keras.optimizers.Optimizer:
+    """The Keras optimizer the params name, with moving average and gradient accumulation when asked."""
+    common: dict[str, Any] = {}
+    if p["moving_average"]:
+        common.update(use_ema=True, ema_momentum=p["moving_average"])
+    if p["grad_accum"] > 1:
+        common["gradient_accumulation_steps"] = p["grad_accum"]
+    name, momentum, eps = p["optimizer"], p["momentum"], p["epsilon"]
     if name == "sgd":
-        return keras.optimizers.SGD(lr)
-    if name in ("momentum", "nesterov"):
-        return keras.optimizers.SGD(lr, momentum=momentum, nesterov=name == "nesterov")
-    if name == "adam":
-        return keras.optimizers.Adam(lr)
-    if name == "adamw":
-        return keras.optimizers.AdamW(lr)
-    if name == "rmsprop":
-        return keras.optimizers.RMSprop(lr, momentum=momentum)
-    raise ValueError(f"unknown optimizer {name!r}")  # params.validate refuses it first
+        opt = keras.optimizers.SGD(lr, **common)
+    elif name in ("momentum", "nesterov"):
+        opt = keras.optimizers.SGD(lr, momentum=momentum, nesterov=name == "nesterov", **common)
+    elif name == "adam":
+        opt = keras.optimizers.Adam(lr, epsilon=eps, **common)
+    elif name == "adamw":
+        opt = keras.optimizers.AdamW(lr, epsilon=eps, **common)
+    elif name == "rmsprop":
+        opt = keras.optimizers.RMSprop(lr, rho=0.9, momentum=momentum, epsilon=eps, **common)
+    else:  # params.validate refuses it first
+        raise BadInput(f"unknown optimizer {name!r}")
+    return opt
 
 
 def default_log_every(total_steps: int) -> int:
@@ -74,95 +96,135 @@ class Trainer:
         self.p = params_mod.resolve(spec.get("params") or {})
         self._stop_requested = False
 
-    # -- signals -----------------------------------------------------------------------------
     def _on_sigterm(self, signum: int, frame: Any) -> None:
         log.warning("SIGTERM: saving a checkpoint and stopping")
         self._stop_requested = True
-        # If the checkpoint hangs, SIGALRM's default action ends the process.
-        signal.alarm(int(os.environ.get(STOP_GRACE_ENV, "25")))
+        signal.alarm(int(os.environ.get(STOP_GRACE_ENV, "25")))  # if the checkpoint hangs, SIGALRM ends us
 
-    # -- the run -----------------------------------------------------------------------------
+    def _setup(self):
+        """Strategy, data, model, optimizer: everything the loop needs."""
+        p = self.p
+        if p["mixed_precision"]:
+            gpu = bool(tf.config.list_physical_devices("GPU"))
+            keras.mixed_precision.set_global_policy("mixed_float16" if gpu else "mixed_bfloat16")
+        strategy = make_strategy()
+        self.chief, self.task = chief_and_task(strategy)
+        replicas = strategy.num_replicas_in_sync
+        log.info(
+            "devices: CUDA_VISIBLE_DEVICES=%s GPUs=%s strategy=%s replicas=%d%s",
+            os.environ.get("CUDA_VISIBLE_DEVICES", "<unset>"),
+            [d.name for d in tf.config.list_physical_devices("GPU")],
+            type(strategy).__name__, replicas, f" task={self.task}" if self.task else "",
+        )  # fmt: skip
+        try:
+            source = datasets.load(self.spec["dataset"], seed=self.seed)
+        except datasets.DatasetError as exc:
+            raise BadInput(str(exc)) from None
+        log.info("%s", source.describe())
+        info = model_info(self.spec["model"])
+        assert info is not None  # models.train validated the name
+        shape = target_shape(source.shape, info.min_size)
+        if shape != source.shape:
+            log.info("resizing %dx%d images to %dx%d: %s takes at least %dx%d", *source.shape[:2], *shape[:2],
+                     info.name, info.min_size, info.min_size)  # fmt: skip
+        batch = p["batch_size"]
+        if batch % replicas:
+            raise BadInput(f"batch_size {batch} does not split evenly across {replicas} replicas")
+        if batch > source.train.size:
+            raise BadInput(f"batch_size {batch} is larger than the training set ({source.train.size} images)")
+        steps_per_epoch = source.train.size // batch
+        total = p["steps"] if p["steps"] is not None else p["epochs"] * steps_per_epoch
+        schedule = Schedule(
+            p["lr"], p["schedule"], total, steps_per_epoch, p["boundaries"], p["decay_rate"], p["decay_epochs"],
+            round(p["warmup_epochs"] * steps_per_epoch),
+        )  # fmt: skip
+        with strategy.scope():
+            model = zoo.build(info.name, shape, source.num_classes, weight_decay=p["weight_decay"])
+            optimizer = make_optimizer(p, schedule)
+            if keras.mixed_precision.global_policy().name == "mixed_float16":
+                optimizer = keras.optimizers.LossScaleOptimizer(optimizer)
+            optimizer.build(model.trainable_variables)
+            step_var = tf.Variable(0, dtype=tf.int64, trainable=False, name="global_step")
+        log.info("model %s: %s parameters, input %s, %s classes", model.name, f"{model.count_params():,}",
+                 "x".join(map(str, shape)), source.num_classes)  # fmt: skip
+        pre = Preprocess(source, params_mod.parse_augment(p["augment"]), shape, p["seed"])
+        return strategy, source, model, optimizer, step_var, pre, steps_per_epoch, total
+
+    @property
+    def seed(self) -> int:
+        return self.p["seed"] if self.p["seed"] is not None else 0
+
     def run(self) -> dict[str, Any]:
         """Train, evaluate, export; returns the result written to result.json."""
         signal.signal(signal.SIGTERM, self._on_sigterm)
         started = time.time()
         p = self.p
         self.job_dir.mkdir(parents=True, exist_ok=True)
-        seed = p["seed"] if p["seed"] is not None else 0
         if p["seed"] is not None:
-            import keras
-
             keras.utils.set_random_seed(p["seed"])
-
-        strategy = make_strategy()
-        replicas = strategy.num_replicas_in_sync
-        log.info(
-            "devices: CUDA_VISIBLE_DEVICES=%s GPUs=%s strategy=%s replicas=%d",
-            os.environ.get("CUDA_VISIBLE_DEVICES", "<unset>"),
-            [d.name for d in tf.config.list_physical_devices("GPU")],
-            type(strategy).__name__,
-            replicas,
-        )
-        data = datasets.load(self.spec["dataset"], seed=seed)
+        strategy, source, model, optimizer, step_var, pre, steps_per_epoch, total_steps = self._setup()
         batch = p["batch_size"]
-        if batch % replicas:
-            raise BadInput(f"batch_size {batch} does not split evenly across {replicas} replicas")
-        if batch > len(data.x_train):
-            raise BadInput(f"batch_size {batch} is larger than the training set ({len(data.x_train)} images)")
-        steps_per_epoch = len(data.x_train) // batch
-        total_steps = p["steps"] if p["steps"] is not None else p["epochs"] * steps_per_epoch
         log_every = p["log_every"] or default_log_every(total_steps)
-        log.info(
-            "dataset %s: %d train / %d test images of %s, %d classes; %d steps of batch %d (%d per epoch)",
-            data.name, len(data.x_train), len(data.x_test), "x".join(map(str, data.shape)),
-            data.num_classes, total_steps, batch, steps_per_epoch,
-        )  # fmt: skip
 
-        with strategy.scope():
-            model = zoo.build(self.spec["model"], data.shape, data.num_classes, weight_decay=p["weight_decay"])
-            optimizer = make_optimizer(p)
-            optimizer.build(model.trainable_variables)
-            step_var = tf.Variable(0, dtype=tf.int64, trainable=False, name="global_step")
-        log.info("model %s: %s parameters", model.name, f"{model.count_params():,}")
-
+        # Every task saves (the save is collective); only the chief's copy is the job's.
+        ckpt_dir = self.job_dir / "checkpoints" if self.chief else self.job_dir / f".checkpoints-{self.task}"
         ckpt = tf.train.Checkpoint(model=model, optimizer=optimizer, step=step_var)
-        manager = tf.train.CheckpointManager(ckpt, str(self.job_dir / "checkpoints"), max_to_keep=2)
+        manager = tf.train.CheckpointManager(ckpt, str(ckpt_dir), max_to_keep=2)
         if manager.latest_checkpoint:
             ckpt.restore(manager.latest_checkpoint).expect_partial()
             log.info("resumed from %s at step %d", manager.latest_checkpoint, int(step_var.numpy()))
 
-        loss_fn = tf.keras.losses.SparseCategoricalCrossentropy(from_logits=True, reduction="none")
+        smoothing, classes = p["label_smoothing"], source.num_classes
         sums = {k: tf.Variable(0.0, trainable=False, name=f"sum_{k}") for k in ("loss", "correct", "n")}
+
+        def forward(x):
+            return model(x, training=True)
+
+        if p["remat"]:
+            # keras.RematScope fails inside tf.function on the TF backend (custom_gradient refuses the
+            # layers' keyword arguments); recomputing the whole forward pass keeps only the inputs alive.
+            # Side effect: BN moving statistics are also updated in the recomputation.
+            forward = tf.recompute_grad(forward)
 
         def replica_step(x, y):
             with tf.GradientTape() as tape:
-                logits = model(x, training=True)
-                loss = tf.nn.compute_average_loss(loss_fn(y, logits), global_batch_size=batch)
+                logits = tf.cast(forward(x), tf.float32)
+                if smoothing:
+                    per_example = keras.losses.categorical_crossentropy(
+                        tf.one_hot(y, classes), logits, from_logits=True, label_smoothing=smoothing
+                    )
+                else:
+                    per_example = keras.losses.sparse_categorical_crossentropy(y, logits, from_logits=True)
+                loss = tf.nn.compute_average_loss(per_example, global_batch_size=batch)
                 if model.losses:
-                    loss += tf.nn.scale_regularization_loss(tf.add_n(model.losses))
-            grads = tape.gradient(loss, model.trainable_variables)
+                    loss += tf.nn.scale_regularization_loss(tf.add_n([tf.cast(v, tf.float32) for v in model.losses]))
+                scaled = optimizer.scale_loss(loss)
+            grads = tape.gradient(scaled, model.trainable_variables)
             optimizer.apply_gradients(zip(grads, model.trainable_variables))
             hits = tf.cast(tf.equal(tf.argmax(logits, -1, output_type=y.dtype), y), tf.float32)
             return loss, tf.reduce_sum(hits)
 
+        step_fn = tf.function(replica_step, jit_compile=True) if p["xla"] else replica_step
+
         @tf.function
         def train_step(iterator):
             x, y = next(iterator)
-            loss, correct = strategy.run(replica_step, (x, y))
+            loss, correct = strategy.run(step_fn, (x, y))
             sums["loss"].assign_add(strategy.reduce("SUM", loss, axis=None))
             sums["correct"].assign_add(strategy.reduce("SUM", correct, axis=None))
             sums["n"].assign_add(1.0)
             step_var.assign_add(1)
 
-        reporter = Reporter(self.job_dir)
+        reporter = Reporter(self.job_dir, enabled=self.chief)
         step = int(step_var.numpy())
         reporter.event(
             "running", step=step, total_steps=total_steps, steps_per_epoch=steps_per_epoch,
             epochs=total_steps / steps_per_epoch, pid=os.getpid(),
         )  # fmt: skip
-        iterator = iter(strategy.experimental_distribute_dataset(datasets.train_pipeline(data, batch, seed)))
-        train_images = 0
-        train_time = 0.0
+        train_ds = train_dataset(source, pre, batch, p["seed"]).with_options(_shard_by_data())
+        iterator = iter(strategy.experimental_distribute_dataset(train_ds))
+        val_split = source.validation or source.test
+        train_images, train_time = 0, 0.0
         try:
             window_start, window_step = time.perf_counter(), step
             while step < total_steps:
@@ -177,32 +239,24 @@ class Trainer:
                     if window_step > 0 or step > log_every:  # the first window holds tracing time
                         train_images += images
                         train_time += elapsed
-                    reporter.point(
-                        {
-                            "step": step,
-                            "epoch": round(step / steps_per_epoch, 4),
-                            "loss": float(sums["loss"].numpy()) / n,
-                            "accuracy": float(sums["correct"].numpy()) / (n * batch),
-                            "lr": float(f"{float(optimizer.learning_rate.numpy()):.6g}"),
-                            "images_per_sec": round(images / elapsed, 1) if elapsed > 0 else None,
-                            "time": round(time.time(), 3),
-                        }
-                    )
+                    reporter.point({
+                        "step": step,
+                        "epoch": round(step / steps_per_epoch, 4),
+                        "loss": float(sums["loss"].numpy()) / n,
+                        "accuracy": float(sums["correct"].numpy()) / (n * batch),
+                        "lr": float(f"{float(optimizer.learning_rate.numpy()):.6g}"),
+                        "images_per_sec": round(images / elapsed, 1) if elapsed > 0 else None,
+                        "time": round(time.time(), 3),
+                    })  # fmt: skip
                     for v in sums.values():
                         v.assign(0.0)
                     window_start, window_step = time.perf_counter(), step
                 if step % steps_per_epoch == 0 or step == total_steps:
-                    val = self._evaluate(strategy, model, data, loss_fn, batch)
-                    reporter.point(
-                        {
-                            "step": step,
-                            "epoch": round(step / steps_per_epoch, 4),
-                            "val_loss": val["loss"],
-                            "val_accuracy": val["accuracy"],
-                            "time": round(time.time(), 3),
-                        },
-                        split="validation",
-                    )
+                    val = self._evaluate(strategy, model, val_split, pre, batch, classes)
+                    reporter.point({
+                        "step": step, "epoch": round(step / steps_per_epoch, 4),
+                        "val_loss": val["loss"], "val_accuracy": val["accuracy"], "time": round(time.time(), 3),
+                    }, split="validation")  # fmt: skip
                     manager.save(checkpoint_number=step)
                     window_start = time.perf_counter()
         except Stopped:
@@ -210,8 +264,10 @@ class Trainer:
             log.warning("stopped at step %d; checkpoint saved", step)
             reporter.close()
             raise
-        test = self._evaluate(strategy, model, data, loss_fn, batch)
-        model.save(self.job_dir / "model.keras")
+        if p["moving_average"]:
+            optimizer.finalize_variable_values(model.trainable_variables)  # evaluate and export the averages
+            log.info("evaluating with the moving average of the weights (decay %s)", p["moving_average"])
+        test = self._evaluate(strategy, model, source.test, pre, batch, classes)
         result = {
             "test_accuracy": test["accuracy"],
             "test_top5": test["top5"],
@@ -221,32 +277,41 @@ class Trainer:
             "images_per_sec": round(train_images / train_time, 1) if train_time else None,
             "duration_s": round(time.time() - started, 2),
         }
-        (self.job_dir / "result.json").write_text(json.dumps(result, indent=2) + "\n")
+        if self.chief:
+            model.save(self.job_dir / "model.keras")
+            (self.job_dir / "result.json").write_text(json.dumps(result, indent=2) + "\n")
         reporter.event("result", **result)
         reporter.close()
         log.info("result %s", json.dumps(result))
         return result
 
     @staticmethod
-    def _evaluate(strategy, model, data, loss_fn, batch: int) -> dict[str, float]:
-        """Loss, top-1 and top-5 accuracy over the test split (used for validation too)."""
-        k = min(5, data.num_classes)
+    def _evaluate(strategy, model, split, pre: Preprocess, batch: int, classes: int) -> dict[str, float]:
+        """Cross-entropy, top-1 and top-5 accuracy over one split."""
+        k = min(5, classes)
 
         @tf.function
         def eval_step(x, y):
             def replica(x, y):
-                logits = model(x, training=False)
+                logits = tf.cast(model(x, training=False), tf.float32)
+                ce = keras.losses.sparse_categorical_crossentropy(y, logits, from_logits=True)
                 top1 = tf.cast(tf.equal(tf.argmax(logits, -1, output_type=y.dtype), y), tf.float32)
                 topk = tf.cast(tf.math.in_top_k(y, logits, k), tf.float32)
-                return tf.reduce_sum(loss_fn(y, logits)), tf.reduce_sum(top1), tf.reduce_sum(topk)
+                return tf.reduce_sum(ce), tf.reduce_sum(top1), tf.reduce_sum(topk), tf.cast(tf.size(y), tf.float32)
 
-            out = strategy.run(replica, (x, y))
-            return [strategy.reduce("SUM", v, axis=None) for v in out]
+            return [strategy.reduce("SUM", v, axis=None) for v in strategy.run(replica, (x, y))]
 
-        totals = [0.0, 0.0, 0.0]
-        ds = strategy.experimental_distribute_dataset(datasets.eval_pipeline(data.x_test, data.y_test, batch))
-        for x, y in ds:
+        totals = [0.0, 0.0, 0.0, 0.0]
+        ds = eval_dataset(split, pre, batch).with_options(_shard_by_data())
+        for x, y in strategy.experimental_distribute_dataset(ds):
             for i, v in enumerate(eval_step(x, y)):
                 totals[i] += float(v)
-        n = len(data.y_test)
+        n = totals[3] or 1.0
         return {"loss": totals[0] / n, "accuracy": totals[1] / n, "top5": totals[2] / n}
+
+
+def _shard_by_data() -> tf.data.Options:
+    """Split batches between workers by element, so in-memory datasets shard under MultiWorkerMirrored too."""
+    options = tf.data.Options()
+    options.experimental_distribute.auto_shard_policy = tf.data.experimental.AutoShardPolicy.DATA
+    return options

@@ -5,12 +5,12 @@ import importlib
 
 import keras
 
-from models.catalog import MODELS
+from models.catalog import MODELS, model_info
 
 
 def build(name: str, input_shape: tuple[int, int, int], num_classes: int, **hp) -> keras.Model:
-    """The catalog model `name`, with its own hyper-params plus `hp` (e.g. weight_decay)."""
-    info = MODELS.get(name)
+    """The catalog model `name` (or an alias), with its own hyper-params plus `hp` (e.g. weight_decay)."""
+    info = model_info(name)
     if info is None:
         raise KeyError(f"unknown model {name!r}; known: {', '.join(sorted(MODELS))}")
     module, func = info.builder.split(":")

@@ -1,0 +1,39 @@
+"""Dataset readers with format detection: CIFAR python/binary, TFRecords, image folders, IDX, synthetic."""
+from __future__ import annotations
+
+from pathlib import Path
+
+from models.catalog import parse_dataset
+from models.datasets import cifar, folders, idx, synthetic, tfrecords
+from models.datasets.base import DatasetError, Source, Split, arrays_source
+
+__all__ = ["DatasetError", "Source", "Split", "arrays_source", "load", "open_path"]
+
+FORMATS = "CIFAR-10/100 python or binary (.tar.gz or extracted), cifar10_estimator or slim TFRecords, " \
+    "image folders (train/<class>/, test/<class>/), MNIST-style IDX files"
+
+
+def open_path(path: Path) -> Source:
+    """Detect the format of a dataset file or dir and open it; DatasetError says what was expected."""
+    path = Path(path)
+    if not path.exists():
+        raise DatasetError(f"{path}: no such file or directory")
+    if path.is_file():
+        if path.name.endswith((".tar.gz", ".tgz", ".tar")):
+            src = cifar.from_tar(path)
+            if src is not None:
+                return src
+        raise DatasetError(f"{path}: not a dataset archive gpudeck knows; expected one of: {FORMATS}")
+    for reader in (cifar.from_dir, idx.from_dir, tfrecords.from_dir, folders.from_dir):
+        src = reader(path)
+        if src is not None:
+            return src
+    raise DatasetError(f"{path}: no dataset found in this folder; expected one of: {FORMATS}")
+
+
+def load(dataset: str, seed: int = 0) -> Source:
+    """The dataset a job spec names: `synthetic[:HxWxC[:K]]` or a path to a dataset file or folder."""
+    ref = parse_dataset(dataset)
+    if ref.kind == "synthetic":
+        return synthetic.load(ref, seed)
+    return open_path(Path(ref.path))
