@@ -27,10 +27,11 @@ def create_app(config: dict[str, Any] | None = None) -> Flask:
         redis = Redis.from_url(settings.redis_url or "redis://127.0.0.1:6379/0", socket_timeout=30)
     app.extensions["gpudeck.redis"] = redis
 
-    from api import auth, errors, health, jobs
+    from api import auth, catalog, errors, health, jobs
 
     errors.register(app)
     auth.register(app)
     app.register_blueprint(health.bp)
     app.register_blueprint(jobs.bp, url_prefix="/api/v1/jobs")
+    app.register_blueprint(catalog.bp, url_prefix="/api/v1")
     return app

@@ -226,7 +226,8 @@ class Trainer:
         val_split = source.validation or source.test
         train_images, train_time = 0, 0.0
         try:
-            window_start, window_step = time.perf_counter(), step
+            # A window runs from one metric point to the next; evaluation time inside it is left out.
+            window_start, window_step, paused = time.perf_counter(), step, 0.0
             while step < total_steps:
                 if self._stop_requested:
                     raise Stopped()
@@ -234,7 +235,7 @@ class Trainer:
                 step += 1
                 if step % log_every == 0 or step == total_steps:
                     n = float(sums["n"].numpy()) or 1.0
-                    elapsed = time.perf_counter() - window_start
+                    elapsed = time.perf_counter() - window_start - paused
                     images = (step - window_step) * batch
                     if window_step > 0 or step > log_every:  # the first window holds tracing time
                         train_images += images
@@ -250,15 +251,16 @@ class Trainer:
                     })  # fmt: skip
                     for v in sums.values():
                         v.assign(0.0)
-                    window_start, window_step = time.perf_counter(), step
+                    window_start, window_step, paused = time.perf_counter(), step, 0.0
                 if step % steps_per_epoch == 0 or step == total_steps:
+                    eval_start = time.perf_counter()
                     val = self._evaluate(strategy, model, val_split, pre, batch, classes)
                     reporter.point({
                         "step": step, "epoch": round(step / steps_per_epoch, 4),
                         "val_loss": val["loss"], "val_accuracy": val["accuracy"], "time": round(time.time(), 3),
                     }, split="validation")  # fmt: skip
                     manager.save(checkpoint_number=step)
-                    window_start = time.perf_counter()
+                    paused += time.perf_counter() - eval_start
         except Stopped:
             manager.save(checkpoint_number=step)
             log.warning("stopped at step %d; checkpoint saved", step)

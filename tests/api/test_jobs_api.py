@@ -145,3 +145,40 @@ def test_api_refuses_a_public_address_without_tokens(settings):
 
     with pytest.raises(ConfigError, match="GPUDECK_TOKENS"):
         serve(settings, host="0.0.0.0", port=1)
+
+
+def test_models_catalog(client):
+    body = client.get("/api/v1/models").json
+    by_name = {m["name"]: m for m in body["models"]}
+    assert by_name["resnet20"]["parameters"] == 271_098 and by_name["resnet20"]["input_shape"] == [32, 32, 3]
+    assert by_name["inception_v3"]["min_input_size"] == 75
+    assert by_name["resnet_v1_50"]["aliases"] == ["resnet50"]
+    assert by_name["lenet"]["params"]["optimizer"]["choices"][0] == "sgd"
+    assert set(body["recipes"]) == {"resnet-paper", "cifar10-estimator", "slim"}
+
+
+def test_dataset_paths_only_under_data_roots(settings, redis, tmp_path):
+    from dataclasses import replace
+
+    from api import create_app
+
+    root = tmp_path / "data"
+    (root / "cifar").mkdir(parents=True)
+    (tmp_path / "secret").mkdir()
+    (root / "escape").symlink_to(tmp_path / "secret")
+    client = create_app({"SETTINGS": replace(settings, data_roots=(root,)), "REDIS": redis}).test_client()
+    assert client.post("/api/v1/jobs", json={**GOOD, "dataset": str(root / "cifar")}).status_code == 201
+    for bad in (str(tmp_path / "secret"), str(root / "escape"), f"{root}/../secret"):
+        resp = client.post("/api/v1/jobs", json={**GOOD, "dataset": bad})
+        assert resp.status_code == 400 and "not under GPUDECK_DATA_ROOTS" in resp.json["details"]["fields"]["dataset"]
+    resp = create_app({"SETTINGS": settings, "REDIS": redis}).test_client().post(
+        "/api/v1/jobs", json={**GOOD, "dataset": str(root / "cifar")})
+    assert resp.status_code == 400 and "no GPUDECK_DATA_ROOTS" in resp.json["message"]
+
+
+def test_aliases_and_recipes_are_accepted(client):
+    resp = client.post("/api/v1/jobs", json={"model": "resnet50", "dataset": "synthetic", "params": {"recipe": "slim", "augment": "crop_flip+color"}})
+    assert resp.status_code == 201
+    resp = client.post("/api/v1/jobs", json={**GOOD, "params": {"augment": "crop_flip+blur", "recipe": "fast"}})
+    fields = resp.json["details"]["fields"]
+    assert "unknown augment 'blur'" in fields["params.augment"] and "one of" in fields["params.recipe"]
