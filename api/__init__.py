@@ -27,11 +27,16 @@ def create_app(config: dict[str, Any] | None = None) -> Flask:
         redis = Redis.from_url(settings.redis_url or "redis://127.0.0.1:6379/0", socket_timeout=30)
     app.extensions["gpudeck.redis"] = redis
 
-    from api import auth, catalog, errors, health, jobs
+    from api import auth, catalog, cluster, errors, health, jobs
 
     errors.register(app)
     auth.register(app)
     app.register_blueprint(health.bp)
     app.register_blueprint(jobs.bp, url_prefix="/api/v1/jobs")
     app.register_blueprint(catalog.bp, url_prefix="/api/v1")
+    app.register_blueprint(cluster.bp, url_prefix="/api/v1")
+    if app.config.get("START_REAPER") and settings.redis_url:
+        from jobs.reaper import Reaper
+
+        Reaper(settings.redis_url).start()  # lost jobs are found even when every worker is gone
     return app

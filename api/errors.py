@@ -7,11 +7,11 @@ from flask import Flask, jsonify
 from redis.exceptions import RedisError
 from werkzeug.exceptions import HTTPException
 
-from jobs.errors import BadRequest, ConfigError, Conflict, GpudeckError, NotFound, ValidationError
+from jobs.errors import BadRequest, ConfigError, Conflict, GpudeckError, NotFound, Unprocessable, ValidationError
 
 log = logging.getLogger(__name__)
 
-STATUS = {ValidationError: 400, BadRequest: 400, NotFound: 404, Conflict: 409, ConfigError: 500}
+STATUS = {ValidationError: 400, BadRequest: 400, NotFound: 404, Conflict: 409, Unprocessable: 422, ConfigError: 500}
 """HTTP status of each domain exception; the one place where they are mapped."""
 
 

@@ -43,7 +43,7 @@ def serve(settings: Settings, host: str = "127.0.0.1", port: int = 8686, workers
         raise ConfigError(f"refusing to bind {host}: set GPUDECK_TOKENS before serving beyond this machine")
     from api import create_app
 
-    app = create_app({"SETTINGS": settings})
+    app = create_app({"SETTINGS": settings, "START_REAPER": True})
     options = {
         "bind": f"[{host}]:{port}" if ":" in host else f"{host}:{port}",
         "workers": workers,

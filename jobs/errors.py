@@ -45,6 +45,12 @@ class NotFound(GpudeckError):
     code = "not_found"
 
 
+class Unprocessable(GpudeckError):
+    """Well-formed but not acceptable, such as an Idempotency-Key reused with another body."""
+
+    code = "unprocessable"
+
+
 class Conflict(GpudeckError):
     """The request does not fit the object's current state."""
 

@@ -1,23 +1,46 @@
-"""What `nvidia-smi` says about this host's GPUs."""
+"""What `nvidia-smi` says about this host's GPUs: the list, and stats sampled into Redis every 2 s."""
 from __future__ import annotations
 
+import json
 import logging
 import re
+import socket
 import subprocess
+import threading
+import time
+from typing import Any
+
+from redis import Redis
+from redis.exceptions import RedisError
 
 log = logging.getLogger(__name__)
 
 GPU_LINE = re.compile(r"^GPU (\d+): (.+?)(?: \(UUID: ([^)]+)\))?$")
+GPU_FIELDS = ("index", "uuid", "name", "utilization.gpu", "memory.used", "memory.total", "temperature.gpu",
+              "power.draw", "power.limit")  # fmt: skip
+APP_FIELDS = ("pid", "process_name", "used_memory", "gpu_uuid")
+KEYS = {"utilization.gpu": "utilization", "memory.used": "memory_used_mib", "memory.total": "memory_total_mib",
+        "temperature.gpu": "temperature_c", "power.draw": "power_draw_w", "power.limit": "power_limit_w",
+        "used_memory": "used_memory_mib", "process_name": "name"}  # fmt: skip
+SAMPLE_EVERY_S = 2.0
+"""How often a worker host samples nvidia-smi."""
+SAMPLE_TTL_S = 10
+"""A host's sample expires this long after it was written, so a dead host's GPUs vanish from /gpus."""
+
+
+def _run(args: list[str], timeout: float) -> str | None:
+    try:
+        return subprocess.run(["nvidia-smi", *args], capture_output=True, text=True, timeout=timeout, check=True).stdout
+    except (OSError, subprocess.SubprocessError) as exc:
+        log.debug("nvidia-smi %s: %s", " ".join(args), exc)
+        return None
 
 
 def list_gpus(timeout: float = 10.0) -> list[dict[str, str]]:
     """`nvidia-smi -L` as [{index, name, uuid}]; empty when there is no nvidia-smi or it fails."""
-    try:
-        out = subprocess.run(
-            ["nvidia-smi", "-L"], capture_output=True, text=True, timeout=timeout, check=True
-        ).stdout
-    except (OSError, subprocess.SubprocessError) as exc:
-        log.info("no GPUs: nvidia-smi -L did not answer (%s)", exc)
+    out = _run(["-L"], timeout)
+    if out is None:
+        log.info("no GPUs: nvidia-smi -L did not answer")
         return []
     gpus = []
     for line in out.splitlines():
@@ -25,3 +48,102 @@ def list_gpus(timeout: float = 10.0) -> list[dict[str, str]]:
         if m:
             gpus.append({"index": m.group(1), "name": m.group(2), "uuid": m.group(3) or ""})
     return gpus
+
+
+def _value(raw: str) -> Any:
+    """A CSV cell: `[N/A]`, `[Not Supported]` and the like become None; numbers become numbers."""
+    raw = raw.strip()
+    if not raw or (raw.startswith("[") and raw.endswith("]")) or raw in ("N/A", "Not Supported"):
+        return None
+    try:
+        return int(raw)
+    except ValueError:
+        try:
+            return float(raw)
+        except ValueError:
+            return raw
+
+
+def parse_csv(text: str, fields: tuple[str, ...]) -> list[dict[str, Any]]:
+    """`--format=csv,noheader,nounits` output as dicts keyed by our names."""
+    rows = []
+    for line in text.splitlines():
+        if not line.strip():
+            continue
+        cells = [c.strip() for c in line.split(",")]
+        if len(cells) != len(fields):
+            # a name with a comma in it: the name is the third field of a GPU row
+            extra = len(cells) - len(fields)
+            if extra > 0 and fields is GPU_FIELDS:
+                cells = cells[:2] + [", ".join(cells[2 : 3 + extra])] + cells[3 + extra :]
+            else:
+                continue
+        row = {}
+        for f, c in zip(fields, cells):
+            row[KEYS.get(f, f)] = c if f in ("uuid", "name", "gpu_uuid", "process_name") else _value(c)
+        rows.append(row)
+    return rows
+
+
+def sample(pid_jobs: dict[int, int], timeout: float = 10.0) -> list[dict[str, Any]] | None:
+    """Per-GPU stats with their processes, each mapped to a gpudeck job id where its pid is a trainer's."""
+    gpu_text = _run([f"--query-gpu={','.join(GPU_FIELDS)}", "--format=csv,noheader,nounits"], timeout)
+    if gpu_text is None:
+        return None
+    gpus = parse_csv(gpu_text, GPU_FIELDS)
+    app_text = _run([f"--query-compute-apps={','.join(APP_FIELDS)}", "--format=csv,noheader,nounits"], timeout) or ""
+    apps = parse_csv(app_text, APP_FIELDS)
+    for gpu in gpus:
+        gpu["processes"] = [
+            {"pid": a["pid"], "name": a["name"], "used_memory_mib": a["used_memory_mib"], "job_id": pid_jobs.get(a["pid"])}
+            for a in apps
+            if a["gpu_uuid"] == gpu["uuid"]
+        ]
+    return gpus
+
+
+def hosts_key(host: str) -> str:
+    """Where one host's latest sample lives."""
+    return f"gpudeck:gpus:{host}"
+
+
+def read_all(redis: Redis) -> list[dict[str, Any]]:
+    """Every live host's latest sample, by host name."""
+    keys = sorted(k for k in redis.scan_iter("gpudeck:gpus:*") if not k.endswith(b":lock"))
+    values = redis.mget(keys) if keys else []
+    return [json.loads(v) for v in values if v]
+
+
+class Sampler(threading.Thread):
+    """Samples this host's GPUs into Redis every SAMPLE_EVERY_S, once per host however many workers run."""
+
+    def __init__(self, redis_url: str, host: str | None = None):
+        super().__init__(name="gpudeck-gpu-sampler", daemon=True)
+        self.redis = Redis.from_url(redis_url)
+        self.host = host or socket.gethostname()
+        self.stopped = threading.Event()
+
+    def pid_jobs(self) -> dict[int, int]:
+        from jobs.store import JobStore
+
+        store = JobStore(self.redis)
+        out = {}
+        for job_id in store.active_ids():
+            rec = store.get(job_id)
+            if rec.get("pid") and str(rec.get("worker", "")).startswith(f"{self.host}."):
+                out[rec["pid"]] = job_id
+        return out
+
+    def run(self) -> None:
+        while not self.stopped.is_set():
+            try:
+                if self.redis.set(f"{hosts_key(self.host)}:lock", "1", nx=True, px=int(SAMPLE_EVERY_S * 900)):
+                    gpus = sample(self.pid_jobs())
+                    if gpus is not None:
+                        doc = {"host": self.host, "sampled_at": time.time(), "gpus": gpus}
+                        self.redis.set(hosts_key(self.host), json.dumps(doc), ex=SAMPLE_TTL_S)
+            except RedisError as exc:
+                log.warning("gpu sampler: redis unavailable (%s)", exc)
+            except Exception:
+                log.exception("gpu sampler: unexpected error")
+            self.stopped.wait(SAMPLE_EVERY_S)

@@ -1,6 +1,9 @@
 """RQ queues by GPU count and priority, and submitting a validated spec onto them."""
 from __future__ import annotations
 
+import hashlib
+import json
+import time
 from pathlib import Path
 from typing import Any
 
@@ -8,6 +11,7 @@ from redis import Redis
 from rq import Queue, Worker
 
 from jobs import spec as spec_mod
+from jobs.errors import Conflict, Unprocessable
 from jobs.store import JobStore
 
 RQ_JOB_TTL = 7 * 24 * 3600
@@ -45,19 +49,58 @@ def submit(redis: Redis, body: Any, data_roots: tuple[Path, ...] = ()) -> dict[s
     queue = Queue(name, connection=redis)
     with redis.pipeline() as pipe:
         # RQ starts the MULTI itself when handed a pipeline, so it goes first; the record joins it.
-        queue.enqueue_call(
-            "jobs.task.run_job",
-            args=(job_id,),
-            job_id=rq_job_id(job_id, 1),
-            timeout=-1,  # the task enforces the spec's timeout itself, killing the trainer's group
-            result_ttl=RQ_JOB_TTL,
-            failure_ttl=RQ_JOB_TTL,
-            description=f"gpudeck job {job_id}: {spec['model']} on {spec['dataset']}",
-            pipeline=pipe,
-        )
+        enqueue_attempt(queue, job_id, 1, spec, pipe)
         rec = store.create(job_id, spec, name, pipe=pipe)
         pipe.execute()
     return rec
+
+
+def enqueue_attempt(queue: Queue, job_id: int, attempt: int, spec: dict[str, Any], pipe: Any = None) -> None:
+    """Put one attempt of a job on its queue as an ordinary RQ job (`rq info` and rq-dashboard show it)."""
+    queue.enqueue_call(
+        "jobs.task.run_job",
+        args=(job_id,),
+        job_id=rq_job_id(job_id, attempt),
+        timeout=-1,  # the work-horse enforces the spec's timeout itself, stopping the trainer's group
+        result_ttl=RQ_JOB_TTL,
+        failure_ttl=RQ_JOB_TTL,
+        description=f"gpudeck job {job_id}: {spec['model']} on {spec['dataset']}",
+        pipeline=pipe,
+    )
+
+
+IDEMPOTENCY_TTL_S = 24 * 3600
+"""How long an Idempotency-Key keeps answering with the job it first created."""
+
+
+def submit_once(redis: Redis, body: Any, key: str, data_roots: tuple[Path, ...] = ()) -> tuple[dict[str, Any], bool]:
+    """submit() under an Idempotency-Key: the same key within 24 h returns the first job and creates nothing.
+    Returns (record, replayed)."""
+    from jobs.store import JobStore
+
+    digest = hashlib.sha256(json.dumps(body, sort_keys=True).encode()).hexdigest()
+    slot = f"gpudeck:idempotency:{hashlib.sha256(key.encode()).hexdigest()}"
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline:
+        if redis.set(slot, json.dumps({"body": digest}), nx=True, ex=IDEMPOTENCY_TTL_S):
+            try:
+                rec = submit(redis, body, data_roots)
+            except Exception:
+                redis.delete(slot)  # a refused submission does not use up the key
+                raise
+            redis.set(slot, json.dumps({"body": digest, "job_id": rec["id"]}), keepttl=True)
+            return rec, False
+        raw = redis.get(slot)
+        if raw is None:
+            continue
+        seen = json.loads(raw)
+        if seen["body"] != digest:
+            raise Unprocessable("this Idempotency-Key was used with a different request body in the last 24 h",
+                                {"idempotency_key": key})  # fmt: skip
+        if "job_id" in seen:
+            return JobStore(redis).get(seen["job_id"]), True
+        time.sleep(0.05)  # the first request with this key is still being submitted
+    raise Conflict("a request with this Idempotency-Key is still being processed; try again", {"idempotency_key": key})
 
 
 def rq_job_id(job_id: int, attempt: int) -> str:

@@ -22,10 +22,14 @@ from jobs.store import JobStore, log_key, metrics_key
 
 log = logging.getLogger(__name__)
 
-KILL_GRACE_S = 30.0
-"""Seconds between SIGTERM to a trainer (it checkpoints) and SIGKILL, on timeout."""
 LOG_TAIL_LINES = 20
 """Last log lines kept in the record of a failed job."""
+HEARTBEAT_EVERY_S = 3.0
+"""How often the work-horse refreshes its job's heartbeat (the key lives HEARTBEAT_TTL_S)."""
+STOP_POLL_S = 1.0
+"""How often the work-horse looks for a cancel request (the API may be on another host)."""
+OOM_MARKERS = ("MemoryError", "ResourceExhaustedError", "OOM when allocating", "out of memory")
+"""Log text by which a training process that ran out of memory is recognised."""
 PR_SET_PDEATHSIG = 1
 
 
@@ -36,6 +40,8 @@ class WorkerContext:
     settings: Settings
     name: str = ""
     gpu_ids: list[str] = field(default_factory=list)
+    stop_grace_s: float = 30.0
+    max_memory: int | None = None
 
 
 CONTEXT: WorkerContext | None = None
@@ -51,12 +57,6 @@ def run_current(job_id: int) -> str:
     return JobRun(job_id, redis, ctx).run()
 
 
-def _die_with_parent() -> None:
-    """In the trainer, before exec: SIGTERM when the work-horse dies, so no trainer outlives it."""
-    libc = ctypes.CDLL(None, use_errno=True)
-    libc.prctl(PR_SET_PDEATHSIG, signal.SIGTERM)
-
-
 def signal_group(pgid: int, sig: int) -> bool:
     """Signal a trainer's whole process group; False when it is already gone."""
     try:
@@ -64,6 +64,29 @@ def signal_group(pgid: int, sig: int) -> bool:
         return True
     except ProcessLookupError:
         return False
+
+
+def oom_kills() -> int | None:
+    """The kernel's count of OOM kills in this cgroup (cgroup v2), if it can be read."""
+    try:
+        for line in Path("/sys/fs/cgroup/memory.events").read_text().splitlines():
+            if line.startswith("oom_kill "):
+                return int(line.split()[1])
+    except (OSError, ValueError):
+        pass
+    return None
+
+
+def _trainer_preexec(max_memory: int | None):
+    def preexec() -> None:
+        # SIGTERM when the work-horse dies, so no trainer outlives it (it checkpoints and exits).
+        ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGTERM)
+        if max_memory:
+            import resource
+
+            resource.setrlimit(resource.RLIMIT_DATA, (max_memory, max_memory))
+
+    return preexec
 
 
 class JobRun:
@@ -82,25 +105,25 @@ class JobRun:
         self.progress: dict[str, Any] = {}
 
     def run(self) -> str:
+        self.store.beat(self.job_id, self.ctx.name)
+        started = self.store.transition(
+            self.job_id, (Status.QUEUED.value,), status=Status.STARTING.value, worker=self.ctx.name,
+            gpu_ids=self.ctx.gpu_ids, started_at=time.time(), reason=None, message=None, pid=None,
+        )  # fmt: skip
         rec = self.store.get(self.job_id)
-        if Status(rec["status"]).ended:
-            log.info("job %s is already %s; skipping", self.job_id, rec["status"])
+        if not started:
+            log.info("job %s is %s, not queued; skipping", self.job_id, rec["status"])
             return rec["status"]
         spec = rec["spec"]
         self.job_dir.mkdir(parents=True, exist_ok=True)
         (self.job_dir / "spec.json").write_text(json.dumps(spec, indent=2) + "\n")
-
         self.lines = self.store.stream_length(log_key(self.job_id))
         self.points = self.store.stream_length(metrics_key(self.job_id))
-        self.store.update(
-            self.job_id,
-            status=Status.STARTING.value,
-            worker=self.ctx.name,
-            gpu_ids=self.ctx.gpu_ids,
-            started_at=time.time(),
-        )
+        if self.store.stop_reason(self.job_id):  # canceled between dequeue and now
+            return self._finish(None, oom_before=None)
         events_r, events_w = os.pipe()
         env = dict(os.environ, PYTHONUNBUFFERED="1", GPUDECK_EVENTS_FD=str(events_w), GPUDECK_JOB_ID=str(self.job_id))
+        oom_before = oom_kills()
         with open(self.job_dir / "log.txt", "a", buffering=1) as log_file:
             proc = subprocess.Popen(
                 python_module("models.train", "--spec", "spec.json", "--job-dir", "."),
@@ -111,50 +134,59 @@ class JobRun:
                 stdin=subprocess.DEVNULL,
                 pass_fds=(events_w,),
                 start_new_session=True,  # its own process group: cancel and timeout signal the whole tree
-                preexec_fn=_die_with_parent,
+                preexec_fn=_trainer_preexec(self.ctx.max_memory),
             )
             os.close(events_w)
             self.store.update(self.job_id, pid=proc.pid)
             log.info("job %s: trainer pid %s in %s", self.job_id, proc.pid, self.job_dir)
-            timed_out = self._pump(proc, os.fdopen(events_r, "rb"), log_file, spec.get("timeout"))
-        return self._finish(proc.wait(), timed_out)
+            self._pump(proc, os.fdopen(events_r, "rb"), log_file, spec.get("timeout"))
+        return self._finish(proc.wait(), oom_before)
 
-    def _pump(self, proc: subprocess.Popen[bytes], events: IO[bytes], log_file: IO[str], timeout: int | None) -> bool:
-        """Stream the trainer's output and events until both pipes close; True if it timed out."""
+    def _pump(self, proc: subprocess.Popen[bytes], events: IO[bytes], log_file: IO[str], timeout: int | None) -> None:
+        """Stream the trainer's output and events until both pipes close; beat, and act on stop requests."""
         assert proc.stdout is not None
         sel = selectors.DefaultSelector()
         sel.register(proc.stdout, selectors.EVENT_READ, "log")
         sel.register(events, selectors.EVENT_READ, "events")
         buffers = {"log": b"", "events": b""}
         deadline = time.monotonic() + timeout if timeout else None
-        timed_out = False
-        killed_at: float | None = None
+        last_beat = last_poll = time.monotonic()
+        termed_at: float | None = None
         while sel.get_map():
-            wait = None if deadline is None else max(0.0, min(1.0, deadline - time.monotonic()))
-            ready = sel.select(wait)
+            ready = sel.select(STOP_POLL_S)
             pipe = self.redis.pipeline(transaction=False)
             for key, _ in ready:
                 chunk = os.read(key.fd, 65536)
                 if not chunk:
                     sel.unregister(key.fileobj)
-                    rest = buffers[key.data]
+                    rest, buffers[key.data] = buffers[key.data], b""
                     if rest:
                         self._handle(key.data, [rest], log_file, pipe)
                     continue
-                data = buffers[key.data] + chunk
-                *complete, buffers[key.data] = data.split(b"\n")
+                *complete, buffers[key.data] = (buffers[key.data] + chunk).split(b"\n")
                 self._handle(key.data, complete, log_file, pipe)
             pipe.execute()
-            if deadline is not None and time.monotonic() > deadline and not timed_out:
-                timed_out = True
-                log.warning("job %s: timeout of %ss passed; stopping its trainer", self.job_id, timeout)
-                self._signal_group(proc, signal.SIGTERM)
-                killed_at = time.monotonic()
-            if killed_at is not None and time.monotonic() - killed_at > KILL_GRACE_S:
-                self._signal_group(proc, signal.SIGKILL)
-                killed_at = None
+            now = time.monotonic()
+            if now - last_beat >= HEARTBEAT_EVERY_S:
+                self.store.beat(self.job_id, self.ctx.name)
+                last_beat = now
+            if termed_at is None and now - last_poll >= STOP_POLL_S:
+                last_poll = now
+                if deadline is not None and now > deadline:
+                    log.warning("job %s: timeout of %ss passed; stopping its trainer", self.job_id, timeout)
+                    self.store.request_stop(self.job_id, Reason.TIMEOUT.value)
+                reason = self.store.stop_reason(self.job_id)
+                if reason:
+                    log.info("job %s: stop requested (%s): SIGTERM to its process group", self.job_id, reason)
+                    signal_group(proc.pid, signal.SIGTERM)
+                    termed_at = now
+            if termed_at is not None and now - termed_at > self.ctx.stop_grace_s:
+                log.warning("job %s: still running %.0fs after SIGTERM: SIGKILL", self.job_id, self.ctx.stop_grace_s)
+                signal_group(proc.pid, signal.SIGKILL)
+                termed_at = float("inf")
         events.close()
-        return timed_out
+        if termed_at is not None:
+            signal_group(proc.pid, signal.SIGKILL)  # anything the trainer left in its group goes with it
 
     def _handle(self, kind: str, chunks: list[bytes], log_file: IO[str], pipe: Any) -> None:
         if kind == "log":
@@ -196,28 +228,36 @@ class JobRun:
         if fields:
             self.store.update(self.job_id, pipe=pipe, **fields)
 
-    def _signal_group(self, proc: subprocess.Popen[bytes], sig: int) -> None:
-        signal_group(proc.pid, sig)
-
-    def _finish(self, returncode: int, timed_out: bool) -> str:
-        ended = {"ended_at": time.time(), "log_tail": self.tail}
+    def _finish(self, returncode: int | None, oom_before: int | None) -> str:
+        """Record the honest final state: succeeded, canceled, or failed with a typed reason."""
         stop = self.store.stop_reason(self.job_id)
+        ended = {"ended_at": time.time(), "log_tail": self.tail}
         if returncode == 0 and self.result is not None:
-            self.store.update(self.job_id, status=Status.SUCCEEDED.value, **ended)
-            return Status.SUCCEEDED.value
-        if stop == Reason.CANCELED.value:
-            self.store.update(self.job_id, status=Status.CANCELED.value, reason=stop, **ended)
-            return Status.CANCELED.value
-        if stop == Reason.WORKER_LOST.value:
-            reason, message = Reason.WORKER_LOST, "its worker shut down while it ran"
-        elif timed_out:
-            reason, message = Reason.TIMEOUT, "the job ran past its timeout"
+            status, reason, message = Status.SUCCEEDED, None, None
+        elif stop == Reason.CANCELED.value:
+            status, reason, message = Status.CANCELED, Reason.CANCELED, "canceled on request"
+        elif stop == Reason.WORKER_LOST.value:
+            status, reason, message = Status.FAILED, Reason.WORKER_LOST, "its worker shut down while it ran"
+        elif stop == Reason.TIMEOUT.value:
+            status, reason, message = Status.FAILED, Reason.TIMEOUT, "the job ran past its timeout"
         elif returncode == 2:
-            reason, message = Reason.BAD_INPUT, "the trainer refused the spec or its data"
-        elif returncode < 0:
-            reason, message = Reason.EXIT_NONZERO, f"the trainer was killed by {signal.Signals(-returncode).name}"
+            status, reason, message = Status.FAILED, Reason.BAD_INPUT, "the trainer refused the spec or its data"
+        elif self._out_of_memory(returncode, oom_before):
+            status, reason, message = Status.FAILED, Reason.OOM, "the training process ran out of memory"
+        elif returncode is not None and returncode < 0:
+            status, reason = Status.FAILED, Reason.EXIT_NONZERO
+            message = f"the trainer was killed by {signal.Signals(-returncode).name}"
         else:
-            reason, message = Reason.EXIT_NONZERO, f"the trainer exited with status {returncode}"
-        log.warning("job %s failed: %s (%s)", self.job_id, reason.value, message)
-        self.store.update(self.job_id, status=Status.FAILED.value, reason=reason.value, message=message, **ended)
-        return Status.FAILED.value
+            status, reason, message = Status.FAILED, Reason.EXIT_NONZERO, f"the trainer exited with status {returncode}"
+        if status != Status.SUCCEEDED:
+            log.warning("job %s %s: %s (%s)", self.job_id, status.value, reason.value if reason else "", message)
+        self.store.transition(
+            self.job_id, (Status.STARTING.value, Status.RUNNING.value), status=status.value,
+            reason=reason.value if reason else None, message=message, **ended,
+        )  # fmt: skip
+        return status.value
+
+    def _out_of_memory(self, returncode: int | None, oom_before: int | None) -> bool:
+        if returncode == -signal.SIGKILL and oom_before is not None and (oom_kills() or 0) > oom_before:
+            return True  # the kernel's OOM killer took it
+        return returncode not in (0, None) and any(m in line for line in self.tail for m in OOM_MARKERS)

@@ -7,6 +7,7 @@ from datetime import datetime, timezone
 from typing import Any
 
 from redis import Redis
+from redis.exceptions import WatchError
 
 from jobs.errors import NotFound
 from jobs.states import Status
@@ -39,6 +40,15 @@ def metrics_key(job_id: int) -> str:
 
 INDEX_KEY = f"{PREFIX}:jobs"
 COUNTER_KEY = f"{PREFIX}:next_id"
+ACTIVE_KEY = f"{PREFIX}:jobs:active"
+"""Ids of jobs a worker has taken (starting or running): what the reaper watches."""
+HEARTBEAT_TTL_S = 15
+"""A running job's heartbeat key lives this long; the work-horse refreshes it every few seconds."""
+
+
+def heartbeat_key(job_id: int) -> str:
+    """Present while the work-horse running the job is alive."""
+    return f"{job_key(job_id)}:heartbeat"
 
 
 def iso(ts: float | None) -> str | None:
@@ -100,14 +110,59 @@ class JobStore:
         return _decode(raw)
 
     def update(self, job_id: int, pipe: Any = None, **fields: Any) -> None:
-        """Set fields of an existing record (into `pipe` when given)."""
+        """Set fields of an existing record (into `pipe` when given); a field given as None is removed."""
+        self._write(pipe if pipe is not None else self.redis, job_id, fields)
+
+    @staticmethod
+    def _write(target: Any, job_id: int, fields: dict[str, Any]) -> None:
         enc = _encode(fields)
         if enc:
-            (pipe if pipe is not None else self.redis).hset(job_key(job_id), mapping=enc)
+            target.hset(job_key(job_id), mapping=enc)
+        gone = [k for k, v in fields.items() if v is None]
+        if gone:
+            target.hdel(job_key(job_id), *gone)
+
+    def transition(self, job_id: int, allowed: tuple[str, ...], **fields: Any) -> bool:
+        """Set fields only if the job's status is one of `allowed`, atomically; False if it was not."""
+        key = job_key(job_id)
+        with self.redis.pipeline() as pipe:
+            while True:
+                try:
+                    pipe.watch(key)
+                    status = pipe.hget(key, "status")
+                    if status is None or status.decode() not in allowed:
+                        pipe.unwatch()
+                        return False
+                    pipe.multi()
+                    self._write(pipe, job_id, fields)
+                    if fields.get("status") in (Status.STARTING.value, Status.RUNNING.value):
+                        pipe.sadd(ACTIVE_KEY, job_id)
+                    elif "status" in fields:
+                        pipe.srem(ACTIVE_KEY, job_id)
+                    pipe.execute()
+                    return True
+                except WatchError:
+                    continue
+
+    def active_ids(self) -> list[int]:
+        """Jobs a worker has taken and not yet ended."""
+        return sorted(int(i) for i in self.redis.smembers(ACTIVE_KEY))
+
+    def beat(self, job_id: int, worker: str) -> None:
+        """Say the work-horse of this job is alive for the next HEARTBEAT_TTL_S seconds."""
+        self.redis.set(heartbeat_key(job_id), worker, ex=HEARTBEAT_TTL_S)
+
+    def alive(self, job_id: int) -> bool:
+        """Whether the job's work-horse has beaten within HEARTBEAT_TTL_S."""
+        return bool(self.redis.exists(heartbeat_key(job_id)))
 
     def request_stop(self, job_id: int, reason: str) -> None:
         """Record why a running job is being stopped, before its trainer is signalled."""
         self.redis.set(f"{job_key(job_id)}:stop", reason, ex=7 * 24 * 3600)
+
+    def clear_stop(self, job_id: int) -> None:
+        """Forget a stop request (a re-queued attempt starts clean)."""
+        self.redis.delete(f"{job_key(job_id)}:stop")
 
     def stop_reason(self, job_id: int) -> str | None:
         """The reason given to request_stop, if any."""

@@ -38,6 +38,7 @@ class Child:
     deaths: int = 0
     restart_at: float | None = None
     env: dict[str, str] = field(default_factory=dict)
+    drained: bool = False
 
     def start(self) -> None:
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
@@ -142,7 +143,11 @@ class Stack:
                 return 1
             now = time.monotonic()
             for w in self.workers:
-                if w.alive():
+                if w.alive() or w.drained:
+                    continue
+                if w.proc is not None and w.proc.returncode == 0 and w.restart_at is None:
+                    w.drained = True  # a worker that exits 0 was drained or stopped on purpose: leave it
+                    log.info("%s exited cleanly (drained); not restarting it", w.name)
                     continue
                 if w.restart_at is None:
                     delay = RESTART_BACKOFF_S[min(w.deaths, len(RESTART_BACKOFF_S) - 1)]

@@ -1,15 +1,23 @@
 """`gpudeck worker`: an RQ worker pinned to its GPUs. The worker process never imports TensorFlow."""
 from __future__ import annotations
 
+import json
 import logging
 import os
+import signal
 import socket
+import time
 from typing import Any
 
+from redis import Redis
 from rq import Worker
+from rq.command import send_shutdown_command
 
 from jobs import runner
+from jobs.errors import NotFound
+from jobs.gpus import Sampler
 from jobs.queues import worker_queues
+from jobs.reaper import Reaper, requeue
 from jobs.settings import Settings
 from jobs.states import Reason, Status
 from jobs.store import JobStore
@@ -24,54 +32,113 @@ def job_id_of(rq_job_id: str | None) -> int | None:
     return int(rq_job_id.split("-")[1])
 
 
+def info_key(name: str) -> str:
+    """gpudeck's own facts about a worker (host, GPUs), beside RQ's registration."""
+    return f"gpudeck:worker:{name}"
+
+
+def drain_key(name: str) -> str:
+    """Set while a worker is draining: it finishes its job, takes no new one, and exits."""
+    return f"gpudeck:worker:{name}:drain"
+
+
 class GpudeckWorker(Worker):
     """RQ's forking worker, which also stops its trainer honestly when the worker goes away."""
 
     def request_stop(self, signum: int, frame: Any) -> None:
-        """Warm shutdown: the running trainer is told to checkpoint and stop; its job ends worker_lost."""
+        """Warm shutdown: the running trainer checkpoints and stops (its job is retried as worker_lost);
+        a draining worker instead lets the job finish (RQ's warm shutdown waits for it)."""
         job_id = job_id_of(self.get_current_job_id())
-        if job_id is not None:
-            self._stop_trainer(job_id, Reason.WORKER_LOST.value)
+        if job_id is not None and not self.connection.exists(drain_key(self.name)):
+            self._stop_trainer(job_id)
         super().request_stop(signum, frame)
 
-    def _stop_trainer(self, job_id: int, reason: str) -> None:
+    def _stop_trainer(self, job_id: int) -> None:
         store = JobStore(self.connection)
         rec = store.get(job_id)
         if Status(rec["status"]).ended or "pid" not in rec:
             return
         log.warning("worker stopping: job %s gets SIGTERM to checkpoint and stop", job_id)
-        store.request_stop(job_id, reason)
-        runner.signal_group(rec["pid"], 15)
+        store.request_stop(job_id, Reason.WORKER_LOST.value)
+        runner.signal_group(rec["pid"], signal.SIGTERM)
 
 
 def on_horse_killed(job: Any, retpid: int, ret_val: int, rusage: Any) -> None:
-    """The work-horse died under a job (cold shutdown, a crash): that job is worker_lost."""
+    """The work-horse died under a job (cold shutdown, a crash): its trainer goes too, the job is worker_lost."""
     job_id = job_id_of(job.id)
     if job_id is None:
         return
     store = JobStore(job.connection)
     rec = store.get(job_id)
     if "pid" in rec:
-        runner.signal_group(rec["pid"], 9)  # its trainer must not outlive it
-    if not Status(rec["status"]).ended:
-        store.update(
-            job_id,
-            status=Status.FAILED.value,
-            reason=Reason.WORKER_LOST.value,
-            message=f"the work-horse died (wait status {ret_val})",
-        )
+        runner.signal_group(rec["pid"], signal.SIGKILL)  # its trainer must not outlive it
+    if Status(rec["status"]).ended:
+        return
+    message = f"the work-horse died (wait status {ret_val})"
+    if rec.get("attempt", 1) <= rec["spec"].get("max_retries", 0):
+        requeue(job.connection, job_id, rec, message)
+    else:
+        store.transition(
+            job_id, (Status.STARTING.value, Status.RUNNING.value), status=Status.FAILED.value,
+            reason=Reason.WORKER_LOST.value, message=message, ended_at=time.time(),
+        )  # fmt: skip
 
 
-def run(settings: Settings, gpus: list[str], *, name: str | None = None, burst: bool = False) -> None:
+def drain(redis: Redis, name: str) -> dict[str, Any]:
+    """Ask worker `name` to finish its current job, take no new one, and exit."""
+    if name not in {w.name for w in Worker.all(connection=redis)}:
+        raise NotFound(f"no live worker named {name!r}", {"worker": name})
+    redis.set(drain_key(name), "1", ex=7 * 24 * 3600)
+    send_shutdown_command(redis, name)  # RQ's warm shutdown: an idle worker exits now, a busy one after its job
+    return {"worker": name, "draining": True}
+
+
+def describe(redis: Redis) -> list[dict[str, Any]]:
+    """Live workers: identity (host, GPUs), state, current job, draining."""
+    out = []
+    for w in sorted(Worker.all(connection=redis), key=lambda w: w.name):
+        raw = redis.get(info_key(w.name))
+        info = json.loads(raw) if raw else {}
+        current = job_id_of(w.get_current_job_id())
+        out.append({
+            "name": w.name, "host": info.get("host", w.hostname), "pid": w.pid, "gpus": info.get("gpus", []),
+            "queues": w.queue_names(), "state": w.get_state(), "job_id": current,
+            "draining": bool(redis.exists(drain_key(w.name))),
+            "last_heartbeat": w.last_heartbeat.isoformat() if w.last_heartbeat else None,
+        })  # fmt: skip
+    return out
+
+
+def run(
+    settings: Settings,
+    gpus: list[str],
+    *,
+    name: str | None = None,
+    burst: bool = False,
+    stop_grace_s: float = 30.0,
+    max_memory: int | None = None,
+) -> None:
     """Pin to `gpus` ([] = CPU), then serve the queues for that GPU count until stopped."""
     # Before anything can import TensorFlow: the trainers this worker starts inherit it.
     os.environ["CUDA_VISIBLE_DEVICES"] = ",".join(gpus)
     host = socket.gethostname()
     label = f"gpu{'+'.join(gpus)}" if gpus else "cpu"
     name = name or f"{host}.{label}.{os.getpid()}"
-    runner.CONTEXT = runner.WorkerContext(settings=settings, name=name, gpu_ids=list(gpus))
+    runner.CONTEXT = runner.WorkerContext(
+        settings=settings, name=name, gpu_ids=list(gpus), stop_grace_s=stop_grace_s, max_memory=max_memory
+    )
     redis = settings.redis()
+    redis.set(info_key(name), json.dumps({"host": host, "gpus": gpus}), ex=7 * 24 * 3600)
     queues = worker_queues(len(gpus))
     worker = GpudeckWorker(queues, name=name, connection=redis, work_horse_killed_handler=on_horse_killed)
+    assert settings.redis_url
+    helpers = [Reaper(settings.redis_url), Sampler(settings.redis_url, host)]
+    for helper in helpers:
+        helper.start()
     log.info("worker %s serving %s with CUDA_VISIBLE_DEVICES=%r", name, ", ".join(queues), os.environ["CUDA_VISIBLE_DEVICES"])
-    worker.work(burst=burst, logging_level="INFO")
+    try:
+        worker.work(burst=burst, logging_level="INFO")
+    finally:
+        for helper in helpers:
+            helper.stopped.set()
+        redis.delete(info_key(name), drain_key(name))

@@ -36,17 +36,16 @@ class Reporter:
                 self.events = None
 
     def point(self, point: dict[str, Any], split: str = "train") -> None:
-        """A metric point: metrics.jsonl, TensorBoard scalars, the engine, one log line."""
+        """A metric point: one log line first (so the log is never behind the progress), then
+        metrics.jsonl, the engine and TensorBoard scalars."""
+        shown = " ".join(
+            f"{k} {v:.4g}" if isinstance(v, float) else f"{k} {v}" for k, v in point.items() if k != "time"
+        )
+        log.info("%s %s", split, shown)
         if self.metrics_file is not None:
             self.metrics_file.write(json.dumps(point) + "\n")
             self.event("metric", **point)
             self._tensorboard(point, split)
-        shown = " ".join(
-            f"{k} {v:.4g}" if isinstance(v, float) else f"{k} {v}"
-            for k, v in point.items()
-            if k not in ("time",)
-        )
-        log.info("%s %s", split, shown)
 
     def _tensorboard(self, point: dict[str, Any], split: str) -> None:
         import tensorflow as tf

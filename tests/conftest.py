@@ -74,13 +74,21 @@ class Proc:
         self.proc = subprocess.Popen(argv, env=env, stdout=self._out, stderr=subprocess.STDOUT, start_new_session=True)
 
     def stop(self, timeout: float = 15.0) -> int | None:
+        """SIGTERM, then SIGKILL for it and everything below it (work-horses and trainers run in process
+        groups of their own), so nothing of one test writes into the next test's Redis."""
+        family = descendants(self.proc.pid)
         if self.proc.poll() is None:
             self.proc.send_signal(signal.SIGTERM)
             try:
                 self.proc.wait(timeout)
             except subprocess.TimeoutExpired:
-                os.killpg(self.proc.pid, signal.SIGKILL)
+                self.proc.kill()
                 self.proc.wait()
+        for pid in family | descendants(self.proc.pid):
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
         self._out.close()
         return self.proc.returncode
 
@@ -145,3 +153,50 @@ def fake_nvidia_smi(bin_dir: Path, script_body: str) -> Path:
 
 
 PYTHON = sys.executable
+
+
+ENDED = ("succeeded", "failed", "canceled")
+
+
+def wait_job(client, job_id: int, until=lambda job: job["status"] in ENDED, timeout: float = 180.0):
+    """Poll GET /api/v1/jobs/ID (Flask test client) as a user would; returns (job, statuses seen)."""
+    seen: list[str] = []
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        job = client.get(f"/api/v1/jobs/{job_id}").json
+        if not seen or seen[-1] != job["status"]:
+            seen.append(job["status"])
+        if until(job):
+            return job, seen
+        time.sleep(0.05)
+    raise AssertionError(f"job {job_id}: condition not met in {timeout}s; statuses seen {seen}")
+
+
+def alive(pid: int) -> bool:
+    """True while a process exists and is not a zombie."""
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except OSError:
+        return False
+    return state != "Z"
+
+
+pid_alive = alive
+
+
+def descendants(pid: int) -> set[int]:
+    """Every live process below `pid` (children, work-horses, trainers in their own sessions)."""
+    parents: dict[int, int] = {}
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                stat = (entry / "stat").read_text()
+            except OSError:
+                continue
+            parents[int(entry.name)] = int(stat.rsplit(")", 1)[1].split()[1])
+    found: set[int] = set()
+    frontier = {pid}
+    while frontier:
+        frontier = {p for p, parent in parents.items() if parent in frontier} - found
+        found |= frontier
+    return found

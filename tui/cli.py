@@ -44,12 +44,28 @@ def cmd_api(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def _bytes(text: str) -> int:
+    units = {"k": 1 << 10, "m": 1 << 20, "g": 1 << 30, "t": 1 << 40}
+    t = text.strip().lower().removesuffix("b")
+    try:
+        return int(float(t[:-1]) * units[t[-1]]) if t and t[-1] in units else int(t)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a size like 8G or 512M, got {text!r}") from None
+
+
 def cmd_worker(args: argparse.Namespace) -> int:
+    if args.drain:
+        print(json.dumps(_client().drain(args.drain)))
+        return EXIT_OK
+    if not args.cpu and not args.gpus:
+        print("gpudeck worker: give --gpus LIST or --cpu (or --drain NAME)", file=sys.stderr)
+        return EXIT_USAGE
     from jobs import worker
 
     _setup_logging()
     gpus = [] if args.cpu else [g.strip() for g in args.gpus.split(",") if g.strip()]
-    worker.run(_settings(), gpus, name=args.name, burst=args.burst)
+    worker.run(_settings(), gpus, name=args.name, burst=args.burst, stop_grace_s=args.stop_grace,
+               max_memory=args.max_memory)  # fmt: skip
     return EXIT_OK
 
 
@@ -123,6 +139,35 @@ def cmd_show(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def cmd_wait(args: argparse.Namespace) -> int:
+    job = _wait(_client(), args.id)
+    print(json.dumps(job, indent=2) if args.json else _row(job))
+    return EXIT_OK if job["status"] == "succeeded" else EXIT_JOB_FAILED
+
+
+def cmd_cancel(args: argparse.Namespace) -> int:
+    job = _client().cancel(args.id)
+    print(f"job {job['id']}: {job['status']}" + (" (stopping)" if job["status"] in ("starting", "running") else ""))
+    return EXIT_OK
+
+
+def cmd_retry(args: argparse.Namespace) -> int:
+    job = _client().retry(args.id)
+    print(f"job {args.id} resubmitted as job {job['id']}")
+    return EXIT_OK
+
+
+def cmd_sweep(args: argparse.Namespace) -> int:
+    try:
+        body = json.loads(Path(args.file).read_text())
+    except (OSError, ValueError) as exc:
+        print(f"gpudeck sweep: cannot read {args.file}: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    sweep = _client().sweep(body)
+    print(json.dumps(sweep, indent=2) if args.json else f"sweep {sweep['id']}: jobs {', '.join(str(i) for i in sweep['job_ids'])}")
+    return EXIT_OK
+
+
 def cmd_logs(args: argparse.Namespace) -> int:
     client = _client()
     offset = 0
@@ -158,12 +203,15 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--workers", type=int, default=2, help="gunicorn worker processes")
     p.set_defaults(func=cmd_api)
 
-    p = sub.add_parser("worker", help="run one worker pinned to GPUs (or the CPU)")
-    g = p.add_mutually_exclusive_group(required=True)
+    p = sub.add_parser("worker", help="run one worker pinned to GPUs (or the CPU), or drain one")
+    g = p.add_mutually_exclusive_group()
     g.add_argument("--gpus", help="GPU indices this worker owns, e.g. 0 or 2,3")
     g.add_argument("--cpu", action="store_true", help="a CPU-only worker")
+    g.add_argument("--drain", metavar="NAME", help="ask worker NAME (see GET /api/v1/workers) to finish its job and exit")
     p.add_argument("--name", help="worker name (default host.gpuN.pid)")
     p.add_argument("--burst", action="store_true", help="exit when the queues are empty")
+    p.add_argument("--stop-grace", type=float, default=30.0, help="seconds between SIGTERM and SIGKILL on cancel (30)")
+    p.add_argument("--max-memory", type=_bytes, help="cap each trainer's memory (RLIMIT_DATA), e.g. 16G")
     p.set_defaults(func=cmd_worker)
 
     p = sub.add_parser("submit", help="submit a training job")
@@ -185,6 +233,24 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("show", help="one job as JSON")
     p.add_argument("id", type=int)
     p.set_defaults(func=cmd_show)
+
+    p = sub.add_parser("wait", help="wait for a job to end; exit 1 unless it succeeded")
+    p.add_argument("id", type=int)
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(func=cmd_wait)
+
+    p = sub.add_parser("cancel", help="cancel a queued or running job")
+    p.add_argument("id", type=int)
+    p.set_defaults(func=cmd_cancel)
+
+    p = sub.add_parser("retry", help="submit an ended job again as a new job")
+    p.add_argument("id", type=int)
+    p.set_defaults(func=cmd_retry)
+
+    p = sub.add_parser("sweep", help="submit a sweep: a JSON file {\"base\": spec, \"grid\": {field: [values]}}")
+    p.add_argument("file")
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(func=cmd_sweep)
 
     p = sub.add_parser("logs", help="a job's training log")
     p.add_argument("id", type=int)

@@ -59,6 +59,18 @@ class Client:
         resp = self.request("GET", f"/api/v1/jobs/{job_id}/wait", params={"timeout": timeout}, timeout=timeout + 30)
         return resp.json()
 
+    def cancel(self, job_id: int) -> dict[str, Any]:
+        return self.request("POST", f"/api/v1/jobs/{job_id}/cancel").json()
+
+    def retry(self, job_id: int) -> dict[str, Any]:
+        return self.request("POST", f"/api/v1/jobs/{job_id}/retry").json()
+
+    def sweep(self, body: dict[str, Any]) -> dict[str, Any]:
+        return self.request("POST", "/api/v1/sweeps", json=body).json()
+
+    def drain(self, worker: str) -> dict[str, Any]:
+        return self.request("POST", f"/api/v1/workers/{worker}/drain").json()
+
     def logs(self, job_id: int, offset: int = 0) -> tuple[str, int]:
         resp = self.request("GET", f"/api/v1/jobs/{job_id}/logs", params={"offset": offset})
         return resp.text, int(resp.headers.get("X-Next-Offset", offset))

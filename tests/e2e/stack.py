@@ -9,34 +9,7 @@ from pathlib import Path
 
 from jobs.proc import python_module
 from jobs.redis_server import free_port
-from tests.conftest import wait_http
-
-
-def descendants(pid: int) -> set[int]:
-    """Every live process below `pid` (children, work-horses, trainers in their own sessions)."""
-    parents: dict[int, int] = {}
-    for entry in Path("/proc").iterdir():
-        if entry.name.isdigit():
-            try:
-                stat = (entry / "stat").read_text()
-            except OSError:
-                continue
-            parents[int(entry.name)] = int(stat.rsplit(")", 1)[1].split()[1])
-    found: set[int] = set()
-    frontier = {pid}
-    while frontier:
-        frontier = {p for p, parent in parents.items() if parent in frontier} - found
-        found |= frontier
-    return found
-
-
-def alive(pid: int) -> bool:
-    """True unless the process is gone or a zombie."""
-    try:
-        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
-    except OSError:
-        return False
-    return state != "Z"
+from tests.conftest import alive, descendants, wait_http
 
 
 class Up:

@@ -8,7 +8,8 @@ import pytest
 import requests
 
 from jobs.proc import python_module
-from tests.e2e.stack import Up, alive, descendants
+from tests.conftest import alive, descendants
+from tests.e2e.stack import Up
 
 pytestmark = pytest.mark.slow
 

@@ -1,31 +1,18 @@
 """A real worker process runs real (tiny) training jobs submitted through the API."""
 import json
-import time
 
 import pytest
+
+from tests.conftest import wait_job
 
 pytestmark = pytest.mark.slow
 
 SPEC = {"model": "resnet20", "dataset": "synthetic:16x16x3", "params": {"steps": 8, "batch_size": 16, "log_every": 2}}
 
 
-def wait_for(client, job_id, timeout=180):
-    """Poll the job as a client would, recording every status seen."""
-    seen = []
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        job = client.get(f"/api/v1/jobs/{job_id}").json
-        if not seen or seen[-1] != job["status"]:
-            seen.append(job["status"])
-        if job["status"] in ("succeeded", "failed", "canceled"):
-            return job, seen
-        time.sleep(0.05)
-    raise AssertionError(f"job {job_id} did not end; statuses seen {seen}")
-
-
 def test_job_goes_queued_to_succeeded_with_logs_metrics_and_job_dir(client, worker, settings):
     job_id = client.post("/api/v1/jobs", json=SPEC).json["id"]
-    job, seen = wait_for(client, job_id)
+    job, seen = wait_job(client, job_id)
     assert job["status"] == "succeeded", (job, worker.output()[-3000:])
     assert seen[0] == "queued" and seen[-1] == "succeeded"
     assert "running" in seen
@@ -60,6 +47,6 @@ def test_job_goes_queued_to_succeeded_with_logs_metrics_and_job_dir(client, work
 
 def test_a_job_the_trainer_refuses_fails_as_bad_input_with_its_log_tail(client, worker):
     job_id = client.post("/api/v1/jobs", json={**SPEC, "params": {"steps": 1, "batch_size": 4096}}).json["id"]
-    job, _ = wait_for(client, job_id)
+    job, _ = wait_job(client, job_id)
     assert job["status"] == "failed" and job["reason"] == "bad_input"
     assert any("batch_size 4096 is larger than the training set" in line for line in job["log_tail"])

@@ -1,0 +1,105 @@
+"""Sweeps: a grid over spec fields (`model`, `params.lr`, …) expanded into one job per combination."""
+from __future__ import annotations
+
+import copy
+import itertools
+import json
+import time
+from typing import Any
+
+from redis import Redis
+
+from jobs import queues
+from jobs import spec as spec_mod
+from jobs.errors import NotFound, ValidationError
+from jobs.store import JobStore
+
+MAX_JOBS = 500
+"""Most jobs one sweep may create."""
+
+
+def expand(base: Any, grid: Any) -> list[dict[str, Any]]:
+    """Every combination of the grid applied to the base spec, in grid order; ValidationError names bad keys."""
+    if not isinstance(base, dict):
+        raise ValidationError({"base": "must be a job spec object"})
+    if not isinstance(grid, dict) or not grid:
+        raise ValidationError({"grid": "must be a non-empty object of field -> list of values"})
+    errors = {}
+    for key, values in grid.items():
+        top, _, sub = key.partition(".")
+        if top not in spec_mod.FIELDS or (sub and top != "params") or (top == "params" and not sub):
+            errors[f"grid.{key}"] = "must name a spec field (model, dataset, gpus, …) or params.<name>"
+        elif not isinstance(values, list) or not values:
+            errors[f"grid.{key}"] = "must be a non-empty list of values"
+    if errors:
+        raise ValidationError(errors)
+    count = 1
+    for values in grid.values():
+        count *= len(values)
+    if count > MAX_JOBS:
+        raise ValidationError({"grid": f"expands to {count} jobs; at most {MAX_JOBS}"})
+    specs = []
+    for combo in itertools.product(*grid.values()):
+        spec = copy.deepcopy(base)
+        for key, value in zip(grid, combo):
+            top, _, sub = key.partition(".")
+            if sub:
+                spec.setdefault("params", {})
+                if isinstance(spec["params"], dict):
+                    spec["params"][sub] = value
+            else:
+                spec[top] = value
+        specs.append(spec)
+    return specs
+
+
+def create(redis: Redis, body: Any, data_roots=()) -> dict[str, Any]:
+    """Validate every combination first (all or nothing), then submit one job each under a new sweep id."""
+    if not isinstance(body, dict) or set(body) - {"base", "grid"}:
+        raise ValidationError({"body": "must be {\"base\": <job spec>, \"grid\": {field: [values]}}"})
+    specs = expand(body.get("base"), body.get("grid"))
+    for i, s in enumerate(specs):
+        try:
+            spec_mod.validate(s, default_gpus=0, data_roots=data_roots)
+        except ValidationError as exc:
+            combo = {k: _get(s, k) for k in body["grid"]}
+            raise ValidationError({f"combination {i + 1} {json.dumps(combo)}: {k}": v for k, v in exc.fields.items()}) from None
+    sweep_id = int(redis.incr("gpudeck:next_sweep_id"))
+    jobs = []
+    for s in specs:
+        s = {**s, "tags": [*s.get("tags", []), f"sweep:{sweep_id}"]}
+        jobs.append(queues.submit(redis, s, data_roots))
+    record = {"id": sweep_id, "grid": body["grid"], "base": body["base"], "job_ids": [j["id"] for j in jobs],
+              "created_at": time.time()}  # fmt: skip
+    redis.set(f"gpudeck:sweep:{sweep_id}", json.dumps(record))
+    return {**record, "jobs": jobs}
+
+
+def _get(spec: dict[str, Any], key: str) -> Any:
+    top, _, sub = key.partition(".")
+    return (spec.get("params") or {}).get(sub) if sub else spec.get(top)
+
+
+def summary(redis: Redis, sweep_id: int) -> dict[str, Any]:
+    """The sweep's jobs as a table, best final test accuracy first (unfinished jobs last)."""
+    raw = redis.get(f"gpudeck:sweep:{sweep_id}")
+    if raw is None:
+        raise NotFound(f"sweep {sweep_id} does not exist", {"id": sweep_id})
+    record = json.loads(raw)
+    store = JobStore(redis)
+    rows = []
+    for job_id in record["job_ids"]:
+        rec = store.get(job_id)
+        result = rec.get("result") or {}
+        rows.append({
+            "job_id": job_id, "status": rec["status"], "reason": rec.get("reason"),
+            **{k: _get(rec["spec"], k) for k in record["grid"]},
+            "test_accuracy": result.get("test_accuracy"), "test_loss": result.get("test_loss"),
+            "last_loss": (rec.get("metrics") or {}).get("loss"),
+        })  # fmt: skip
+    rows.sort(key=lambda r: (r["test_accuracy"] is None, -(r["test_accuracy"] or 0.0), r["job_id"]))
+    for rank, row in enumerate(rows, 1):
+        row["rank"] = rank if row["test_accuracy"] is not None else None
+    done = sum(r["status"] in ("succeeded", "failed", "canceled") for r in rows)
+    return {"id": sweep_id, "grid": record["grid"], "base": record["base"], "jobs": rows,
+            "ended": done, "total": len(rows), "best": rows[0] if rows and rows[0]["rank"] else None}  # fmt: skip

@@ -1,0 +1,82 @@
+"""Idempotency, cancel of queued jobs, retry, sweeps: through Flask's test client on a real Redis."""
+import pytest
+from rq import Queue
+
+GOOD = {"model": "resnet20", "dataset": "synthetic", "params": {"steps": 20, "batch_size": 32}}
+
+
+def test_idempotency_key_returns_the_first_job_and_creates_nothing(client, redis):
+    h = {"Idempotency-Key": "ci-build-1234"}
+    first = client.post("/api/v1/jobs", json=GOOD, headers=h)
+    again = client.post("/api/v1/jobs", json=GOOD, headers=h)
+    assert first.status_code == 201 and again.status_code == 200
+    assert again.json["id"] == first.json["id"] == 1 and again.headers["Idempotent-Replayed"] == "true"
+    assert Queue("cpu", connection=redis).count == 1 and redis.get("gpudeck:next_id") == b"1"
+    other = client.post("/api/v1/jobs", json={**GOOD, "name": "x"}, headers=h)
+    assert other.status_code == 422 and other.json["error"] == "unprocessable"
+    assert client.post("/api/v1/jobs", json=GOOD, headers={"Idempotency-Key": "other"}).json["id"] == 2
+
+
+def test_a_refused_submission_does_not_use_up_its_key(client):
+    h = {"Idempotency-Key": "k"}
+    assert client.post("/api/v1/jobs", json={**GOOD, "model": "nope"}, headers=h).status_code == 400
+    assert client.post("/api/v1/jobs", json=GOOD, headers=h).status_code == 201
+
+
+def test_cancel_a_queued_job_takes_it_off_the_queue(client, redis):
+    client.post("/api/v1/jobs", json=GOOD)
+    resp = client.post("/api/v1/jobs/1/cancel")
+    assert resp.status_code == 200 and resp.json["status"] == "canceled" and resp.json["reason"] == "canceled"
+    assert Queue("cpu", connection=redis).count == 0
+    again = client.post("/api/v1/jobs/1/cancel")
+    assert again.status_code == 409 and again.json["error"] == "conflict" and "already canceled" in again.json["message"]
+    assert client.post("/api/v1/jobs/7/cancel").status_code == 404
+
+
+def test_retry_makes_a_new_job_of_an_ended_one(client):
+    client.post("/api/v1/jobs", json=GOOD)
+    assert client.post("/api/v1/jobs/1/retry").status_code == 409  # still queued
+    client.post("/api/v1/jobs/1/cancel")
+    resp = client.post("/api/v1/jobs/1/retry")
+    assert resp.status_code == 201 and resp.json["id"] == 2 and resp.json["spec"] == client.get("/api/v1/jobs/1").json["spec"]
+
+
+def test_sweep_expands_the_grid_into_one_job_each(client, redis):
+    body = {"base": GOOD, "grid": {"params.lr": [0.1, 0.05], "model": ["resnet20", "lenet"]}}
+    resp = client.post("/api/v1/sweeps", json=body)
+    assert resp.status_code == 201
+    sweep = resp.json
+    assert sweep["id"] == 1 and len(sweep["jobs"]) == 4 and sweep["job_ids"] == [1, 2, 3, 4]
+    combos = {(j["spec"]["params"]["lr"], j["spec"]["model"]) for j in sweep["jobs"]}
+    assert combos == {(0.1, "resnet20"), (0.1, "lenet"), (0.05, "resnet20"), (0.05, "lenet")}
+    assert all("sweep:1" in j["spec"]["tags"] and j["spec"]["params"]["steps"] == 20 for j in sweep["jobs"])
+    summary = client.get("/api/v1/sweeps/1").json
+    assert summary["total"] == 4 and summary["ended"] == 0 and summary["best"] is None
+    assert {r["model"] for r in summary["jobs"]} == {"resnet20", "lenet"} and "params.lr" in summary["jobs"][0]
+
+
+@pytest.mark.parametrize("body, field", [
+    ({"base": GOOD, "grid": {"params.lr": []}}, "grid.params.lr"),
+    ({"base": GOOD, "grid": {"colour": [1]}}, "grid.colour"),
+    ({"base": GOOD, "grid": {"params": [1]}}, "grid.params"),
+    ({"base": GOOD, "grid": {}}, "grid"),
+    ({"base": GOOD, "grid": {"params.lr": list(range(1, 30)), "params.seed": list(range(30))}}, "grid"),
+])  # fmt: skip
+def test_bad_sweeps_are_refused_by_field_and_create_nothing(client, redis, body, field):
+    resp = client.post("/api/v1/sweeps", json=body)
+    assert resp.status_code == 400 and field in resp.json["details"]["fields"]
+    assert redis.keys("gpudeck:*") == []
+
+
+def test_a_sweep_with_one_bad_combination_creates_no_job(client, redis):
+    resp = client.post("/api/v1/sweeps", json={"base": GOOD, "grid": {"params.batch_size": [32, "64"]}})
+    assert resp.status_code == 400
+    assert any("params.batch_size" in k and "combination 2" in k for k in resp.json["details"]["fields"])
+    assert redis.keys("gpudeck:*") == []
+    assert client.get("/api/v1/sweeps/1").status_code == 404
+
+
+def test_workers_and_gpus_are_empty_without_workers(client):
+    assert client.get("/api/v1/workers").json["workers"] == []
+    assert client.get("/api/v1/gpus").json["hosts"] == []
+    assert client.post("/api/v1/workers/nobody/drain").status_code == 404

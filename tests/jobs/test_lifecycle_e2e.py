@@ -1,0 +1,182 @@
+"""The job lifecycle with real worker processes: cancel, timeout, worker death, OOM, drain, priorities, GPUs."""
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import fake_nvidia_smi, pid_alive, wait_job
+
+pytestmark = pytest.mark.slow
+
+LONG = {"model": "resnet20", "dataset": "synthetic:16x16x3", "params": {"steps": 100000, "batch_size": 16, "log_every": 5}}
+TINY = {"model": "lenet", "dataset": "synthetic:28x28x1", "params": {"steps": 2, "batch_size": 8}}
+
+
+def stepped(n):
+    return lambda job: (job["progress"]["step"] or 0) >= n
+
+
+def ppid(pid: int) -> int:
+    return int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[1])
+
+
+def trainer_pid(redis, job_id: int) -> int:
+    return int(redis.hget(f"gpudeck:job:{job_id}", "pid"))
+
+
+def test_cancel_a_running_job_stops_its_process_group(client, worker, settings, redis):
+    job_id = client.post("/api/v1/jobs", json=LONG).json["id"]
+    wait_job(client, job_id, stepped(5))
+    pid = trainer_pid(redis, job_id)
+    assert pid_alive(pid)
+    resp = client.post(f"/api/v1/jobs/{job_id}/cancel")
+    assert resp.status_code == 200 and resp.json["status"] in ("starting", "running")
+    t0 = time.monotonic()
+    job, _ = wait_job(client, job_id, timeout=60)
+    assert job["status"] == "canceled" and job["reason"] == "canceled", job
+    assert time.monotonic() - t0 < 15
+    with pytest.raises(ProcessLookupError):
+        os.killpg(pid, 0)  # the whole process group is gone: no orphan
+    assert list((settings.job_dir(job_id) / "checkpoints").glob("ckpt-*.index"))  # it checkpointed on SIGTERM
+    assert client.post(f"/api/v1/jobs/{job_id}/cancel").status_code == 409
+
+
+def test_a_canceled_queued_job_never_runs(client, spawn, child_env):
+    job_id = client.post("/api/v1/jobs", json=TINY).json["id"]
+    client.post(f"/api/v1/jobs/{job_id}/cancel")
+    burst = spawn("worker", "--cpu", "--burst", env=child_env)
+    burst.proc.wait(60)
+    job = client.get(f"/api/v1/jobs/{job_id}").json
+    assert job["status"] == "canceled" and job["started_at"] is None
+
+
+def test_timeout(client, worker):
+    job_id = client.post("/api/v1/jobs", json={**LONG, "timeout": 8}).json["id"]
+    job, _ = wait_job(client, job_id, timeout=90)
+    assert job["status"] == "failed" and job["reason"] == "timeout" and job["progress"]["step"] > 0
+
+
+def test_kill_9_of_worker_and_horse_is_worker_lost_then_resumed(client, spawn, child_env, redis):
+    first = spawn("worker", "--cpu", env=child_env, name="doomed")
+    job_id = client.post("/api/v1/jobs", json={**LONG, "params": {**LONG["params"], "steps": 150}}).json["id"]
+    wait_job(client, job_id, stepped(10))
+    trainer = trainer_pid(redis, job_id)
+    horse = ppid(trainer)
+    assert ppid(horse) == first.proc.pid
+    os.kill(first.proc.pid, signal.SIGKILL)
+    os.kill(horse, signal.SIGKILL)
+    killed = time.monotonic()
+    spawn("worker", "--cpu", env=child_env, name="rescuer")  # its reaper finds the lost job, then it runs it
+    deadline = time.monotonic() + 30
+    while pid_alive(trainer):  # the trainer got SIGTERM from PDEATHSIG: it checkpoints and exits
+        assert time.monotonic() < deadline
+        time.sleep(0.1)
+    job, _ = wait_job(client, job_id, lambda j: j["attempt"] == 2, timeout=40)
+    detected = time.monotonic() - killed
+    assert detected < 30, f"worker_lost after {detected:.1f}s"
+    job, _ = wait_job(client, job_id, timeout=180)
+    assert job["status"] == "succeeded" and job["attempt"] == 2, job
+    logs = client.get(f"/api/v1/jobs/{job_id}/logs").text
+    assert "resumed from" in logs
+    steps = [p["step"] for p in client.get(f"/api/v1/jobs/{job_id}/metrics").json["train"]]
+    assert steps == sorted(set(steps)) and steps[-1] == 150  # the step count continued, no restart from 0
+    print(f"kill -9 -> worker_lost detected in {detected:.1f}s")
+
+
+def test_an_out_of_memory_trainer_is_oom_and_a_killed_one_exit_nonzero(client, spawn, child_env, redis):
+    spawn("worker", "--cpu", "--max-memory", "3G", env=child_env)
+    # 2048 images of 512x512x3 plus their noise need ~5 GB: more than the worker lets a trainer have
+    oom = client.post("/api/v1/jobs", json={"model": "lenet", "dataset": "synthetic:512x512x3", "params": {"steps": 1}}).json["id"]
+    job, _ = wait_job(client, oom, timeout=120)
+    assert job["status"] == "failed" and job["reason"] == "oom", job
+    assert any("MemoryError" in line for line in job["log_tail"])
+
+    victim = client.post("/api/v1/jobs", json=LONG).json["id"]
+    wait_job(client, victim, stepped(10))
+    os.kill(trainer_pid(redis, victim), signal.SIGKILL)
+    job, _ = wait_job(client, victim, timeout=60)
+    assert job["status"] == "failed" and job["reason"] == "exit_nonzero" and "SIGKILL" in job["message"]
+    assert any("train step" in line for line in job["log_tail"])  # the last log lines are in the record
+
+
+def test_priority_order(client, spawn, child_env):
+    ids = {p: client.post("/api/v1/jobs", json={**TINY, "priority": p}).json["id"] for p in ("low", "normal", "high")}
+    spawn("worker", "--cpu", "--burst", env=child_env).proc.wait(180)
+    started = {p: client.get(f"/api/v1/jobs/{i}").json["started_at"] for p, i in ids.items()}
+    assert started["high"] < started["normal"] < started["low"]
+
+
+FAKE_SMI = r"""
+case "$*" in
+  *-L*) printf 'GPU 0: NVIDIA H100 80GB HBM3 (UUID: GPU-aaaa)\nGPU 1: NVIDIA H100 80GB HBM3 (UUID: GPU-bbbb)\n' ;;
+  *--query-gpu*) printf '0, GPU-aaaa, NVIDIA H100 80GB HBM3, 97, 1000, 81559, 55, 300.5, 700.00\n1, GPU-bbbb, NVIDIA H100 80GB HBM3, [N/A], 0, 81559, [N/A], [Not Supported], 700.00\n' ;;
+  *--query-compute-apps*)
+    # the trainers that really run here, as the real tool would list them on the GPU their job owns
+    for pid in $(pgrep -f 'models.train'); do
+      gpu=$(tr '\0' '\n' < /proc/$pid/environ | sed -n 's/^CUDA_VISIBLE_DEVICES=//p')
+      [ "$gpu" = 0 ] && printf '%s, python3, 512, GPU-aaaa\n' "$pid"
+      [ "$gpu" = 1 ] && printf '%s, python3, 512, GPU-bbbb\n' "$pid"
+    done ;;
+esac
+"""
+
+
+def test_two_workers_pinned_to_two_fake_gpus(client, spawn, child_env, tmp_path):
+    fake_nvidia_smi(tmp_path / "bin", FAKE_SMI)
+    env = {**child_env, "PATH": f"{tmp_path / 'bin'}:{child_env['PATH']}"}
+    spawn("worker", "--gpus", "0", env=env)
+    spawn("worker", "--gpus", "1", env=env)
+    deadline = time.monotonic() + 30
+    while len(client.get("/api/v1/workers").json["workers"]) < 2:
+        assert time.monotonic() < deadline
+        time.sleep(0.1)
+    ids = [client.post("/api/v1/jobs", json=LONG).json["id"] for _ in range(2)]
+    assert [client.get(f"/api/v1/jobs/{i}").json["spec"]["gpus"] for i in ids] == [1, 1]  # GPU workers are live
+    for i in ids:
+        wait_job(client, i, stepped(5))
+    hosts: list = []
+    deadline = time.monotonic() + 60
+    while not (hosts and sum(len(g["processes"]) for g in hosts[0]["gpus"]) == 2):
+        assert time.monotonic() < deadline, json.dumps(hosts)
+        time.sleep(0.2)
+        hosts = client.get("/api/v1/gpus").json["hosts"]
+    gpus = hosts[0]["gpus"]
+    assert gpus[0]["utilization"] == 97 and gpus[1]["utilization"] is None and gpus[1]["power_draw_w"] is None
+    on_gpu = {g["index"]: [p["job_id"] for p in g["processes"]] for g in gpus}
+    for i in ids:
+        job = client.get(f"/api/v1/jobs/{i}").json
+        seen = client.get(f"/api/v1/jobs/{i}/logs").text.split("CUDA_VISIBLE_DEVICES=")[1].split()[0]
+        assert [seen] == job["gpu_ids"]  # the trainer saw exactly the GPU its worker owns
+        assert on_gpu[int(seen)] == [i]  # and nvidia-smi's process on that GPU maps back to this job
+    workers = client.get("/api/v1/workers").json["workers"]
+    assert sorted(w["gpus"] for w in workers) == [["0"], ["1"]]
+    assert all(w["queues"] == ["gpus-1-high", "gpus-1", "gpus-1-low"] for w in workers)
+    assert sorted(w["job_id"] for w in workers) == ids
+    for i in ids:
+        client.post(f"/api/v1/jobs/{i}/cancel")
+        assert wait_job(client, i)[0]["status"] == "canceled"
+
+
+def test_drain_finishes_the_job_takes_no_new_one_and_exits(client, worker):
+    first = client.post("/api/v1/jobs", json={**LONG, "params": {**LONG["params"], "steps": 40}}).json["id"]
+    wait_job(client, first, stepped(5))
+    second = client.post("/api/v1/jobs", json=TINY).json["id"]
+    name = client.get("/api/v1/workers").json["workers"][0]["name"]
+    assert client.post(f"/api/v1/workers/{name}/drain").json == {"worker": name, "draining": True}
+    assert worker.proc.wait(120) == 0
+    assert client.get(f"/api/v1/jobs/{first}").json["status"] == "succeeded"
+    assert client.get(f"/api/v1/jobs/{second}").json["status"] == "queued"
+
+
+def test_rq_info_shows_gpudecks_queues_and_workers(client, worker, settings):
+    client.post("/api/v1/jobs", json={**TINY, "priority": "low"})
+    time.sleep(1)
+    rq = os.path.join(os.path.dirname(sys.executable), "rq")
+    out = subprocess.run([rq, "info", "--url", settings.redis_url], capture_output=True, text=True, timeout=30).stdout
+    assert "cpu" in out and "cpu-low" in out and worker.output() is not None
+    assert ".cpu." in out  # the worker, by its host.cpu.pid name
