@@ -39,6 +39,8 @@ class _Gunicorn(BaseApplication):
 
 def serve(settings: Settings, host: str = "127.0.0.1", port: int = 8686, workers: int = 2, threads: int = 8) -> None:
     """Serve the API until SIGTERM/SIGINT; refuses a non-loopback address unless tokens are set."""
+    if not settings.redis_url:
+        raise ConfigError("REDIS_URL is not set: point the API at the Redis the workers use (gpudeck up sets it)")
     if not is_loopback(host) and not settings.tokens:
         raise ConfigError(f"refusing to bind {host}: set GPUDECK_TOKENS before serving beyond this machine")
     from api import create_app

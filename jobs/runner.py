@@ -28,6 +28,11 @@ HEARTBEAT_EVERY_S = 3.0
 """How often the work-horse refreshes its job's heartbeat (the key lives HEARTBEAT_TTL_S)."""
 STOP_POLL_S = 1.0
 """How often the work-horse looks for a cancel request (the API may be on another host)."""
+COALESCE_S = 0.25
+"""After a read, the work-horse waits this long before the next, so log lines and metric points reach
+Redis in a few batches a second: each wake-up of ours would otherwise preempt a training thread."""
+HORSE_NICENESS = 5
+"""The work-horse lowers its CPU priority by this much once its trainer runs (the trainer keeps its own)."""
 OOM_MARKERS = ("MemoryError", "ResourceExhaustedError", "OOM when allocating", "out of memory")
 """Log text by which a training process that ran out of memory is recognised."""
 PR_SET_PDEATHSIG = 1
@@ -89,6 +94,19 @@ def _trainer_preexec(max_memory: int | None):
     return preexec
 
 
+def _drain(fd: int) -> tuple[bytes, bool]:
+    """Everything a non-blocking pipe holds now, and whether its writer has closed it."""
+    parts = []
+    while True:
+        try:
+            chunk = os.read(fd, 1 << 16)
+        except BlockingIOError:
+            return b"".join(parts), False
+        if not chunk:
+            return b"".join(parts), True
+        parts.append(chunk)
+
+
 class JobRun:
     """One attempt of one job: start the trainer, pump its output and events, record the end."""
 
@@ -137,7 +155,11 @@ class JobRun:
                 preexec_fn=_trainer_preexec(self.ctx.max_memory),
             )
             os.close(events_w)
-            self.store.update(self.job_id, pid=proc.pid)
+            self.store.update(self.job_id, pid=proc.pid, spawned_at=time.time())
+            try:
+                os.nice(HORSE_NICENESS)
+            except OSError:
+                pass
             log.info("job %s: trainer pid %s in %s", self.job_id, proc.pid, self.job_dir)
             self._pump(proc, os.fdopen(events_r, "rb"), log_file, spec.get("timeout"))
         return self._finish(proc.wait(), oom_before)
@@ -145,6 +167,8 @@ class JobRun:
     def _pump(self, proc: subprocess.Popen[bytes], events: IO[bytes], log_file: IO[str], timeout: int | None) -> None:
         """Stream the trainer's output and events until both pipes close; beat, and act on stop requests."""
         assert proc.stdout is not None
+        for f in (proc.stdout, events):
+            os.set_blocking(f.fileno(), False)
         sel = selectors.DefaultSelector()
         sel.register(proc.stdout, selectors.EVENT_READ, "log")
         sel.register(events, selectors.EVENT_READ, "events")
@@ -154,17 +178,19 @@ class JobRun:
         termed_at: float | None = None
         while sel.get_map():
             ready = sel.select(STOP_POLL_S)
+            if ready:
+                time.sleep(COALESCE_S)  # let more output gather; the pipes hold 64 KiB each meanwhile
             pipe = self.redis.pipeline(transaction=False)
             for key, _ in ready:
-                chunk = os.read(key.fd, 65536)
-                if not chunk:
+                chunk, eof = _drain(key.fd)
+                if chunk:
+                    *complete, buffers[key.data] = (buffers[key.data] + chunk).split(b"\n")
+                    self._handle(key.data, complete, log_file, pipe)
+                if eof:
                     sel.unregister(key.fileobj)
                     rest, buffers[key.data] = buffers[key.data], b""
                     if rest:
                         self._handle(key.data, [rest], log_file, pipe)
-                    continue
-                *complete, buffers[key.data] = (buffers[key.data] + chunk).split(b"\n")
-                self._handle(key.data, complete, log_file, pipe)
             pipe.execute()
             now = time.monotonic()
             if now - last_beat >= HEARTBEAT_EVERY_S:
@@ -249,6 +275,17 @@ class JobRun:
             message = f"the trainer was killed by {signal.Signals(-returncode).name}"
         else:
             status, reason, message = Status.FAILED, Reason.EXIT_NONZERO, f"the trainer exited with status {returncode}"
+        if reason == Reason.WORKER_LOST:
+            rec = self.store.get(self.job_id)
+            if rec.get("attempt", 1) <= rec["spec"].get("max_retries", 0):
+                from jobs.reaper import requeue
+
+                # Infrastructure, not the job: queue the next attempt; it resumes from the checkpoint
+                # the trainer just saved, on whichever worker comes next (a restarted `gpudeck up` too).
+                if requeue(self.redis, self.job_id, rec, message):
+                    self.store.update(self.job_id, log_tail=self.tail)
+                    log.warning("job %s: %s; queued again as attempt %d", self.job_id, message, rec.get("attempt", 1) + 1)
+                    return Status.QUEUED.value
         if status != Status.SUCCEEDED:
             log.warning("job %s %s: %s (%s)", self.job_id, status.value, reason.value if reason else "", message)
         self.store.transition(

@@ -19,7 +19,7 @@ METRICS_MAXLEN = 100_000
 """Metric points kept in a job's Redis stream."""
 
 JSON_FIELDS = ("spec", "gpu_ids", "progress", "metrics", "result", "log_tail")
-FLOAT_FIELDS = ("created_at", "started_at", "running_at", "ended_at")
+FLOAT_FIELDS = ("created_at", "started_at", "spawned_at", "running_at", "ended_at")
 INT_FIELDS = ("id", "pid", "attempt")
 
 

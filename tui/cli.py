@@ -230,22 +230,18 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--json", action="store_true")
     p.set_defaults(func=cmd_ls)
 
-    p = sub.add_parser("show", help="one job as JSON")
-    p.add_argument("id", type=int)
-    p.set_defaults(func=cmd_show)
-
-    p = sub.add_parser("wait", help="wait for a job to end; exit 1 unless it succeeded")
-    p.add_argument("id", type=int)
-    p.add_argument("--json", action="store_true")
-    p.set_defaults(func=cmd_wait)
-
-    p = sub.add_parser("cancel", help="cancel a queued or running job")
-    p.add_argument("id", type=int)
-    p.set_defaults(func=cmd_cancel)
-
-    p = sub.add_parser("retry", help="submit an ended job again as a new job")
-    p.add_argument("id", type=int)
-    p.set_defaults(func=cmd_retry)
+    # Commands that act on one job by id: name, help, handler, whether --json applies.
+    for name, text, func, has_json in (
+        ("show", "one job as JSON", cmd_show, False),
+        ("wait", "wait for a job to end; exit 1 unless it succeeded", cmd_wait, True),
+        ("cancel", "cancel a queued or running job", cmd_cancel, False),
+        ("retry", "submit an ended job again as a new job", cmd_retry, False),
+    ):
+        p = sub.add_parser(name, help=text)
+        p.add_argument("id", type=int)
+        if has_json:
+            p.add_argument("--json", action="store_true")
+        p.set_defaults(func=func)
 
     p = sub.add_parser("sweep", help="submit a sweep: a JSON file {\"base\": spec, \"grid\": {field: [values]}}")
     p.add_argument("file")

@@ -142,9 +142,12 @@ def test_tokens_guard_every_route_but_healthz(settings, redis):
 def test_api_refuses_a_public_address_without_tokens(settings):
     from api.serve import serve
     from jobs.errors import ConfigError
+    from jobs.settings import Settings
 
     with pytest.raises(ConfigError, match="GPUDECK_TOKENS"):
         serve(settings, host="0.0.0.0", port=1)
+    with pytest.raises(ConfigError, match="REDIS_URL is not set"):
+        serve(Settings(home=settings.home), port=1)
 
 
 def test_models_catalog(client):

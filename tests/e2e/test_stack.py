@@ -36,13 +36,22 @@ def test_stop_restart_and_the_cli(tmp_path, child_env):
     finally:
         stack.kill()
 
-    # A second `up` on the same home still has the job, which ended honestly.
+    # A second `up` on the same home still has the job: it was queued again (worker_lost is retried)
+    # and the new worker resumes it from the checkpoint the stop saved.
     stack = Up(home, child_env, tmp_path / "up2.log")
+    env = {**child_env, "GPUDECK_API": stack.url}
+    cli = python_module("tui.cli")
     try:
+        deadline = time.monotonic() + 120
         job = requests.get(f"{stack.url}/api/v1/jobs/{job_id}").json()
-        assert job["status"] == "failed" and job["reason"] == "worker_lost", job
-        env = {**child_env, "GPUDECK_API": stack.url}
-        cli = python_module("tui.cli")
+        assert job["attempt"] == 2, job
+        while "resumed from" not in requests.get(f"{stack.url}/api/v1/jobs/{job_id}/logs").text:
+            assert time.monotonic() < deadline, stack.output()[-3000:]
+            time.sleep(0.2)
+        run = subprocess.run([*cli, "cancel", str(job_id)], env=env, capture_output=True, text=True, timeout=60)
+        assert run.returncode == 0 and "stopping" in run.stdout
+        run = subprocess.run([*cli, "wait", str(job_id)], env=env, capture_output=True, text=True, timeout=120)
+        assert run.returncode == 1 and "canceled" in run.stdout  # a canceled job fails a CI gate
         run = subprocess.run(
             [*cli, "submit", "--model", "lenet", "--dataset", "synthetic:28x28x1", "--param", "steps=3",
              "--param", "batch_size=8", "--wait", "--json"],
@@ -53,7 +62,7 @@ def test_stop_restart_and_the_cli(tmp_path, child_env):
         run = subprocess.run([*cli, "ls"], env=env, capture_output=True, text=True, timeout=60)
         lines = run.stdout.splitlines()
         assert lines[0].split()[:2] == ["ID", "STATUS"]
-        assert lines[1].split()[:2] == [str(job_id + 1), "succeeded"] and lines[2].split()[:2] == [str(job_id), "failed"]
+        assert lines[1].split()[:2] == [str(job_id + 1), "succeeded"] and lines[2].split()[:2] == [str(job_id), "canceled"]
         bad = subprocess.run([*cli, "submit", "--model", "resnet21", "--dataset", "synthetic"], env=env,
                              capture_output=True, text=True, timeout=60)  # fmt: skip
         assert bad.returncode == 2 and "model: unknown model 'resnet21'" in bad.stderr

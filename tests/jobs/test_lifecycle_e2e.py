@@ -180,3 +180,15 @@ def test_rq_info_shows_gpudecks_queues_and_workers(client, worker, settings):
     out = subprocess.run([rq, "info", "--url", settings.redis_url], capture_output=True, text=True, timeout=30).stdout
     assert "cpu" in out and "cpu-low" in out and worker.output() is not None
     assert ".cpu." in out  # the worker, by its host.cpu.pid name
+
+
+def test_sweep_summary_ranks_finished_jobs_by_test_accuracy(client, worker):
+    grid = {"params.lr": [0.2, 0.0], "params.seed": [1]}
+    sweep = client.post("/api/v1/sweeps", json={"base": {**TINY, "params": {"steps": 6, "batch_size": 8}}, "grid": grid}).json
+    for i in sweep["job_ids"]:
+        assert wait_job(client, i)[0]["status"] == "succeeded"
+    summary = client.get(f"/api/v1/sweeps/{sweep['id']}").json
+    accs = [r["test_accuracy"] for r in summary["jobs"]]
+    assert summary["ended"] == summary["total"] == 2 and accs == sorted(accs, reverse=True)
+    assert [r["rank"] for r in summary["jobs"]] == [1, 2] and summary["best"]["job_id"] == summary["jobs"][0]["job_id"]
+    assert {r["params.lr"] for r in summary["jobs"]} == {0.2, 0.0}
