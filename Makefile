@@ -8,7 +8,7 @@ STAMP := $(VENV)/.installed-$(TF_EXTRA)
 ARGS ?=
 PYTEST_ARGS ?=
 
-.PHONY: install up test bench lint clean
+.PHONY: install up test bench lint format clean
 
 install: $(STAMP)
 
@@ -26,6 +26,14 @@ test: install
 
 bench: install
 	$(BIN)/python -m pytest tests/bench -s $(PYTEST_ARGS)
+
+lint: install
+	$(BIN)/ruff check api jobs models tui tests
+	$(BIN)/ruff format --check api jobs models tui tests
+
+format: install
+	$(BIN)/ruff format api jobs models tui tests
+	$(BIN)/ruff check --fix api jobs models tui tests
 
 clean:
 	rm -rf $(VENV) .pytest_cache

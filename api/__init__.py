@@ -1,4 +1,5 @@
 """The REST API: `create_app()` builds the Flask app; importing this package does nothing else."""
+
 from __future__ import annotations
 
 from typing import Any

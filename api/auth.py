@@ -1,4 +1,5 @@
 """Bearer-token auth: with GPUDECK_TOKENS set, every route but /healthz needs one of those tokens."""
+
 from __future__ import annotations
 
 import hmac

@@ -1,4 +1,5 @@
 """/api/v1/models: the model zoo with input sizes, parameter counts and accepted params (no TensorFlow here)."""
+
 from __future__ import annotations
 
 from flask import Blueprint

@@ -1,4 +1,5 @@
 """/api/v1/workers, /api/v1/gpus and /api/v1/sweeps."""
+
 from __future__ import annotations
 
 from flask import Blueprint

@@ -1,4 +1,5 @@
 """Request-time access to what create_app put in app.extensions."""
+
 from __future__ import annotations
 
 from typing import Any

@@ -1,4 +1,5 @@
 """One error shape for every error: {"error": code, "message": sentence, "details": {...}}."""
+
 from __future__ import annotations
 
 import logging
@@ -7,7 +8,15 @@ from flask import Flask, jsonify
 from redis.exceptions import RedisError
 from werkzeug.exceptions import HTTPException
 
-from jobs.errors import BadRequest, ConfigError, Conflict, GpudeckError, NotFound, Unprocessable, ValidationError
+from jobs.errors import (
+    BadRequest,
+    ConfigError,
+    Conflict,
+    GpudeckError,
+    NotFound,
+    Unprocessable,
+    ValidationError,
+)
 
 log = logging.getLogger(__name__)
 

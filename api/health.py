@@ -1,11 +1,12 @@
 """/healthz: is the job store reachable, and which workers are alive."""
+
 from __future__ import annotations
 
+from flask import Blueprint
 from redis.exceptions import RedisError
 from rq import Worker
 
 from api import deps
-from flask import Blueprint
 
 bp = Blueprint("health", __name__)
 

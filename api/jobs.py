@@ -1,4 +1,5 @@
 """/api/v1/jobs: submit, list, show, logs, metrics."""
+
 from __future__ import annotations
 
 import time

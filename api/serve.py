@@ -1,4 +1,5 @@
 """`gpudeck api`: the Flask app under gunicorn, a production WSGI server."""
+
 from __future__ import annotations
 
 import ipaddress

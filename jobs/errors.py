@@ -1,4 +1,5 @@
 """Domain exceptions, one line each; the API maps them to status codes in one place."""
+
 from __future__ import annotations
 
 from typing import Any

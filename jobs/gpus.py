@@ -1,4 +1,5 @@
 """What `nvidia-smi` says about this host's GPUs: the list, and stats sampled into Redis every 2 s."""
+
 from __future__ import annotations
 
 import json
@@ -16,12 +17,28 @@ from redis.exceptions import RedisError
 log = logging.getLogger(__name__)
 
 GPU_LINE = re.compile(r"^GPU (\d+): (.+?)(?: \(UUID: ([^)]+)\))?$")
-GPU_FIELDS = ("index", "uuid", "name", "utilization.gpu", "memory.used", "memory.total", "temperature.gpu",
-              "power.draw", "power.limit")  # fmt: skip
+GPU_FIELDS = (
+    "index",
+    "uuid",
+    "name",
+    "utilization.gpu",
+    "memory.used",
+    "memory.total",
+    "temperature.gpu",
+    "power.draw",
+    "power.limit",
+)
 APP_FIELDS = ("pid", "process_name", "used_memory", "gpu_uuid")
-KEYS = {"utilization.gpu": "utilization", "memory.used": "memory_used_mib", "memory.total": "memory_total_mib",
-        "temperature.gpu": "temperature_c", "power.draw": "power_draw_w", "power.limit": "power_limit_w",
-        "used_memory": "used_memory_mib", "process_name": "name"}  # fmt: skip
+KEYS = {
+    "utilization.gpu": "utilization",
+    "memory.used": "memory_used_mib",
+    "memory.total": "memory_total_mib",
+    "temperature.gpu": "temperature_c",
+    "power.draw": "power_draw_w",
+    "power.limit": "power_limit_w",
+    "used_memory": "used_memory_mib",
+    "process_name": "name",
+}
 SAMPLE_EVERY_S = 2.0
 """How often a worker host samples nvidia-smi."""
 SAMPLE_TTL_S = 10
@@ -95,7 +112,12 @@ def sample(pid_jobs: dict[int, int], timeout: float = 10.0) -> list[dict[str, An
     apps = parse_csv(app_text, APP_FIELDS)
     for gpu in gpus:
         gpu["processes"] = [
-            {"pid": a["pid"], "name": a["name"], "used_memory_mib": a["used_memory_mib"], "job_id": pid_jobs.get(a["pid"])}
+            {
+                "pid": a["pid"],
+                "name": a["name"],
+                "used_memory_mib": a["used_memory_mib"],
+                "job_id": pid_jobs.get(a["pid"]),
+            }
             for a in apps
             if a["gpu_uuid"] == gpu["uuid"]
         ]

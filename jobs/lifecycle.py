@@ -1,4 +1,5 @@
 """Cancel and retry: the transitions a user asks for."""
+
 from __future__ import annotations
 
 import time
@@ -21,9 +22,13 @@ def cancel(redis: Redis, job_id: int) -> dict[str, Any]:
     store = JobStore(redis)
     rec = store.get(job_id)
     if store.transition(
-        job_id, (Status.QUEUED.value,), status=Status.CANCELED.value, reason=Reason.CANCELED.value,
-        message="canceled while queued", ended_at=time.time(),
-    ):  # fmt: skip
+        job_id,
+        (Status.QUEUED.value,),
+        status=Status.CANCELED.value,
+        reason=Reason.CANCELED.value,
+        message="canceled while queued",
+        ended_at=time.time(),
+    ):
         rq_id = queues.rq_job_id(job_id, rec.get("attempt", 1))
         Queue(rec["queue"], connection=redis).remove(rq_id)
         try:
@@ -33,8 +38,10 @@ def cancel(redis: Redis, job_id: int) -> dict[str, Any]:
         return store.get(job_id)
     rec = store.get(job_id)
     if Status(rec["status"]).ended:
-        raise Conflict(f"job {job_id} already {rec['status']}; only queued or running jobs can be canceled",
-                       {"id": job_id, "status": rec["status"]})  # fmt: skip
+        raise Conflict(
+            f"job {job_id} already {rec['status']}; only queued or running jobs can be canceled",
+            {"id": job_id, "status": rec["status"]},
+        )
     store.request_stop(job_id, Reason.CANCELED.value)
     return store.get(job_id)
 

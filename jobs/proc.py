@@ -1,4 +1,5 @@
 """Starting gpudeck's own Python modules as child processes."""
+
 from __future__ import annotations
 
 import sys

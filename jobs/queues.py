@@ -1,4 +1,5 @@
 """RQ queues by GPU count and priority, and submitting a validated spec onto them."""
+
 from __future__ import annotations
 
 import hashlib
@@ -95,8 +96,9 @@ def submit_once(redis: Redis, body: Any, key: str, data_roots: tuple[Path, ...] 
             continue
         seen = json.loads(raw)
         if seen["body"] != digest:
-            raise Unprocessable("this Idempotency-Key was used with a different request body in the last 24 h",
-                                {"idempotency_key": key})  # fmt: skip
+            raise Unprocessable(
+                "this Idempotency-Key was used with a different request body in the last 24 h", {"idempotency_key": key}
+            )
         if "job_id" in seen:
             return JobStore(redis).get(seen["job_id"]), True
         time.sleep(0.05)  # the first request with this key is still being submitted

@@ -1,4 +1,5 @@
 """Finds jobs whose work-horse stopped beating (worker killed, host gone): worker_lost, then a retry."""
+
 from __future__ import annotations
 
 import logging
@@ -36,9 +37,13 @@ def reap(redis: Redis) -> list[int]:
                 log.warning("job %s: worker_lost, re-queued as attempt %d", job_id, attempt + 1)
                 lost.append(job_id)
         elif store.transition(
-            job_id, (Status.STARTING.value, Status.RUNNING.value), status=Status.FAILED.value,
-            reason=Reason.WORKER_LOST.value, message=message, ended_at=time.time(),
-        ):  # fmt: skip
+            job_id,
+            (Status.STARTING.value, Status.RUNNING.value),
+            status=Status.FAILED.value,
+            reason=Reason.WORKER_LOST.value,
+            message=message,
+            ended_at=time.time(),
+        ):
             log.warning("job %s: worker_lost, no retries left", job_id)
             lost.append(job_id)
     return lost
@@ -51,9 +56,13 @@ def requeue(redis: Redis, job_id: int, rec: dict, message: str) -> bool:
     store = JobStore(redis)
     attempt = rec.get("attempt", 1) + 1
     ok = store.transition(
-        job_id, (Status.STARTING.value, Status.RUNNING.value), status=Status.QUEUED.value, attempt=attempt,
-        reason=Reason.WORKER_LOST.value, message=f"{message}; retrying",
-    )  # fmt: skip
+        job_id,
+        (Status.STARTING.value, Status.RUNNING.value),
+        status=Status.QUEUED.value,
+        attempt=attempt,
+        reason=Reason.WORKER_LOST.value,
+        message=f"{message}; retrying",
+    )
     if ok:
         store.clear_stop(job_id)
         enqueue_attempt(Queue(rec["queue"], connection=redis), job_id, attempt, rec["spec"])

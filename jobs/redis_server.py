@@ -1,4 +1,5 @@
 """The embedded Redis of `gpudeck up` and of the tests: a real redis-server child process."""
+
 from __future__ import annotations
 
 import logging

@@ -1,4 +1,5 @@
 """Runs one job in a work-horse: a fresh training process, its output streamed to the job dir and Redis."""
+
 from __future__ import annotations
 
 import ctypes
@@ -125,9 +126,16 @@ class JobRun:
     def run(self) -> str:
         self.store.beat(self.job_id, self.ctx.name)
         started = self.store.transition(
-            self.job_id, (Status.QUEUED.value,), status=Status.STARTING.value, worker=self.ctx.name,
-            gpu_ids=self.ctx.gpu_ids, started_at=time.time(), reason=None, message=None, pid=None,
-        )  # fmt: skip
+            self.job_id,
+            (Status.QUEUED.value,),
+            status=Status.STARTING.value,
+            worker=self.ctx.name,
+            gpu_ids=self.ctx.gpu_ids,
+            started_at=time.time(),
+            reason=None,
+            message=None,
+            pid=None,
+        )
         rec = self.store.get(self.job_id)
         if not started:
             log.info("job %s is %s, not queued; skipping", self.job_id, rec["status"])
@@ -284,14 +292,20 @@ class JobRun:
                 # the trainer just saved, on whichever worker comes next (a restarted `gpudeck up` too).
                 if requeue(self.redis, self.job_id, rec, message):
                     self.store.update(self.job_id, log_tail=self.tail)
-                    log.warning("job %s: %s; queued again as attempt %d", self.job_id, message, rec.get("attempt", 1) + 1)
+                    log.warning(
+                        "job %s: %s; queued again as attempt %d", self.job_id, message, rec.get("attempt", 1) + 1
+                    )
                     return Status.QUEUED.value
         if status != Status.SUCCEEDED:
             log.warning("job %s %s: %s (%s)", self.job_id, status.value, reason.value if reason else "", message)
         self.store.transition(
-            self.job_id, (Status.STARTING.value, Status.RUNNING.value), status=status.value,
-            reason=reason.value if reason else None, message=message, **ended,
-        )  # fmt: skip
+            self.job_id,
+            (Status.STARTING.value, Status.RUNNING.value),
+            status=status.value,
+            reason=reason.value if reason else None,
+            message=message,
+            **ended,
+        )
         return status.value
 
     def _out_of_memory(self, returncode: int | None, oom_before: int | None) -> bool:

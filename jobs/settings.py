@@ -1,4 +1,5 @@
 """One Settings object per process, built from the environment once and passed down."""
+
 from __future__ import annotations
 
 import os
@@ -32,9 +33,7 @@ class Settings:
         env = os.environ if environ is None else environ
         home = Path(env.get("GPUDECK_HOME") or DEFAULT_HOME).expanduser().resolve()
         tokens = tuple(t.strip() for t in env.get("GPUDECK_TOKENS", "").split(",") if t.strip())
-        roots = tuple(
-            Path(p).expanduser().resolve() for p in env.get("GPUDECK_DATA_ROOTS", "").split(os.pathsep) if p
-        )
+        roots = tuple(Path(p).expanduser().resolve() for p in env.get("GPUDECK_DATA_ROOTS", "").split(os.pathsep) if p)
         return cls(
             home=home,
             redis_url=env.get("REDIS_URL") or None,

@@ -1,4 +1,5 @@
 """Job specs: every field validated before anything is queued; unknown fields refused by name."""
+
 from __future__ import annotations
 
 import os
@@ -61,16 +62,20 @@ def validate(body: Any, *, default_gpus: int, data_roots: tuple[Path, ...] = ())
         "gpus": lambda v: _int_in(v, 0, MAX_GPUS),
         "timeout": lambda v: _int_in(v, 1, 30 * 24 * 3600),
         "max_retries": lambda v: _int_in(v, 0, 10),
-        "workers": lambda v: None
-        if v == 1 and not isinstance(v, bool)
-        else f"must be 1 (multi-worker TF_CONFIG jobs are not supported yet), got {v!r}",
+        "workers": lambda v: (
+            None
+            if v == 1 and not isinstance(v, bool)
+            else f"must be 1 (multi-worker TF_CONFIG jobs are not supported yet), got {v!r}"
+        ),
         "priority": lambda v: None if v in PRIORITIES else f"must be one of {', '.join(PRIORITIES)}, got {v!r}",
-        "name": lambda v: None
-        if isinstance(v, str) and 0 < len(v) <= 200
-        else f"must be a string of 1 to 200 characters, got {v!r}",
-        "tags": lambda v: None
-        if isinstance(v, list) and len(v) <= 50 and all(isinstance(t, str) and 0 < len(t) <= 64 for t in v)
-        else "must be a list of at most 50 strings of 1 to 64 characters",
+        "name": lambda v: (
+            None if isinstance(v, str) and 0 < len(v) <= 200 else f"must be a string of 1 to 200 characters, got {v!r}"
+        ),
+        "tags": lambda v: (
+            None
+            if isinstance(v, list) and len(v) <= 50 and all(isinstance(t, str) and 0 < len(t) <= 64 for t in v)
+            else "must be a list of at most 50 strings of 1 to 64 characters"
+        ),
     }
     for key, check in checks.items():
         if key in body and body[key] is not None:

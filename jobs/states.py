@@ -1,4 +1,5 @@
 """Job states and failure reasons, as DESIGN.md names them."""
+
 from __future__ import annotations
 
 from enum import Enum

@@ -1,4 +1,5 @@
 """Jobs in Redis: records, the id counter, the newest-first index, and capped log/metric streams."""
+
 from __future__ import annotations
 
 import json

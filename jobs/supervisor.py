@@ -1,4 +1,5 @@
 """`gpudeck up`: Redis, the API and one worker per GPU as child processes; Ctrl-C stops them all."""
+
 from __future__ import annotations
 
 import logging
@@ -45,9 +46,13 @@ class Child:
         with open(self.log_path, "ab") as out:
             # Its own session: a Ctrl-C reaches only the supervisor, which stops things in order.
             self.proc = subprocess.Popen(
-                self.argv, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                env={**os.environ, **self.env}, start_new_session=True,
-            )  # fmt: skip
+                self.argv,
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL,
+                env={**os.environ, **self.env},
+                start_new_session=True,
+            )
 
     def alive(self) -> bool:
         return self.proc is not None and self.proc.poll() is None
@@ -64,9 +69,7 @@ class Child:
 class Stack:
     """The processes of one `gpudeck up`."""
 
-    def __init__(
-        self, settings: Settings, *, host: str, port: int, gpus: list[str] | None, cpu_workers: int | None
-    ):
+    def __init__(self, settings: Settings, *, host: str, port: int, gpus: list[str] | None, cpu_workers: int | None):
         self.settings = settings
         self.host, self.port = host, port
         self.redis: EmbeddedRedis | None = None
@@ -95,14 +98,22 @@ class Stack:
             self.redis_url = self.redis.start()
         env = {"REDIS_URL": self.redis_url, "GPUDECK_HOME": str(home)}
         py = python_module("tui.cli")
-        self.api = Child("api", [*py, "api", "--host", self.host, "--port", str(self.port)], self.logs_dir / "api.log", env=env)
+        self.api = Child(
+            "api", [*py, "api", "--host", self.host, "--port", str(self.port)], self.logs_dir / "api.log", env=env
+        )
         self.api.start()
         gpus = self.gpus if self.gpus is not None else [g["index"] for g in list_gpus()]
         for gpu in gpus:
-            self.workers.append(Child(f"worker gpu {gpu}", [*py, "worker", "--gpus", gpu], self.logs_dir / f"worker-gpu{gpu}.log", env=env))
+            self.workers.append(
+                Child(
+                    f"worker gpu {gpu}", [*py, "worker", "--gpus", gpu], self.logs_dir / f"worker-gpu{gpu}.log", env=env
+                )
+            )
         cpu = self.cpu_workers if self.cpu_workers is not None else (0 if gpus else 1)
         for i in range(cpu):
-            self.workers.append(Child(f"worker cpu {i}", [*py, "worker", "--cpu"], self.logs_dir / f"worker-cpu{i}.log", env=env))
+            self.workers.append(
+                Child(f"worker cpu {i}", [*py, "worker", "--cpu"], self.logs_dir / f"worker-cpu{i}.log", env=env)
+            )
         for w in self.workers:
             w.start()
         self._wait_api()
@@ -139,7 +150,9 @@ class Stack:
         assert self.api is not None
         while not self._stopping:
             if not self.api.alive():
-                log.error("the API exited (%s); stopping the stack. See %s", self.api.proc.returncode, self.api.log_path)
+                log.error(
+                    "the API exited (%s); stopping the stack. See %s", self.api.proc.returncode, self.api.log_path
+                )
                 return 1
             now = time.monotonic()
             for w in self.workers:
@@ -153,7 +166,9 @@ class Stack:
                     delay = RESTART_BACKOFF_S[min(w.deaths, len(RESTART_BACKOFF_S) - 1)]
                     w.deaths += 1
                     w.restart_at = now + delay
-                    log.warning("%s exited (%s); restarting in %ss", w.name, w.proc.returncode if w.proc else "?", delay)
+                    log.warning(
+                        "%s exited (%s); restarting in %ss", w.name, w.proc.returncode if w.proc else "?", delay
+                    )
                 elif now >= w.restart_at:
                     w.restart_at = None
                     w.start()
@@ -205,8 +220,14 @@ def _tail(path: Path, n: int = 20) -> str:
         return ""
 
 
-def up(settings: Settings, *, host: str = "127.0.0.1", port: int = 8686, gpus: list[str] | None = None,
-       cpu_workers: int | None = None) -> int:  # fmt: skip
+def up(
+    settings: Settings,
+    *,
+    host: str = "127.0.0.1",
+    port: int = 8686,
+    gpus: list[str] | None = None,
+    cpu_workers: int | None = None,
+) -> int:
     """Run the whole stack in the foreground until Ctrl-C or SIGTERM; returns an exit status."""
     stack = Stack(settings, host=host, port=port, gpus=gpus, cpu_workers=cpu_workers)
     signal.signal(signal.SIGINT, stack.request_stop)

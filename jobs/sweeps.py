@@ -1,4 +1,5 @@
 """Sweeps: a grid over spec fields (`model`, `params.lr`, …) expanded into one job per combination."""
+
 from __future__ import annotations
 
 import copy
@@ -56,21 +57,28 @@ def expand(base: Any, grid: Any) -> list[dict[str, Any]]:
 def create(redis: Redis, body: Any, data_roots=()) -> dict[str, Any]:
     """Validate every combination first (all or nothing), then submit one job each under a new sweep id."""
     if not isinstance(body, dict) or set(body) - {"base", "grid"}:
-        raise ValidationError({"body": "must be {\"base\": <job spec>, \"grid\": {field: [values]}}"})
+        raise ValidationError({"body": 'must be {"base": <job spec>, "grid": {field: [values]}}'})
     specs = expand(body.get("base"), body.get("grid"))
     for i, s in enumerate(specs):
         try:
             spec_mod.validate(s, default_gpus=0, data_roots=data_roots)
         except ValidationError as exc:
             combo = {k: _get(s, k) for k in body["grid"]}
-            raise ValidationError({f"combination {i + 1} {json.dumps(combo)}: {k}": v for k, v in exc.fields.items()}) from None
+            raise ValidationError(
+                {f"combination {i + 1} {json.dumps(combo)}: {k}": v for k, v in exc.fields.items()}
+            ) from None
     sweep_id = int(redis.incr("gpudeck:next_sweep_id"))
     jobs = []
     for s in specs:
         s = {**s, "tags": [*s.get("tags", []), f"sweep:{sweep_id}"]}
         jobs.append(queues.submit(redis, s, data_roots))
-    record = {"id": sweep_id, "grid": body["grid"], "base": body["base"], "job_ids": [j["id"] for j in jobs],
-              "created_at": time.time()}  # fmt: skip
+    record = {
+        "id": sweep_id,
+        "grid": body["grid"],
+        "base": body["base"],
+        "job_ids": [j["id"] for j in jobs],
+        "created_at": time.time(),
+    }
     redis.set(f"gpudeck:sweep:{sweep_id}", json.dumps(record))
     return {**record, "jobs": jobs}
 
@@ -91,15 +99,27 @@ def summary(redis: Redis, sweep_id: int) -> dict[str, Any]:
     for job_id in record["job_ids"]:
         rec = store.get(job_id)
         result = rec.get("result") or {}
-        rows.append({
-            "job_id": job_id, "status": rec["status"], "reason": rec.get("reason"),
-            **{k: _get(rec["spec"], k) for k in record["grid"]},
-            "test_accuracy": result.get("test_accuracy"), "test_loss": result.get("test_loss"),
-            "last_loss": (rec.get("metrics") or {}).get("loss"),
-        })  # fmt: skip
+        rows.append(
+            {
+                "job_id": job_id,
+                "status": rec["status"],
+                "reason": rec.get("reason"),
+                **{k: _get(rec["spec"], k) for k in record["grid"]},
+                "test_accuracy": result.get("test_accuracy"),
+                "test_loss": result.get("test_loss"),
+                "last_loss": (rec.get("metrics") or {}).get("loss"),
+            }
+        )
     rows.sort(key=lambda r: (r["test_accuracy"] is None, -(r["test_accuracy"] or 0.0), r["job_id"]))
     for rank, row in enumerate(rows, 1):
         row["rank"] = rank if row["test_accuracy"] is not None else None
     done = sum(r["status"] in ("succeeded", "failed", "canceled") for r in rows)
-    return {"id": sweep_id, "grid": record["grid"], "base": record["base"], "jobs": rows,
-            "ended": done, "total": len(rows), "best": rows[0] if rows and rows[0]["rank"] else None}  # fmt: skip
+    return {
+        "id": sweep_id,
+        "grid": record["grid"],
+        "base": record["base"],
+        "jobs": rows,
+        "ended": done,
+        "total": len(rows),
+        "best": rows[0] if rows and rows[0]["rank"] else None,
+    }

@@ -1,4 +1,5 @@
 """The RQ task: module-level and small; the work lives in jobs.runner."""
+
 from __future__ import annotations
 
 from jobs import runner

@@ -1,4 +1,5 @@
 """A job record as clients see it: times, elapsed, ETA and progress derived from the record."""
+
 from __future__ import annotations
 
 import time

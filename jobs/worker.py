@@ -1,4 +1,5 @@
 """`gpudeck worker`: an RQ worker pinned to its GPUs. The worker process never imports TensorFlow."""
+
 from __future__ import annotations
 
 import json
@@ -79,9 +80,13 @@ def on_horse_killed(job: Any, retpid: int, ret_val: int, rusage: Any) -> None:
         requeue(job.connection, job_id, rec, message)
     else:
         store.transition(
-            job_id, (Status.STARTING.value, Status.RUNNING.value), status=Status.FAILED.value,
-            reason=Reason.WORKER_LOST.value, message=message, ended_at=time.time(),
-        )  # fmt: skip
+            job_id,
+            (Status.STARTING.value, Status.RUNNING.value),
+            status=Status.FAILED.value,
+            reason=Reason.WORKER_LOST.value,
+            message=message,
+            ended_at=time.time(),
+        )
 
 
 def drain(redis: Redis, name: str) -> dict[str, Any]:
@@ -100,12 +105,19 @@ def describe(redis: Redis) -> list[dict[str, Any]]:
         raw = redis.get(info_key(w.name))
         info = json.loads(raw) if raw else {}
         current = job_id_of(w.get_current_job_id())
-        out.append({
-            "name": w.name, "host": info.get("host", w.hostname), "pid": w.pid, "gpus": info.get("gpus", []),
-            "queues": w.queue_names(), "state": w.get_state(), "job_id": current,
-            "draining": bool(redis.exists(drain_key(w.name))),
-            "last_heartbeat": w.last_heartbeat.isoformat() if w.last_heartbeat else None,
-        })  # fmt: skip
+        out.append(
+            {
+                "name": w.name,
+                "host": info.get("host", w.hostname),
+                "pid": w.pid,
+                "gpus": info.get("gpus", []),
+                "queues": w.queue_names(),
+                "state": w.get_state(),
+                "job_id": current,
+                "draining": bool(redis.exists(drain_key(w.name))),
+                "last_heartbeat": w.last_heartbeat.isoformat() if w.last_heartbeat else None,
+            }
+        )
     return out
 
 
@@ -135,7 +147,9 @@ def run(
     helpers = [Reaper(settings.redis_url), Sampler(settings.redis_url, host)]
     for helper in helpers:
         helper.start()
-    log.info("worker %s serving %s with CUDA_VISIBLE_DEVICES=%r", name, ", ".join(queues), os.environ["CUDA_VISIBLE_DEVICES"])
+    log.info(
+        "worker %s serving %s with CUDA_VISIBLE_DEVICES=%r", name, ", ".join(queues), os.environ["CUDA_VISIBLE_DEVICES"]
+    )
     try:
         worker.work(burst=burst, logging_level="INFO")
     finally:

@@ -1,4 +1,5 @@
 """Which models and datasets exist, without importing TensorFlow (the API serves this)."""
+
 from __future__ import annotations
 
 import re
@@ -85,14 +86,22 @@ def _slim() -> dict[str, ModelInfo]:
 
 MODELS: dict[str, ModelInfo] = {**_resnets(), **_slim()}
 
-ALIASES = {"resnet50": "resnet_v1_50", "resnet50_v2": "resnet_v2_50", "vgg16": "vgg_16", "vgg19": "vgg_19",
-           "inception3": "inception_v3", "mobilenet": "mobilenet_v1", "alexnet": "alexnet_v2"}  # fmt: skip
+ALIASES = {
+    "resnet50": "resnet_v1_50",
+    "resnet50_v2": "resnet_v2_50",
+    "vgg16": "vgg_16",
+    "vgg19": "vgg_19",
+    "inception3": "inception_v3",
+    "mobilenet": "mobilenet_v1",
+    "alexnet": "alexnet_v2",
+}
 """Names MLSteam and Keras users type, mapped to the slim names."""
 
 
 def model_info(name: str) -> ModelInfo | None:
     """The catalog entry for a model name or alias."""
     return MODELS.get(ALIASES.get(name, name))
+
 
 SYNTHETIC = re.compile(r"^synthetic(?::(\d+)x(\d+)x(\d+)(?::(\d+))?)?$")
 
@@ -108,7 +117,7 @@ class DatasetRef:
 
 
 def parse_dataset(value: Any) -> DatasetRef:
-    """Parse a job spec's dataset (`synthetic`, `synthetic:HxWxC[:K]`, or an absolute path); ValueError says what is wrong."""
+    """Parse a spec's dataset (`synthetic`, `synthetic:HxWxC[:K]`, an absolute path); ValueError says what is wrong."""
     if not isinstance(value, str) or not value:
         raise ValueError(f"must be a non-empty string, got {value!r}")
     if value.startswith("/"):

@@ -5,6 +5,7 @@ DST/validation.tfrecords (when SRC has a validation split), DST/eval.tfrecords, 
 (raw uint8 bytes, channels first as the script wrote them) and a `label` (int64), plus `height`,
 `width`, `depth` and a labels.txt, which the original script left out, so any image size reads back.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -42,9 +43,14 @@ def convert(src: str, dst: Path) -> dict[str, int]:
         with tf.io.TFRecordWriter(str(path)) as writer:
             for image, label in split.dataset().as_numpy_iterator():
                 feature = {
-                    "image": tf.train.Feature(bytes_list=tf.train.BytesList(value=[image.transpose(2, 0, 1).tobytes()])),
-                    "label": _int64(label), "height": _int64(h), "width": _int64(w), "depth": _int64(c),
-                }  # fmt: skip
+                    "image": tf.train.Feature(
+                        bytes_list=tf.train.BytesList(value=[image.transpose(2, 0, 1).tobytes()])
+                    ),
+                    "label": _int64(label),
+                    "height": _int64(h),
+                    "width": _int64(w),
+                    "depth": _int64(c),
+                }
                 writer.write(tf.train.Example(features=tf.train.Features(feature=feature)).SerializeToString())
                 n += 1
         counts[path.name] = n
@@ -56,8 +62,9 @@ def convert(src: str, dst: Path) -> dict[str, int]:
 
 def main(argv: list[str] | None = None) -> int:
     """Exit 0 on success, 2 when SRC is not a dataset gpudeck reads."""
-    parser = argparse.ArgumentParser(prog="python -m models.convert", description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)  # fmt: skip
+    parser = argparse.ArgumentParser(
+        prog="python -m models.convert", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("src", help="dataset file or folder (any format gpudeck reads), or synthetic[:HxWxC[:K]]")
     parser.add_argument("dst", type=Path, help="folder to write the TFRecords into")
     args = parser.parse_args(argv)

@@ -1,4 +1,5 @@
 """The training params a job spec may carry: types, bounds, defaults. Imports no TensorFlow."""
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -67,22 +68,43 @@ at evaluation too; the rest only in training."""
 RECIPES: dict[str, dict[str, Any]] = {
     # He et al. 2015, section 4.2: SGD 0.1, momentum 0.9, wd 1e-4, /10 at 32k and 48k of 64k steps, pad-crop-flip.
     "resnet-paper": {
-        "optimizer": "momentum", "lr": 0.1, "momentum": 0.9, "weight_decay": 1e-4, "batch_size": 128,
-        "schedule": "piecewise", "boundaries": [0.5, 0.75], "augment": "crop_flip",
+        "optimizer": "momentum",
+        "lr": 0.1,
+        "momentum": 0.9,
+        "weight_decay": 1e-4,
+        "batch_size": 128,
+        "schedule": "piecewise",
+        "boundaries": [0.5, 0.75],
+        "augment": "crop_flip",
     },
     # tensorflow/models tutorials/image/cifar10_estimator: wd 2e-4, pad-crop-flip, per-image standardization.
     "cifar10-estimator": {
-        "optimizer": "momentum", "lr": 0.1, "momentum": 0.9, "weight_decay": 2e-4, "batch_size": 128,
-        "schedule": "piecewise", "boundaries": [0.5, 0.75], "augment": "standard",
+        "optimizer": "momentum",
+        "lr": 0.1,
+        "momentum": 0.9,
+        "weight_decay": 2e-4,
+        "batch_size": 128,
+        "schedule": "piecewise",
+        "boundaries": [0.5, 0.75],
+        "augment": "standard",
     },
     # research/slim train_image_classifier.py defaults: RMSProp (decay 0.9, momentum 0.9, eps 1.0), lr 0.01
     # x0.94 every 2 epochs, label smoothing, moving average of weights, wd 4e-5.
     "slim": {
-        "optimizer": "rmsprop", "lr": 0.01, "momentum": 0.9, "epsilon": 1.0, "weight_decay": 4e-5, "batch_size": 32,
-        "schedule": "exponential", "decay_rate": 0.94, "decay_epochs": 2.0, "label_smoothing": 0.1,
-        "moving_average": 0.9999, "augment": "crop_flip+color",
+        "optimizer": "rmsprop",
+        "lr": 0.01,
+        "momentum": 0.9,
+        "epsilon": 1.0,
+        "weight_decay": 4e-5,
+        "batch_size": 32,
+        "schedule": "exponential",
+        "decay_rate": 0.94,
+        "decay_epochs": 2.0,
+        "label_smoothing": 0.1,
+        "moving_average": 0.9999,
+        "augment": "crop_flip+color",
     },
-}  # fmt: skip
+}
 
 
 def parse_augment(value: str) -> tuple[str, ...]:
@@ -104,6 +126,7 @@ def _check_boundaries(value: Any) -> str | None:
         return f"boundaries must be increasing, got {value!r}"
     return None
 
+
 PARAMS: dict[str, Param] = {
     "epochs": Param(int, None, "passes over the training set (give epochs or steps)", 1, 100_000),
     "steps": Param(int, None, "training steps (give epochs or steps)", 1, 100_000_000),
@@ -123,7 +146,9 @@ PARAMS: dict[str, Param] = {
     "warmup_epochs": Param(float, 0.0, "linear warmup from 0 before any schedule", 0, 10_000),
     "epsilon": Param(float, 1e-7, "optimizer epsilon (adam, adamw, rmsprop)", 0, 10),
     "label_smoothing": Param(float, 0.0, "label smoothing of the cross-entropy", 0, 0.5),
-    "moving_average": Param(float, 0.0, "decay of a moving average of weights used for evaluation; 0 = off", 0, 0.99999),
+    "moving_average": Param(
+        float, 0.0, "decay of a moving average of weights used for evaluation; 0 = off", 0, 0.99999
+    ),
     "mixed_precision": Param(bool, False, "float16 compute on GPU (bfloat16 on CPU), float32 weights"),
     "xla": Param(bool, False, "compile the training step with XLA"),
     "grad_accum": Param(int, 1, "accumulate gradients over this many batches per update", 1, 1024),

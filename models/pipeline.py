@@ -1,4 +1,5 @@
 """tf.data input pipelines: parallel decode, cache, shuffle, augment, resize, batch, prefetch."""
+
 from __future__ import annotations
 
 import logging
@@ -39,7 +40,9 @@ class Preprocess:
         x = tf.image.convert_image_dtype(images, tf.float32)
         n = tf.shape(x)[0]
         h, w, c = self.src_shape
-        if "crop" in self.parts:  # zero-pad then a random h x w window per image, as resize_with_crop_or_pad + random_crop
+        if (
+            "crop" in self.parts
+        ):  # zero-pad then a random h x w window per image, as resize_with_crop_or_pad + random_crop
             p = self.pad
             x = tf.pad(x, [[0, 0], [p, p], [p, p], [0, 0]])
             hp, wp = h + 2 * p, w + 2 * p

@@ -1,4 +1,5 @@
 """Where training reports go: the log, metrics.jsonl, TensorBoard, and the job engine's event pipe."""
+
 from __future__ import annotations
 
 import json
@@ -52,9 +53,7 @@ class Reporter:
 
         writer = self._writers.get(split)
         if writer is None:
-            writer = self._writers[split] = tf.summary.create_file_writer(
-                str(self.job_dir / "tensorboard" / split)
-            )
+            writer = self._writers[split] = tf.summary.create_file_writer(str(self.job_dir / "tensorboard" / split))
         with writer.as_default(step=int(point["step"])):
             for key, value in point.items():
                 if key in ("step", "epoch", "time") or not isinstance(value, (int, float)):

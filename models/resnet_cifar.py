@@ -1,4 +1,5 @@
 """CIFAR ResNets after He et al. 2015 (v1) and the pre-activation v2 of cifar10_estimator."""
+
 from __future__ import annotations
 
 import keras

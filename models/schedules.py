@@ -1,4 +1,5 @@
 """Learning-rate schedules: constant, piecewise (/10 at fractions), exponential (slim), cosine; linear warmup."""
+
 from __future__ import annotations
 
 import math
@@ -54,7 +55,12 @@ class Schedule(keras.optimizers.schedules.LearningRateSchedule):
 
     def get_config(self):
         return {
-            "lr": self.lr, "kind": self.kind, "total_steps": self.total_steps, "steps_per_epoch": self.steps_per_epoch,
-            "boundaries": self.boundaries, "decay_rate": self.decay_rate, "decay_epochs": self.decay_epochs,
+            "lr": self.lr,
+            "kind": self.kind,
+            "total_steps": self.total_steps,
+            "steps_per_epoch": self.steps_per_epoch,
+            "boundaries": self.boundaries,
+            "decay_rate": self.decay_rate,
+            "decay_epochs": self.decay_epochs,
             "warmup_steps": self.warmup_steps,
-        }  # fmt: skip
+        }

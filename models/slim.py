@@ -1,4 +1,5 @@
 """Slim classifiers by their nets_factory names: keras.applications where Keras has the net, else built here."""
+
 from __future__ import annotations
 
 import keras
@@ -66,8 +67,13 @@ class LocalResponseNorm(layers.Layer):
         return tf.nn.local_response_normalization(x, self.depth_radius, self.bias, self.alpha, self.beta)
 
     def get_config(self):
-        return {**super().get_config(), "depth_radius": self.depth_radius, "bias": self.bias,
-                "alpha": self.alpha, "beta": self.beta}  # fmt: skip
+        return {
+            **super().get_config(),
+            "depth_radius": self.depth_radius,
+            "bias": self.bias,
+            "alpha": self.alpha,
+            "beta": self.beta,
+        }
 
 
 def cifarnet(input_shape: tuple[int, int, int], num_classes: int, *, weight_decay: float = 0.0) -> keras.Model:
@@ -93,8 +99,9 @@ def alexnet_v2(input_shape: tuple[int, int, int], num_classes: int, *, weight_de
     reg = _l2(weight_decay)
 
     def conv(x, filters, size, name, strides=1, padding="same"):
-        return layers.Conv2D(filters, size, strides=strides, padding=padding, activation="relu",
-                             kernel_regularizer=reg, name=name)(x)  # fmt: skip
+        return layers.Conv2D(
+            filters, size, strides=strides, padding=padding, activation="relu", kernel_regularizer=reg, name=name
+        )(x)
 
     inputs = keras.Input(shape=input_shape, name="image")
     x = conv(inputs, 64, 11, "conv1", strides=4, padding="valid")

@@ -1,4 +1,5 @@
 """`python -m models.train --spec spec.json --job-dir DIR`: train one job spec, standalone or for a worker."""
+
 from __future__ import annotations
 
 import argparse

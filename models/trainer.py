@@ -3,6 +3,7 @@
 Keras 3 `fit` fails under MultiWorkerMirroredStrategy (keras#20585); a step run with `strategy.run` works
 under every strategy, so this one loop serves the default, Mirrored and MultiWorkerMirrored strategies.
 """
+
 from __future__ import annotations
 
 import json
@@ -114,8 +115,10 @@ class Trainer:
             "devices: CUDA_VISIBLE_DEVICES=%s GPUs=%s strategy=%s replicas=%d%s",
             os.environ.get("CUDA_VISIBLE_DEVICES", "<unset>"),
             [d.name for d in tf.config.list_physical_devices("GPU")],
-            type(strategy).__name__, replicas, f" task={self.task}" if self.task else "",
-        )  # fmt: skip
+            type(strategy).__name__,
+            replicas,
+            f" task={self.task}" if self.task else "",
+        )
         try:
             source = datasets.load(self.spec["dataset"], seed=self.seed)
         except datasets.DatasetError as exc:
@@ -125,8 +128,14 @@ class Trainer:
         assert info is not None  # models.train validated the name
         shape = target_shape(source.shape, info.min_size)
         if shape != source.shape:
-            log.info("resizing %dx%d images to %dx%d: %s takes at least %dx%d", *source.shape[:2], *shape[:2],
-                     info.name, info.min_size, info.min_size)  # fmt: skip
+            log.info(
+                "resizing %dx%d images to %dx%d: %s takes at least %dx%d",
+                *source.shape[:2],
+                *shape[:2],
+                info.name,
+                info.min_size,
+                info.min_size,
+            )
         batch = p["batch_size"]
         if batch % replicas:
             raise BadInput(f"batch_size {batch} does not split evenly across {replicas} replicas")
@@ -135,9 +144,15 @@ class Trainer:
         steps_per_epoch = source.train.size // batch
         total = p["steps"] if p["steps"] is not None else p["epochs"] * steps_per_epoch
         schedule = Schedule(
-            p["lr"], p["schedule"], total, steps_per_epoch, p["boundaries"], p["decay_rate"], p["decay_epochs"],
+            p["lr"],
+            p["schedule"],
+            total,
+            steps_per_epoch,
+            p["boundaries"],
+            p["decay_rate"],
+            p["decay_epochs"],
             round(p["warmup_epochs"] * steps_per_epoch),
-        )  # fmt: skip
+        )
         with strategy.scope():
             model = zoo.build(info.name, shape, source.num_classes, weight_decay=p["weight_decay"])
             optimizer = make_optimizer(p, schedule)
@@ -145,8 +160,13 @@ class Trainer:
                 optimizer = keras.optimizers.LossScaleOptimizer(optimizer)
             optimizer.build(model.trainable_variables)
             step_var = tf.Variable(0, dtype=tf.int64, trainable=False, name="global_step")
-        log.info("model %s: %s parameters, input %s, %s classes", model.name, f"{model.count_params():,}",
-                 "x".join(map(str, shape)), source.num_classes)  # fmt: skip
+        log.info(
+            "model %s: %s parameters, input %s, %s classes",
+            model.name,
+            f"{model.count_params():,}",
+            "x".join(map(str, shape)),
+            source.num_classes,
+        )
         pre = Preprocess(source, params_mod.parse_augment(p["augment"]), shape, p["seed"])
         return strategy, source, model, optimizer, step_var, pre, steps_per_epoch, total
 
@@ -218,9 +238,13 @@ class Trainer:
         reporter = Reporter(self.job_dir, enabled=self.chief)
         step = int(step_var.numpy())
         reporter.event(
-            "running", step=step, total_steps=total_steps, steps_per_epoch=steps_per_epoch,
-            epochs=total_steps / steps_per_epoch, pid=os.getpid(),
-        )  # fmt: skip
+            "running",
+            step=step,
+            total_steps=total_steps,
+            steps_per_epoch=steps_per_epoch,
+            epochs=total_steps / steps_per_epoch,
+            pid=os.getpid(),
+        )
         train_ds = train_dataset(source, pre, batch, p["seed"]).with_options(_shard_by_data())
         iterator = iter(strategy.experimental_distribute_dataset(train_ds))
         val_split = source.validation or source.test
@@ -240,25 +264,33 @@ class Trainer:
                     if window_step > 0 or step > log_every:  # the first window holds tracing time
                         train_images += images
                         train_time += elapsed
-                    reporter.point({
-                        "step": step,
-                        "epoch": round(step / steps_per_epoch, 4),
-                        "loss": float(sums["loss"].numpy()) / n,
-                        "accuracy": float(sums["correct"].numpy()) / (n * batch),
-                        "lr": float(f"{float(optimizer.learning_rate.numpy()):.6g}"),
-                        "images_per_sec": round(images / elapsed, 1) if elapsed > 0 else None,
-                        "time": round(time.time(), 3),
-                    })  # fmt: skip
+                    reporter.point(
+                        {
+                            "step": step,
+                            "epoch": round(step / steps_per_epoch, 4),
+                            "loss": float(sums["loss"].numpy()) / n,
+                            "accuracy": float(sums["correct"].numpy()) / (n * batch),
+                            "lr": float(f"{float(optimizer.learning_rate.numpy()):.6g}"),
+                            "images_per_sec": round(images / elapsed, 1) if elapsed > 0 else None,
+                            "time": round(time.time(), 3),
+                        }
+                    )
                     for v in sums.values():
                         v.assign(0.0)
                     window_start, window_step, paused = time.perf_counter(), step, 0.0
                 if step % steps_per_epoch == 0 or step == total_steps:
                     eval_start = time.perf_counter()
                     val = self._evaluate(strategy, model, val_split, pre, batch, classes)
-                    reporter.point({
-                        "step": step, "epoch": round(step / steps_per_epoch, 4),
-                        "val_loss": val["loss"], "val_accuracy": val["accuracy"], "time": round(time.time(), 3),
-                    }, split="validation")  # fmt: skip
+                    reporter.point(
+                        {
+                            "step": step,
+                            "epoch": round(step / steps_per_epoch, 4),
+                            "val_loss": val["loss"],
+                            "val_accuracy": val["accuracy"],
+                            "time": round(time.time(), 3),
+                        },
+                        split="validation",
+                    )
                     manager.save(checkpoint_number=step)
                     paused += time.perf_counter() - eval_start
         except Stopped:

@@ -1,4 +1,5 @@
 """Build any catalog model by name (imports TensorFlow through the builder's module)."""
+
 from __future__ import annotations
 
 import importlib

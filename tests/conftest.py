@@ -1,4 +1,5 @@
 """Shared fixtures: a real redis-server for the session, flushed per test; real worker and API processes."""
+
 from __future__ import annotations
 
 import os

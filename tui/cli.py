@@ -1,4 +1,5 @@
 """`gpudeck`: start the stack (`up`, `api`, `worker`) or talk to it over HTTP (`submit`, `ls`, ...)."""
+
 from __future__ import annotations
 
 import argparse
@@ -64,8 +65,9 @@ def cmd_worker(args: argparse.Namespace) -> int:
 
     _setup_logging()
     gpus = [] if args.cpu else [g.strip() for g in args.gpus.split(",") if g.strip()]
-    worker.run(_settings(), gpus, name=args.name, burst=args.burst, stop_grace_s=args.stop_grace,
-               max_memory=args.max_memory)  # fmt: skip
+    worker.run(
+        _settings(), gpus, name=args.name, burst=args.burst, stop_grace_s=args.stop_grace, max_memory=args.max_memory
+    )
     return EXIT_OK
 
 
@@ -164,7 +166,11 @@ def cmd_sweep(args: argparse.Namespace) -> int:
         print(f"gpudeck sweep: cannot read {args.file}: {exc}", file=sys.stderr)
         return EXIT_USAGE
     sweep = _client().sweep(body)
-    print(json.dumps(sweep, indent=2) if args.json else f"sweep {sweep['id']}: jobs {', '.join(str(i) for i in sweep['job_ids'])}")
+    print(
+        json.dumps(sweep, indent=2)
+        if args.json
+        else f"sweep {sweep['id']}: jobs {', '.join(str(i) for i in sweep['job_ids'])}"
+    )
     return EXIT_OK
 
 
@@ -207,7 +213,9 @@ def build_parser() -> argparse.ArgumentParser:
     g = p.add_mutually_exclusive_group()
     g.add_argument("--gpus", help="GPU indices this worker owns, e.g. 0 or 2,3")
     g.add_argument("--cpu", action="store_true", help="a CPU-only worker")
-    g.add_argument("--drain", metavar="NAME", help="ask worker NAME (see GET /api/v1/workers) to finish its job and exit")
+    g.add_argument(
+        "--drain", metavar="NAME", help="ask worker NAME (see GET /api/v1/workers) to finish its job and exit"
+    )
     p.add_argument("--name", help="worker name (default host.gpuN.pid)")
     p.add_argument("--burst", action="store_true", help="exit when the queues are empty")
     p.add_argument("--stop-grace", type=float, default=30.0, help="seconds between SIGTERM and SIGKILL on cancel (30)")
@@ -243,7 +251,7 @@ def build_parser() -> argparse.ArgumentParser:
             p.add_argument("--json", action="store_true")
         p.set_defaults(func=func)
 
-    p = sub.add_parser("sweep", help="submit a sweep: a JSON file {\"base\": spec, \"grid\": {field: [values]}}")
+    p = sub.add_parser("sweep", help='submit a sweep: a JSON file {"base": spec, "grid": {field: [values]}}')
     p.add_argument("file")
     p.add_argument("--json", action="store_true")
     p.set_defaults(func=cmd_sweep)

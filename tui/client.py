@@ -1,4 +1,5 @@
 """The REST client the CLI and the TUI share."""
+
 from __future__ import annotations
 
 from typing import Any

@@ -1,4 +1,5 @@
 """Dataset readers with format detection: CIFAR python/binary, TFRecords, image folders, IDX, synthetic."""
+
 from __future__ import annotations
 
 from pathlib import Path
@@ -9,8 +10,10 @@ from models.datasets.base import DatasetError, Source, Split, arrays_source
 
 __all__ = ["DatasetError", "Source", "Split", "arrays_source", "load", "open_path"]
 
-FORMATS = "CIFAR-10/100 python or binary (.tar.gz or extracted), cifar10_estimator or slim TFRecords, " \
+FORMATS = (
+    "CIFAR-10/100 python or binary (.tar.gz or extracted), cifar10_estimator or slim TFRecords, "
     "image folders (train/<class>/, test/<class>/), MNIST-style IDX files"
+)
 
 
 def open_path(path: Path) -> Source:

@@ -1,4 +1,5 @@
 """What every dataset reader returns: a Source of uint8 HWC images and int32 labels."""
+
 from __future__ import annotations
 
 from collections.abc import Callable

@@ -1,4 +1,5 @@
 """CIFAR-10/100 in their python (pickled batches) and binary versions, as .tar.gz or extracted."""
+
 from __future__ import annotations
 
 import io
@@ -16,7 +17,10 @@ RECORD = 32 * 32 * 3
 PY_DIRS = {"cifar-10-batches-py": "cifar10", "cifar-100-python": "cifar100"}
 BIN_DIRS = {"cifar-10-batches-bin": "cifar10", "cifar-100-binary": "cifar100"}
 LAYOUT = {
-    ("cifar10", "python"): (["data_batch_1", "data_batch_2", "data_batch_3", "data_batch_4", "data_batch_5"], ["test_batch"]),
+    ("cifar10", "python"): (
+        ["data_batch_1", "data_batch_2", "data_batch_3", "data_batch_4", "data_batch_5"],
+        ["test_batch"],
+    ),
     ("cifar100", "python"): (["train"], ["test"]),
     ("cifar10", "binary"): ([f"data_batch_{i}.bin" for i in range(1, 6)], ["test_batch.bin"]),
     ("cifar100", "binary"): (["train.bin"], ["test.bin"]),
@@ -68,7 +72,9 @@ def _binary_batch(data: bytes, name: str, variant: str) -> tuple[np.ndarray, np.
     label_bytes = 1 if variant == "cifar10" else 2  # CIFAR-100: coarse label, then fine label
     size = label_bytes + RECORD
     if not data or len(data) % size:
-        raise DatasetError(f"{name}: {len(data)} bytes is not a whole number of {size}-byte {variant} records (truncated?)")
+        raise DatasetError(
+            f"{name}: {len(data)} bytes is not a whole number of {size}-byte {variant} records (truncated?)"
+        )
     rec = np.frombuffer(data, np.uint8).reshape(-1, size)
     return rec[:, label_bytes:].reshape(-1, 3, 32, 32).transpose(0, 2, 3, 1), rec[:, label_bytes - 1].astype(np.int32)
 
@@ -113,7 +119,7 @@ def _build(read: Callable[[str], bytes | None], where: str, variant: str, versio
 
 def from_dir(path: Path) -> Source | None:
     """An extracted CIFAR dir (or its parent); None when `path` does not look like one."""
-    for sub, variant in {**PY_DIRS, **BIN_DIRS}.items():
+    for sub in {**PY_DIRS, **BIN_DIRS}:
         if (path / sub).is_dir():
             return from_dir(path / sub)
     for (variant, version), (train, _) in LAYOUT.items():

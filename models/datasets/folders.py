@@ -1,4 +1,5 @@
 """Image folders, MLSteam's format: `train/<class>/*.png|jpg`, `test/<class>/*` (optional `validation/`)."""
+
 from __future__ import annotations
 
 from pathlib import Path
@@ -77,7 +78,13 @@ def from_dir(path: Path) -> Source | None:
         return Split(len(paths), make=make)
 
     return Source(
-        name=path.name, format="image-folders", shape=shape, num_classes=len(classes),  # type: ignore[arg-type]
-        train=split_of("train"), test=split_of("test"), validation=split_of("validation"),  # type: ignore[arg-type]
-        class_names=classes, path=path,
-    )  # fmt: skip
+        name=path.name,
+        format="image-folders",
+        shape=shape,
+        num_classes=len(classes),  # type: ignore[arg-type]
+        train=split_of("train"),
+        test=split_of("test"),
+        validation=split_of("validation"),  # type: ignore[arg-type]
+        class_names=classes,
+        path=path,
+    )

@@ -1,4 +1,5 @@
 """MNIST-style IDX files: `train-images-idx3-ubyte[.gz]`, `train-labels-idx1-ubyte[.gz]`, `t10k-…`."""
+
 from __future__ import annotations
 
 import gzip
@@ -62,4 +63,6 @@ def from_dir(path: Path) -> Source | None:
             raise DatasetError(
                 f"{path}: {len(arrays[f'x_{split}'])} {split} images but {len(arrays[f'y_{split}'])} labels"
             )
-    return arrays_source(path.name or "idx", "idx", arrays["x_train"], arrays["y_train"], arrays["x_test"], arrays["y_test"], path=path)
+    return arrays_source(
+        path.name or "idx", "idx", arrays["x_train"], arrays["y_train"], arrays["x_test"], arrays["y_test"], path=path
+    )

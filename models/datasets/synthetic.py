@@ -1,4 +1,5 @@
 """`synthetic[:HxWxC[:K]]`: random images a model can still learn, for smoke tests."""
+
 from __future__ import annotations
 
 import numpy as np

@@ -1,5 +1,6 @@
 """TFRecords: cifar10_estimator's (`train/validation/eval.tfrecords`, `image` raw bytes, `label`) and
 slim's (`image/encoded` PNG/JPEG, `image/class/label`, `labels.txt`)."""
+
 from __future__ import annotations
 
 from pathlib import Path
@@ -50,11 +51,15 @@ def _estimator(path: Path) -> Source:
         raise DatasetError(f"{path}: expected eval.tfrecords beside train.tfrecords (cifar10_estimator's layout)")
     feats = _features(_first([files["train"]]), files["train"])
     if "image" not in feats or "label" not in feats:
-        raise DatasetError(f"{files['train']}: expected features 'image' (bytes) and 'label' (int64), found {sorted(feats)}")
+        raise DatasetError(
+            f"{files['train']}: expected features 'image' (bytes) and 'label' (int64), found {sorted(feats)}"
+        )
     dims = [feats[k].int64_list.value[0] if k in feats else d for k, d in (("height", 32), ("width", 32), ("depth", 3))]
     h, w, c = (int(d) for d in dims)
     if len(feats["image"].bytes_list.value[0]) != h * w * c:
-        raise DatasetError(f"{files['train']}: image holds {len(feats['image'].bytes_list.value[0])} bytes, expected {h}x{w}x{c}")
+        raise DatasetError(
+            f"{files['train']}: image holds {len(feats['image'].bytes_list.value[0])} bytes, expected {h}x{w}x{c}"
+        )
     spec = {"image": tf.io.FixedLenFeature([], tf.string), "label": tf.io.FixedLenFeature([], tf.int64)}
 
     def parse(raw):
@@ -66,19 +71,31 @@ def _estimator(path: Path) -> Source:
         if name not in files:
             return None
         f = files[name]
-        return Split(_count([f]), make=lambda: tf.data.TFRecordDataset(f).map(parse, num_parallel_calls=tf.data.AUTOTUNE))
+        return Split(
+            _count([f]), make=lambda: tf.data.TFRecordDataset(f).map(parse, num_parallel_calls=tf.data.AUTOTUNE)
+        )
 
     names = _label_names(path)
     if names:
         num_classes = len(names)
     else:  # the original script writes no label list: CIFAR-10 or CIFAR-100 by the labels seen
-        labels = [int(v) for raw in tf.data.TFRecordDataset(files["train"]).take(10_000)
-                  for v in _features(raw.numpy(), files["train"])["label"].int64_list.value]  # fmt: skip
+        labels = [
+            int(v)
+            for raw in tf.data.TFRecordDataset(files["train"]).take(10_000)
+            for v in _features(raw.numpy(), files["train"])["label"].int64_list.value
+        ]
         num_classes = 10 if max(labels) < 10 else 100
     return Source(
-        name=path.name, format="tfrecords-estimator", shape=(h, w, c), num_classes=num_classes,
-        train=split("train"), test=split("test"), validation=split("validation"), class_names=names, path=path,  # type: ignore[arg-type]
-    )  # fmt: skip
+        name=path.name,
+        format="tfrecords-estimator",
+        shape=(h, w, c),
+        num_classes=num_classes,
+        train=split("train"),
+        test=split("test"),
+        validation=split("validation"),
+        class_names=names,
+        path=path,  # type: ignore[arg-type]
+    )
 
 
 def _label_names(path: Path) -> list[str]:
@@ -95,11 +112,16 @@ def _slim(path: Path, by_split: dict[str, list[str]]) -> Source:
     first_file = by_split["train"][0]
     feats = _features(_first([first_file]), first_file)
     if "image/encoded" not in feats or "image/class/label" not in feats:
-        raise DatasetError(f"{first_file}: expected features image/encoded and image/class/label, found {sorted(feats)}")
+        raise DatasetError(
+            f"{first_file}: expected features image/encoded and image/class/label, found {sorted(feats)}"
+        )
     first = tf.io.decode_image(feats["image/encoded"].bytes_list.value[0], expand_animations=False)
     h, w, c = (int(d) for d in first.shape)
     names = _label_names(path)
-    spec = {"image/encoded": tf.io.FixedLenFeature([], tf.string), "image/class/label": tf.io.FixedLenFeature([], tf.int64)}
+    spec = {
+        "image/encoded": tf.io.FixedLenFeature([], tf.string),
+        "image/class/label": tf.io.FixedLenFeature([], tf.int64),
+    }
 
     def parse(raw):
         ex = tf.io.parse_single_example(raw, spec)
@@ -111,17 +133,31 @@ def _slim(path: Path, by_split: dict[str, list[str]]) -> Source:
         files = by_split.get(name)
         if not files:
             return None
-        return Split(_count(files), make=lambda: tf.data.TFRecordDataset(files, num_parallel_reads=tf.data.AUTOTUNE).map(parse, num_parallel_calls=tf.data.AUTOTUNE))
+        return Split(
+            _count(files),
+            make=lambda: tf.data.TFRecordDataset(files, num_parallel_reads=tf.data.AUTOTUNE).map(
+                parse, num_parallel_calls=tf.data.AUTOTUNE
+            ),
+        )
 
     num_classes = len(names)
     if not num_classes:
-        seen = [int(_features(raw.numpy(), first_file)["image/class/label"].int64_list.value[0])
-                for raw in tf.data.TFRecordDataset(by_split["train"]).take(10_000)]  # fmt: skip
+        seen = [
+            int(_features(raw.numpy(), first_file)["image/class/label"].int64_list.value[0])
+            for raw in tf.data.TFRecordDataset(by_split["train"]).take(10_000)
+        ]
         num_classes = max(seen) + 1
     return Source(
-        name=path.name, format="tfrecords-slim", shape=(h, w, c), num_classes=num_classes,
-        train=split("train"), test=split("test"), validation=split("validation"), class_names=names, path=path,  # type: ignore[arg-type]
-    )  # fmt: skip
+        name=path.name,
+        format="tfrecords-slim",
+        shape=(h, w, c),
+        num_classes=num_classes,
+        train=split("train"),
+        test=split("test"),
+        validation=split("validation"),
+        class_names=names,
+        path=path,  # type: ignore[arg-type]
+    )
 
 
 def from_dir(path: Path) -> Source | None:
@@ -138,7 +174,10 @@ def from_dir(path: Path) -> Source | None:
                 by_split.setdefault(split, []).append(str(f))
                 break
     if "train" not in by_split or ("test" not in by_split and "validation" not in by_split):
-        raise DatasetError(f"{path}: TFRecord files must have train and test (or validation) in their names, found {[f.name for f in files]}")
+        raise DatasetError(
+            f"{path}: TFRecord files must have train and test (or validation) in their names, "
+            f"found {[f.name for f in files]}"
+        )
     if "test" not in by_split:  # slim's ImageNet/flowers ship train and validation only
         by_split["test"] = by_split.pop("validation")
     return _slim(path, by_split)

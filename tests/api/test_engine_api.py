@@ -1,4 +1,5 @@
 """Idempotency, cancel of queued jobs, retry, sweeps: through Flask's test client on a real Redis."""
+
 import pytest
 from rq import Queue
 
@@ -29,7 +30,9 @@ def test_cancel_a_queued_job_takes_it_off_the_queue(client, redis):
     assert resp.status_code == 200 and resp.json["status"] == "canceled" and resp.json["reason"] == "canceled"
     assert Queue("cpu", connection=redis).count == 0
     again = client.post("/api/v1/jobs/1/cancel")
-    assert again.status_code == 409 and again.json["error"] == "conflict" and "already canceled" in again.json["message"]
+    assert (
+        again.status_code == 409 and again.json["error"] == "conflict" and "already canceled" in again.json["message"]
+    )
     assert client.post("/api/v1/jobs/7/cancel").status_code == 404
 
 
@@ -38,7 +41,11 @@ def test_retry_makes_a_new_job_of_an_ended_one(client):
     assert client.post("/api/v1/jobs/1/retry").status_code == 409  # still queued
     client.post("/api/v1/jobs/1/cancel")
     resp = client.post("/api/v1/jobs/1/retry")
-    assert resp.status_code == 201 and resp.json["id"] == 2 and resp.json["spec"] == client.get("/api/v1/jobs/1").json["spec"]
+    assert (
+        resp.status_code == 201
+        and resp.json["id"] == 2
+        and resp.json["spec"] == client.get("/api/v1/jobs/1").json["spec"]
+    )
 
 
 def test_sweep_expands_the_grid_into_one_job_each(client, redis):
@@ -55,13 +62,16 @@ def test_sweep_expands_the_grid_into_one_job_each(client, redis):
     assert {r["model"] for r in summary["jobs"]} == {"resnet20", "lenet"} and "params.lr" in summary["jobs"][0]
 
 
-@pytest.mark.parametrize("body, field", [
-    ({"base": GOOD, "grid": {"params.lr": []}}, "grid.params.lr"),
-    ({"base": GOOD, "grid": {"colour": [1]}}, "grid.colour"),
-    ({"base": GOOD, "grid": {"params": [1]}}, "grid.params"),
-    ({"base": GOOD, "grid": {}}, "grid"),
-    ({"base": GOOD, "grid": {"params.lr": list(range(1, 30)), "params.seed": list(range(30))}}, "grid"),
-])  # fmt: skip
+@pytest.mark.parametrize(
+    "body, field",
+    [
+        ({"base": GOOD, "grid": {"params.lr": []}}, "grid.params.lr"),
+        ({"base": GOOD, "grid": {"colour": [1]}}, "grid.colour"),
+        ({"base": GOOD, "grid": {"params": [1]}}, "grid.params"),
+        ({"base": GOOD, "grid": {}}, "grid"),
+        ({"base": GOOD, "grid": {"params.lr": list(range(1, 30)), "params.seed": list(range(30))}}, "grid"),
+    ],
+)
 def test_bad_sweeps_are_refused_by_field_and_create_nothing(client, redis, body, field):
     resp = client.post("/api/v1/sweeps", json=body)
     assert resp.status_code == 400 and field in resp.json["details"]["fields"]

@@ -1,4 +1,5 @@
 """POST/GET /api/v1/jobs through Flask's test client on a real Redis: ids, listing, bad input."""
+
 import pytest
 from rq import Queue
 
@@ -79,7 +80,12 @@ def test_body_that_is_not_json(client, redis):
 
 
 def test_unknown_job_is_404_everywhere(client):
-    for path in ("/api/v1/jobs/99", "/api/v1/jobs/99/logs", "/api/v1/jobs/99/metrics", "/api/v1/jobs/99/wait?timeout=0"):
+    for path in (
+        "/api/v1/jobs/99",
+        "/api/v1/jobs/99/logs",
+        "/api/v1/jobs/99/metrics",
+        "/api/v1/jobs/99/wait?timeout=0",
+    ):
         resp = client.get(path)
         assert resp.status_code == 404, path
         assert resp.json == {"error": "not_found", "message": "job 99 does not exist", "details": {"id": 99}}
@@ -87,8 +93,12 @@ def test_unknown_job_is_404_everywhere(client):
 
 def test_bad_query_arguments(client):
     client.post("/api/v1/jobs", json=GOOD)
-    for path, field in (("/api/v1/jobs?limit=x", "limit"), ("/api/v1/jobs?limit=0", "limit"),
-                        ("/api/v1/jobs/1/logs?offset=-1", "offset"), ("/api/v1/jobs/1/metrics?format=xml", "format")):
+    for path, field in (
+        ("/api/v1/jobs?limit=x", "limit"),
+        ("/api/v1/jobs?limit=0", "limit"),
+        ("/api/v1/jobs/1/logs?offset=-1", "offset"),
+        ("/api/v1/jobs/1/metrics?format=xml", "format"),
+    ):
         resp = client.get(path)
         assert resp.status_code == 400 and resp.json["details"]["field"] == field, path
 
@@ -174,13 +184,19 @@ def test_dataset_paths_only_under_data_roots(settings, redis, tmp_path):
     for bad in (str(tmp_path / "secret"), str(root / "escape"), f"{root}/../secret"):
         resp = client.post("/api/v1/jobs", json={**GOOD, "dataset": bad})
         assert resp.status_code == 400 and "not under GPUDECK_DATA_ROOTS" in resp.json["details"]["fields"]["dataset"]
-    resp = create_app({"SETTINGS": settings, "REDIS": redis}).test_client().post(
-        "/api/v1/jobs", json={**GOOD, "dataset": str(root / "cifar")})
+    resp = (
+        create_app({"SETTINGS": settings, "REDIS": redis})
+        .test_client()
+        .post("/api/v1/jobs", json={**GOOD, "dataset": str(root / "cifar")})
+    )
     assert resp.status_code == 400 and "no GPUDECK_DATA_ROOTS" in resp.json["message"]
 
 
 def test_aliases_and_recipes_are_accepted(client):
-    resp = client.post("/api/v1/jobs", json={"model": "resnet50", "dataset": "synthetic", "params": {"recipe": "slim", "augment": "crop_flip+color"}})
+    resp = client.post(
+        "/api/v1/jobs",
+        json={"model": "resnet50", "dataset": "synthetic", "params": {"recipe": "slim", "augment": "crop_flip+color"}},
+    )
     assert resp.status_code == 201
     resp = client.post("/api/v1/jobs", json={**GOOD, "params": {"augment": "crop_flip+blur", "recipe": "fast"}})
     fields = resp.json["details"]["fields"]

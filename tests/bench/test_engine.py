@@ -6,6 +6,7 @@ Run: make bench PYTEST_ARGS="-k engine"
 3. training images/s with log and metric streaming on (through a worker, a metric point every step)
    vs off (the same trainer run standalone, output to a file). Target overhead <= 3%.
 """
+
 import json
 import statistics
 import subprocess
@@ -38,8 +39,10 @@ def test_engine_submit_to_process_start_latency(client, worker, redis):
         lat.append(rec["spawned_at"] - rec["created_at"])
     lat.sort()
     p95 = lat[int(0.95 * len(lat)) - 1]
-    print(f"\nsubmit -> trainer process started over {len(lat)} jobs: p50 {statistics.median(lat) * 1000:.1f} ms, "
-          f"p95 {p95 * 1000:.1f} ms, max {lat[-1] * 1000:.1f} ms")
+    print(
+        f"\nsubmit -> trainer process started over {len(lat)} jobs: p50 {statistics.median(lat) * 1000:.1f} ms, "
+        f"p95 {p95 * 1000:.1f} ms, max {lat[-1] * 1000:.1f} ms"
+    )
 
 
 @pytest.mark.timeout(1800)
@@ -50,19 +53,31 @@ def test_engine_short_jobs_per_second(client, worker):
     for i in ids:
         wait(client, i)
     took = time.monotonic() - t0
-    print(f"\n{n} one-step jobs through one worker: {took:.1f} s, {n / took:.3f} jobs/s "
-          f"({took / n:.2f} s a job, mostly the trainer's TensorFlow start-up)")
+    print(
+        f"\n{n} one-step jobs through one worker: {took:.1f} s, {n / took:.3f} jobs/s "
+        f"({took / n:.2f} s a job, mostly the trainer's TensorFlow start-up)"
+    )
 
 
 @pytest.mark.timeout(1800)
 def test_engine_streaming_overhead(client, worker, tmp_path):
-    spec = {"model": "resnet20", "dataset": "synthetic", "params": {"steps": 150, "batch_size": 128, "log_every": 1, "seed": 0}}
+    spec = {
+        "model": "resnet20",
+        "dataset": "synthetic",
+        "params": {"steps": 150, "batch_size": 128, "log_every": 1, "seed": 0},
+    }
 
     def standalone(name):
         (tmp_path / f"{name}.json").write_text(json.dumps(spec))
         with open(tmp_path / f"{name}.log", "w") as out:
-            subprocess.run(python_module("models.train", "--spec", str(tmp_path / f"{name}.json"), "--job-dir", str(tmp_path / name)),
-                           stdout=out, stderr=subprocess.STDOUT, check=True)  # fmt: skip
+            subprocess.run(
+                python_module(
+                    "models.train", "--spec", str(tmp_path / f"{name}.json"), "--job-dir", str(tmp_path / name)
+                ),
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                check=True,
+            )
         return json.loads((tmp_path / name / "result.json").read_text())["images_per_sec"]
 
     def streamed():
@@ -73,5 +88,7 @@ def test_engine_streaming_overhead(client, worker, tmp_path):
 
     runs = [standalone("a"), streamed(), standalone("b"), streamed()]
     off, on = statistics.mean(runs[0::2]), statistics.mean(runs[1::2])
-    print(f"\nimages/s, a metric point every step: streaming off {off:.1f}, on {on:.1f}: overhead "
-          f"{(1 - on / off) * 100:.1f}% (runs {runs})")
+    print(
+        f"\nimages/s, a metric point every step: streaming off {off:.1f}, on {on:.1f}: overhead "
+        f"{(1 - on / off) * 100:.1f}% (runs {runs})"
+    )

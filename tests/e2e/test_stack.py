@@ -1,4 +1,5 @@
 """`gpudeck up` as a user runs it: stop within 10 s leaving no process, jobs survive a restart."""
+
 import json
 import subprocess
 import time
@@ -53,18 +54,41 @@ def test_stop_restart_and_the_cli(tmp_path, child_env):
         run = subprocess.run([*cli, "wait", str(job_id)], env=env, capture_output=True, text=True, timeout=120)
         assert run.returncode == 1 and "canceled" in run.stdout  # a canceled job fails a CI gate
         run = subprocess.run(
-            [*cli, "submit", "--model", "lenet", "--dataset", "synthetic:28x28x1", "--param", "steps=3",
-             "--param", "batch_size=8", "--wait", "--json"],
-            env=env, capture_output=True, text=True, timeout=180,
-        )  # fmt: skip
+            [
+                *cli,
+                "submit",
+                "--model",
+                "lenet",
+                "--dataset",
+                "synthetic:28x28x1",
+                "--param",
+                "steps=3",
+                "--param",
+                "batch_size=8",
+                "--wait",
+                "--json",
+            ],
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=180,
+        )
         assert run.returncode == 0, run.stderr
         assert json.loads(run.stdout)["status"] == "succeeded" and json.loads(run.stdout)["id"] == job_id + 1
         run = subprocess.run([*cli, "ls"], env=env, capture_output=True, text=True, timeout=60)
         lines = run.stdout.splitlines()
         assert lines[0].split()[:2] == ["ID", "STATUS"]
-        assert lines[1].split()[:2] == [str(job_id + 1), "succeeded"] and lines[2].split()[:2] == [str(job_id), "canceled"]
-        bad = subprocess.run([*cli, "submit", "--model", "resnet21", "--dataset", "synthetic"], env=env,
-                             capture_output=True, text=True, timeout=60)  # fmt: skip
+        assert lines[1].split()[:2] == [str(job_id + 1), "succeeded"] and lines[2].split()[:2] == [
+            str(job_id),
+            "canceled",
+        ]
+        bad = subprocess.run(
+            [*cli, "submit", "--model", "resnet21", "--dataset", "synthetic"],
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
         assert bad.returncode == 2 and "model: unknown model 'resnet21'" in bad.stderr
         assert stack.stop() < 10
     finally:
@@ -78,8 +102,11 @@ def test_a_second_up_on_a_taken_port_says_so(tmp_path, child_env):
     try:
         run = subprocess.run(
             python_module("tui.cli", "up", "--port", str(stack.port), "--home", str(tmp_path / "other")),
-            env=child_env, capture_output=True, text=True, timeout=60,
-        )  # fmt: skip
+            env=child_env,
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
         assert run.returncode == 2
         assert f"cannot listen on 127.0.0.1:{stack.port}" in run.stderr and "Traceback" not in run.stderr
     finally:

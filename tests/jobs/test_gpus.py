@@ -1,4 +1,5 @@
 """`nvidia-smi -L` parsing, against a FAKE nvidia-smi that prints the real format (no GPUs here)."""
+
 from jobs.gpus import list_gpus
 from tests.conftest import fake_nvidia_smi
 
@@ -18,7 +19,10 @@ def test_lists_gpus_from_nvidia_smi(tmp_path, monkeypatch):
 
 
 def test_no_gpus_when_nvidia_smi_fails_or_is_missing(tmp_path, monkeypatch):
-    fake_nvidia_smi(tmp_path / "bin", "echo 'NVIDIA-SMI has failed because it could not communicate with the NVIDIA driver.'\nexit 9\n")
+    fake_nvidia_smi(
+        tmp_path / "bin",
+        "echo 'NVIDIA-SMI has failed because it could not communicate with the NVIDIA driver.'\nexit 9\n",
+    )
     monkeypatch.setenv("PATH", str(tmp_path / "bin"))
     assert list_gpus() == []
     monkeypatch.setenv("PATH", str(tmp_path / "empty"))

@@ -1,4 +1,5 @@
 """The job lifecycle with real worker processes: cancel, timeout, worker death, OOM, drain, priorities, GPUs."""
+
 import json
 import os
 import signal
@@ -13,7 +14,11 @@ from tests.conftest import fake_nvidia_smi, pid_alive, wait_job
 
 pytestmark = pytest.mark.slow
 
-LONG = {"model": "resnet20", "dataset": "synthetic:16x16x3", "params": {"steps": 100000, "batch_size": 16, "log_every": 5}}
+LONG = {
+    "model": "resnet20",
+    "dataset": "synthetic:16x16x3",
+    "params": {"steps": 100000, "batch_size": 16, "log_every": 5},
+}
 TINY = {"model": "lenet", "dataset": "synthetic:28x28x1", "params": {"steps": 2, "batch_size": 8}}
 
 
@@ -91,7 +96,9 @@ def test_kill_9_of_worker_and_horse_is_worker_lost_then_resumed(client, spawn, c
 def test_an_out_of_memory_trainer_is_oom_and_a_killed_one_exit_nonzero(client, spawn, child_env, redis):
     spawn("worker", "--cpu", "--max-memory", "3G", env=child_env)
     # 2048 images of 512x512x3 plus their noise need ~5 GB: more than the worker lets a trainer have
-    oom = client.post("/api/v1/jobs", json={"model": "lenet", "dataset": "synthetic:512x512x3", "params": {"steps": 1}}).json["id"]
+    oom = client.post(
+        "/api/v1/jobs", json={"model": "lenet", "dataset": "synthetic:512x512x3", "params": {"steps": 1}}
+    ).json["id"]
     job, _ = wait_job(client, oom, timeout=120)
     assert job["status"] == "failed" and job["reason"] == "oom", job
     assert any("MemoryError" in line for line in job["log_tail"])
@@ -184,7 +191,9 @@ def test_rq_info_shows_gpudecks_queues_and_workers(client, worker, settings):
 
 def test_sweep_summary_ranks_finished_jobs_by_test_accuracy(client, worker):
     grid = {"params.lr": [0.2, 0.0], "params.seed": [1]}
-    sweep = client.post("/api/v1/sweeps", json={"base": {**TINY, "params": {"steps": 6, "batch_size": 8}}, "grid": grid}).json
+    sweep = client.post(
+        "/api/v1/sweeps", json={"base": {**TINY, "params": {"steps": 6, "batch_size": 8}}, "grid": grid}
+    ).json
     for i in sweep["job_ids"]:
         assert wait_job(client, i)[0]["status"] == "succeeded"
     summary = client.get(f"/api/v1/sweeps/{sweep['id']}").json

@@ -1,4 +1,5 @@
 """The nvidia-smi CSV parser on real-format output, [N/A] and [Not Supported] included."""
+
 from jobs.gpus import APP_FIELDS, GPU_FIELDS, parse_csv
 
 GPU_CSV = """\
@@ -14,18 +15,28 @@ APPS_CSV = """\
 def test_gpu_rows():
     rows = parse_csv(GPU_CSV, GPU_FIELDS)
     assert rows[0] == {
-        "index": 0, "uuid": "GPU-5e1d2c3a-1111-2222-3333-444455556666", "name": "NVIDIA H100 80GB HBM3",
-        "utilization": 87, "memory_used_mib": 40321, "memory_total_mib": 81559, "temperature_c": 61,
-        "power_draw_w": 512.34, "power_limit_w": 700.0,
-    }  # fmt: skip
+        "index": 0,
+        "uuid": "GPU-5e1d2c3a-1111-2222-3333-444455556666",
+        "name": "NVIDIA H100 80GB HBM3",
+        "utilization": 87,
+        "memory_used_mib": 40321,
+        "memory_total_mib": 81559,
+        "temperature_c": 61,
+        "power_draw_w": 512.34,
+        "power_limit_w": 700.0,
+    }
     assert rows[1]["temperature_c"] is None and rows[1]["power_draw_w"] is None and rows[1]["power_limit_w"] is None
     assert rows[1]["memory_total_mib"] == 24576
 
 
 def test_app_rows_and_unavailable_memory():
     rows = parse_csv(APPS_CSV, APP_FIELDS)
-    assert rows[0] == {"pid": 4242, "name": "/usr/bin/python3", "used_memory_mib": 40000,
-                       "gpu_uuid": "GPU-5e1d2c3a-1111-2222-3333-444455556666"}  # fmt: skip
+    assert rows[0] == {
+        "pid": 4242,
+        "name": "/usr/bin/python3",
+        "used_memory_mib": 40000,
+        "gpu_uuid": "GPU-5e1d2c3a-1111-2222-3333-444455556666",
+    }
     assert rows[1]["used_memory_mib"] is None
 
 

@@ -1,4 +1,5 @@
 """Spec normalization and queue routing."""
+
 import pytest
 
 from jobs import queues, spec
@@ -8,9 +9,17 @@ from jobs.errors import ValidationError
 def test_defaults_are_filled_in():
     s = spec.validate({"model": "lenet", "dataset": "synthetic:28x28x1"}, default_gpus=1)
     assert s == {
-        "model": "lenet", "dataset": "synthetic:28x28x1", "params": {}, "gpus": 1, "name": "lenet", "tags": [],
-        "priority": "normal", "timeout": None, "max_retries": 1, "workers": 1,
-    }  # fmt: skip
+        "model": "lenet",
+        "dataset": "synthetic:28x28x1",
+        "params": {},
+        "gpus": 1,
+        "name": "lenet",
+        "tags": [],
+        "priority": "normal",
+        "timeout": None,
+        "max_retries": 1,
+        "workers": 1,
+    }
 
 
 def test_every_bad_field_is_reported_at_once():

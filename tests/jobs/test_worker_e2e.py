@@ -1,5 +1,7 @@
 """A real worker process runs real (tiny) training jobs submitted through the API."""
+
 import json
+from pathlib import Path
 
 import pytest
 
@@ -20,6 +22,9 @@ def test_job_goes_queued_to_succeeded_with_logs_metrics_and_job_dir(client, work
     assert job["metrics"]["step"] == 8 and job["metrics"]["loss"] > 0
     assert set(job["result"]) >= {"test_accuracy", "test_top5", "test_loss", "steps", "epochs", "images_per_sec"}
     assert job["worker"].endswith(".cpu." + str(worker.proc.pid)) and job["gpu_ids"] == []
+    # The worker itself never loaded TensorFlow: only the trainer process did, and it is gone.
+    maps = Path(f"/proc/{worker.proc.pid}/maps").read_text()
+    assert "tensorflow" not in maps and "libtensorflow" not in maps
     assert job["elapsed_s"] > 0 and job["eta_s"] == 0
 
     metrics = client.get(f"/api/v1/jobs/{job_id}/metrics").json
@@ -40,7 +45,9 @@ def test_job_goes_queued_to_succeeded_with_logs_metrics_and_job_dir(client, work
     job_dir = settings.job_dir(job_id)
     assert json.loads((job_dir / "spec.json").read_text())["model"] == "resnet20"
     assert (job_dir / "log.txt").read_text().splitlines() == logs.text.splitlines()
-    assert len((job_dir / "metrics.jsonl").read_text().splitlines()) == len(metrics["train"]) + len(metrics["validation"])
+    assert len((job_dir / "metrics.jsonl").read_text().splitlines()) == len(metrics["train"]) + len(
+        metrics["validation"]
+    )
     assert list((job_dir / "tensorboard").rglob("events.out.tfevents.*"))
     assert (job_dir / "result.json").exists() and (job_dir / "model.keras").exists()
 

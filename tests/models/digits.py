@@ -1,4 +1,5 @@
 """scikit-learn's bundled 8x8 digits (no download), upscaled to 32x32x3 and written as a CIFAR-10 binary archive."""
+
 from __future__ import annotations
 
 from pathlib import Path
@@ -12,9 +13,9 @@ def digits_arrays(seed: int = 0):
     from sklearn.datasets import load_digits
 
     d = load_digits()
-    x = (d.images * (255.0 / 16.0)).round().astype(np.uint8)           # (1797, 8, 8), 0..255
-    x = np.repeat(np.repeat(x, 4, axis=1), 4, axis=2)                   # 32x32, nearest neighbour
-    x = np.repeat(x[..., None], 3, axis=3)                              # 3 channels
+    x = (d.images * (255.0 / 16.0)).round().astype(np.uint8)  # (1797, 8, 8), 0..255
+    x = np.repeat(np.repeat(x, 4, axis=1), 4, axis=2)  # 32x32, nearest neighbour
+    x = np.repeat(x[..., None], 3, axis=3)  # 3 channels
     y = d.target.astype(np.int32)
     order = np.random.default_rng(seed).permutation(len(x))
     x, y = x[order], y[order]

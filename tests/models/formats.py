@@ -1,4 +1,5 @@
 """Write small datasets in the real on-disk formats (what the reference scripts and archives contain)."""
+
 from __future__ import annotations
 
 import gzip
@@ -28,26 +29,37 @@ def cifar_python(root: Path, train, test, variant="cifar10", tar: bool = False) 
     if variant == "cifar10":
         xs, ys = np.array_split(train[0], 5), np.array_split(train[1], 5)
         for i, (x, y) in enumerate(zip(xs, ys), 1):
-            files[f"data_batch_{i}"] = pickle.dumps({b"batch_label": b"x", label_key: y.tolist(), b"data": _chw_rows(x)})
+            files[f"data_batch_{i}"] = pickle.dumps(
+                {b"batch_label": b"x", label_key: y.tolist(), b"data": _chw_rows(x)}
+            )
         files["batches.meta"] = pickle.dumps({b"label_names": [f"class{i}".encode() for i in range(10)]})
         files["test_batch"] = pickle.dumps({label_key: test[1].tolist(), b"data": _chw_rows(test[0])})
     else:
-        files["train"] = pickle.dumps({label_key: train[1].tolist(), b"coarse_labels": [0] * len(train[1]), b"data": _chw_rows(train[0])})
-        files["test"] = pickle.dumps({label_key: test[1].tolist(), b"coarse_labels": [0] * len(test[1]), b"data": _chw_rows(test[0])})
+        files["train"] = pickle.dumps(
+            {label_key: train[1].tolist(), b"coarse_labels": [0] * len(train[1]), b"data": _chw_rows(train[0])}
+        )
+        files["test"] = pickle.dumps(
+            {label_key: test[1].tolist(), b"coarse_labels": [0] * len(test[1]), b"data": _chw_rows(test[0])}
+        )
         files["meta"] = pickle.dumps({b"fine_label_names": [f"c{i}".encode() for i in range(100)]})
     return _emit(root, sub, files, tar, "cifar-10-python.tar.gz" if variant == "cifar10" else "cifar-100-python.tar.gz")
 
 
 def cifar_binary(root: Path, train, test, variant="cifar10", tar: bool = False) -> Path:
     """cifar-10-batches-bin/data_batch_N.bin (label byte + 3072) or cifar-100-binary/train.bin (coarse, fine + 3072)."""
+
     def records(x, y):
-        labels = y[:, None].astype(np.uint8) if variant == "cifar10" else np.stack([np.zeros_like(y), y], 1).astype(np.uint8)
+        labels = (
+            y[:, None].astype(np.uint8) if variant == "cifar10" else np.stack([np.zeros_like(y), y], 1).astype(np.uint8)
+        )
         return np.concatenate([labels, _chw_rows(x)], 1).tobytes()
 
     if variant == "cifar10":
         sub = "cifar-10-batches-bin"
-        files = {f"data_batch_{i}.bin": records(x, y)
-                 for i, (x, y) in enumerate(zip(np.array_split(train[0], 5), np.array_split(train[1], 5)), 1)}  # fmt: skip
+        files = {
+            f"data_batch_{i}.bin": records(x, y)
+            for i, (x, y) in enumerate(zip(np.array_split(train[0], 5), np.array_split(train[1], 5)), 1)
+        }
         files["test_batch.bin"] = records(*test)
         files["batches.meta.txt"] = "".join(f"class{i}\n" for i in range(10)).encode()
     else:
@@ -77,7 +89,11 @@ def idx(root: Path, train, test, gz: bool = True) -> Path:
     root.mkdir(parents=True, exist_ok=True)
     for prefix, (x, y) in (("train", train), ("t10k", test)):
         for kind, arr in (("images-idx3", x[..., 0] if x.ndim == 4 else x), ("labels-idx1", y.astype(np.uint8))):
-            data = struct.pack(">HBB", 0, 0x08, arr.ndim) + struct.pack(f">{arr.ndim}I", *arr.shape) + arr.astype(np.uint8).tobytes()
+            data = (
+                struct.pack(">HBB", 0, 0x08, arr.ndim)
+                + struct.pack(f">{arr.ndim}I", *arr.shape)
+                + arr.astype(np.uint8).tobytes()
+            )
             name = f"{prefix}-{kind}-ubyte"
             if gz:
                 (root / f"{name}.gz").write_bytes(gzip.compress(data))
@@ -112,16 +128,21 @@ def estimator_tfrecords(root: Path, train, test, validation=None) -> Path:
             continue
         with tf.io.TFRecordWriter(str(root / f"{name}.tfrecords")) as w:
             for row, label in zip(_chw_rows(split[0]), split[1]):
-                ex = tf.train.Example(features=tf.train.Features(feature={
-                    "image": tf.train.Feature(bytes_list=tf.train.BytesList(value=[row.tobytes()])),
-                    "label": tf.train.Feature(int64_list=tf.train.Int64List(value=[int(label)])),
-                }))  # fmt: skip
+                ex = tf.train.Example(
+                    features=tf.train.Features(
+                        feature={
+                            "image": tf.train.Feature(bytes_list=tf.train.BytesList(value=[row.tobytes()])),
+                            "label": tf.train.Feature(int64_list=tf.train.Int64List(value=[int(label)])),
+                        }
+                    )
+                )
                 w.write(ex.SerializeToString())
     return root
 
 
 def slim_tfrecords(root: Path, train, test, names=("airplane", "automobile", "bird")) -> Path:
-    """What slim's download_and_convert_cifar10.py writes: image/encoded PNG, image/format, image/class/label, labels.txt."""
+    """What slim's download_and_convert_cifar10.py writes: image/encoded PNG, image/format, image/class/label,
+    and labels.txt."""
     import tensorflow as tf
 
     root.mkdir(parents=True, exist_ok=True)

@@ -1,4 +1,5 @@
 """The baseline a user would write: load the same arrays, the same model, compile, model.fit, evaluate."""
+
 import json
 import sys
 
@@ -8,14 +9,23 @@ import numpy as np
 from models import zoo
 from models.datasets import load
 
-dataset, model_name, epochs, batch, lr = sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4]), float(sys.argv[5])
+dataset, model_name, epochs, batch, lr = (
+    sys.argv[1],
+    sys.argv[2],
+    int(sys.argv[3]),
+    int(sys.argv[4]),
+    float(sys.argv[5]),
+)
 keras.utils.set_random_seed(0)
 src = load(dataset)
 x_train, y_train = (np.stack(a) for a in zip(*src.train.dataset().as_numpy_iterator()))
 x_test, y_test = (np.stack(a) for a in zip(*src.test.dataset().as_numpy_iterator()))
 model = zoo.build(model_name, src.shape, src.num_classes)
-model.compile(optimizer=keras.optimizers.SGD(lr, momentum=0.9),
-              loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True), metrics=["accuracy"])
+model.compile(
+    optimizer=keras.optimizers.SGD(lr, momentum=0.9),
+    loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True),
+    metrics=["accuracy"],
+)
 model.fit(x_train / 255.0, y_train, batch_size=batch, epochs=epochs, shuffle=True, verbose=0)
 loss, acc = model.evaluate(x_test / 255.0, y_test, verbose=0)
 print(json.dumps({"test_accuracy": acc, "test_loss": loss}))

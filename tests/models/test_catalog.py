@@ -1,12 +1,20 @@
 """The catalog the API serves matches what the builders build."""
+
 import pytest
 
 from models import zoo
 from models.catalog import ALIASES, MODELS, model_info
 
 # keras.applications' published counts (ImageNet, 1000 classes) and slim's nets.
-PUBLISHED = {"vgg_16": 138_357_544, "vgg_19": 143_667_240, "resnet_v1_50": 25_636_712, "resnet_v2_50": 25_613_800,
-             "inception_v3": 23_851_784, "mobilenet_v1": 4_253_864, "mobilenet_v2": 3_538_984}  # fmt: skip
+PUBLISHED = {
+    "vgg_16": 138_357_544,
+    "vgg_19": 143_667_240,
+    "resnet_v1_50": 25_636_712,
+    "resnet_v2_50": 25_613_800,
+    "inception_v3": 23_851_784,
+    "mobilenet_v1": 4_253_864,
+    "mobilenet_v2": 3_538_984,
+}
 
 pytestmark = pytest.mark.slow
 

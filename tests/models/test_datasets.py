@@ -1,4 +1,5 @@
 """Every dataset format, written for real by the tests, read back; damaged files refused by name."""
+
 import pickle
 
 import numpy as np
@@ -22,7 +23,9 @@ TRAIN, TEST = formats.images(10), formats.images(4, seed=1)
 
 
 @pytest.mark.parametrize("tar", [False, True])
-@pytest.mark.parametrize("writer, fmt", [(formats.cifar_python, "cifar-python"), (formats.cifar_binary, "cifar-binary")])
+@pytest.mark.parametrize(
+    "writer, fmt", [(formats.cifar_python, "cifar-python"), (formats.cifar_binary, "cifar-binary")]
+)
 def test_cifar10_both_versions_as_archive_or_extracted(tmp_path, writer, fmt, tar):
     path = writer(tmp_path, TRAIN, TEST, "cifar10", tar=tar)
     src = open_path(path)
@@ -95,16 +98,24 @@ def test_convert_writes_tfrecords_that_read_back(tmp_path):
 
     train, test = formats.images(7, (28, 28, 1)), formats.images(3, (28, 28, 1), seed=3)
     formats.idx(tmp_path / "mnist", train, test)
-    run = subprocess.run(python_module("models.convert", str(tmp_path / "mnist"), str(tmp_path / "out")),
-                         capture_output=True, text=True, timeout=120)  # fmt: skip
+    run = subprocess.run(
+        python_module("models.convert", str(tmp_path / "mnist"), str(tmp_path / "out")),
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert run.returncode == 0, run.stderr
     assert sorted(p.name for p in (tmp_path / "out").iterdir()) == ["eval.tfrecords", "labels.txt", "train.tfrecords"]
     src = open_path(tmp_path / "out")
     assert src.format == "tfrecords-estimator" and src.shape == (28, 28, 1)
     same(src.train, train)
     same(src.test, test)
-    bad = subprocess.run(python_module("models.convert", str(tmp_path / "nowhere"), str(tmp_path / "o2")),
-                         capture_output=True, text=True, timeout=120)  # fmt: skip
+    bad = subprocess.run(
+        python_module("models.convert", str(tmp_path / "nowhere"), str(tmp_path / "o2")),
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert bad.returncode == 2 and "no such file or directory" in bad.stdout
 
 
@@ -140,7 +151,9 @@ def test_a_pickle_that_would_run_code_is_refused(tmp_path):
             return (print, ("owned",))
 
     (d / "data_batch_2").write_bytes(pickle.dumps({b"data": Evil(), b"labels": []}))
-    with pytest.raises(DatasetError, match="data_batch_2: not a readable CIFAR python batch.*refusing to load builtins.print"):
+    with pytest.raises(
+        DatasetError, match="data_batch_2: not a readable CIFAR python batch.*refusing to load builtins.print"
+    ):
         open_path(d)
 
 

@@ -1,7 +1,9 @@
 """Training params: every problem named by field."""
+
+import pytest
+
 from models import params
 from models.catalog import parse_dataset
-import pytest
 
 
 def test_valid_params_have_no_problems():

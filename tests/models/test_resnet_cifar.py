@@ -1,4 +1,5 @@
 """CIFAR ResNets: parameter counts of He et al. 2015 (Table 6) and output shapes."""
+
 import pytest
 
 from models import zoo

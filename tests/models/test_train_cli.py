@@ -1,4 +1,5 @@
 """`python -m models.train` on its own: the job dir it writes, bad input, resume."""
+
 import json
 import subprocess
 
@@ -14,8 +15,10 @@ def train(tmp_path, spec, job_dir):
     spec_file.write_text(json.dumps(spec))
     return subprocess.run(
         python_module("models.train", "--spec", str(spec_file), "--job-dir", str(job_dir)),
-        capture_output=True, text=True, timeout=240,
-    )  # fmt: skip
+        capture_output=True,
+        text=True,
+        timeout=240,
+    )
 
 
 def points(job_dir):
@@ -24,7 +27,11 @@ def points(job_dir):
 
 def test_train_writes_the_job_dir_and_resumes(tmp_path):
     job_dir = tmp_path / "job"
-    spec = {"model": "resnet20", "dataset": "synthetic:16x16x3:4", "params": {"steps": 6, "batch_size": 16, "log_every": 2, "seed": 1}}
+    spec = {
+        "model": "resnet20",
+        "dataset": "synthetic:16x16x3:4",
+        "params": {"steps": 6, "batch_size": 16, "log_every": 2, "seed": 1},
+    }
     run = train(tmp_path, spec, job_dir)
     assert run.returncode == 0, run.stdout[-3000:]
     train_points = [p for p in points(job_dir) if "loss" in p]
@@ -49,7 +56,11 @@ def test_train_writes_the_job_dir_and_resumes(tmp_path):
 
 
 def test_bad_input_exits_2_and_says_why(tmp_path):
-    run = train(tmp_path, {"model": "resnet20", "dataset": "synthetic", "params": {"batch_size": 4096, "steps": 1}}, tmp_path / "j")
+    run = train(
+        tmp_path,
+        {"model": "resnet20", "dataset": "synthetic", "params": {"batch_size": 4096, "steps": 1}},
+        tmp_path / "j",
+    )
     assert run.returncode == 2
     assert "batch_size 4096 is larger than the training set (2048 images)" in run.stdout
     run = train(tmp_path, {"model": "nope", "dataset": "synthetic"}, tmp_path / "j2")

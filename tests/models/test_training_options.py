@@ -1,4 +1,5 @@
 """Schedules, recipes, augmentation and the training switches (mixed precision, XLA, accumulation, remat)."""
+
 import json
 import signal
 import subprocess
@@ -84,9 +85,22 @@ def _run(tmp_path, spec, job="job", wait=True):
 
 @pytest.mark.slow
 def test_every_switch_at_once_trains(tmp_path):
-    spec = {"model": "resnet20_v2", "dataset": "synthetic:16x16x3:4", "params": {
-        "steps": 4, "batch_size": 8, "recipe": "slim", "augment": "standard+color", "mixed_precision": True,
-        "xla": True, "grad_accum": 2, "remat": True, "schedule": "cosine", "warmup_epochs": 0.01}}  # fmt: skip
+    spec = {
+        "model": "resnet20_v2",
+        "dataset": "synthetic:16x16x3:4",
+        "params": {
+            "steps": 4,
+            "batch_size": 8,
+            "recipe": "slim",
+            "augment": "standard+color",
+            "mixed_precision": True,
+            "xla": True,
+            "grad_accum": 2,
+            "remat": True,
+            "schedule": "cosine",
+            "warmup_epochs": 0.01,
+        },
+    }
     run = _run(tmp_path, spec)
     assert run.returncode == 0, run.stdout[-3000:]
     assert "moving average of the weights" in run.stdout
@@ -104,7 +118,11 @@ def test_small_images_are_resized_to_the_nets_minimum_and_the_log_says_so(tmp_pa
 
 @pytest.mark.slow
 def test_sigterm_checkpoints_and_a_rerun_resumes(tmp_path):
-    spec = {"model": "resnet20", "dataset": "synthetic:16x16x3", "params": {"steps": 100000, "batch_size": 16, "log_every": 5}}
+    spec = {
+        "model": "resnet20",
+        "dataset": "synthetic:16x16x3",
+        "params": {"steps": 100000, "batch_size": 16, "log_every": 5},
+    }
     proc = _run(tmp_path, spec, wait=False)
     metrics = tmp_path / "job" / "metrics.jsonl"
     deadline = time.monotonic() + 120
