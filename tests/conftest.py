@@ -5,7 +5,6 @@ from __future__ import annotations
 import os
 import signal
 import subprocess
-import sys
 import time
 from pathlib import Path
 
@@ -16,8 +15,6 @@ from redis import Redis
 from jobs.proc import python_module
 from jobs.redis_server import EmbeddedRedis, free_port
 from jobs.settings import Settings
-
-ROOT = Path(__file__).resolve().parents[1]
 
 
 @pytest.fixture(scope="session")
@@ -153,9 +150,6 @@ def fake_nvidia_smi(bin_dir: Path, script_body: str) -> Path:
     return path
 
 
-PYTHON = sys.executable
-
-
 ENDED = ("succeeded", "failed", "canceled")
 
 
@@ -180,9 +174,6 @@ def alive(pid: int) -> bool:
     except OSError:
         return False
     return state != "Z"
-
-
-pid_alive = alive
 
 
 def descendants(pid: int) -> set[int]:

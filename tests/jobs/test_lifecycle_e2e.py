@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import fake_nvidia_smi, pid_alive, wait_job
+from tests.conftest import alive, fake_nvidia_smi, wait_job
 
 pytestmark = pytest.mark.slow
 
@@ -38,7 +38,7 @@ def test_cancel_a_running_job_stops_its_process_group(client, worker, settings, 
     job_id = client.post("/api/v1/jobs", json=LONG).json["id"]
     wait_job(client, job_id, stepped(5))
     pid = trainer_pid(redis, job_id)
-    assert pid_alive(pid)
+    assert alive(pid)
     resp = client.post(f"/api/v1/jobs/{job_id}/cancel")
     assert resp.status_code == 200 and resp.json["status"] in ("starting", "running")
     t0 = time.monotonic()
@@ -78,7 +78,7 @@ def test_kill_9_of_worker_and_horse_is_worker_lost_then_resumed(client, spawn, c
     killed = time.monotonic()
     spawn("worker", "--cpu", env=child_env, name="rescuer")  # its reaper finds the lost job, then it runs it
     deadline = time.monotonic() + 30
-    while pid_alive(trainer):  # the trainer got SIGTERM from PDEATHSIG: it checkpoints and exits
+    while alive(trainer):  # the trainer got SIGTERM from PDEATHSIG: it checkpoints and exits
         assert time.monotonic() < deadline
         time.sleep(0.1)
     job, _ = wait_job(client, job_id, lambda j: j["attempt"] == 2, timeout=40)
