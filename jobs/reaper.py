@@ -5,6 +5,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
+from typing import Any
 
 from redis import Redis
 from redis.exceptions import RedisError
@@ -20,36 +21,50 @@ REAP_EVERY_S = 5.0
 LOCK_KEY = "gpudeck:reaper:lock"
 
 
+ACTIVE = (Status.STARTING.value, Status.RUNNING.value)
+
+
 def reap(redis: Redis) -> list[int]:
-    """Mark every active job without a heartbeat worker_lost; re-queue it while it has retries left."""
+    """Every active job without a heartbeat lost its worker: retry it or fail it (see worker_lost)."""
     store = JobStore(redis)
     lost = []
     for job_id in store.active_ids():
         if store.alive(job_id):
             continue
         rec = store.get(job_id)
-        if rec["status"] not in (Status.STARTING.value, Status.RUNNING.value):
+        if rec["status"] not in ACTIVE:
             continue
-        attempt, retries = rec.get("attempt", 1), rec["spec"].get("max_retries", 0)
-        message = f"no heartbeat from worker {rec.get('worker')} (attempt {attempt})"
-        if attempt <= retries:
-            if requeue(redis, job_id, rec, message):
-                log.warning("job %s: worker_lost, re-queued as attempt %d", job_id, attempt + 1)
-                lost.append(job_id)
-        elif store.transition(
-            job_id,
-            (Status.STARTING.value, Status.RUNNING.value),
-            status=Status.FAILED.value,
-            reason=Reason.WORKER_LOST.value,
-            message=message,
-            ended_at=time.time(),
-        ):
-            log.warning("job %s: worker_lost, no retries left", job_id)
+        message = f"no heartbeat from worker {rec.get('worker')} (attempt {rec.get('attempt', 1)})"
+        if worker_lost(redis, job_id, rec, message):
             lost.append(job_id)
     return lost
 
 
-def requeue(redis: Redis, job_id: int, rec: dict, message: str) -> bool:
+def worker_lost(redis: Redis, job_id: int, rec: dict[str, Any], message: str, **fields: Any) -> str | None:
+    """The one place that decides what a job whose worker went away becomes: queued again (its next
+    attempt resumes from the newest checkpoint) while `max_retries` lasts, else failed/worker_lost.
+    Returns the new status, or None when the job had already moved on."""
+    attempt = rec.get("attempt", 1)
+    if attempt <= rec["spec"].get("max_retries", 0):
+        if requeue(redis, job_id, rec, message, **fields):
+            log.warning("job %s: worker_lost (%s); queued again as attempt %d", job_id, message, attempt + 1)
+            return Status.QUEUED.value
+        return None
+    if JobStore(redis).transition(
+        job_id,
+        ACTIVE,
+        status=Status.FAILED.value,
+        reason=Reason.WORKER_LOST.value,
+        message=message,
+        ended_at=time.time(),
+        **fields,
+    ):
+        log.warning("job %s: worker_lost (%s); no retries left", job_id, message)
+        return Status.FAILED.value
+    return None
+
+
+def requeue(redis: Redis, job_id: int, rec: dict[str, Any], message: str, **fields: Any) -> bool:
     """Put a lost job back on its queue as its next attempt; the trainer resumes from the newest checkpoint."""
     from jobs.queues import enqueue_attempt
 
@@ -57,11 +72,12 @@ def requeue(redis: Redis, job_id: int, rec: dict, message: str) -> bool:
     attempt = rec.get("attempt", 1) + 1
     ok = store.transition(
         job_id,
-        (Status.STARTING.value, Status.RUNNING.value),
+        ACTIVE,
         status=Status.QUEUED.value,
         attempt=attempt,
         reason=Reason.WORKER_LOST.value,
         message=f"{message}; retrying",
+        **fields,
     )
     if ok:
         store.clear_stop(job_id)

@@ -284,18 +284,11 @@ class JobRun:
         else:
             status, reason, message = Status.FAILED, Reason.EXIT_NONZERO, f"the trainer exited with status {returncode}"
         if reason == Reason.WORKER_LOST:
-            rec = self.store.get(self.job_id)
-            if rec.get("attempt", 1) <= rec["spec"].get("max_retries", 0):
-                from jobs.reaper import requeue
+            from jobs.reaper import worker_lost
 
-                # Infrastructure, not the job: queue the next attempt; it resumes from the checkpoint
-                # the trainer just saved, on whichever worker comes next (a restarted `gpudeck up` too).
-                if requeue(self.redis, self.job_id, rec, message):
-                    self.store.update(self.job_id, log_tail=self.tail)
-                    log.warning(
-                        "job %s: %s; queued again as attempt %d", self.job_id, message, rec.get("attempt", 1) + 1
-                    )
-                    return Status.QUEUED.value
+            # Infrastructure, not the job: retried while max_retries lasts, from the checkpoint just saved.
+            rec = self.store.get(self.job_id)
+            return worker_lost(self.redis, self.job_id, rec, message, log_tail=self.tail) or status.value
         if status != Status.SUCCEEDED:
             log.warning("job %s %s: %s (%s)", self.job_id, status.value, reason.value if reason else "", message)
         self.store.transition(

@@ -7,7 +7,6 @@ import logging
 import os
 import signal
 import socket
-import time
 from typing import Any
 
 from redis import Redis
@@ -18,7 +17,7 @@ from jobs import runner
 from jobs.errors import NotFound
 from jobs.gpus import Sampler
 from jobs.queues import worker_queues
-from jobs.reaper import Reaper, requeue
+from jobs.reaper import Reaper, worker_lost
 from jobs.settings import Settings
 from jobs.states import Reason, Status
 from jobs.store import JobStore
@@ -75,18 +74,7 @@ def on_horse_killed(job: Any, retpid: int, ret_val: int, rusage: Any) -> None:
         runner.signal_group(rec["pid"], signal.SIGKILL)  # its trainer must not outlive it
     if Status(rec["status"]).ended:
         return
-    message = f"the work-horse died (wait status {ret_val})"
-    if rec.get("attempt", 1) <= rec["spec"].get("max_retries", 0):
-        requeue(job.connection, job_id, rec, message)
-    else:
-        store.transition(
-            job_id,
-            (Status.STARTING.value, Status.RUNNING.value),
-            status=Status.FAILED.value,
-            reason=Reason.WORKER_LOST.value,
-            message=message,
-            ended_at=time.time(),
-        )
+    worker_lost(job.connection, job_id, rec, f"the work-horse died (wait status {ret_val})")
 
 
 def drain(redis: Redis, name: str) -> dict[str, Any]:

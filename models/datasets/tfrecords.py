@@ -85,17 +85,7 @@ def _estimator(path: Path) -> Source:
             for v in _features(raw.numpy(), files["train"])["label"].int64_list.value
         ]
         num_classes = 10 if max(labels) < 10 else 100
-    return Source(
-        name=path.name,
-        format="tfrecords-estimator",
-        shape=(h, w, c),
-        num_classes=num_classes,
-        train=split("train"),
-        test=split("test"),
-        validation=split("validation"),
-        class_names=names,
-        path=path,  # type: ignore[arg-type]
-    )
+    return _source(path, "tfrecords-estimator", (h, w, c), num_classes, split, names)
 
 
 def _label_names(path: Path) -> list[str]:
@@ -147,16 +137,21 @@ def _slim(path: Path, by_split: dict[str, list[str]]) -> Source:
             for raw in tf.data.TFRecordDataset(by_split["train"]).take(10_000)
         ]
         num_classes = max(seen) + 1
+    return _source(path, "tfrecords-slim", (h, w, c), num_classes, split, names)
+
+
+def _source(path: Path, fmt: str, shape: tuple[int, int, int], num_classes: int, split, names: list[str]) -> Source:
+    """A Source over the splits `split(name)` makes (None for a split the folder lacks)."""
     return Source(
         name=path.name,
-        format="tfrecords-slim",
-        shape=(h, w, c),
+        format=fmt,
+        shape=shape,
         num_classes=num_classes,
         train=split("train"),
         test=split("test"),
         validation=split("validation"),
         class_names=names,
-        path=path,  # type: ignore[arg-type]
+        path=path,
     )
 
 
