@@ -126,10 +126,11 @@ case "$*" in
     # the trainers that really run here, as the real tool would list them on the GPU their job owns
     for pid in $(pgrep -f 'models.train'); do
       gpu=$(tr '\0' '\n' < /proc/$pid/environ | sed -n 's/^CUDA_VISIBLE_DEVICES=//p')
-      [ "$gpu" = 0 ] && printf '%s, python3, 512, GPU-aaaa\n' "$pid"
-      [ "$gpu" = 1 ] && printf '%s, python3, 512, GPU-bbbb\n' "$pid"
+      if [ "$gpu" = 0 ]; then printf '%s, python3, 512, GPU-aaaa\n' "$pid"; fi
+      if [ "$gpu" = 1 ]; then printf '%s, python3, 512, GPU-bbbb\n' "$pid"; fi
     done ;;
 esac
+exit 0  # as the real tool does after a successful query
 """
 
 
