@@ -24,8 +24,8 @@ class Preprocess:
     """Training augmentation and the normalization that training and evaluation share.
 
     Everything works on whole uint8 batches with vectorized ops (one crop_and_resize for the random crops,
-    per-image flips and colour factors as broadcast tensors): per-example map functions cost a 2-core
-    machine about a fifth of its training throughput, batch ops a few per cent.
+    per-image flips and colour factors as broadcast tensors), so the per-image work is a few kernel calls
+    per batch rather than a map call per image (tests/bench: on-disk + crop_flip at 0.96-1.01x of in-memory).
     """
 
     def __init__(self, source: Source, parts: tuple[str, ...], shape: tuple[int, int, int], seed: int | None):
