@@ -80,7 +80,7 @@ class Proc:
             try:
                 self.proc.wait(timeout)
             except subprocess.TimeoutExpired:
-                self.proc.kill()
+                kill_tree(self.proc.pid)
                 self.proc.wait()
         for pid in family | descendants(self.proc.pid):
             try:
@@ -174,6 +174,28 @@ def alive(pid: int) -> bool:
     except OSError:
         return False
     return state != "Z"
+
+
+def kill_tree(pid: int) -> None:
+    """SIGKILL a process and everything below it. The tree is frozen first (SIGSTOP until a rescan finds
+    nothing new), so a worker cannot fork a work-horse between the scan and the kill: such a horse runs in a
+    process group of its own, would outlive its parent, and would write into the next test's Redis keys."""
+    frozen: set[int] = set()
+    while True:
+        new = descendants(pid) - frozen
+        if not new:
+            break
+        for p in new:
+            try:
+                os.kill(p, signal.SIGSTOP)
+            except ProcessLookupError:
+                pass
+        frozen |= new
+    for p in [pid, *frozen]:
+        try:
+            os.kill(p, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
 
 
 def descendants(pid: int) -> set[int]:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 import signal
 import subprocess
 import time
@@ -10,7 +9,7 @@ from pathlib import Path
 
 from jobs.proc import python_module
 from jobs.redis_server import free_port
-from tests.conftest import descendants, wait_http
+from tests.conftest import kill_tree, wait_http
 
 
 class Up:
@@ -51,11 +50,6 @@ class Up:
 
     def kill(self) -> None:
         if self.proc.poll() is None:
-            for pid in descendants(self.proc.pid):
-                try:
-                    os.kill(pid, signal.SIGKILL)
-                except ProcessLookupError:
-                    pass
-            self.proc.kill()
+            kill_tree(self.proc.pid)
             self.proc.wait()
         self.out.close()
