@@ -25,6 +25,7 @@ test: install
 	$(BIN)/python -m pytest $(PYTEST_ARGS)
 
 bench: install
+	$(BIN)/python -m pip install -q --disable-pip-version-check -e '.[$(TF_EXTRA),test,bench]' --config-settings editable_mode=compat
 	$(BIN)/python -m pytest tests/bench -s $(PYTEST_ARGS)
 
 lint: install

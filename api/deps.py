@@ -51,3 +51,21 @@ def int_arg(name: str, default: int, lo: int, hi: int) -> int:
     if not lo <= value <= hi:
         raise BadRequest(f"query argument {name} must be between {lo} and {hi}, got {value}", {"field": name})
     return value
+
+
+def only_args(given, allowed: tuple[str, ...], where: str = "query argument") -> None:
+    """Refuse any key of `given` (query args, form fields) not in `allowed`, by name."""
+    unknown = [k for k in given if k not in allowed]
+    if unknown:
+        raise BadRequest(
+            f"unknown {where} {unknown[0]!r}; accepted: {', '.join(allowed) or 'none'}",
+            {"field": unknown[0], "accepted": list(allowed)},
+        )
+
+
+def bool_arg(name: str) -> bool:
+    """A boolean query argument (1/true/yes, 0/false/no; absent is false), or BadRequest naming it."""
+    raw = (request.args.get(name) or "0").lower()
+    if raw not in ("1", "true", "yes", "0", "false", "no"):
+        raise BadRequest(f"query argument {name} must be 1 or 0 (true/false), got {raw!r}", {"field": name})
+    return raw in ("1", "true", "yes")

@@ -14,13 +14,24 @@ from jobs.errors import (
     Conflict,
     GpudeckError,
     NotFound,
+    TooLarge,
+    TooMany,
     Unprocessable,
     ValidationError,
 )
 
 log = logging.getLogger(__name__)
 
-STATUS = {ValidationError: 400, BadRequest: 400, NotFound: 404, Conflict: 409, Unprocessable: 422, ConfigError: 500}
+STATUS = {
+    ValidationError: 400,
+    BadRequest: 400,
+    NotFound: 404,
+    Conflict: 409,
+    TooLarge: 413,
+    Unprocessable: 422,
+    TooMany: 429,
+    ConfigError: 500,
+}
 """HTTP status of each domain exception; the one place where they are mapped."""
 
 

@@ -1,21 +1,91 @@
-"""/healthz: is the job store reachable, and which workers are alive."""
+"""/healthz (is the job store reachable, are workers alive) and /metrics (Prometheus text)."""
 
 from __future__ import annotations
 
-from flask import Blueprint
+from datetime import datetime, timezone
+
+from flask import Blueprint, Response
+from prometheus_client import CollectorRegistry, generate_latest
+from prometheus_client.core import GaugeMetricFamily
 from redis.exceptions import RedisError
-from rq import Worker
+from rq import Queue, Worker
 
 from api import deps
+from jobs import gpus as gpus_mod
+from jobs import queues
+from jobs.spec import MAX_GPUS, PRIORITIES
+from jobs.store import JobStore
 
 bp = Blueprint("health", __name__)
 
 
+def _alive(w: Worker) -> bool:
+    """RQ keeps a worker's key while it heartbeats; a stale last_heartbeat means it hangs."""
+    if w.last_heartbeat is None:
+        return False
+    beat = w.last_heartbeat if w.last_heartbeat.tzinfo else w.last_heartbeat.replace(tzinfo=timezone.utc)
+    return (datetime.now(timezone.utc) - beat).total_seconds() <= max(w.worker_ttl, 60)
+
+
 @bp.get("/healthz")
 def healthz():
+    """200 while Redis answers ("ok", or "degraded" when no worker is alive to run jobs); 503 when it does not."""
     try:
         deps.redis().ping()
         workers = Worker.all(connection=deps.redis())
     except RedisError as exc:
-        return {"status": "unavailable", "redis": f"unreachable: {exc}", "workers": 0}, 503
-    return {"status": "ok", "redis": "ok", "workers": len(workers)}
+        return {"status": "unavailable", "redis": f"unreachable: {exc}", "workers": 0, "workers_alive": 0}, 503
+    alive = sum(_alive(w) for w in workers)
+    return {"status": "ok" if alive else "degraded", "redis": "ok", "workers": len(workers), "workers_alive": alive}
+
+
+class _Collector:
+    """Reads the store when Prometheus scrapes; nothing is kept between scrapes."""
+
+    def __init__(self, redis):
+        self.redis = redis
+
+    def collect(self):
+        jobs = GaugeMetricFamily("gpudeck_jobs", "Jobs by status.", labels=["status"])
+        for status, n in JobStore(self.redis).count_by_status().items():
+            jobs.add_metric([status], n)
+        yield jobs
+        queued = GaugeMetricFamily("gpudeck_queue_length", "Jobs waiting in each RQ queue.", labels=["queue"])
+        names = [queues.queue_name(g, p) for g in range(MAX_GPUS + 1) for p in PRIORITIES]
+        pipe = self.redis.pipeline(transaction=False)
+        for name in names:
+            pipe.llen(Queue(name, connection=self.redis).key)
+        for name, n in zip(names, pipe.execute()):
+            if n or not name.startswith("gpus-") or name in queues.worker_queues(1):
+                queued.add_metric([name], n)
+        yield queued
+        workers = GaugeMetricFamily("gpudeck_workers", "Workers by state.", labels=["state"])
+        states: dict[str, int] = {"idle": 0, "busy": 0}
+        for w in Worker.all(connection=self.redis):
+            state = w.get_state()
+            states[state] = states.get(state, 0) + 1
+        for state, n in states.items():
+            workers.add_metric([state], n)
+        yield workers
+        labels = ["host", "gpu", "uuid", "name"]
+        util = GaugeMetricFamily("gpudeck_gpu_utilization_ratio", "GPU utilization (0-1).", labels=labels)
+        used = GaugeMetricFamily("gpudeck_gpu_memory_used_bytes", "GPU memory in use.", labels=labels)
+        total = GaugeMetricFamily("gpudeck_gpu_memory_total_bytes", "GPU memory.", labels=labels)
+        for host in gpus_mod.read_all(self.redis):
+            for g in host["gpus"]:
+                key = [host["host"], str(g["index"]), g["uuid"], g["name"]]
+                # Values nvidia-smi reported as [N/A] stay absent rather than reading as zero.
+                if g.get("utilization") is not None:
+                    util.add_metric(key, g["utilization"] / 100)
+                if g.get("memory_used_mib") is not None:
+                    used.add_metric(key, g["memory_used_mib"] * 2**20)
+                if g.get("memory_total_mib") is not None:
+                    total.add_metric(key, g["memory_total_mib"] * 2**20)
+        yield from (util, used, total)
+
+
+@bp.get("/metrics")
+def metrics():
+    registry = CollectorRegistry(auto_describe=False)
+    registry.register(_Collector(deps.redis()))
+    return Response(generate_latest(registry), mimetype="text/plain; version=0.0.4; charset=utf-8")

@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+import threading
 import time
 
 from flask import Blueprint, Response, request
 
 from api import deps
 from jobs import lifecycle, queues
-from jobs.errors import BadRequest
+from jobs.errors import BadRequest, TooMany
 from jobs.states import Status
 from jobs.views import job_view
 
@@ -49,11 +50,38 @@ def retry(job_id: int):
 
 @bp.get("")
 def list_jobs():
+    deps.only_args(request.args, ("status", "model", "tag", "limit", "cursor"))
     limit = deps.int_arg("limit", 50, 1, MAX_PAGE)
     cursor = deps.int_arg("cursor", 0, 0, 2**62) or None
-    recs = deps.store().list(limit=limit, before=cursor)
-    next_cursor = recs[-1]["id"] if len(recs) == limit else None
-    return {"jobs": [job_view(r) for r in recs], "next_cursor": next_cursor}
+    statuses = _statuses(request.args.get("status"))
+    model, tag = request.args.get("model") or None, request.args.get("tag") or None
+
+    def keep(rec: dict) -> bool:
+        spec = rec["spec"]
+        return (
+            (statuses is None or rec["status"] in statuses)
+            and (model is None or spec.get("model") == model)
+            and (tag is None or tag in spec.get("tags", ()))
+        )
+
+    recs = deps.store().list(
+        limit=limit + 1, before=cursor, where=None if (statuses, model, tag) == (None, None, None) else keep
+    )
+    next_cursor = recs[limit - 1]["id"] if len(recs) > limit else None
+    return {"jobs": [job_view(r) for r in recs[:limit]], "next_cursor": next_cursor}
+
+
+def _statuses(raw: str | None) -> set[str] | None:
+    if not raw:
+        return None
+    wanted = {s.strip() for s in raw.split(",") if s.strip()}
+    known = {s.value for s in Status}
+    bad = sorted(wanted - known)
+    if bad:
+        raise BadRequest(
+            f"query argument status: unknown status {bad[0]!r}; known: {', '.join(known)}", {"field": "status"}
+        )
+    return wanted
 
 
 @bp.get("/<int:job_id>")
@@ -64,6 +92,7 @@ def show(job_id: int):
 @bp.get("/<int:job_id>/wait")
 def wait(job_id: int):
     """Answer when the job has ended or `timeout` seconds (default 60, at most 3600) have passed."""
+    deps.only_args(request.args, ("timeout",))
     timeout = deps.int_arg("timeout", 60, 0, MAX_WAIT_S)
     store = deps.store()
     deadline = time.monotonic() + timeout
@@ -74,18 +103,53 @@ def wait(job_id: int):
     return job_view(rec)
 
 
+MAX_FOLLOWS = 6
+"""Log streams one API process serves at once (each holds a server thread until its job ends)."""
+_follows = threading.BoundedSemaphore(MAX_FOLLOWS)
+FOLLOW_BLOCK_MS = 1000
+"""How long a follow stream waits in Redis for a new line before it looks at the job's status again."""
+
+
 @bp.get("/<int:job_id>/logs")
 def logs(job_id: int):
+    """Lines after line `offset`; with follow=1 a stream that ends when the job has ended. X-Next-Offset is the
+    offset to resume from: after this answer's lines (plain), or before the first streamed line (follow: add
+    the lines received)."""
+    deps.only_args(request.args, ("offset", "follow"))
     store = deps.store()
     store.get(job_id)  # 404 for an unknown job
     offset = deps.int_arg("offset", 0, 0, 2**62)
-    lines, next_offset = store.read_lines(job_id, offset)
-    body = "".join(line + "\n" for line in lines)
-    return Response(body, mimetype="text/plain", headers={"X-Next-Offset": str(next_offset)})
+    if not deps.bool_arg("follow"):
+        lines, next_offset = store.read_lines(job_id, offset)
+        body = "".join(line + "\n" for line in lines)
+        return Response(body, mimetype="text/plain", headers={"X-Next-Offset": str(next_offset)})
+    if not _follows.acquire(blocking=False):
+        raise TooMany(
+            f"this API process already streams {MAX_FOLLOWS} logs; poll with offset= instead, or try again later"
+        )
+    headers = {"X-Next-Offset": str(offset), "Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
+    return Response(_follow(store, job_id, offset), mimetype="text/plain", headers=headers)
+
+
+def _follow(store, job_id: int, offset: int):
+    try:
+        while True:
+            ended = Status(store.get(job_id)["status"]).ended  # read before the lines: none written before the end
+            lines, nxt = store.read_lines(job_id, offset)  # is missed
+            if lines:
+                offset = nxt
+                yield "".join(line + "\n" for line in lines)
+            elif ended:
+                return
+            else:
+                store.wait_lines(job_id, offset, FOLLOW_BLOCK_MS)
+    finally:
+        _follows.release()
 
 
 @bp.get("/<int:job_id>/metrics")
 def metrics(job_id: int):
+    deps.only_args(request.args, ("format",))
     store = deps.store()
     store.get(job_id)
     fmt = request.args.get("format", "json")

@@ -56,3 +56,15 @@ class Conflict(GpudeckError):
     """The request does not fit the object's current state."""
 
     code = "conflict"
+
+
+class TooLarge(GpudeckError):
+    """An upload (or its expanded contents) passes a configured size or file-count limit."""
+
+    code = "too_large"
+
+
+class TooMany(GpudeckError):
+    """A resource with a concurrency cap is at its cap; try again later."""
+
+    code = "too_many_requests"

@@ -43,7 +43,11 @@ def live_gpu_workers(redis: Redis) -> int:
 def submit(redis: Redis, body: Any, data_roots: tuple[Path, ...] = ()) -> dict[str, Any]:
     """Validate, assign the next id, and write the record and the RQ job in one transaction."""
     default_gpus = 1 if live_gpu_workers(redis) else 0
-    spec = spec_mod.validate(body, default_gpus=default_gpus, data_roots=data_roots)
+    from jobs import datasets
+
+    spec = spec_mod.validate(
+        body, default_gpus=default_gpus, data_roots=data_roots, pin=lambda n, v: datasets.pin(redis, n, v)
+    )
     store = JobStore(redis)
     job_id = store.next_id()
     name = queue_name(spec["gpus"], spec["priority"])

@@ -16,10 +16,12 @@ from typing import IO, Any
 
 from redis import Redis
 
+from jobs import datasets
 from jobs.proc import python_module
 from jobs.settings import Settings
 from jobs.states import Reason, Status
 from jobs.store import JobStore, log_key, metrics_key
+from models.catalog import parse_dataset
 
 log = logging.getLogger(__name__)
 
@@ -142,7 +144,7 @@ class JobRun:
             return rec["status"]
         spec = rec["spec"]
         self.job_dir.mkdir(parents=True, exist_ok=True)
-        (self.job_dir / "spec.json").write_text(json.dumps(spec, indent=2) + "\n")
+        (self.job_dir / "spec.json").write_text(json.dumps(self._trainer_spec(spec), indent=2) + "\n")
         self.lines = self.store.stream_length(log_key(self.job_id))
         self.points = self.store.stream_length(metrics_key(self.job_id))
         if self.store.stop_reason(self.job_id):  # canceled between dequeue and now
@@ -171,6 +173,13 @@ class JobRun:
             log.info("job %s: trainer pid %s in %s", self.job_id, proc.pid, self.job_dir)
             self._pump(proc, os.fdopen(events_r, "rb"), log_file, spec.get("timeout"))
         return self._finish(proc.wait(), oom_before)
+
+    def _trainer_spec(self, spec: dict[str, Any]) -> dict[str, Any]:
+        """The spec the trainer reads: an uploaded dataset's folder on this host is filled in."""
+        ref = parse_dataset(spec["dataset"])
+        if ref.kind != "stored":
+            return spec
+        return dict(spec, dataset_path=str(datasets.local_path(self.redis, self.ctx.settings, spec["dataset"])))
 
     def _pump(self, proc: subprocess.Popen[bytes], events: IO[bytes], log_file: IO[str], timeout: int | None) -> None:
         """Stream the trainer's output and events until both pipes close; beat, and act on stop requests."""

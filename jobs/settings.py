@@ -16,6 +16,30 @@ DEFAULT_PORT = 8686
 """Port the API binds in `gpudeck up` / `gpudeck api`."""
 
 
+UNITS = {"k": 1 << 10, "m": 1 << 20, "g": 1 << 30, "t": 1 << 40}
+
+
+def parse_size(text: str) -> int:
+    """`8G`, `512M`, `10k`, `1000` (bytes or a plain count) as an int; ValueError otherwise."""
+    t = text.strip().lower().removesuffix("b")
+    value = int(float(t[:-1]) * UNITS[t[-1]]) if t and t[-1] in UNITS else int(t)
+    if value < 1:
+        raise ValueError(f"must be at least 1, got {text!r}")
+    return value
+
+
+def _size(env, name: str, default: int) -> int:
+    raw = env.get(name)
+    if not raw:
+        return default
+    try:
+        return parse_size(raw)
+    except ValueError:
+        from jobs.errors import ConfigError
+
+        raise ConfigError(f"{name} must be a positive number like 1000, 512M or 8G, got {raw!r}") from None
+
+
 @dataclass(frozen=True)
 class Settings:
     """Process-wide configuration; every field comes from one documented env variable."""
@@ -26,10 +50,14 @@ class Settings:
     token: str | None = None
     tokens: tuple[str, ...] = ()
     data_roots: tuple[Path, ...] = field(default_factory=tuple)
+    dataset_max_bytes: int = 64 << 30
+    dataset_max_files: int = 2_000_000
+    tensorboard_max: int = 4
+    tensorboard_idle_s: int = 3600
 
     @classmethod
     def from_env(cls, environ: os._Environ[str] | dict[str, str] | None = None) -> Settings:
-        """Read GPUDECK_HOME, REDIS_URL, GPUDECK_API, GPUDECK_TOKEN(S), GPUDECK_DATA_ROOTS."""
+        """Read GPUDECK_HOME, REDIS_URL, GPUDECK_API, GPUDECK_TOKEN(S), GPUDECK_DATA_ROOTS and the limits."""
         env = os.environ if environ is None else environ
         home = Path(env.get("GPUDECK_HOME") or DEFAULT_HOME).expanduser().resolve()
         tokens = tuple(t.strip() for t in env.get("GPUDECK_TOKENS", "").split(",") if t.strip())
@@ -41,7 +69,16 @@ class Settings:
             token=env.get("GPUDECK_TOKEN") or None,
             tokens=tokens,
             data_roots=roots,
+            dataset_max_bytes=_size(env, "GPUDECK_DATASET_MAX_BYTES", cls.dataset_max_bytes),
+            dataset_max_files=_size(env, "GPUDECK_DATASET_MAX_FILES", cls.dataset_max_files),
+            tensorboard_max=_size(env, "GPUDECK_TENSORBOARD_MAX", cls.tensorboard_max),
+            tensorboard_idle_s=_size(env, "GPUDECK_TENSORBOARD_IDLE", cls.tensorboard_idle_s),
         )
+
+    @property
+    def datasets_dir(self) -> Path:
+        """Parent of every uploaded dataset: `$GPUDECK_HOME/datasets/<name>/<version>/`."""
+        return self.home / "datasets"
 
     @property
     def jobs_dir(self) -> Path:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -35,8 +36,15 @@ def check_data_path(path: str, roots: tuple[Path, ...]) -> str | None:
     return None
 
 
-def validate(body: Any, *, default_gpus: int, data_roots: tuple[Path, ...] = ()) -> dict[str, Any]:
-    """The normalized spec (defaults filled in), or ValidationError naming every bad field."""
+Pin = Callable[[str, "str | None"], "tuple[str | None, str | None]"]
+"""Looks up an uploaded dataset: (name, version or None) -> (`name:version`, None) or (None, problem)."""
+
+
+def validate(
+    body: Any, *, default_gpus: int, data_roots: tuple[Path, ...] = (), pin: Pin | None = None
+) -> dict[str, Any]:
+    """The normalized spec (defaults filled in, an uploaded dataset pinned to its version), or ValidationError
+    naming every bad field."""
     if not isinstance(body, dict):
         raise ValidationError({"body": f"must be a JSON object, got {type(body).__name__}"})
     errors: dict[str, str] = {}
@@ -49,10 +57,13 @@ def validate(body: Any, *, default_gpus: int, data_roots: tuple[Path, ...] = ())
     model = body.get("model")
     if "model" in body and (not isinstance(model, str) or model_info(model) is None):
         errors["model"] = f"unknown model {model!r}; known: {', '.join(MODELS)}"
+    dataset = body.get("dataset")
     if "dataset" in body:
         try:
             ref = parse_dataset(body["dataset"])
             problem = check_data_path(ref.path, data_roots) if ref.kind == "path" else None
+            if ref.kind == "stored":
+                dataset, problem = pin(ref.name, ref.version) if pin else (None, "uploaded datasets are not available")
             if problem:
                 errors["dataset"] = problem
         except ValueError as exc:
@@ -86,7 +97,7 @@ def validate(body: Any, *, default_gpus: int, data_roots: tuple[Path, ...] = ())
         raise ValidationError(errors)
     return {
         "model": model,
-        "dataset": body["dataset"],
+        "dataset": dataset,
         "params": dict(body.get("params") or {}),
         "gpus": body["gpus"] if body.get("gpus") is not None else default_gpus,
         "name": body.get("name") or model,

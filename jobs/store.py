@@ -170,14 +170,37 @@ class JobStore:
         raw = self.redis.get(f"{job_key(job_id)}:stop")
         return raw.decode() if raw else None
 
-    def list(self, limit: int = 50, before: int | None = None) -> list[dict[str, Any]]:
-        """Newest first; `before` is an id cursor (jobs with smaller ids)."""
-        hi = f"({before}" if before is not None else "+inf"
-        ids = self.redis.zrevrangebyscore(INDEX_KEY, hi, "-inf", start=0, num=limit)
-        pipe = self.redis.pipeline(transaction=False)
-        for i in ids:
-            pipe.hgetall(job_key(int(i)))
-        return [_decode(raw) for raw in pipe.execute() if raw]
+    def list(self, limit: int = 50, before: int | None = None, where: Any = None) -> list[dict[str, Any]]:
+        """Up to `limit` records, newest first, with ids below the cursor `before`, for which `where(rec)` holds."""
+        found: list[dict[str, Any]] = []
+        chunk = limit if where is None else max(4 * limit, 500)
+        while len(found) < limit:
+            hi = f"({before}" if before is not None else "+inf"
+            ids = self.redis.zrevrangebyscore(INDEX_KEY, hi, "-inf", start=0, num=chunk)
+            if not ids:
+                break
+            pipe = self.redis.pipeline(transaction=False)
+            for i in ids:
+                pipe.hgetall(job_key(int(i)))
+            recs = [_decode(raw) for raw in pipe.execute() if raw]
+            found.extend(r for r in recs if where is None or where(r))
+            before = int(ids[-1])
+            if len(ids) < chunk:
+                break
+        return found[:limit]
+
+    def count_by_status(self) -> dict[str, int]:
+        """How many jobs are in each status (every record is read: meant for /metrics, not for hot paths)."""
+        counts = {s.value: 0 for s in Status}
+        ids = self.redis.zrange(INDEX_KEY, 0, -1)
+        for start in range(0, len(ids), 5000):
+            pipe = self.redis.pipeline(transaction=False)
+            for i in ids[start : start + 5000]:
+                pipe.hget(job_key(int(i)), "status")
+            for status in pipe.execute():
+                if status is not None:
+                    counts[status.decode()] = counts.get(status.decode(), 0) + 1
+        return counts
 
     # -- streams -------------------------------------------------------------------------------
     def stream_length(self, key: str) -> int:
@@ -201,6 +224,10 @@ class JobStore:
             return [], offset
         lines = [fields[b"l"].decode() for _, fields in entries]
         return lines, int(entries[-1][0].split(b"-")[1])
+
+    def wait_lines(self, job_id: int, offset: int, block_ms: int) -> None:
+        """Block until a log line after `offset` exists or `block_ms` passes."""
+        self.redis.xread({log_key(job_id): f"0-{offset}"}, count=1, block=block_ms)
 
     def read_points(self, job_id: int) -> list[dict[str, Any]]:
         """Every stored metric point, in order."""

@@ -104,20 +104,26 @@ def model_info(name: str) -> ModelInfo | None:
 
 
 SYNTHETIC = re.compile(r"^synthetic(?::(\d+)x(\d+)x(\d+)(?::(\d+))?)?$")
+NAME = r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}"
+"""A stored dataset's name, and its version's form too (`cifar10`, `1.0.0`)."""
+STORED = re.compile(rf"^({NAME})(?::({NAME}))?$")
 
 
 @dataclass(frozen=True)
 class DatasetRef:
     """A parsed `dataset` field of a job spec."""
 
-    kind: str  # "synthetic" or "path"
+    kind: str  # "synthetic", "path" or "stored" (an uploaded dataset: name, version or None for the newest)
     shape: tuple[int, int, int] = (32, 32, 3)
     num_classes: int = 10
     path: str = ""
+    name: str = ""
+    version: str | None = None
 
 
 def parse_dataset(value: Any) -> DatasetRef:
-    """Parse a spec's dataset (`synthetic`, `synthetic:HxWxC[:K]`, an absolute path); ValueError says what is wrong."""
+    """Parse a spec's dataset (`synthetic`, `synthetic:HxWxC[:K]`, an uploaded `name[:version]`, an absolute
+    path); ValueError says what is wrong."""
     if not isinstance(value, str) or not value:
         raise ValueError(f"must be a non-empty string, got {value!r}")
     if value.startswith("/"):
@@ -131,4 +137,10 @@ def parse_dataset(value: Any) -> DatasetRef:
                 raise ValueError("synthetic:HxWxC[:K] needs H, W in 1..1024, C of 1 or 3 and K in 2..10000")
             return DatasetRef("synthetic", (h, w, c), k)
         return DatasetRef("synthetic")
-    raise ValueError(f"unknown dataset {value!r}; give synthetic, synthetic:HxWxC[:classes] or an absolute path")
+    m = STORED.match(value)
+    if m and m.group(1) != "synthetic":
+        return DatasetRef("stored", name=m.group(1), version=m.group(2))
+    raise ValueError(
+        f"unknown dataset {value!r}; give synthetic, synthetic:HxWxC[:classes], an uploaded NAME[:VERSION] "
+        "or an absolute server path"
+    )

@@ -120,7 +120,7 @@ class Trainer:
             f" task={self.task}" if self.task else "",
         )
         try:
-            source = datasets.load(self.spec["dataset"], seed=self.seed)
+            source = datasets.load(self.spec.get("dataset_path") or self.spec["dataset"], seed=self.seed)
         except datasets.DatasetError as exc:
             raise BadInput(str(exc)) from None
         log.info("%s", source.describe())

@@ -46,10 +46,10 @@ def cmd_api(args: argparse.Namespace) -> int:
 
 
 def _bytes(text: str) -> int:
-    units = {"k": 1 << 10, "m": 1 << 20, "g": 1 << 30, "t": 1 << 40}
-    t = text.strip().lower().removesuffix("b")
+    from jobs.settings import parse_size
+
     try:
-        return int(float(t[:-1]) * units[t[-1]]) if t and t[-1] in units else int(t)
+        return parse_size(text)
     except ValueError:
         raise argparse.ArgumentTypeError(f"expected a size like 8G or 512M, got {text!r}") from None
 

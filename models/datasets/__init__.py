@@ -16,6 +16,29 @@ FORMATS = (
 )
 
 
+def detect(path: Path) -> tuple[str, Path] | None:
+    """The format of the dataset in dir `path` and the dir it starts at, from file names alone (cheap: no file
+    is read, TensorFlow is not imported); None when no reader would recognise it. A single wrapping folder
+    (an archive of `mnist/…`) is looked through once."""
+    path = Path(path)
+    found = cifar.locate(path)
+    if found is not None:
+        return f"{found[0]}-{found[1]}", found[2]
+    if idx.find(path, idx.FILES["x_train"]) is not None:
+        return "idx", path
+    if (path / "train.tfrecords").is_file():
+        return "tfrecords-estimator", path
+    if any(".tfrecord" in p.name and p.is_file() for p in path.iterdir()):
+        return "tfrecords-slim", path
+    train = path / "train"
+    if train.is_dir() and sum(p.is_dir() for p in train.iterdir()) >= 2 and (path / "test").is_dir():
+        return "image-folders", path
+    entries = [p for p in path.iterdir() if not p.name.startswith(".")]
+    if len(entries) == 1 and entries[0].is_dir() and not entries[0].is_symlink():
+        return detect(entries[0])
+    return None
+
+
 def open_path(path: Path) -> Source:
     """Detect the format of a dataset file or dir and open it; DatasetError says what was expected."""
     path = Path(path)
@@ -39,4 +62,6 @@ def load(dataset: str, seed: int = 0) -> Source:
     ref = parse_dataset(dataset)
     if ref.kind == "synthetic":
         return synthetic.load(ref, seed)
+    if ref.kind == "stored":
+        raise DatasetError(f"{dataset}: an uploaded dataset is resolved to its folder by a gpudeck worker; give a path")
     return open_path(Path(ref.path))

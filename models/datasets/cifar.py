@@ -117,22 +117,31 @@ def _build(read: Callable[[str], bytes | None], where: str, variant: str, versio
     )
 
 
-def from_dir(path: Path) -> Source | None:
-    """An extracted CIFAR dir (or its parent); None when `path` does not look like one."""
+def locate(path: Path) -> tuple[str, str, Path] | None:
+    """(variant, version, dir) of an extracted CIFAR dir (or its parent), from file names alone; else None."""
     for sub in {**PY_DIRS, **BIN_DIRS}:
         if (path / sub).is_dir():
-            return from_dir(path / sub)
+            return locate(path / sub)
     for (variant, version), (train, _) in LAYOUT.items():
         if (path / train[0]).is_file() and (version == "binary") == train[0].endswith(".bin"):
             if version == "python" and variant == "cifar100" and not (path / "meta").exists():
                 continue  # a bare `train` file is not enough to call it CIFAR-100
-
-            def read(name: str, _p: Path = path) -> bytes | None:
-                f = _p / name
-                return f.read_bytes() if f.is_file() else None
-
-            return _build(read, str(path), variant, version, path)
+            return variant, version, path
     return None
+
+
+def from_dir(path: Path) -> Source | None:
+    """An extracted CIFAR dir (or its parent); None when `path` does not look like one."""
+    found = locate(path)
+    if found is None:
+        return None
+    variant, version, where = found
+
+    def read(name: str) -> bytes | None:
+        f = where / name
+        return f.read_bytes() if f.is_file() else None
+
+    return _build(read, str(where), variant, version, where)
 
 
 def from_tar(path: Path) -> Source | None:

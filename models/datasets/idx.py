@@ -19,7 +19,7 @@ FILES = {
 UBYTE = 0x08
 
 
-def _find(path: Path, stem: str) -> Path | None:
+def find(path: Path, stem: str) -> Path | None:
     for name in (stem, f"{stem}.gz", stem.replace("-idx", ".idx"), f"{stem.replace('-idx', '.idx')}.gz"):
         if (path / name).is_file():
             return path / name
@@ -50,11 +50,11 @@ def read_idx(file: Path, ndim: int) -> np.ndarray:
 
 def from_dir(path: Path) -> Source | None:
     """The four IDX files in `path`; None when there is no train-images file."""
-    if _find(path, FILES["x_train"]) is None:
+    if find(path, FILES["x_train"]) is None:
         return None
     arrays = {}
     for key, stem in FILES.items():
-        file = _find(path, stem)
+        file = find(path, stem)
         if file is None:
             raise DatasetError(f"{path}: missing {stem}[.gz] (an IDX dataset needs {', '.join(FILES.values())})")
         arrays[key] = read_idx(file, 3 if key.startswith("x") else 1)

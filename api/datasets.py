@@ -1,0 +1,32 @@
+"""/api/v1/datasets: upload an archive as `name:version` (multipart: name, version, file) and list versions."""
+
+from __future__ import annotations
+
+from flask import Blueprint, request
+
+from api import deps
+from jobs import datasets
+
+bp = Blueprint("datasets", __name__)
+
+
+@bp.post("/datasets")
+def upload():
+    s = deps.settings()
+    # The archive may be as large as the expanded limit plus a tar header per entry; other routes keep 1 MiB.
+    request.max_content_length = s.dataset_max_bytes + 1024 * s.dataset_max_files
+    deps.only_args(request.form, ("name", "version", "file"), where="form field")
+    deps.only_args(request.files, ("file",), where="file field")
+    f = request.files.get("file")
+    meta = datasets.upload(deps.redis(), s, request.form.get("name"), request.form.get("version"), f and f.stream)
+    return meta, 201, {"Location": f"/api/v1/datasets/{meta['name']}"}
+
+
+@bp.get("/datasets")
+def list_datasets():
+    return {"datasets": datasets.list_all(deps.redis()), "next_cursor": None}
+
+
+@bp.get("/datasets/<name>")
+def show(name: str):
+    return datasets.describe(deps.redis(), name)
