@@ -16,6 +16,7 @@ from jobs.errors import (
     NotFound,
     TooLarge,
     TooMany,
+    Unavailable,
     Unprocessable,
     ValidationError,
 )
@@ -31,6 +32,7 @@ STATUS = {
     Unprocessable: 422,
     TooMany: 429,
     ConfigError: 500,
+    Unavailable: 503,
 }
 """HTTP status of each domain exception; the one place where they are mapped."""
 

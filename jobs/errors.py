@@ -68,3 +68,9 @@ class TooMany(GpudeckError):
     """A resource with a concurrency cap is at its cap; try again later."""
 
     code = "too_many_requests"
+
+
+class Unavailable(GpudeckError):
+    """A service gpudeck starts (TensorBoard) could not be started or reached."""
+
+    code = "unavailable"

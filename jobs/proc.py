@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
+import ctypes
+import signal
 import sys
+
+PR_SET_PDEATHSIG = 1
 
 
 def python_module(module: str, *args: str) -> list[str]:
@@ -10,3 +14,8 @@ def python_module(module: str, *args: str) -> list[str]:
     so a user's own `models/` or `api/` folder where they ran gpudeck cannot shadow ours."""
     safe_path = ["-P"] if sys.version_info >= (3, 11) else []
     return [sys.executable, *safe_path, "-m", module, *args]
+
+
+def pdeathsig() -> None:
+    """preexec_fn: the child gets SIGTERM when the thread that started it exits (Linux prctl)."""
+    ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGTERM)

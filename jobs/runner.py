@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import ctypes
 import json
 import logging
 import os
@@ -17,7 +16,7 @@ from typing import IO, Any
 from redis import Redis
 
 from jobs import datasets
-from jobs.proc import python_module
+from jobs.proc import pdeathsig, python_module
 from jobs.settings import Settings
 from jobs.states import Reason, Status
 from jobs.store import JobStore, log_key, metrics_key
@@ -38,7 +37,6 @@ HORSE_NICENESS = 5
 """The work-horse lowers its CPU priority by this much once its trainer runs (the trainer keeps its own)."""
 OOM_MARKERS = ("MemoryError", "ResourceExhaustedError", "OOM when allocating", "out of memory")
 """Log text by which a training process that ran out of memory is recognised."""
-PR_SET_PDEATHSIG = 1
 
 
 @dataclass
@@ -87,8 +85,7 @@ def oom_kills() -> int | None:
 
 def _trainer_preexec(max_memory: int | None):
     def preexec() -> None:
-        # SIGTERM when the work-horse dies, so no trainer outlives it (it checkpoints and exits).
-        ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGTERM)
+        pdeathsig()  # SIGTERM when the work-horse dies, so no trainer outlives it (it checkpoints and exits)
         if max_memory:
             import resource
 

@@ -1,0 +1,175 @@
+"""The API as curl users and monitoring see it, over real HTTP against a gunicorn API process, a real worker and
+Redis: log follow and resume, /healthz, /metrics, TensorBoard processes."""
+
+from __future__ import annotations
+
+import subprocess
+import time
+from datetime import datetime
+
+import pytest
+import requests
+from prometheus_client.parser import text_string_to_metric_families
+
+from jobs.redis_server import free_port
+from tests.conftest import fake_nvidia_smi, wait_http
+from tests.jobs.test_lifecycle_e2e import FAKE_SMI
+
+TINY = {"model": "lenet", "dataset": "synthetic:16x16x3", "params": {"steps": 3, "batch_size": 8}}
+
+
+@pytest.fixture
+def env(child_env, tmp_path):
+    """The stack's environment: a FAKE nvidia-smi (two GPUs, no GPUs here) on PATH, small TensorBoard limits."""
+    fake_nvidia_smi(tmp_path / "bin", FAKE_SMI)
+    return {
+        **child_env,
+        "PATH": f"{tmp_path / 'bin'}:{child_env['PATH']}",
+        "GPUDECK_TENSORBOARD_MAX": "1",
+        "GPUDECK_TENSORBOARD_IDLE": "4",
+    }
+
+
+@pytest.fixture
+def api(spawn, env) -> str:
+    port = free_port()
+    proc = spawn("api", "--port", str(port), env=env)
+    url = f"http://127.0.0.1:{port}"
+    wait_http(f"{url}/healthz", proc)
+    return url
+
+
+def submit(api: str, spec: dict) -> int:
+    resp = requests.post(f"{api}/api/v1/jobs", json=spec, timeout=10)
+    assert resp.status_code == 201, resp.text
+    return resp.json()["id"]
+
+
+def wait(api: str, job_id: int) -> dict:
+    job = requests.get(f"{api}/api/v1/jobs/{job_id}/wait?timeout=240", timeout=260).json()
+    assert job["status"] == "succeeded", job
+    return job
+
+
+def until(check, timeout: float = 30.0, every: float = 0.2):
+    deadline = time.monotonic() + timeout
+    while True:
+        value = check()
+        if value:
+            return value
+        assert time.monotonic() < deadline, "condition not met in time"
+        time.sleep(every)
+
+
+@pytest.mark.slow
+def test_curl_follows_a_log_live_until_the_job_ends_and_resumes_by_offset(api, spawn, env):
+    spawn("worker", "--cpu", env=env)
+    job_id = submit(api, {**TINY, "params": {"steps": 400, "batch_size": 8, "log_every": 20}})
+    url = f"{api}/api/v1/jobs/{job_id}/logs"
+    curl = subprocess.Popen(["curl", "-sSN", "-D", "-", f"{url}?follow=1"], stdout=subprocess.PIPE, text=True)
+    assert curl.stdout is not None
+    head = []
+    while (line := curl.stdout.readline()).strip():  # headers, up to the blank line
+        head.append(line.strip())
+    assert head[0].startswith("HTTP/1.1 200") and "X-Next-Offset: 0" in head
+    first = curl.stdout.readline()
+    first_at = time.time()
+    rest = curl.stdout.read()
+    curl.stdout.close()
+    assert curl.wait(60) == 0  # the stream ended by itself when the job did
+    job = requests.get(f"{api}/api/v1/jobs/{job_id}", timeout=10).json()
+    assert job["status"] == "succeeded"
+    # The first line arrived seconds before the job ended: it was streamed, not sent at the end.
+    assert datetime.fromisoformat(job["ended_at"].replace("Z", "+00:00")).timestamp() - first_at > 1.0
+
+    full = requests.get(url, timeout=10)
+    lines = full.text.splitlines()
+    assert first + rest == full.text and len(lines) > 10 and full.headers["X-Next-Offset"] == str(len(lines))
+    assert any("train step" in line for line in lines)
+    # Resume: no duplicate and no gap, plain or following (an ended job's stream ends at once).
+    part = requests.get(f"{url}?offset=7", timeout=10)
+    assert part.text.splitlines() == lines[7:] and part.headers["X-Next-Offset"] == str(len(lines))
+    again = subprocess.run(["curl", "-sSN", f"{url}?offset=7&follow=1"], capture_output=True, text=True, timeout=30)
+    assert again.stdout.splitlines() == lines[7:]
+    assert requests.get(f"{url}?offset={len(lines)}", timeout=10).text == ""
+    bad = requests.get(f"{url}?follow=maybe", timeout=10)
+    assert bad.status_code == 400 and bad.json()["details"]["field"] == "follow"
+
+
+@pytest.mark.slow
+def test_healthz_and_prometheus_metrics(api, spawn, env):
+    health = requests.get(f"{api}/healthz", timeout=10).json()
+    assert health == {"status": "degraded", "redis": "ok", "workers": 0, "workers_alive": 0}
+    spawn("worker", "--cpu", env=env)
+    until(lambda: requests.get(f"{api}/healthz", timeout=10).json()["workers_alive"] == 1)
+    wait(api, submit(api, TINY))
+    submit(api, {**TINY, "gpus": 2})  # no two-GPU worker: it stays queued
+
+    def scrape() -> dict:
+        resp = requests.get(f"{api}/metrics", timeout=10)
+        assert resp.headers["Content-Type"].startswith("text/plain; version=0.0.4")
+        return {
+            (s.name, tuple(sorted(s.labels.items()))): s.value
+            for fam in text_string_to_metric_families(resp.text)
+            for s in fam.samples
+        }
+
+    m = until(lambda: (m := scrape()) and any(k[0] == "gpudeck_gpu_utilization_ratio" for k in m) and m)
+    assert m[("gpudeck_jobs", (("status", "succeeded"),))] == 1
+    assert m[("gpudeck_jobs", (("status", "queued"),))] == 1
+    assert m[("gpudeck_jobs", (("status", "failed"),))] == 0
+    assert m[("gpudeck_queue_length", (("queue", "gpus-2"),))] == 1
+    assert m[("gpudeck_queue_length", (("queue", "cpu"),))] == 0
+    assert m[("gpudeck_workers", (("state", "idle"),))] == 1
+    gpu0 = tuple(sorted({"host": _host(api), "gpu": "0", "uuid": "GPU-aaaa", "name": "NVIDIA H100 80GB HBM3"}.items()))
+    assert m[("gpudeck_gpu_utilization_ratio", gpu0)] == pytest.approx(0.97)
+    assert m[("gpudeck_gpu_memory_total_bytes", gpu0)] == 81559 * 2**20
+    # GPU 1 reads [N/A] for utilization: absent, not zero.
+    assert not any(k[0] == "gpudeck_gpu_utilization_ratio" and ("gpu", "1") in k[1] for k in m)
+
+
+def _host(api: str) -> str:
+    return requests.get(f"{api}/api/v1/gpus", timeout=10).json()["hosts"][0]["host"]
+
+
+@pytest.mark.slow
+def test_tensorboard_started_reused_limited_and_stopped_when_idle(api, spawn, env):
+    spawn("worker", "--cpu", env=env)
+    first, second = submit(api, TINY), submit(api, {**TINY, "name": "second run"})
+    wait(api, first), wait(api, second)
+
+    resp = requests.post(f"{api}/api/v1/tensorboard", json={"jobs": [first]}, timeout=120)
+    assert resp.status_code == 201, resp.text
+    board = resp.json()
+    assert board["url"] == f"http://127.0.0.1:{board['port']}/" and board["runs"] == [f"{first}-lenet"]
+    assert board["ssh_tunnel"] == f"ssh -N -L {board['port']}:127.0.0.1:{board['port']} {board['host']}"
+    runs = until(lambda: requests.get(f"{board['url']}data/runs", timeout=10).json())
+    assert all(r.startswith(f"{first}-lenet") for r in runs)
+
+    same = requests.post(f"{api}/api/v1/tensorboard", json={"jobs": [first]}, timeout=120)
+    assert same.status_code == 200 and same.json()["port"] == board["port"] and same.json()["reused"] is True
+
+    both = requests.post(f"{api}/api/v1/tensorboard", json={"jobs": [second, first]}, timeout=120).json()
+    assert both["port"] != board["port"] and both["runs"] == [f"{first}-lenet", f"{second}-second_run"]
+    # GPUDECK_TENSORBOARD_MAX=1: the first one was stopped to make room.
+    with pytest.raises(requests.ConnectionError):
+        requests.get(board["url"], timeout=5)
+    listed = requests.get(f"{api}/api/v1/tensorboard", timeout=10).json()["tensorboards"]
+    assert [b["port"] for b in listed] == [both["port"]]
+
+    # Idle (no connection, no request) for GPUDECK_TENSORBOARD_IDLE=4 s: stopped by the API's sweeper.
+    until(lambda: requests.get(f"{api}/api/v1/tensorboard", timeout=10).json()["tensorboards"] == [], timeout=40)
+    with pytest.raises(requests.ConnectionError):
+        requests.get(both["url"], timeout=5)
+
+    for body, status, field in (
+        ({"jobs": []}, 400, "jobs"),
+        ({"jobs": ["1"]}, 400, "jobs"),
+        ({"jobs": [1], "port": 80}, 400, "port"),
+        ({"jobs": [999]}, 404, None),
+    ):
+        bad = requests.post(f"{api}/api/v1/tensorboard", json=body, timeout=10)
+        assert bad.status_code == status, bad.text
+        if field:
+            assert field in bad.json()["details"]["fields"]
+    assert requests.delete(f"{api}/api/v1/tensorboard/1", timeout=10).status_code == 404
