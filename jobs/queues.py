@@ -40,14 +40,20 @@ def live_gpu_workers(redis: Redis) -> int:
     return sum(1 for w in Worker.all(connection=redis) if any(q.startswith("gpus-") for q in w.queue_names()))
 
 
-def submit(redis: Redis, body: Any, data_roots: tuple[Path, ...] = ()) -> dict[str, Any]:
-    """Validate, assign the next id, and write the record and the RQ job in one transaction."""
-    default_gpus = 1 if live_gpu_workers(redis) else 0
+def validate(redis: Redis, body: Any, data_roots: tuple[Path, ...] = (), default_gpus: int | None = None) -> dict:
+    """spec.validate with what only the store knows: live GPU workers (the default gpus) and uploaded datasets."""
     from jobs import datasets
 
-    spec = spec_mod.validate(
+    if default_gpus is None:
+        default_gpus = 1 if live_gpu_workers(redis) else 0
+    return spec_mod.validate(
         body, default_gpus=default_gpus, data_roots=data_roots, pin=lambda n, v: datasets.pin(redis, n, v)
     )
+
+
+def submit(redis: Redis, body: Any, data_roots: tuple[Path, ...] = ()) -> dict[str, Any]:
+    """Validate, assign the next id, and write the record and the RQ job in one transaction."""
+    spec = validate(redis, body, data_roots)
     store = JobStore(redis)
     job_id = store.next_id()
     name = queue_name(spec["gpus"], spec["priority"])

@@ -61,7 +61,7 @@ def create(redis: Redis, body: Any, data_roots=()) -> dict[str, Any]:
     specs = expand(body.get("base"), body.get("grid"))
     for i, s in enumerate(specs):
         try:
-            spec_mod.validate(s, default_gpus=0, data_roots=data_roots)
+            queues.validate(redis, s, data_roots, default_gpus=0)
         except ValidationError as exc:
             combo = {k: _get(s, k) for k in body["grid"]}
             raise ValidationError(

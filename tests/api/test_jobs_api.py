@@ -45,7 +45,8 @@ def test_a_queued_job_has_no_logs_or_metrics_yet(client):
 
 BAD = [
     ({**GOOD, "model": "resnet21"}, "model", "unknown model"),
-    ({**GOOD, "dataset": "cifar11"}, "dataset", "unknown dataset"),
+    ({**GOOD, "dataset": "cifar11"}, "dataset", "no dataset named 'cifar11' has been uploaded"),
+    ({**GOOD, "dataset": "my data"}, "dataset", "unknown dataset"),
     ({"dataset": "synthetic"}, "model", "is required"),
     ({"model": "resnet20"}, "dataset", "is required"),
     ({**GOOD, "colour": "red"}, "colour", "unknown field"),
@@ -98,6 +99,12 @@ def test_bad_query_arguments(client):
         ("/api/v1/jobs?limit=0", "limit"),
         ("/api/v1/jobs/1/logs?offset=-1", "offset"),
         ("/api/v1/jobs/1/metrics?format=xml", "format"),
+        ("/api/v1/jobs?limit=501", "limit"),
+        ("/api/v1/jobs?status=done", "status"),
+        ("/api/v1/jobs?state=queued", "state"),
+        ("/api/v1/jobs/1/logs?follow=2", "follow"),
+        ("/api/v1/jobs/1/logs?ofset=3", "ofset"),
+        ("/api/v1/jobs/1/wait?timeout=3601", "timeout"),
     ):
         resp = client.get(path)
         assert resp.status_code == 400 and resp.json["details"]["field"] == field, path
@@ -116,8 +123,10 @@ def test_wait_times_out_on_a_job_that_is_still_queued(client):
     assert resp.status_code == 200 and resp.json["status"] == "queued"
 
 
-def test_healthz(client):
-    assert client.get("/healthz").json == {"status": "ok", "redis": "ok", "workers": 0}
+def test_healthz_without_workers_is_degraded_but_up(client):
+    resp = client.get("/healthz")
+    assert resp.status_code == 200
+    assert resp.json == {"status": "degraded", "redis": "ok", "workers": 0, "workers_alive": 0}
 
 
 def test_redis_down_is_503_not_a_traceback(settings):
@@ -201,3 +210,29 @@ def test_aliases_and_recipes_are_accepted(client):
     resp = client.post("/api/v1/jobs", json={**GOOD, "params": {"augment": "crop_flip+blur", "recipe": "fast"}})
     fields = resp.json["details"]["fields"]
     assert "unknown augment 'blur'" in fields["params.augment"] and "one of" in fields["params.recipe"]
+
+
+def test_list_filters_by_status_model_and_tag_with_a_stable_cursor(client):
+    for i in range(12):
+        spec = {**GOOD, "model": "lenet" if i % 3 == 0 else "resnet20", "tags": ["even"] if i % 2 == 0 else ["odd"]}
+        client.post("/api/v1/jobs", json=spec)
+    for i in (3, 6, 9):
+        client.post(f"/api/v1/jobs/{i}/cancel")
+
+    def ids(query: str) -> list[int]:
+        out, cursor = [], None
+        while True:
+            page = client.get(f"/api/v1/jobs?{query}&limit=2" + (f"&cursor={cursor}" if cursor else "")).json
+            out += [j["id"] for j in page["jobs"]]
+            cursor = page["next_cursor"]
+            if cursor is None:
+                return out
+            client.post("/api/v1/jobs", json=GOOD)  # new jobs while paging change nothing already paged
+
+    assert ids("model=lenet") == [10, 7, 4, 1]
+    assert ids("tag=even") == [11, 9, 7, 5, 3, 1]
+    assert ids("status=canceled") == [9, 6, 3]
+    assert ids("status=queued,canceled&model=lenet&tag=odd") == [10, 4]
+    assert ids("model=vgg_16") == []
+    page = client.get("/api/v1/jobs?status=canceled&limit=3").json
+    assert [j["id"] for j in page["jobs"]] == [9, 6, 3] and page["next_cursor"] is None  # an exact last page

@@ -1,0 +1,542 @@
+"""The OpenAPI 3.1 document served at /api/v1/openapi.json, built from the same constants the code validates with
+(job fields, params, states, priorities), so the two cannot drift apart silently; tests/api/test_openapi.py checks
+real responses against it."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from flask import Blueprint
+
+from jobs.spec import MAX_GPUS, PRIORITIES
+from jobs.states import Reason, Status
+from models.params import PARAMS
+
+bp = Blueprint("openapi", __name__)
+
+VERSION = "1.0.0"
+_JSON_TYPES = {int: "integer", float: "number", bool: "boolean", str: "string"}
+
+
+def _ref(name: str) -> dict[str, str]:
+    return {"$ref": f"#/components/schemas/{name}"}
+
+
+def _nullable(schema: dict[str, Any]) -> dict[str, Any]:
+    return {"anyOf": [schema, {"type": "null"}]}
+
+
+def _obj(props: dict[str, Any], required: list[str] | None = None, extra: bool = True) -> dict[str, Any]:
+    out: dict[str, Any] = {"type": "object", "properties": props}
+    if required:
+        out["required"] = required
+    if not extra:
+        out["additionalProperties"] = False
+    return out
+
+
+def _param_schema(name: str) -> dict[str, Any]:
+    p = PARAMS[name]
+    if p.kind is list:
+        return {"type": "array", "items": {"type": "number", "exclusiveMinimum": 0, "exclusiveMaximum": 1}}
+    s: dict[str, Any] = {"type": _JSON_TYPES[p.kind], "description": p.help}
+    if p.choices:
+        s["enum"] = list(p.choices)
+    if p.minimum is not None:
+        s["minimum"] = p.minimum
+    if p.maximum is not None:
+        s["maximum"] = p.maximum
+    return s
+
+
+STR, INT, NUM, BOOL = {"type": "string"}, {"type": "integer"}, {"type": "number"}, {"type": "boolean"}
+TIME = {"type": "string", "format": "date-time"}
+
+
+def _schemas() -> dict[str, Any]:
+    params = _obj({k: _param_schema(k) for k in PARAMS}, extra=False)
+    spec_props = {
+        "model": {**STR, "description": "a model name or alias (GET /api/v1/models)"},
+        "dataset": {
+            **STR,
+            "description": "synthetic[:HxWxC[:K]], an uploaded NAME[:VERSION], or a server path under "
+            "GPUDECK_DATA_ROOTS",
+        },
+        "params": params,
+        "gpus": {**INT, "minimum": 0, "maximum": MAX_GPUS},
+        "name": {**STR, "minLength": 1, "maxLength": 200},
+        "tags": {"type": "array", "maxItems": 50, "items": {**STR, "minLength": 1, "maxLength": 64}},
+        "priority": {**STR, "enum": list(PRIORITIES)},
+        "timeout": _nullable({**INT, "minimum": 1}),
+        "max_retries": {**INT, "minimum": 0, "maximum": 10},
+        "workers": {**INT, "const": 1},
+    }
+    point = _obj(
+        {
+            k: _nullable(NUM)
+            for k in ("step", "epoch", "loss", "accuracy", "lr", "images_per_sec", "val_loss", "val_accuracy")
+        }
+    )
+    return {
+        "Error": _obj(
+            {"error": STR, "message": STR, "details": {"type": "object"}}, ["error", "message", "details"], extra=False
+        ),
+        "JobSpecInput": _obj(spec_props, ["model", "dataset"], extra=False),
+        "JobSpec": _obj(spec_props, list(spec_props)),
+        "Progress": _obj(
+            {
+                "step": _nullable(INT),
+                "total_steps": _nullable(INT),
+                "epoch": _nullable(NUM),
+                "epochs": _nullable(NUM),
+                "fraction": _nullable(NUM),
+            }
+        ),
+        "Result": _obj(
+            {
+                k: NUM
+                for k in ("test_accuracy", "test_top5", "test_loss", "steps", "epochs", "images_per_sec", "duration_s")
+            }
+        ),
+        "Job": _obj(
+            {
+                "id": INT,
+                "name": STR,
+                "status": {**STR, "enum": [s.value for s in Status]},
+                "reason": _nullable({**STR, "enum": [r.value for r in Reason]}),
+                "message": _nullable(STR),
+                "spec": _ref("JobSpec"),
+                "queue": STR,
+                "worker": _nullable(STR),
+                "gpu_ids": _nullable({"type": "array", "items": STR}),
+                "attempt": INT,
+                "created_at": TIME,
+                "started_at": _nullable(TIME),
+                "ended_at": _nullable(TIME),
+                "elapsed_s": _nullable(NUM),
+                "eta_s": _nullable(NUM),
+                "progress": _ref("Progress"),
+                "metrics": _nullable({"type": "object"}),
+                "result": _nullable(_ref("Result")),
+                "log_tail": _nullable({"type": "array", "items": STR}),
+            },
+            ["id", "name", "status", "spec", "attempt", "created_at", "progress"],
+        ),
+        "JobList": _obj(
+            {"jobs": {"type": "array", "items": _ref("Job")}, "next_cursor": _nullable(INT)}, ["jobs", "next_cursor"]
+        ),
+        "MetricPoint": point,
+        "Metrics": _obj(
+            {
+                "job_id": INT,
+                "train": {"type": "array", "items": _ref("MetricPoint")},
+                "validation": {"type": "array", "items": _ref("MetricPoint")},
+            },
+            ["job_id", "train", "validation"],
+        ),
+        "SweepInput": _obj(
+            {
+                "base": _ref("JobSpecInput"),
+                "grid": {
+                    "type": "object",
+                    "description": 'field ("model", "params.lr", ...) -> list of values',
+                    "additionalProperties": {"type": "array", "minItems": 1},
+                },
+            },
+            ["base", "grid"],
+            extra=False,
+        ),
+        "Sweep": _obj(
+            {
+                "id": INT,
+                "grid": {"type": "object"},
+                "base": {"type": "object"},
+                "job_ids": {"type": "array", "items": INT},
+                "jobs": {"type": "array", "items": _ref("Job")},
+            },
+            ["id", "job_ids", "jobs"],
+        ),
+        "SweepSummary": _obj(
+            {
+                "id": INT,
+                "grid": {"type": "object"},
+                "base": {"type": "object"},
+                "jobs": {
+                    "type": "array",
+                    "items": _obj(
+                        {
+                            "job_id": INT,
+                            "rank": _nullable(INT),
+                            "status": STR,
+                            "test_accuracy": _nullable(NUM),
+                            "test_loss": _nullable(NUM),
+                            "last_loss": _nullable(NUM),
+                        },
+                        ["job_id", "rank", "status"],
+                    ),
+                },
+                "ended": INT,
+                "total": INT,
+                "best": _nullable({"type": "object"}),
+            },
+            ["id", "jobs", "ended", "total", "best"],
+        ),
+        "ModelList": _obj(
+            {
+                "models": {
+                    "type": "array",
+                    "items": _obj(
+                        {
+                            "name": STR,
+                            "family": STR,
+                            "input_shape": {"type": "array", "items": INT},
+                            "parameters": INT,
+                            "aliases": {"type": "array", "items": STR},
+                            "params": {"type": "object"},
+                        },
+                        ["name", "family", "input_shape", "parameters", "params"],
+                    ),
+                },
+                "recipes": {"type": "object"},
+                "next_cursor": {"type": "null"},
+            },
+            ["models", "recipes"],
+        ),
+        "DatasetVersion": _obj(
+            {
+                "name": STR,
+                "version": STR,
+                "ref": STR,
+                "format": STR,
+                "files": INT,
+                "size_bytes": INT,
+                "created_at": TIME,
+            },
+            ["name", "version", "ref", "format", "files", "size_bytes", "created_at"],
+        ),
+        "Dataset": _obj(
+            {"name": STR, "latest": STR, "versions": {"type": "array", "items": _ref("DatasetVersion")}},
+            ["name", "latest", "versions"],
+        ),
+        "DatasetList": _obj(
+            {"datasets": {"type": "array", "items": _ref("Dataset")}, "next_cursor": {"type": "null"}},
+            ["datasets", "next_cursor"],
+        ),
+        "Worker": _obj(
+            {
+                "name": STR,
+                "host": STR,
+                "pid": _nullable(INT),
+                "gpus": {"type": "array", "items": STR},
+                "queues": {"type": "array", "items": STR},
+                "state": STR,
+                "job_id": _nullable(INT),
+                "draining": BOOL,
+                "last_heartbeat": _nullable(STR),
+            },
+            ["name", "host", "gpus", "queues", "state", "job_id", "draining"],
+        ),
+        "WorkerList": _obj(
+            {"workers": {"type": "array", "items": _ref("Worker")}, "next_cursor": {"type": "null"}}, ["workers"]
+        ),
+        "Gpu": _obj(
+            {
+                "index": INT,
+                "uuid": STR,
+                "name": STR,
+                **{
+                    k: _nullable(NUM)
+                    for k in (
+                        "utilization",
+                        "memory_used_mib",
+                        "memory_total_mib",
+                        "temperature_c",
+                        "power_draw_w",
+                        "power_limit_w",
+                    )
+                },
+                "processes": {
+                    "type": "array",
+                    "items": _obj(
+                        {"pid": INT, "name": STR, "used_memory_mib": _nullable(NUM), "job_id": _nullable(INT)},
+                        ["pid", "job_id"],
+                    ),
+                },
+            },
+            ["index", "uuid", "name", "utilization", "memory_used_mib", "memory_total_mib", "processes"],
+        ),
+        "GpuHosts": _obj(
+            {
+                "hosts": {
+                    "type": "array",
+                    "items": _obj(
+                        {"host": STR, "sampled_at": NUM, "gpus": {"type": "array", "items": _ref("Gpu")}},
+                        ["host", "sampled_at", "gpus"],
+                    ),
+                },
+                "next_cursor": {"type": "null"},
+            },
+            ["hosts"],
+        ),
+        "TensorBoardInput": _obj(
+            {"jobs": {"type": "array", "items": {**INT, "minimum": 1}, "minItems": 1, "maxItems": 100}},
+            ["jobs"],
+            extra=False,
+        ),
+        "TensorBoard": _obj(
+            {
+                "url": {**STR, "format": "uri"},
+                "port": INT,
+                "host": STR,
+                "jobs": {"type": "array", "items": INT},
+                "runs": {"type": "array", "items": STR},
+                "ssh_tunnel": STR,
+                "started_at": TIME,
+                "last_used_at": TIME,
+                "reused": BOOL,
+            },
+            ["url", "port", "host", "jobs", "runs", "ssh_tunnel"],
+        ),
+        "TensorBoardList": _obj(
+            {"tensorboards": {"type": "array", "items": _ref("TensorBoard")}, "next_cursor": {"type": "null"}},
+            ["tensorboards"],
+        ),
+        "Health": _obj(
+            {
+                "status": {**STR, "enum": ["ok", "degraded", "unavailable"]},
+                "redis": STR,
+                "workers": INT,
+                "workers_alive": INT,
+            },
+            ["status", "redis", "workers", "workers_alive"],
+        ),
+    }
+
+
+def _json(schema: str, description: str = "OK", headers: dict | None = None) -> dict[str, Any]:
+    out: dict[str, Any] = {"description": description, "content": {"application/json": {"schema": _ref(schema)}}}
+    if headers:
+        out["headers"] = headers
+    return out
+
+
+def _errors(*codes: int) -> dict[str, Any]:
+    text = {
+        400: "bad input; details name the field",
+        401: "missing or wrong bearer token",
+        404: "no such resource",
+        409: "conflicts with the resource's state",
+        413: "body or archive over a limit",
+        422: "well-formed but refused",
+        429: "too many concurrent streams",
+        503: "Redis or a started service unavailable",
+    }
+    return {str(c): {"description": text[c], "content": {"application/json": {"schema": _ref("Error")}}} for c in codes}
+
+
+def _q(name: str, schema: dict[str, Any], description: str) -> dict[str, Any]:
+    return {"name": name, "in": "query", "required": False, "schema": schema, "description": description}
+
+
+def _path_id(name: str = "id") -> dict[str, Any]:
+    return {"name": name, "in": "path", "required": True, "schema": {**INT, "minimum": 0}}
+
+
+def _op(summary: str, responses: dict[str, Any], **extra: Any) -> dict[str, Any]:
+    return {"summary": summary, "responses": {**responses, **_errors(401)}, **extra}
+
+
+NEXT_OFFSET = {
+    "X-Next-Offset": {
+        "description": "the offset to resume from (follow: the start; add the lines received)",
+        "schema": INT,
+    }
+}
+
+
+def _body(schema: str) -> dict[str, Any]:
+    return {"required": True, "content": {"application/json": {"schema": _ref(schema)}}}
+
+
+def _paths() -> dict[str, Any]:
+    job = [_path_id()]
+    text = {"text/plain": {"schema": STR}}
+    return {
+        "/api/v1/jobs": {
+            "post": _op(
+                "Submit a job",
+                {
+                    "201": _json("Job", "created", {"Location": {"schema": STR}}),
+                    "200": _json("Job", "replayed for an Idempotency-Key seen in the last 24 h"),
+                    **_errors(400, 409, 413, 422),
+                },
+                parameters=[{"name": "Idempotency-Key", "in": "header", "required": False, "schema": STR}],
+                requestBody=_body("JobSpecInput"),
+            ),
+            "get": _op(
+                "List jobs, newest first",
+                {"200": _json("JobList"), **_errors(400)},
+                parameters=[
+                    _q("status", STR, "comma-separated statuses"),
+                    _q("model", STR, "model name"),
+                    _q("tag", STR, "a tag the job has"),
+                    _q("limit", {**INT, "minimum": 1, "maximum": 500}, "page size (50)"),
+                    _q("cursor", {**INT, "minimum": 0}, "next_cursor of the previous page"),
+                ],
+            ),
+        },
+        "/api/v1/jobs/{id}": {"get": _op("One job", {"200": _json("Job"), **_errors(404)}, parameters=job)},
+        "/api/v1/jobs/{id}/cancel": {
+            "post": _op("Cancel a job", {"200": _json("Job"), **_errors(404, 409)}, parameters=job)
+        },
+        "/api/v1/jobs/{id}/retry": {
+            "post": _op("Submit an ended job again", {"201": _json("Job"), **_errors(404, 409)}, parameters=job)
+        },
+        "/api/v1/jobs/{id}/wait": {
+            "get": _op(
+                "Answer when the job ends or the timeout passes",
+                {"200": _json("Job"), **_errors(400, 404)},
+                parameters=[*job, _q("timeout", {**INT, "minimum": 0, "maximum": 3600}, "seconds (60)")],
+            )
+        },
+        "/api/v1/jobs/{id}/logs": {
+            "get": _op(
+                "Log lines after offset; follow=1 streams until the job ends",
+                {
+                    "200": {"description": "log lines", "headers": NEXT_OFFSET, "content": text},
+                    **_errors(400, 404, 429),
+                },
+                parameters=[
+                    *job,
+                    _q("offset", {**INT, "minimum": 0}, "lines already read"),
+                    _q("follow", {**STR, "enum": ["0", "1", "true", "false", "yes", "no"]}, "stream"),
+                ],
+            )
+        },
+        "/api/v1/jobs/{id}/metrics": {
+            "get": _op(
+                "Metric points (JSON or CSV)",
+                {
+                    "200": {
+                        "description": "metric series",
+                        "content": {"application/json": {"schema": _ref("Metrics")}, "text/csv": {}},
+                    },
+                    **_errors(400, 404),
+                },
+                parameters=[*job, _q("format", {**STR, "enum": ["json", "csv"]}, "json (default) or csv")],
+            )
+        },
+        "/api/v1/sweeps": {
+            "post": _op(
+                "A grid of params, one job each",
+                {"201": _json("Sweep"), **_errors(400)},
+                requestBody=_body("SweepInput"),
+            )
+        },
+        "/api/v1/sweeps/{id}": {
+            "get": _op("Sweep summary, best first", {"200": _json("SweepSummary"), **_errors(404)}, parameters=job)
+        },
+        "/api/v1/models": {"get": _op("The model zoo", {"200": _json("ModelList")})},
+        "/api/v1/datasets": {
+            "get": _op("Uploaded datasets", {"200": _json("DatasetList")}),
+            "post": _op(
+                "Upload an archive as name:version",
+                {"201": _json("DatasetVersion"), **_errors(400, 409, 413, 422)},
+                requestBody={
+                    "required": True,
+                    "content": {
+                        "multipart/form-data": {
+                            "schema": _obj(
+                                {"name": STR, "version": STR, "file": {**STR, "contentMediaType": "application/gzip"}},
+                                ["name", "version", "file"],
+                            )
+                        }
+                    },
+                },
+            ),
+        },
+        "/api/v1/datasets/{name}": {
+            "get": _op(
+                "One dataset's versions",
+                {"200": _json("Dataset"), **_errors(404)},
+                parameters=[{"name": "name", "in": "path", "required": True, "schema": STR}],
+            )
+        },
+        "/api/v1/workers": {"get": _op("Live workers", {"200": _json("WorkerList")})},
+        "/api/v1/workers/{name}/drain": {
+            "post": _op(
+                "Finish the current job, take no new one, exit",
+                {"200": {"description": "draining", "content": {"application/json": {"schema": {"type": "object"}}}}}
+                | _errors(404),
+                parameters=[{"name": "name", "in": "path", "required": True, "schema": STR}],
+            )
+        },
+        "/api/v1/gpus": {"get": _op("nvidia-smi stats per host and GPU", {"200": _json("GpuHosts")})},
+        "/api/v1/tensorboard": {
+            "post": _op(
+                "Start or reuse a TensorBoard over these jobs",
+                {
+                    "201": _json("TensorBoard", "started"),
+                    "200": _json("TensorBoard", "reused"),
+                    **_errors(400, 404, 503),
+                },
+                requestBody=_body("TensorBoardInput"),
+            ),
+            "get": _op("Running TensorBoards of this host", {"200": _json("TensorBoardList")}),
+        },
+        "/api/v1/tensorboard/{port}": {
+            "delete": _op(
+                "Stop a TensorBoard", {"204": {"description": "stopped"}, **_errors(404)}, parameters=[_path_id("port")]
+            )
+        },
+        "/api/v1/openapi.json": {
+            "get": _op(
+                "This document",
+                {
+                    "200": {
+                        "description": "OpenAPI 3.1",
+                        "content": {"application/json": {"schema": {"type": "object"}}},
+                    }
+                },
+            )
+        },
+        "/healthz": {
+            "get": {
+                "summary": "Redis reachable, workers alive (no token needed)",
+                "security": [],
+                "responses": {"200": _json("Health"), "503": _json("Health", "Redis unreachable")},
+            }
+        },
+        "/metrics": {
+            "get": _op(
+                "Prometheus text: jobs by status, queue lengths, workers, GPU utilization and memory",
+                {"200": {"description": "Prometheus exposition format", "content": text}},
+            )
+        },
+    }
+
+
+def document() -> dict[str, Any]:
+    """The whole OpenAPI 3.1 document."""
+    return {
+        "openapi": "3.1.0",
+        "info": {
+            "title": "gpudeck",
+            "version": VERSION,
+            "description": "Training jobs on GPU machines: submit, watch, cancel; datasets; TensorBoard. "
+            "Errors are {error, message, details}. With GPUDECK_TOKENS set, every route but /healthz needs "
+            "Authorization: Bearer <token>.",
+        },
+        "servers": [{"url": "http://127.0.0.1:8686"}],
+        "security": [{"bearer": []}],
+        "paths": _paths(),
+        "components": {
+            "schemas": _schemas(),
+            "securitySchemes": {"bearer": {"type": "http", "scheme": "bearer"}},
+        },
+    }
+
+
+@bp.get("/api/v1/openapi.json")
+def openapi():
+    return document()

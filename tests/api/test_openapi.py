@@ -1,0 +1,97 @@
+"""/api/v1/openapi.json is a valid OpenAPI 3.1 document, names every route the app serves, and real answers of a
+running API (gunicorn, a worker, Redis) conform to it, errors included."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+import requests
+from openapi_core import OpenAPI
+from openapi_core.contrib.requests import RequestsOpenAPIRequest, RequestsOpenAPIResponse
+from openapi_spec_validator import validate
+
+from tests.api.test_datasets_api import cifar_tgz
+from tests.api.test_live_api import TINY, api, env, submit, until, wait  # noqa: F401 (fixtures)
+
+
+def test_the_document_is_valid_openapi_3_1(client):
+    doc = client.get("/api/v1/openapi.json").json
+    assert doc["openapi"] == "3.1.0"
+    validate(doc)
+
+
+def test_every_route_is_documented_and_every_documented_route_exists(app, client):
+    doc = client.get("/api/v1/openapi.json").json
+    served = set()
+    for rule in app.url_map.iter_rules():
+        if rule.endpoint == "static":
+            continue
+        path = re.sub(r"<(?:\w+:)?(\w+)>", r"{\1}", rule.rule)
+        for method in rule.methods - {"HEAD", "OPTIONS"}:
+            served.add((re.sub(r"\{(job_id|sweep_id)\}", "{id}", path), method.lower()))
+    documented = {(path, method) for path, ops in doc["paths"].items() for method in ops}
+    assert served == documented
+
+
+@pytest.mark.slow
+def test_real_answers_conform_to_the_document(api, spawn, env, tmp_path):  # noqa: F811
+    doc = requests.get(f"{api}/api/v1/openapi.json", timeout=10).json()
+    doc["servers"] = [{"url": api}]
+    openapi = OpenAPI.from_dict(doc)
+    checked: list[str] = []
+
+    def call(method: str, path: str, status: int, **kwargs) -> requests.Response:
+        resp = requests.request(method, f"{api}{path}", timeout=120, **kwargs)
+        assert resp.status_code == status, f"{method} {path}: {resp.status_code} {resp.text[:500]}"
+        openapi.validate_response(RequestsOpenAPIRequest(resp.request), RequestsOpenAPIResponse(resp))
+        checked.append(f"{method} {path.split('?')[0]} {status}")
+        return resp
+
+    spawn("worker", "--cpu", env=env)
+    until(lambda: requests.get(f"{api}/healthz", timeout=10).json()["workers_alive"] == 1)
+    call("GET", "/healthz", 200)
+    call("GET", "/metrics", 200)
+    call("GET", "/api/v1/models", 200)
+    call("POST", "/api/v1/datasets", 201, data={"name": "c", "version": "1"}, files={"file": cifar_tgz(tmp_path)})
+    call("POST", "/api/v1/datasets", 409, data={"name": "c", "version": "1"}, files={"file": cifar_tgz(tmp_path)})
+    call("GET", "/api/v1/datasets", 200)
+    call("GET", "/api/v1/datasets/c", 200)
+    call("GET", "/api/v1/datasets/none", 404)
+    job = call("POST", "/api/v1/jobs", 201, json={**TINY, "dataset": "c", "tags": ["t"]}).json()["id"]
+    call("POST", "/api/v1/jobs", 400, json={**TINY, "colour": 1})
+    call("POST", "/api/v1/jobs", 400, data="x", headers={"Content-Type": "application/json"})
+    call("GET", f"/api/v1/jobs/{job}/wait?timeout=240", 200)
+    call("GET", f"/api/v1/jobs/{job}", 200)
+    call("GET", "/api/v1/jobs/999", 404)
+    call("GET", "/api/v1/jobs?status=succeeded&tag=t&limit=1", 200)
+    call("GET", "/api/v1/jobs?limit=0", 400)
+    call("GET", f"/api/v1/jobs/{job}/logs?offset=2", 200)
+    call("GET", f"/api/v1/jobs/{job}/logs?follow=1", 200)
+    call("GET", f"/api/v1/jobs/{job}/metrics", 200)
+    call("GET", f"/api/v1/jobs/{job}/metrics?format=csv", 200)
+    call("POST", f"/api/v1/jobs/{job}/cancel", 409)
+    retried = call("POST", f"/api/v1/jobs/{job}/retry", 201).json()["id"]
+    call("POST", f"/api/v1/jobs/{retried}/cancel", 200)
+    sweep = call("POST", "/api/v1/sweeps", 201, json={"base": TINY, "grid": {"params.lr": [0.1, 0.01]}}).json()
+    call("GET", f"/api/v1/sweeps/{sweep['id']}", 200)
+    call("GET", "/api/v1/sweeps/999", 404)
+    for job_id in sweep["job_ids"]:
+        call("POST", f"/api/v1/jobs/{job_id}/cancel", 200)
+    until(lambda: requests.get(f"{api}/api/v1/gpus", timeout=10).json()["hosts"])
+    call("GET", "/api/v1/gpus", 200)
+    workers = call("GET", "/api/v1/workers", 200).json()["workers"]
+    call("POST", "/api/v1/workers/nobody/drain", 404)
+    board = call("POST", "/api/v1/tensorboard", 201, json={"jobs": [job]}).json()
+    call("POST", "/api/v1/tensorboard", 200, json={"jobs": [job]})
+    call("POST", "/api/v1/tensorboard", 400, json={"jobs": []})
+    call("GET", "/api/v1/tensorboard", 200)
+    call("DELETE", f"/api/v1/tensorboard/{board['port']}", 204)
+    call("DELETE", f"/api/v1/tensorboard/{board['port']}", 404)
+    call("POST", f"/api/v1/workers/{workers[0]['name']}/drain", 200)
+    call("GET", "/api/v1/openapi.json", 200)
+    # Every documented operation was exercised (and so validated) at least once.
+    documented = {f"{m.upper()} {p}" for p, ops in doc["paths"].items() for m in ops}
+    exercised = {re.sub(r"/(\d+|c|none|nobody|[\w.-]+\.cpu\.\d+)(?=/|$)", "/{x}", c.rsplit(" ", 1)[0]) for c in checked}
+    normalized = {re.sub(r"\{\w+\}", "{x}", d) for d in documented}
+    assert normalized <= exercised, normalized - exercised
