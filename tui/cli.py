@@ -7,7 +7,6 @@ import json
 import logging
 import os
 import sys
-import time
 from pathlib import Path
 from typing import Any
 
@@ -110,23 +109,43 @@ def _wait(client, job_id: int) -> dict[str, Any]:
             return job
 
 
+def _verdict(job: dict[str, Any], min_accuracy: float | None) -> int:
+    """Exit status for an ended job: 1 unless it succeeded with test accuracy >= min_accuracy (when given)."""
+    if job["status"] != "succeeded":
+        why = ": ".join(str(x) for x in (job.get("reason"), job.get("message")) if x)
+        print(f"gpudeck: job {job['id']} {job['status']}" + (f" ({why})" if why else ""), file=sys.stderr)
+        return EXIT_JOB_FAILED
+    if min_accuracy is not None:
+        acc = (job.get("result") or {}).get("test_accuracy")
+        if acc is None or acc < min_accuracy:
+            print(
+                f"gpudeck: job {job['id']} test accuracy {acc} is below --min-accuracy {min_accuracy}", file=sys.stderr
+            )
+            return EXIT_JOB_FAILED
+    return EXIT_OK
+
+
 def cmd_submit(args: argparse.Namespace) -> int:
     spec: dict[str, Any] = {"model": args.model, "dataset": args.dataset, "params": dict(args.param or [])}
-    for key in ("gpus", "priority", "name"):
+    for key in ("gpus", "priority", "name", "timeout", "max_retries"):
         if getattr(args, key) is not None:
             spec[key] = getattr(args, key)
+    if args.tag:
+        spec["tags"] = args.tag
     client = _client()
-    job = client.submit(spec)
-    if not args.wait:
+    job = client.submit(spec, idempotency_key=args.idempotency_key)
+    if not (args.wait or args.min_accuracy is not None):
         print(json.dumps(job, indent=2) if args.json else f"submitted job {job['id']} ({job['status']})")
         return EXIT_OK
+    if not args.json:
+        print(f"submitted job {job['id']}; waiting for it to end", file=sys.stderr)
     job = _wait(client, job["id"])
-    print(json.dumps(job, indent=2) if args.json else _row(job))
-    return EXIT_OK if job["status"] == "succeeded" else EXIT_JOB_FAILED
+    print(json.dumps(job, indent=2) if args.json else HEADER + "\n" + _row(job))
+    return _verdict(job, args.min_accuracy)
 
 
 def cmd_ls(args: argparse.Namespace) -> int:
-    page = _client().jobs(limit=args.limit)
+    page = _client().jobs(limit=args.limit, status=args.status, model=args.model, tag=args.tag)
     if args.json:
         print(json.dumps(page, indent=2))
     else:
@@ -136,26 +155,60 @@ def cmd_ls(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def _fmt(value: Any) -> str:
+    if value is None:
+        return "-"
+    if isinstance(value, float):
+        return f"{value:.4g}"
+    if isinstance(value, (dict, list)):
+        return json.dumps(value)
+    return str(value)
+
+
 def cmd_show(args: argparse.Namespace) -> int:
-    print(json.dumps(_client().job(args.id), indent=2))
+    job = _client().job(args.id)
+    if args.json:
+        print(json.dumps(job, indent=2))
+        return EXIT_OK
+    spec, p = job["spec"], job.get("progress") or {}
+    rows = [
+        ("job", f"{job['id']}  {job['name']}"),
+        ("status", job["status"] + (f" ({job['reason']})" if job.get("reason") else "")),
+        ("message", job.get("message")),
+        ("model", spec["model"]),
+        ("dataset", spec["dataset"]),
+        ("params", spec.get("params")),
+        ("gpus", f"{spec['gpus']} on {job.get('worker') or '-'} {job.get('gpu_ids') or ''}".rstrip()),
+        ("progress", f"step {p.get('step')}/{p.get('total_steps')}" if p.get("total_steps") else None),
+        ("elapsed", f"{job['elapsed_s']} s" if job.get("elapsed_s") is not None else None),
+        ("eta", f"{job['eta_s']} s" if job.get("eta_s") is not None else None),
+        ("metrics", job.get("metrics")),
+        ("result", job.get("result")),
+        ("tags", ", ".join(spec.get("tags") or []) or None),
+    ]
+    for key, value in rows:
+        print(f"{key:>9}  {_fmt(value)}")
+    for line in job.get("log_tail") or []:
+        print(f"{'log':>9}  {line}")
     return EXIT_OK
 
 
 def cmd_wait(args: argparse.Namespace) -> int:
     job = _wait(_client(), args.id)
-    print(json.dumps(job, indent=2) if args.json else _row(job))
-    return EXIT_OK if job["status"] == "succeeded" else EXIT_JOB_FAILED
+    print(json.dumps(job, indent=2) if args.json else HEADER + "\n" + _row(job))
+    return _verdict(job, args.min_accuracy)
 
 
 def cmd_cancel(args: argparse.Namespace) -> int:
     job = _client().cancel(args.id)
-    print(f"job {job['id']}: {job['status']}" + (" (stopping)" if job["status"] in ("starting", "running") else ""))
+    stopping = " (stopping)" if job["status"] in ("starting", "running") else ""
+    print(json.dumps(job, indent=2) if args.json else f"job {job['id']}: {job['status']}{stopping}")
     return EXIT_OK
 
 
 def cmd_retry(args: argparse.Namespace) -> int:
     job = _client().retry(args.id)
-    print(f"job {args.id} resubmitted as job {job['id']}")
+    print(json.dumps(job, indent=2) if args.json else f"job {args.id} resubmitted as job {job['id']}")
     return EXIT_OK
 
 
@@ -176,19 +229,76 @@ def cmd_sweep(args: argparse.Namespace) -> int:
 
 def cmd_logs(args: argparse.Namespace) -> int:
     client = _client()
-    offset = 0
-    while True:
-        text, offset = client.logs(args.id, offset)
-        sys.stdout.write(text)
-        sys.stdout.flush()
-        if not args.follow:
-            return EXIT_OK
-        if not text:
-            if client.job(args.id)["status"] in ENDED:
-                text, offset = client.logs(args.id, offset)
-                sys.stdout.write(text)
-                return EXIT_OK
-            time.sleep(1.0)
+    if args.follow:
+        for line in client.follow_logs(args.id, args.offset):
+            print(line, flush=True)
+        return EXIT_OK
+    text, _ = client.logs(args.id, args.offset)
+    sys.stdout.write(text)
+    return EXIT_OK
+
+
+def _size(n: int) -> str:
+    for unit in ("B", "KiB", "MiB", "GiB"):
+        if n < 1024 or unit == "GiB":
+            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
+        n /= 1024
+    return str(n)
+
+
+def cmd_datasets(args: argparse.Namespace) -> int:
+    client = _client()
+    if args.action == "upload":
+        name, sep, version = (args.ref or "").partition(":")
+        if not sep or not args.file:
+            print("gpudeck datasets upload NAME:VERSION FILE (a tar, tar.gz, tgz or zip archive)", file=sys.stderr)
+            return EXIT_USAGE
+        if not os.path.isfile(args.file):
+            print(f"gpudeck: {args.file}: no such file", file=sys.stderr)
+            return EXIT_USAGE
+        meta = client.upload_dataset(name, version, args.file)
+        print(
+            json.dumps(meta, indent=2)
+            if args.json
+            else f"uploaded {meta['ref']}: {meta['format']}, {meta['files']} files, {_size(meta['size_bytes'])}"
+        )
+        return EXIT_OK
+    sets = [client.dataset(args.ref)] if args.ref else client.datasets()["datasets"]
+    if args.json:
+        print(json.dumps(sets, indent=2))
+        return EXIT_OK
+    print(f"{'NAME':<20} {'VERSION':<12} {'FORMAT':<20} {'FILES':>7} {'SIZE':>10}  CREATED")
+    for ds in sets:
+        for v in ds["versions"]:
+            latest = " (latest)" if v["version"] == ds["latest"] else ""
+            print(
+                f"{v['name']:<20} {v['version']:<12} {v['format']:<20} {v['files']:>7} {_size(v['size_bytes']):>10}  "
+                f"{v['created_at']}{latest}"
+            )
+    return EXIT_OK
+
+
+def cmd_tensorboard(args: argparse.Namespace) -> int:
+    client = _client()
+    if args.stop is not None:
+        client.stop_tensorboard(args.stop)
+        print(f"stopped the TensorBoard on port {args.stop}")
+        return EXIT_OK
+    if not args.ids:
+        boards = client.tensorboards()["tensorboards"]
+        if args.json:
+            print(json.dumps(boards, indent=2))
+        for b in [] if args.json else boards:
+            print(f"{b['url']}  jobs {', '.join(map(str, b['jobs']))}  last used {b['last_used_at']}")
+        return EXIT_OK
+    board = client.tensorboard(args.ids)
+    if args.json:
+        print(json.dumps(board, indent=2))
+        return EXIT_OK
+    print(f"TensorBoard for jobs {', '.join(map(str, board['jobs']))}: {board['url']}")
+    print(f"from your machine: {board['ssh_tunnel'].replace(board['host'], 'USER@' + board['host'])}")
+    print(f"then open http://localhost:{board['port']}/")
+    return EXIT_OK
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -229,26 +339,35 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--gpus", type=int)
     p.add_argument("--priority", choices=("high", "normal", "low"))
     p.add_argument("--name")
+    p.add_argument("--tag", action="append", help="a tag (repeatable)")
+    p.add_argument("--timeout", type=int, help="seconds before the job is stopped")
+    p.add_argument("--max-retries", type=int, help="automatic retries after worker_lost (1)")
+    p.add_argument("--idempotency-key", help="submitting again with the same key returns the first job (CI)")
     p.add_argument("--wait", action="store_true", help="wait for the job; exit 1 unless it succeeded")
-    p.add_argument("--json", action="store_true")
+    _min_accuracy(p)
+    p.add_argument("--json", action="store_true", help="print the job as JSON")
     p.set_defaults(func=cmd_submit)
 
     p = sub.add_parser("ls", help="list jobs, newest first")
+    p.add_argument("--status", help="only these statuses, e.g. running,queued")
+    p.add_argument("--model", help="only this model")
+    p.add_argument("--tag", help="only jobs with this tag")
     p.add_argument("--limit", type=int, default=20)
     p.add_argument("--json", action="store_true")
     p.set_defaults(func=cmd_ls)
 
-    # Commands that act on one job by id: name, help, handler, whether --json applies.
-    for name, text, func, has_json in (
-        ("show", "one job as JSON", cmd_show, False),
-        ("wait", "wait for a job to end; exit 1 unless it succeeded", cmd_wait, True),
-        ("cancel", "cancel a queued or running job", cmd_cancel, False),
-        ("retry", "submit an ended job again as a new job", cmd_retry, False),
+    # Commands that act on one job by id: name, help, handler.
+    for name, text, func in (
+        ("show", "one job: status, progress, metrics, result", cmd_show),
+        ("wait", "wait for a job to end; exit 1 unless it succeeded", cmd_wait),
+        ("cancel", "cancel a queued or running job", cmd_cancel),
+        ("retry", "submit an ended job again as a new job", cmd_retry),
     ):
         p = sub.add_parser(name, help=text)
         p.add_argument("id", type=int)
-        if has_json:
-            p.add_argument("--json", action="store_true")
+        p.add_argument("--json", action="store_true")
+        if name == "wait":
+            _min_accuracy(p)
         p.set_defaults(func=func)
 
     p = sub.add_parser("sweep", help='submit a sweep: a JSON file {"base": spec, "grid": {field: [values]}}')
@@ -259,8 +378,31 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("logs", help="a job's training log")
     p.add_argument("id", type=int)
     p.add_argument("-f", "--follow", action="store_true", help="keep printing until the job ends")
+    p.add_argument("--offset", type=int, default=0, help="skip this many lines")
     p.set_defaults(func=cmd_logs)
+
+    p = sub.add_parser("datasets", help="list uploaded datasets, or upload one: datasets upload NAME:VERSION FILE")
+    p.add_argument("action", nargs="?", choices=("ls", "upload"), default="ls")
+    p.add_argument("ref", nargs="?", help="NAME (ls) or NAME:VERSION (upload)")
+    p.add_argument("file", nargs="?", help="archive to upload: tar, tar.gz, tgz or zip")
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(func=cmd_datasets)
+
+    p = sub.add_parser("tensorboard", help="start (or reuse) a TensorBoard over jobs and print how to open it")
+    p.add_argument("ids", type=int, nargs="*", metavar="ID", help="job ids (none: list running TensorBoards)")
+    p.add_argument("--stop", type=int, metavar="PORT", help="stop the TensorBoard on PORT")
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(func=cmd_tensorboard)
     return parser
+
+
+def _min_accuracy(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "--min-accuracy",
+        type=float,
+        metavar="X",
+        help="exit 1 unless the final test accuracy is at least X (a CI gate; implies --wait)",
+    )
 
 
 def main(argv: list[str] | None = None) -> int:

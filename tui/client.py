@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import os
+import time
+from collections.abc import Iterator
 from typing import Any
 
 import requests
@@ -43,14 +46,20 @@ class Client:
                 raise ApiError(resp.status_code, "error", resp.text[:500]) from None
         return resp
 
-    def submit(self, spec: dict[str, Any]) -> dict[str, Any]:
-        return self.request("POST", "/api/v1/jobs", json=spec).json()
+    def submit(self, spec: dict[str, Any], idempotency_key: str | None = None) -> dict[str, Any]:
+        headers = {"Idempotency-Key": idempotency_key} if idempotency_key else {}
+        return self.request("POST", "/api/v1/jobs", json=spec, headers=headers).json()
 
-    def jobs(self, limit: int = 50, cursor: int | None = None) -> dict[str, Any]:
-        params: dict[str, Any] = {"limit": limit}
-        if cursor:
-            params["cursor"] = cursor
-        return self.request("GET", "/api/v1/jobs", params=params).json()
+    def jobs(
+        self,
+        limit: int = 50,
+        cursor: int | None = None,
+        status: str | None = None,
+        model: str | None = None,
+        tag: str | None = None,
+    ) -> dict[str, Any]:
+        params = {"limit": limit, "cursor": cursor, "status": status, "model": model, "tag": tag}
+        return self.request("GET", "/api/v1/jobs", params={k: v for k, v in params.items() if v}).json()
 
     def job(self, job_id: int) -> dict[str, Any]:
         return self.request("GET", f"/api/v1/jobs/{job_id}").json()
@@ -75,3 +84,47 @@ class Client:
     def logs(self, job_id: int, offset: int = 0) -> tuple[str, int]:
         resp = self.request("GET", f"/api/v1/jobs/{job_id}/logs", params={"offset": offset})
         return resp.text, int(resp.headers.get("X-Next-Offset", offset))
+
+    def follow_logs(self, job_id: int, offset: int = 0) -> Iterator[str]:
+        """Every log line after `offset` as it is written, until the job ends; a dropped stream is resumed
+        from the lines already received, so none is repeated or lost."""
+        while True:
+            resp = self.request(
+                "GET", f"/api/v1/jobs/{job_id}/logs", params={"offset": offset, "follow": 1}, stream=True, timeout=None
+            )
+            resp.encoding = "utf-8"
+            pending = ""
+            try:
+                # Split on "\n" only: the server counts lines that way (a "\r" inside a line is kept).
+                for chunk in resp.iter_content(chunk_size=None, decode_unicode=True):
+                    *lines, pending = (pending + chunk).split("\n")
+                    for line in lines:
+                        offset += 1
+                        yield line
+                return
+            except requests.RequestException:
+                time.sleep(1.0)  # the API restarted or the connection dropped: resume where we are
+            finally:
+                resp.close()
+
+    def datasets(self) -> dict[str, Any]:
+        return self.request("GET", "/api/v1/datasets").json()
+
+    def dataset(self, name: str) -> dict[str, Any]:
+        return self.request("GET", f"/api/v1/datasets/{name}").json()
+
+    def upload_dataset(self, name: str, version: str, path: str) -> dict[str, Any]:
+        with open(path, "rb") as f:
+            files = {"file": (os.path.basename(path), f)}
+            return self.request(
+                "POST", "/api/v1/datasets", data={"name": name, "version": version}, files=files, timeout=None
+            ).json()
+
+    def tensorboard(self, job_ids: list[int]) -> dict[str, Any]:
+        return self.request("POST", "/api/v1/tensorboard", json={"jobs": job_ids}, timeout=150).json()
+
+    def tensorboards(self) -> dict[str, Any]:
+        return self.request("GET", "/api/v1/tensorboard").json()
+
+    def stop_tensorboard(self, port: int) -> None:
+        self.request("DELETE", f"/api/v1/tensorboard/{port}")

@@ -1,0 +1,115 @@
+"""The `gpudeck` client commands as a CI script or a person runs them: real processes against a real API, worker
+and Redis; exit codes 0 (ok), 1 (job failed, canceled or below --min-accuracy), 2 (usage or input), 3 (no API)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+
+import pytest
+import requests
+
+from jobs.proc import python_module
+from jobs.redis_server import free_port
+from tests.api.test_datasets_api import cifar_tgz
+from tests.conftest import wait_http
+
+LENET = ["--model", "lenet", "--dataset", "synthetic:16x16x3", "--param", "steps=3", "--param", "batch_size=8"]
+
+
+@pytest.fixture
+def gpudeck(spawn, child_env, tmp_path):
+    """Run `gpudeck ARGS` against a live API (with a token) and a CPU worker; returns CompletedProcess."""
+    port = free_port()
+    roots = tmp_path / "data"
+    roots.mkdir()
+    server_env = {**child_env, "GPUDECK_TOKENS": "s3cret", "GPUDECK_DATA_ROOTS": str(roots)}
+    proc = spawn("api", "--port", str(port), env=server_env)
+    url = f"http://127.0.0.1:{port}"
+    wait_http(f"{url}/healthz", proc)
+    spawn("worker", "--cpu", env=server_env)
+    env = {**child_env, "GPUDECK_API": url, "GPUDECK_TOKEN": "s3cret"}
+
+    def run(*args: str, timeout: float = 240, **extra_env: str) -> subprocess.CompletedProcess:
+        return subprocess.run(
+            python_module("tui.cli", *args), env={**env, **extra_env}, capture_output=True, text=True, timeout=timeout
+        )
+
+    run.url = url  # type: ignore[attr-defined]
+    run.roots = roots  # type: ignore[attr-defined]
+    return run
+
+
+@pytest.mark.slow
+def test_ci_gates_tables_json_logs_datasets_and_tensorboard(gpudeck, tmp_path):
+    ok = gpudeck("submit", *LENET, "--tag", "ci", "--wait")
+    assert ok.returncode == 0, ok.stderr
+    assert ok.stdout.splitlines()[1].split()[:2] == ["1", "succeeded"]
+    gate = gpudeck("submit", *LENET, "--min-accuracy", "1.01")  # implies --wait
+    assert gate.returncode == 1 and "below --min-accuracy 1.01" in gate.stderr
+    assert gpudeck("wait", "1", "--min-accuracy", "0").returncode == 0
+    assert gpudeck("wait", "1", "--min-accuracy", "1.01").returncode == 1
+    # A job that fails (its dataset path is allowed but holds nothing): exit 1 with the reason.
+    failed = gpudeck("submit", "--model", "lenet", "--dataset", str(gpudeck.roots / "missing"), "--wait")
+    assert failed.returncode == 1 and "job 3 failed (bad_input" in failed.stderr
+
+    listing = gpudeck("ls", "--status", "succeeded")
+    assert [line.split()[0] for line in listing.stdout.splitlines()[1:]] == ["2", "1"]
+    assert [j["id"] for j in json.loads(gpudeck("ls", "--tag", "ci", "--json").stdout)["jobs"]] == [1]
+    show = gpudeck("show", "1").stdout
+    assert "status  succeeded" in show and "model  lenet" in show and "test_accuracy" in show
+    assert json.loads(gpudeck("show", "3", "--json").stdout)["reason"] == "bad_input"
+
+    full = gpudeck("logs", "1").stdout
+    assert "train step 3" in full
+    assert gpudeck("logs", "1", "-f").stdout == full  # an ended job: follow prints everything and returns
+    assert gpudeck("logs", "1", "--offset", "2").stdout.splitlines() == full.splitlines()[2:]
+
+    archive = tmp_path / "cifar10-binary.tar.gz"
+    archive.write_bytes(cifar_tgz(tmp_path))
+    up = gpudeck("datasets", "upload", "cifar10:1.0", str(archive))
+    assert up.returncode == 0 and up.stdout.startswith("uploaded cifar10:1.0: cifar10-binary, 7 files")
+    again = gpudeck("datasets", "upload", "cifar10:1.0", str(archive))
+    assert again.returncode == 2 and "immutable" in again.stderr
+    table = gpudeck("datasets").stdout.splitlines()
+    assert table[0].split()[:3] == ["NAME", "VERSION", "FORMAT"] and table[1].split()[:3] == [
+        "cifar10",
+        "1.0",
+        "cifar10-binary",
+    ]
+    trained = gpudeck(
+        "submit",
+        "--model",
+        "lenet",
+        "--dataset",
+        "cifar10",
+        "--param",
+        "steps=2",
+        "--param",
+        "batch_size=8",
+        "--wait",
+        "--json",
+    )
+    assert trained.returncode == 0 and json.loads(trained.stdout)["spec"]["dataset"] == "cifar10:1.0"
+
+    tb = gpudeck("tensorboard", "1", "2")
+    assert tb.returncode == 0, tb.stderr
+    url = tb.stdout.split(": ", 1)[1].splitlines()[0]
+    assert requests.get(url, timeout=10).status_code == 200
+    assert "ssh -N -L" in tb.stdout and "USER@" in tb.stdout
+    port = url.rsplit(":", 1)[1].strip("/")
+    assert gpudeck("tensorboard", "--stop", port).returncode == 0
+    assert json.loads(gpudeck("tensorboard", "--json").stdout) == []
+
+
+def test_usage_input_auth_and_unreachable_exit_codes(gpudeck):
+    bad = gpudeck("submit", "--model", "resnet21", "--dataset", "synthetic")
+    assert bad.returncode == 2 and "model: unknown model 'resnet21'" in bad.stderr
+    assert gpudeck("submit", "--model", "lenet").returncode == 2  # --dataset missing: argparse
+    assert gpudeck("show", "99").returncode == 2
+    denied = gpudeck("ls", GPUDECK_TOKEN="wrong")
+    assert denied.returncode == 2 and "Bearer" in denied.stderr
+    assert gpudeck("datasets", "upload", "nover", "x.tgz").returncode == 2
+    assert gpudeck("datasets", "upload", "a:1", "/no/such.tgz").returncode == 2
+    gone = gpudeck("ls", GPUDECK_API=f"http://127.0.0.1:{free_port()}", timeout=60)
+    assert gone.returncode == 3 and "cannot reach the gpudeck API" in gone.stderr
