@@ -173,7 +173,7 @@ class JobStore:
     def list(self, limit: int = 50, before: int | None = None, where: Any = None) -> list[dict[str, Any]]:
         """Up to `limit` records, newest first, with ids below the cursor `before`, for which `where(rec)` holds."""
         found: list[dict[str, Any]] = []
-        chunk = limit if where is None else max(4 * limit, 500)
+        chunk = limit if where is None else 2 * limit
         while len(found) < limit:
             hi = f"({before}" if before is not None else "+inf"
             ids = self.redis.zrevrangebyscore(INDEX_KEY, hi, "-inf", start=0, num=chunk)
@@ -187,6 +187,7 @@ class JobStore:
             before = int(ids[-1])
             if len(ids) < chunk:
                 break
+            chunk = min(2 * chunk, 5000)  # a rare match: read further ahead each round
         return found[:limit]
 
     def count_by_status(self) -> dict[str, int]:

@@ -173,3 +173,29 @@ def test_tensorboard_started_reused_limited_and_stopped_when_idle(api, spawn, en
         if field:
             assert field in bad.json()["details"]["fields"]
     assert requests.delete(f"{api}/api/v1/tensorboard/1", timeout=10).status_code == 404
+
+
+def test_with_tokens_every_documented_route_but_healthz_needs_a_bearer_token(spawn, child_env):
+    from api.openapi import document
+
+    port = free_port()
+    proc = spawn("api", "--port", str(port), env={**child_env, "GPUDECK_TOKENS": "s3cret,other"})
+    url = f"http://127.0.0.1:{port}"
+    wait_http(f"{url}/healthz", proc)
+    routes = [
+        (m, p.replace("{id}", "1").replace("{name}", "x").replace("{port}", "1"))
+        for p, ops in document()["paths"].items()
+        for m in ops
+    ]
+    assert len(routes) >= 20
+    for method, path in routes:
+        for headers in ({}, {"Authorization": "Bearer wrong"}, {"Authorization": "s3cret"}):
+            resp = requests.request(method, f"{url}{path}", headers=headers, timeout=10)
+            if path == "/healthz":
+                assert resp.status_code == 200
+            else:
+                assert resp.status_code == 401, (method, path, headers)
+                assert resp.json()["error"] == "unauthorized" and resp.headers["WWW-Authenticate"].startswith("Bearer")
+        ok = requests.request(method, f"{url}{path}", headers={"Authorization": "Bearer other"}, timeout=10)
+        assert ok.status_code != 401, (method, path)
+    assert requests.get(f"{url}/api/v1/jobs", headers={"Authorization": "Bearer s3cret"}, timeout=10).status_code == 200
