@@ -301,6 +301,14 @@ def cmd_tensorboard(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def cmd_tui(args: argparse.Namespace) -> int:
+    from tui.app import GpudeckApp
+
+    s = _settings()
+    GpudeckApp(args.api or s.api_url, args.token or s.token).run()
+    return EXIT_OK
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="gpudeck", description="Self-hosted training jobs on GPU machines.")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
@@ -393,6 +401,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--stop", type=int, metavar="PORT", help="stop the TensorBoard on PORT")
     p.add_argument("--json", action="store_true")
     p.set_defaults(func=cmd_tensorboard)
+
+    p = sub.add_parser("tui", help="the terminal UI: jobs, logs, curves, GPUs, TensorBoard")
+    p.add_argument("--api", help="API URL (default $GPUDECK_API or http://127.0.0.1:8686)")
+    p.add_argument("--token", help="bearer token (default $GPUDECK_TOKEN)")
+    p.set_defaults(func=cmd_tui)
     return parser
 
 

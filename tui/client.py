@@ -107,6 +107,15 @@ class Client:
             finally:
                 resp.close()
 
+    def metrics(self, job_id: int) -> dict[str, Any]:
+        return self.request("GET", f"/api/v1/jobs/{job_id}/metrics").json()
+
+    def gpus(self) -> dict[str, Any]:
+        return self.request("GET", "/api/v1/gpus").json()
+
+    def models(self) -> dict[str, Any]:
+        return self.request("GET", "/api/v1/models").json()
+
     def datasets(self) -> dict[str, Any]:
         return self.request("GET", "/api/v1/datasets").json()
 

@@ -1,0 +1,259 @@
+"""The TUI driven through Textual's Pilot against a real API process, Redis and a worker running tiny real jobs:
+each screen and action as a user at a keyboard would use it."""
+
+from __future__ import annotations
+
+import asyncio
+import io
+import time
+
+import pytest
+import requests
+from rich.console import Console
+from textual.widgets import DataTable, Input, Label, Log, Static
+
+from jobs.redis_server import free_port
+from tests.conftest import fake_nvidia_smi, wait_http
+from tests.jobs.test_lifecycle_e2e import FAKE_SMI
+from tui.app import Banner, GpudeckApp
+from tui.screens.dialogs import Confirm, TensorBoardDialog
+from tui.screens.gpus import GpusScreen
+from tui.screens.job import JobScreen
+from tui.screens.jobs import JobsScreen
+from tui.screens.submit import SubmitScreen
+
+pytestmark = pytest.mark.slow
+
+TINY = {"model": "lenet", "dataset": "synthetic:16x16x3", "params": {"steps": 3, "batch_size": 8}}
+LONG = {"model": "lenet", "dataset": "synthetic:16x16x3", "params": {"steps": 100000, "batch_size": 8}}
+
+
+@pytest.fixture
+def stack(spawn, child_env, tmp_path):
+    """A live API and a CPU worker (a FAKE nvidia-smi on PATH: two GPUs are reported, none exist here)."""
+    fake_nvidia_smi(tmp_path / "bin", FAKE_SMI)
+    env = {**child_env, "PATH": f"{tmp_path / 'bin'}:{child_env['PATH']}"}
+    port = free_port()
+    proc = spawn("api", "--port", str(port), env=env)
+    url = f"http://127.0.0.1:{port}"
+    wait_http(f"{url}/healthz", proc)
+    spawn("worker", "--cpu", env=env)
+    return url
+
+
+def post(url: str, spec: dict) -> int:
+    return requests.post(f"{url}/api/v1/jobs", json=spec, timeout=10).json()["id"]
+
+
+def job(url: str, job_id: int) -> dict:
+    return requests.get(f"{url}/api/v1/jobs/{job_id}", timeout=10).json()
+
+
+async def until(pilot, check, timeout: float = 60.0):
+    deadline = time.monotonic() + timeout
+    while True:
+        value = check()
+        if value:
+            return value
+        assert time.monotonic() < deadline, "condition not met in time"
+        await pilot.pause(0.1)
+
+
+async def on_screen(pilot, app, cls, check=lambda screen: True, timeout: float = 60.0):
+    """The app's screen once it is a mounted `cls` for which `check` holds."""
+    screen = await until(
+        pilot,
+        lambda: isinstance(app.screen, cls) and app.screen.is_mounted and check(app.screen) and app.screen,
+        timeout,
+    )
+    await pilot.pause(0.05)
+    return screen
+
+
+def text_of(widget) -> str:
+    """What a Static or Label shows, as plain text (rich renderables rendered at 120 columns)."""
+    content = widget.content
+    if isinstance(content, str):
+        return content
+    console = Console(width=120, file=io.StringIO(), record=True)
+    console.print(content)
+    return console.export_text()
+
+
+def run(coro):
+    return asyncio.run(coro)
+
+
+def test_jobs_table_updates_in_place_keeps_the_cursor_filters_sorts_and_opens_a_job(stack):
+    first = post(stack, {**TINY, "name": "first"})
+    second = post(stack, {**TINY, "name": "second", "tags": ["x"]})
+    requests.get(f"{stack}/api/v1/jobs/{second}/wait?timeout=240", timeout=260)
+
+    async def scenario():
+        app = GpudeckApp(stack)
+        async with app.run_test(size=(120, 40)) as pilot:
+            screen = app.screen
+            assert isinstance(screen, JobsScreen)
+            table = screen.query_one("#jobs", DataTable)
+            await until(pilot, lambda: table.row_count == 2)
+            assert [str(table.get_cell_at((r, 0))) for r in range(2)] == [str(second), str(first)]  # newest first
+            assert str(table.get_cell(str(second), "status")) == "succeeded"
+            await pilot.press("down")  # the cursor on `first`
+            before = screen.refreshed_at
+            third = post(stack, {**TINY, "name": "third"})
+            await until(pilot, lambda: table.row_count == 3 and screen.refreshed_at > before)
+            assert screen._cursor_job() == first  # a new row above did not move the cursor off its job
+            await until(pilot, lambda: str(table.get_cell(str(third), "status")) == "succeeded", 240)
+            await until(pilot, lambda: "100%" in str(table.get_cell(str(third), "progress")))
+
+            await pilot.press("slash", *"second")
+            await until(pilot, lambda: table.row_count == 1)
+            assert screen._cursor_job() == second
+            await pilot.press("escape")
+            await until(pilot, lambda: table.row_count == 3)
+            await pilot.press("s")  # sort by name, ascending
+            await until(
+                pilot, lambda: [str(table.get_cell_at((r, 1))) for r in range(3)] == ["first", "second", "third"]
+            )
+            await pilot.press("f", "f", "f")  # status facet: succeeded
+            await until(pilot, lambda: "status: succeeded" in text_of(screen.query_one("#jobs-state", Static)))
+            await pilot.press("home", "enter")
+            await on_screen(pilot, app, JobScreen)
+            assert app.screen.job_id == first
+
+    run(scenario())
+
+
+def test_job_screen_follows_the_log_draws_curves_and_guards_cancel_and_retry(stack):
+    done = post(stack, {**TINY, "params": {"steps": 6, "batch_size": 8, "log_every": 1}})
+    requests.get(f"{stack}/api/v1/jobs/{done}/wait?timeout=240", timeout=260)
+
+    async def scenario():
+        app = GpudeckApp(stack)
+        async with app.run_test(size=(120, 40)) as pilot:
+            app.push_screen(JobScreen(done))
+            screen = await on_screen(pilot, app, JobScreen)
+            log = screen.query_one("#log", Log)
+            await until(pilot, lambda: any("train step 6" in line for line in log.lines))
+            assert "succeeded" in text_of(screen.query_one("#job-summary", Static))
+            curves = text_of(screen.query_one("#curves", Static))
+            assert "train loss" in curves and "val loss" in curves and "6 points" in curves
+            assert "test_accuracy" in text_of(screen.query_one("#result", Static))
+            assert '"model": "lenet"' in text_of(screen.query_one("#config", Static))
+            # An ended job cannot be canceled: the key does nothing.
+            await pilot.press("c")
+            await pilot.pause(0.2)
+            assert not isinstance(app.screen, Confirm)
+            # Wrap on: the same lines, re-laid; follow off.
+            count = log.line_count
+            await pilot.press("w", "f")
+            assert log.line_count >= count and not log.auto_scroll
+            # Retry asks first; "n" changes nothing, "y" submits a new job and opens it.
+            await pilot.press("r")
+            await on_screen(pilot, app, Confirm)
+            await pilot.press("n")
+            await on_screen(pilot, app, JobScreen)
+            await pilot.press("r")
+            await on_screen(pilot, app, Confirm)
+            await pilot.press("y")
+            await until(pilot, lambda: isinstance(app.screen, JobScreen) and app.screen.job_id == done + 1)
+
+            running = post(stack, LONG)
+            app.push_screen(JobScreen(running))
+            screen = await on_screen(pilot, app, JobScreen, lambda s: s.job_id == running)
+            await until(pilot, lambda: screen.job and screen.job["status"] == "running", 120)
+            await until(pilot, lambda: "eta" in text_of(screen.query_one("#job-summary", Static)))
+            await pilot.press("c")
+            await on_screen(pilot, app, Confirm)
+            await pilot.press("y")
+            await until(pilot, lambda: job(stack, running)["status"] == "canceled", 60)
+            await until(pilot, lambda: "canceled" in text_of(screen.query_one("#job-summary", Static)))
+
+    run(scenario())
+
+
+def test_gpus_screen_shows_bars_na_and_history(stack):
+    async def scenario():
+        app = GpudeckApp(stack)
+        async with app.run_test(size=(120, 40)) as pilot:
+            await pilot.press("g")
+            screen = await on_screen(pilot, app, GpusScreen)
+            table = screen.query_one("#gpus", Static)
+            await until(pilot, lambda: "NVIDIA H100" in text_of(table))
+            await until(pilot, lambda: len(screen.history["GPU-aaaa"]) >= 2, 20)
+            text = text_of(table)
+            assert "97%" in text and "n/a" in text and "55°C" in text and "700W" in text and "█" in text
+            await pilot.press("escape")
+            assert isinstance(app.screen, JobsScreen)
+
+    run(scenario())
+
+
+def test_submit_form_shows_api_errors_at_the_field_then_opens_the_new_job(stack):
+    async def scenario():
+        app = GpudeckApp(stack)
+        async with app.run_test(size=(100, 40)) as pilot:
+            await pilot.press("n")
+            form = await on_screen(pilot, app, SubmitScreen)
+            await pilot.press(*"resnet21", "ctrl+s")
+            model_error = form.query_one("#e-model", Label)
+            await until(pilot, lambda: "unknown model" in text_of(model_error))
+            form.query_one("#f-model", Input).value = "lenet"
+            form.query_one("#f-params", Input).value = "steps=2 batch_size=8 colour=red"
+            await pilot.press("ctrl+s")
+            await until(pilot, lambda: "params.colour: unknown param" in text_of(form.query_one("#e-params", Label)))
+            assert text_of(model_error) == ""
+            form.query_one("#f-params", Input).value = "steps=2 batch_size=8"
+            form.query_one("#f-gpus", Input).value = "x"
+            await pilot.press("ctrl+s")
+            assert "whole number" in text_of(form.query_one("#e-gpus", Label))
+            form.query_one("#f-gpus", Input).value = "0"
+            await pilot.press("ctrl+s")
+            screen = await on_screen(pilot, app, JobScreen)
+            assert job(stack, screen.job_id)["spec"]["params"] == {"steps": 2, "batch_size": 8}
+
+    run(scenario())
+
+
+def test_tensorboard_on_selected_jobs_over_ssh_gives_the_tunnel_and_copies_the_url(stack, monkeypatch):
+    monkeypatch.setenv("SSH_CONNECTION", "10.0.0.2 50000 10.0.0.1 22")
+    ids = [post(stack, TINY), post(stack, {**TINY, "name": "b"})]
+    for i in ids:
+        requests.get(f"{stack}/api/v1/jobs/{i}/wait?timeout=240", timeout=260)
+
+    async def scenario():
+        app = GpudeckApp(stack)
+        async with app.run_test(size=(120, 40)) as pilot:
+            table = app.screen.query_one("#jobs", DataTable)
+            await until(pilot, lambda: table.row_count == 2)
+            await pilot.press("space", "down", "space", "t")
+            dialog = await on_screen(pilot, app, TensorBoardDialog, timeout=120)
+            board = dialog.board
+            assert board["jobs"] == ids
+            assert app.clipboard == board["url"]
+            how = text_of(dialog.query_one("#tb-how", Static))
+            assert f"ssh -N -L {board['port']}:127.0.0.1:{board['port']} USER@" in how
+            assert requests.get(board["url"], timeout=10).status_code == 200
+
+    run(scenario())
+
+
+def test_a_dead_api_or_a_wrong_token_shows_a_banner_retries_and_recovers(spawn, child_env):
+    port = free_port()
+    url = f"http://127.0.0.1:{port}"
+
+    async def dead_then_up():
+        app = GpudeckApp(url)
+        async with app.run_test(size=(80, 24)) as pilot:
+            banner = app.screen.query_one(Banner)
+            await until(pilot, lambda: banner.has_class("visible"), 20)
+            assert "Cannot reach the gpudeck API" in text_of(banner) and "retrying in 2 s" in text_of(banner)
+            await until(pilot, lambda: "retrying in 4 s" in text_of(banner), 20)  # backing off
+            proc = spawn("api", "--port", str(port), env={**child_env, "GPUDECK_TOKENS": "right"})
+            wait_http(f"{url}/healthz", proc)
+            await until(pilot, lambda: "refused the token" in text_of(banner), 40)
+            app.token = "right"
+            await until(pilot, lambda: not banner.has_class("visible"), 60)
+            assert "0 of 0 jobs" in text_of(app.screen.query_one("#jobs-state", Static))
+
+    run(dead_then_up())

@@ -1,0 +1,157 @@
+"""`gpudeck tui`: a Textual app that watches and steers jobs through the REST API only.
+
+Every HTTP call runs in a worker thread (`App.call_api`); the UI thread only applies results. When the API is
+down or refuses the token, a banner says so and calls back off (2, 4, 8 … 30 s) instead of raising."""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable
+from typing import Any
+
+from textual.app import App, ComposeResult
+from textual.binding import Binding
+from textual.widget import Widget
+from textual.widgets import Header, Static
+
+from tui.client import ApiError, Client, Unreachable
+
+BACKOFF_S = (2, 4, 8, 16, 30)
+
+
+class Banner(Static):
+    """One line at the top that says when the API cannot be used, and when the next try is."""
+
+    def show(self, text: str) -> None:
+        self.update(text)
+        self.add_class("visible")
+
+    def clear(self) -> None:
+        self.remove_class("visible")
+
+
+class GpudeckApp(App):
+    """The terminal UI; screens live in tui/screens/."""
+
+    CSS_PATH = "app.tcss"
+    TITLE = "gpudeck"
+    BINDINGS = [
+        Binding("q", "quit", "Quit"),
+        Binding("question_mark", "toggle_help", "Help", key_display="?"),
+        Binding("g", "gpus", "GPUs"),
+        Binding("n", "submit", "New job"),
+    ]
+
+    def __init__(self, api_url: str, token: str | None = None):
+        super().__init__()
+        self.api_url, self.token = api_url.rstrip("/"), token
+        self._local = threading.local()
+        self.failures = 0
+        self.retry_at = 0.0
+        self.sub_title = self.api_url
+
+    # -- HTTP off the UI thread ----------------------------------------------------------------
+    def client(self) -> Client:
+        """A Client for the calling thread (a requests session is not shared between threads)."""
+        if getattr(self._local, "key", None) != (self.api_url, self.token):
+            self._local.client = Client(self.api_url, self.token, timeout=10)
+            self._local.key = (self.api_url, self.token)
+        return self._local.client
+
+    def api_ready(self) -> bool:
+        """False while backing off after a failure (periodic refreshes skip their turn)."""
+        return time.monotonic() >= self.retry_at
+
+    def call_api(
+        self,
+        call: Callable[[Client], Any],
+        on_ok: Callable[[Any], None],
+        on_error: Callable[[ApiError], None] | None = None,
+        group: str = "api",
+        exclusive: bool = False,
+    ) -> None:
+        """Run `call(client)` in a thread; `on_ok(result)` on the UI thread. Unreachable and 401 go to the banner;
+        other API errors to `on_error` (or a notification)."""
+
+        def work() -> None:
+            try:
+                result = call(self.client())
+            except Unreachable as exc:
+                self.call_from_thread(self._failed, f"Cannot reach the gpudeck API at {self.api_url} ({_short(exc)})")
+            except ApiError as exc:
+                if exc.status == 401:
+                    self.call_from_thread(
+                        self._failed, f"The API refused the token (401): set GPUDECK_TOKEN or --token. {exc.message}"
+                    )
+                elif on_error is not None:
+                    self.call_from_thread(self._ok_then, on_error, exc)
+                else:
+                    self.call_from_thread(self._ok_then, self._notify_error, exc)
+            else:
+                self.call_from_thread(self._ok_then, on_ok, result)
+
+        self.run_worker(work, thread=True, group=group, exclusive=exclusive, exit_on_error=False)
+
+    def _notify_error(self, exc: ApiError) -> None:
+        self.notify(exc.message, title=f"HTTP {exc.status}", severity="error")
+
+    def _ok_then(self, handler: Callable[[Any], None], value: Any) -> None:
+        if self.failures:
+            self.failures = 0
+            self.retry_at = 0.0
+            for banner in self._banners():
+                banner.clear()
+        owner = getattr(handler, "__self__", None)
+        if isinstance(owner, Widget) and not owner.is_attached:
+            return  # its screen was closed while the call was in flight
+        handler(value)
+
+    def _failed(self, text: str) -> None:
+        delay = BACKOFF_S[min(self.failures, len(BACKOFF_S) - 1)]
+        self.failures += 1
+        self.retry_at = time.monotonic() + delay
+        for banner in self._banners():
+            banner.show(f"{text} — retrying in {delay} s")
+
+    def _banners(self) -> list[Banner]:
+        return [b for screen in self.screen_stack for b in screen.query(Banner)]
+
+    # -- screens -------------------------------------------------------------------------------
+    def on_mount(self) -> None:
+        from tui.screens.jobs import JobsScreen
+
+        self.push_screen(JobsScreen())
+
+    def action_toggle_help(self) -> None:
+        if self.screen.query("HelpPanel"):
+            self.action_hide_help_panel()
+        else:
+            self.action_show_help_panel()
+
+    def action_gpus(self) -> None:
+        from tui.screens.gpus import GpusScreen
+
+        if not isinstance(self.screen, GpusScreen):
+            self.push_screen(GpusScreen())
+
+    def action_submit(self) -> None:
+        from tui.screens.job import JobScreen
+        from tui.screens.submit import SubmitScreen
+
+        def opened(job: dict | None) -> None:
+            if job:
+                self.push_screen(JobScreen(job["id"]))
+
+        self.push_screen(SubmitScreen(), opened)
+
+
+def _short(exc: Exception) -> str:
+    text = str(exc)
+    return text.split(": ", 1)[-1][:120]
+
+
+def chrome() -> ComposeResult:
+    """What every full screen shows above its content: the title bar and the connection banner."""
+    yield Header()
+    yield Banner(id="banner")

@@ -1,0 +1,218 @@
+"""The jobs screen: a live table updated in place every 2 s, with a filter, sorting and status facets."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from rich.text import Text
+from textual.app import ComposeResult
+from textual.binding import Binding
+from textual.containers import Horizontal
+from textual.screen import Screen
+from textual.widgets import DataTable, Footer, Input, Static
+
+from tui.app import chrome
+from tui.widgets.fmt import job_cells
+
+COLUMNS = [
+    ("id", "ID"),
+    ("name", "NAME"),
+    ("model", "MODEL"),
+    ("status", "STATUS"),
+    ("progress", "PROGRESS"),
+    ("loss", "LOSS"),
+    ("acc", "ACC"),
+    ("gpu", "GPU"),
+    ("elapsed", "ELAPSED"),
+    ("eta", "ETA"),
+]
+FACETS = (None, "running", "queued", "succeeded", "failed", "canceled")
+REFRESH_S = 2.0
+MAX_JOBS = 1000
+"""Newest jobs the table holds."""
+
+
+def _sort_value(job: dict[str, Any], column: str) -> Any:
+    p = job.get("progress") or {}
+    return {
+        "id": job["id"],
+        "name": str(job.get("name") or ""),
+        "model": job["spec"]["model"],
+        "status": job["status"],
+        "progress": p.get("fraction") or 0.0,
+        "loss": (job.get("metrics") or {}).get("loss") or 0.0,
+        "acc": (job.get("result") or {}).get("test_accuracy") or 0.0,
+        "gpu": ",".join(job.get("gpu_ids") or []),
+        "elapsed": job.get("elapsed_s") or 0.0,
+        "eta": job.get("eta_s") or 0.0,
+    }[column]
+
+
+class JobsScreen(Screen):
+    BINDINGS = [
+        Binding("enter", "open", "Open", show=True),
+        Binding("slash", "filter", "Filter", key_display="/"),
+        Binding("s", "sort", "Sort"),
+        Binding("f", "facet", "Status"),
+        Binding("space", "select", "Select", show=False),
+        Binding("t", "tensorboard", "TensorBoard"),
+        Binding("escape", "clear_filter", "Clear filter", show=False),
+    ]
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.jobs: dict[int, dict[str, Any]] = {}
+        self.selected: set[int] = set()
+        self.filter_text = ""
+        self.sort_column, self.sort_reverse = "id", True
+        self.facet = 0
+        self.refreshed_at = 0.0
+
+    def compose(self) -> ComposeResult:
+        yield from chrome()
+        with Horizontal(id="jobs-bar"):
+            yield Static("", id="jobs-state")
+        table: DataTable = DataTable(id="jobs", cursor_type="row", zebra_stripes=True)
+        for key, label in COLUMNS:
+            table.add_column(label, key=key)
+        yield table
+        yield Input(placeholder="filter: text in name, model, status, tags (enter keeps it, esc clears)", id="filter")
+        yield Footer()
+
+    def on_mount(self) -> None:
+        self.query_one("#filter", Input).display = False
+        self.refresh_jobs()
+        self.set_interval(REFRESH_S, self.refresh_jobs)
+
+    # -- data ----------------------------------------------------------------------------------
+    def refresh_jobs(self) -> None:
+        if not self.app.api_ready():
+            return
+        status = FACETS[self.facet]
+
+        def fetch(client) -> list[dict[str, Any]]:
+            jobs: list[dict[str, Any]] = []
+            cursor = None
+            while len(jobs) < MAX_JOBS:
+                page = client.jobs(limit=500, cursor=cursor, status=status)
+                jobs += page["jobs"]
+                cursor = page["next_cursor"]
+                if cursor is None:
+                    break
+            return jobs[:MAX_JOBS]
+
+        self.app.call_api(fetch, self.apply, group="jobs-refresh", exclusive=True)
+
+    def visible(self, job: dict[str, Any]) -> bool:
+        if not self.filter_text:
+            return True
+        hay = " ".join(
+            [str(job["id"]), str(job.get("name")), job["spec"]["model"], job["status"], *job["spec"].get("tags", [])]
+        ).lower()
+        return all(word in hay for word in self.filter_text.lower().split())
+
+    def apply(self, jobs: list[dict[str, Any]]) -> None:
+        """Update the table in place: changed cells only, new rows added, gone rows removed; the cursor stays on
+        the job it was on."""
+        import time
+
+        table = self.query_one("#jobs", DataTable)
+        self.jobs = {j["id"]: j for j in jobs}
+        shown = {j["id"]: j for j in jobs if self.visible(j)}
+        current = self._cursor_job()
+        existing = {int(k.value) for k in table.rows}
+        for gone in existing - shown.keys():
+            table.remove_row(str(gone))
+        for job_id, job in shown.items():
+            cells = job_cells(job)
+            cells["id"] = Text(("✓ " if job_id in self.selected else "") + str(job_id), justify="right")
+            if job_id in existing:
+                for key, value in cells.items():
+                    if str(table.get_cell(str(job_id), key)) != str(value):
+                        table.update_cell(str(job_id), key, value)
+            else:
+                table.add_row(*(cells[k] for k, _ in COLUMNS), key=str(job_id))
+        table.sort("id", key=self._key_of, reverse=self.sort_reverse)
+        if current is not None and str(current) in table.rows:
+            table.move_cursor(row=table.get_row_index(str(current)), animate=False)
+        self.refreshed_at = time.monotonic()
+        facet = FACETS[self.facet] or "all"
+        filt = f"  filter: {self.filter_text!r}" if self.filter_text else ""
+        sel = f"  selected: {', '.join(map(str, sorted(self.selected)))}" if self.selected else ""
+        order = "↓" if self.sort_reverse else "↑"
+        self.query_one("#jobs-state", Static).update(
+            f"{len(shown)} of {len(jobs)} jobs  status: {facet}  sort: {self.sort_column}{order}{filt}{sel}"
+        )
+
+    def _key_of(self, id_cell: Any) -> Any:
+        job_id = int(str(id_cell).removeprefix("✓ "))
+        job = self.jobs.get(job_id)
+        return (_sort_value(job, self.sort_column), job_id) if job else (0, job_id)
+
+    def _cursor_job(self) -> int | None:
+        table = self.query_one("#jobs", DataTable)
+        if not table.row_count:
+            return None
+        row_key, _ = table.coordinate_to_cell_key(table.cursor_coordinate)
+        return int(row_key.value)
+
+    def _resort(self) -> None:
+        self.apply(list(self.jobs.values()))
+
+    # -- actions -------------------------------------------------------------------------------
+    def action_open(self) -> None:
+        from tui.screens.job import JobScreen
+
+        job_id = self._cursor_job()
+        if job_id is not None:
+            self.app.push_screen(JobScreen(job_id))
+
+    def on_data_table_row_selected(self, event: DataTable.RowSelected) -> None:
+        self.action_open()
+
+    def on_data_table_header_selected(self, event: DataTable.HeaderSelected) -> None:
+        column = str(event.column_key.value)
+        self.sort_reverse = not self.sort_reverse if column == self.sort_column else column in ("id", "progress")
+        self.sort_column = column
+        self._resort()
+
+    def action_sort(self) -> None:
+        keys = [k for k, _ in COLUMNS]
+        self.sort_column = keys[(keys.index(self.sort_column) + 1) % len(keys)]
+        self.sort_reverse = self.sort_column in ("id", "progress", "acc", "elapsed")
+        self._resort()
+
+    def action_facet(self) -> None:
+        self.facet = (self.facet + 1) % len(FACETS)
+        self.refresh_jobs()
+
+    def action_filter(self) -> None:
+        box = self.query_one("#filter", Input)
+        box.display = True
+        box.focus()
+
+    def on_input_changed(self, event: Input.Changed) -> None:
+        self.filter_text = event.value.strip()
+        self._resort()
+
+    def on_input_submitted(self, event: Input.Submitted) -> None:
+        self.query_one("#jobs", DataTable).focus()
+
+    def action_clear_filter(self) -> None:
+        box = self.query_one("#filter", Input)
+        box.value = ""
+        box.display = False
+        self.query_one("#jobs", DataTable).focus()
+
+    def action_select(self) -> None:
+        job_id = self._cursor_job()
+        if job_id is not None:
+            self.selected ^= {job_id}
+            self._resort()
+
+    def action_tensorboard(self) -> None:
+        from tui.screens.dialogs import open_tensorboard
+
+        ids = sorted(self.selected) or ([self._cursor_job()] if self._cursor_job() is not None else [])
+        if ids:
+            open_tensorboard(self.app, ids)

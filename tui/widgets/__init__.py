@@ -1,0 +1,1 @@
+"""Small renderables the screens share: status colours, progress bars, sparklines, durations."""
