@@ -8,6 +8,7 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 from textual.app import App, ComposeResult
@@ -34,7 +35,7 @@ class Banner(Static):
 class GpudeckApp(App):
     """The terminal UI; screens live in tui/screens/."""
 
-    CSS_PATH = "app.tcss"
+    CSS_PATH = Path(__file__).parent / "app.tcss"  # absolute: subclasses elsewhere find it too
     TITLE = "gpudeck"
     BINDINGS = [
         Binding("q", "quit", "Quit"),

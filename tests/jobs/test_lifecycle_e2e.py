@@ -61,7 +61,7 @@ def test_a_canceled_queued_job_never_runs(client, spawn, child_env):
 
 
 def test_timeout(client, worker):
-    job_id = client.post("/api/v1/jobs", json={**LONG, "timeout": 8}).json["id"]
+    job_id = client.post("/api/v1/jobs", json={**LONG, "timeout": 15}).json["id"]
     job, _ = wait_job(client, job_id, timeout=90)
     assert job["status"] == "failed" and job["reason"] == "timeout" and job["progress"]["step"] > 0
 

@@ -36,6 +36,6 @@ def test_synthetic_dataset_shapes():
     assert parse_dataset("synthetic").shape == (32, 32, 3)
     ref = parse_dataset("synthetic:8x8x1:4")
     assert (ref.shape, ref.num_classes) == ((8, 8, 1), 4)
-    for bad in ("synthetic:8x8x2", "cifar11", "", 3):
+    for bad in ("synthetic:8x8x2", "my data", "a:b:c", "synthetic:1", "", 3):
         with pytest.raises(ValueError):
             parse_dataset(bad)

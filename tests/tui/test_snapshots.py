@@ -1,0 +1,57 @@
+"""Snapshots of the TUI at 80x24 and 120x40 (SVG files in tests/tui/__snapshots__), against a real API process on
+a fresh Redis: two jobs that stay queued (they ask for 2 GPUs and no worker runs), so every cell is stable.
+After an intended change of the look: pytest tests/tui/test_snapshots.py --snapshot-update, and review the SVGs."""
+
+from __future__ import annotations
+
+import pytest
+import requests
+
+from jobs.redis_server import free_port
+from tests.conftest import wait_http
+from tui.app import GpudeckApp
+
+pytestmark = pytest.mark.slow
+
+
+@pytest.fixture
+def queued_api(spawn, child_env) -> str:
+    port = free_port()
+    url = f"http://127.0.0.1:{port}"
+    wait_http(f"{url}/healthz", spawn("api", "--port", str(port), env=child_env))
+    for name in ("baseline", "wider lr sweep"):
+        spec = {"model": "resnet20", "dataset": "synthetic", "name": name, "gpus": 2, "tags": ["paper"]}
+        requests.post(f"{url}/api/v1/jobs", json=spec, timeout=10).raise_for_status()
+    return url
+
+
+class SnapshotApp(GpudeckApp):
+    """The app with a fixed subtitle (the API URL has a random port in tests)."""
+
+    def on_mount(self) -> None:
+        super().on_mount()
+        self.sub_title = "http://127.0.0.1:8686"
+
+
+async def _loaded(pilot) -> None:
+    from textual.widgets import DataTable
+
+    table = pilot.app.screen.query_one("#jobs", DataTable)
+    while table.row_count < 2:
+        await pilot.pause(0.1)
+    await pilot.pause(0.2)
+
+
+@pytest.mark.parametrize("size", [(80, 24), (120, 40)])
+def test_jobs_screen(snap_compare, queued_api, size):
+    assert snap_compare(SnapshotApp(queued_api), terminal_size=size, run_before=_loaded)
+
+
+@pytest.mark.parametrize("size", [(80, 24), (120, 40)])
+def test_submit_form(snap_compare, queued_api, size):
+    async def form(pilot):
+        await _loaded(pilot)
+        await pilot.press("n")
+        await pilot.pause(0.5)
+
+    assert snap_compare(SnapshotApp(queued_api), terminal_size=size, run_before=form)
