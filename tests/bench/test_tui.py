@@ -83,6 +83,10 @@ def test_jobs_table_refresh_idle_cpu_and_memory_with_1000_jobs(tmp_path):
         idle_cpu = (_cpu_seconds(pane_pid) - cpu0) / (time.monotonic() - t0) * 100
         rss = _rss_mib(pane_pid)
         print(
+            f"\njob screen, {LOG_LINES} log lines: loaded in {load_s:.1f} s (pages of 10,000 lines); scroll keys "
+            f"(pageup/home/end) p50 {statistics.median(keys_ms):.0f} ms, max {max(keys_ms):.0f} ms"
+        )
+        print(
             f"\njobs table, {N_JOBS} jobs: first fill p50 {statistics.median(fill):.0f} ms; "
             f"in-place refresh (fetch excluded) p50 {statistics.median(refresh):.0f} ms, "
             f"max {max(refresh):.0f} ms (n={len(refresh)})"
