@@ -54,8 +54,8 @@ def test_tui_in_tmux_at_80x24(spawn, child_env, tmp_path):
         assert "STATUS" in text and "queued" in text and str(job["id"]) in text
         assert "Quit" in text  # the footer of keys
         tmux("send-keys", "-t", session, "Enter")
-        text = wait_for(session, f"job {job['id']}")
-        assert "lenet on synthetic" in text
+        text = wait_for(session, "lenet on synthetic")  # the job screen, once its first answer is in
+        assert f"job {job['id']}" in text and "queued" in text
         tmux("send-keys", "-t", session, "c")
         wait_for(session, "Cancel job")
         tmux("send-keys", "-t", session, "y")
