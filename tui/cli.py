@@ -301,6 +301,31 @@ def cmd_tensorboard(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def cmd_tf_config(args: argparse.Namespace) -> int:
+    from jobs import tfconfig
+
+    try:
+        spec = tfconfig.cluster(
+            tfconfig.parse_addresses(args.worker, "worker"),
+            chief=tfconfig.parse_addresses(args.chief, "chief")[0] if args.chief else None,
+            ps=tfconfig.parse_addresses(args.ps, "ps") if args.ps else None,
+            evaluator=tfconfig.parse_addresses(args.evaluator, "evaluator")[0] if args.evaluator else None,
+        )
+        if args.task:
+            kind, _, index = args.task.partition(":")
+            if not index.isdigit():
+                raise ValueError(f"--task: expected TYPE:INDEX such as worker:0, got {args.task!r}")
+            config = json.dumps(tfconfig.tf_config(spec, kind, int(index)), separators=(",", ":"))
+            print(f"export TF_CONFIG='{config}'" if args.export else config)
+            return EXIT_OK
+    except ValueError as exc:
+        print(f"gpudeck tf-config: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    for kind, index, config in tfconfig.every_task(spec):
+        print(f"# {kind} {index}\nexport TF_CONFIG='{config}'" if args.export else f"{kind}:{index} {config}")
+    return EXIT_OK
+
+
 def cmd_tui(args: argparse.Namespace) -> int:
     from tui.app import GpudeckApp
 
@@ -401,6 +426,15 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--stop", type=int, metavar="PORT", help="stop the TensorBoard on PORT")
     p.add_argument("--json", action="store_true")
     p.set_defaults(func=cmd_tensorboard)
+
+    p = sub.add_parser("tf-config", help="print TF_CONFIG for a cluster, for tasks started by hand")
+    p.add_argument("--worker", required=True, metavar="H:P,…", help="worker addresses, in task order")
+    p.add_argument("--chief", metavar="H:P", help="a separate chief task (Kibernetika's tf_conf --chief_name)")
+    p.add_argument("--ps", metavar="H:P,…", help="parameter-server addresses")
+    p.add_argument("--evaluator", metavar="H:P", help="an evaluator task")
+    p.add_argument("--task", metavar="TYPE:INDEX", help="print only this task's TF_CONFIG, e.g. worker:1")
+    p.add_argument("--export", action="store_true", help="as shell `export TF_CONFIG=...` lines")
+    p.set_defaults(func=cmd_tf_config)
 
     p = sub.add_parser("tui", help="the terminal UI: jobs, logs, curves, GPUs, TensorBoard")
     p.add_argument("--api", help="API URL (default $GPUDECK_API or http://127.0.0.1:8686)")
