@@ -39,9 +39,10 @@ async def _loaded(pilot) -> None:
     from textual.widgets import DataTable
 
     table = pilot.app.screen.query_one("#jobs", DataTable)
-    while table.row_count < 2:
+    # Both rows in, and the columns sized to them (widths are measured after the rows land).
+    while table.row_count < 2 or table.columns["name"].content_width < len("wider lr sweep"):
         await pilot.pause(0.1)
-    await pilot.pause(0.2)
+    await pilot.pause(0.5)
 
 
 @pytest.mark.parametrize("size", [(80, 24), (120, 40)])
