@@ -8,7 +8,7 @@ import time
 from flask import Blueprint, Response, request
 
 from api import deps
-from jobs import lifecycle, queues
+from jobs import gang, lifecycle, queues
 from jobs.errors import BadRequest, TooMany
 from jobs.states import Status
 from jobs.views import job_view
@@ -86,7 +86,8 @@ def _statuses(raw: str | None) -> set[str] | None:
 
 @bp.get("/<int:job_id>")
 def show(job_id: int):
-    return job_view(deps.store().get(job_id))
+    rec = deps.store().get(job_id)
+    return job_view(rec, tasks=gang.view(deps.redis(), rec))
 
 
 @bp.get("/<int:job_id>/wait")
@@ -100,7 +101,7 @@ def wait(job_id: int):
     while not Status(rec["status"]).ended and time.monotonic() < deadline:
         time.sleep(min(WAIT_POLL_S, max(0.0, deadline - time.monotonic())))
         rec = store.get(job_id)
-    return job_view(rec)
+    return job_view(rec, tasks=gang.view(deps.redis(), rec))
 
 
 MAX_FOLLOWS = 6

@@ -8,7 +8,7 @@ from typing import Any
 
 from flask import Blueprint
 
-from jobs.spec import MAX_GPUS, PRIORITIES
+from jobs.spec import MAX_GPUS, MAX_WORKERS, PRIORITIES
 from jobs.states import Reason, Status
 from models.params import PARAMS
 
@@ -69,7 +69,8 @@ def _schemas() -> dict[str, Any]:
         "priority": {**STR, "enum": list(PRIORITIES)},
         "timeout": _nullable({**INT, "minimum": 1}),
         "max_retries": {**INT, "minimum": 0, "maximum": 10},
-        "workers": {**INT, "const": 1},
+        "workers": {**INT, "minimum": 1, "maximum": MAX_WORKERS, "description": "tasks of a multi-worker job"},
+        "chief": {**BOOL, "description": "task 0 runs as TF_CONFIG type chief (needs workers >= 2)"},
     }
     point = _obj(
         {
@@ -119,8 +120,25 @@ def _schemas() -> dict[str, Any]:
                 "metrics": _nullable({"type": "object"}),
                 "result": _nullable(_ref("Result")),
                 "log_tail": _nullable({"type": "array", "items": STR}),
+                "tasks": _nullable({"type": "array", "items": _ref("Task")}),
             },
             ["id", "name", "status", "spec", "attempt", "created_at", "progress"],
+        ),
+        "Task": _obj(
+            {
+                "index": INT,
+                "type": {**STR, "enum": ["chief", "worker"]},
+                "task_index": INT,
+                "worker": _nullable(STR),
+                "host": _nullable(STR),
+                "gpu_ids": {"type": "array", "items": STR},
+                "address": _nullable(STR),
+                "pid": _nullable(INT),
+                "status": {**STR, "enum": ["placed", "running", "succeeded", "failed", "stopped"]},
+                "reason": _nullable(STR),
+                "message": _nullable(STR),
+            },
+            ["index", "type", "task_index", "worker", "status"],
         ),
         "JobList": _obj(
             {"jobs": {"type": "array", "items": _ref("Job")}, "next_cursor": _nullable(INT)}, ["jobs", "next_cursor"]

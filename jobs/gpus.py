@@ -146,6 +146,7 @@ class Sampler(threading.Thread):
         self.stopped = threading.Event()
 
     def pid_jobs(self) -> dict[int, int]:
+        from jobs import gang
         from jobs.store import JobStore
 
         store = JobStore(self.redis)
@@ -154,6 +155,10 @@ class Sampler(threading.Thread):
             rec = store.get(job_id)
             if rec.get("pid") and str(rec.get("worker", "")).startswith(f"{self.host}."):
                 out[rec["pid"]] = job_id
+            if gang.is_gang(rec["spec"]):
+                for task in gang.tasks(self.redis, job_id, rec["spec"]["workers"]):
+                    if task.get("pid") and task.get("host") == self.host:
+                        out[task["pid"]] = job_id
         return out
 
     def run(self) -> None:

@@ -10,7 +10,7 @@ from rq import Queue
 from rq.exceptions import NoSuchJobError
 from rq.job import Job
 
-from jobs import queues
+from jobs import gang, queues
 from jobs.errors import Conflict
 from jobs.states import Reason, Status
 from jobs.store import JobStore
@@ -29,6 +29,9 @@ def cancel(redis: Redis, job_id: int) -> dict[str, Any]:
         message="canceled while queued",
         ended_at=time.time(),
     ):
+        if gang.is_gang(rec["spec"]):
+            redis.zrem(gang.PENDING_KEY, job_id)
+            return store.get(job_id)
         rq_id = queues.rq_job_id(job_id, rec.get("attempt", 1))
         Queue(rec["queue"], connection=redis).remove(rq_id)
         try:
@@ -43,6 +46,8 @@ def cancel(redis: Redis, job_id: int) -> dict[str, Any]:
             {"id": job_id, "status": rec["status"]},
         )
     store.request_stop(job_id, Reason.CANCELED.value)
+    if gang.is_gang(rec["spec"]):
+        gang.finish(redis, job_id)  # tasks still waiting for their workers end here; running ones stop
     return store.get(job_id)
 
 

@@ -11,6 +11,7 @@ from typing import Any
 from redis import Redis
 from rq import Queue, Worker
 
+from jobs import gang
 from jobs import spec as spec_mod
 from jobs.errors import Conflict, Unprocessable
 from jobs.store import JobStore
@@ -58,6 +59,13 @@ def submit(redis: Redis, body: Any, data_roots: tuple[Path, ...] = ()) -> dict[s
     job_id = store.next_id()
     name = queue_name(spec["gpus"], spec["priority"])
     queue = Queue(name, connection=redis)
+    if gang.is_gang(spec):
+        with redis.pipeline() as pipe:
+            rec = store.create(job_id, spec, name, pipe=pipe)
+            gang.enqueue(pipe, job_id, spec)  # in line for N idle workers at once, not on an RQ queue
+            pipe.execute()
+        gang.place(redis)
+        return store.get(job_id)
     with redis.pipeline() as pipe:
         # RQ starts the MULTI itself when handed a pipeline, so it goes first; the record joins it.
         enqueue_attempt(queue, job_id, 1, spec, pipe)

@@ -11,6 +11,7 @@ from redis import Redis
 from redis.exceptions import RedisError
 from rq import Queue
 
+from jobs import gang
 from jobs.states import Reason, Status
 from jobs.store import JobStore
 
@@ -29,10 +30,11 @@ def reap(redis: Redis) -> list[int]:
     store = JobStore(redis)
     lost = []
     for job_id in store.active_ids():
-        if store.alive(job_id):
-            continue
         rec = store.get(job_id)
-        if rec["status"] not in ACTIVE:
+        if gang.is_gang(rec["spec"]):
+            gang.check(redis, job_id, rec)  # heartbeats per task; a lost task stops the others
+            continue
+        if store.alive(job_id) or rec["status"] not in ACTIVE:
             continue
         message = f"no heartbeat from worker {rec.get('worker')} (attempt {rec.get('attempt', 1)})"
         if worker_lost(redis, job_id, rec, message):
@@ -81,7 +83,10 @@ def requeue(redis: Redis, job_id: int, rec: dict[str, Any], message: str, **fiel
     )
     if ok:
         store.clear_stop(job_id)
-        enqueue_attempt(Queue(rec["queue"], connection=redis), job_id, attempt, rec["spec"])
+        if gang.is_gang(rec["spec"]):
+            gang.enqueue(redis, job_id, rec["spec"])  # placed again when its workers are idle
+        else:
+            enqueue_attempt(Queue(rec["queue"], connection=redis), job_id, attempt, rec["spec"])
     return ok
 
 

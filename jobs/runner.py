@@ -15,11 +15,12 @@ from typing import IO, Any
 
 from redis import Redis
 
-from jobs import datasets
+from jobs import datasets, gang, tfconfig
 from jobs.proc import pdeathsig, python_module
+from jobs.redis_server import free_port
 from jobs.settings import Settings
 from jobs.states import Reason, Status
-from jobs.store import JobStore, log_key, metrics_key
+from jobs.store import HEARTBEAT_TTL_S, JobStore, metrics_key
 from models.catalog import parse_dataset
 
 log = logging.getLogger(__name__)
@@ -108,7 +109,12 @@ def _drain(fd: int) -> tuple[bytes, bool]:
 
 
 class JobRun:
-    """One attempt of one job: start the trainer, pump its output and events, record the end."""
+    """One attempt of one job: start the trainer, pump its output and events, record the end. TaskRun
+    (below) is one task of a multi-worker job; the hooks `_claim`, `_prepare`, `_beat`, `_stop_reason`,
+    `_started` and `_finish` are where the two differ."""
+
+    prefix = ""
+    """Put before every log line (a task's `[worker1] `)."""
 
     def __init__(self, job_id: int, redis: Redis, ctx: WorkerContext):
         self.job_id = job_id
@@ -116,40 +122,35 @@ class JobRun:
         self.ctx = ctx
         self.store = JobStore(redis)
         self.job_dir = ctx.settings.job_dir(job_id)
-        self.lines = 0
         self.points = 0
         self.tail: list[str] = []
+        self.preamble: list[str] = []
         self.result: dict[str, Any] | None = None
         self.progress: dict[str, Any] = {}
 
     def run(self) -> str:
-        self.store.beat(self.job_id, self.ctx.name)
-        started = self.store.transition(
-            self.job_id,
-            (Status.QUEUED.value,),
-            status=Status.STARTING.value,
-            worker=self.ctx.name,
-            gpu_ids=self.ctx.gpu_ids,
-            started_at=time.time(),
-            reason=None,
-            message=None,
-            pid=None,
-        )
-        rec = self.store.get(self.job_id)
-        if not started:
-            log.info("job %s is %s, not queued; skipping", self.job_id, rec["status"])
-            return rec["status"]
-        spec = rec["spec"]
+        if not self._claim():
+            status = self.store.get(self.job_id)["status"]
+            log.info("job %s is %s, not for this worker now; skipping", self.job_id, status)
+            return status
+        spec = self.store.get(self.job_id)["spec"]
         self.job_dir.mkdir(parents=True, exist_ok=True)
         (self.job_dir / "spec.json").write_text(json.dumps(self._trainer_spec(spec), indent=2) + "\n")
-        self.lines = self.store.stream_length(log_key(self.job_id))
         self.points = self.store.stream_length(metrics_key(self.job_id))
-        if self.store.stop_reason(self.job_id):  # canceled between dequeue and now
+        extra_env = self._prepare(spec)
+        if extra_env is None:
+            return self._stand_down()
+        if self._stop_reason():  # canceled between dequeue and now
             return self._finish(None, oom_before=None)
         events_r, events_w = os.pipe()
         env = dict(os.environ, PYTHONUNBUFFERED="1", GPUDECK_EVENTS_FD=str(events_w), GPUDECK_JOB_ID=str(self.job_id))
+        env.update(extra_env)
         oom_before = oom_kills()
         with open(self.job_dir / "log.txt", "a", buffering=1) as log_file:
+            if self.preamble:
+                pipe = self.redis.pipeline(transaction=False)
+                self._handle("log", [line.encode() for line in self.preamble], log_file, pipe)
+                pipe.execute()
             proc = subprocess.Popen(
                 python_module("models.train", "--spec", "spec.json", "--job-dir", "."),
                 cwd=self.job_dir,
@@ -162,14 +163,50 @@ class JobRun:
                 preexec_fn=_trainer_preexec(self.ctx.max_memory),
             )
             os.close(events_w)
-            self.store.update(self.job_id, pid=proc.pid, spawned_at=time.time())
+            self._started(proc.pid)
             try:
                 os.nice(HORSE_NICENESS)
             except OSError:
                 pass
-            log.info("job %s: trainer pid %s in %s", self.job_id, proc.pid, self.job_dir)
+            log.info("job %s%s: trainer pid %s in %s", self.job_id, self.prefix.rstrip(), proc.pid, self.job_dir)
             self._pump(proc, os.fdopen(events_r, "rb"), log_file, spec.get("timeout"))
         return self._finish(proc.wait(), oom_before)
+
+    # -- hooks -------------------------------------------------------------------------------
+    def _claim(self) -> bool:
+        """Take the job: queued -> starting on this worker; False when it is not queued any more."""
+        self.store.beat(self.job_id, self.ctx.name)
+        return self.store.transition(
+            self.job_id,
+            (Status.QUEUED.value,),
+            status=Status.STARTING.value,
+            worker=self.ctx.name,
+            gpu_ids=self.ctx.gpu_ids,
+            started_at=time.time(),
+            reason=None,
+            message=None,
+            pid=None,
+        )
+
+    def _prepare(self, spec: dict[str, Any]) -> dict[str, str] | None:
+        """Extra environment for the trainer; None when the attempt must stand down without training."""
+        return {}
+
+    def _stand_down(self) -> str:
+        return self.store.get(self.job_id)["status"]
+
+    def _beat(self) -> None:
+        self.store.beat(self.job_id, self.ctx.name)
+
+    def _stop_reason(self) -> str | None:
+        return self.store.stop_reason(self.job_id)
+
+    def _grace(self, reason: str) -> float:
+        """Seconds between SIGTERM and SIGKILL for a stop with this reason."""
+        return self.ctx.stop_grace_s
+
+    def _started(self, pid: int) -> None:
+        self.store.update(self.job_id, pid=pid, spawned_at=time.time())
 
     def _trainer_spec(self, spec: dict[str, Any]) -> dict[str, Any]:
         """The spec the trainer reads: an uploaded dataset's folder on this host is filled in."""
@@ -190,6 +227,7 @@ class JobRun:
         deadline = time.monotonic() + timeout if timeout else None
         last_beat = last_poll = time.monotonic()
         termed_at: float | None = None
+        grace = self.ctx.stop_grace_s
         while sel.get_map():
             ready = sel.select(STOP_POLL_S)
             if ready:
@@ -208,20 +246,20 @@ class JobRun:
             pipe.execute()
             now = time.monotonic()
             if now - last_beat >= HEARTBEAT_EVERY_S:
-                self.store.beat(self.job_id, self.ctx.name)
+                self._beat()
                 last_beat = now
             if termed_at is None and now - last_poll >= STOP_POLL_S:
                 last_poll = now
                 if deadline is not None and now > deadline:
                     log.warning("job %s: timeout of %ss passed; stopping its trainer", self.job_id, timeout)
                     self.store.request_stop(self.job_id, Reason.TIMEOUT.value)
-                reason = self.store.stop_reason(self.job_id)
+                reason = self._stop_reason()
                 if reason:
                     log.info("job %s: stop requested (%s): SIGTERM to its process group", self.job_id, reason)
                     signal_group(proc.pid, signal.SIGTERM)
-                    termed_at = now
-            if termed_at is not None and now - termed_at > self.ctx.stop_grace_s:
-                log.warning("job %s: still running %.0fs after SIGTERM: SIGKILL", self.job_id, self.ctx.stop_grace_s)
+                    termed_at, grace = now, self._grace(reason)
+            if termed_at is not None and now - termed_at > grace:
+                log.warning("job %s: still running %.0fs after SIGTERM: SIGKILL", self.job_id, grace)
                 signal_group(proc.pid, signal.SIGKILL)
                 termed_at = float("inf")
         events.close()
@@ -230,10 +268,9 @@ class JobRun:
 
     def _handle(self, kind: str, chunks: list[bytes], log_file: IO[str], pipe: Any) -> None:
         if kind == "log":
-            lines = [c.decode("utf-8", "replace").rstrip("\r") for c in chunks]
+            lines = [self.prefix + c.decode("utf-8", "replace").rstrip("\r") for c in chunks]
             log_file.write("".join(line + "\n" for line in lines))
-            self.store.append_lines(self.job_id, self.lines + 1, lines, pipe)
-            self.lines += len(lines)
+            self.store.append_lines(self.job_id, lines, pipe)
             self.tail = (self.tail + lines)[-LOG_TAIL_LINES:]
             return
         for chunk in chunks:
@@ -280,15 +317,8 @@ class JobRun:
             status, reason, message = Status.FAILED, Reason.WORKER_LOST, "its worker shut down while it ran"
         elif stop == Reason.TIMEOUT.value:
             status, reason, message = Status.FAILED, Reason.TIMEOUT, "the job ran past its timeout"
-        elif returncode == 2:
-            status, reason, message = Status.FAILED, Reason.BAD_INPUT, "the trainer refused the spec or its data"
-        elif self._out_of_memory(returncode, oom_before):
-            status, reason, message = Status.FAILED, Reason.OOM, "the training process ran out of memory"
-        elif returncode is not None and returncode < 0:
-            status, reason = Status.FAILED, Reason.EXIT_NONZERO
-            message = f"the trainer was killed by {signal.Signals(-returncode).name}"
         else:
-            status, reason, message = Status.FAILED, Reason.EXIT_NONZERO, f"the trainer exited with status {returncode}"
+            status, (reason, message) = Status.FAILED, self._failure(returncode, oom_before)
         if reason == Reason.WORKER_LOST:
             from jobs.reaper import worker_lost
 
@@ -307,7 +337,112 @@ class JobRun:
         )
         return status.value
 
+    def _failure(self, returncode: int | None, oom_before: int | None) -> tuple[Reason, str]:
+        """Why a trainer nobody asked to stop ended badly."""
+        if returncode == 2:
+            return Reason.BAD_INPUT, "the trainer refused the spec or its data"
+        if self._out_of_memory(returncode, oom_before):
+            return Reason.OOM, "the training process ran out of memory"
+        if returncode is not None and returncode < 0:
+            return Reason.EXIT_NONZERO, f"the trainer was killed by {signal.Signals(-returncode).name}"
+        if returncode == 0:
+            return Reason.EXIT_NONZERO, "the trainer exited without a result"
+        return Reason.EXIT_NONZERO, f"the trainer exited with status {returncode}"
+
     def _out_of_memory(self, returncode: int | None, oom_before: int | None) -> bool:
         if returncode == -signal.SIGKILL and oom_before is not None and (oom_kills() or 0) > oom_before:
             return True  # the kernel's OOM killer took it
         return returncode not in (0, None) and any(m in line for line in self.tail for m in OOM_MARKERS)
+
+
+def run_current_task(job_id: int, index: int, gen: int) -> str:
+    """Entry from the RQ task of one task of a multi-worker job."""
+    from rq import get_current_job
+
+    ctx = CONTEXT or WorkerContext(Settings.from_env())
+    current = get_current_job()
+    redis = current.connection if current is not None else ctx.settings.redis()
+    return TaskRun(job_id, index, gen, redis, ctx).run()
+
+
+class TaskRun(JobRun):
+    """Task `index` of placement `gen` of a multi-worker job: publishes its host:port, waits for the other
+    tasks' (the rendezvous), trains with TF_CONFIG, and on its end lets gang.finish decide for the job."""
+
+    def __init__(self, job_id: int, index: int, gen: int, redis: Redis, ctx: WorkerContext):
+        super().__init__(job_id, redis, ctx)
+        self.index, self.gen = index, gen
+        self.key = gang.task_key(job_id, index)
+        self.spec = self.store.get(job_id)["spec"]
+        self.prefix = f"[{gang.label(self.spec, index)}] "
+
+    def _claim(self) -> bool:
+        if not gang.current(self.redis, self.job_id, self.gen) or self.store.stop_reason(self.job_id):
+            return False
+        self.redis.hset(self.key, mapping={"started_at": time.time(), "worker": self.ctx.name})
+        self._beat()
+        return True
+
+    def _prepare(self, spec: dict[str, Any]) -> dict[str, str] | None:
+        address = f"{gang.advertise_host(self.ctx.settings.redis_url, dict(os.environ))}:{free_port()}"
+        self.redis.hset(self.key, "address", address)
+        n = spec["workers"]
+        give_up = time.monotonic() + 2 * gang.RENDEZVOUS_S  # the reaper puts it back in line well before
+        while True:
+            ts = gang.tasks(self.redis, self.job_id, n)
+            addresses = [t.get("address") if t.get("gen") == self.gen else None for t in ts]
+            if all(addresses):
+                break
+            if self._stop_reason() or time.monotonic() > give_up:
+                return None
+            self._beat()
+            time.sleep(0.2)
+        chief = addresses[0] if spec.get("chief") else None
+        spec_ = tfconfig.cluster(list(addresses[1:] if chief else addresses), chief=chief)
+        kind, i = gang.task_name(spec, self.index)
+        config = tfconfig.tf_config(spec_, kind, i)
+        self.preamble = [f"gpudeck: task {kind}:{i} of {n} on {self.ctx.name} at {address}; cluster {spec_}"]
+        return {"TF_CONFIG": json.dumps(config)}
+
+    def _stand_down(self) -> str:
+        why = self._stop_reason() or "the rendezvous did not complete"
+        self.redis.hset(self.key, mapping={"status": "stopped", "message": f"stood down before training: {why}"})
+        self.redis.delete(gang.task_beat_key(self.job_id, self.index))
+        return gang.finish(self.redis, self.job_id) or "stopped"
+
+    def _beat(self) -> None:
+        self.redis.set(gang.task_beat_key(self.job_id, self.index), self.ctx.name, ex=HEARTBEAT_TTL_S)
+
+    def _stop_reason(self) -> str | None:
+        reason = self.store.stop_reason(self.job_id)
+        if reason is None and not gang.current(self.redis, self.job_id, self.gen):
+            return "unplaced"
+        return reason
+
+    def _grace(self, reason: str) -> float:
+        # A peer that failed or left cannot take part in a collective checkpoint: do not wait long for one.
+        return self.ctx.stop_grace_s if reason == Reason.CANCELED.value else min(self.ctx.stop_grace_s, 10.0)
+
+    def _started(self, pid: int) -> None:
+        self.redis.hset(self.key, "pid", pid)
+        if self.index == 0:
+            self.store.update(self.job_id, spawned_at=time.time())
+
+    def _finish(self, returncode: int | None, oom_before: int | None) -> str:
+        stop = self._stop_reason()
+        fields: dict[str, Any] = {"exited_at": time.time(), "log_tail": json.dumps(self.tail)}
+        if returncode is not None:
+            fields["returncode"] = returncode
+        if returncode == 0:
+            fields["status"] = "succeeded"
+        elif stop or returncode is None:
+            fields.update(status="stopped", message=f"stopped ({stop})")
+        else:
+            reason, message = self._failure(returncode, oom_before)
+            fields.update(status="failed", reason=reason.value, message=message)
+        self.redis.hset(self.key, mapping=fields)
+        if fields["status"] == "failed":
+            self.store.request_stop(self.job_id, gang.TASK_FAILED, only_first=True)  # the others stop
+            log.warning("job %s task %s failed: %s", self.job_id, self.prefix.strip(), fields["message"])
+        self.redis.delete(gang.task_beat_key(self.job_id, self.index))
+        return gang.finish(self.redis, self.job_id) or fields["status"]

@@ -14,8 +14,22 @@ from models.catalog import MODELS, model_info, parse_dataset
 PRIORITIES = ("high", "normal", "low")
 MAX_GPUS = 16
 """Most GPUs one job (one worker) may ask for."""
+MAX_WORKERS = 64
+"""Most tasks (workers) of one multi-worker job."""
 
-FIELDS = ("model", "dataset", "params", "gpus", "name", "tags", "priority", "timeout", "max_retries", "workers")
+FIELDS = (
+    "model",
+    "dataset",
+    "params",
+    "gpus",
+    "name",
+    "tags",
+    "priority",
+    "timeout",
+    "max_retries",
+    "workers",
+    "chief",
+)
 
 
 def _int_in(value: Any, lo: int, hi: int) -> str | None:
@@ -73,10 +87,13 @@ def validate(
         "gpus": lambda v: _int_in(v, 0, MAX_GPUS),
         "timeout": lambda v: _int_in(v, 1, 30 * 24 * 3600),
         "max_retries": lambda v: _int_in(v, 0, 10),
-        "workers": lambda v: (
-            None
-            if v == 1 and not isinstance(v, bool)
-            else f"must be 1 (multi-worker TF_CONFIG jobs are not supported yet), got {v!r}"
+        "workers": lambda v: _int_in(v, 1, MAX_WORKERS),
+        "chief": lambda v: (
+            f"must be true or false, got {v!r}"
+            if not isinstance(v, bool)
+            else "needs workers of 2 or more (the chief is task 0 of a multi-worker job)"
+            if v and not (isinstance(body.get("workers"), int) and body["workers"] > 1)
+            else None
         ),
         "priority": lambda v: None if v in PRIORITIES else f"must be one of {', '.join(PRIORITIES)}, got {v!r}",
         "name": lambda v: (
@@ -105,5 +122,6 @@ def validate(
         "priority": body.get("priority") or "normal",
         "timeout": body.get("timeout"),
         "max_retries": body.get("max_retries") if body.get("max_retries") is not None else 1,
-        "workers": 1,
+        "workers": body.get("workers") or 1,
+        "chief": bool(body.get("chief")),
     }

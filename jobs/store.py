@@ -20,8 +20,8 @@ METRICS_MAXLEN = 100_000
 """Metric points kept in a job's Redis stream."""
 
 JSON_FIELDS = ("spec", "gpu_ids", "progress", "metrics", "result", "log_tail")
-FLOAT_FIELDS = ("created_at", "started_at", "spawned_at", "running_at", "ended_at")
-INT_FIELDS = ("id", "pid", "attempt")
+FLOAT_FIELDS = ("created_at", "started_at", "spawned_at", "running_at", "ended_at", "placed_at")
+INT_FIELDS = ("id", "pid", "attempt", "gen")
 
 
 def job_key(job_id: int) -> str:
@@ -57,6 +57,23 @@ def iso(ts: float | None) -> str | None:
     if ts is None:
         return None
     return datetime.fromtimestamp(ts, tz=timezone.utc).isoformat(timespec="milliseconds").replace("+00:00", "Z")
+
+
+APPEND_LINES = """
+local last = redis.call('XREVRANGE', KEYS[1], '+', '-', 'COUNT', 1)
+local n = 0
+if #last > 0 then n = tonumber(string.sub(last[1][1], 3)) end
+for i = 2, #ARGV do
+  n = n + 1
+  redis.call('XADD', KEYS[1], 'MAXLEN', '~', ARGV[1], '0-' .. n, 'l', ARGV[i])
+end
+return n
+"""
+"""Appends log lines as entries 0-<line number>, numbering after the stream's last entry, atomically."""
+
+
+def _append_script(redis: Redis) -> Any:
+    return redis.register_script(APPEND_LINES)
 
 
 def _decode(raw: dict[bytes, bytes]) -> dict[str, Any]:
@@ -157,9 +174,10 @@ class JobStore:
         """Whether the job's work-horse has beaten within HEARTBEAT_TTL_S."""
         return bool(self.redis.exists(heartbeat_key(job_id)))
 
-    def request_stop(self, job_id: int, reason: str) -> None:
-        """Record why a running job is being stopped, before its trainer is signalled."""
-        self.redis.set(f"{job_key(job_id)}:stop", reason, ex=7 * 24 * 3600)
+    def request_stop(self, job_id: int, reason: str, only_first: bool = False) -> None:
+        """Record why a running job is being stopped, before its trainer is signalled (`only_first`: unless
+        a reason is recorded already)."""
+        self.redis.set(f"{job_key(job_id)}:stop", reason, ex=7 * 24 * 3600, nx=only_first)
 
     def clear_stop(self, job_id: int) -> None:
         """Forget a stop request (a re-queued attempt starts clean)."""
@@ -209,10 +227,11 @@ class JobStore:
         last = self.redis.xrevrange(key, count=1)
         return int(last[0][0].split(b"-")[1]) if last else 0
 
-    def append_lines(self, job_id: int, first: int, lines: list[str], pipe: Any) -> None:
-        """Queue log lines numbered from `first` (1-based) into `pipe`."""
-        for n, line in enumerate(lines, start=first):
-            pipe.xadd(log_key(job_id), {"l": line}, id=f"0-{n}", maxlen=LOG_MAXLEN, approximate=True)
+    def append_lines(self, job_id: int, lines: list[str], pipe: Any) -> None:
+        """Queue log lines into `pipe`, numbered on from the stream's last line inside Redis, so the tasks of
+        a multi-worker job can write one log between them."""
+        if lines:
+            _append_script(self.redis)(keys=[log_key(job_id)], args=[LOG_MAXLEN, *lines], client=pipe)
 
     def append_point(self, job_id: int, n: int, point: dict[str, Any], pipe: Any) -> None:
         """Queue metric point number `n` (1-based) into `pipe`."""

@@ -1,4 +1,4 @@
-"""The RQ task: module-level and small; the work lives in jobs.runner."""
+"""The RQ tasks: module-level and small; the work lives in jobs.runner."""
 
 from __future__ import annotations
 
@@ -8,3 +8,8 @@ from jobs import runner
 def run_job(job_id: int) -> str:
     """Run gpudeck job `job_id` in this work-horse; returns its final status."""
     return runner.run_current(job_id)
+
+
+def run_task(job_id: int, index: int, gen: int) -> str:
+    """Run task `index` of placement `gen` of multi-worker job `job_id`; returns the task's or job's status."""
+    return runner.run_current_task(job_id, index, gen)

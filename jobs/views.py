@@ -9,8 +9,10 @@ from jobs.states import Status
 from jobs.store import iso
 
 
-def job_view(rec: dict[str, Any], now: float | None = None) -> dict[str, Any]:
-    """The JSON object GET /api/v1/jobs/ID answers."""
+def job_view(
+    rec: dict[str, Any], now: float | None = None, tasks: list[dict[str, Any]] | None = None
+) -> dict[str, Any]:
+    """The JSON object GET /api/v1/jobs/ID answers (`tasks`: a multi-worker job's, from gang.view)."""
     now = time.time() if now is None else now
     status = Status(rec["status"])
     started, running, ended = rec.get("started_at"), rec.get("running_at"), rec.get("ended_at")
@@ -37,6 +39,7 @@ def job_view(rec: dict[str, Any], now: float | None = None) -> dict[str, Any]:
         "metrics": rec.get("metrics"),
         "result": rec.get("result"),
         "log_tail": rec.get("log_tail") if status == Status.FAILED else None,
+        "tasks": tasks,
     }
 
 

@@ -13,7 +13,7 @@ from redis import Redis
 from rq import Worker
 from rq.command import send_shutdown_command
 
-from jobs import runner
+from jobs import gang, runner
 from jobs.errors import NotFound
 from jobs.gpus import Sampler
 from jobs.queues import worker_queues
@@ -48,33 +48,50 @@ class GpudeckWorker(Worker):
     def request_stop(self, signum: int, frame: Any) -> None:
         """Warm shutdown: the running trainer checkpoints and stops (its job is retried as worker_lost);
         a draining worker instead lets the job finish (RQ's warm shutdown waits for it)."""
-        job_id = job_id_of(self.get_current_job_id())
-        if job_id is not None and not self.connection.exists(drain_key(self.name)):
-            self._stop_trainer(job_id)
+        job = self.get_current_job()
+        if job is not None and job_id_of(job.id) is not None and not self.connection.exists(drain_key(self.name)):
+            self._stop_trainer(job)
         super().request_stop(signum, frame)
 
-    def _stop_trainer(self, job_id: int) -> None:
+    def _stop_trainer(self, job: Any) -> None:
+        job_id, pid = trainer_of(job)
         store = JobStore(self.connection)
-        rec = store.get(job_id)
-        if Status(rec["status"]).ended or "pid" not in rec:
+        if Status(store.get(job_id)["status"]).ended or pid is None:
             return
         log.warning("worker stopping: job %s gets SIGTERM to checkpoint and stop", job_id)
         store.request_stop(job_id, Reason.WORKER_LOST.value)
-        runner.signal_group(rec["pid"], signal.SIGTERM)
+        runner.signal_group(pid, signal.SIGTERM)
+
+
+def trainer_of(job: Any) -> tuple[int, int | None]:
+    """(gpudeck job id, trainer pid) of an RQ job: a single job's or one task's of a multi-worker job."""
+    job_id = job_id_of(job.id)
+    assert job_id is not None
+    if job.func_name == "jobs.task.run_task":
+        pid = job.connection.hget(gang.task_key(job_id, job.args[1]), "pid")
+        return job_id, int(pid) if pid else None
+    return job_id, JobStore(job.connection).get(job_id).get("pid")
 
 
 def on_horse_killed(job: Any, retpid: int, ret_val: int, rusage: Any) -> None:
-    """The work-horse died under a job (cold shutdown, a crash): its trainer goes too, the job is worker_lost."""
-    job_id = job_id_of(job.id)
-    if job_id is None:
+    """The work-horse died under a job (cold shutdown, a crash): its trainer goes too, the job is worker_lost
+    (for a task of a multi-worker job: the other tasks stop, and the job is retried or fails as worker_lost)."""
+    if job_id_of(job.id) is None:
         return
+    job_id, pid = trainer_of(job)
+    if pid is not None:
+        runner.signal_group(pid, signal.SIGKILL)  # its trainer must not outlive it
     store = JobStore(job.connection)
     rec = store.get(job_id)
-    if "pid" in rec:
-        runner.signal_group(rec["pid"], signal.SIGKILL)  # its trainer must not outlive it
     if Status(rec["status"]).ended:
         return
-    worker_lost(job.connection, job_id, rec, f"the work-horse died (wait status {ret_val})")
+    why = f"the work-horse died (wait status {ret_val})"
+    if job.func_name == "jobs.task.run_task":
+        index, gen = job.args[1], job.args[2]
+        if gang.current(job.connection, job_id, gen):
+            gang.task_lost(job.connection, job_id, index, why)
+        return
+    worker_lost(job.connection, job_id, rec, why)
 
 
 def drain(redis: Redis, name: str) -> dict[str, Any]:
@@ -93,13 +110,14 @@ def describe(redis: Redis) -> list[dict[str, Any]]:
         raw = redis.get(info_key(w.name))
         info = json.loads(raw) if raw else {}
         current = job_id_of(w.get_current_job_id())
+        queues = [q for q in w.queue_names() if q != gang.private_queue(w.name)]
         out.append(
             {
                 "name": w.name,
                 "host": info.get("host", w.hostname),
                 "pid": w.pid,
                 "gpus": info.get("gpus", []),
-                "queues": w.queue_names(),
+                "queues": queues,
                 "state": w.get_state(),
                 "job_id": current,
                 "draining": bool(redis.exists(drain_key(w.name))),
@@ -130,9 +148,12 @@ def run(
     redis = settings.redis()
     redis.set(info_key(name), json.dumps({"host": host, "gpus": gpus}), ex=7 * 24 * 3600)
     queues = worker_queues(len(gpus))
-    worker = GpudeckWorker(queues, name=name, connection=redis, work_horse_killed_handler=on_horse_killed)
+    # Its private queue first: a task of a multi-worker job placed on this worker goes before anything else.
+    worker = GpudeckWorker(
+        [gang.private_queue(name), *queues], name=name, connection=redis, work_horse_killed_handler=on_horse_killed
+    )
     assert settings.redis_url
-    helpers = [Reaper(settings.redis_url), Sampler(settings.redis_url, host)]
+    helpers = [Reaper(settings.redis_url), Sampler(settings.redis_url, host), gang.Placer(settings.redis_url, name)]
     for helper in helpers:
         helper.start()
     log.info(
@@ -143,4 +164,4 @@ def run(
     finally:
         for helper in helpers:
             helper.stopped.set()
-        redis.delete(info_key(name), drain_key(name))
+        redis.delete(info_key(name), drain_key(name), gang.alive_key(name))

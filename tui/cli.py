@@ -127,9 +127,11 @@ def _verdict(job: dict[str, Any], min_accuracy: float | None) -> int:
 
 def cmd_submit(args: argparse.Namespace) -> int:
     spec: dict[str, Any] = {"model": args.model, "dataset": args.dataset, "params": dict(args.param or [])}
-    for key in ("gpus", "priority", "name", "timeout", "max_retries"):
+    for key in ("gpus", "priority", "name", "timeout", "max_retries", "workers"):
         if getattr(args, key) is not None:
             spec[key] = getattr(args, key)
+    if args.chief:
+        spec["chief"] = True
     if args.tag:
         spec["tags"] = args.tag
     client = _client()
@@ -188,6 +190,9 @@ def cmd_show(args: argparse.Namespace) -> int:
     ]
     for key, value in rows:
         print(f"{key:>9}  {_fmt(value)}")
+    for t in job.get("tasks") or []:
+        where = f"{t['worker'] or '-'} {t['address'] or ''}".rstrip()
+        print(f"{'task':>9}  {t['type']}:{t['task_index']}  {t['status']}  {where}  {t.get('message') or ''}".rstrip())
     for line in job.get("log_tail") or []:
         print(f"{'log':>9}  {line}")
     return EXIT_OK
@@ -369,7 +374,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--model", required=True)
     p.add_argument("--dataset", required=True)
     p.add_argument("--param", action="append", type=_param, metavar="KEY=VALUE", help="a training param")
-    p.add_argument("--gpus", type=int)
+    p.add_argument("--gpus", type=int, help="GPUs per task (default: 1 when a GPU worker is live, else 0)")
+    p.add_argument("--workers", type=int, help="tasks of a multi-worker (TF_CONFIG) job, each on its own worker")
+    p.add_argument("--chief", action="store_true", help="task 0 of a multi-worker job runs as a `chief` task")
     p.add_argument("--priority", choices=("high", "normal", "low"))
     p.add_argument("--name")
     p.add_argument("--tag", action="append", help="a tag (repeatable)")

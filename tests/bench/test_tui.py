@@ -52,7 +52,7 @@ def test_jobs_table_refresh_idle_cpu_and_memory_with_1000_jobs(tmp_path):
             f"2026-11-21 12:00:00,000 INFO train step {n} loss {1 / n:.6f} " + "x" * 60
             for n in range(first, first + 10_000)
         ]
-        store.append_lines(1, first, lines, pipe)
+        store.append_lines(1, lines, pipe)
         pipe.execute()
     env = {k: v for k, v in os.environ.items() if not k.startswith("GPUDECK_")}
     env.update(REDIS_URL=redis_url, GPUDECK_HOME=str(tmp_path / "home"))

@@ -19,6 +19,7 @@ def test_defaults_are_filled_in():
         "timeout": None,
         "max_retries": 1,
         "workers": 1,
+        "chief": False,
     }
 
 
@@ -29,9 +30,19 @@ def test_every_bad_field_is_reported_at_once():
     assert "(and 3 more)" in err.value.message
 
 
-def test_multi_worker_jobs_are_refused_for_now():
-    with pytest.raises(ValidationError, match="workers: must be 1"):
-        spec.validate({"model": "resnet20", "dataset": "synthetic", "workers": 2}, default_gpus=0)
+def test_multi_worker_fields_are_checked():
+    base = {"model": "resnet20", "dataset": "synthetic"}
+    ok = spec.validate({**base, "workers": 3, "chief": True}, default_gpus=0)
+    assert ok["workers"] == 3 and ok["chief"] is True
+    for bad, message in [
+        ({"workers": 0}, "workers: must be between 1 and 64, got 0"),
+        ({"workers": "2"}, "workers: must be an integer, got str '2'"),
+        ({"workers": True}, "workers: must be an integer, got bool True"),
+        ({"chief": "yes", "workers": 2}, "chief: must be true or false, got 'yes'"),
+        ({"chief": True}, "chief: needs workers of 2 or more"),
+    ]:
+        with pytest.raises(ValidationError, match=message):
+            spec.validate({**base, **bad}, default_gpus=0)
 
 
 def test_queue_names_by_gpus_and_priority():

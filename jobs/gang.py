@@ -1,0 +1,429 @@
+"""Multi-worker jobs: N tasks placed at once on N different idle workers (gang scheduling), their
+rendezvous through Redis, and the one decision of how the whole job ended.
+
+A job with `workers > 1` never waits in an RQ queue, where workers would each take one task and hold it
+while waiting for the others (two such jobs could then hold half of the workers each and wait forever).
+It waits in a sorted set instead. `place()` runs under a lock (every worker calls it each second, the API
+after a submit) and hands a job out only when N idle workers serve its queue: then each chosen worker gets
+one task on its private queue, which it serves before any other. Nothing is ever held partially, so
+competing multi-worker jobs cannot deadlock; within a queue the oldest (highest-priority) one goes first.
+
+Each task then runs like a single job (jobs.runner.TaskRun): it publishes host:port, waits for the other
+tasks' addresses, and starts its trainer with TF_CONFIG. When one task fails, is canceled or its worker
+goes away, the others are told to stop (the job's stop key) and the last one to end decides the job's
+state (`finish`). A task that never arrives (its worker took a single job at the same instant) makes the
+reaper put the job back in line after RENDEZVOUS_S.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import socket
+import threading
+import time
+import uuid
+from typing import Any
+from urllib.parse import urlparse
+
+from redis import Redis
+from redis.exceptions import RedisError
+from rq import Queue, Worker
+
+from jobs.states import Reason, Status
+from jobs.store import JobStore, job_key
+
+log = logging.getLogger(__name__)
+
+PENDING_KEY = "gpudeck:gangs"
+"""Sorted set of multi-worker jobs waiting for workers: score = priority rank, then id."""
+LOCK_KEY = "gpudeck:gangs:lock"
+PLACE_EVERY_S = 1.0
+"""How often each worker tries to place waiting multi-worker jobs (and says it is alive)."""
+ALIVE_TTL_S = 10
+"""A worker counts as available for a task while its alive key (refreshed every PLACE_EVERY_S) exists."""
+RENDEZVOUS_S = 60.0
+"""How long placed tasks wait for the last of them before the job goes back in line."""
+TASK_FAILED = "task_failed"
+"""Stop reason set when a task failed by itself: the other tasks stop; `finish` names the task."""
+ENDED = ("succeeded", "failed", "stopped")
+"""Final states of one task."""
+
+ACTIVE = (Status.STARTING.value, Status.RUNNING.value)
+
+
+def is_gang(spec: dict[str, Any]) -> bool:
+    """Whether a spec runs as several tasks."""
+    return int(spec.get("workers") or 1) > 1
+
+
+def task_key(job_id: int, index: int) -> str:
+    """Hash of one task of the current placement: worker, host, gpus, gen, address, pid, status, …"""
+    return f"{job_key(job_id)}:task:{index}"
+
+
+def task_beat_key(job_id: int, index: int) -> str:
+    """Present while the work-horse running the task is alive."""
+    return f"{task_key(job_id, index)}:heartbeat"
+
+
+def private_queue(worker: str) -> str:
+    """The queue only worker `worker` serves, first of all its queues: tasks placed on it."""
+    return f"tasks@{worker}"
+
+
+def alive_key(worker: str) -> str:
+    return f"gpudeck:worker:{worker}:alive"
+
+
+def task_name(spec: dict[str, Any], index: int) -> tuple[str, int]:
+    """TF_CONFIG (type, index) of task `index`: with `chief`, task 0 is the chief and the rest workers 0..N-2."""
+    if spec.get("chief"):
+        return ("chief", 0) if index == 0 else ("worker", index - 1)
+    return "worker", index
+
+
+def label(spec: dict[str, Any], index: int) -> str:
+    """`worker1`, `chief0`: how the task prefixes its log lines (the trainer names itself the same way)."""
+    kind, i = task_name(spec, index)
+    return f"{kind}{i}"
+
+
+def _score(spec: dict[str, Any], job_id: int) -> float:
+    from jobs.spec import PRIORITIES
+
+    return PRIORITIES.index(spec.get("priority", "normal")) * 1e12 + job_id
+
+
+def enqueue(redis: Any, job_id: int, spec: dict[str, Any]) -> None:
+    """Put a multi-worker job in line for placement (`redis` may be a pipeline)."""
+    redis.zadd(PENDING_KEY, {str(job_id): _score(spec, job_id)})
+
+
+# -- placement ---------------------------------------------------------------------------------
+def idle_workers(redis: Redis) -> dict[str, list[dict[str, Any]]]:
+    """Workers that could start a task now, by the queue they serve (`cpu`, `gpus-1`, …): idle in RQ,
+    alive (gpudeck's own key, RQ's heartbeat is minutes apart when idle), not draining, no task waiting."""
+    from jobs.queues import base_queue
+    from jobs.worker import drain_key, info_key
+
+    out: dict[str, list[dict[str, Any]]] = {}
+    for w in Worker.all(connection=redis):
+        if w.get_state() != "idle" or w.get_current_job_id():
+            continue
+        pipe = redis.pipeline(transaction=False)
+        pipe.exists(alive_key(w.name))
+        pipe.exists(drain_key(w.name))
+        pipe.llen(f"rq:queue:{private_queue(w.name)}")
+        pipe.get(info_key(w.name))
+        alive, draining, waiting, raw = pipe.execute()
+        if not alive or draining or waiting or raw is None:
+            continue
+        info = json.loads(raw)
+        base = base_queue(len(info.get("gpus", [])))
+        out.setdefault(base, []).append({"name": w.name, "host": info.get("host", w.hostname), **info})
+    return out
+
+
+def _spread(free: list[dict[str, Any]], n: int) -> list[dict[str, Any]]:
+    """N workers, taking one per host in turn so the tasks spread over hosts first."""
+    by_host: dict[str, list[dict[str, Any]]] = {}
+    for w in sorted(free, key=lambda w: w["name"]):
+        by_host.setdefault(w["host"], []).append(w)
+    chosen: list[dict[str, Any]] = []
+    while len(chosen) < n:
+        for host in sorted(by_host):
+            if by_host[host] and len(chosen) < n:
+                chosen.append(by_host[host].pop(0))
+    return chosen
+
+
+def place(redis: Redis) -> list[int]:
+    """Hand out every waiting multi-worker job whose N workers are idle now; returns the ids placed."""
+    token = uuid.uuid4().hex
+    if not redis.set(LOCK_KEY, token, nx=True, px=10_000):
+        return []
+    placed: list[int] = []
+    try:
+        pending = [int(i) for i in redis.zrange(PENDING_KEY, 0, -1)]
+        if not pending:
+            return placed
+        store = JobStore(redis)
+        idle = idle_workers(redis)
+        heads: set[str] = set()
+        for job_id in pending:
+            try:
+                rec = store.get(job_id)
+            except Exception:  # noqa: BLE001 - a record that is gone leaves the line too
+                redis.zrem(PENDING_KEY, job_id)
+                continue
+            if rec["status"] != Status.QUEUED.value:
+                redis.zrem(PENDING_KEY, job_id)
+                continue
+            from jobs.queues import base_queue
+
+            spec = rec["spec"]
+            base = base_queue(spec["gpus"])
+            if base in heads:
+                continue  # only the first in line of each queue may take workers: no starvation among them
+            heads.add(base)
+            free, n = idle.get(base, []), spec["workers"]
+            if len(free) < n:
+                _waiting(store, rec, f"waiting for {n} idle workers serving {base}; {len(free)} idle now")
+                continue
+            chosen = _spread(free, n)
+            if _assign(redis, store, rec, chosen):
+                placed.append(job_id)
+                idle[base] = [w for w in free if w not in chosen]
+    finally:
+        if redis.get(LOCK_KEY) == token.encode():
+            redis.delete(LOCK_KEY)
+    return placed
+
+
+def _waiting(store: JobStore, rec: dict[str, Any], message: str) -> None:
+    if rec.get("message") != message:
+        store.transition(rec["id"], (Status.QUEUED.value,), message=message)
+
+
+def _assign(redis: Redis, store: JobStore, rec: dict[str, Any], chosen: list[dict[str, Any]]) -> bool:
+    """queued -> starting with a new placement generation, then one task on each chosen worker's queue."""
+    from jobs.queues import RQ_JOB_TTL
+
+    job_id, spec = rec["id"], rec["spec"]
+    gen = int(rec.get("gen", 0)) + 1
+    now = time.time()
+    pipe = redis.pipeline()
+    for index, w in enumerate(chosen):
+        pipe.delete(task_key(job_id, index), task_beat_key(job_id, index))
+        pipe.hset(
+            task_key(job_id, index),
+            mapping={"worker": w["name"], "host": w["host"], "gpus": json.dumps(w.get("gpus", [])), "gen": gen},
+        )
+    pipe.execute()
+    if not store.transition(
+        job_id,
+        (Status.QUEUED.value,),
+        status=Status.STARTING.value,
+        gen=gen,
+        placed_at=now,
+        started_at=now,
+        worker=", ".join(w["name"] for w in chosen),
+        gpu_ids=[g for w in chosen for g in w.get("gpus", [])],
+        reason=None,
+        message=None,
+    ):
+        redis.zrem(PENDING_KEY, job_id)
+        return False
+    redis.zrem(PENDING_KEY, job_id)
+    for index, w in enumerate(chosen):
+        Queue(private_queue(w["name"]), connection=redis).enqueue_call(
+            "jobs.task.run_task",
+            args=(job_id, index, gen),
+            job_id=rq_task_id(job_id, gen, index),
+            timeout=-1,
+            result_ttl=RQ_JOB_TTL,
+            failure_ttl=RQ_JOB_TTL,
+            description=f"gpudeck job {job_id} task {label(spec, index)}: {spec['model']} on {spec['dataset']}",
+        )
+    log.info("job %s placed (gen %d) on %s", job_id, gen, ", ".join(w["name"] for w in chosen))
+    return True
+
+
+def rq_task_id(job_id: int, gen: int, index: int) -> str:
+    """RQ's id for task `index` of placement `gen` (jobs.worker.job_id_of reads the job id from it)."""
+    return f"gpudeck-{job_id}-g{gen}-t{index}"
+
+
+# -- tasks -------------------------------------------------------------------------------------
+def tasks(redis: Redis, job_id: int, n: int) -> list[dict[str, Any]]:
+    """The current placement's tasks, with `alive` (heartbeat present)."""
+    pipe = redis.pipeline(transaction=False)
+    for i in range(n):
+        pipe.hgetall(task_key(job_id, i))
+        pipe.exists(task_beat_key(job_id, i))
+    raw = pipe.execute()
+    out = []
+    for i in range(n):
+        t = {k.decode(): v.decode() for k, v in raw[2 * i].items()}
+        for k in ("gen", "pid", "returncode"):
+            if k in t:
+                t[k] = int(t[k])
+        for k in ("started_at", "exited_at"):
+            if k in t:
+                t[k] = float(t[k])
+        for k in ("gpus", "log_tail"):
+            if k in t:
+                t[k] = json.loads(t[k])
+        t["index"], t["alive"] = i, bool(raw[2 * i + 1])
+        out.append(t)
+    return out
+
+
+def view(redis: Redis, rec: dict[str, Any]) -> list[dict[str, Any]] | None:
+    """What GET /api/v1/jobs/ID shows of each task (None for a single-task job or one never placed)."""
+    spec = rec["spec"]
+    if not is_gang(spec) or "gen" not in rec:
+        return None
+    out = []
+    for t in tasks(redis, rec["id"], spec["workers"]):
+        kind, i = task_name(spec, t["index"])
+        out.append(
+            {
+                "index": t["index"],
+                "type": kind,
+                "task_index": i,
+                "worker": t.get("worker"),
+                "host": t.get("host"),
+                "gpu_ids": t.get("gpus", []),
+                "address": t.get("address"),
+                "pid": t.get("pid"),
+                "status": t.get("status") or ("running" if t["alive"] else "placed"),
+                "reason": t.get("reason"),
+                "message": t.get("message"),
+            }
+        )
+    return out
+
+
+def current(redis: Redis, job_id: int, gen: int) -> bool:
+    """Whether placement `gen` of the job is still the one that counts (not ended, not put back in line)."""
+    raw = redis.hmget(job_key(job_id), "status", "gen")
+    return raw[0] is not None and raw[0].decode() in ACTIVE and raw[1] is not None and int(raw[1]) == gen
+
+
+def advertise_host(redis_url: str | None, environ: dict[str, str]) -> str:
+    """The address other workers reach this one's tasks at: GPUDECK_ADVERTISE_HOST, else the local address
+    of the route to Redis (the interface the cluster shares), else loopback for a local or unix-socket Redis."""
+    if environ.get("GPUDECK_ADVERTISE_HOST"):
+        return environ["GPUDECK_ADVERTISE_HOST"]
+    host = urlparse(redis_url or "").hostname
+    if not host or host in ("localhost", "127.0.0.1", "::1"):
+        return "127.0.0.1"
+    try:
+        with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
+            s.connect((host, 6379))  # no packet is sent: this only picks the route
+            return str(s.getsockname()[0])
+    except OSError:
+        return socket.gethostname()
+
+
+# -- the end of a multi-worker job -------------------------------------------------------------
+def finish(redis: Redis, job_id: int) -> str | None:
+    """Decide the job's final state once every task ended, or once a stop was requested and no task is
+    still alive. Idempotent: every task calls it at its end, the reaper when a task's worker vanished.
+    Returns the status it set, or None when the job is not over yet (or was already decided)."""
+    from jobs.reaper import worker_lost
+
+    store = JobStore(redis)
+    rec = store.get(job_id)
+    if rec["status"] not in ACTIVE:
+        return None
+    spec, gen = rec["spec"], int(rec.get("gen", 0))
+    ts = [t for t in tasks(redis, job_id, spec["workers"]) if t.get("gen") == gen]
+    ended = [t for t in ts if t.get("status") in ENDED]
+    stop = store.stop_reason(job_id)
+    if len(ended) < spec["workers"] and not (stop and not any(t["alive"] and t not in ended for t in ts)):
+        return None
+    failed = sorted((t for t in ended if t["status"] == "failed"), key=lambda t: t.get("exited_at", 0))
+    done = {"ended_at": time.time()}
+    if stop == Reason.WORKER_LOST.value:
+        lost = next((t for t in failed if t.get("reason") == Reason.WORKER_LOST.value), None)
+        what = f"task {label(spec, lost['index'])} lost worker {lost['worker']}" if lost else "a task's worker stopped"
+        status = worker_lost(redis, job_id, rec, what, log_tail=lost.get("log_tail", []) if lost else [])
+        _cleanup(redis, job_id, gen, spec["workers"])
+        return status
+    if stop == Reason.CANCELED.value:
+        status, reason, message = Status.CANCELED, Reason.CANCELED.value, "canceled on request"
+    elif stop == Reason.TIMEOUT.value:
+        status, reason, message = Status.FAILED, Reason.TIMEOUT.value, "the job ran past its timeout"
+    elif failed:
+        first = failed[0]
+        status, reason = Status.FAILED, first.get("reason", Reason.EXIT_NONZERO.value)
+        message = f"task {label(spec, first['index'])} on {first['worker']}: {first.get('message', 'failed')}"
+        done["log_tail"] = first.get("log_tail", [])
+    elif all(t.get("status") == "succeeded" for t in ts) and len(ts) == spec["workers"] and rec.get("result"):
+        status, reason, message = Status.SUCCEEDED, None, None
+    else:
+        status, reason, message = Status.FAILED, Reason.EXIT_NONZERO.value, "a task stopped without a result"
+    if not store.transition(job_id, ACTIVE, status=status.value, reason=reason, message=message, **done):
+        return None
+    _cleanup(redis, job_id, gen, spec["workers"])
+    if status != Status.SUCCEEDED:
+        log.warning("job %s %s: %s (%s)", job_id, status.value, reason, message)
+    return status.value
+
+
+def _cleanup(redis: Redis, job_id: int, gen: int, n: int) -> None:
+    """Tasks of this placement that never started leave their workers' queues."""
+    for t in tasks(redis, job_id, n):
+        if t.get("gen") == gen and "started_at" not in t and t.get("worker"):
+            Queue(private_queue(t["worker"]), connection=redis).remove(rq_task_id(job_id, gen, t["index"]))
+
+
+def unplace(redis: Redis, job_id: int, gen: int, why: str) -> bool:
+    """Placement `gen` did not gather (a task never arrived): the job goes back in line, its tasks stand down."""
+    store = JobStore(redis)
+    rec = store.get(job_id)
+    if not store.transition(
+        job_id, (Status.STARTING.value,), status=Status.QUEUED.value, gen=gen + 1, message=f"{why}; waiting again"
+    ):
+        return False
+    _cleanup(redis, job_id, gen, rec["spec"]["workers"])
+    enqueue(redis, job_id, rec["spec"])
+    log.warning("job %s: %s; back in line", job_id, why)
+    return True
+
+
+def check(redis: Redis, job_id: int, rec: dict[str, Any]) -> None:
+    """The reaper's look at an active multi-worker job: a placement that did not gather in RENDEZVOUS_S goes
+    back in line; a task whose worker vanished stops the others (worker_lost); then `finish` if it is over."""
+    spec, gen = rec["spec"], int(rec.get("gen", 0))
+    ts = [t for t in tasks(redis, job_id, spec["workers"]) if t.get("gen") == gen]
+    started = [t for t in ts if "started_at" in t]
+    late = time.time() > float(rec.get("placed_at", 0)) + RENDEZVOUS_S
+    if rec["status"] == Status.STARTING.value and late and sum(1 for t in ts if t.get("address")) < spec["workers"]:
+        if not any(t["alive"] and t.get("pid") for t in started):
+            why = f"placement {gen} did not gather its {spec['workers']} tasks in {RENDEZVOUS_S:.0f}s"
+            unplace(redis, job_id, gen, why)
+            return
+    for t in started:
+        if t.get("status") not in ENDED and not t["alive"]:
+            task_lost(redis, job_id, t["index"], f"no heartbeat from worker {t.get('worker')}", finish_job=False)
+    finish(redis, job_id)
+
+
+def task_lost(redis: Redis, job_id: int, index: int, message: str, finish_job: bool = True) -> None:
+    """A task's worker or work-horse went away: the task failed as worker_lost and the other tasks stop."""
+    redis.hset(
+        task_key(job_id, index),
+        mapping={"status": "failed", "reason": Reason.WORKER_LOST.value, "message": message, "exited_at": time.time()},
+    )
+    JobStore(redis).request_stop(job_id, Reason.WORKER_LOST.value, only_first=True)
+    if finish_job:
+        finish(redis, job_id)
+
+
+class Placer(threading.Thread):
+    """In each worker: says the worker is alive for tasks, and places waiting multi-worker jobs."""
+
+    def __init__(self, redis_url: str, worker: str):
+        super().__init__(name="gpudeck-placer", daemon=True)
+        self.redis = Redis.from_url(redis_url)
+        self.worker = worker
+        self.stopped = threading.Event()
+
+    def run(self) -> None:
+        while not self.stopped.is_set():
+            try:
+                self.redis.set(alive_key(self.worker), "1", ex=ALIVE_TTL_S)
+                place(self.redis)
+            except RedisError as exc:
+                log.warning("placer: redis unavailable (%s)", exc)
+            except Exception:  # noqa: BLE001 - a placer that dies silently would leave jobs waiting forever
+                log.exception("placer: unexpected error")
+            self.stopped.wait(PLACE_EVERY_S)
+        try:
+            self.redis.delete(alive_key(self.worker))
+        except RedisError:
+            pass
