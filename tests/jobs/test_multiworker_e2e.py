@@ -6,12 +6,15 @@ import os
 import re
 import signal
 import socket
+import sys
 import time
+from pathlib import Path
 
 import pytest
 import requests
 
 from tests.conftest import ENDED, alive, descendants
+from tests.e2e.test_readme import run_block
 
 pytestmark = pytest.mark.slow
 
@@ -53,32 +56,29 @@ def wait_workers(url: str, n: int) -> None:
     wait_until(lambda: len(get(url, "/workers")["workers"]) == n, 60, f"{n} workers registered")
 
 
-def follow(url: str, job_id: int) -> list[str]:
-    """The job's whole log, followed live over HTTP until the job ends (as `gpudeck logs -f` does)."""
-    with requests.get(f"{url}/api/v1/jobs/{job_id}/logs?follow=1", stream=True, timeout=300) as r:
-        assert r.status_code == 200
-        return r.content.decode().splitlines()
-
-
 def steps_and_losses(lines: list[str], task: str) -> list[tuple[str, str]]:
-    return [m.groups() for line in lines if (m := re.match(rf"\[{task}\] .*train step (\d+) .*? loss ([\d.e+-]+)", line))]
+    pattern = re.compile(rf"\[{task}\] .*train step (\d+) .*? loss ([\d.e+-]+)")
+    return [m.groups() for line in lines if (m := pattern.match(line))]
 
 
-def test_two_competing_two_task_jobs_train_across_hosts_with_one_loss_trajectory(live_api, hosts, tmp_path):
+def test_the_readme_multi_worker_walkthrough_trains_across_hosts_with_one_loss_trajectory(
+    live_api, hosts, tmp_path, child_env
+):
     wait_workers(live_api, 2)
     workers = get(live_api, "/workers")["workers"]
     assert {(w["name"], w["host"], tuple(w["gpus"])) for w in workers} == {
         ("host-b.cpu", socket.gethostname(), ()),
         ("host-c.cpu", socket.gethostname(), ()),
     }
-    # Two jobs that each need both workers, submitted together: gang scheduling runs them one after the
-    # other instead of giving each one worker and waiting forever. The second names a chief task.
-    first = requests.post(f"{live_api}/api/v1/jobs", json=SPEC, timeout=10).json()
-    second = requests.post(f"{live_api}/api/v1/jobs", json={**SPEC, "chief": True}, timeout=10).json()
-    assert first["spec"]["workers"] == 2 and second["spec"]["chief"] is True
+    # Two jobs that each need both workers, submitted together (the README's commands, as written): gang
+    # scheduling runs them one after the other instead of giving each one worker and waiting forever.
+    env = dict(child_env, GPUDECK_API=live_api, PATH=f"{Path(sys.executable).parent}:{os.environ['PATH']}")
+    first, second, followed, waited, shown = run_block("walkthrough-multi", 0, tmp_path, env)
+    assert first.strip() in ("submitted job 1 (queued)", "submitted job 1 (starting)")
+    assert second.strip() == "submitted job 2 (queued)"  # both workers are job 1's
 
-    lines = follow(live_api, first["id"])  # through Redis: the API's home holds no job dir
-    job = get(live_api, f"/jobs/{first['id']}")
+    job = get(live_api, "/jobs/1")
+    lines = followed.splitlines()  # followed live through Redis: the API's home holds no job dir
     assert job["status"] == "succeeded", (job, lines[-40:], hosts["host-b"].output()[-3000:])
     tasks = job["tasks"]
     assert [(t["type"], t["task_index"], t["status"]) for t in tasks] == [
@@ -94,19 +94,22 @@ def test_two_competing_two_task_jobs_train_across_hosts_with_one_loss_trajectory
     assert [s for s, _ in trajectory] == ["2", "4", "6"]
     assert trajectory == steps_and_losses(lines, "worker1")
     assert any("strategy=CollectiveAllReduceStrategy replicas=2 task=worker1" in line for line in lines)
-    metrics = get(live_api, f"/jobs/{first['id']}/metrics")
+    metrics = get(live_api, "/jobs/1/metrics")
     assert [p["step"] for p in metrics["train"]] == [2, 4, 6]  # the chief's points only, once each
     assert [f"{p['loss']:.4g}" for p in metrics["train"]] == [loss for _, loss in trajectory]
 
     # The chief (worker 0) wrote the job dir on its own host; the API's home has none.
     chief_home = tmp_path / tasks[0]["worker"].split(".")[0]
-    assert json.loads((chief_home / "jobs" / str(first["id"]) / "result.json").read_text())["steps"] == 6
-    assert not (tmp_path / "home" / "jobs" / str(first["id"])).exists()
+    assert json.loads((chief_home / "jobs" / "1" / "result.json").read_text())["steps"] == 6
+    assert not (tmp_path / "home" / "jobs" / "1").exists()
 
-    job = wait_until(lambda: (j := get(live_api, f"/jobs/{second['id']}"))["status"] in ENDED and j, what="job 2")
-    assert job["status"] == "succeeded", job
+    assert waited.splitlines()[1].split()[:2] == ["2", "succeeded"], waited
+    job = get(live_api, "/jobs/2")
+    assert job["status"] == "succeeded" and job["spec"]["chief"] is True, job
     assert [(t["type"], t["task_index"]) for t in job["tasks"]] == [("chief", 0), ("worker", 0)]
-    lines = requests.get(f"{live_api}/api/v1/jobs/{second['id']}/logs", timeout=10).text.splitlines()
+    assert re.search(r"task  chief:0  succeeded  host-[bc]\.cpu 127\.0\.0\.1:\d+", shown), shown
+    assert re.search(r"task  worker:0  succeeded  host-[bc]\.cpu 127\.0\.0\.1:\d+", shown), shown
+    lines = requests.get(f"{live_api}/api/v1/jobs/2/logs", timeout=10).text.splitlines()
     assert steps_and_losses(lines, "chief0") == steps_and_losses(lines, "worker0") != []
 
 
@@ -114,10 +117,12 @@ def test_killing_one_task_fails_the_whole_job_and_leaves_no_process(live_api, ho
     wait_workers(live_api, 2)
     spec = {**SPEC, "params": {"steps": 100_000, "batch_size": 16, "log_every": 10}}
     job_id = requests.post(f"{live_api}/api/v1/jobs", json=spec, timeout=10).json()["id"]
-    job = wait_until(
-        lambda: (j := get(live_api, f"/jobs/{job_id}"))["status"] == "running" and all(t["pid"] for t in j["tasks"]) and j,
-        what="job running with both trainers",
-    )
+
+    def both_trainers_run():
+        job = get(live_api, f"/jobs/{job_id}")
+        return job["status"] == "running" and all(t["pid"] for t in job["tasks"]) and job
+
+    job = wait_until(both_trainers_run, what="job running with both trainers")
     pids = [t["pid"] for t in job["tasks"]]
     os.killpg(pids[1], signal.SIGKILL)  # task worker1's trainer dies under it
 
@@ -134,6 +139,4 @@ def test_killing_one_task_fails_the_whole_job_and_leaves_no_process(live_api, ho
             except OSError:
                 continue
             assert f"GPUDECK_JOB_ID={job_id}".encode() not in environ.split(b"\0"), pid
-    wait_until(
-        lambda: all(w["state"] == "idle" for w in get(live_api, "/workers")["workers"]), 30, "both workers idle"
-    )
+    wait_until(lambda: all(w["state"] == "idle" for w in get(live_api, "/workers")["workers"]), 30, "both workers idle")
