@@ -39,14 +39,7 @@ def _param_schema(name: str) -> dict[str, Any]:
     p = PARAMS[name]
     if p.kind is list:
         return {"type": "array", "items": {"type": "number", "exclusiveMinimum": 0, "exclusiveMaximum": 1}}
-    s: dict[str, Any] = {"type": _JSON_TYPES[p.kind], "description": p.help}
-    if p.choices:
-        s["enum"] = list(p.choices)
-    if p.minimum is not None:
-        s["minimum"] = p.minimum
-    if p.maximum is not None:
-        s["maximum"] = p.maximum
-    return s
+    return {"type": _JSON_TYPES[p.kind], "description": p.help, **p.bounds(choices="enum")}
 
 
 STR, INT, NUM, BOOL = {"type": "string"}, {"type": "integer"}, {"type": "number"}, {"type": "boolean"}

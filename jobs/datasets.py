@@ -13,6 +13,7 @@ import time
 import uuid
 import zipfile
 import zlib
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any
@@ -89,15 +90,20 @@ class _Extractor:
             raise ArchiveRefused(f"entry {name!r} would be written through a symlink")
         path.mkdir(mode=0o755, parents=True, exist_ok=True)
 
-    def write(self, name: str, src: IO[bytes]) -> None:
+    def _create(self, name: str, make: Callable[[Path], Any]) -> Any:
+        """Create entry `name` with `make(path)` (parents made first); a second entry of that name is refused."""
         path = self.target(name)
         path.parent.mkdir(mode=0o755, parents=True, exist_ok=True)
         try:
-            out = open(path, "xb")
+            made = make(path)
         except FileExistsError:
             raise ArchiveRefused(f"entry {name!r} appears twice in the archive") from None
         self.stats.files += 1
-        with out:
+        return made
+
+    def write(self, name: str, src: IO[bytes]) -> None:
+        path = self.target(name)
+        with self._create(name, lambda p: open(p, "xb")) as out:
             while chunk := src.read(CHUNK):
                 self.stats.size_bytes += len(chunk)
                 if self.stats.size_bytes > self.max_bytes:
@@ -114,26 +120,15 @@ class _Extractor:
         lexical = os.path.normpath(os.path.join(os.path.dirname(path), link_target))
         if not self._inside(lexical):
             raise ArchiveRefused(f"symlink {name!r} points outside the archive ({link_target!r})")
-        path.parent.mkdir(mode=0o755, parents=True, exist_ok=True)
-        try:
-            os.symlink(link_target, path)
-        except FileExistsError:
-            raise ArchiveRefused(f"entry {name!r} appears twice in the archive") from None
+        self._create(name, lambda p: os.symlink(link_target, p))
         self.links.append(path)
-        self.stats.files += 1
 
     def hardlink(self, name: str, source_name: str) -> None:
         source = self.target(source_name)
         self.entries -= 1  # the source was counted as its own entry
-        path = self.target(name)
         if source.is_symlink() or not source.is_file():
             raise ArchiveRefused(f"hard link {name!r} must name a regular file earlier in the archive")
-        path.parent.mkdir(mode=0o755, parents=True, exist_ok=True)
-        try:
-            os.link(source, path)
-        except FileExistsError:
-            raise ArchiveRefused(f"entry {name!r} appears twice in the archive") from None
-        self.stats.files += 1
+        self._create(name, lambda p: os.link(source, p))
 
     def check_links(self) -> None:
         """Once everything is written: every symlink, chains and later entries included, resolves inside."""

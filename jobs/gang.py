@@ -249,7 +249,7 @@ def tasks(redis: Redis, job_id: int, n: int) -> list[dict[str, Any]]:
         for k in ("gen", "pid", "returncode"):
             if k in t:
                 t[k] = int(t[k])
-        for k in ("started_at", "exited_at"):
+        for k in ("started_at", "spawned_at", "exited_at"):
             if k in t:
                 t[k] = float(t[k])
         for k in ("gpus", "log_tail"):
@@ -284,6 +284,20 @@ def view(redis: Redis, rec: dict[str, Any]) -> list[dict[str, Any]] | None:
             }
         )
     return out
+
+
+def arrive(redis: Redis, job_id: int, gen: int, n: int) -> str:
+    """Count this task in at the rendezvous of placement `gen`; the n-th to arrive pushes n tokens onto the
+    list every task then BLPOPs. Returns that list's key."""
+    count, go = f"{job_key(job_id)}:g{gen}:arrived", f"{job_key(job_id)}:g{gen}:go"
+    pipe = redis.pipeline()
+    pipe.incr(count)
+    pipe.expire(count, 24 * 3600)
+    if pipe.execute()[0] == n:
+        pipe.rpush(go, *["1"] * n)
+        pipe.expire(go, 24 * 3600)
+        pipe.execute()
+    return go
 
 
 def current(redis: Redis, job_id: int, gen: int) -> bool:

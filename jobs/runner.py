@@ -387,16 +387,13 @@ class TaskRun(JobRun):
         address = f"{gang.advertise_host(self.ctx.settings.redis_url, dict(os.environ))}:{free_port()}"
         self.redis.hset(self.key, "address", address)
         n = spec["workers"]
+        go = gang.arrive(self.redis, self.job_id, self.gen, n)
         give_up = time.monotonic() + 2 * gang.RENDEZVOUS_S  # the reaper puts it back in line well before
-        while True:
-            ts = gang.tasks(self.redis, self.job_id, n)
-            addresses = [t.get("address") if t.get("gen") == self.gen else None for t in ts]
-            if all(addresses):
-                break
+        while not self.redis.blpop([go], timeout=1):  # the last task to arrive lets everyone go at once
             if self._stop_reason() or time.monotonic() > give_up:
                 return None
             self._beat()
-            time.sleep(0.2)
+        addresses = [t.get("address") for t in gang.tasks(self.redis, self.job_id, n)]
         chief = addresses[0] if spec.get("chief") else None
         spec_ = tfconfig.cluster(list(addresses[1:] if chief else addresses), chief=chief)
         kind, i = gang.task_name(spec, self.index)
@@ -424,7 +421,7 @@ class TaskRun(JobRun):
         return self.ctx.stop_grace_s if reason == Reason.CANCELED.value else min(self.ctx.stop_grace_s, 10.0)
 
     def _started(self, pid: int) -> None:
-        self.redis.hset(self.key, "pid", pid)
+        self.redis.hset(self.key, mapping={"pid": pid, "spawned_at": time.time()})
         if self.index == 0:
             self.store.update(self.job_id, spawned_at=time.time())
 

@@ -37,16 +37,18 @@ class Param:
             return f"must be <= {self.maximum:g}, got {value!r}"
         return None
 
-    def describe(self) -> dict[str, Any]:
-        """JSON form for the models catalog."""
-        out: dict[str, Any] = {"type": _KIND_NAMES[self.kind], "default": self.default, "help": self.help}
-        if self.choices:
-            out["choices"] = list(self.choices)
+    def bounds(self, choices: str = "choices") -> dict[str, Any]:
+        """The allowed values: `choices` (under the key given), `minimum`, `maximum`, those that are set."""
+        out: dict[str, Any] = {choices: list(self.choices)} if self.choices else {}
         if self.minimum is not None:
             out["minimum"] = self.minimum
         if self.maximum is not None:
             out["maximum"] = self.maximum
         return out
+
+    def describe(self) -> dict[str, Any]:
+        """JSON form for the models catalog."""
+        return {"type": _KIND_NAMES[self.kind], "default": self.default, "help": self.help, **self.bounds()}
 
 
 _KIND_NAMES = {int: "an integer", float: "a number", str: "a string", bool: "true or false", list: "a list"}

@@ -129,8 +129,13 @@ def worker(spawn, child_env):
 @pytest.fixture
 def live_api(spawn, child_env) -> str:
     """A real API process (gunicorn) on a free port; yields its base URL."""
-    port = free_port()
-    proc = spawn("api", "--port", str(port), env=child_env)
+    return start_api(spawn, child_env)
+
+
+def start_api(spawn, env: dict[str, str], port: int | None = None) -> str:
+    """Start `gpudeck api` (on `port`, else a free one) with `env`; its base URL once /healthz answers."""
+    port = port or free_port()
+    proc = spawn("api", "--port", str(port), env=env)
     url = f"http://127.0.0.1:{port}"
     wait_http(f"{url}/healthz", proc)
     return url
@@ -149,6 +154,19 @@ def wait_http(url: str, proc: Proc | None = None, timeout: float = 60.0) -> None
             pass
         time.sleep(0.1)
     raise AssertionError(f"{url} did not answer within {timeout}s")
+
+
+def until(check, timeout: float = 30.0, what: str = "condition", every: float = 0.1):
+    """Call `check` until it returns something truthy, and return that; fail after `timeout` s naming `what`
+    (a callable `what` is called for the message, e.g. to show the screen that lacked the words)."""
+    deadline = time.monotonic() + timeout
+    while True:
+        value = check()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise AssertionError(f"{what() if callable(what) else what}: not met in {timeout}s")
+        time.sleep(every)
 
 
 def fake_nvidia_smi(bin_dir: Path, script_body: str) -> Path:

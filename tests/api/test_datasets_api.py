@@ -12,8 +12,7 @@ from pathlib import Path
 import pytest
 import requests
 
-from jobs.redis_server import free_port
-from tests.conftest import wait_http
+from tests.conftest import start_api
 from tests.models import formats
 
 LIMITS = {"GPUDECK_DATASET_MAX_BYTES": "2M", "GPUDECK_DATASET_MAX_FILES": "200"}
@@ -22,11 +21,7 @@ LIMITS = {"GPUDECK_DATASET_MAX_BYTES": "2M", "GPUDECK_DATASET_MAX_FILES": "200"}
 @pytest.fixture
 def api(spawn, child_env) -> str:
     """A real API process with small upload limits, so bombs are cheap to build."""
-    port = free_port()
-    proc = spawn("api", "--port", str(port), env={**child_env, **LIMITS})
-    url = f"http://127.0.0.1:{port}"
-    wait_http(f"{url}/healthz", proc)
-    return url
+    return start_api(spawn, {**child_env, **LIMITS})
 
 
 def post(api: str, name: str, version: str, data: bytes, filename: str = "data.tar.gz", **extra) -> requests.Response:

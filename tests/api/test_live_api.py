@@ -11,8 +11,7 @@ import pytest
 import requests
 from prometheus_client.parser import text_string_to_metric_families
 
-from jobs.redis_server import free_port
-from tests.conftest import fake_nvidia_smi, wait_http
+from tests.conftest import fake_nvidia_smi, start_api, until
 from tests.jobs.test_lifecycle_e2e import FAKE_SMI
 
 TINY = {"model": "lenet", "dataset": "synthetic:16x16x3", "params": {"steps": 3, "batch_size": 8}}
@@ -32,11 +31,7 @@ def env(child_env, tmp_path):
 
 @pytest.fixture
 def api(spawn, env) -> str:
-    port = free_port()
-    proc = spawn("api", "--port", str(port), env=env)
-    url = f"http://127.0.0.1:{port}"
-    wait_http(f"{url}/healthz", proc)
-    return url
+    return start_api(spawn, env)
 
 
 def submit(api: str, spec: dict) -> int:
@@ -49,16 +44,6 @@ def wait(api: str, job_id: int) -> dict:
     job = requests.get(f"{api}/api/v1/jobs/{job_id}/wait?timeout=240", timeout=260).json()
     assert job["status"] == "succeeded", job
     return job
-
-
-def until(check, timeout: float = 30.0, every: float = 0.2):
-    deadline = time.monotonic() + timeout
-    while True:
-        value = check()
-        if value:
-            return value
-        assert time.monotonic() < deadline, "condition not met in time"
-        time.sleep(every)
 
 
 @pytest.mark.slow
@@ -178,10 +163,7 @@ def test_tensorboard_started_reused_limited_and_stopped_when_idle(api, spawn, en
 def test_with_tokens_every_documented_route_but_healthz_needs_a_bearer_token(spawn, child_env):
     from api.openapi import document
 
-    port = free_port()
-    proc = spawn("api", "--port", str(port), env={**child_env, "GPUDECK_TOKENS": "s3cret,other"})
-    url = f"http://127.0.0.1:{port}"
-    wait_http(f"{url}/healthz", proc)
+    url = start_api(spawn, {**child_env, "GPUDECK_TOKENS": "s3cret,other"})
     routes = [
         (m, p.replace("{id}", "1").replace("{name}", "x").replace("{port}", "1"))
         for p, ops in document()["paths"].items()

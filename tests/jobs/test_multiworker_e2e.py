@@ -7,13 +7,12 @@ import re
 import signal
 import socket
 import sys
-import time
 from pathlib import Path
 
 import pytest
 import requests
 
-from tests.conftest import ENDED, alive, descendants
+from tests.conftest import ENDED, alive, descendants, until
 from tests.e2e.test_readme import run_block
 
 pytestmark = pytest.mark.slow
@@ -42,18 +41,8 @@ def get(url: str, path: str) -> dict:
     return r.json()
 
 
-def wait_until(check, timeout: float = 240.0, what: str = "condition"):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = check()
-        if value:
-            return value
-        time.sleep(0.1)
-    raise AssertionError(f"{what} not met in {timeout}s")
-
-
 def wait_workers(url: str, n: int) -> None:
-    wait_until(lambda: len(get(url, "/workers")["workers"]) == n, 60, f"{n} workers registered")
+    until(lambda: len(get(url, "/workers")["workers"]) == n, 60, f"{n} workers registered")
 
 
 def steps_and_losses(lines: list[str], task: str) -> list[tuple[str, str]]:
@@ -122,11 +111,11 @@ def test_killing_one_task_fails_the_whole_job_and_leaves_no_process(live_api, ho
         job = get(live_api, f"/jobs/{job_id}")
         return job["status"] == "running" and all(t["pid"] for t in job["tasks"]) and job
 
-    job = wait_until(both_trainers_run, what="job running with both trainers")
+    job = until(both_trainers_run, 240, what="job running with both trainers")
     pids = [t["pid"] for t in job["tasks"]]
     os.killpg(pids[1], signal.SIGKILL)  # task worker1's trainer dies under it
 
-    job = wait_until(lambda: (j := get(live_api, f"/jobs/{job_id}"))["status"] in ENDED and j, 60, "job ended")
+    job = until(lambda: (j := get(live_api, f"/jobs/{job_id}"))["status"] in ENDED and j, 60, "job ended")
     assert job["status"] == "failed" and job["reason"] == "exit_nonzero", job
     assert job["message"].startswith("task worker1 on ") and "killed by SIGKILL" in job["message"], job
     assert [t["status"] for t in job["tasks"]] in (["stopped", "failed"], ["failed", "failed"])
@@ -139,4 +128,4 @@ def test_killing_one_task_fails_the_whole_job_and_leaves_no_process(live_api, ho
             except OSError:
                 continue
             assert f"GPUDECK_JOB_ID={job_id}".encode() not in environ.split(b"\0"), pid
-    wait_until(lambda: all(w["state"] == "idle" for w in get(live_api, "/workers")["workers"]), 30, "both workers idle")
+    until(lambda: all(w["state"] == "idle" for w in get(live_api, "/workers")["workers"]), 30, "both workers idle")

@@ -13,7 +13,7 @@ from rich.console import Console
 from textual.widgets import DataTable, Input, Label, Log, Static
 
 from jobs.redis_server import free_port
-from tests.conftest import fake_nvidia_smi, wait_http
+from tests.conftest import fake_nvidia_smi, start_api
 from tests.jobs.test_lifecycle_e2e import FAKE_SMI
 from tui.app import Banner, GpudeckApp
 from tui.screens.dialogs import Confirm, TensorBoardDialog
@@ -33,10 +33,7 @@ def stack(spawn, child_env, tmp_path):
     """A live API and a CPU worker (a FAKE nvidia-smi on PATH: two GPUs are reported, none exist here)."""
     fake_nvidia_smi(tmp_path / "bin", FAKE_SMI)
     env = {**child_env, "PATH": f"{tmp_path / 'bin'}:{child_env['PATH']}"}
-    port = free_port()
-    proc = spawn("api", "--port", str(port), env=env)
-    url = f"http://127.0.0.1:{port}"
-    wait_http(f"{url}/healthz", proc)
+    url = start_api(spawn, env)
     spawn("worker", "--cpu", env=env)
     return url
 
@@ -249,8 +246,7 @@ def test_a_dead_api_or_a_wrong_token_shows_a_banner_retries_and_recovers(spawn, 
             await until(pilot, lambda: banner.has_class("visible"), 20)
             assert "Cannot reach the gpudeck API" in text_of(banner) and "retrying in 2 s" in text_of(banner)
             await until(pilot, lambda: "retrying in 4 s" in text_of(banner), 20)  # backing off
-            proc = spawn("api", "--port", str(port), env={**child_env, "GPUDECK_TOKENS": "right"})
-            wait_http(f"{url}/healthz", proc)
+            start_api(spawn, {**child_env, "GPUDECK_TOKENS": "right"}, port=port)
             await until(pilot, lambda: "refused the token" in text_of(banner), 40)
             app.token = "right"
             await until(pilot, lambda: not banner.has_class("visible"), 60)

@@ -12,7 +12,7 @@ import requests
 from jobs.proc import python_module
 from jobs.redis_server import free_port
 from tests.api.test_datasets_api import cifar_tgz
-from tests.conftest import wait_http
+from tests.conftest import start_api
 
 LENET = ["--model", "lenet", "--dataset", "synthetic:16x16x3", "--param", "steps=3", "--param", "batch_size=8"]
 
@@ -20,13 +20,10 @@ LENET = ["--model", "lenet", "--dataset", "synthetic:16x16x3", "--param", "steps
 @pytest.fixture
 def gpudeck(spawn, child_env, tmp_path):
     """Run `gpudeck ARGS` against a live API (with a token) and a CPU worker; returns CompletedProcess."""
-    port = free_port()
     roots = tmp_path / "data"
     roots.mkdir()
     server_env = {**child_env, "GPUDECK_TOKENS": "s3cret", "GPUDECK_DATA_ROOTS": str(roots)}
-    proc = spawn("api", "--port", str(port), env=server_env)
-    url = f"http://127.0.0.1:{port}"
-    wait_http(f"{url}/healthz", proc)
+    url = start_api(spawn, server_env)
     spawn("worker", "--cpu", env=server_env)
     env = {**child_env, "GPUDECK_API": url, "GPUDECK_TOKEN": "s3cret"}
 

@@ -9,8 +9,7 @@ from __future__ import annotations
 import pytest
 import requests
 
-from jobs.redis_server import free_port
-from tests.conftest import wait_http
+from tests.conftest import start_api
 from tui.app import GpudeckApp
 
 pytestmark = pytest.mark.slow
@@ -18,9 +17,7 @@ pytestmark = pytest.mark.slow
 
 @pytest.fixture
 def queued_api(spawn, child_env) -> str:
-    port = free_port()
-    url = f"http://127.0.0.1:{port}"
-    wait_http(f"{url}/healthz", spawn("api", "--port", str(port), env=child_env))
+    url = start_api(spawn, child_env)
     for name in ("baseline", "wider lr sweep"):
         spec = {"model": "resnet20", "dataset": "synthetic", "name": name, "gpus": 2, "tags": ["paper"]}
         requests.post(f"{url}/api/v1/jobs", json=spec, timeout=10).raise_for_status()

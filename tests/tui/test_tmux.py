@@ -10,8 +10,7 @@ import pytest
 import requests
 
 from jobs.proc import python_module
-from jobs.redis_server import free_port
-from tests.conftest import wait_http
+from tests.conftest import start_api, until
 
 pytestmark = [
     pytest.mark.slow,
@@ -28,19 +27,16 @@ def screen_text(session: str) -> str:
 
 
 def wait_for(session: str, words: str, timeout: float = 60.0) -> str:
-    deadline = time.monotonic() + timeout
-    while True:
-        text = screen_text(session)
-        if words in text:
-            return text
-        assert time.monotonic() < deadline, f"{words!r} not on screen:\n{text}"
-        time.sleep(0.2)
+    return until(
+        lambda: words in (text := screen_text(session)) and text,
+        timeout,
+        lambda: f"{words!r} on screen:\n{screen_text(session)}",
+    )
 
 
 def test_tui_in_tmux_at_80x24(spawn, child_env, tmp_path):
-    port = free_port()
-    url = f"http://127.0.0.1:{port}"
-    wait_http(f"{url}/healthz", spawn("api", "--port", str(port), env=child_env))
+    url = start_api(spawn, child_env)
+    port = int(url.rsplit(":", 1)[1])
     job = requests.post(
         f"{url}/api/v1/jobs", json={"model": "lenet", "dataset": "synthetic", "name": "smoke", "gpus": 2}, timeout=10
     ).json()

@@ -118,12 +118,16 @@ class JobScreen(Screen):
 
     def _summary(self, job: dict[str, Any]) -> None:
         p = job.get("progress") or {}
+        tasks = "".join(
+            f"\n  {t['type']}:{t['task_index']} {t['status']} on {t['worker']}" for t in job.get("tasks") or []
+        )
         text = Text.assemble(
             (f"job {job['id']}  {job.get('name')}  ", "bold"),
             status(job["status"]),
             (f" ({job['reason']})" if job.get("reason") else "", "red"),
             f"  {job['spec']['model']} on {job['spec']['dataset']}",
             f"  worker {job.get('worker') or '-'} gpus {','.join(job.get('gpu_ids') or []) or job['spec']['gpus']}",
+            tasks,
             "\n",
             f"{bar(p.get('fraction'), 20)}  step {p.get('step') or 0}/{p.get('total_steps') or '?'}",
             f"  elapsed {duration(job.get('elapsed_s')) or '-'}",
