@@ -45,6 +45,16 @@ def wait_workers(url: str, n: int) -> None:
     until(lambda: len(get(url, "/workers")["workers"]) == n, 60, f"{n} workers registered")
 
 
+def running_trainers(url: str, job_id: int) -> list[int]:
+    """Wait until the job runs and every task's trainer has started; their pids."""
+
+    def started():
+        job = get(url, f"/jobs/{job_id}")
+        return job["status"] == "running" and all(t["pid"] for t in job["tasks"]) and job
+
+    return [t["pid"] for t in until(started, 240, what=f"job {job_id} running with every trainer")["tasks"]]
+
+
 def steps_and_losses(lines: list[str], task: str) -> list[tuple[str, str]]:
     pattern = re.compile(rf"\[{task}\] .*train step (\d+) .*? loss ([\d.e+-]+)")
     return [m.groups() for line in lines if (m := pattern.match(line))]
@@ -107,12 +117,7 @@ def test_killing_one_task_fails_the_whole_job_and_leaves_no_process(live_api, ho
     spec = {**SPEC, "params": {"steps": 100_000, "batch_size": 16, "log_every": 10}}
     job_id = requests.post(f"{live_api}/api/v1/jobs", json=spec, timeout=10).json()["id"]
 
-    def both_trainers_run():
-        job = get(live_api, f"/jobs/{job_id}")
-        return job["status"] == "running" and all(t["pid"] for t in job["tasks"]) and job
-
-    job = until(both_trainers_run, 240, what="job running with both trainers")
-    pids = [t["pid"] for t in job["tasks"]]
+    pids = running_trainers(live_api, job_id)
     os.killpg(pids[1], signal.SIGKILL)  # task worker1's trainer dies under it
 
     job = until(lambda: (j := get(live_api, f"/jobs/{job_id}"))["status"] in ENDED and j, 60, "job ended")
@@ -129,3 +134,16 @@ def test_killing_one_task_fails_the_whole_job_and_leaves_no_process(live_api, ho
                 continue
             assert f"GPUDECK_JOB_ID={job_id}".encode() not in environ.split(b"\0"), pid
     until(lambda: all(w["state"] == "idle" for w in get(live_api, "/workers")["workers"]), 30, "both workers idle")
+
+
+def test_canceling_a_running_multi_worker_job_stops_every_task(live_api, hosts):
+    wait_workers(live_api, 2)
+    spec = {**SPEC, "params": {"steps": 100_000, "batch_size": 16, "log_every": 10}}
+    job_id = requests.post(f"{live_api}/api/v1/jobs", json=spec, timeout=10).json()["id"]
+
+    pids = running_trainers(live_api, job_id)
+    assert requests.post(f"{live_api}/api/v1/jobs/{job_id}/cancel", timeout=10).status_code == 200
+    job = until(lambda: (j := get(live_api, f"/jobs/{job_id}"))["status"] in ENDED and j, 60, "job ended")
+    assert (job["status"], job["reason"]) == ("canceled", "canceled"), job
+    assert [t["status"] for t in job["tasks"]] == ["stopped", "stopped"]
+    assert not any(alive(pid) for pid in pids)
