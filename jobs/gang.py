@@ -114,7 +114,7 @@ def idle_workers(redis: Redis) -> dict[str, list[dict[str, Any]]]:
         pipe = redis.pipeline(transaction=False)
         pipe.exists(alive_key(w.name))
         pipe.exists(drain_key(w.name))
-        pipe.llen(f"rq:queue:{private_queue(w.name)}")
+        pipe.llen(Queue(private_queue(w.name), connection=redis).key)
         pipe.get(info_key(w.name))
         alive, draining, waiting, raw = pipe.execute()
         if not alive or draining or waiting or raw is None:
@@ -148,6 +148,8 @@ def place(redis: Redis) -> list[int]:
         pending = [int(i) for i in redis.zrange(PENDING_KEY, 0, -1)]
         if not pending:
             return placed
+        from jobs.queues import base_queue
+
         store = JobStore(redis)
         idle = idle_workers(redis)
         heads: set[str] = set()
@@ -160,8 +162,6 @@ def place(redis: Redis) -> list[int]:
             if rec["status"] != Status.QUEUED.value:
                 redis.zrem(PENDING_KEY, job_id)
                 continue
-            from jobs.queues import base_queue
-
             spec = rec["spec"]
             base = base_queue(spec["gpus"])
             if base in heads:

@@ -6,9 +6,6 @@ import time
 from typing import Any
 
 from redis import Redis
-from rq import Queue
-from rq.exceptions import NoSuchJobError
-from rq.job import Job
 
 from jobs import gang, queues
 from jobs.errors import Conflict
@@ -29,15 +26,7 @@ def cancel(redis: Redis, job_id: int) -> dict[str, Any]:
         message="canceled while queued",
         ended_at=time.time(),
     ):
-        if gang.is_gang(rec["spec"]):
-            redis.zrem(gang.PENDING_KEY, job_id)
-            return store.get(job_id)
-        rq_id = queues.rq_job_id(job_id, rec.get("attempt", 1))
-        Queue(rec["queue"], connection=redis).remove(rq_id)
-        try:
-            Job.fetch(rq_id, connection=redis).cancel()
-        except (NoSuchJobError, Exception):  # noqa: B014 - RQ raises several kinds for a job already gone
-            pass
+        queues.withdraw(redis, rec)
         return store.get(job_id)
     rec = store.get(job_id)
     if Status(rec["status"]).ended:

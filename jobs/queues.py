@@ -10,6 +10,8 @@ from typing import Any
 
 from redis import Redis
 from rq import Queue, Worker
+from rq.exceptions import NoSuchJobError
+from rq.job import Job
 
 from jobs import gang
 from jobs import spec as spec_mod
@@ -59,23 +61,23 @@ def submit(redis: Redis, body: Any, data_roots: tuple[Path, ...] = ()) -> dict[s
     job_id = store.next_id()
     name = queue_name(spec["gpus"], spec["priority"])
     queue = Queue(name, connection=redis)
-    if gang.is_gang(spec):
-        with redis.pipeline() as pipe:
-            rec = store.create(job_id, spec, name, pipe=pipe)
-            gang.enqueue(pipe, job_id, spec)  # in line for N idle workers at once, not on an RQ queue
-            pipe.execute()
-        gang.place(redis)
-        return store.get(job_id)
     with redis.pipeline() as pipe:
         # RQ starts the MULTI itself when handed a pipeline, so it goes first; the record joins it.
         enqueue_attempt(queue, job_id, 1, spec, pipe)
         rec = store.create(job_id, spec, name, pipe=pipe)
         pipe.execute()
+    if gang.is_gang(spec):
+        gang.place(redis)  # its N workers may be idle already
+        return store.get(job_id)
     return rec
 
 
 def enqueue_attempt(queue: Queue, job_id: int, attempt: int, spec: dict[str, Any], pipe: Any = None) -> None:
-    """Put one attempt of a job on its queue as an ordinary RQ job (`rq info` and rq-dashboard show it)."""
+    """Put one attempt of a job on its queue as an ordinary RQ job (`rq info` and rq-dashboard show it); a
+    multi-worker job instead goes in line for N idle workers at once (jobs.gang), never on an RQ queue."""
+    if gang.is_gang(spec):
+        gang.enqueue(pipe if pipe is not None else queue.connection, job_id, spec)
+        return
     queue.enqueue_call(
         "jobs.task.run_job",
         args=(job_id,),
@@ -86,6 +88,19 @@ def enqueue_attempt(queue: Queue, job_id: int, attempt: int, spec: dict[str, Any
         description=f"gpudeck job {job_id}: {spec['model']} on {spec['dataset']}",
         pipeline=pipe,
     )
+
+
+def withdraw(redis: Redis, rec: dict[str, Any]) -> None:
+    """Take a job's queued attempt off wherever it waits: its RQ queue, or the line of multi-worker jobs."""
+    if gang.is_gang(rec["spec"]):
+        redis.zrem(gang.PENDING_KEY, rec["id"])
+        return
+    rq_id = rq_job_id(rec["id"], rec.get("attempt", 1))
+    Queue(rec["queue"], connection=redis).remove(rq_id)
+    try:
+        Job.fetch(rq_id, connection=redis).cancel()
+    except (NoSuchJobError, Exception):  # noqa: B014 - RQ raises several kinds for a job already gone
+        pass
 
 
 IDEMPOTENCY_TTL_S = 24 * 3600

@@ -83,10 +83,7 @@ def requeue(redis: Redis, job_id: int, rec: dict[str, Any], message: str, **fiel
     )
     if ok:
         store.clear_stop(job_id)
-        if gang.is_gang(rec["spec"]):
-            gang.enqueue(redis, job_id, rec["spec"])  # placed again when its workers are idle
-        else:
-            enqueue_attempt(Queue(rec["queue"], connection=redis), job_id, attempt, rec["spec"])
+        enqueue_attempt(Queue(rec["queue"], connection=redis), job_id, attempt, rec["spec"])
     return ok
 
 
