@@ -12,8 +12,8 @@ from rq import Queue, Worker
 
 from api import deps
 from jobs import gpus as gpus_mod
-from jobs import queues
-from jobs.spec import MAX_GPUS, PRIORITIES
+from jobs.keys import PRIORITIES, queue_name, worker_queues
+from jobs.spec import MAX_GPUS
 from jobs.store import JobStore
 
 bp = Blueprint("health", __name__)
@@ -51,12 +51,12 @@ class _Collector:
             jobs.add_metric([status], n)
         yield jobs
         queued = GaugeMetricFamily("gpudeck_queue_length", "Jobs waiting in each RQ queue.", labels=["queue"])
-        names = [queues.queue_name(g, p) for g in range(MAX_GPUS + 1) for p in PRIORITIES]
+        names = [queue_name(g, p) for g in range(MAX_GPUS + 1) for p in PRIORITIES]
         pipe = self.redis.pipeline(transaction=False)
         for name in names:
             pipe.llen(Queue(name, connection=self.redis).key)
         for name, n in zip(names, pipe.execute()):
-            if n or not name.startswith("gpus-") or name in queues.worker_queues(1):
+            if n or not name.startswith("gpus-") or name in worker_queues(1):
                 queued.add_metric([name], n)
         yield queued
         workers = GaugeMetricFamily("gpudeck_workers", "Workers by state.", labels=["state"])

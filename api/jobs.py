@@ -8,7 +8,7 @@ import time
 from flask import Blueprint, Response, request
 
 from api import deps
-from jobs import gang, lifecycle, queues
+from jobs import control, gang
 from jobs.errors import BadRequest, TooMany
 from jobs.states import Status
 from jobs.views import job_view
@@ -28,23 +28,23 @@ def submit():
     body, roots = deps.json_body(), deps.settings().data_roots
     key = request.headers.get("Idempotency-Key")
     if key is None:
-        rec = queues.submit(deps.redis(), body, roots)
+        rec, _ = control.submit(deps.redis(), body, roots)
         return job_view(rec), 201, {"Location": f"/api/v1/jobs/{rec['id']}"}
     if not 0 < len(key) <= 255:
         raise BadRequest("Idempotency-Key must be 1 to 255 characters", {"field": "Idempotency-Key"})
-    rec, replayed = queues.submit_once(deps.redis(), body, key, roots)
+    rec, replayed = control.submit(deps.redis(), body, roots, idempotency_key=key)
     headers = {"Location": f"/api/v1/jobs/{rec['id']}", "Idempotent-Replayed": str(replayed).lower()}
     return job_view(rec), 200 if replayed else 201, headers
 
 
 @bp.post("/<int:job_id>/cancel")
 def cancel(job_id: int):
-    return job_view(lifecycle.cancel(deps.redis(), job_id))
+    return job_view(control.cancel(deps.redis(), job_id))
 
 
 @bp.post("/<int:job_id>/retry")
 def retry(job_id: int):
-    rec = lifecycle.retry(deps.redis(), job_id, deps.settings().data_roots)
+    rec = control.retry(deps.redis(), job_id, deps.settings().data_roots)
     return job_view(rec), 201, {"Location": f"/api/v1/jobs/{rec['id']}"}
 
 

@@ -8,7 +8,9 @@ from typing import Any
 
 from flask import Blueprint
 
-from jobs.spec import MAX_GPUS, MAX_WORKERS, PRIORITIES
+from jobs.keys import PRIORITIES
+from jobs.settings import DEFAULT_API
+from jobs.spec import MAX_GPUS, MAX_WORKERS
 from jobs.states import Reason, Status
 from models.params import PARAMS
 
@@ -538,7 +540,7 @@ def document() -> dict[str, Any]:
             "Errors are {error, message, details}. With GPUDECK_TOKENS set, every route but /healthz needs "
             "Authorization: Bearer <token>.",
         },
-        "servers": [{"url": "http://127.0.0.1:8686"}],
+        "servers": [{"url": DEFAULT_API}],
         "security": [{"bearer": []}],
         "paths": _paths(),
         "components": {

@@ -1,15 +1,18 @@
-"""`gpudeck api`: the Flask app under gunicorn, a production WSGI server."""
+"""`gpudeck api` (also `python -m api.serve`, as `gpudeck up` starts it): the Flask app under gunicorn."""
 
 from __future__ import annotations
 
+import argparse
 import ipaddress
 import logging
+import sys
 from typing import Any
 
 from gunicorn.app.base import BaseApplication
 
-from jobs.errors import ConfigError
-from jobs.settings import Settings
+from jobs.cli import EXIT_OK, EXIT_USAGE, settings_from_env, setup_logging
+from jobs.errors import ConfigError, GpudeckError
+from jobs.settings import DEFAULT_PORT, Settings
 
 log = logging.getLogger(__name__)
 
@@ -38,7 +41,9 @@ class _Gunicorn(BaseApplication):
         return self.application
 
 
-def serve(settings: Settings, host: str = "127.0.0.1", port: int = 8686, workers: int = 2, threads: int = 8) -> None:
+def serve(
+    settings: Settings, host: str = "127.0.0.1", port: int = DEFAULT_PORT, workers: int = 2, threads: int = 8
+) -> None:
     """Serve the API until SIGTERM/SIGINT; refuses a non-loopback address unless tokens are set."""
     if not settings.redis_url:
         raise ConfigError("REDIS_URL is not set: point the API at the Redis the workers use (gpudeck up sets it)")
@@ -60,3 +65,33 @@ def serve(settings: Settings, host: str = "127.0.0.1", port: int = 8686, workers
         "proc_name": "gpudeck-api",
     }
     _Gunicorn(app, options).run()
+
+
+def cmd_api(args: argparse.Namespace) -> int:
+    setup_logging()
+    serve(settings_from_env(), host=args.host, port=args.port, workers=args.workers)
+    return EXIT_OK
+
+
+def add_command(sub: argparse._SubParsersAction) -> None:
+    """Register `api` on a `gpudeck` parser."""
+    p = sub.add_parser("api", help="serve the REST API (gunicorn)")
+    p.add_argument("--host", default="127.0.0.1")
+    p.add_argument("--port", type=int, default=DEFAULT_PORT)
+    p.add_argument("--workers", type=int, default=2, help="gunicorn worker processes")
+    p.set_defaults(func=cmd_api)
+
+
+def main(argv: list[str] | None = None) -> int:
+    """`python -m api.serve [--host] [--port] [--workers]`."""
+    parser = argparse.ArgumentParser(prog="python -m api.serve", description=__doc__)
+    add_command(parser.add_subparsers(dest="command", required=True))
+    try:
+        return cmd_api(parser.parse_args(["api", *(sys.argv[1:] if argv is None else argv)]))
+    except GpudeckError as exc:
+        print(f"gpudeck: {exc.message}", file=sys.stderr)
+        return EXIT_USAGE
+
+
+if __name__ == "__main__":
+    sys.exit(main())

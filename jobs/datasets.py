@@ -21,22 +21,12 @@ from typing import IO, Any
 from redis import Redis
 
 from jobs.errors import Conflict, NotFound, TooLarge, Unprocessable, ValidationError
+from jobs.keys import DATASETS_KEY, dataset_key, dataset_order_key, dataset_upload_key
 from jobs.settings import Settings
+from jobs.store import iso
 from models.catalog import NAME, STORED
 
-INDEX_KEY = "gpudeck:datasets"
-"""Sorted set of dataset names (score: first upload time)."""
 CHUNK = 1 << 20
-
-
-def versions_key(name: str) -> str:
-    """Hash version -> metadata JSON of one dataset."""
-    return f"gpudeck:dataset:{name}"
-
-
-def order_key(name: str) -> str:
-    """Sorted set of one dataset's versions by upload time (the newest is what `name` alone means)."""
-    return f"gpudeck:dataset:{name}:order"
 
 
 class ArchiveRefused(Exception):
@@ -235,9 +225,9 @@ def upload(redis: Redis, settings: Settings, name: Any, version: Any, fileobj: I
     name, version = _check_names(name, version)
     if fileobj is None:
         raise ValidationError({"file": "is required: the archive (tar, tar.gz, tgz or zip) as a multipart file"})
-    if redis.hexists(versions_key(name), version):
+    if redis.hexists(dataset_key(name), version):
         raise Conflict(f"dataset {name}:{version} already exists; versions are immutable, upload a new version")
-    claim = f"gpudeck:dataset-upload:{name}:{version}"
+    claim = dataset_upload_key(name, version)
     if not redis.set(claim, "1", nx=True, ex=6 * 3600):
         raise Conflict(f"dataset {name}:{version} is being uploaded by another request")
     staging = settings.datasets_dir / ".staging" / uuid.uuid4().hex
@@ -271,9 +261,9 @@ def upload(redis: Redis, settings: Settings, name: Any, version: Any, fileobj: I
             "created_at": time.time(),
         }
         with redis.pipeline() as pipe:
-            pipe.hset(versions_key(name), version, json.dumps(meta))
-            pipe.zadd(order_key(name), {version: meta["created_at"]})
-            pipe.zadd(INDEX_KEY, {name: meta["created_at"]}, nx=True)
+            pipe.hset(dataset_key(name), version, json.dumps(meta))
+            pipe.zadd(dataset_order_key(name), {version: meta["created_at"]})
+            pipe.zadd(DATASETS_KEY, {name: meta["created_at"]}, nx=True)
             pipe.execute()
         return view(meta)
     finally:
@@ -291,8 +281,6 @@ def _remove(path: Path) -> None:
 
 def view(meta: dict[str, Any]) -> dict[str, Any]:
     """A version as clients see it."""
-    from jobs.store import iso
-
     return {
         "name": meta["name"],
         "version": meta["version"],
@@ -306,8 +294,8 @@ def view(meta: dict[str, Any]) -> dict[str, Any]:
 
 def versions(redis: Redis, name: str) -> list[dict[str, Any]]:
     """One dataset's versions, newest first (raw metadata)."""
-    order = [v.decode() for v in redis.zrevrange(order_key(name), 0, -1)]
-    raw = redis.hgetall(versions_key(name))
+    order = [v.decode() for v in redis.zrevrange(dataset_order_key(name), 0, -1)]
+    raw = redis.hgetall(dataset_key(name))
     return [json.loads(raw[v.encode()]) for v in order if v.encode() in raw]
 
 
@@ -321,7 +309,7 @@ def describe(redis: Redis, name: str) -> dict[str, Any]:
 
 def list_all(redis: Redis) -> list[dict[str, Any]]:
     """Every dataset, by name."""
-    names = sorted(n.decode() for n in redis.zrange(INDEX_KEY, 0, -1))
+    names = sorted(n.decode() for n in redis.zrange(DATASETS_KEY, 0, -1))
     return [describe(redis, n) for n in names]
 
 
@@ -341,6 +329,6 @@ def pin(redis: Redis, name: str, version: str | None) -> tuple[str | None, str |
 def local_path(redis: Redis, settings: Settings, ref: str) -> Path:
     """Where the dataset `name:version` lies under this host's GPUDECK_HOME (shared storage across hosts)."""
     name, _, version = ref.partition(":")
-    raw = redis.hget(versions_key(name), version)
+    raw = redis.hget(dataset_key(name), version)
     root = json.loads(raw)["root"] if raw else "."
     return (settings.datasets_dir / name / version / root).resolve()

@@ -30,50 +30,42 @@ from redis import Redis
 from redis.exceptions import RedisError
 from rq import Queue, Worker
 
-from jobs.states import Reason, Status
-from jobs.store import JobStore, job_key
+from jobs import lifecycle, queues
+from jobs.errors import NotFound
+from jobs.keys import (
+    GANGS_KEY,
+    GANGS_LOCK_KEY,
+    RUN_TASK,
+    alive_key,
+    arrived_key,
+    base_queue,
+    drain_key,
+    go_key,
+    job_key,
+    private_queue,
+    rq_task_id,
+    task_beat_key,
+    task_key,
+    worker_info_key,
+)
+from jobs.outcome import of_tasks
+from jobs.spec import is_multi_worker
+from jobs.states import ACTIVE, Reason, Status
+from jobs.store import JobStore
 
 log = logging.getLogger(__name__)
 
-PENDING_KEY = "gpudeck:gangs"
-"""Sorted set of multi-worker jobs waiting for workers: score = priority rank, then id."""
-LOCK_KEY = "gpudeck:gangs:lock"
 PLACE_EVERY_S = 1.0
 """How often each worker tries to place waiting multi-worker jobs (and says it is alive)."""
 ALIVE_TTL_S = 10
 """A worker counts as available for a task while its alive key (refreshed every PLACE_EVERY_S) exists."""
 RENDEZVOUS_S = 60.0
 """How long placed tasks wait for the last of them before the job goes back in line."""
-TASK_FAILED = "task_failed"
-"""Stop reason set when a task failed by itself: the other tasks stop; `finish` names the task."""
-ENDED = ("succeeded", "failed", "stopped")
+TASK_ENDED = ("succeeded", "failed", "stopped")
 """Final states of one task."""
 
-ACTIVE = (Status.STARTING.value, Status.RUNNING.value)
-
-
-def is_gang(spec: dict[str, Any]) -> bool:
-    """Whether a spec runs as several tasks."""
-    return int(spec.get("workers") or 1) > 1
-
-
-def task_key(job_id: int, index: int) -> str:
-    """Hash of one task of the current placement: worker, host, gpus, gen, address, pid, status, …"""
-    return f"{job_key(job_id)}:task:{index}"
-
-
-def task_beat_key(job_id: int, index: int) -> str:
-    """Present while the work-horse running the task is alive."""
-    return f"{task_key(job_id, index)}:heartbeat"
-
-
-def private_queue(worker: str) -> str:
-    """The queue only worker `worker` serves, first of all its queues: tasks placed on it."""
-    return f"tasks@{worker}"
-
-
-def alive_key(worker: str) -> str:
-    return f"gpudeck:worker:{worker}:alive"
+is_gang = is_multi_worker
+"""Whether a spec runs as several tasks."""
 
 
 def task_name(spec: dict[str, Any], index: int) -> tuple[str, int]:
@@ -89,24 +81,10 @@ def label(spec: dict[str, Any], index: int) -> str:
     return f"{kind}{i}"
 
 
-def _score(spec: dict[str, Any], job_id: int) -> float:
-    from jobs.spec import PRIORITIES
-
-    return PRIORITIES.index(spec.get("priority", "normal")) * 1e12 + job_id
-
-
-def enqueue(redis: Any, job_id: int, spec: dict[str, Any]) -> None:
-    """Put a multi-worker job in line for placement (`redis` may be a pipeline)."""
-    redis.zadd(PENDING_KEY, {str(job_id): _score(spec, job_id)})
-
-
 # -- placement ---------------------------------------------------------------------------------
 def idle_workers(redis: Redis) -> dict[str, list[dict[str, Any]]]:
     """Workers that could start a task now, by the queue they serve (`cpu`, `gpus-1`, …): idle in RQ,
     alive (gpudeck's own key, RQ's heartbeat is minutes apart when idle), not draining, no task waiting."""
-    from jobs.queues import base_queue
-    from jobs.worker import drain_key, info_key
-
     out: dict[str, list[dict[str, Any]]] = {}
     for w in Worker.all(connection=redis):
         if w.get_state() != "idle" or w.get_current_job_id():
@@ -115,7 +93,7 @@ def idle_workers(redis: Redis) -> dict[str, list[dict[str, Any]]]:
         pipe.exists(alive_key(w.name))
         pipe.exists(drain_key(w.name))
         pipe.llen(Queue(private_queue(w.name), connection=redis).key)
-        pipe.get(info_key(w.name))
+        pipe.get(worker_info_key(w.name))
         alive, draining, waiting, raw = pipe.execute()
         if not alive or draining or waiting or raw is None:
             continue
@@ -141,26 +119,24 @@ def _spread(free: list[dict[str, Any]], n: int) -> list[dict[str, Any]]:
 def place(redis: Redis) -> list[int]:
     """Hand out every waiting multi-worker job whose N workers are idle now; returns the ids placed."""
     token = uuid.uuid4().hex
-    if not redis.set(LOCK_KEY, token, nx=True, px=10_000):
+    if not redis.set(GANGS_LOCK_KEY, token, nx=True, px=10_000):
         return []
     placed: list[int] = []
     try:
-        pending = [int(i) for i in redis.zrange(PENDING_KEY, 0, -1)]
+        pending = [int(i) for i in redis.zrange(GANGS_KEY, 0, -1)]
         if not pending:
             return placed
-        from jobs.queues import base_queue
-
         store = JobStore(redis)
         idle = idle_workers(redis)
         heads: set[str] = set()
         for job_id in pending:
             try:
                 rec = store.get(job_id)
-            except Exception:  # noqa: BLE001 - a record that is gone leaves the line too
-                redis.zrem(PENDING_KEY, job_id)
+            except NotFound:  # a record that is gone leaves the line too
+                redis.zrem(GANGS_KEY, job_id)
                 continue
             if rec["status"] != Status.QUEUED.value:
-                redis.zrem(PENDING_KEY, job_id)
+                redis.zrem(GANGS_KEY, job_id)
                 continue
             spec = rec["spec"]
             base = base_queue(spec["gpus"])
@@ -176,8 +152,8 @@ def place(redis: Redis) -> list[int]:
                 placed.append(job_id)
                 idle[base] = [w for w in free if w not in chosen]
     finally:
-        if redis.get(LOCK_KEY) == token.encode():
-            redis.delete(LOCK_KEY)
+        if redis.get(GANGS_LOCK_KEY) == token.encode():
+            redis.delete(GANGS_LOCK_KEY)
     return placed
 
 
@@ -188,8 +164,6 @@ def _waiting(store: JobStore, rec: dict[str, Any], message: str) -> None:
 
 def _assign(redis: Redis, store: JobStore, rec: dict[str, Any], chosen: list[dict[str, Any]]) -> bool:
     """queued -> starting with a new placement generation, then one task on each chosen worker's queue."""
-    from jobs.queues import RQ_JOB_TTL
-
     job_id, spec = rec["id"], rec["spec"]
     gen = int(rec.get("gen", 0)) + 1
     now = time.time()
@@ -213,26 +187,21 @@ def _assign(redis: Redis, store: JobStore, rec: dict[str, Any], chosen: list[dic
         reason=None,
         message=None,
     ):
-        redis.zrem(PENDING_KEY, job_id)
+        redis.zrem(GANGS_KEY, job_id)
         return False
-    redis.zrem(PENDING_KEY, job_id)
+    redis.zrem(GANGS_KEY, job_id)
     for index, w in enumerate(chosen):
         Queue(private_queue(w["name"]), connection=redis).enqueue_call(
-            "jobs.task.run_task",
+            RUN_TASK,
             args=(job_id, index, gen),
             job_id=rq_task_id(job_id, gen, index),
             timeout=-1,
-            result_ttl=RQ_JOB_TTL,
-            failure_ttl=RQ_JOB_TTL,
+            result_ttl=queues.RQ_JOB_TTL,
+            failure_ttl=queues.RQ_JOB_TTL,
             description=f"gpudeck job {job_id} task {label(spec, index)}: {spec['model']} on {spec['dataset']}",
         )
     log.info("job %s placed (gen %d) on %s", job_id, gen, ", ".join(w["name"] for w in chosen))
     return True
-
-
-def rq_task_id(job_id: int, gen: int, index: int) -> str:
-    """RQ's id for task `index` of placement `gen` (jobs.worker.job_id_of reads the job id from it)."""
-    return f"gpudeck-{job_id}-g{gen}-t{index}"
 
 
 # -- tasks -------------------------------------------------------------------------------------
@@ -289,7 +258,7 @@ def view(redis: Redis, rec: dict[str, Any]) -> list[dict[str, Any]] | None:
 def arrive(redis: Redis, job_id: int, gen: int, n: int) -> str:
     """Count this task in at the rendezvous of placement `gen`; the n-th to arrive pushes n tokens onto the
     list every task then BLPOPs. Returns that list's key."""
-    count, go = f"{job_key(job_id)}:g{gen}:arrived", f"{job_key(job_id)}:g{gen}:go"
+    count, go = arrived_key(job_id, gen), go_key(job_id, gen)
     pipe = redis.pipeline()
     pipe.incr(count)
     pipe.expire(count, 24 * 3600)
@@ -324,48 +293,26 @@ def advertise_host(redis_url: str | None, environ: dict[str, str]) -> str:
 
 # -- the end of a multi-worker job -------------------------------------------------------------
 def finish(redis: Redis, job_id: int) -> str | None:
-    """Decide the job's final state once every task ended, or once a stop was requested and no task is
-    still alive. Idempotent: every task calls it at its end, the reaper when a task's worker vanished.
-    Returns the status it set, or None when the job is not over yet (or was already decided)."""
-    from jobs.reaper import worker_lost
-
+    """Decide the job's final state (jobs.outcome.of_tasks) once every task ended, or once a stop was requested
+    and no task is still alive. Idempotent: every task calls it at its end, the reaper when a task's worker
+    vanished. Returns the status it set, or None when the job is not over yet (or was already decided)."""
     store = JobStore(redis)
     rec = store.get(job_id)
     if rec["status"] not in ACTIVE:
         return None
     spec, gen = rec["spec"], int(rec.get("gen", 0))
     ts = [t for t in tasks(redis, job_id, spec["workers"]) if t.get("gen") == gen]
-    ended = [t for t in ts if t.get("status") in ENDED]
+    ended = [t for t in ts if t.get("status") in TASK_ENDED]
     stop = store.stop_reason(job_id)
     if len(ended) < spec["workers"] and not (stop and not any(t["alive"] and t not in ended for t in ts)):
         return None
-    failed = sorted((t for t in ended if t["status"] == "failed"), key=lambda t: t.get("exited_at", 0))
-    done = {"ended_at": time.time()}
-    if stop == Reason.WORKER_LOST.value:
-        lost = next((t for t in failed if t.get("reason") == Reason.WORKER_LOST.value), None)
-        what = f"task {label(spec, lost['index'])} lost worker {lost['worker']}" if lost else "a task's worker stopped"
-        status = worker_lost(redis, job_id, rec, what, log_tail=lost.get("log_tail", []) if lost else [])
+    for t in ts:
+        t["label"] = label(spec, t["index"])
+    outcome, blamed = of_tasks(stop, ended, spec["workers"], bool(rec.get("result")))
+    status = lifecycle.end(redis, job_id, outcome, rec, log_tail=blamed.get("log_tail", []) if blamed else None)
+    if status is not None:
         _cleanup(redis, job_id, gen, spec["workers"])
-        return status
-    if stop == Reason.CANCELED.value:
-        status, reason, message = Status.CANCELED, Reason.CANCELED.value, "canceled on request"
-    elif stop == Reason.TIMEOUT.value:
-        status, reason, message = Status.FAILED, Reason.TIMEOUT.value, "the job ran past its timeout"
-    elif failed:
-        first = failed[0]
-        status, reason = Status.FAILED, first.get("reason", Reason.EXIT_NONZERO.value)
-        message = f"task {label(spec, first['index'])} on {first['worker']}: {first.get('message', 'failed')}"
-        done["log_tail"] = first.get("log_tail", [])
-    elif all(t.get("status") == "succeeded" for t in ts) and len(ts) == spec["workers"] and rec.get("result"):
-        status, reason, message = Status.SUCCEEDED, None, None
-    else:
-        status, reason, message = Status.FAILED, Reason.EXIT_NONZERO.value, "a task stopped without a result"
-    if not store.transition(job_id, ACTIVE, status=status.value, reason=reason, message=message, **done):
-        return None
-    _cleanup(redis, job_id, gen, spec["workers"])
-    if status != Status.SUCCEEDED:
-        log.warning("job %s %s: %s (%s)", job_id, status.value, reason, message)
-    return status.value
+    return status
 
 
 def _cleanup(redis: Redis, job_id: int, gen: int, n: int) -> None:
@@ -384,7 +331,7 @@ def unplace(redis: Redis, job_id: int, gen: int, why: str) -> bool:
     ):
         return False
     _cleanup(redis, job_id, gen, rec["spec"]["workers"])
-    enqueue(redis, job_id, rec["spec"])
+    queues.enqueue_attempt(redis, rec["queue"], job_id, rec.get("attempt", 1), rec["spec"])
     log.warning("job %s: %s; back in line", job_id, why)
     return True
 
@@ -402,7 +349,7 @@ def check(redis: Redis, job_id: int, rec: dict[str, Any]) -> None:
             unplace(redis, job_id, gen, why)
             return
     for t in started:
-        if t.get("status") not in ENDED and not t["alive"]:
+        if t.get("status") not in TASK_ENDED and not t["alive"]:
             task_lost(redis, job_id, t["index"], f"no heartbeat from worker {t.get('worker')}", finish_job=False)
     finish(redis, job_id)
 

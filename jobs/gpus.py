@@ -14,6 +14,10 @@ from typing import Any
 from redis import Redis
 from redis.exceptions import RedisError
 
+from jobs import gang
+from jobs.keys import GPUS_PATTERN, gpus_key
+from jobs.store import JobStore
+
 log = logging.getLogger(__name__)
 
 GPU_LINE = re.compile(r"^GPU (\d+): (.+?)(?: \(UUID: ([^)]+)\))?$")
@@ -124,14 +128,9 @@ def sample(pid_jobs: dict[int, int], timeout: float = 10.0) -> list[dict[str, An
     return gpus
 
 
-def hosts_key(host: str) -> str:
-    """Where one host's latest sample lives."""
-    return f"gpudeck:gpus:{host}"
-
-
 def read_all(redis: Redis) -> list[dict[str, Any]]:
     """Every live host's latest sample, by host name."""
-    keys = sorted(k for k in redis.scan_iter("gpudeck:gpus:*") if not k.endswith(b":lock"))
+    keys = sorted(k for k in redis.scan_iter(GPUS_PATTERN) if not k.endswith(b":lock"))
     values = redis.mget(keys) if keys else []
     return [json.loads(v) for v in values if v]
 
@@ -146,9 +145,6 @@ class Sampler(threading.Thread):
         self.stopped = threading.Event()
 
     def pid_jobs(self) -> dict[int, int]:
-        from jobs import gang
-        from jobs.store import JobStore
-
         store = JobStore(self.redis)
         out = {}
         for job_id in store.active_ids():
@@ -164,11 +160,11 @@ class Sampler(threading.Thread):
     def run(self) -> None:
         while not self.stopped.is_set():
             try:
-                if self.redis.set(f"{hosts_key(self.host)}:lock", "1", nx=True, px=int(SAMPLE_EVERY_S * 900)):
+                if self.redis.set(f"{gpus_key(self.host)}:lock", "1", nx=True, px=int(SAMPLE_EVERY_S * 900)):
                     gpus = sample(self.pid_jobs())
                     if gpus is not None:
                         doc = {"host": self.host, "sampled_at": time.time(), "gpus": gpus}
-                        self.redis.set(hosts_key(self.host), json.dumps(doc), ex=SAMPLE_TTL_S)
+                        self.redis.set(gpus_key(self.host), json.dumps(doc), ex=SAMPLE_TTL_S)
             except RedisError as exc:
                 log.warning("gpu sampler: redis unavailable (%s)", exc)
             except Exception:

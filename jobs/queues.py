@@ -13,29 +13,15 @@ from rq import Queue, Worker
 from rq.exceptions import NoSuchJobError
 from rq.job import Job
 
-from jobs import gang
+from jobs import datasets
 from jobs import spec as spec_mod
 from jobs.errors import Conflict, Unprocessable
+from jobs.keys import GANGS_KEY, PRIORITIES, RUN_JOB, idempotency_key, queue_name, rq_job_id
+from jobs.spec import is_multi_worker
 from jobs.store import JobStore
 
 RQ_JOB_TTL = 7 * 24 * 3600
 """How long RQ keeps its own job objects and results; gpudeck's job records are kept for good."""
-
-
-def base_queue(gpus: int) -> str:
-    """`cpu` for CPU jobs, `gpus-N` for jobs that need N GPUs on one worker."""
-    return "cpu" if gpus == 0 else f"gpus-{gpus}"
-
-
-def queue_name(gpus: int, priority: str) -> str:
-    """The queue a job of this GPU count and priority waits in (`gpus-1`, `gpus-1-high`, ...)."""
-    base = base_queue(gpus)
-    return base if priority == "normal" else f"{base}-{priority}"
-
-
-def worker_queues(gpus: int) -> list[str]:
-    """The queues a worker with `gpus` GPUs serves, highest priority first."""
-    return [queue_name(gpus, p) for p in spec_mod.PRIORITIES]
 
 
 def live_gpu_workers(redis: Redis) -> int:
@@ -45,8 +31,6 @@ def live_gpu_workers(redis: Redis) -> int:
 
 def validate(redis: Redis, body: Any, data_roots: tuple[Path, ...] = (), default_gpus: int | None = None) -> dict:
     """spec.validate with what only the store knows: live GPU workers (the default gpus) and uploaded datasets."""
-    from jobs import datasets
-
     if default_gpus is None:
         default_gpus = 1 if live_gpu_workers(redis) else 0
     return spec_mod.validate(
@@ -60,26 +44,30 @@ def submit(redis: Redis, body: Any, data_roots: tuple[Path, ...] = ()) -> dict[s
     store = JobStore(redis)
     job_id = store.next_id()
     name = queue_name(spec["gpus"], spec["priority"])
-    queue = Queue(name, connection=redis)
     with redis.pipeline() as pipe:
         # RQ starts the MULTI itself when handed a pipeline, so it goes first; the record joins it.
-        enqueue_attempt(queue, job_id, 1, spec, pipe)
+        enqueue_attempt(redis, name, job_id, 1, spec, pipe)
         rec = store.create(job_id, spec, name, pipe=pipe)
         pipe.execute()
-    if gang.is_gang(spec):
-        gang.place(redis)  # its N workers may be idle already
-        return store.get(job_id)
     return rec
 
 
-def enqueue_attempt(queue: Queue, job_id: int, attempt: int, spec: dict[str, Any], pipe: Any = None) -> None:
+def gang_score(spec: dict[str, Any], job_id: int) -> float:
+    """A multi-worker job's place in line: priority rank first, then id."""
+    return PRIORITIES.index(spec.get("priority", "normal")) * 1e12 + job_id
+
+
+def enqueue_attempt(
+    redis: Redis, queue: str, job_id: int, attempt: int, spec: dict[str, Any], pipe: Any = None
+) -> None:
     """Put one attempt of a job on its queue as an ordinary RQ job (`rq info` and rq-dashboard show it); a
-    multi-worker job instead goes in line for N idle workers at once (jobs.gang), never on an RQ queue."""
-    if gang.is_gang(spec):
-        gang.enqueue(pipe if pipe is not None else queue.connection, job_id, spec)
+    multi-worker job instead goes in line for N idle workers at once (jobs.gang places it), never on an RQ
+    queue. `pipe`, when given, takes the writes (RQ starts its MULTI)."""
+    if is_multi_worker(spec):
+        (pipe if pipe is not None else redis).zadd(GANGS_KEY, {str(job_id): gang_score(spec, job_id)})
         return
-    queue.enqueue_call(
-        "jobs.task.run_job",
+    Queue(queue, connection=redis).enqueue_call(
+        RUN_JOB,
         args=(job_id,),
         job_id=rq_job_id(job_id, attempt),
         timeout=-1,  # the work-horse enforces the spec's timeout itself, stopping the trainer's group
@@ -92,8 +80,8 @@ def enqueue_attempt(queue: Queue, job_id: int, attempt: int, spec: dict[str, Any
 
 def withdraw(redis: Redis, rec: dict[str, Any]) -> None:
     """Take a job's queued attempt off wherever it waits: its RQ queue, or the line of multi-worker jobs."""
-    if gang.is_gang(rec["spec"]):
-        redis.zrem(gang.PENDING_KEY, rec["id"])
+    if is_multi_worker(rec["spec"]):
+        redis.zrem(GANGS_KEY, rec["id"])
         return
     rq_id = rq_job_id(rec["id"], rec.get("attempt", 1))
     Queue(rec["queue"], connection=redis).remove(rq_id)
@@ -110,10 +98,8 @@ IDEMPOTENCY_TTL_S = 24 * 3600
 def submit_once(redis: Redis, body: Any, key: str, data_roots: tuple[Path, ...] = ()) -> tuple[dict[str, Any], bool]:
     """submit() under an Idempotency-Key: the same key within 24 h returns the first job and creates nothing.
     Returns (record, replayed)."""
-    from jobs.store import JobStore
-
     digest = hashlib.sha256(json.dumps(body, sort_keys=True).encode()).hexdigest()
-    slot = f"gpudeck:idempotency:{hashlib.sha256(key.encode()).hexdigest()}"
+    slot = idempotency_key(hashlib.sha256(key.encode()).hexdigest())
     deadline = time.monotonic() + 10
     while time.monotonic() < deadline:
         if redis.set(slot, json.dumps({"body": digest}), nx=True, ex=IDEMPOTENCY_TTL_S):
@@ -136,8 +122,3 @@ def submit_once(redis: Redis, body: Any, key: str, data_roots: tuple[Path, ...] 
             return JobStore(redis).get(seen["job_id"]), True
         time.sleep(0.05)  # the first request with this key is still being submitted
     raise Conflict("a request with this Idempotency-Key is still being processed; try again", {"idempotency_key": key})
-
-
-def rq_job_id(job_id: int, attempt: int) -> str:
-    """RQ's id for one attempt of a gpudeck job."""
-    return f"gpudeck-{job_id}" if attempt == 1 else f"gpudeck-{job_id}-{attempt}"

@@ -14,13 +14,16 @@ from pathlib import Path
 from typing import IO, Any
 
 from redis import Redis
+from rq import get_current_job
 
-from jobs import datasets, gang, tfconfig
+from jobs import datasets, gang, lifecycle, outcome, tfconfig
+from jobs.keys import metrics_key, task_beat_key, task_key
 from jobs.proc import pdeathsig, python_module
 from jobs.redis_server import free_port
 from jobs.settings import Settings
 from jobs.states import Reason, Status
-from jobs.store import HEARTBEAT_TTL_S, JobStore, metrics_key
+from jobs.store import HEARTBEAT_TTL_S, JobStore
+from models import protocol
 from models.catalog import parse_dataset
 
 log = logging.getLogger(__name__)
@@ -36,8 +39,6 @@ COALESCE_S = 0.25
 Redis in a few batches a second: each wake-up of ours would otherwise preempt a training thread."""
 HORSE_NICENESS = 5
 """The work-horse lowers its CPU priority by this much once its trainer runs (the trainer keeps its own)."""
-OOM_MARKERS = ("MemoryError", "ResourceExhaustedError", "OOM when allocating", "out of memory")
-"""Log text by which a training process that ran out of memory is recognised."""
 
 
 @dataclass
@@ -47,7 +48,7 @@ class WorkerContext:
     settings: Settings
     name: str = ""
     gpu_ids: list[str] = field(default_factory=list)
-    stop_grace_s: float = 30.0
+    stop_grace_s: float = protocol.DEFAULT_GRACE_S
     max_memory: int | None = None
 
 
@@ -56,8 +57,6 @@ CONTEXT: WorkerContext | None = None
 
 def run_current(job_id: int) -> str:
     """Entry from the RQ task: run with the worker's context and RQ's connection."""
-    from rq import get_current_job
-
     ctx = CONTEXT or WorkerContext(Settings.from_env())
     current = get_current_job()
     redis = current.connection if current is not None else ctx.settings.redis()
@@ -143,7 +142,10 @@ class JobRun:
         if self._stop_reason():  # canceled between dequeue and now
             return self._finish(None, oom_before=None)
         events_r, events_w = os.pipe()
-        env = dict(os.environ, PYTHONUNBUFFERED="1", GPUDECK_EVENTS_FD=str(events_w), GPUDECK_JOB_ID=str(self.job_id))
+        env = dict(os.environ, PYTHONUNBUFFERED="1")
+        env[protocol.EVENTS_FD_ENV] = str(events_w)
+        env[protocol.JOB_ID_ENV] = str(self.job_id)
+        env[protocol.STOP_GRACE_ENV] = str(protocol.trainer_grace(self.ctx.stop_grace_s))
         env.update(extra_env)
         oom_before = oom_kills()
         with open(self.job_dir / "log.txt", "a", buffering=1) as log_file:
@@ -283,7 +285,7 @@ class JobRun:
 
     def _on_event(self, kind: str | None, data: dict[str, Any], pipe: Any) -> None:
         fields: dict[str, Any] = {}
-        if kind == "running":
+        if kind == protocol.EVENT_RUNNING:
             self.progress = {
                 "step": data["step"],
                 "total_steps": data["total_steps"],
@@ -292,73 +294,34 @@ class JobRun:
                 "first_step": data["step"],
             }
             fields = {"status": Status.RUNNING.value, "running_at": time.time(), "progress": self.progress}
-        elif kind == "metric":
+        elif kind == protocol.EVENT_METRIC:
             self.points += 1
             self.store.append_point(self.job_id, self.points, data, pipe)
             self.progress["step"] = data["step"]
             fields = {"progress": self.progress}
             if "loss" in data:
                 fields["metrics"] = data
-        elif kind == "result":
+        elif kind == protocol.EVENT_RESULT:
             self.result = data
             fields = {"result": data}
         if fields:
             self.store.update(self.job_id, pipe=pipe, **fields)
 
     def _finish(self, returncode: int | None, oom_before: int | None) -> str:
-        """Record the honest final state: succeeded, canceled, or failed with a typed reason."""
+        """Record the honest final state (jobs.outcome decides, jobs.lifecycle applies): succeeded, canceled,
+        failed with a typed reason, or queued again after a worker_lost stop while retries last."""
         stop = self.store.stop_reason(self.job_id)
-        ended = {"ended_at": time.time(), "log_tail": self.tail}
-        if returncode == 0 and self.result is not None:
-            status, reason, message = Status.SUCCEEDED, None, None
-        elif stop == Reason.CANCELED.value:
-            status, reason, message = Status.CANCELED, Reason.CANCELED, "canceled on request"
-        elif stop == Reason.WORKER_LOST.value:
-            status, reason, message = Status.FAILED, Reason.WORKER_LOST, "its worker shut down while it ran"
-        elif stop == Reason.TIMEOUT.value:
-            status, reason, message = Status.FAILED, Reason.TIMEOUT, "the job ran past its timeout"
-        else:
-            status, (reason, message) = Status.FAILED, self._failure(returncode, oom_before)
-        if reason == Reason.WORKER_LOST:
-            from jobs.reaper import worker_lost
+        end = outcome.of_job(stop, returncode, self.result is not None, self._oom(returncode, oom_before))
+        status = lifecycle.end(self.redis, self.job_id, end, log_tail=self.tail)
+        return status or self.store.get(self.job_id)["status"]
 
-            # Infrastructure, not the job: retried while max_retries lasts, from the checkpoint just saved.
-            rec = self.store.get(self.job_id)
-            return worker_lost(self.redis, self.job_id, rec, message, log_tail=self.tail) or status.value
-        if status != Status.SUCCEEDED:
-            log.warning("job %s %s: %s (%s)", self.job_id, status.value, reason.value if reason else "", message)
-        self.store.transition(
-            self.job_id,
-            (Status.STARTING.value, Status.RUNNING.value),
-            status=status.value,
-            reason=reason.value if reason else None,
-            message=message,
-            **ended,
-        )
-        return status.value
-
-    def _failure(self, returncode: int | None, oom_before: int | None) -> tuple[Reason, str]:
-        """Why a trainer nobody asked to stop ended badly."""
-        if returncode == 2:
-            return Reason.BAD_INPUT, "the trainer refused the spec or its data"
-        if self._out_of_memory(returncode, oom_before):
-            return Reason.OOM, "the training process ran out of memory"
-        if returncode is not None and returncode < 0:
-            return Reason.EXIT_NONZERO, f"the trainer was killed by {signal.Signals(-returncode).name}"
-        if returncode == 0:
-            return Reason.EXIT_NONZERO, "the trainer exited without a result"
-        return Reason.EXIT_NONZERO, f"the trainer exited with status {returncode}"
-
-    def _out_of_memory(self, returncode: int | None, oom_before: int | None) -> bool:
-        if returncode == -signal.SIGKILL and oom_before is not None and (oom_kills() or 0) > oom_before:
-            return True  # the kernel's OOM killer took it
-        return returncode not in (0, None) and any(m in line for line in self.tail for m in OOM_MARKERS)
+    def _oom(self, returncode: int | None, oom_before: int | None) -> bool:
+        killed = oom_before is not None and (oom_kills() or 0) > oom_before
+        return outcome.out_of_memory(returncode, self.tail, killed)
 
 
 def run_current_task(job_id: int, index: int, gen: int) -> str:
     """Entry from the RQ task of one task of a multi-worker job."""
-    from rq import get_current_job
-
     ctx = CONTEXT or WorkerContext(Settings.from_env())
     current = get_current_job()
     redis = current.connection if current is not None else ctx.settings.redis()
@@ -372,7 +335,7 @@ class TaskRun(JobRun):
     def __init__(self, job_id: int, index: int, gen: int, redis: Redis, ctx: WorkerContext):
         super().__init__(job_id, redis, ctx)
         self.index, self.gen = index, gen
-        self.key = gang.task_key(job_id, index)
+        self.key = task_key(job_id, index)
         self.spec = self.store.get(job_id)["spec"]
         self.prefix = f"[{gang.label(self.spec, index)}] "
 
@@ -404,11 +367,11 @@ class TaskRun(JobRun):
     def _stand_down(self) -> str:
         why = self._stop_reason() or "the rendezvous did not complete"
         self.redis.hset(self.key, mapping={"status": "stopped", "message": f"stood down before training: {why}"})
-        self.redis.delete(gang.task_beat_key(self.job_id, self.index))
+        self.redis.delete(task_beat_key(self.job_id, self.index))
         return gang.finish(self.redis, self.job_id) or "stopped"
 
     def _beat(self) -> None:
-        self.redis.set(gang.task_beat_key(self.job_id, self.index), self.ctx.name, ex=HEARTBEAT_TTL_S)
+        self.redis.set(task_beat_key(self.job_id, self.index), self.ctx.name, ex=HEARTBEAT_TTL_S)
 
     def _stop_reason(self) -> str | None:
         reason = self.store.stop_reason(self.job_id)
@@ -426,20 +389,17 @@ class TaskRun(JobRun):
             self.store.update(self.job_id, spawned_at=time.time())
 
     def _finish(self, returncode: int | None, oom_before: int | None) -> str:
-        stop = self._stop_reason()
-        fields: dict[str, Any] = {"exited_at": time.time(), "log_tail": json.dumps(self.tail)}
+        status, failure = outcome.of_task(self._stop_reason(), returncode, self._oom(returncode, oom_before))
+        fields: dict[str, Any] = {"status": status, "exited_at": time.time(), "log_tail": json.dumps(self.tail)}
         if returncode is not None:
             fields["returncode"] = returncode
-        if returncode == 0:
-            fields["status"] = "succeeded"
-        elif stop or returncode is None:
-            fields.update(status="stopped", message=f"stopped ({stop})")
-        else:
-            reason, message = self._failure(returncode, oom_before)
-            fields.update(status="failed", reason=reason.value, message=message)
+        if status == "stopped":
+            fields["message"] = f"stopped ({self._stop_reason()})"
+        if failure is not None:
+            fields.update(reason=failure.reason.value if failure.reason else "", message=failure.message or "")
         self.redis.hset(self.key, mapping=fields)
-        if fields["status"] == "failed":
-            self.store.request_stop(self.job_id, gang.TASK_FAILED, only_first=True)  # the others stop
-            log.warning("job %s task %s failed: %s", self.job_id, self.prefix.strip(), fields["message"])
-        self.redis.delete(gang.task_beat_key(self.job_id, self.index))
-        return gang.finish(self.redis, self.job_id) or fields["status"]
+        if failure is not None:
+            self.store.request_stop(self.job_id, outcome.TASK_FAILED, only_first=True)  # the others stop
+            log.warning("job %s task %s failed: %s", self.job_id, self.prefix.strip(), failure.message)
+        self.redis.delete(task_beat_key(self.job_id, self.index))
+        return gang.finish(self.redis, self.job_id) or status

@@ -6,6 +6,8 @@ import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from jobs.errors import ConfigError
+
 DEFAULT_HOME = "~/.local/share/gpudeck"
 """Data root when GPUDECK_HOME is unset: job dirs, the embedded Redis, logs of `gpudeck up`."""
 
@@ -35,8 +37,6 @@ def _size(env, name: str, default: int) -> int:
     try:
         return parse_size(raw)
     except ValueError:
-        from jobs.errors import ConfigError
-
         raise ConfigError(f"{name} must be a positive number like 1000, 512M or 8G, got {raw!r}") from None
 
 
@@ -92,8 +92,6 @@ class Settings:
     def redis(self):
         """A Redis client for REDIS_URL (raises ConfigError when none is configured)."""
         from redis import Redis
-
-        from jobs.errors import ConfigError
 
         if not self.redis_url:
             raise ConfigError("REDIS_URL is not set and no embedded Redis was started")

@@ -8,10 +8,10 @@ from pathlib import Path
 from typing import Any
 
 from jobs.errors import ValidationError
+from jobs.keys import PRIORITIES
 from models import params as params_mod
 from models.catalog import MODELS, model_info, parse_dataset
 
-PRIORITIES = ("high", "normal", "low")
 MAX_GPUS = 16
 """Most GPUs one job (one worker) may ask for."""
 MAX_WORKERS = 64
@@ -30,6 +30,11 @@ FIELDS = (
     "workers",
     "chief",
 )
+
+
+def is_multi_worker(spec: dict[str, Any]) -> bool:
+    """Whether a spec runs as several tasks (gang-scheduled, see jobs.gang)."""
+    return int(spec.get("workers") or 1) > 1
 
 
 def _int_in(value: Any, lo: int, hi: int) -> str | None:

@@ -1,4 +1,4 @@
-"""Job states and failure reasons, as DESIGN.md names them."""
+"""Job states and failure reasons. Imports nothing from gpudeck."""
 
 from __future__ import annotations
 
@@ -30,3 +30,9 @@ class Reason(str, Enum):
     CANCELED = "canceled"
     WORKER_LOST = "worker_lost"
     BAD_INPUT = "bad_input"
+
+
+ACTIVE = (Status.STARTING.value, Status.RUNNING.value)
+"""A worker holds the job: what the reaper watches and what a job end moves from."""
+ENDED = (Status.SUCCEEDED.value, Status.FAILED.value, Status.CANCELED.value)
+"""The final states, as stored strings."""

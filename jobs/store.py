@@ -11,9 +11,9 @@ from redis import Redis
 from redis.exceptions import WatchError
 
 from jobs.errors import NotFound
+from jobs.keys import ACTIVE_KEY, COUNTER_KEY, INDEX_KEY, heartbeat_key, job_key, log_key, metrics_key, stop_key
 from jobs.states import Status
 
-PREFIX = "gpudeck"
 LOG_MAXLEN = 100_000
 """Log lines kept in a job's Redis stream (the job dir's log.txt keeps all of them)."""
 METRICS_MAXLEN = 100_000
@@ -22,34 +22,8 @@ METRICS_MAXLEN = 100_000
 JSON_FIELDS = ("spec", "gpu_ids", "progress", "metrics", "result", "log_tail")
 FLOAT_FIELDS = ("created_at", "started_at", "spawned_at", "running_at", "ended_at", "placed_at")
 INT_FIELDS = ("id", "pid", "attempt", "gen")
-
-
-def job_key(job_id: int) -> str:
-    """The hash of one job record."""
-    return f"{PREFIX}:job:{job_id}"
-
-
-def log_key(job_id: int) -> str:
-    """The stream of one job's log lines; entry ids are 0-<line number>."""
-    return f"{PREFIX}:job:{job_id}:log"
-
-
-def metrics_key(job_id: int) -> str:
-    """The stream of one job's metric points; entry ids are 0-<point number>."""
-    return f"{PREFIX}:job:{job_id}:metrics"
-
-
-INDEX_KEY = f"{PREFIX}:jobs"
-COUNTER_KEY = f"{PREFIX}:next_id"
-ACTIVE_KEY = f"{PREFIX}:jobs:active"
-"""Ids of jobs a worker has taken (starting or running): what the reaper watches."""
 HEARTBEAT_TTL_S = 15
 """A running job's heartbeat key lives this long; the work-horse refreshes it every few seconds."""
-
-
-def heartbeat_key(job_id: int) -> str:
-    """Present while the work-horse running the job is alive."""
-    return f"{job_key(job_id)}:heartbeat"
 
 
 def iso(ts: float | None) -> str | None:
@@ -96,7 +70,7 @@ def _encode(fields: dict[str, Any]) -> dict[str, str]:
 
 
 class JobStore:
-    """Reads and writes job records; the only module that knows the Redis key layout."""
+    """Reads and writes job records and their streams (keys from jobs.keys)."""
 
     def __init__(self, redis: Redis):
         self.redis = redis
@@ -177,15 +151,15 @@ class JobStore:
     def request_stop(self, job_id: int, reason: str, only_first: bool = False) -> None:
         """Record why a running job is being stopped, before its trainer is signalled (`only_first`: unless
         a reason is recorded already)."""
-        self.redis.set(f"{job_key(job_id)}:stop", reason, ex=7 * 24 * 3600, nx=only_first)
+        self.redis.set(stop_key(job_id), reason, ex=7 * 24 * 3600, nx=only_first)
 
     def clear_stop(self, job_id: int) -> None:
         """Forget a stop request (a re-queued attempt starts clean)."""
-        self.redis.delete(f"{job_key(job_id)}:stop")
+        self.redis.delete(stop_key(job_id))
 
     def stop_reason(self, job_id: int) -> str | None:
         """The reason given to request_stop, if any."""
-        raw = self.redis.get(f"{job_key(job_id)}:stop")
+        raw = self.redis.get(stop_key(job_id))
         return raw.decode() if raw else None
 
     def list(self, limit: int = 50, before: int | None = None, where: Any = None) -> list[dict[str, Any]]:

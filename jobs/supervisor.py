@@ -16,7 +16,7 @@ from jobs.errors import ConfigError
 from jobs.gpus import list_gpus
 from jobs.proc import python_module
 from jobs.redis_server import EmbeddedRedis
-from jobs.settings import Settings
+from jobs.settings import DEFAULT_PORT, Settings
 
 log = logging.getLogger(__name__)
 
@@ -97,9 +97,12 @@ class Stack:
             self.redis = EmbeddedRedis(home / "redis")
             self.redis_url = self.redis.start()
         env = {"REDIS_URL": self.redis_url, "GPUDECK_HOME": str(home)}
-        py = python_module("tui.cli")
+        py = python_module("jobs.cli")
         self.api = Child(
-            "api", [*py, "api", "--host", self.host, "--port", str(self.port)], self.logs_dir / "api.log", env=env
+            "api",
+            [*python_module("api.serve"), "--host", self.host, "--port", str(self.port)],
+            self.logs_dir / "api.log",
+            env=env,
         )
         self.api.start()
         gpus = self.gpus if self.gpus is not None else [g["index"] for g in list_gpus()]
@@ -224,7 +227,7 @@ def up(
     settings: Settings,
     *,
     host: str = "127.0.0.1",
-    port: int = 8686,
+    port: int = DEFAULT_PORT,
     gpus: list[str] | None = None,
     cpu_workers: int | None = None,
 ) -> int:

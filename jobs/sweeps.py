@@ -13,6 +13,7 @@ from redis import Redis
 from jobs import queues
 from jobs import spec as spec_mod
 from jobs.errors import NotFound, ValidationError
+from jobs.keys import SWEEP_COUNTER_KEY, sweep_key
 from jobs.store import JobStore
 
 MAX_JOBS = 500
@@ -67,7 +68,7 @@ def create(redis: Redis, body: Any, data_roots=()) -> dict[str, Any]:
             raise ValidationError(
                 {f"combination {i + 1} {json.dumps(combo)}: {k}": v for k, v in exc.fields.items()}
             ) from None
-    sweep_id = int(redis.incr("gpudeck:next_sweep_id"))
+    sweep_id = int(redis.incr(SWEEP_COUNTER_KEY))
     jobs = []
     for s in specs:
         s = {**s, "tags": [*s.get("tags", []), f"sweep:{sweep_id}"]}
@@ -79,7 +80,7 @@ def create(redis: Redis, body: Any, data_roots=()) -> dict[str, Any]:
         "job_ids": [j["id"] for j in jobs],
         "created_at": time.time(),
     }
-    redis.set(f"gpudeck:sweep:{sweep_id}", json.dumps(record))
+    redis.set(sweep_key(sweep_id), json.dumps(record))
     return {**record, "jobs": jobs}
 
 
@@ -90,7 +91,7 @@ def _get(spec: dict[str, Any], key: str) -> Any:
 
 def summary(redis: Redis, sweep_id: int) -> dict[str, Any]:
     """The sweep's jobs as a table, best final test accuracy first (unfinished jobs last)."""
-    raw = redis.get(f"gpudeck:sweep:{sweep_id}")
+    raw = redis.get(sweep_key(sweep_id))
     if raw is None:
         raise NotFound(f"sweep {sweep_id} does not exist", {"id": sweep_id})
     record = json.loads(raw)

@@ -1,4 +1,5 @@
-"""The RQ tasks: module-level and small; the work lives in jobs.runner."""
+"""The RQ tasks: module-level and small; the work lives in jobs.runner. Their names (jobs.keys.RUN_JOB,
+RUN_TASK) are stored in Redis with every queued attempt, so they stay here."""
 
 from __future__ import annotations
 

@@ -21,10 +21,11 @@ from redis import Redis
 from redis.exceptions import RedisError
 
 from jobs.errors import BadRequest, Unavailable, ValidationError
+from jobs.keys import tensorboard_key
 from jobs.proc import pdeathsig
 from jobs.redis_server import free_port
 from jobs.settings import Settings
-from jobs.store import JobStore
+from jobs.store import JobStore, iso
 
 log = logging.getLogger(__name__)
 
@@ -32,11 +33,6 @@ MAX_JOBS = 100
 """Most jobs one TensorBoard shows."""
 START_TIMEOUT_S = 90
 """How long a new TensorBoard may take to listen (it imports TensorFlow when installed)."""
-
-
-def records_key(host: str) -> str:
-    """Hash of this host's TensorBoards: sorted job ids -> {port, pid, jobs, started_at, last_used}."""
-    return f"gpudeck:tensorboard:{host}"
 
 
 def _job_ids(body: Any) -> list[int]:
@@ -113,14 +109,12 @@ class TensorBoards:
     def __init__(self, redis: Redis, settings: Settings, host: str | None = None):
         self.redis, self.settings = redis, settings
         self.host = host or socket.gethostname()
-        self.key = records_key(self.host)
+        self.key = tensorboard_key(self.host)
 
     def records(self) -> dict[str, dict[str, Any]]:
         return {k.decode(): json.loads(v) for k, v in self.redis.hgetall(self.key).items()}
 
     def view(self, rec: dict[str, Any], reused: bool | None = None) -> dict[str, Any]:
-        from jobs.store import iso
-
         port = rec["port"]
         out = {
             "url": f"http://127.0.0.1:{port}/",

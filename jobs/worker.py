@@ -16,30 +16,15 @@ from rq.command import send_shutdown_command
 from jobs import gang, runner
 from jobs.errors import NotFound
 from jobs.gpus import Sampler
-from jobs.queues import worker_queues
-from jobs.reaper import Reaper, worker_lost
+from jobs.keys import RUN_TASK, alive_key, drain_key, job_id_of, private_queue, task_key, worker_info_key, worker_queues
+from jobs.lifecycle import worker_lost
+from jobs.reaper import Reaper
 from jobs.settings import Settings
 from jobs.states import Reason, Status
 from jobs.store import JobStore
+from models.protocol import DEFAULT_GRACE_S
 
 log = logging.getLogger(__name__)
-
-
-def job_id_of(rq_job_id: str | None) -> int | None:
-    """The gpudeck job id inside an RQ job id (`gpudeck-42` or `gpudeck-42-2`)."""
-    if not rq_job_id or not rq_job_id.startswith("gpudeck-"):
-        return None
-    return int(rq_job_id.split("-")[1])
-
-
-def info_key(name: str) -> str:
-    """gpudeck's own facts about a worker (host, GPUs), beside RQ's registration."""
-    return f"gpudeck:worker:{name}"
-
-
-def drain_key(name: str) -> str:
-    """Set while a worker is draining: it finishes its job, takes no new one, and exits."""
-    return f"gpudeck:worker:{name}:drain"
 
 
 class GpudeckWorker(Worker):
@@ -67,8 +52,8 @@ def trainer_of(job: Any) -> tuple[int, int | None]:
     """(gpudeck job id, trainer pid) of an RQ job: a single job's or one task's of a multi-worker job."""
     job_id = job_id_of(job.id)
     assert job_id is not None
-    if job.func_name == "jobs.task.run_task":
-        pid = job.connection.hget(gang.task_key(job_id, job.args[1]), "pid")
+    if job.func_name == RUN_TASK:
+        pid = job.connection.hget(task_key(job_id, job.args[1]), "pid")
         return job_id, int(pid) if pid else None
     return job_id, JobStore(job.connection).get(job_id).get("pid")
 
@@ -86,7 +71,7 @@ def on_horse_killed(job: Any, retpid: int, ret_val: int, rusage: Any) -> None:
     if Status(rec["status"]).ended:
         return
     why = f"the work-horse died (wait status {ret_val})"
-    if job.func_name == "jobs.task.run_task":
+    if job.func_name == RUN_TASK:
         index, gen = job.args[1], job.args[2]
         if gang.current(job.connection, job_id, gen):
             gang.task_lost(job.connection, job_id, index, why)
@@ -107,10 +92,10 @@ def describe(redis: Redis) -> list[dict[str, Any]]:
     """Live workers: identity (host, GPUs), state, current job, draining."""
     out = []
     for w in sorted(Worker.all(connection=redis), key=lambda w: w.name):
-        raw = redis.get(info_key(w.name))
+        raw = redis.get(worker_info_key(w.name))
         info = json.loads(raw) if raw else {}
         current = job_id_of(w.get_current_job_id())
-        queues = [q for q in w.queue_names() if q != gang.private_queue(w.name)]
+        queues = [q for q in w.queue_names() if q != private_queue(w.name)]
         out.append(
             {
                 "name": w.name,
@@ -133,7 +118,7 @@ def run(
     *,
     name: str | None = None,
     burst: bool = False,
-    stop_grace_s: float = 30.0,
+    stop_grace_s: float = DEFAULT_GRACE_S,
     max_memory: int | None = None,
 ) -> None:
     """Pin to `gpus` ([] = CPU), then serve the queues for that GPU count until stopped."""
@@ -146,11 +131,11 @@ def run(
         settings=settings, name=name, gpu_ids=list(gpus), stop_grace_s=stop_grace_s, max_memory=max_memory
     )
     redis = settings.redis()
-    redis.set(info_key(name), json.dumps({"host": host, "gpus": gpus}), ex=7 * 24 * 3600)
+    redis.set(worker_info_key(name), json.dumps({"host": host, "gpus": gpus}), ex=7 * 24 * 3600)
     queues = worker_queues(len(gpus))
     # Its private queue first: a task of a multi-worker job placed on this worker goes before anything else.
     worker = GpudeckWorker(
-        [gang.private_queue(name), *queues], name=name, connection=redis, work_horse_killed_handler=on_horse_killed
+        [private_queue(name), *queues], name=name, connection=redis, work_horse_killed_handler=on_horse_killed
     )
     assert settings.redis_url
     helpers = [Reaper(settings.redis_url), Sampler(settings.redis_url, host), gang.Placer(settings.redis_url, name)]
@@ -164,4 +149,4 @@ def run(
     finally:
         for helper in helpers:
             helper.stopped.set()
-        redis.delete(info_key(name), drain_key(name), gang.alive_key(name))
+        redis.delete(worker_info_key(name), drain_key(name), alive_key(name))

@@ -8,10 +8,9 @@ import os
 from pathlib import Path
 from typing import IO, Any
 
-log = logging.getLogger("models.train")
+from models.protocol import EVENT_METRIC, EVENTS_FD_ENV
 
-EVENTS_FD_ENV = "GPUDECK_EVENTS_FD"
-"""When set, the trainer also writes its events as JSON lines to this inherited file descriptor."""
+log = logging.getLogger("models.train")
 
 
 class Reporter:
@@ -45,7 +44,7 @@ class Reporter:
         log.info("%s %s", split, shown)
         if self.metrics_file is not None:
             self.metrics_file.write(json.dumps(point) + "\n")
-            self.event("metric", **point)
+            self.event(EVENT_METRIC, **point)
             self._tensorboard(point, split)
 
     def _tensorboard(self, point: dict[str, Any], split: str) -> None:

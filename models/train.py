@@ -9,11 +9,13 @@ import os
 import sys
 from pathlib import Path
 
+from models.protocol import EXIT_BAD_INPUT, EXIT_OK, EXIT_STOPPED
+
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "1")
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Exit 0 on success, 2 on a bad spec, 143 when stopped by SIGTERM (after a checkpoint), 1 otherwise."""
+    """Exit codes of models.protocol: EXIT_OK, EXIT_BAD_INPUT, EXIT_STOPPED (after a checkpoint); 1 otherwise."""
     parser = argparse.ArgumentParser(prog="python -m models.train", description=__doc__)
     parser.add_argument("--spec", required=True, type=Path, help="job spec JSON file")
     parser.add_argument("--job-dir", required=True, type=Path, help="where logs, checkpoints, results go")
@@ -27,7 +29,7 @@ def main(argv: list[str] | None = None) -> int:
         spec = json.loads(args.spec.read_text())
     except (OSError, ValueError) as exc:
         log.error("cannot read spec %s: %s", args.spec, exc)
-        return 2
+        return EXIT_BAD_INPUT
     from models import params as params_mod
     from models.catalog import model_info, parse_dataset
 
@@ -41,9 +43,9 @@ def main(argv: list[str] | None = None) -> int:
     if problems:
         for field, problem in problems.items():
             log.error("bad spec: %s: %s", field, problem)
-        return 2
+        return EXIT_BAD_INPUT
 
-    from models.trainer import EXIT_STOPPED, BadInput, Stopped, Trainer
+    from models.trainer import BadInput, Stopped, Trainer
 
     try:
         Trainer(spec, args.job_dir).run()
@@ -51,8 +53,8 @@ def main(argv: list[str] | None = None) -> int:
         return EXIT_STOPPED
     except BadInput as exc:
         log.error("bad input: %s", exc)
-        return 2
-    return 0
+        return EXIT_BAD_INPUT
+    return EXIT_OK
 
 
 if __name__ == "__main__":

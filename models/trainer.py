@@ -21,16 +21,11 @@ from models import datasets, zoo
 from models import params as params_mod
 from models.catalog import model_info
 from models.pipeline import Preprocess, eval_dataset, target_shape, train_dataset
+from models.protocol import DEFAULT_GRACE_S, EVENT_RESULT, EVENT_RUNNING, STOP_GRACE_ENV, trainer_grace
 from models.reporting import Reporter
 from models.schedules import Schedule
 
 log = logging.getLogger("models.train")
-
-STOP_GRACE_ENV = "GPUDECK_STOP_GRACE"
-"""Seconds the trainer has after SIGTERM to checkpoint before it ends itself (default 25)."""
-
-EXIT_STOPPED = 143
-"""Exit status after a SIGTERM-requested stop (128 + SIGTERM), like a shell reports it."""
 
 
 class Stopped(Exception):
@@ -100,7 +95,9 @@ class Trainer:
     def _on_sigterm(self, signum: int, frame: Any) -> None:
         log.warning("SIGTERM: saving a checkpoint and stopping")
         self._stop_requested = True
-        signal.alarm(int(os.environ.get(STOP_GRACE_ENV, "25")))  # if the checkpoint hangs, SIGALRM ends us
+        signal.alarm(
+            int(os.environ.get(STOP_GRACE_ENV, trainer_grace(DEFAULT_GRACE_S)))
+        )  # if the checkpoint hangs, SIGALRM ends us
 
     def _setup(self):
         """Strategy, data, model, optimizer: everything the loop needs."""
@@ -238,7 +235,7 @@ class Trainer:
         reporter = Reporter(self.job_dir, enabled=self.chief)
         step = int(step_var.numpy())
         reporter.event(
-            "running",
+            EVENT_RUNNING,
             step=step,
             total_steps=total_steps,
             steps_per_epoch=steps_per_epoch,
@@ -314,7 +311,7 @@ class Trainer:
         if self.chief:
             model.save(self.job_dir / "model.keras")
             (self.job_dir / "result.json").write_text(json.dumps(result, indent=2) + "\n")
-        reporter.event("result", **result)
+        reporter.event(EVENT_RESULT, **result)
         reporter.close()
         log.info("result %s", json.dumps(result))
         return result

@@ -11,25 +11,18 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from textual.app import App, ComposeResult
+from textual.app import App
 from textual.binding import Binding
 from textual.widget import Widget
-from textual.widgets import Header, Static
 
 from tui.client import ApiError, Client, Unreachable
+from tui.screens.gpus import GpusScreen
+from tui.screens.job import JobScreen
+from tui.screens.jobs import JobsScreen
+from tui.screens.submit import SubmitScreen
+from tui.widgets.chrome import Banner
 
 BACKOFF_S = (2, 4, 8, 16, 30)
-
-
-class Banner(Static):
-    """One line at the top that says when the API cannot be used, and when the next try is."""
-
-    def show(self, text: str) -> None:
-        self.update(text)
-        self.add_class("visible")
-
-    def clear(self) -> None:
-        self.remove_class("visible")
 
 
 class GpudeckApp(App):
@@ -120,8 +113,6 @@ class GpudeckApp(App):
 
     # -- screens -------------------------------------------------------------------------------
     def on_mount(self) -> None:
-        from tui.screens.jobs import JobsScreen
-
         self.push_screen(JobsScreen())
 
     def action_toggle_help(self) -> None:
@@ -131,15 +122,10 @@ class GpudeckApp(App):
             self.action_show_help_panel()
 
     def action_gpus(self) -> None:
-        from tui.screens.gpus import GpusScreen
-
         if not isinstance(self.screen, GpusScreen):
             self.push_screen(GpusScreen())
 
     def action_submit(self) -> None:
-        from tui.screens.job import JobScreen
-        from tui.screens.submit import SubmitScreen
-
         def opened(job: dict | None) -> None:
             if job:
                 self.push_screen(JobScreen(job["id"]))
@@ -150,9 +136,3 @@ class GpudeckApp(App):
 def _short(exc: Exception) -> str:
     text = str(exc)
     return text.split(": ", 1)[-1][:120]
-
-
-def chrome() -> ComposeResult:
-    """What every full screen shows above its content: the title bar and the connection banner."""
-    yield Header()
-    yield Banner(id="banner")

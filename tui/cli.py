@@ -1,72 +1,27 @@
-"""`gpudeck`: start the stack (`up`, `api`, `worker`) or talk to it over HTTP (`submit`, `ls`, ...)."""
+"""`gpudeck`: the client commands that talk to the API over HTTP (`submit`, `ls`, `tui`, ...), and the dispatch
+to the server commands (`up`, `worker` in jobs.cli; `api` in api.serve)."""
 
 from __future__ import annotations
 
 import argparse
 import json
-import logging
 import os
 import sys
 from pathlib import Path
 from typing import Any
 
-EXIT_OK, EXIT_JOB_FAILED, EXIT_USAGE, EXIT_UNREACHABLE = 0, 1, 2, 3
+from api.serve import add_command as add_api_command
+from jobs.cli import EXIT_JOB_FAILED, EXIT_OK, EXIT_UNREACHABLE, EXIT_USAGE, settings_from_env
+from jobs.cli import add_commands as add_server_commands
+from jobs.keys import PRIORITIES
+from jobs.settings import DEFAULT_API
+
 ENDED = ("succeeded", "failed", "canceled")
 
 
-def _settings(home: Path | None = None):
-    from jobs.settings import Settings
-
-    env = dict(os.environ)
-    if home is not None:
-        env["GPUDECK_HOME"] = str(home)
-    return Settings.from_env(env)
-
-
-def _setup_logging() -> None:
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
-
-
-# -- server commands ---------------------------------------------------------------------------
-def cmd_up(args: argparse.Namespace) -> int:
-    from jobs.supervisor import up
-
-    _setup_logging()
-    gpus = None if args.gpus is None else [g for g in args.gpus.split(",") if g != ""]
-    return up(_settings(args.home), host=args.host, port=args.port, gpus=gpus, cpu_workers=args.cpu_workers)
-
-
-def cmd_api(args: argparse.Namespace) -> int:
-    from api.serve import serve
-
-    _setup_logging()
-    serve(_settings(), host=args.host, port=args.port, workers=args.workers)
-    return EXIT_OK
-
-
-def _bytes(text: str) -> int:
-    from jobs.settings import parse_size
-
-    try:
-        return parse_size(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a size like 8G or 512M, got {text!r}") from None
-
-
-def cmd_worker(args: argparse.Namespace) -> int:
-    if args.drain:
-        print(json.dumps(_client().drain(args.drain)))
-        return EXIT_OK
-    if not args.cpu and not args.gpus:
-        print("gpudeck worker: give --gpus LIST or --cpu (or --drain NAME)", file=sys.stderr)
-        return EXIT_USAGE
-    from jobs import worker
-
-    _setup_logging()
-    gpus = [] if args.cpu else [g.strip() for g in args.gpus.split(",") if g.strip()]
-    worker.run(
-        _settings(), gpus, name=args.name, burst=args.burst, stop_grace_s=args.stop_grace, max_memory=args.max_memory
-    )
+def cmd_drain(name: str) -> int:
+    """`gpudeck worker --drain NAME`: POST /api/v1/workers/NAME/drain."""
+    print(json.dumps(_client().drain(name)))
     return EXIT_OK
 
 
@@ -74,7 +29,7 @@ def cmd_worker(args: argparse.Namespace) -> int:
 def _client():
     from tui.client import Client
 
-    s = _settings()
+    s = settings_from_env()
     return Client(s.api_url, s.token)
 
 
@@ -334,7 +289,7 @@ def cmd_tf_config(args: argparse.Namespace) -> int:
 def cmd_tui(args: argparse.Namespace) -> int:
     from tui.app import GpudeckApp
 
-    s = _settings()
+    s = settings_from_env()
     GpudeckApp(args.api or s.api_url, args.token or s.token).run()
     return EXIT_OK
 
@@ -343,32 +298,8 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="gpudeck", description="Self-hosted training jobs on GPU machines.")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
-    p = sub.add_parser("up", help="start Redis, the API and one worker per GPU; Ctrl-C stops all")
-    p.add_argument("--host", default="127.0.0.1", help="address the API binds (default 127.0.0.1)")
-    p.add_argument("--port", type=int, default=8686, help="API port (default 8686)")
-    p.add_argument("--home", type=Path, help="data root (default $GPUDECK_HOME or ~/.local/share/gpudeck)")
-    p.add_argument("--gpus", help="GPU indices to start workers for, e.g. 0,1 (default: nvidia-smi -L)")
-    p.add_argument("--cpu-workers", type=int, help="CPU workers (default: 1 when there is no GPU)")
-    p.set_defaults(func=cmd_up)
-
-    p = sub.add_parser("api", help="serve the REST API (gunicorn)")
-    p.add_argument("--host", default="127.0.0.1")
-    p.add_argument("--port", type=int, default=8686)
-    p.add_argument("--workers", type=int, default=2, help="gunicorn worker processes")
-    p.set_defaults(func=cmd_api)
-
-    p = sub.add_parser("worker", help="run one worker pinned to GPUs (or the CPU), or drain one")
-    g = p.add_mutually_exclusive_group()
-    g.add_argument("--gpus", help="GPU indices this worker owns, e.g. 0 or 2,3")
-    g.add_argument("--cpu", action="store_true", help="a CPU-only worker")
-    g.add_argument(
-        "--drain", metavar="NAME", help="ask worker NAME (see GET /api/v1/workers) to finish its job and exit"
-    )
-    p.add_argument("--name", help="worker name (default host.gpuN.pid)")
-    p.add_argument("--burst", action="store_true", help="exit when the queues are empty")
-    p.add_argument("--stop-grace", type=float, default=30.0, help="seconds between SIGTERM and SIGKILL on cancel (30)")
-    p.add_argument("--max-memory", type=_bytes, help="cap each trainer's memory (RLIMIT_DATA), e.g. 16G")
-    p.set_defaults(func=cmd_worker)
+    add_server_commands(sub, drain_over_api=cmd_drain)  # up, worker: jobs.cli
+    add_api_command(sub)  # api: api.serve
 
     p = sub.add_parser("submit", help="submit a training job")
     p.add_argument("--model", required=True)
@@ -377,7 +308,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--gpus", type=int, help="GPUs per task (default: 1 when a GPU worker is live, else 0)")
     p.add_argument("--workers", type=int, help="tasks of a multi-worker (TF_CONFIG) job, each on its own worker")
     p.add_argument("--chief", action="store_true", help="task 0 of a multi-worker job runs as a `chief` task")
-    p.add_argument("--priority", choices=("high", "normal", "low"))
+    p.add_argument("--priority", choices=PRIORITIES)
     p.add_argument("--name")
     p.add_argument("--tag", action="append", help="a tag (repeatable)")
     p.add_argument("--timeout", type=int, help="seconds before the job is stopped")
@@ -444,7 +375,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(func=cmd_tf_config)
 
     p = sub.add_parser("tui", help="the terminal UI: jobs, logs, curves, GPUs, TensorBoard")
-    p.add_argument("--api", help="API URL (default $GPUDECK_API or http://127.0.0.1:8686)")
+    p.add_argument("--api", help=f"API URL (default $GPUDECK_API or {DEFAULT_API})")
     p.add_argument("--token", help="bearer token (default $GPUDECK_TOKEN)")
     p.set_defaults(func=cmd_tui)
     return parser

@@ -10,14 +10,15 @@ import time
 import pytest
 from rq import Queue, Worker
 
-from jobs import gang, queues
-from jobs.worker import info_key
+from jobs import control, gang, keys
+from jobs.keys import worker_info_key as info_key
+from jobs.reaper import reap
 
 BASE = {"model": "resnet20", "dataset": "synthetic:8x8x3", "params": {"steps": 2}, "gpus": 0}
 
 
 def register(redis, name: str, host: str = "box", gpus: tuple[str, ...] = ()) -> str:
-    w = Worker([gang.private_queue(name), *queues.worker_queues(len(gpus))], name=name, connection=redis)
+    w = Worker([gang.private_queue(name), *keys.worker_queues(len(gpus))], name=name, connection=redis)
     w.register_birth()
     w.set_state("idle")
     redis.set(info_key(name), json.dumps({"host": host, "gpus": list(gpus)}))
@@ -32,8 +33,8 @@ def placed_on(redis, names) -> dict[str, list[str]]:
 
 def test_a_job_takes_all_its_workers_at_once_or_none(redis, client):
     names = [register(redis, f"w{i}", host=f"h{i % 2}") for i in range(3)]
-    a = queues.submit(redis, {**BASE, "workers": 2})
-    b = queues.submit(redis, {**BASE, "workers": 2})
+    a = control.submit(redis, {**BASE, "workers": 2})[0]
+    b = control.submit(redis, {**BASE, "workers": 2})[0]
     on = placed_on(redis, names)
     assert sorted(len(ids) for ids in on.values()) == [0, 1, 1]  # a has two workers; nobody holds half of b
     assert sorted(i for ids in on.values() for i in ids) == [f"gpudeck-{a['id']}-g1-t0", f"gpudeck-{a['id']}-g1-t1"]
@@ -60,10 +61,10 @@ def test_a_job_takes_all_its_workers_at_once_or_none(redis, client):
 def test_order_priority_and_queues(redis):
     cpu = [register(redis, f"c{i}") for i in range(2)]
     gpu = [register(redis, f"g{i}", gpus=("0",)) for i in range(2)]
-    three = queues.submit(redis, {**BASE, "workers": 3})  # more than there are: waits, first in line
-    low = queues.submit(redis, {**BASE, "workers": 2, "priority": "low"})
-    high = queues.submit(redis, {**BASE, "workers": 2, "priority": "high"})
-    on_gpu = queues.submit(redis, {**BASE, "workers": 2, "gpus": 1})
+    three = control.submit(redis, {**BASE, "workers": 3})[0]  # more than there are: waits, first in line
+    low = control.submit(redis, {**BASE, "workers": 2, "priority": "low"})[0]
+    high = control.submit(redis, {**BASE, "workers": 2, "priority": "high"})[0]
+    on_gpu = control.submit(redis, {**BASE, "workers": 2, "gpus": 1})[0]
     status = {j["id"]: redis.hget(f"gpudeck:job:{j['id']}", "status").decode() for j in (three, low, high, on_gpu)}
     # high goes first in the cpu line; the 3-worker job stays ahead of low, so low cannot overtake it.
     assert status == {three["id"]: "queued", low["id"]: "queued", high["id"]: "starting", on_gpu["id"]: "starting"}
@@ -76,13 +77,11 @@ def test_order_priority_and_queues(redis):
 
 def test_a_placement_that_does_not_gather_goes_back_in_line(redis, client):
     names = [register(redis, f"w{i}") for i in range(2)]
-    job = queues.submit(redis, {**BASE, "workers": 2})
+    job = control.submit(redis, {**BASE, "workers": 2})[0]
     rec = client.get(f"/api/v1/jobs/{job['id']}").json
     assert rec["status"] == "starting"
     # Neither task arrived (their workers took other jobs); after RENDEZVOUS_S the reaper puts it back.
     redis.hset(f"gpudeck:job:{job['id']}", "placed_at", time.time() - gang.RENDEZVOUS_S - 1)
-    from jobs.reaper import reap
-
     reap(redis)
     rec = client.get(f"/api/v1/jobs/{job['id']}").json
     assert rec["status"] == "queued"
@@ -103,6 +102,6 @@ def test_busy_draining_or_silent_workers_get_no_task(redis, draining):
         redis.set("gpudeck:worker:w1:drain", "1")
     else:
         redis.delete(gang.alive_key("w1"))  # its process stopped saying it is alive
-    job = queues.submit(redis, {**BASE, "workers": 2})
+    job = control.submit(redis, {**BASE, "workers": 2})[0]
     assert redis.hget(f"gpudeck:job:{job['id']}", "status") == b"queued"
     assert placed_on(redis, ["w0", "w1"]) == {"w0": [], "w1": []}

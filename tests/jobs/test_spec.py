@@ -2,7 +2,7 @@
 
 import pytest
 
-from jobs import queues, spec
+from jobs import keys, spec
 from jobs.errors import ValidationError
 
 
@@ -46,6 +46,6 @@ def test_multi_worker_fields_are_checked():
 
 
 def test_queue_names_by_gpus_and_priority():
-    assert queues.queue_name(0, "normal") == "cpu"
-    assert queues.queue_name(1, "high") == "gpus-1-high"
-    assert queues.worker_queues(2) == ["gpus-2-high", "gpus-2", "gpus-2-low"]
+    assert keys.queue_name(0, "normal") == "cpu"
+    assert keys.queue_name(1, "high") == "gpus-1-high"
+    assert keys.worker_queues(2) == ["gpus-2-high", "gpus-2", "gpus-2-low"]

@@ -15,12 +15,13 @@ from textual.widgets import DataTable, Input, Label, Log, Static
 from jobs.redis_server import free_port
 from tests.conftest import fake_nvidia_smi, start_api
 from tests.jobs.test_lifecycle_e2e import FAKE_SMI
-from tui.app import Banner, GpudeckApp
+from tui.app import GpudeckApp
 from tui.screens.dialogs import Confirm, TensorBoardDialog
 from tui.screens.gpus import GpusScreen
 from tui.screens.job import JobScreen
 from tui.screens.jobs import JobsScreen
 from tui.screens.submit import SubmitScreen
+from tui.widgets.chrome import Banner
 
 pytestmark = pytest.mark.slow
 

@@ -13,7 +13,7 @@ from textual.containers import VerticalScroll
 from textual.screen import Screen
 from textual.widgets import Footer, Static
 
-from tui.app import chrome
+from tui.widgets.chrome import chrome
 from tui.widgets.fmt import NA, bar, na, sparkline
 
 REFRESH_S = 2.0

@@ -13,7 +13,8 @@ from textual.binding import Binding
 from textual.screen import Screen
 from textual.widgets import Footer, Log, Static, TabbedContent, TabPane
 
-from tui.app import chrome
+from tui.screens.dialogs import Confirm, open_tensorboard
+from tui.widgets.chrome import chrome
 from tui.widgets.fmt import ACTIVE, ENDED, bar, duration, num, sparkline, status
 
 KEEP_LINES = 200_000
@@ -194,8 +195,6 @@ class JobScreen(Screen):
             self._summary(self.job)
 
     def action_cancel(self) -> None:
-        from tui.screens.dialogs import Confirm
-
         def confirmed(yes: bool | None) -> None:
             if yes:
                 self.app.call_api(lambda c: c.cancel(self.job_id), lambda job: self.notify(f"job {job['id']}: cancel"))
@@ -203,8 +202,6 @@ class JobScreen(Screen):
         self.app.push_screen(Confirm(f"Cancel job {self.job_id}?"), confirmed)
 
     def action_retry(self) -> None:
-        from tui.screens.dialogs import Confirm
-
         def confirmed(yes: bool | None) -> None:
             if yes:
                 self.app.call_api(lambda c: c.retry(self.job_id), self._retried)
@@ -216,6 +213,4 @@ class JobScreen(Screen):
         self.app.switch_screen(JobScreen(job["id"]))
 
     def action_tensorboard(self) -> None:
-        from tui.screens.dialogs import open_tensorboard
-
         open_tensorboard(self.app, [self.job_id])

@@ -11,7 +11,9 @@ from textual.containers import Horizontal
 from textual.screen import Screen
 from textual.widgets import DataTable, Footer, Input, Static
 
-from tui.app import chrome
+from tui.screens.dialogs import open_tensorboard
+from tui.screens.job import JobScreen
+from tui.widgets.chrome import chrome
 from tui.widgets.fmt import job_cells
 
 COLUMNS = [
@@ -161,8 +163,6 @@ class JobsScreen(Screen):
 
     # -- actions -------------------------------------------------------------------------------
     def action_open(self) -> None:
-        from tui.screens.job import JobScreen
-
         job_id = self._cursor_job()
         if job_id is not None:
             self.app.push_screen(JobScreen(job_id))
@@ -211,8 +211,6 @@ class JobsScreen(Screen):
             self._resort()
 
     def action_tensorboard(self) -> None:
-        from tui.screens.dialogs import open_tensorboard
-
         ids = sorted(self.selected) or ([self._cursor_job()] if self._cursor_job() is not None else [])
         if ids:
             open_tensorboard(self.app, ids)

@@ -1,0 +1,178 @@
+"""Every name gpudeck gives things in Redis: keys, queue names, RQ job ids and task functions.
+
+This module imports nothing from gpudeck, so every layer can use it (arq's `constants.py` is the model).
+A new key is added here and nowhere else; docs/architecture.md lists the layout.
+"""
+
+from __future__ import annotations
+
+PREFIX = "gpudeck"
+
+# -- jobs ------------------------------------------------------------------------------------------
+COUNTER_KEY = f"{PREFIX}:next_id"
+"""INCR gives the next sequential job id."""
+INDEX_KEY = f"{PREFIX}:jobs"
+"""Sorted set of every job id (score = id): the newest-first listing."""
+ACTIVE_KEY = f"{PREFIX}:jobs:active"
+"""Ids of jobs a worker has taken (starting or running): what the reaper watches."""
+
+
+def job_key(job_id: int) -> str:
+    """The hash of one job record."""
+    return f"{PREFIX}:job:{job_id}"
+
+
+def log_key(job_id: int) -> str:
+    """The stream of one job's log lines; entry ids are 0-<line number>."""
+    return f"{job_key(job_id)}:log"
+
+
+def metrics_key(job_id: int) -> str:
+    """The stream of one job's metric points; entry ids are 0-<point number>."""
+    return f"{job_key(job_id)}:metrics"
+
+
+def heartbeat_key(job_id: int) -> str:
+    """Present while the work-horse running the job is alive."""
+    return f"{job_key(job_id)}:heartbeat"
+
+
+def stop_key(job_id: int) -> str:
+    """Why a running job is being stopped (canceled, timeout, worker_lost, task_failed), once someone asked."""
+    return f"{job_key(job_id)}:stop"
+
+
+def task_key(job_id: int, index: int) -> str:
+    """Hash of one task of a multi-worker job's current placement: worker, host, gpus, gen, address, pid, …"""
+    return f"{job_key(job_id)}:task:{index}"
+
+
+def task_beat_key(job_id: int, index: int) -> str:
+    """Present while the work-horse running the task is alive."""
+    return f"{task_key(job_id, index)}:heartbeat"
+
+
+def arrived_key(job_id: int, gen: int) -> str:
+    """Counter of the tasks of placement `gen` that reached the rendezvous."""
+    return f"{job_key(job_id)}:g{gen}:arrived"
+
+
+def go_key(job_id: int, gen: int) -> str:
+    """List the last task to arrive fills with one token per task; every task BLPOPs one."""
+    return f"{job_key(job_id)}:g{gen}:go"
+
+
+def idempotency_key(digest: str) -> str:
+    """The job an Idempotency-Key (by its sha256) created, and the body it came with."""
+    return f"{PREFIX}:idempotency:{digest}"
+
+
+# -- placement of multi-worker jobs, workers and locks ---------------------------------------------
+GANGS_KEY = f"{PREFIX}:gangs"
+"""Sorted set of multi-worker jobs waiting for workers: score = priority rank, then id."""
+GANGS_LOCK_KEY = f"{PREFIX}:gangs:lock"
+REAPER_LOCK_KEY = f"{PREFIX}:reaper:lock"
+
+
+def worker_info_key(name: str) -> str:
+    """gpudeck's own facts about a worker (host, GPUs), beside RQ's registration."""
+    return f"{PREFIX}:worker:{name}"
+
+
+def drain_key(name: str) -> str:
+    """Set while a worker is draining: it finishes its job, takes no new one, and exits."""
+    return f"{PREFIX}:worker:{name}:drain"
+
+
+def alive_key(name: str) -> str:
+    """Refreshed every second by a worker's placer: the worker may be handed a task."""
+    return f"{PREFIX}:worker:{name}:alive"
+
+
+def gpus_key(host: str) -> str:
+    """The newest nvidia-smi sample of one host (with a TTL)."""
+    return f"{PREFIX}:gpus:{host}"
+
+
+GPUS_PATTERN = f"{PREFIX}:gpus:*"
+
+# -- datasets, sweeps, TensorBoard -------------------------------------------------------------------
+DATASETS_KEY = f"{PREFIX}:datasets"
+"""Sorted set of dataset names (score: first upload time)."""
+
+
+def dataset_key(name: str) -> str:
+    """Hash version -> metadata JSON of one dataset."""
+    return f"{PREFIX}:dataset:{name}"
+
+
+def dataset_order_key(name: str) -> str:
+    """Sorted set of a dataset's versions by upload time (the newest is what a bare name means)."""
+    return f"{PREFIX}:dataset:{name}:order"
+
+
+def dataset_upload_key(name: str, version: str) -> str:
+    """Claimed while one upload of name:version is being extracted."""
+    return f"{PREFIX}:dataset-upload:{name}:{version}"
+
+
+SWEEP_COUNTER_KEY = f"{PREFIX}:next_sweep_id"
+
+
+def sweep_key(sweep_id: int) -> str:
+    """JSON record of one sweep: its base, grid and job ids."""
+    return f"{PREFIX}:sweep:{sweep_id}"
+
+
+def tensorboard_key(host: str) -> str:
+    """Hash of one host's TensorBoards: sorted job ids -> {port, pid, jobs, started_at, last_used}."""
+    return f"{PREFIX}:tensorboard:{host}"
+
+
+# -- queues and RQ ------------------------------------------------------------------------------------
+PRIORITIES = ("high", "normal", "low")
+"""Job priorities, highest first: a worker serves its queues in this order."""
+
+RUN_JOB = "jobs.task.run_job"
+"""The RQ function of a single job (already-queued RQ jobs name it: keep it importable)."""
+RUN_TASK = "jobs.task.run_task"
+"""The RQ function of one task of a multi-worker job."""
+
+
+def base_queue(gpus: int) -> str:
+    """`cpu` for CPU jobs, `gpus-N` for jobs that need N GPUs on one worker."""
+    return "cpu" if gpus == 0 else f"gpus-{gpus}"
+
+
+def queue_name(gpus: int, priority: str) -> str:
+    """The queue a job of this GPU count and priority waits in (`gpus-1`, `gpus-1-high`, ...)."""
+    base = base_queue(gpus)
+    return base if priority == "normal" else f"{base}-{priority}"
+
+
+def worker_queues(gpus: int) -> list[str]:
+    """The queues a worker with `gpus` GPUs serves, highest priority first."""
+    return [queue_name(gpus, p) for p in PRIORITIES]
+
+
+def private_queue(worker: str) -> str:
+    """The queue only worker `worker` serves, first of all its queues: tasks placed on it."""
+    return f"tasks@{worker}"
+
+
+def rq_job_id(job_id: int, attempt: int) -> str:
+    """RQ's id for one attempt of a single job."""
+    return f"{PREFIX}-{job_id}" if attempt == 1 else f"{PREFIX}-{job_id}-{attempt}"
+
+
+def rq_task_id(job_id: int, gen: int, index: int) -> str:
+    """RQ's id for task `index` of placement `gen` of a multi-worker job."""
+    return f"{PREFIX}-{job_id}-g{gen}-t{index}"
+
+
+def job_id_of(rq_id: str | None) -> int | None:
+    """The gpudeck job id inside an RQ id (`gpudeck-42`, `gpudeck-42-2`, `gpudeck-42-g1-t0`); None for others."""
+    if not rq_id or not rq_id.startswith(f"{PREFIX}-"):
+        return None
+    part = rq_id.split("-")[1]
+    return int(part) if part.isdigit() else None

@@ -1,0 +1,119 @@
+"""How a job ends: the one table from what happened (a stop somebody asked for, the trainer's exit, the
+tasks of a multi-worker job) to status, reason, message, and whether the job is retried.
+
+Pure functions, no Redis: jobs.lifecycle applies what they decide. Every path that ends a job (the
+work-horse, a task, the reaper, a dead work-horse, cancel) asks here, so a new Reason is one line.
+"""
+
+from __future__ import annotations
+
+import signal
+from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import Any
+
+from jobs.states import Reason, Status
+from models.protocol import EXIT_BAD_INPUT, EXIT_OK
+
+
+@dataclass(frozen=True)
+class End:
+    """A decided end. `retry`: infrastructure, not the job: queued again while `max_retries` lasts."""
+
+    status: Status
+    reason: Reason | None = None
+    message: str | None = None
+    retry: bool = False
+
+    def fields(self) -> dict[str, Any]:
+        """The record fields this end sets (None removes a field)."""
+        return {
+            "status": self.status.value,
+            "reason": self.reason.value if self.reason else None,
+            "message": self.message,
+        }
+
+
+SUCCEEDED = End(Status.SUCCEEDED)
+CANCELED_QUEUED = End(Status.CANCELED, Reason.CANCELED, "canceled while queued")
+
+STOPPED: dict[str, End] = {
+    Reason.CANCELED.value: End(Status.CANCELED, Reason.CANCELED, "canceled on request"),
+    Reason.TIMEOUT.value: End(Status.FAILED, Reason.TIMEOUT, "the job ran past its timeout"),
+    Reason.WORKER_LOST.value: End(Status.FAILED, Reason.WORKER_LOST, "its worker shut down while it ran", retry=True),
+}
+"""A stop somebody asked for (the job's stop key) -> how the job ends, whatever the trainer's exit status."""
+
+TASK_FAILED = "task_failed"
+"""Stop reason set when a task of a multi-worker job failed by itself: the others stop, the first failure counts."""
+
+OOM_MARKERS = ("MemoryError", "ResourceExhaustedError", "OOM when allocating", "out of memory")
+"""Log text by which a training process that ran out of memory is recognised."""
+
+
+def lost(message: str) -> End:
+    """The worker (or work-horse) running the job went away: `message` says how."""
+    return End(Status.FAILED, Reason.WORKER_LOST, message, retry=True)
+
+
+def out_of_memory(returncode: int | None, log_tail: Iterable[str], oom_killed: bool) -> bool:
+    """Whether a process that ended with `returncode` ran out of memory (the kernel's OOM killer took it, or its
+    last lines say so)."""
+    if returncode == -signal.SIGKILL and oom_killed:
+        return True
+    return returncode not in (EXIT_OK, None) and any(m in line for line in log_tail for m in OOM_MARKERS)
+
+
+def of_exit(returncode: int | None, oom: bool, who: str = "the trainer") -> End:
+    """Why a process nobody asked to stop ended without a result."""
+    if returncode == EXIT_BAD_INPUT:
+        return End(Status.FAILED, Reason.BAD_INPUT, f"{who} refused the spec or its data")
+    if oom:
+        return End(Status.FAILED, Reason.OOM, "the training process ran out of memory")
+    if returncode is not None and returncode < 0:
+        return End(Status.FAILED, Reason.EXIT_NONZERO, f"{who} was killed by {signal.Signals(-returncode).name}")
+    if returncode == EXIT_OK:
+        return End(Status.FAILED, Reason.EXIT_NONZERO, f"{who} exited without a result")
+    return End(Status.FAILED, Reason.EXIT_NONZERO, f"{who} exited with status {returncode}")
+
+
+def of_job(stop: str | None, returncode: int | None, has_result: bool, oom: bool) -> End:
+    """A single job whose trainer ended (returncode None: it never started): a result wins, then a requested
+    stop, then the exit status."""
+    if returncode == EXIT_OK and has_result:
+        return SUCCEEDED
+    if stop in STOPPED:
+        return STOPPED[stop]
+    return of_exit(returncode, oom)
+
+
+def of_task(stop: str | None, returncode: int | None, oom: bool) -> tuple[str, End | None]:
+    """One task of a multi-worker job ended: its own status (`succeeded`, `stopped`, `failed`) and, when it
+    failed by itself, why (which then ends the whole job through of_tasks)."""
+    if returncode == EXIT_OK:
+        return "succeeded", None
+    if stop or returncode is None:
+        return "stopped", None
+    return "failed", of_exit(returncode, oom)
+
+
+def of_tasks(
+    stop: str | None, tasks: list[dict[str, Any]], n: int, has_result: bool
+) -> tuple[End, dict[str, Any] | None]:
+    """A multi-worker job once its `n` tasks ended (or a stop was asked and none is alive): the end, and the task
+    it blames (whose log tail the job keeps). `tasks` are the ended ones, with `label`, `worker`, `status`,
+    `reason`, `message`, `exited_at`; the first to fail is blamed, not a peer that failed because its partner died."""
+    failed = sorted((t for t in tasks if t.get("status") == "failed"), key=lambda t: t.get("exited_at", 0))
+    if stop == Reason.WORKER_LOST.value:
+        gone = next((t for t in failed if t.get("reason") == Reason.WORKER_LOST.value), None)
+        return lost(f"task {gone['label']} lost worker {gone['worker']}" if gone else "a task's worker stopped"), gone
+    if stop in STOPPED:
+        return STOPPED[stop], None
+    if failed:
+        first = failed[0]
+        reason = Reason(first.get("reason") or Reason.EXIT_NONZERO.value)
+        message = f"task {first['label']} on {first['worker']}: {first.get('message', 'failed')}"
+        return End(Status.FAILED, reason, message), first
+    if len(tasks) == n and all(t.get("status") == "succeeded" for t in tasks) and has_result:
+        return SUCCEEDED, None
+    return End(Status.FAILED, Reason.EXIT_NONZERO, "a task stopped without a result"), None

@@ -1,0 +1,42 @@
+"""The contract between a work-horse (jobs.runner) and the trainer it starts (python -m models.train).
+
+Both sides import this module; it imports nothing (no TensorFlow), so the worker can too. It lives in
+`models` because `models` never imports `jobs`; docs/architecture.md describes the protocol.
+
+- The work-horse starts `python -m models.train --spec spec.json --job-dir .` in the job dir, in a new
+  process group, with the environment below.
+- The trainer writes one JSON object a line to the inherited descriptor EVENTS_FD_ENV names:
+  `{"event": "running", step, total_steps, steps_per_epoch, epochs, pid}`, `{"event": "metric", step, …}`,
+  `{"event": "result", test_accuracy, …}`. Everything it prints is the job's log.
+- SIGTERM asks the trainer to checkpoint and stop; it then exits with EXIT_STOPPED. It has
+  STOP_GRACE_ENV seconds for that before it ends itself; the work-horse SIGKILLs the group after its own
+  grace, which is longer by GRACE_MARGIN_S so the trainer's own deadline always comes first.
+"""
+
+from __future__ import annotations
+
+EVENTS_FD_ENV = "GPUDECK_EVENTS_FD"
+"""The inherited file descriptor the trainer writes its events to (absent: run standalone, no events)."""
+JOB_ID_ENV = "GPUDECK_JOB_ID"
+"""The gpudeck job id, for the trainer's log and for finding a job's processes."""
+STOP_GRACE_ENV = "GPUDECK_STOP_GRACE"
+"""Seconds the trainer has after SIGTERM to checkpoint before it ends itself."""
+
+EXIT_OK = 0
+EXIT_BAD_INPUT = 2
+"""The trainer refused its spec or its data: the job fails as bad_input and is not retried."""
+EXIT_STOPPED = 143
+"""The trainer stopped on SIGTERM after saving a checkpoint (128 + SIGTERM, as a shell reports it)."""
+
+EVENT_RUNNING, EVENT_METRIC, EVENT_RESULT = "running", "metric", "result"
+
+DEFAULT_GRACE_S = 30.0
+"""The work-horse's default time between SIGTERM and SIGKILL (`gpudeck worker --stop-grace`)."""
+GRACE_MARGIN_S = 5.0
+"""How much sooner than the work-horse's SIGKILL the trainer gives up on its checkpoint by itself (at most)."""
+
+
+def trainer_grace(horse_grace_s: float) -> int:
+    """STOP_GRACE_ENV for a work-horse whose grace is `horse_grace_s`, so its SIGKILL never comes first:
+    25 s for the default 30, 4 s for a 5 s grace."""
+    return max(1, int(horse_grace_s - min(GRACE_MARGIN_S, horse_grace_s / 5)))
