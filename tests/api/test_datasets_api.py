@@ -13,7 +13,7 @@ import pytest
 import requests
 
 from tests.conftest import start_api
-from tests.models import formats
+from tests.support import formats
 
 LIMITS = {"GPUDECK_DATASET_MAX_BYTES": "2M", "GPUDECK_DATASET_MAX_FILES": "200"}
 

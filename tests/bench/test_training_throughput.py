@@ -12,7 +12,7 @@ import sys
 import numpy as np
 
 from jobs.proc import python_module
-from tests.models import formats
+from tests.support import formats
 
 STEPS, BATCH, WARMUP = 120, 128, 10
 

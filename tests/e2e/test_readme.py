@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.e2e.stack import Up
+from tests.support.stack import Up
 
 pytestmark = pytest.mark.slow
 
@@ -54,7 +54,7 @@ def test_the_curl_walkthrough_works_as_written(tmp_path, child_env):
 
 
 def test_the_data_walkthrough_works_as_written(tmp_path, child_env):
-    from tests.models import formats
+    from tests.support import formats
 
     archive = formats.cifar_binary(tmp_path / "src", formats.images(64), formats.images(16, seed=1), tar=True)
     (tmp_path / "cifar-10-binary.tar.gz").write_bytes(archive.read_bytes())

@@ -10,7 +10,7 @@ import requests
 
 from jobs.proc import python_module
 from tests.conftest import alive, descendants
-from tests.e2e.stack import Up
+from tests.support.stack import Up
 
 pytestmark = pytest.mark.slow
 

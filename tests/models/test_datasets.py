@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from models.datasets import DatasetError, load, open_path
-from tests.models import formats
+from tests.support import formats
 
 
 def read_all(split):

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import numpy as np
 
-from tests.models import formats
+from tests.support import formats
 
 
 def digits_arrays(seed: int = 0):

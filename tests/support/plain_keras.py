@@ -1,4 +1,7 @@
-"""The baseline a user would write: load the same arrays, the same model, compile, model.fit, evaluate."""
+"""The baseline a user would write: load the same arrays, build the same model, compile, model.fit, evaluate.
+
+python -m tests.support.plain_keras DATASET MODEL EPOCHS BATCH LR [SEED] [SCHEDULE]
+SCHEDULE is `constant` or `cosine` (decay to 0 over the run, as the trainer's `cosine` schedule)."""
 
 import json
 import sys
@@ -16,13 +19,17 @@ dataset, model_name, epochs, batch, lr = (
     int(sys.argv[4]),
     float(sys.argv[5]),
 )
-keras.utils.set_random_seed(0)
+seed = int(sys.argv[6]) if len(sys.argv) > 6 else 0
+schedule = sys.argv[7] if len(sys.argv) > 7 else "constant"
+keras.utils.set_random_seed(seed)
 src = load(dataset)
 x_train, y_train = (np.stack(a) for a in zip(*src.train.dataset().as_numpy_iterator()))
 x_test, y_test = (np.stack(a) for a in zip(*src.test.dataset().as_numpy_iterator()))
+steps = epochs * -(-len(x_train) // batch)  # fit runs the last, partial batch of each epoch too
+rate = keras.optimizers.schedules.CosineDecay(lr, steps) if schedule == "cosine" else lr
 model = zoo.build(model_name, src.shape, src.num_classes)
 model.compile(
-    optimizer=keras.optimizers.SGD(lr, momentum=0.9),
+    optimizer=keras.optimizers.SGD(rate, momentum=0.9),
     loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True),
     metrics=["accuracy"],
 )

@@ -1,0 +1,128 @@
+"""The job-end table (jobs.outcome) and how jobs.lifecycle applies it, against a real Redis: no worker needed."""
+
+import signal
+
+import pytest
+
+from jobs import control, lifecycle, outcome
+from jobs.keys import GANGS_KEY
+from jobs.states import Reason, Status
+from jobs.store import JobStore
+from models.protocol import EXIT_BAD_INPUT, EXIT_STOPPED
+
+BASE = {"model": "resnet20", "dataset": "synthetic", "params": {"steps": 2}}
+
+
+@pytest.mark.parametrize(
+    "stop, returncode, has_result, oom, expected",
+    [
+        (None, 0, True, False, (Status.SUCCEEDED, None, None)),
+        ("canceled", 0, True, False, (Status.SUCCEEDED, None, None)),  # it finished before the stop landed
+        ("canceled", EXIT_STOPPED, False, False, (Status.CANCELED, Reason.CANCELED, "canceled on request")),
+        ("canceled", None, False, False, (Status.CANCELED, Reason.CANCELED, "canceled on request")),
+        ("timeout", -9, False, False, (Status.FAILED, Reason.TIMEOUT, "the job ran past its timeout")),
+        (
+            "worker_lost",
+            EXIT_STOPPED,
+            False,
+            False,
+            (Status.FAILED, Reason.WORKER_LOST, "its worker shut down while it ran"),
+        ),
+        (
+            None,
+            EXIT_BAD_INPUT,
+            False,
+            False,
+            (Status.FAILED, Reason.BAD_INPUT, "the trainer refused the spec or its data"),
+        ),
+        (None, -9, False, True, (Status.FAILED, Reason.OOM, "the training process ran out of memory")),
+        (None, -9, False, False, (Status.FAILED, Reason.EXIT_NONZERO, "the trainer was killed by SIGKILL")),
+        (None, 0, False, False, (Status.FAILED, Reason.EXIT_NONZERO, "the trainer exited without a result")),
+        (None, 1, False, False, (Status.FAILED, Reason.EXIT_NONZERO, "the trainer exited with status 1")),
+    ],
+)
+def test_the_table_for_a_single_job(stop, returncode, has_result, oom, expected):
+    end = outcome.of_job(stop, returncode, has_result, oom)
+    assert (end.status, end.reason, end.message) == expected
+    assert end.retry == (end.reason == Reason.WORKER_LOST)
+
+
+def test_out_of_memory_from_the_kernel_or_the_log():
+    assert outcome.out_of_memory(-signal.SIGKILL, [], oom_killed=True)
+    assert not outcome.out_of_memory(-signal.SIGKILL, [], oom_killed=False)
+    assert outcome.out_of_memory(1, ["tensorflow ResourceExhaustedError: OOM when allocating"], oom_killed=False)
+    assert not outcome.out_of_memory(0, ["out of memory"], oom_killed=False)  # a clean exit is not an OOM
+
+
+def test_the_first_task_to_fail_is_blamed_not_its_peer():
+    tasks = [
+        {
+            "label": "worker1",
+            "worker": "w1",
+            "status": "failed",
+            "reason": "exit_nonzero",
+            "message": "peer gone",
+            "exited_at": 9,
+        },
+        {
+            "label": "worker0",
+            "worker": "w0",
+            "status": "failed",
+            "reason": "oom",
+            "message": "out of memory",
+            "exited_at": 5,
+        },
+    ]
+    end, blamed = outcome.of_tasks(outcome.TASK_FAILED, tasks, 2, has_result=False)
+    assert (end.status, end.reason, end.message) == (Status.FAILED, Reason.OOM, "task worker0 on w0: out of memory")
+    assert blamed is tasks[1]
+    lost = [{**tasks[0], "reason": "worker_lost"}]
+    end, blamed = outcome.of_tasks("worker_lost", lost, 2, has_result=False)
+    assert (end.reason, end.message, end.retry) == (Reason.WORKER_LOST, "task worker1 lost worker w1", True)
+    done = [{"label": f"worker{i}", "worker": f"w{i}", "status": "succeeded"} for i in range(2)]
+    assert outcome.of_tasks(None, done, 2, has_result=True)[0] == outcome.SUCCEEDED
+    assert outcome.of_tasks(None, done, 2, has_result=False)[0].message == "a task stopped without a result"
+
+
+def _running(redis, **spec):
+    rec, _ = control.submit(redis, {**BASE, **spec})
+    JobStore(redis).transition(rec["id"], (Status.QUEUED.value,), status=Status.RUNNING.value)
+    return JobStore(redis).get(rec["id"])
+
+
+def test_worker_lost_is_retried_while_retries_last_then_fails(redis):
+    rec = _running(redis, max_retries=1)
+    store = JobStore(redis)
+    assert lifecycle.end(redis, rec["id"], outcome.lost("no heartbeat"), log_tail=["x"]) == "queued"
+    again = store.get(rec["id"])
+    assert (again["status"], again["attempt"], again["message"]) == ("queued", 2, "no heartbeat; retrying")
+    assert redis.llen("rq:queue:cpu") == 2  # attempt 1 and attempt 2 are both RQ jobs on the cpu queue
+    store.transition(rec["id"], (Status.QUEUED.value,), status=Status.RUNNING.value)
+    assert lifecycle.end(redis, rec["id"], outcome.lost("no heartbeat")) == "failed"
+    final = store.get(rec["id"])
+    assert (final["status"], final["reason"], final["message"]) == ("failed", "worker_lost", "no heartbeat")
+    assert store.active_ids() == []
+
+
+def test_an_end_applies_once(redis):
+    rec = _running(redis)
+    first = lifecycle.end(redis, rec["id"], outcome.STOPPED["canceled"], log_tail=["bye"])
+    assert first == "canceled"
+    assert lifecycle.end(redis, rec["id"], outcome.SUCCEEDED) is None  # another path came second: nothing changes
+    final = JobStore(redis).get(rec["id"])
+    assert (final["status"], final["log_tail"]) == ("canceled", ["bye"])
+
+
+def test_a_multi_worker_job_retried_goes_back_in_line_not_on_a_queue(redis):
+    rec = _running(redis, workers=2, max_retries=1)
+    redis.zrem(GANGS_KEY, rec["id"])  # as placement takes it out of line
+    assert lifecycle.end(redis, rec["id"], outcome.lost("task worker1 lost worker w1")) == "queued"
+    assert redis.zscore(GANGS_KEY, rec["id"]) is not None
+    assert redis.llen("rq:queue:cpu") == 0
+
+
+def test_cancel_while_queued_leaves_the_queue(redis):
+    rec, _ = control.submit(redis, BASE)
+    job = control.cancel(redis, rec["id"])
+    assert (job["status"], job["reason"], job["message"]) == ("canceled", "canceled", "canceled while queued")
+    assert redis.llen("rq:queue:cpu") == 0
