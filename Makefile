@@ -8,7 +8,7 @@ STAMP := $(VENV)/.installed-$(TF_EXTRA)
 ARGS ?=
 PYTEST_ARGS ?=
 
-.PHONY: install up test bench lint format clean
+.PHONY: install up test check bench lint format clean
 
 install: $(STAMP)
 
@@ -23,6 +23,10 @@ up: install
 
 test: install
 	$(BIN)/python -m pytest $(PYTEST_ARGS)
+
+# The quick loop: lint, then every test that starts no stack and trains nothing.
+check: lint
+	$(BIN)/python -m pytest -m "not slow" $(PYTEST_ARGS)
 
 bench: install
 	$(BIN)/python -m pip install -q --disable-pip-version-check -e '.[$(TF_EXTRA),test,bench]' --config-settings editable_mode=compat
