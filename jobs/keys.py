@@ -160,6 +160,12 @@ def private_queue(worker: str) -> str:
     return f"tasks@{worker}"
 
 
+def worker_listens(worker: str, gpus: int) -> list[str]:
+    """What a worker serving `gpus` GPUs listens on, in RQ's order: its private queue first (a task of a
+    multi-worker job placed on it goes before anything else), then high, normal and low priority."""
+    return [private_queue(worker), *worker_queues(gpus)]
+
+
 def rq_job_id(job_id: int, attempt: int) -> str:
     """RQ's id for one attempt of a single job."""
     return f"{PREFIX}-{job_id}" if attempt == 1 else f"{PREFIX}-{job_id}-{attempt}"

@@ -14,6 +14,7 @@ from jobs import queues
 from jobs import spec as spec_mod
 from jobs.errors import NotFound, ValidationError
 from jobs.keys import SWEEP_COUNTER_KEY, sweep_key
+from jobs.states import ENDED
 from jobs.store import JobStore
 
 MAX_JOBS = 500
@@ -114,7 +115,7 @@ def summary(redis: Redis, sweep_id: int) -> dict[str, Any]:
     rows.sort(key=lambda r: (r["test_accuracy"] is None, -(r["test_accuracy"] or 0.0), r["job_id"]))
     for rank, row in enumerate(rows, 1):
         row["rank"] = rank if row["test_accuracy"] is not None else None
-    done = sum(r["status"] in ("succeeded", "failed", "canceled") for r in rows)
+    done = sum(r["status"] in ENDED for r in rows)
     return {
         "id": sweep_id,
         "grid": record["grid"],

@@ -16,7 +16,17 @@ from rq.command import send_shutdown_command
 from jobs import gang, runner
 from jobs.errors import NotFound
 from jobs.gpus import Sampler
-from jobs.keys import RUN_TASK, alive_key, drain_key, job_id_of, private_queue, task_key, worker_info_key, worker_queues
+from jobs.keys import (
+    RUN_TASK,
+    alive_key,
+    drain_key,
+    job_id_of,
+    private_queue,
+    task_key,
+    worker_info_key,
+    worker_listens,
+    worker_queues,
+)
 from jobs.lifecycle import worker_lost
 from jobs.reaper import Reaper
 from jobs.settings import Settings
@@ -133,9 +143,8 @@ def run(
     redis = settings.redis()
     redis.set(worker_info_key(name), json.dumps({"host": host, "gpus": gpus}), ex=7 * 24 * 3600)
     queues = worker_queues(len(gpus))
-    # Its private queue first: a task of a multi-worker job placed on this worker goes before anything else.
     worker = GpudeckWorker(
-        [private_queue(name), *queues], name=name, connection=redis, work_horse_killed_handler=on_horse_killed
+        worker_listens(name, len(gpus)), name=name, connection=redis, work_horse_killed_handler=on_horse_killed
     )
     assert settings.redis_url
     helpers = [Reaper(settings.redis_url), Sampler(settings.redis_url, host), gang.Placer(settings.redis_url, name)]

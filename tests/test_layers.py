@@ -122,3 +122,21 @@ def test_models_never_imports_the_service_and_the_tui_talks_http_only():
     # tui.cli is the console script's dispatcher: it registers the server commands of jobs.cli and api.serve.
     tui = [(m, d) for m in edges if m.startswith("tui") and m != "tui.cli" for d in edges[m]]
     assert [(m, d) for m, d in tui if d.startswith(("api", "jobs"))] == []
+
+
+def test_test_modules_import_helpers_from_tests_support_only():
+    """What tests share lives in tests/support (or is a conftest fixture); a test module importing another
+    test module (or conftest) couples the two and runs the other's module-level code."""
+    tests = ROOT / "tests"
+    found = []
+    for path in tests.rglob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            names = [a.name for a in node.names] if isinstance(node, ast.Import) else []
+            if isinstance(node, ast.ImportFrom) and node.module:
+                names = [node.module]
+            found += [
+                f"{path.relative_to(ROOT)} imports {n}"
+                for n in names
+                if n.startswith("tests.") and not n.startswith(("tests.support", "tests.bench.plain_fit"))
+            ]
+    assert found == []

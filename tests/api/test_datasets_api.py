@@ -12,8 +12,8 @@ from pathlib import Path
 import pytest
 import requests
 
-from tests.conftest import start_api
 from tests.support import formats
+from tests.support.live import start_api
 
 LIMITS = {"GPUDECK_DATASET_MAX_BYTES": "2M", "GPUDECK_DATASET_MAX_FILES": "200"}
 
@@ -64,17 +64,12 @@ def zip_bytes(entries: dict[str, bytes], symlinks: dict[str, str] | None = None)
     return buf.getvalue()
 
 
-def cifar_tgz(tmp_path: Path, seed: int = 0) -> bytes:
-    data = formats.images(40, seed=seed), formats.images(20, seed=seed + 1)
-    return formats.cifar_binary(tmp_path / f"src{seed}", *data, tar=True).read_bytes()
-
-
 def files_under(root: Path) -> set[str]:
     return {str(p.relative_to(root)) for p in root.rglob("*") if not p.name.endswith(".log")}
 
 
 def test_upload_versions_and_jobs_naming_them(api, tmp_path, settings):
-    first = post(api, "cifar10", "1.0.0", cifar_tgz(tmp_path))
+    first = post(api, "cifar10", "1.0.0", formats.cifar_tgz(tmp_path))
     assert first.status_code == 201, first.text
     meta = first.json()
     assert meta["ref"] == "cifar10:1.0.0" and meta["format"] == "cifar10-binary"
@@ -98,7 +93,7 @@ def test_upload_versions_and_jobs_naming_them(api, tmp_path, settings):
 
     # A version is immutable: the same name:version again is refused and the stored files stay as they were.
     before = (stored / "data_batch_1.bin").read_bytes()
-    again = post(api, "cifar10", "1.0.0", cifar_tgz(tmp_path, seed=5))
+    again = post(api, "cifar10", "1.0.0", formats.cifar_tgz(tmp_path, seed=5))
     assert again.status_code == 409 and "immutable" in again.json()["message"]
     assert (stored / "data_batch_1.bin").read_bytes() == before
 
@@ -116,7 +111,7 @@ def test_upload_versions_and_jobs_naming_them(api, tmp_path, settings):
 
 @pytest.mark.slow
 def test_a_job_trains_on_an_uploaded_dataset(api, tmp_path, worker):
-    assert post(api, "tiny", "1", cifar_tgz(tmp_path)).status_code == 201
+    assert post(api, "tiny", "1", formats.cifar_tgz(tmp_path)).status_code == 201
     spec = {"model": "lenet", "dataset": "tiny", "params": {"steps": 3, "batch_size": 8}}
     job = requests.post(f"{api}/api/v1/jobs", json=spec, timeout=10).json()
     done = requests.get(f"{api}/api/v1/jobs/{job['id']}/wait?timeout=240", timeout=260).json()
@@ -185,7 +180,7 @@ def test_unsafe_archives_are_refused_with_nothing_written_outside(api, tmp_path,
     assert not Path("/tmp/gpudeck-evil.txt").exists()
     assert requests.get(f"{api}/api/v1/datasets", timeout=10).json()["datasets"] == []
     # A refused upload does not hold the name: a good archive under it is accepted next.
-    assert post(api, "evil", "1", cifar_tgz(tmp_path)).status_code == 201
+    assert post(api, "evil", "1", formats.cifar_tgz(tmp_path)).status_code == 201
 
 
 @pytest.mark.parametrize(

@@ -11,46 +11,14 @@ import pytest
 import requests
 from prometheus_client.parser import text_string_to_metric_families
 
-from tests.conftest import fake_nvidia_smi, start_api, until
-from tests.jobs.test_lifecycle_e2e import FAKE_SMI
-
-TINY = {"model": "lenet", "dataset": "synthetic:16x16x3", "params": {"steps": 3, "batch_size": 8}}
-
-
-@pytest.fixture
-def env(child_env, tmp_path):
-    """The stack's environment: a FAKE nvidia-smi (two GPUs, no GPUs here) on PATH, small TensorBoard limits."""
-    fake_nvidia_smi(tmp_path / "bin", FAKE_SMI)
-    return {
-        **child_env,
-        "PATH": f"{tmp_path / 'bin'}:{child_env['PATH']}",
-        "GPUDECK_TENSORBOARD_MAX": "1",
-        "GPUDECK_TENSORBOARD_IDLE": "4",
-    }
-
-
-@pytest.fixture
-def api(spawn, env) -> str:
-    return start_api(spawn, env)
-
-
-def submit(api: str, spec: dict) -> int:
-    resp = requests.post(f"{api}/api/v1/jobs", json=spec, timeout=10)
-    assert resp.status_code == 201, resp.text
-    return resp.json()["id"]
-
-
-def wait(api: str, job_id: int) -> dict:
-    job = requests.get(f"{api}/api/v1/jobs/{job_id}/wait?timeout=240", timeout=260).json()
-    assert job["status"] == "succeeded", job
-    return job
+from tests.support.live import TINY, start_api, submit_job, until, wait_succeeded
 
 
 @pytest.mark.slow
-def test_curl_follows_a_log_live_until_the_job_ends_and_resumes_by_offset(api, spawn, env):
-    spawn("worker", "--cpu", env=env)
-    job_id = submit(api, {**TINY, "params": {"steps": 400, "batch_size": 8, "log_every": 20}})
-    url = f"{api}/api/v1/jobs/{job_id}/logs"
+def test_curl_follows_a_log_live_until_the_job_ends_and_resumes_by_offset(gpu_api, spawn, gpu_env):
+    spawn("worker", "--cpu", env=gpu_env)
+    job_id = submit_job(gpu_api, {**TINY, "params": {"steps": 400, "batch_size": 8, "log_every": 20}})
+    url = f"{gpu_api}/api/v1/jobs/{job_id}/logs"
     curl = subprocess.Popen(["curl", "-sSN", "-D", "-", f"{url}?follow=1"], stdout=subprocess.PIPE, text=True)
     assert curl.stdout is not None
     head = []
@@ -62,7 +30,7 @@ def test_curl_follows_a_log_live_until_the_job_ends_and_resumes_by_offset(api, s
     rest = curl.stdout.read()
     curl.stdout.close()
     assert curl.wait(60) == 0  # the stream ended by itself when the job did
-    job = requests.get(f"{api}/api/v1/jobs/{job_id}", timeout=10).json()
+    job = requests.get(f"{gpu_api}/api/v1/jobs/{job_id}", timeout=10).json()
     assert job["status"] == "succeeded"
     # The first line arrived seconds before the job ended: it was streamed, not sent at the end.
     assert datetime.fromisoformat(job["ended_at"].replace("Z", "+00:00")).timestamp() - first_at > 1.0
@@ -82,16 +50,16 @@ def test_curl_follows_a_log_live_until_the_job_ends_and_resumes_by_offset(api, s
 
 
 @pytest.mark.slow
-def test_healthz_and_prometheus_metrics(api, spawn, env):
-    health = requests.get(f"{api}/healthz", timeout=10).json()
+def test_healthz_and_prometheus_metrics(gpu_api, spawn, gpu_env):
+    health = requests.get(f"{gpu_api}/healthz", timeout=10).json()
     assert health == {"status": "degraded", "redis": "ok", "workers": 0, "workers_alive": 0}
-    spawn("worker", "--cpu", env=env)
-    until(lambda: requests.get(f"{api}/healthz", timeout=10).json()["workers_alive"] == 1)
-    wait(api, submit(api, TINY))
-    submit(api, {**TINY, "gpus": 2})  # no two-GPU worker: it stays queued
+    spawn("worker", "--cpu", env=gpu_env)
+    until(lambda: requests.get(f"{gpu_api}/healthz", timeout=10).json()["workers_alive"] == 1)
+    wait_succeeded(gpu_api, submit_job(gpu_api, TINY))
+    submit_job(gpu_api, {**TINY, "gpus": 2})  # no two-GPU worker: it stays queued
 
     def scrape() -> dict:
-        resp = requests.get(f"{api}/metrics", timeout=10)
+        resp = requests.get(f"{gpu_api}/metrics", timeout=10)
         assert resp.headers["Content-Type"].startswith("text/plain; version=0.0.4")
         return {
             (s.name, tuple(sorted(s.labels.items()))): s.value
@@ -106,24 +74,26 @@ def test_healthz_and_prometheus_metrics(api, spawn, env):
     assert m[("gpudeck_queue_length", (("queue", "gpus-2"),))] == 1
     assert m[("gpudeck_queue_length", (("queue", "cpu"),))] == 0
     assert m[("gpudeck_workers", (("state", "idle"),))] == 1
-    gpu0 = tuple(sorted({"host": _host(api), "gpu": "0", "uuid": "GPU-aaaa", "name": "NVIDIA H100 80GB HBM3"}.items()))
+    gpu0 = tuple(
+        sorted({"host": _host(gpu_api), "gpu": "0", "uuid": "GPU-aaaa", "name": "NVIDIA H100 80GB HBM3"}.items())
+    )
     assert m[("gpudeck_gpu_utilization_ratio", gpu0)] == pytest.approx(0.97)
     assert m[("gpudeck_gpu_memory_total_bytes", gpu0)] == 81559 * 2**20
     # GPU 1 reads [N/A] for utilization: absent, not zero.
     assert not any(k[0] == "gpudeck_gpu_utilization_ratio" and ("gpu", "1") in k[1] for k in m)
 
 
-def _host(api: str) -> str:
-    return requests.get(f"{api}/api/v1/gpus", timeout=10).json()["hosts"][0]["host"]
+def _host(gpu_api: str) -> str:
+    return requests.get(f"{gpu_api}/api/v1/gpus", timeout=10).json()["hosts"][0]["host"]
 
 
 @pytest.mark.slow
-def test_tensorboard_started_reused_limited_and_stopped_when_idle(api, spawn, env):
-    spawn("worker", "--cpu", env=env)
-    first, second = submit(api, TINY), submit(api, {**TINY, "name": "second run"})
-    wait(api, first), wait(api, second)
+def test_tensorboard_started_reused_limited_and_stopped_when_idle(gpu_api, spawn, gpu_env):
+    spawn("worker", "--cpu", env=gpu_env)
+    first, second = submit_job(gpu_api, TINY), submit_job(gpu_api, {**TINY, "name": "second run"})
+    wait_succeeded(gpu_api, first), wait_succeeded(gpu_api, second)
 
-    resp = requests.post(f"{api}/api/v1/tensorboard", json={"jobs": [first]}, timeout=120)
+    resp = requests.post(f"{gpu_api}/api/v1/tensorboard", json={"jobs": [first]}, timeout=120)
     assert resp.status_code == 201, resp.text
     board = resp.json()
     assert board["url"] == f"http://127.0.0.1:{board['port']}/" and board["runs"] == [f"{first}-lenet"]
@@ -131,19 +101,19 @@ def test_tensorboard_started_reused_limited_and_stopped_when_idle(api, spawn, en
     runs = until(lambda: requests.get(f"{board['url']}data/runs", timeout=10).json())
     assert all(r.startswith(f"{first}-lenet") for r in runs)
 
-    same = requests.post(f"{api}/api/v1/tensorboard", json={"jobs": [first]}, timeout=120)
+    same = requests.post(f"{gpu_api}/api/v1/tensorboard", json={"jobs": [first]}, timeout=120)
     assert same.status_code == 200 and same.json()["port"] == board["port"] and same.json()["reused"] is True
 
-    both = requests.post(f"{api}/api/v1/tensorboard", json={"jobs": [second, first]}, timeout=120).json()
+    both = requests.post(f"{gpu_api}/api/v1/tensorboard", json={"jobs": [second, first]}, timeout=120).json()
     assert both["port"] != board["port"] and both["runs"] == [f"{first}-lenet", f"{second}-second_run"]
     # GPUDECK_TENSORBOARD_MAX=1: the first one was stopped to make room.
     with pytest.raises(requests.ConnectionError):
         requests.get(board["url"], timeout=5)
-    listed = requests.get(f"{api}/api/v1/tensorboard", timeout=10).json()["tensorboards"]
+    listed = requests.get(f"{gpu_api}/api/v1/tensorboard", timeout=10).json()["tensorboards"]
     assert [b["port"] for b in listed] == [both["port"]]
 
     # Idle (no connection, no request) for GPUDECK_TENSORBOARD_IDLE=4 s: stopped by the API's sweeper.
-    until(lambda: requests.get(f"{api}/api/v1/tensorboard", timeout=10).json()["tensorboards"] == [], timeout=40)
+    until(lambda: requests.get(f"{gpu_api}/api/v1/tensorboard", timeout=10).json()["tensorboards"] == [], timeout=40)
     with pytest.raises(requests.ConnectionError):
         requests.get(both["url"], timeout=5)
 
@@ -153,11 +123,11 @@ def test_tensorboard_started_reused_limited_and_stopped_when_idle(api, spawn, en
         ({"jobs": [1], "port": 80}, 400, "port"),
         ({"jobs": [999]}, 404, None),
     ):
-        bad = requests.post(f"{api}/api/v1/tensorboard", json=body, timeout=10)
+        bad = requests.post(f"{gpu_api}/api/v1/tensorboard", json=body, timeout=10)
         assert bad.status_code == status, bad.text
         if field:
             assert field in bad.json()["details"]["fields"]
-    assert requests.delete(f"{api}/api/v1/tensorboard/1", timeout=10).status_code == 404
+    assert requests.delete(f"{gpu_api}/api/v1/tensorboard/1", timeout=10).status_code == 404
 
 
 def test_with_tokens_every_documented_route_but_healthz_needs_a_bearer_token(spawn, child_env):

@@ -11,8 +11,8 @@ from openapi_core import OpenAPI
 from openapi_core.contrib.requests import RequestsOpenAPIRequest, RequestsOpenAPIResponse
 from openapi_spec_validator import validate
 
-from tests.api.test_datasets_api import cifar_tgz
-from tests.api.test_live_api import TINY, api, env, submit, until, wait  # noqa: F401 (fixtures)
+from tests.support.formats import cifar_tgz
+from tests.support.live import TINY, until
 
 
 def test_the_document_is_valid_openapi_3_1(client):
@@ -35,21 +35,21 @@ def test_every_route_is_documented_and_every_documented_route_exists(app, client
 
 
 @pytest.mark.slow
-def test_real_answers_conform_to_the_document(api, spawn, env, tmp_path):  # noqa: F811
-    doc = requests.get(f"{api}/api/v1/openapi.json", timeout=10).json()
-    doc["servers"] = [{"url": api}]
+def test_real_answers_conform_to_the_document(gpu_api, spawn, gpu_env, tmp_path):
+    doc = requests.get(f"{gpu_api}/api/v1/openapi.json", timeout=10).json()
+    doc["servers"] = [{"url": gpu_api}]
     openapi = OpenAPI.from_dict(doc)
     checked: list[str] = []
 
     def call(method: str, path: str, status: int, **kwargs) -> requests.Response:
-        resp = requests.request(method, f"{api}{path}", timeout=120, **kwargs)
+        resp = requests.request(method, f"{gpu_api}{path}", timeout=120, **kwargs)
         assert resp.status_code == status, f"{method} {path}: {resp.status_code} {resp.text[:500]}"
         openapi.validate_response(RequestsOpenAPIRequest(resp.request), RequestsOpenAPIResponse(resp))
         checked.append(f"{method} {path.split('?')[0]} {status}")
         return resp
 
-    spawn("worker", "--cpu", env=env)
-    until(lambda: requests.get(f"{api}/healthz", timeout=10).json()["workers_alive"] == 1)
+    spawn("worker", "--cpu", env=gpu_env)
+    until(lambda: requests.get(f"{gpu_api}/healthz", timeout=10).json()["workers_alive"] == 1)
     call("GET", "/healthz", 200)
     call("GET", "/metrics", 200)
     call("GET", "/api/v1/models", 200)
@@ -78,7 +78,7 @@ def test_real_answers_conform_to_the_document(api, spawn, env, tmp_path):  # noq
     call("GET", "/api/v1/sweeps/999", 404)
     for job_id in sweep["job_ids"]:
         call("POST", f"/api/v1/jobs/{job_id}/cancel", 200)
-    until(lambda: requests.get(f"{api}/api/v1/gpus", timeout=10).json()["hosts"])
+    until(lambda: requests.get(f"{gpu_api}/api/v1/gpus", timeout=10).json()["hosts"])
     call("GET", "/api/v1/gpus", 200)
     workers = call("GET", "/api/v1/workers", 200).json()["workers"]
     call("POST", "/api/v1/workers/nobody/drain", 404)

@@ -1,7 +1,7 @@
 """models.train vs a plain model.fit script over several seeds: test accuracy on the digits, with a constant
 learning rate (the old learning check) and with a cosine decay to zero (the current one), oneDNN on and off.
 
-make bench PYTEST_ARGS="-k learning_seeds"   (GPUDECK_BENCH_SEEDS=5 by default; about 35 s a run here)
+make bench PYTEST_ARGS="-k learning_seeds"   (GPUDECK_BENCH_SEEDS=5 by default; about 15 s a run here)
 """
 
 import os
@@ -10,9 +10,9 @@ import statistics
 import pytest
 
 from tests.support import learning
-from tests.support.digits import write_digits_cifar
+from tests.support.digits import write_digits_idx
 
-EPOCHS, BATCH, LR = 7, 32, 0.05
+EPOCHS, BATCH, LR = 5, 32, 0.05
 SEEDS = range(int(os.environ.get("GPUDECK_BENCH_SEEDS", "5")))
 
 
@@ -26,7 +26,7 @@ def spread(values: list[float]) -> str:
     ids=["constant", "cosine", "cosine-no-onednn"],
 )
 def test_learning_seeds(tmp_path, schedule, onednn):
-    digits = write_digits_cifar(tmp_path / "digits")
+    digits = write_digits_idx(tmp_path / "digits")
     ours, fit = [], []
     for seed in SEEDS:  # interleaved, so a slow stretch of the machine hits both sides
         params = {"epochs": EPOCHS, "batch_size": BATCH, "lr": LR, "optimizer": "momentum", "schedule": schedule}

@@ -3,16 +3,15 @@
 Run: make bench PYTEST_ARGS="-k throughput"
 1. resnet20 images/s through models.train vs a plain model.fit script (same model, batch size, data). Target >= 0.97x.
 2. images/s with the on-disk CIFAR pipeline plus augmentation vs in-memory tensors. Target >= 0.95x.
+Each side interleaved with the other over GPUDECK_BENCH_PAIRS (5) pairs; the median ratio and its min-max.
 """
 
 import json
 import subprocess
 import sys
 
-import numpy as np
-
 from jobs.proc import python_module
-from tests.support import formats
+from tests.support import formats, ratio
 
 STEPS, BATCH, WARMUP = 120, 128, 10
 
@@ -45,24 +44,21 @@ def plain(dataset):
 
 
 def test_throughput_vs_model_fit(tmp_path):
-    a = [plain("synthetic"), ours(tmp_path, "t1", "synthetic"), plain("synthetic"), ours(tmp_path, "t2", "synthetic")]
-    base, mine = np.mean(a[0::2]), np.mean(a[1::2])
-    print(
-        f"\nresnet20 b{BATCH}: plain model.fit {base:.1f} img/s, models.train {mine:.1f} img/s, "
-        f"ratio {mine / base:.3f} (runs {a})"
-    )
+    runs = iter(range(10**6))
+    samples = ratio.interleave(lambda: plain("synthetic"), lambda: ours(tmp_path, f"t{next(runs)}", "synthetic"))
+    print(f"\nresnet20 b{BATCH} images/s, models.train vs plain model.fit: {ratio.summary(samples)}")
 
 
 def test_throughput_on_disk_pipeline_vs_in_memory(tmp_path):
     train, test = formats.images(10_000), formats.images(1_000, seed=1)
     cifar = formats.cifar_binary(tmp_path / "cifar", train, test, tar=True)
     tfrec = formats.estimator_tfrecords(tmp_path / "tfrecords", train, test)
-    mem = ours(tmp_path, "mem", "synthetic")
-    disk = ours(tmp_path, "disk", str(cifar), augment="crop_flip")
-    rec = ours(tmp_path, "rec", str(tfrec), augment="crop_flip")
-    mem2 = ours(tmp_path, "mem2", "synthetic")
-    base = (mem + mem2) / 2
-    print(
-        f"\nin-memory {base:.1f} img/s; CIFAR binary .tar.gz + crop_flip {disk:.1f} ({disk / base:.3f}x); "
-        f"estimator TFRecords + crop_flip {rec:.1f} ({rec / base:.3f}x)"
-    )
+    runs = iter(range(10**6))
+
+    def run(dataset: str, **params) -> float:
+        return ours(tmp_path, f"r{next(runs)}", dataset, **params)
+
+    disk = ratio.interleave(lambda: run("synthetic"), lambda: run(str(cifar), augment="crop_flip"))
+    rec = ratio.interleave(lambda: run("synthetic"), lambda: run(str(tfrec), augment="crop_flip"))
+    print(f"\nCIFAR binary .tar.gz + crop_flip vs in-memory tensors: {ratio.summary(disk)}")
+    print(f"estimator TFRecords + crop_flip vs in-memory tensors: {ratio.summary(rec)}")

@@ -2,34 +2,11 @@
 
 import json
 import re
-import subprocess
-from pathlib import Path
 
 import pytest
 
+from tests.support.readme import README, run_block
 from tests.support.stack import Up
-
-pytestmark = pytest.mark.slow
-
-README = Path(__file__).resolve().parents[2] / "README.md"
-
-
-def walkthrough_commands(name: str = "walkthrough") -> list[str]:
-    text = README.read_text()
-    block = re.search(rf"<!-- {name}:.*?-->\s*```sh\n(.*?)```\s*<!-- /{name} -->", text, re.S)
-    assert block, f"README.md lost its {name} block"
-    return [c.strip() for c in block.group(1).replace("\\\n", " ").splitlines() if c.strip()]
-
-
-def run_block(name: str, port: int, cwd: Path, env: dict[str, str] | None = None) -> list[str]:
-    """Run a README block's commands in order (bash, `localhost:8686` moved to `port`); their outputs."""
-    outputs = []
-    for command in walkthrough_commands(name):
-        command = command.replace("localhost:8686", f"localhost:{port}")
-        run = subprocess.run(["bash", "-c", command], capture_output=True, text=True, timeout=240, cwd=cwd, env=env)
-        assert run.returncode == 0, (command, run.stderr)
-        outputs.append(run.stdout)
-    return outputs
 
 
 def test_readme_has_the_two_commands_first():
@@ -38,6 +15,7 @@ def test_readme_has_the_two_commands_first():
     assert first_block.splitlines()[0].startswith("make up") and first_block.splitlines()[1].startswith("make test")
 
 
+@pytest.mark.slow
 def test_the_curl_walkthrough_works_as_written(tmp_path, child_env):
     stack = Up(tmp_path / "home", child_env, tmp_path / "up.log")
     try:
@@ -53,6 +31,7 @@ def test_the_curl_walkthrough_works_as_written(tmp_path, child_env):
         stack.kill()
 
 
+@pytest.mark.slow
 def test_the_data_walkthrough_works_as_written(tmp_path, child_env):
     from tests.support import formats
 

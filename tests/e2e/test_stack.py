@@ -9,7 +9,7 @@ import pytest
 import requests
 
 from jobs.proc import python_module
-from tests.conftest import alive, descendants
+from tests.support.live import alive, descendants
 from tests.support.stack import Up
 
 pytestmark = pytest.mark.slow

@@ -1,7 +1,7 @@
 """`nvidia-smi -L` parsing, against a FAKE nvidia-smi that prints the real format (no GPUs here)."""
 
 from jobs.gpus import list_gpus
-from tests.conftest import fake_nvidia_smi
+from tests.support.live import fake_nvidia_smi
 
 REAL_L_OUTPUT = """\
 GPU 0: NVIDIA H100 80GB HBM3 (UUID: GPU-5e1d2c3a-1111-2222-3333-444455556666)

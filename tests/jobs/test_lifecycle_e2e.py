@@ -1,4 +1,5 @@
-"""The job lifecycle with real worker processes: cancel, timeout, worker death, OOM, drain, priorities, GPUs."""
+"""The job lifecycle with real worker processes: cancel, timeout, worker death, OOM, drain, GPUs (which job a
+worker takes next and how sweeps rank are engine logic, tested without training in test_queues.py)."""
 
 import json
 import os
@@ -10,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import alive, fake_nvidia_smi, wait_job
+from tests.support.live import FAKE_SMI, alive, fake_nvidia_smi, wait_job
 
 pytestmark = pytest.mark.slow
 
@@ -111,29 +112,6 @@ def test_an_out_of_memory_trainer_is_oom_and_a_killed_one_exit_nonzero(client, s
     assert any("train step" in line for line in job["log_tail"])  # the last log lines are in the record
 
 
-def test_priority_order(client, spawn, child_env):
-    ids = {p: client.post("/api/v1/jobs", json={**TINY, "priority": p}).json["id"] for p in ("low", "normal", "high")}
-    spawn("worker", "--cpu", "--burst", env=child_env).proc.wait(180)
-    started = {p: client.get(f"/api/v1/jobs/{i}").json["started_at"] for p, i in ids.items()}
-    assert started["high"] < started["normal"] < started["low"]
-
-
-FAKE_SMI = r"""
-case "$*" in
-  *-L*) printf 'GPU 0: NVIDIA H100 80GB HBM3 (UUID: GPU-aaaa)\nGPU 1: NVIDIA H100 80GB HBM3 (UUID: GPU-bbbb)\n' ;;
-  *--query-gpu*) printf '0, GPU-aaaa, NVIDIA H100 80GB HBM3, 97, 1000, 81559, 55, 300.5, 700.00\n1, GPU-bbbb, NVIDIA H100 80GB HBM3, [N/A], 0, 81559, [N/A], [Not Supported], 700.00\n' ;;
-  *--query-compute-apps*)
-    # the trainers that really run here, as the real tool would list them on the GPU their job owns
-    for pid in $(pgrep -f 'models.train'); do
-      gpu=$(tr '\0' '\n' < /proc/$pid/environ | sed -n 's/^CUDA_VISIBLE_DEVICES=//p')
-      if [ "$gpu" = 0 ]; then printf '%s, python3, 512, GPU-aaaa\n' "$pid"; fi
-      if [ "$gpu" = 1 ]; then printf '%s, python3, 512, GPU-bbbb\n' "$pid"; fi
-    done ;;
-esac
-exit 0  # as the real tool does after a successful query
-"""
-
-
 def test_two_workers_pinned_to_two_fake_gpus(client, spawn, child_env, tmp_path):
     fake_nvidia_smi(tmp_path / "bin", FAKE_SMI)
     env = {**child_env, "PATH": f"{tmp_path / 'bin'}:{child_env['PATH']}"}
@@ -188,17 +166,3 @@ def test_rq_info_shows_gpudecks_queues_and_workers(client, worker, settings):
     out = subprocess.run([rq, "info", "--url", settings.redis_url], capture_output=True, text=True, timeout=30).stdout
     assert "cpu" in out and "cpu-low" in out and worker.output() is not None
     assert ".cpu." in out  # the worker, by its host.cpu.pid name
-
-
-def test_sweep_summary_ranks_finished_jobs_by_test_accuracy(client, worker):
-    grid = {"params.lr": [0.2, 0.0], "params.seed": [1]}
-    sweep = client.post(
-        "/api/v1/sweeps", json={"base": {**TINY, "params": {"steps": 6, "batch_size": 8}}, "grid": grid}
-    ).json
-    for i in sweep["job_ids"]:
-        assert wait_job(client, i)[0]["status"] == "succeeded"
-    summary = client.get(f"/api/v1/sweeps/{sweep['id']}").json
-    accs = [r["test_accuracy"] for r in summary["jobs"]]
-    assert summary["ended"] == summary["total"] == 2 and accs == sorted(accs, reverse=True)
-    assert [r["rank"] for r in summary["jobs"]] == [1, 2] and summary["best"]["job_id"] == summary["jobs"][0]["job_id"]
-    assert {r["params.lr"] for r in summary["jobs"]} == {0.2, 0.0}

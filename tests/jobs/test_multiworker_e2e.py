@@ -12,8 +12,9 @@ from pathlib import Path
 import pytest
 import requests
 
-from tests.conftest import ENDED, alive, descendants, until
-from tests.e2e.test_readme import run_block
+from jobs.states import ENDED
+from tests.support.live import alive, descendants, until
+from tests.support.readme import run_block
 
 pytestmark = pytest.mark.slow
 

@@ -5,7 +5,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import wait_job
+from tests.support.live import wait_job
 
 pytestmark = pytest.mark.slow
 

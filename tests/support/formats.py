@@ -159,3 +159,9 @@ def slim_tfrecords(root: Path, train, test, names=("airplane", "automobile", "bi
                 w.write(tf.train.Example(features=tf.train.Features(feature=f)).SerializeToString())
     (root / "labels.txt").write_text("".join(f"{i}:{n}\n" for i, n in enumerate(names)))
     return root
+
+
+def cifar_tgz(tmp_path: Path, seed: int = 0) -> bytes:
+    """A small cifar-10-binary.tar.gz (40 train, 20 test images), as bytes to upload."""
+    data = images(40, seed=seed), images(20, seed=seed + 1)
+    return cifar_binary(tmp_path / f"src{seed}", *data, tar=True).read_bytes()

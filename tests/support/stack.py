@@ -9,7 +9,7 @@ from pathlib import Path
 
 from jobs.proc import python_module
 from jobs.redis_server import free_port
-from tests.conftest import kill_tree, wait_http
+from tests.support.live import kill_tree, wait_http
 
 
 class Up:

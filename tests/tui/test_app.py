@@ -13,8 +13,7 @@ from rich.console import Console
 from textual.widgets import DataTable, Input, Label, Log, Static
 
 from jobs.redis_server import free_port
-from tests.conftest import fake_nvidia_smi, start_api
-from tests.jobs.test_lifecycle_e2e import FAKE_SMI
+from tests.support.live import FAKE_SMI, fake_nvidia_smi, start_api
 from tui.app import GpudeckApp
 from tui.screens.dialogs import Confirm, TensorBoardDialog
 from tui.screens.gpus import GpusScreen

@@ -11,8 +11,8 @@ import requests
 
 from jobs.proc import python_module
 from jobs.redis_server import free_port
-from tests.api.test_datasets_api import cifar_tgz
-from tests.conftest import start_api
+from tests.support.formats import cifar_tgz
+from tests.support.live import start_api
 
 LENET = ["--model", "lenet", "--dataset", "synthetic:16x16x3", "--param", "steps=3", "--param", "batch_size=8"]
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 import pytest
 import requests
 
-from tests.conftest import start_api
+from tests.support.live import start_api
 from tui.app import GpudeckApp
 
 pytestmark = pytest.mark.slow

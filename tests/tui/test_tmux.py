@@ -10,7 +10,7 @@ import pytest
 import requests
 
 from jobs.proc import python_module
-from tests.conftest import start_api, until
+from tests.support.live import start_api, until
 
 pytestmark = [
     pytest.mark.slow,

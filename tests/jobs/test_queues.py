@@ -1,0 +1,61 @@
+"""Which job a worker takes next, and how a sweep ranks its jobs: engine logic against a real Redis and RQ's
+real worker class, with nothing trained (the lifecycle end-to-end tests run real jobs)."""
+
+import time
+
+from rq import Queue
+
+from jobs import control, keys, lifecycle, outcome, sweeps
+from jobs.states import Status
+from jobs.store import JobStore
+from jobs.worker import GpudeckWorker
+
+TINY = {"model": "lenet", "dataset": "synthetic:28x28x1", "params": {"steps": 2, "batch_size": 8}}
+
+
+def next_jobs(redis, gpus: int = 0) -> list[int]:
+    """The gpudeck job ids a worker serving `gpus` GPUs takes, in order, until its queues are empty (RQ's own
+    dequeue over the queues `gpudeck worker` listens on)."""
+    worker = GpudeckWorker(keys.worker_listens("w", gpus), name="w", connection=redis)
+    taken = []
+    while any(Queue(q, connection=redis).count for q in worker.queue_names()):
+        job, _queue = worker.dequeue_job_and_maintain_ttl(timeout=1)
+        taken.append(keys.job_id_of(job.id))
+    return taken
+
+
+def test_a_worker_takes_high_then_normal_then_low_and_first_come_first_served_within_one(redis):
+    ids = {}
+    for name, priority in (("low", "low"), ("normal-1", "normal"), ("high", "high"), ("normal-2", None)):
+        body = {**TINY, "priority": priority} if priority else TINY
+        ids[name] = control.submit(redis, body)[0]["id"]
+    two_gpus = control.submit(redis, {**TINY, "gpus": 2, "priority": "high"})[0]["id"]
+    assert next_jobs(redis) == [ids["high"], ids["normal-1"], ids["normal-2"], ids["low"]]
+    assert next_jobs(redis, gpus=2) == [two_gpus]  # another line: a CPU worker never takes a GPU job
+
+
+def test_a_placed_task_goes_before_anything_queued(redis):
+    queued = control.submit(redis, {**TINY, "priority": "high"})[0]["id"]
+    Queue(keys.private_queue("w"), connection=redis).enqueue_call(
+        keys.RUN_TASK, args=(99, 1, 0), job_id=keys.rq_task_id(99, 1, 0)
+    )
+    worker = GpudeckWorker(keys.worker_listens("w", 0), name="w", connection=redis)
+    first, _ = worker.dequeue_job_and_maintain_ttl(timeout=1)
+    assert keys.job_id_of(first.id) == 99
+    assert next_jobs(redis) == [queued]
+
+
+def test_a_sweep_ranks_ended_jobs_by_test_accuracy_unfinished_last(redis):
+    sweep = sweeps.create(redis, {"base": TINY, "grid": {"params.lr": [0.2, 0.1, 0.0]}})
+    low, high, unfinished = sweep["job_ids"]
+    store = JobStore(redis)
+    for job_id, accuracy in ((low, 0.31), (high, 0.87)):
+        store.transition(job_id, (Status.QUEUED.value,), status=Status.RUNNING.value, started_at=time.time())
+        assert lifecycle.end(redis, job_id, outcome.SUCCEEDED, result={"test_accuracy": accuracy, "test_loss": 1.0})
+    summary = sweeps.summary(redis, sweep["id"])
+    assert [(r["job_id"], r["rank"], r["params.lr"]) for r in summary["jobs"]] == [
+        (high, 1, 0.1),
+        (low, 2, 0.2),
+        (unfinished, None, 0.0),
+    ]
+    assert summary["ended"] == 2 and summary["total"] == 3 and summary["best"]["job_id"] == high

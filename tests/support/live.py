@@ -1,0 +1,190 @@
+"""Live processes in tests: gpudeck commands as children (stopped with everything below them), waiting for
+them over HTTP, and the FAKE nvidia-smi that stands in for GPUs we do not have."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import time
+from pathlib import Path
+
+import requests
+
+from jobs.redis_server import free_port
+from jobs.states import ENDED
+
+
+class Proc:
+    """A child process of a test, stopped (and its group killed) at the end."""
+
+    def __init__(self, argv: list[str], env: dict[str, str], log: Path):
+        self.log = log
+        self._out = open(log, "ab")  # noqa: SIM115
+        self.proc = subprocess.Popen(argv, env=env, stdout=self._out, stderr=subprocess.STDOUT, start_new_session=True)
+
+    def stop(self, timeout: float = 15.0) -> int | None:
+        """SIGTERM, then SIGKILL for it and everything below it (work-horses and trainers run in process
+        groups of their own), so nothing of one test writes into the next test's Redis."""
+        family = descendants(self.proc.pid)
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(timeout)
+            except subprocess.TimeoutExpired:
+                kill_tree(self.proc.pid)
+                self.proc.wait()
+        for pid in family | descendants(self.proc.pid):
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+        self._out.close()
+        return self.proc.returncode
+
+    def output(self) -> str:
+        return self.log.read_text(errors="replace")
+
+
+def start_api(spawn, env: dict[str, str], port: int | None = None) -> str:
+    """Start `gpudeck api` (on `port`, else a free one) with `env`; its base URL once /healthz answers."""
+    port = port or free_port()
+    proc = spawn("api", "--port", str(port), env=env)
+    url = f"http://127.0.0.1:{port}"
+    wait_http(f"{url}/healthz", proc)
+    return url
+
+
+TINY = {"model": "lenet", "dataset": "synthetic:16x16x3", "params": {"steps": 3, "batch_size": 8}}
+"""A job that trains in seconds."""
+
+
+def submit_job(api: str, spec: dict) -> int:
+    """POST /api/v1/jobs over HTTP; the new job's id (a 201 is required)."""
+    resp = requests.post(f"{api}/api/v1/jobs", json=spec, timeout=10)
+    assert resp.status_code == 201, resp.text
+    return resp.json()["id"]
+
+
+def wait_succeeded(api: str, job_id: int) -> dict:
+    """GET /api/v1/jobs/ID/wait until the job ends; it must have succeeded."""
+    job = requests.get(f"{api}/api/v1/jobs/{job_id}/wait?timeout=240", timeout=260).json()
+    assert job["status"] == "succeeded", job
+    return job
+
+
+def wait_http(url: str, proc: Proc | None = None, timeout: float = 60.0) -> None:
+    """Poll until `url` answers 200."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if proc is not None and proc.proc.poll() is not None:
+            raise AssertionError(f"process exited with {proc.proc.returncode}:\n{proc.output()[-3000:]}")
+        try:
+            if requests.get(url, timeout=2).status_code == 200:
+                return
+        except requests.RequestException:
+            pass
+        time.sleep(0.1)
+    raise AssertionError(f"{url} did not answer within {timeout}s")
+
+
+def until(check, timeout: float = 30.0, what: str = "condition", every: float = 0.1):
+    """Call `check` until it returns something truthy, and return that; fail after `timeout` s naming `what`
+    (a callable `what` is called for the message, e.g. to show the screen that lacked the words)."""
+    deadline = time.monotonic() + timeout
+    while True:
+        value = check()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise AssertionError(f"{what() if callable(what) else what}: not met in {timeout}s")
+        time.sleep(every)
+
+
+def fake_nvidia_smi(bin_dir: Path, script_body: str) -> Path:
+    """Put a FAKE nvidia-smi (we have no GPUs here) on a PATH dir: a shell script printing real-format output."""
+    bin_dir.mkdir(parents=True, exist_ok=True)
+    path = bin_dir / "nvidia-smi"
+    path.write_text("#!/bin/sh\n# FAKE nvidia-smi for tests: prints what the real one prints.\n" + script_body)
+    path.chmod(0o755)
+    return path
+
+
+def wait_job(client, job_id: int, until=lambda job: job["status"] in ENDED, timeout: float = 180.0):
+    """Poll GET /api/v1/jobs/ID (Flask test client) as a user would; returns (job, statuses seen)."""
+    seen: list[str] = []
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        job = client.get(f"/api/v1/jobs/{job_id}").json
+        if not seen or seen[-1] != job["status"]:
+            seen.append(job["status"])
+        if until(job):
+            return job, seen
+        time.sleep(0.05)
+    raise AssertionError(f"job {job_id}: condition not met in {timeout}s; statuses seen {seen}")
+
+
+def alive(pid: int) -> bool:
+    """True while a process exists and is not a zombie."""
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except OSError:
+        return False
+    return state != "Z"
+
+
+def kill_tree(pid: int) -> None:
+    """SIGKILL a process and everything below it. The tree is frozen first (SIGSTOP until a rescan finds
+    nothing new), so a worker cannot fork a work-horse between the scan and the kill: such a horse runs in a
+    process group of its own, would outlive its parent, and would write into the next test's Redis keys."""
+    frozen: set[int] = set()
+    while True:
+        new = descendants(pid) - frozen
+        if not new:
+            break
+        for p in new:
+            try:
+                os.kill(p, signal.SIGSTOP)
+            except ProcessLookupError:
+                pass
+        frozen |= new
+    for p in [pid, *frozen]:
+        try:
+            os.kill(p, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+
+
+def descendants(pid: int) -> set[int]:
+    """Every live process below `pid` (children, work-horses, trainers in their own sessions)."""
+    parents: dict[int, int] = {}
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                stat = (entry / "stat").read_text()
+            except OSError:
+                continue
+            parents[int(entry.name)] = int(stat.rsplit(")", 1)[1].split()[1])
+    found: set[int] = set()
+    frontier = {pid}
+    while frontier:
+        frontier = {p for p, parent in parents.items() if parent in frontier} - found
+        found |= frontier
+    return found
+
+
+# Two H100s as the real tool prints them, with the trainers that run here listed on the GPU their job owns.
+FAKE_SMI = r"""
+case "$*" in
+  *-L*) printf 'GPU 0: NVIDIA H100 80GB HBM3 (UUID: GPU-aaaa)\nGPU 1: NVIDIA H100 80GB HBM3 (UUID: GPU-bbbb)\n' ;;
+  *--query-gpu*) printf '0, GPU-aaaa, NVIDIA H100 80GB HBM3, 97, 1000, 81559, 55, 300.5, 700.00\n1, GPU-bbbb, NVIDIA H100 80GB HBM3, [N/A], 0, 81559, [N/A], [Not Supported], 700.00\n' ;;
+  *--query-compute-apps*)
+    # the trainers that really run here, as the real tool would list them on the GPU their job owns
+    for pid in $(pgrep -f 'models.train'); do
+      gpu=$(tr '\0' '\n' < /proc/$pid/environ | sed -n 's/^CUDA_VISIBLE_DEVICES=//p')
+      if [ "$gpu" = 0 ]; then printf '%s, python3, 512, GPU-aaaa\n' "$pid"; fi
+      if [ "$gpu" = 1 ]; then printf '%s, python3, 512, GPU-bbbb\n' "$pid"; fi
+    done ;;
+esac
+exit 0  # as the real tool does after a successful query
+"""
