@@ -21,10 +21,11 @@ $(STAMP): pyproject.toml
 up: install
 	$(BIN)/gpudeck up $(ARGS)
 
-# Test modules run in parallel, one module per process (a module's tests share its fixtures): the suite waits on
-# trainer processes and servers much of the time. PYTEST_ARGS="-n 0" runs them one at a time.
+# Tests run in parallel (pytest-xdist), one process per core (at most 4; more than the cores measured no faster:
+# the suite is bound by the trainers' CPU). Tests that share a module fixture are one xdist_group.
+# PYTEST_ARGS="-n 0" runs them one at a time.
 test: install
-	$(BIN)/python -m pytest -n auto --maxprocesses 4 --dist loadfile $(PYTEST_ARGS)
+	$(BIN)/python -m pytest -n auto --maxprocesses 4 --dist loadgroup $(PYTEST_ARGS)
 
 # The quick loop: lint, then every test that starts no stack and trains nothing.
 check: lint

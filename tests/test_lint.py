@@ -1,4 +1,4 @@
-"""The code stays ruff-clean (lint and format), as STYLE.md asks."""
+"""The code stays ruff-clean (lint and format, with the settings in pyproject.toml)."""
 
 import subprocess
 import sys

@@ -11,7 +11,7 @@ import pytest
 from tests.support import learning
 from tests.support.digits import write_digits_idx
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("learning")]  # one process: they share the baselines
 
 EPOCHS, BATCH, LR, SEED = 5, 32, 0.05, 0
 PARAMS = {"epochs": EPOCHS, "batch_size": BATCH, "lr": LR, "optimizer": "momentum", "schedule": "cosine", "seed": 0}

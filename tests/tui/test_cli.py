@@ -55,7 +55,9 @@ def test_ci_gates_tables_json_logs_datasets_and_tensorboard(gpudeck, tmp_path):
     assert [j["id"] for j in json.loads(gpudeck("ls", "--tag", "ci", "--json").stdout)["jobs"]] == [1]
     show = gpudeck("show", "1").stdout
     assert "status  succeeded" in show and "model  lenet" in show and "test_accuracy" in show
-    assert json.loads(gpudeck("show", "3", "--json").stdout)["reason"] == "bad_input"
+    refused = json.loads(gpudeck("show", "3", "--json").stdout)
+    assert refused["reason"] == "bad_input"  # the trainer's exit 2, mapped by the job-end table
+    assert any("bad input" in line and "no such file or directory" in line for line in refused["log_tail"])
 
     full = gpudeck("logs", "1").stdout
     assert "train step 3" in full
