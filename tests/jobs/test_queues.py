@@ -37,7 +37,9 @@ def test_a_worker_takes_high_then_normal_then_low_and_first_come_first_served_wi
 def test_a_placed_task_goes_before_anything_queued(redis):
     queued = control.submit(redis, {**TINY, "priority": "high"})[0]["id"]
     Queue(keys.private_queue("w"), connection=redis).enqueue_call(
-        keys.RUN_TASK, args=(99, 1, 0), job_id=keys.rq_task_id(99, 1, 0)
+        keys.RUN_TASK,
+        args=(99, 0, 1),
+        job_id=keys.rq_task_id(99, 1, 0),  # task 0 of placement 1
     )
     worker = GpudeckWorker(keys.worker_listens("w", 0), name="w", connection=redis)
     first, _ = worker.dequeue_job_and_maintain_ttl(timeout=1)

@@ -12,8 +12,11 @@ from jobs.proc import python_module
 
 FLOOR = 0.90
 """Test accuracy either way must reach on the digits (chance is 0.10)."""
-MARGIN = 0.02
-"""How far below model.fit models.train may end."""
+MARGIN = 0.04
+"""How far below model.fit models.train may end. Each accuracy is measured on 360 test digits, so at ~0.97 it
+carries a binomial noise of ~0.009, and the difference of two runs ~0.013: 0.04 is three of those (a false alarm
+about once in a thousand runs). `make bench PYTEST_ARGS="-k learning_seeds"` measured the difference over 5
+seeds at -0.017..+0.011 (mean -0.003); a smaller gap than the margin is for that benchmark to find."""
 
 
 def env(onednn: bool | None) -> dict[str, str]:
