@@ -28,7 +28,7 @@ def create_app(config: dict[str, Any] | None = None) -> Flask:
         redis = Redis.from_url(settings.redis_url or "redis://127.0.0.1:6379/0", socket_timeout=30)
     app.extensions["gpudeck.redis"] = redis
 
-    from api import auth, catalog, cluster, datasets, errors, health, jobs, openapi, tensorboard
+    from api import auth, catalog, cluster, datasets, errors, health, jobs, openapi, sources, tensorboard
 
     errors.register(app)
     auth.register(app)
@@ -38,6 +38,7 @@ def create_app(config: dict[str, Any] | None = None) -> Flask:
     app.register_blueprint(catalog.bp, url_prefix="/api/v1")
     app.register_blueprint(cluster.bp, url_prefix="/api/v1")
     app.register_blueprint(datasets.bp, url_prefix="/api/v1")
+    app.register_blueprint(sources.bp, url_prefix="/api/v1")
     app.register_blueprint(tensorboard.bp, url_prefix="/api/v1")
     if app.config.get("START_REAPER") and settings.redis_url:
         from jobs.reaper import Reaper

@@ -28,7 +28,7 @@ def gpu_stats():
 
 @bp.post("/sweeps")
 def create_sweep():
-    sweep = sweeps.create(deps.redis(), deps.json_body(), deps.settings().data_roots)
+    sweep = sweeps.create(deps.redis(), deps.json_body(), deps.settings())
     sweep["jobs"] = [job_view(j) for j in sweep["jobs"]]
     return sweep, 201, {"Location": f"/api/v1/sweeps/{sweep['id']}"}
 

@@ -12,6 +12,7 @@ from jobs.errors import (
     BadRequest,
     ConfigError,
     Conflict,
+    Forbidden,
     GpudeckError,
     NotFound,
     TooLarge,
@@ -26,6 +27,7 @@ log = logging.getLogger(__name__)
 STATUS = {
     ValidationError: 400,
     BadRequest: 400,
+    Forbidden: 403,
     NotFound: 404,
     Conflict: 409,
     TooLarge: 413,

@@ -25,14 +25,14 @@ WAIT_POLL_S = 0.25
 
 @bp.post("")
 def submit():
-    body, roots = deps.json_body(), deps.settings().data_roots
+    body, settings = deps.json_body(), deps.settings()
     key = request.headers.get("Idempotency-Key")
     if key is None:
-        rec, _ = control.submit(deps.redis(), body, roots)
+        rec, _ = control.submit(deps.redis(), body, settings)
         return job_view(rec), 201, {"Location": f"/api/v1/jobs/{rec['id']}"}
     if not 0 < len(key) <= 255:
         raise BadRequest("Idempotency-Key must be 1 to 255 characters", {"field": "Idempotency-Key"})
-    rec, replayed = control.submit(deps.redis(), body, roots, idempotency_key=key)
+    rec, replayed = control.submit(deps.redis(), body, settings, idempotency_key=key)
     headers = {"Location": f"/api/v1/jobs/{rec['id']}", "Idempotent-Replayed": str(replayed).lower()}
     return job_view(rec), 200 if replayed else 201, headers
 
@@ -44,7 +44,7 @@ def cancel(job_id: int):
 
 @bp.post("/<int:job_id>/retry")
 def retry(job_id: int):
-    rec = control.retry(deps.redis(), job_id, deps.settings().data_roots)
+    rec = control.retry(deps.redis(), job_id, deps.settings())
     return job_view(rec), 201, {"Location": f"/api/v1/jobs/{rec['id']}"}
 
 
@@ -159,18 +159,31 @@ def metrics(job_id: int):
     points = store.read_points(job_id)
     if fmt == "csv":
         return Response(_csv(points), mimetype="text/csv")
+    validation = [p for p in points if any(k.startswith("val_") for k in p)]
     return {
         "job_id": job_id,
-        "train": [p for p in points if "loss" in p],
-        "validation": [p for p in points if "val_loss" in p],
+        "train": [p for p in points if any(k not in POINT_KEYS and not k.startswith("val_") for k in p)],
+        "validation": validation,
     }
 
 
+POINT_KEYS = ("step", "epoch", "time")
+"""Fields of a metric point that place it rather than measure something."""
+
+
 CSV_COLUMNS = ("step", "epoch", "loss", "accuracy", "lr", "images_per_sec", "val_loss", "val_accuracy")
+"""The zoo's columns first; a command job's other scalars follow in the order they first appear."""
 
 
 def _csv(points: list[dict]) -> str:
-    rows = [",".join(CSV_COLUMNS)]
+    columns = list(CSV_COLUMNS)
     for p in points:
-        rows.append(",".join("" if p.get(c) is None else str(p[c]) for c in CSV_COLUMNS))
+        columns.extend(k for k in p if k not in columns and k != "time")
+    rows = [",".join(_csv_cell(c) for c in columns)]
+    for p in points:
+        rows.append(",".join("" if p.get(c) is None else str(p[c]) for c in columns))
     return "\n".join(rows) + "\n"
+
+
+def _csv_cell(text: str) -> str:
+    return f'"{text.replace(chr(34), chr(34) * 2)}"' if any(c in text for c in ',"\n') else text

@@ -10,7 +10,7 @@ from flask import Blueprint
 
 from jobs.keys import PRIORITIES
 from jobs.settings import DEFAULT_API
-from jobs.spec import MAX_GPUS, MAX_WORKERS
+from jobs.spec import ENV_NAME, INJECTED, MAX_COMMAND, MAX_GPUS, MAX_WORKERS
 from jobs.states import Reason, Status
 from models.params import PARAMS
 
@@ -66,6 +66,29 @@ def _schemas() -> dict[str, Any]:
         "max_retries": {**INT, "minimum": 0, "maximum": 10},
         "workers": {**INT, "minimum": 1, "maximum": MAX_WORKERS, "description": "tasks of a multi-worker job"},
         "chief": {**BOOL, "description": "task 0 runs as TF_CONFIG type chief (needs workers >= 2)"},
+        "command": {
+            "description": "your own code instead of a model: a shell string (/bin/sh -c) or a list of arguments; "
+            "needs GPUDECK_TOKENS or GPUDECK_COMMAND_JOBS=1 on the API (else 403)",
+            "anyOf": [
+                {**STR, "minLength": 1, "maxLength": MAX_COMMAND},
+                {"type": "array", "minItems": 1, "items": STR},
+            ],
+        },
+        "source": _nullable(
+            {
+                **STR,
+                "description": "src:<sha256> from POST /api/v1/sources, or a server folder under "
+                "GPUDECK_DATA_ROOTS (snapshotted at submission)",
+            }
+        ),
+        "env": {
+            "type": "object",
+            "description": f"variables for the command; not one of {', '.join(INJECTED)}",
+            "propertyNames": {"pattern": f"^{ENV_NAME.pattern}$"},
+            "additionalProperties": STR,
+        },
+        "env_name": _nullable({**STR, "description": "an environment registered with GPUDECK_ENVS"}),
+        "total_steps": _nullable({**INT, "minimum": 1, "description": "for progress and ETA of a command job"}),
     }
     point = _obj(
         {
@@ -77,8 +100,25 @@ def _schemas() -> dict[str, Any]:
         "Error": _obj(
             {"error": STR, "message": STR, "details": {"type": "object"}}, ["error", "message", "details"], extra=False
         ),
-        "JobSpecInput": _obj(spec_props, ["model", "dataset"], extra=False),
-        "JobSpec": _obj(spec_props, list(spec_props)),
+        "JobSpecInput": {
+            **_obj(spec_props, extra=False),
+            "description": "a model job (model, dataset, params) or a command job (command, source, env, ...)",
+            "oneOf": [{"required": ["model", "dataset"]}, {"required": ["command"]}],
+        },
+        "JobSpec": _obj(spec_props, ["gpus", "name", "tags", "priority", "timeout", "max_retries", "workers"]),
+        "Source": _obj(
+            {
+                "ref": STR,
+                "sha256": STR,
+                "files": INT,
+                "size_bytes": INT,
+                "created_at": TIME,
+                "git_commit": STR,
+                "git_dirty": BOOL,
+                "path": STR,
+            },
+            ["ref", "sha256", "files", "size_bytes", "created_at"],
+        ),
         "Progress": _obj(
             {
                 "step": _nullable(INT),
@@ -116,6 +156,8 @@ def _schemas() -> dict[str, Any]:
                 "result": _nullable(_ref("Result")),
                 "log_tail": _nullable({"type": "array", "items": STR}),
                 "tasks": _nullable({"type": "array", "items": _ref("Task")}),
+                "source": _nullable(_ref("Source")),
+                "environment": _nullable({"type": "object", "additionalProperties": STR}),
             },
             ["id", "name", "status", "spec", "attempt", "created_at", "progress"],
         ),
@@ -337,6 +379,7 @@ def _errors(*codes: int) -> dict[str, Any]:
     text = {
         400: "bad input; details name the field",
         401: "missing or wrong bearer token",
+        403: "not allowed here (the message says how to allow it)",
         404: "no such resource",
         409: "conflicts with the resource's state",
         413: "body or archive over a limit",
@@ -381,7 +424,7 @@ def _paths() -> dict[str, Any]:
                 {
                     "201": _json("Job", "created", {"Location": {"schema": STR}}),
                     "200": _json("Job", "replayed for an Idempotency-Key seen in the last 24 h"),
-                    **_errors(400, 409, 413, 422),
+                    **_errors(400, 403, 409, 413, 422),
                 },
                 parameters=[{"name": "Idempotency-Key", "in": "header", "required": False, "schema": STR}],
                 requestBody=_body("JobSpecInput"),
@@ -473,6 +516,38 @@ def _paths() -> dict[str, Any]:
                 "One dataset's versions",
                 {"200": _json("Dataset"), **_errors(404)},
                 parameters=[{"name": "name", "in": "path", "required": True, "schema": STR}],
+            )
+        },
+        "/api/v1/sources": {
+            "post": _op(
+                "Store a source folder (tar in any compression, or zip) by the sha256 of its content",
+                {
+                    "201": _json("Source", "stored", {"Location": {"schema": STR}}),
+                    "200": _json("Source", "this tree was already stored", {"Location": {"schema": STR}}),
+                    **_errors(400, 413, 422),
+                },
+                requestBody={
+                    "required": True,
+                    "content": {
+                        "multipart/form-data": {
+                            "schema": _obj(
+                                {
+                                    "file": {**STR, "contentMediaType": "application/gzip"},
+                                    "git_commit": STR,
+                                    "git_dirty": {**STR, "enum": ["true", "false", "1", "0"]},
+                                },
+                                ["file"],
+                            )
+                        }
+                    },
+                },
+            ),
+        },
+        "/api/v1/sources/{ref}": {
+            "get": _op(
+                "One stored source",
+                {"200": _json("Source"), **_errors(400, 404)},
+                parameters=[{"name": "ref", "in": "path", "required": True, "schema": STR}],
             )
         },
         "/api/v1/workers": {"get": _op("Live workers", {"200": _json("WorkerList")})},

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Any
 
 from redis import Redis
@@ -10,20 +9,21 @@ from redis import Redis
 from jobs import gang, lifecycle, queues
 from jobs.errors import Conflict
 from jobs.outcome import CANCELED_QUEUED
+from jobs.settings import Settings
 from jobs.spec import is_multi_worker
 from jobs.states import Reason, Status
 from jobs.store import JobStore
 
 
 def submit(
-    redis: Redis, body: Any, data_roots: tuple[Path, ...] = (), idempotency_key: str | None = None
+    redis: Redis, body: Any, settings: Settings | None = None, idempotency_key: str | None = None
 ) -> tuple[dict[str, Any], bool]:
     """Validate and queue a job (once per Idempotency-Key when one is given); a multi-worker job is placed right
     away when its N workers are idle. Returns (record, replayed)."""
     if idempotency_key is None:
-        rec, replayed = queues.submit(redis, body, data_roots), False
+        rec, replayed = queues.submit(redis, body, settings), False
     else:
-        rec, replayed = queues.submit_once(redis, body, idempotency_key, data_roots)
+        rec, replayed = queues.submit_once(redis, body, idempotency_key, settings)
     if not replayed and is_multi_worker(rec["spec"]):
         gang.place(redis)
         rec = JobStore(redis).get(rec["id"])
@@ -50,9 +50,9 @@ def cancel(redis: Redis, job_id: int) -> dict[str, Any]:
     return store.get(job_id)
 
 
-def retry(redis: Redis, job_id: int, data_roots: tuple[Path, ...] = ()) -> dict[str, Any]:
-    """Submit an ended job's spec again, as a new job with the next id."""
+def retry(redis: Redis, job_id: int, settings: Settings | None = None) -> dict[str, Any]:
+    """Submit an ended job's spec again, as a new job with the next id (a command job: the same source snapshot)."""
     rec = JobStore(redis).get(job_id)
     if not Status(rec["status"]).ended:
         raise Conflict(f"job {job_id} is {rec['status']}; only an ended job can be retried", {"id": job_id})
-    return submit(redis, rec["spec"], data_roots)[0]
+    return submit(redis, rec["spec"], settings)[0]

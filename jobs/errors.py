@@ -40,6 +40,12 @@ class BadRequest(GpudeckError):
     code = "bad_request"
 
 
+class Forbidden(GpudeckError):
+    """The request is understood but not allowed here (how to allow it is in the message)."""
+
+    code = "forbidden"
+
+
 class NotFound(GpudeckError):
     """The job (or other object) does not exist."""
 

@@ -49,7 +49,7 @@ from jobs.keys import (
     worker_info_key,
 )
 from jobs.outcome import of_tasks
-from jobs.spec import is_multi_worker
+from jobs.spec import command_words, is_command, is_multi_worker
 from jobs.states import ACTIVE, Reason, Status
 from jobs.store import JobStore
 
@@ -198,7 +198,7 @@ def _assign(redis: Redis, store: JobStore, rec: dict[str, Any], chosen: list[dic
             timeout=-1,
             result_ttl=queues.RQ_JOB_TTL,
             failure_ttl=queues.RQ_JOB_TTL,
-            description=f"gpudeck job {job_id} task {label(spec, index)}: {spec['model']} on {spec['dataset']}",
+            description=f"gpudeck job {job_id} task {label(spec, index)}: {command_words(spec)}",
         )
     log.info("job %s placed (gen %d) on %s", job_id, gen, ", ".join(w["name"] for w in chosen))
     return True
@@ -308,7 +308,8 @@ def finish(redis: Redis, job_id: int) -> str | None:
         return None
     for t in ts:
         t["label"] = label(spec, t["index"])
-    outcome, blamed = of_tasks(stop, ended, spec["workers"], bool(rec.get("result")))
+    has_result = is_command(spec) or bool(rec.get("result"))  # a command job's result is optional
+    outcome, blamed = of_tasks(stop, ended, spec["workers"], has_result)
     status = lifecycle.end(redis, job_id, outcome, rec, log_tail=blamed.get("log_tail", []) if blamed else None)
     if status is not None:
         _cleanup(redis, job_id, gen, spec["workers"])

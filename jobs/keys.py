@@ -96,7 +96,7 @@ def gpus_key(host: str) -> str:
 
 GPUS_PATTERN = f"{PREFIX}:gpus:*"
 
-# -- datasets, sweeps, TensorBoard -------------------------------------------------------------------
+# -- datasets -------------------------------------------------------------------------------------
 DATASETS_KEY = f"{PREFIX}:datasets"
 """Sorted set of dataset names (score: first upload time)."""
 
@@ -116,6 +116,13 @@ def dataset_upload_key(name: str, version: str) -> str:
     return f"{PREFIX}:dataset-upload:{name}:{version}"
 
 
+# -- sources of command jobs ---------------------------------------------------------------------
+def source_key(sha256: str) -> str:
+    """JSON metadata of one stored source snapshot (files, size, git commit, when stored)."""
+    return f"{PREFIX}:source:{sha256}"
+
+
+# -- sweeps, TensorBoard------------------------------------------------------------------------------------
 SWEEP_COUNTER_KEY = f"{PREFIX}:next_sweep_id"
 
 

@@ -64,9 +64,15 @@ def out_of_memory(returncode: int | None, log_tail: Iterable[str], oom_killed: b
     return returncode not in (EXIT_OK, None) and any(m in line for line in log_tail for m in OOM_MARKERS)
 
 
+def refused(message: str) -> End:
+    """A command job could not start on its worker (an environment or a source not there)."""
+    return End(Status.FAILED, Reason.BAD_INPUT, message)
+
+
 def of_exit(returncode: int | None, oom: bool, who: str = "the trainer") -> End:
-    """Why a process nobody asked to stop ended without a result."""
-    if returncode == EXIT_BAD_INPUT:
+    """Why a process nobody asked to stop ended without a result (the trainer's exit 2 is its refusal of the
+    spec; a command's exit status means only what its script means by it)."""
+    if returncode == EXIT_BAD_INPUT and who == "the trainer":
         return End(Status.FAILED, Reason.BAD_INPUT, f"{who} refused the spec or its data")
     if oom:
         return End(Status.FAILED, Reason.OOM, "the training process ran out of memory")
@@ -77,24 +83,24 @@ def of_exit(returncode: int | None, oom: bool, who: str = "the trainer") -> End:
     return End(Status.FAILED, Reason.EXIT_NONZERO, f"{who} exited with status {returncode}")
 
 
-def of_job(stop: str | None, returncode: int | None, has_result: bool, oom: bool) -> End:
-    """A single job whose trainer ended (returncode None: it never started): a result wins, then a requested
-    stop, then the exit status."""
-    if returncode == EXIT_OK and has_result:
+def of_job(stop: str | None, returncode: int | None, has_result: bool, oom: bool, command: bool = False) -> End:
+    """A single job whose trainer (or command) ended (returncode None: it never started): a result wins (a
+    command's exit 0 is its success, result or not), then a requested stop, then the exit status."""
+    if returncode == EXIT_OK and (has_result or command):
         return SUCCEEDED
     if stop in STOPPED:
         return STOPPED[stop]
-    return of_exit(returncode, oom)
+    return of_exit(returncode, oom, who="the command" if command else "the trainer")
 
 
-def of_task(stop: str | None, returncode: int | None, oom: bool) -> tuple[str, End | None]:
+def of_task(stop: str | None, returncode: int | None, oom: bool, command: bool = False) -> tuple[str, End | None]:
     """One task of a multi-worker job ended: its own status (`succeeded`, `stopped`, `failed`) and, when it
     failed by itself, why (which then ends the whole job through of_tasks)."""
     if returncode == EXIT_OK:
         return "succeeded", None
     if stop or returncode is None:
         return "stopped", None
-    return "failed", of_exit(returncode, oom)
+    return "failed", of_exit(returncode, oom, who="the command" if command else "the trainer")
 
 
 def of_tasks(

@@ -5,7 +5,6 @@ from __future__ import annotations
 import hashlib
 import json
 import time
-from pathlib import Path
 from typing import Any
 
 from redis import Redis
@@ -13,11 +12,12 @@ from rq import Queue, Worker
 from rq.exceptions import NoSuchJobError
 from rq.job import Job
 
-from jobs import datasets
+from jobs import datasets, sources
 from jobs import spec as spec_mod
 from jobs.errors import Conflict, Unprocessable
 from jobs.keys import GANGS_KEY, PRIORITIES, RUN_JOB, idempotency_key, queue_name, rq_job_id
-from jobs.spec import is_multi_worker
+from jobs.settings import Settings
+from jobs.spec import command_words, is_multi_worker
 from jobs.store import JobStore
 
 RQ_JOB_TTL = 7 * 24 * 3600
@@ -29,25 +29,40 @@ def live_gpu_workers(redis: Redis) -> int:
     return sum(1 for w in Worker.all(connection=redis) if any(q.startswith("gpus-") for q in w.queue_names()))
 
 
-def validate(redis: Redis, body: Any, data_roots: tuple[Path, ...] = (), default_gpus: int | None = None) -> dict:
-    """spec.validate with what only the store knows: live GPU workers (the default gpus) and uploaded datasets."""
+def validate(redis: Redis, body: Any, settings: Settings | None = None, default_gpus: int | None = None) -> dict:
+    """spec.validate with what only the store and the settings know: live GPU workers (the default gpus), uploaded
+    datasets and sources, data roots, whether command jobs are allowed, the registered environments."""
+    s = settings or Settings.from_env({})
     if default_gpus is None:
         default_gpus = 1 if live_gpu_workers(redis) else 0
     return spec_mod.validate(
-        body, default_gpus=default_gpus, data_roots=data_roots, pin=lambda n, v: datasets.pin(redis, n, v)
+        body,
+        default_gpus=default_gpus,
+        data_roots=s.data_roots,
+        pin=lambda n, v: datasets.pin(redis, n, v),
+        commands_allowed=s.command_jobs_allowed,
+        source_known=lambda sha: sources.exists(redis, sha),
+        envs=tuple(name for name, _ in s.envs),
     )
 
 
-def submit(redis: Redis, body: Any, data_roots: tuple[Path, ...] = ()) -> dict[str, Any]:
-    """Validate, assign the next id, and write the record and the RQ job in one transaction."""
-    spec = validate(redis, body, data_roots)
+def submit(redis: Redis, body: Any, settings: Settings | None = None) -> dict[str, Any]:
+    """Validate, assign the next id, and write the record and the RQ job in one transaction. A command job's
+    source is pinned: a server folder is snapshotted now, and the record keeps the snapshot's description."""
+    s = settings or Settings.from_env({})
+    spec = validate(redis, body, s)
+    source = None
+    if spec.get("source"):
+        sha = sources.parse_ref(spec["source"])
+        source = sources.get(redis, sha) if sha else sources.snapshot_folder(redis, s, spec["source"])
+        spec["source"] = source["ref"]
     store = JobStore(redis)
     job_id = store.next_id()
     name = queue_name(spec["gpus"], spec["priority"])
     with redis.pipeline() as pipe:
         # RQ starts the MULTI itself when handed a pipeline, so it goes first; the record joins it.
         enqueue_attempt(redis, name, job_id, 1, spec, pipe)
-        rec = store.create(job_id, spec, name, pipe=pipe)
+        rec = store.create(job_id, spec, name, pipe=pipe, source=source)
         pipe.execute()
     return rec
 
@@ -73,7 +88,7 @@ def enqueue_attempt(
         timeout=-1,  # the work-horse enforces the spec's timeout itself, stopping the trainer's group
         result_ttl=RQ_JOB_TTL,
         failure_ttl=RQ_JOB_TTL,
-        description=f"gpudeck job {job_id}: {spec['model']} on {spec['dataset']}",
+        description=f"gpudeck job {job_id}: {command_words(spec)} on {spec.get('dataset') or '-'}",
         pipeline=pipe,
     )
 
@@ -95,7 +110,7 @@ IDEMPOTENCY_TTL_S = 24 * 3600
 """How long an Idempotency-Key keeps answering with the job it first created."""
 
 
-def submit_once(redis: Redis, body: Any, key: str, data_roots: tuple[Path, ...] = ()) -> tuple[dict[str, Any], bool]:
+def submit_once(redis: Redis, body: Any, key: str, settings: Settings | None = None) -> tuple[dict[str, Any], bool]:
     """submit() under an Idempotency-Key: the same key within 24 h returns the first job and creates nothing.
     Returns (record, replayed)."""
     digest = hashlib.sha256(json.dumps(body, sort_keys=True).encode()).hexdigest()
@@ -104,7 +119,7 @@ def submit_once(redis: Redis, body: Any, key: str, data_roots: tuple[Path, ...] 
     while time.monotonic() < deadline:
         if redis.set(slot, json.dumps({"body": digest}), nx=True, ex=IDEMPOTENCY_TTL_S):
             try:
-                rec = submit(redis, body, data_roots)
+                rec = submit(redis, body, settings)
             except Exception:
                 redis.delete(slot)  # a refused submission does not use up the key
                 raise

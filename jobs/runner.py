@@ -6,8 +6,11 @@ import json
 import logging
 import os
 import selectors
+import shutil
 import signal
+import stat
 import subprocess
+import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -16,14 +19,16 @@ from typing import IO, Any
 from redis import Redis
 from rq import get_current_job
 
-from jobs import datasets, gang, lifecycle, outcome, tfconfig
-from jobs.keys import metrics_key, task_beat_key, task_key
-from jobs.proc import pdeathsig, python_module
+from jobs import datasets, gang, lifecycle, outcome, sources, tfconfig
+from jobs.keys import metrics_key, rq_job_id, rq_task_id, task_beat_key, task_key
+from jobs.proc import kill_marked, pdeathsig, python_module
 from jobs.redis_server import free_port
+from jobs.scalars import EVENT_FILE_MARK, ScalarReader, read_result
 from jobs.settings import Settings
+from jobs.spec import is_command, masked
 from jobs.states import Reason, Status
 from jobs.store import HEARTBEAT_TTL_S, JobStore
-from models import protocol
+from models import protocol, sourcetree
 from models.catalog import parse_dataset
 
 log = logging.getLogger(__name__)
@@ -39,6 +44,20 @@ COALESCE_S = 0.25
 Redis in a few batches a second: each wake-up of ours would otherwise preempt a training thread."""
 HORSE_NICENESS = 5
 """The work-horse lowers its CPU priority by this much once its trainer runs (the trainer keeps its own)."""
+SCAN_EVERY_S = 1.0
+"""How often the work-horse reads a command job's new TensorBoard scalars and metrics.jsonl lines."""
+EXIT_LINGER_S = 2.0
+"""After the trainer or command exits, how long processes it left holding its output may live before they are
+killed (a background child would otherwise keep the job from ending)."""
+RUN_ID_ENV = "GPUDECK_RUN_ID"
+"""Set in every trainer's and command's environment (the RQ id of the attempt or task): processes that carry it
+are swept when the attempt ends, even those that left its process group."""
+HIDDEN_ENV = ("GPUDECK_TOKENS", "GPUDECK_TOKEN", "REDIS_URL")
+"""The worker's own secrets and its Redis, not handed to a command job."""
+
+
+class Refused(Exception):
+    """A command job cannot start on this worker (its environment or its source is not here)."""
 
 
 @dataclass
@@ -126,13 +145,21 @@ class JobRun:
         self.preamble: list[str] = []
         self.result: dict[str, Any] | None = None
         self.progress: dict[str, Any] = {}
+        self.spec: dict[str, Any] = {}
+        self.command = False
+        self.attempt = 1
+        self.refused: str | None = None
+        self.reader: ScalarReader | None = None
 
     def run(self) -> str:
         if not self._claim():
             status = self.store.get(self.job_id)["status"]
             log.info("job %s is %s, not for this worker now; skipping", self.job_id, status)
             return status
-        spec = self.store.get(self.job_id)["spec"]
+        rec = self.store.get(self.job_id)
+        spec = self.spec = rec["spec"]
+        self.command = is_command(spec)
+        self.attempt = rec.get("attempt", 1)
         self.job_dir.mkdir(parents=True, exist_ok=True)
         (self.job_dir / "spec.json").write_text(json.dumps(self._trainer_spec(spec), indent=2) + "\n")
         self.points = self.store.stream_length(metrics_key(self.job_id))
@@ -143,19 +170,26 @@ class JobRun:
             return self._finish(None, oom_before=None)
         events_r, events_w = os.pipe()
         env = dict(os.environ, PYTHONUNBUFFERED="1")
-        env[protocol.EVENTS_FD_ENV] = str(events_w)
         env[protocol.JOB_ID_ENV] = str(self.job_id)
-        env[protocol.STOP_GRACE_ENV] = str(protocol.trainer_grace(self.ctx.stop_grace_s))
-        env.update(extra_env)
+        env[RUN_ID_ENV] = self.run_id
         oom_before = oom_kills()
         with open(self.job_dir / "log.txt", "a", buffering=1) as log_file:
+            try:
+                argv, cwd = self._launch(spec, env, extra_env, events_w)
+            except Refused as exc:
+                self.refused = str(exc)
+                self.preamble.append(f"gpudeck: cannot start the command: {exc}")
             if self.preamble:
                 pipe = self.redis.pipeline(transaction=False)
                 self._handle("log", [line.encode() for line in self.preamble], log_file, pipe)
                 pipe.execute()
+            if self.refused:
+                os.close(events_r)
+                os.close(events_w)
+                return self._finish(None, oom_before=None)
             proc = subprocess.Popen(
-                python_module("models.train", "--spec", "spec.json", "--job-dir", "."),
-                cwd=self.job_dir,
+                argv,
+                cwd=cwd,
                 env=env,
                 stdout=subprocess.PIPE,
                 stderr=subprocess.STDOUT,
@@ -172,7 +206,102 @@ class JobRun:
                 pass
             log.info("job %s%s: trainer pid %s in %s", self.job_id, self.prefix.rstrip(), proc.pid, self.job_dir)
             self._pump(proc, os.fdopen(events_r, "rb"), log_file, spec.get("timeout"))
-        return self._finish(proc.wait(), oom_before)
+        returncode = proc.wait()
+        kill_marked(RUN_ID_ENV, self.run_id)  # what it started and left behind, in its group or not
+        return self._finish(returncode, oom_before)
+
+    @property
+    def run_id(self) -> str:
+        """This attempt's RQ id: the mark on every process it starts."""
+        return rq_job_id(self.job_id, self.attempt)
+
+    def _launch(
+        self, spec: dict[str, Any], env: dict[str, str], extra_env: dict[str, str], events_w: int
+    ) -> tuple[list[str], Path]:
+        """argv and working dir of what this attempt runs; fills in `env`. Refused when it cannot start here."""
+        if not self.command:
+            env[protocol.EVENTS_FD_ENV] = str(events_w)
+            env[protocol.STOP_GRACE_ENV] = str(protocol.trainer_grace(self.ctx.stop_grace_s))
+            env.update(extra_env)
+            return python_module("models.train", "--spec", "spec.json", "--job-dir", "."), self.job_dir
+        for name in HIDDEN_ENV:
+            env.pop(name, None)
+        src = self._source_copy(spec)
+        bin_dir = Path(sys.executable).parent  # `python` is the worker's own, with TensorFlow
+        if spec.get("env_name"):
+            found = self.ctx.settings.env_python(spec["env_name"])
+            if found is None or not found.is_dir():
+                raise Refused(
+                    f"environment {spec['env_name']!r} is not registered on worker {self.ctx.name} "
+                    f"(GPUDECK_ENVS there: {', '.join(n for n, _ in self.ctx.settings.envs) or 'none'})"
+                )
+            bin_dir = found
+            env["VIRTUAL_ENV"] = str(found.parent)
+        env["PATH"] = f"{bin_dir}{os.pathsep}{env.get('PATH', '')}"
+        injected = {
+            "GPUDECK_JOB_ID": str(self.job_id),
+            "BUILD_ID": str(self.job_id),
+            "GPUDECK_ATTEMPT": str(self.attempt),
+            "JOB_DIR": str(self.job_dir),
+            "TRAINING_DIR": str(self.job_dir),
+            "TENSORBOARD_DIR": str(self.job_dir / "tensorboard"),
+            "SRC_DIR": str(src),
+            "GPU_COUNT": str(len(self.ctx.gpu_ids)),
+            "CUDA_VISIBLE_DEVICES": os.environ.get("CUDA_VISIBLE_DEVICES", ",".join(self.ctx.gpu_ids)),
+            "PYTHONUNBUFFERED": "1",
+        }
+        if spec.get("dataset"):
+            injected["DATA_DIR"] = str(self._data_dir(spec["dataset"]))
+        injected.update(extra_env)  # a task's TF_CONFIG, GPUDECK_TASK_TYPE, GPUDECK_TASK_INDEX
+        env.update(injected)
+        env.update(spec.get("env") or {})
+        if self._reads_scalars():
+            self.reader = ScalarReader(self.job_dir, ignore=self._shipped_event_files(src))
+        self._record_environment({**injected, **masked(spec.get("env") or {})})
+        cmd = spec["command"]
+        return (["/bin/sh", "-c", cmd] if isinstance(cmd, str) else list(cmd)), src
+
+    def _reads_scalars(self) -> bool:
+        return True
+
+    def _record_environment(self, environment: dict[str, str]) -> None:
+        self.store.update(self.job_id, environment=environment)
+
+    def _source_copy(self, spec: dict[str, Any]) -> Path:
+        """`$JOB_DIR/src`: this job's own writable copy of its source snapshot (kept for a later attempt)."""
+        src = self.job_dir / "src"
+        if src.exists():
+            return src
+        if not spec.get("source"):
+            src.mkdir()
+            return src
+        sha = sources.parse_ref(spec["source"]) or ""
+        stored = sources.local_path(self.ctx.settings, sha)
+        if not stored.is_dir():
+            raise Refused(
+                f"source {spec['source']} is not under {self.ctx.settings.sources_dir} on worker {self.ctx.name} "
+                "(workers on other hosts need the API's GPUDECK_HOME on shared storage)"
+            )
+        tmp = self.job_dir / f".src-{os.getpid()}"
+        shutil.copytree(stored, tmp, symlinks=True)
+        for here, dirs, names in os.walk(tmp):
+            for n in dirs + names:
+                p = os.path.join(here, n)
+                if not os.path.islink(p):
+                    os.chmod(p, os.stat(p).st_mode | stat.S_IWUSR)
+        os.rename(tmp, src)
+        return src
+
+    @staticmethod
+    def _shipped_event_files(src: Path) -> set[str]:
+        """Event files that came with the source: not this job's curves."""
+        return {f"src/{n}" for n in sourcetree.files(src) if EVENT_FILE_MARK in n}
+
+    def _data_dir(self, dataset: str) -> Path:
+        ref = parse_dataset(dataset)
+        if ref.kind == "stored":
+            return datasets.local_path(self.redis, self.ctx.settings, dataset)
+        return Path(ref.path or dataset)
 
     # -- hooks -------------------------------------------------------------------------------
     def _claim(self) -> bool:
@@ -208,10 +337,19 @@ class JobRun:
         return self.ctx.stop_grace_s
 
     def _started(self, pid: int) -> None:
-        self.store.update(self.job_id, pid=pid, spawned_at=time.time())
+        self.store.update(self.job_id, pid=pid, spawned_at=time.time(), **self._command_running())
+
+    def _command_running(self) -> dict[str, Any]:
+        """A command job is running once its process is: there is no trainer to say so."""
+        if not self.command:
+            return {}
+        self.progress = {"step": None, "total_steps": self.spec.get("total_steps"), "steps_per_epoch": None}
+        return {"status": Status.RUNNING.value, "running_at": time.time(), "progress": self.progress}
 
     def _trainer_spec(self, spec: dict[str, Any]) -> dict[str, Any]:
         """The spec the trainer reads: an uploaded dataset's folder on this host is filled in."""
+        if is_command(spec):
+            return spec
         ref = parse_dataset(spec["dataset"])
         if ref.kind != "stored":
             return spec
@@ -227,8 +365,9 @@ class JobRun:
         sel.register(events, selectors.EVENT_READ, "events")
         buffers = {"log": b"", "events": b""}
         deadline = time.monotonic() + timeout if timeout else None
-        last_beat = last_poll = time.monotonic()
+        last_beat = last_poll = last_scan = time.monotonic()
         termed_at: float | None = None
+        exited_at: float | None = None
         grace = self.ctx.stop_grace_s
         while sel.get_map():
             ready = sel.select(STOP_POLL_S)
@@ -245,8 +384,14 @@ class JobRun:
                     rest, buffers[key.data] = buffers[key.data], b""
                     if rest:
                         self._handle(key.data, [rest], log_file, pipe)
-            pipe.execute()
             now = time.monotonic()
+            scanned = self.reader is not None and now - last_scan >= SCAN_EVERY_S
+            if scanned:
+                self._scan(pipe)
+                last_scan = now
+            pipe.execute()
+            if scanned:
+                self.reader.save()  # type: ignore[union-attr]
             if now - last_beat >= HEARTBEAT_EVERY_S:
                 self._beat()
                 last_beat = now
@@ -264,7 +409,19 @@ class JobRun:
                 log.warning("job %s: still running %.0fs after SIGTERM: SIGKILL", self.job_id, grace)
                 signal_group(proc.pid, signal.SIGKILL)
                 termed_at = float("inf")
+            if exited_at is None and proc.poll() is not None:
+                exited_at = now
+            elif exited_at is not None and now - exited_at > EXIT_LINGER_S and sel.get_map():
+                log.info("job %s: its process exited; ending what it left holding its output", self.job_id)
+                signal_group(proc.pid, signal.SIGKILL)
+                kill_marked(RUN_ID_ENV, self.run_id)
+                exited_at = float("inf")
         events.close()
+        if self.reader is not None:
+            pipe = self.redis.pipeline(transaction=False)
+            self._scan(pipe)
+            pipe.execute()
+            self.reader.save()
         if termed_at is not None:
             signal_group(proc.pid, signal.SIGKILL)  # anything the trainer left in its group goes with it
 
@@ -295,23 +452,52 @@ class JobRun:
             }
             fields = {"status": Status.RUNNING.value, "running_at": time.time(), "progress": self.progress}
         elif kind == protocol.EVENT_METRIC:
-            self.points += 1
-            self.store.append_point(self.job_id, self.points, data, pipe)
-            self.progress["step"] = data["step"]
-            fields = {"progress": self.progress}
-            if "loss" in data:
-                fields["metrics"] = data
+            fields = self._point(data, pipe)
         elif kind == protocol.EVENT_RESULT:
             self.result = data
             fields = {"result": data}
         if fields:
             self.store.update(self.job_id, pipe=pipe, **fields)
 
+    def _point(self, data: dict[str, Any], pipe: Any) -> dict[str, Any]:
+        """Store one metric point; the record fields it changes."""
+        self.points += 1
+        self.store.append_point(self.job_id, self.points, data, pipe)
+        if isinstance(data.get("step"), int):
+            self.progress.setdefault("first_step", data["step"])
+            self.progress["step"] = max(data["step"], self.progress.get("step") or 0)
+        fields: dict[str, Any] = {"progress": self.progress}
+        if "loss" in data:
+            fields["metrics"] = data
+        return fields
+
+    def _scan(self, pipe: Any) -> None:
+        """A command job's new scalars, as metric points."""
+        assert self.reader is not None
+        fields: dict[str, Any] = {}
+        for point in self.reader.poll():
+            fields.update(self._point(point, pipe))
+        if fields:
+            self.store.update(self.job_id, pipe=pipe, **fields)
+
+    def _command_result(self, returncode: int | None) -> None:
+        """A command job's result: its result.json, else the last value of each scalar it logged."""
+        if not self.command or returncode != protocol.EXIT_OK:
+            return
+        self.result = read_result(self.job_dir) or dict(self.reader.last if self.reader else {})
+        self.store.update(self.job_id, result=self.result)
+
     def _finish(self, returncode: int | None, oom_before: int | None) -> str:
         """Record the honest final state (jobs.outcome decides, jobs.lifecycle applies): succeeded, canceled,
         failed with a typed reason, or queued again after a worker_lost stop while retries last."""
         stop = self.store.stop_reason(self.job_id)
-        end = outcome.of_job(stop, returncode, self.result is not None, self._oom(returncode, oom_before))
+        self._command_result(returncode)
+        if self.refused:
+            end = outcome.refused(self.refused)
+        else:
+            end = outcome.of_job(
+                stop, returncode, self.result is not None, self._oom(returncode, oom_before), command=self.command
+            )
         status = lifecycle.end(self.redis, self.job_id, end, log_tail=self.tail)
         return status or self.store.get(self.job_id)["status"]
 
@@ -362,7 +548,7 @@ class TaskRun(JobRun):
         kind, i = gang.task_name(spec, self.index)
         config = tfconfig.tf_config(spec_, kind, i)
         self.preamble = [f"gpudeck: task {kind}:{i} of {n} on {self.ctx.name} at {address}; cluster {spec_}"]
-        return {"TF_CONFIG": json.dumps(config)}
+        return {"TF_CONFIG": json.dumps(config), "GPUDECK_TASK_TYPE": kind, "GPUDECK_TASK_INDEX": str(i)}
 
     def _stand_down(self) -> str:
         why = self._stop_reason() or "the rendezvous did not complete"
@@ -386,10 +572,30 @@ class TaskRun(JobRun):
     def _started(self, pid: int) -> None:
         self.redis.hset(self.key, mapping={"pid": pid, "spawned_at": time.time()})
         if self.index == 0:
-            self.store.update(self.job_id, spawned_at=time.time())
+            self.store.update(self.job_id, spawned_at=time.time(), **self._command_running())
+
+    @property
+    def run_id(self) -> str:
+        return rq_task_id(self.job_id, self.gen, self.index)
+
+    def _reads_scalars(self) -> bool:
+        return self.index == 0  # the chief reports the job's metrics and result, as in a zoo job
+
+    def _record_environment(self, environment: dict[str, str]) -> None:
+        if self.index == 0:
+            super()._record_environment(environment)
+
+    def _command_result(self, returncode: int | None) -> None:
+        if self.index == 0:
+            super()._command_result(returncode)
 
     def _finish(self, returncode: int | None, oom_before: int | None) -> str:
-        status, failure = outcome.of_task(self._stop_reason(), returncode, self._oom(returncode, oom_before))
+        self._command_result(returncode)
+        status, failure = outcome.of_task(
+            self._stop_reason(), returncode, self._oom(returncode, oom_before), command=self.command
+        )
+        if self.refused:
+            status, failure = "failed", outcome.refused(self.refused)
         fields: dict[str, Any] = {"status": status, "exited_at": time.time(), "log_tail": json.dumps(self.tail)}
         if returncode is not None:
             fields["returncode"] = returncode

@@ -40,6 +40,26 @@ def _size(env, name: str, default: int) -> int:
         raise ConfigError(f"{name} must be a positive number like 1000, 512M or 8G, got {raw!r}") from None
 
 
+def _flag(env, name: str) -> bool:
+    raw = (env.get(name) or "0").strip().lower()
+    if raw not in ("1", "true", "yes", "on", "0", "false", "no", "off", ""):
+        raise ConfigError(f"{name} must be 1 or 0, got {raw!r}")
+    return raw in ("1", "true", "yes", "on")
+
+
+def _envs(raw: str) -> tuple[tuple[str, Path], ...]:
+    """GPUDECK_ENVS: `name=/path/to/venv,other=/opt/conda/envs/x`."""
+    envs = []
+    for item in (i.strip() for i in raw.split(",")):
+        if not item:
+            continue
+        name, sep, path = item.partition("=")
+        if not sep or not name.strip() or not path.strip():
+            raise ConfigError(f"GPUDECK_ENVS takes name=/path/to/venv,…; got {item!r}")
+        envs.append((name.strip(), Path(path.strip()).expanduser()))
+    return tuple(envs)
+
+
 @dataclass(frozen=True)
 class Settings:
     """Process-wide configuration; every field comes from one documented env variable."""
@@ -54,10 +74,20 @@ class Settings:
     dataset_max_files: int = 2_000_000
     tensorboard_max: int = 4
     tensorboard_idle_s: int = 3600
+    command_jobs: bool = False
+    envs: tuple[tuple[str, Path], ...] = ()
+    source_max_bytes: int = 100 << 20
+    source_max_files: int = 100_000
+
+    @property
+    def command_jobs_allowed(self) -> bool:
+        """Command jobs run anything as the service: only with tokens required, or turned on by the operator."""
+        return bool(self.tokens) or self.command_jobs
 
     @classmethod
     def from_env(cls, environ: os._Environ[str] | dict[str, str] | None = None) -> Settings:
-        """Read GPUDECK_HOME, REDIS_URL, GPUDECK_API, GPUDECK_TOKEN(S), GPUDECK_DATA_ROOTS and the limits."""
+        """Read GPUDECK_HOME, REDIS_URL, GPUDECK_API, GPUDECK_TOKEN(S), GPUDECK_DATA_ROOTS, the command-job switches
+        and the limits."""
         env = os.environ if environ is None else environ
         home = Path(env.get("GPUDECK_HOME") or DEFAULT_HOME).expanduser().resolve()
         tokens = tuple(t.strip() for t in env.get("GPUDECK_TOKENS", "").split(",") if t.strip())
@@ -73,7 +103,20 @@ class Settings:
             dataset_max_files=_size(env, "GPUDECK_DATASET_MAX_FILES", cls.dataset_max_files),
             tensorboard_max=_size(env, "GPUDECK_TENSORBOARD_MAX", cls.tensorboard_max),
             tensorboard_idle_s=_size(env, "GPUDECK_TENSORBOARD_IDLE", cls.tensorboard_idle_s),
+            command_jobs=_flag(env, "GPUDECK_COMMAND_JOBS"),
+            envs=_envs(env.get("GPUDECK_ENVS", "")),
+            source_max_bytes=_size(env, "GPUDECK_SOURCE_MAX_BYTES", cls.source_max_bytes),
+            source_max_files=_size(env, "GPUDECK_SOURCE_MAX_FILES", cls.source_max_files),
         )
+
+    def env_python(self, name: str | None) -> Path | None:
+        """The bin folder of a registered environment (None: unknown name, or no name and so the worker's own)."""
+        return next((path / "bin" for n, path in self.envs if n == name), None)
+
+    @property
+    def sources_dir(self) -> Path:
+        """Source snapshots of command jobs, by content: `$GPUDECK_HOME/sources/<sha256>/`."""
+        return self.home / "sources"
 
     @property
     def datasets_dir(self) -> Path:

@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import os
+import re
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from jobs.errors import ValidationError
+from jobs.errors import Forbidden, ValidationError
 from jobs.keys import PRIORITIES
 from models import params as params_mod
 from models.catalog import MODELS, model_info, parse_dataset
@@ -29,7 +30,63 @@ FIELDS = (
     "max_retries",
     "workers",
     "chief",
+    "command",
+    "source",
+    "env",
+    "env_name",
+    "total_steps",
 )
+
+INJECTED = (
+    "GPUDECK_JOB_ID",
+    "BUILD_ID",
+    "GPUDECK_ATTEMPT",
+    "GPUDECK_RUN_ID",
+    "JOB_DIR",
+    "TRAINING_DIR",
+    "TENSORBOARD_DIR",
+    "DATA_DIR",
+    "SRC_DIR",
+    "GPU_COUNT",
+    "CUDA_VISIBLE_DEVICES",
+    "TF_CONFIG",
+    "GPUDECK_TASK_TYPE",
+    "GPUDECK_TASK_INDEX",
+    "PYTHONUNBUFFERED",
+)
+"""What the work-horse sets for a command job (README: "Your own training code"); a job's `env` cannot override
+them."""
+ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+MAX_COMMAND = 16_384
+"""Longest command (characters of the string, or of all its arguments)."""
+
+COMMANDS_OFF = (
+    "command jobs are turned off: they run any code as the gpudeck service. Turn on tokens (GPUDECK_TOKENS=...) "
+    "on the API, or on a single-user machine set GPUDECK_COMMAND_JOBS=1, and restart it"
+)
+
+
+SECRET_WORDS = ("KEY", "TOKEN", "SECRET", "PASSWORD", "PASSWD", "CREDENTIAL", "AUTH")
+"""A job env variable whose name holds one of these is shown as *** wherever a client can read it."""
+
+
+def masked(env: dict[str, str]) -> dict[str, str]:
+    """A job's env as clients see it: the values of names that look like secrets hidden."""
+    return {k: "***" if any(w in k.upper() for w in SECRET_WORDS) else v for k, v in env.items()}
+
+
+def is_command(spec: dict[str, Any]) -> bool:
+    """Whether a spec runs the user's own command (rather than a model of the zoo)."""
+    return spec.get("command") is not None
+
+
+def command_words(spec: dict[str, Any], n: int = 3) -> str:
+    """The first words of a command job's command, for tables (a model job: its model)."""
+    cmd = spec.get("command")
+    if cmd is None:
+        return str(spec.get("model"))
+    words = cmd.split() if isinstance(cmd, str) else list(cmd)
+    return " ".join(words[:n]) + (" …" if len(words) > n else "")
 
 
 def is_multi_worker(spec: dict[str, Any]) -> bool:
@@ -59,35 +116,123 @@ Pin = Callable[[str, "str | None"], "tuple[str | None, str | None]"]
 """Looks up an uploaded dataset: (name, version or None) -> (`name:version`, None) or (None, problem)."""
 
 
+SourceKnown = Callable[[str], bool]
+"""Whether a source snapshot (its sha256) is stored."""
+
+
+def _command(value: Any) -> str | None:
+    if isinstance(value, str):
+        if not value.strip():
+            return "must not be empty"
+        return None if len(value) <= MAX_COMMAND else f"must be at most {MAX_COMMAND} characters"
+    if isinstance(value, list):
+        if not value or not all(isinstance(a, str) for a in value) or not value[0]:
+            return "as a list, must hold strings, the first (the program) not empty"
+        return None if sum(map(len, value)) <= MAX_COMMAND else f"must be at most {MAX_COMMAND} characters"
+    return f"must be a shell string or a list of arguments, got {type(value).__name__}"
+
+
+def _env(value: Any) -> str | None:
+    if not isinstance(value, dict):
+        return f"must be an object of NAME: value strings, got {type(value).__name__}"
+    if len(value) > 200:
+        return "must hold at most 200 variables"
+    for name, v in value.items():
+        if not ENV_NAME.fullmatch(name):
+            return f"{name!r} is not a valid variable name (letters, digits and _, not starting with a digit)"
+        if name in INJECTED:
+            return f"{name} is set by gpudeck for every command job and cannot be overridden"
+        if not isinstance(v, str):
+            return f"{name}: values must be strings, got {type(v).__name__} {v!r}"
+        if "\x00" in v or len(v) > 32_768:
+            return f"{name}: values must be at most 32768 characters, without NUL"
+    return None
+
+
+def _source(value: Any, data_roots: tuple[Path, ...], known: SourceKnown | None) -> str | None:
+    if not isinstance(value, str) or not value:
+        return f"must be a src:<sha256> ref from POST /api/v1/sources or an absolute server folder, got {value!r}"
+    if value.startswith("src:"):
+        sha = value[4:]
+        if not re.fullmatch(r"[0-9a-f]{64}", sha):
+            return f"{value!r} is not a src:<sha256> ref (64 lowercase hex digits)"
+        if known is None or not known(sha):
+            return f"unknown source {value}; upload it first with POST /api/v1/sources"
+        return None
+    if not value.startswith("/"):
+        return f"must be a src:<sha256> ref or an absolute server folder, got {value!r}"
+    problem = check_data_path(value, data_roots)
+    if problem is None and not os.path.isdir(value):
+        problem = f"server folder {value!r} does not exist or is not a folder"
+    return problem
+
+
 def validate(
-    body: Any, *, default_gpus: int, data_roots: tuple[Path, ...] = (), pin: Pin | None = None
+    body: Any,
+    *,
+    default_gpus: int,
+    data_roots: tuple[Path, ...] = (),
+    pin: Pin | None = None,
+    commands_allowed: bool = False,
+    source_known: SourceKnown | None = None,
+    envs: tuple[str, ...] = (),
 ) -> dict[str, Any]:
     """The normalized spec (defaults filled in, an uploaded dataset pinned to its version), or ValidationError
-    naming every bad field."""
+    naming every bad field; a command job where they are not allowed is Forbidden."""
     if not isinstance(body, dict):
         raise ValidationError({"body": f"must be a JSON object, got {type(body).__name__}"})
+    command = "command" in body
+    if command and not commands_allowed:
+        raise Forbidden(COMMANDS_OFF, {"field": "command"})
     errors: dict[str, str] = {}
     for key in body:
         if key not in FIELDS:
             errors[key] = f"unknown field; accepted: {', '.join(FIELDS)}"
-    for key in ("model", "dataset"):
-        if key not in body:
-            errors[key] = "is required"
+    if command and "model" in body:
+        errors["model"] = "a job has either model (a zoo model) or command (your own code), not both"
+    elif not command and "model" not in body:
+        errors["model"] = "is required (or give command to run your own code)"
+    if not command and "dataset" not in body:
+        errors["dataset"] = "is required"
+    for key in ("source", "env", "env_name", "total_steps"):
+        if key in body and not command:
+            errors[key] = "belongs to command jobs (give command)"
+    if command and "params" in body:
+        errors["params"] = "belongs to model jobs; pass your script's options in its command"
     model = body.get("model")
-    if "model" in body and (not isinstance(model, str) or model_info(model) is None):
+    if "model" in body and not command and (not isinstance(model, str) or model_info(model) is None):
         errors["model"] = f"unknown model {model!r}; known: {', '.join(MODELS)}"
     dataset = body.get("dataset")
-    if "dataset" in body:
+    if dataset is not None or (not command and "dataset" in body):
         try:
             ref = parse_dataset(body["dataset"])
             problem = check_data_path(ref.path, data_roots) if ref.kind == "path" else None
             if ref.kind == "stored":
                 dataset, problem = pin(ref.name, ref.version) if pin else (None, "uploaded datasets are not available")
+            elif ref.kind == "synthetic" and command:
+                problem = "a command job's dataset is an uploaded NAME[:VERSION] or a server folder (its DATA_DIR)"
             if problem:
                 errors["dataset"] = problem
         except ValueError as exc:
             errors["dataset"] = str(exc)
-    errors.update(params_mod.validate(body.get("params", {})))
+    if command:
+        for key, problem in (
+            ("command", _command(body["command"])),
+            ("env", _env(body["env"]) if body.get("env") is not None else None),
+            ("source", _source(body["source"], data_roots, source_known) if body.get("source") is not None else None),
+            (
+                "env_name",
+                None
+                if body.get("env_name") is None or body["env_name"] in envs
+                else f"unknown environment {body['env_name']!r}; registered (GPUDECK_ENVS): "
+                f"{', '.join(envs) or 'none'}",
+            ),
+            ("total_steps", _int_in(body["total_steps"], 1, 10**12) if body.get("total_steps") is not None else None),
+        ):
+            if problem:
+                errors[key] = problem
+    else:
+        errors.update(params_mod.validate(body.get("params", {})))
     checks = {
         "gpus": lambda v: _int_in(v, 0, MAX_GPUS),
         "timeout": lambda v: _int_in(v, 1, 30 * 24 * 3600),
@@ -117,16 +262,30 @@ def validate(
                 errors[key] = problem
     if errors:
         raise ValidationError(errors)
-    return {
-        "model": model,
-        "dataset": dataset,
-        "params": dict(body.get("params") or {}),
+    common = {
         "gpus": body["gpus"] if body.get("gpus") is not None else default_gpus,
-        "name": body.get("name") or model,
         "tags": list(body.get("tags") or []),
         "priority": body.get("priority") or "normal",
         "timeout": body.get("timeout"),
         "max_retries": body.get("max_retries") if body.get("max_retries") is not None else 1,
         "workers": body.get("workers") or 1,
         "chief": bool(body.get("chief")),
+    }
+    if command:
+        return {
+            "command": body["command"],
+            "source": body.get("source"),
+            "dataset": dataset,
+            "env": dict(body.get("env") or {}),
+            "env_name": body.get("env_name"),
+            "total_steps": body.get("total_steps"),
+            "name": body.get("name") or command_words(body)[:200],
+            **common,
+        }
+    return {
+        "model": model,
+        "dataset": dataset,
+        "params": dict(body.get("params") or {}),
+        "name": body.get("name") or model,
+        **common,
     }

@@ -19,7 +19,7 @@ LOG_MAXLEN = 100_000
 METRICS_MAXLEN = 100_000
 """Metric points kept in a job's Redis stream."""
 
-JSON_FIELDS = ("spec", "gpu_ids", "progress", "metrics", "result", "log_tail")
+JSON_FIELDS = ("spec", "gpu_ids", "progress", "metrics", "result", "log_tail", "source", "environment")
 FLOAT_FIELDS = ("created_at", "started_at", "spawned_at", "running_at", "ended_at", "placed_at")
 INT_FIELDS = ("id", "pid", "attempt", "gen")
 HEARTBEAT_TTL_S = 15
@@ -79,8 +79,11 @@ class JobStore:
         """A new sequential job id, like a build number."""
         return int(self.redis.incr(COUNTER_KEY))
 
-    def create(self, job_id: int, spec: dict[str, Any], queue: str, pipe: Any = None) -> dict[str, Any]:
-        """Write a new queued record (into `pipe` when given, so it lands with the enqueue)."""
+    def create(
+        self, job_id: int, spec: dict[str, Any], queue: str, pipe: Any = None, source: dict[str, Any] | None = None
+    ) -> dict[str, Any]:
+        """Write a new queued record (into `pipe` when given, so it lands with the enqueue); `source`: a command
+        job's pinned source snapshot (ref, sha256, files, size, git)."""
         rec = {
             "id": job_id,
             "spec": spec,
@@ -89,6 +92,8 @@ class JobStore:
             "attempt": 1,
             "created_at": time.time(),
         }
+        if source is not None:
+            rec["source"] = source
         target = pipe if pipe is not None else self.redis
         target.hset(job_key(job_id), mapping=_encode(rec))
         target.zadd(INDEX_KEY, {str(job_id): job_id})

@@ -14,6 +14,7 @@ from jobs import queues
 from jobs import spec as spec_mod
 from jobs.errors import NotFound, ValidationError
 from jobs.keys import SWEEP_COUNTER_KEY, sweep_key
+from jobs.settings import Settings
 from jobs.states import ENDED
 from jobs.store import JobStore
 
@@ -56,14 +57,14 @@ def expand(base: Any, grid: Any) -> list[dict[str, Any]]:
     return specs
 
 
-def create(redis: Redis, body: Any, data_roots=()) -> dict[str, Any]:
+def create(redis: Redis, body: Any, settings: Settings | None = None) -> dict[str, Any]:
     """Validate every combination first (all or nothing), then submit one job each under a new sweep id."""
     if not isinstance(body, dict) or set(body) - {"base", "grid"}:
         raise ValidationError({"body": 'must be {"base": <job spec>, "grid": {field: [values]}}'})
     specs = expand(body.get("base"), body.get("grid"))
     for i, s in enumerate(specs):
         try:
-            queues.validate(redis, s, data_roots, default_gpus=0)
+            queues.validate(redis, s, settings, default_gpus=0)
         except ValidationError as exc:
             combo = {k: _get(s, k) for k in body["grid"]}
             raise ValidationError(
@@ -73,7 +74,7 @@ def create(redis: Redis, body: Any, data_roots=()) -> dict[str, Any]:
     jobs = []
     for s in specs:
         s = {**s, "tags": [*s.get("tags", []), f"sweep:{sweep_id}"]}
-        jobs.append(queues.submit(redis, s, data_roots))
+        jobs.append(queues.submit(redis, s, settings))
     record = {
         "id": sweep_id,
         "grid": body["grid"],

@@ -5,6 +5,7 @@ from __future__ import annotations
 import time
 from typing import Any
 
+from jobs.spec import masked
 from jobs.states import Status
 from jobs.store import iso
 
@@ -19,6 +20,8 @@ def job_view(
     elapsed = ((ended or now) - started) if started else None
     progress = _progress(rec.get("progress") or {}, running, ended or now, status)
     spec = rec["spec"]
+    if spec.get("env"):
+        spec = dict(spec, env=masked(spec["env"]))
     return {
         "id": rec["id"],
         "name": spec.get("name"),
@@ -40,6 +43,8 @@ def job_view(
         "result": rec.get("result"),
         "log_tail": rec.get("log_tail") if status == Status.FAILED else None,
         "tasks": tasks,
+        "source": rec.get("source"),
+        "environment": rec.get("environment"),
     }
 
 

@@ -11,10 +11,10 @@ ROOT = Path(__file__).resolve().parents[1]
 PACKAGES = ("api", "jobs", "models", "tui")
 
 JOBS_LAYERS = (
-    ("keys", "states", "errors", "proc", "tfconfig"),
+    ("keys", "states", "errors", "proc", "tfconfig", "archives", "scalars"),
     ("settings", "spec", "outcome", "redis_server"),
     ("store",),
-    ("datasets", "views"),
+    ("datasets", "sources", "views"),
     ("queues", "tensorboard"),
     ("lifecycle", "sweeps"),
     ("gang",),

@@ -14,7 +14,8 @@ from api.serve import add_command as add_api_command
 from jobs.cli import EXIT_JOB_FAILED, EXIT_OK, EXIT_UNREACHABLE, EXIT_USAGE, settings_from_env
 from jobs.cli import add_commands as add_server_commands
 from jobs.keys import PRIORITIES
-from jobs.settings import DEFAULT_API
+from jobs.settings import DEFAULT_API, parse_size
+from tui.pack import human
 
 ENDED = ("succeeded", "failed", "canceled")
 
@@ -49,9 +50,18 @@ def _row(job: dict[str, Any]) -> str:
     loss = (job.get("metrics") or {}).get("loss")
     acc = (job.get("result") or {}).get("test_accuracy")
     return (
-        f"{job['id']:>5}  {job['status']:<10} {str(job.get('name'))[:20]:<20} {job['spec']['model']:<14} "
+        f"{job['id']:>5}  {job['status']:<10} {str(job.get('name'))[:20]:<20} {_what(job['spec'])[:14]:<14} "
         f"{prog:>11}  {'-' if loss is None else f'{loss:.4f}':>8}  {'-' if acc is None else f'{acc:.4f}':>8}"
     )
+
+
+def _what(spec: dict[str, Any]) -> str:
+    """The MODEL column: the model, or a command job's first words."""
+    if spec.get("command") is None:
+        return str(spec.get("model"))
+    cmd = spec["command"]
+    words = cmd.split() if isinstance(cmd, str) else cmd
+    return "$ " + " ".join(words[:3])
 
 
 HEADER = f"{'ID':>5}  {'STATUS':<10} {'NAME':<20} {'MODEL':<14} {'PROGRESS':>11}  {'LOSS':>8}  {'TEST ACC':>8}"
@@ -71,13 +81,18 @@ def _verdict(job: dict[str, Any], min_accuracy: float | None) -> int:
         print(f"gpudeck: job {job['id']} {job['status']}" + (f" ({why})" if why else ""), file=sys.stderr)
         return EXIT_JOB_FAILED
     if min_accuracy is not None:
-        acc = (job.get("result") or {}).get("test_accuracy")
+        result = job.get("result") or {}
+        # A zoo job reports test_accuracy; a command job may report only what it logged.
+        name = next((k for k in ACCURACY_KEYS if isinstance(result.get(k), (int, float))), "test_accuracy")
+        acc = result.get(name)
         if acc is None or acc < min_accuracy:
-            print(
-                f"gpudeck: job {job['id']} test accuracy {acc} is below --min-accuracy {min_accuracy}", file=sys.stderr
-            )
+            print(f"gpudeck: job {job['id']} {name} {acc} is below --min-accuracy {min_accuracy}", file=sys.stderr)
             return EXIT_JOB_FAILED
     return EXIT_OK
+
+
+ACCURACY_KEYS = ("test_accuracy", "val_accuracy", "accuracy")
+"""What --min-accuracy compares, the first a job's result has."""
 
 
 def cmd_submit(args: argparse.Namespace) -> int:
@@ -98,6 +113,79 @@ def cmd_submit(args: argparse.Namespace) -> int:
         print(f"submitted job {job['id']}; waiting for it to end", file=sys.stderr)
     job = _wait(client, job["id"])
     print(json.dumps(job, indent=2) if args.json else HEADER + "\n" + _row(job))
+    return _verdict(job, args.min_accuracy)
+
+
+def _env_pair(text: str) -> tuple[str, str]:
+    key, sep, value = text.partition("=")
+    if not sep or not key:
+        raise argparse.ArgumentTypeError(f"--env takes NAME=VALUE, got {text!r}")
+    return key, value
+
+
+def cmd_run(args: argparse.Namespace) -> int:
+    """Pack a folder, upload it unless the server holds the same tree, submit the command, follow its log."""
+    from tui import pack
+
+    words = args.command[1:] if args.command[:1] == ["--"] else args.command
+    if not words:
+        print("gpudeck run: give the command after --, e.g. gpudeck run -- python train.py", file=sys.stderr)
+        return EXIT_USAGE
+    spec: dict[str, Any] = {"command": words[0] if len(words) == 1 else " ".join(words)}
+    client = _client()
+    if not args.no_source:
+        folder = Path(args.source)
+        if not folder.is_dir():
+            print(f"gpudeck run: --source {folder}: not a folder", file=sys.stderr)
+            return EXIT_USAGE
+        try:
+            packed = pack.collect(folder)
+            print(
+                f"source {packed.root}: {len(packed.names)} files, {human(packed.size_bytes)}"
+                + (f" (largest: {', '.join(f'{n} {human(b)}' for n, b in packed.largest())})" if packed.names else "")
+                + (f", git {packed.git['git_commit'][:12]}" if packed.git else "")
+                + (" with uncommitted changes" if packed.git.get("git_dirty") == "true" else ""),
+                file=sys.stderr,
+            )
+            pack.check_size(packed, parse_size(os.environ.get("GPUDECK_SOURCE_MAX_BYTES") or "100M"))
+        except (pack.PackError, OSError, ValueError) as exc:
+            print(f"gpudeck run: {exc}", file=sys.stderr)
+            return EXIT_USAGE
+        if client.source(packed.ref) is None:
+            import tempfile
+
+            with tempfile.TemporaryDirectory(prefix="gpudeck-run-") as tmp:
+                stored = client.upload_source(str(pack.archive(packed, Path(tmp) / "source.tar.gz")), packed.git)
+            print(f"uploaded {stored['ref'][:16]}… ({stored['files']} files)", file=sys.stderr)
+        else:
+            print(f"the server already holds this tree ({packed.ref[:16]}…): nothing to upload", file=sys.stderr)
+        spec["source"] = packed.ref
+    for key in ("dataset", "gpus", "workers", "name", "timeout", "priority", "max_retries", "total_steps", "env_name"):
+        if getattr(args, key) is not None:
+            spec[key] = getattr(args, key)
+    if args.chief:
+        spec["chief"] = True
+    if args.tag:
+        spec["tags"] = args.tag
+    if args.env:
+        spec["env"] = dict(args.env)
+    job = client.submit(spec)
+    if args.detach:
+        print(job["id"])
+        return EXIT_OK
+    print(f"job {job['id']} {job['status']}: following its log (Ctrl-C stops following, not the job)", file=sys.stderr)
+    try:
+        for line in client.follow_logs(job["id"]):
+            print(line, flush=True)
+        job = _wait(client, job["id"])
+    except KeyboardInterrupt:
+        print(
+            f"\nstopped following job {job['id']}; it goes on. Follow it again: gpudeck logs {job['id']} -f; "
+            f"stop it: gpudeck cancel {job['id']}",
+            file=sys.stderr,
+        )
+        return 130
+    print(HEADER + "\n" + _row(job), file=sys.stderr)
     return _verdict(job, args.min_accuracy)
 
 
@@ -132,9 +220,7 @@ def cmd_show(args: argparse.Namespace) -> int:
         ("job", f"{job['id']}  {job['name']}"),
         ("status", job["status"] + (f" ({job['reason']})" if job.get("reason") else "")),
         ("message", job.get("message")),
-        ("model", spec["model"]),
-        ("dataset", spec["dataset"]),
-        ("params", spec.get("params")),
+        *_what_rows(job),
         ("gpus", f"{spec['gpus']} on {job.get('worker') or '-'} {job.get('gpu_ids') or ''}".rstrip()),
         ("progress", f"step {p.get('step')}/{p.get('total_steps')}" if p.get("total_steps") else None),
         ("elapsed", f"{job['elapsed_s']} s" if job.get("elapsed_s") is not None else None),
@@ -151,6 +237,32 @@ def cmd_show(args: argparse.Namespace) -> int:
     for line in job.get("log_tail") or []:
         print(f"{'log':>9}  {line}")
     return EXIT_OK
+
+
+def _what_rows(job: dict[str, Any]) -> list[tuple[str, Any]]:
+    spec = job["spec"]
+    if spec.get("command") is None:
+        return [("model", spec["model"]), ("dataset", spec["dataset"]), ("params", spec.get("params"))]
+    src = job.get("source") or {}
+    where = " ".join(
+        x
+        for x in (
+            src.get("ref"),
+            f"{src.get('files')} files, {human(src['size_bytes'])}" if src else None,
+            f"git {src['git_commit'][:12]}" if src.get("git_commit") else None,
+            "(dirty)" if src.get("git_dirty") else None,
+            f"from {src['path']}" if src.get("path") else None,
+        )
+        if x
+    )
+    return [
+        ("command", spec["command"]),
+        ("source", where or None),
+        ("dataset", spec.get("dataset")),
+        ("env", " ".join(f"{k}={v}" for k, v in (spec.get("env") or {}).items()) or None),
+        ("env_name", spec.get("env_name")),
+        ("injected", " ".join(f"{k}={v}" for k, v in (job.get("environment") or {}).items()) or None),
+    ]
 
 
 def cmd_wait(args: argparse.Namespace) -> int:
@@ -198,14 +310,6 @@ def cmd_logs(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
-def _size(n: int) -> str:
-    for unit in ("B", "KiB", "MiB", "GiB"):
-        if n < 1024 or unit == "GiB":
-            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
-        n /= 1024
-    return str(n)
-
-
 def cmd_datasets(args: argparse.Namespace) -> int:
     client = _client()
     if args.action == "upload":
@@ -220,7 +324,7 @@ def cmd_datasets(args: argparse.Namespace) -> int:
         print(
             json.dumps(meta, indent=2)
             if args.json
-            else f"uploaded {meta['ref']}: {meta['format']}, {meta['files']} files, {_size(meta['size_bytes'])}"
+            else f"uploaded {meta['ref']}: {meta['format']}, {meta['files']} files, {human(meta['size_bytes'])}"
         )
         return EXIT_OK
     sets = [client.dataset(args.ref)] if args.ref else client.datasets()["datasets"]
@@ -232,7 +336,7 @@ def cmd_datasets(args: argparse.Namespace) -> int:
         for v in ds["versions"]:
             latest = " (latest)" if v["version"] == ds["latest"] else ""
             print(
-                f"{v['name']:<20} {v['version']:<12} {v['format']:<20} {v['files']:>7} {_size(v['size_bytes']):>10}  "
+                f"{v['name']:<20} {v['version']:<12} {v['format']:<20} {v['files']:>7} {human(v['size_bytes']):>10}  "
                 f"{v['created_at']}{latest}"
             )
     return EXIT_OK
@@ -318,6 +422,33 @@ def build_parser() -> argparse.ArgumentParser:
     _min_accuracy(p)
     p.add_argument("--json", action="store_true", help="print the job as JSON")
     p.set_defaults(func=cmd_submit)
+
+    p = sub.add_parser(
+        "run",
+        help="run your own command as a job: pack a folder, upload it, follow the log",
+        description="Packs --source (default .) without what .gitignore/.gpudeckignore leave out, uploads it unless "
+        "the server holds the same tree, submits the command (the words after --, joined by spaces and run by "
+        "/bin/sh on the worker, so quote '$DATA_DIR' to have it expanded there) and follows its log. Exit status: "
+        "0 succeeded, 1 failed/canceled/below --min-accuracy, 2 bad input, 3 API unreachable.",
+    )
+    p.add_argument("--source", default=".", metavar="DIR", help="the folder to send (default: .)")
+    p.add_argument("--no-source", action="store_true", help="send no folder (the command needs no files)")
+    p.add_argument("--dataset", help="an uploaded NAME[:VERSION] or a server folder: the job's $DATA_DIR")
+    p.add_argument("--gpus", type=int, help="GPUs per task (default: 1 when a GPU worker is live, else 0)")
+    p.add_argument("--workers", type=int, help="tasks, each with its own TF_CONFIG, on as many workers")
+    p.add_argument("--chief", action="store_true", help="task 0 of a multi-worker job runs as a `chief` task")
+    p.add_argument("--env", action="append", type=_env_pair, metavar="NAME=VALUE", help="a variable (repeatable)")
+    p.add_argument("--env-name", help="a Python environment the operator registered (GPUDECK_ENVS)")
+    p.add_argument("--name")
+    p.add_argument("--tag", action="append", help="a tag (repeatable)")
+    p.add_argument("--timeout", type=int, help="seconds before the job is stopped")
+    p.add_argument("--priority", choices=PRIORITIES)
+    p.add_argument("--max-retries", type=int, help="automatic retries after worker_lost (1)")
+    p.add_argument("--total-steps", type=int, help="the steps your script will log, for progress and ETA")
+    _min_accuracy(p)
+    p.add_argument("--detach", action="store_true", help="print the job id and return")
+    p.add_argument("command", nargs=argparse.REMAINDER, help="-- then the command")
+    p.set_defaults(func=cmd_run)
 
     p = sub.add_parser("ls", help="list jobs, newest first")
     p.add_argument("--status", help="only these statuses, e.g. running,queued")

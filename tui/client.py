@@ -129,6 +129,21 @@ class Client:
                 "POST", "/api/v1/datasets", data={"name": name, "version": version}, files=files, timeout=None
             ).json()
 
+    def source(self, ref: str) -> dict[str, Any] | None:
+        """A stored source snapshot, or None when the server does not hold it."""
+        try:
+            return self.request("GET", f"/api/v1/sources/{ref}").json()
+        except ApiError as exc:
+            if exc.status == 404:
+                return None
+            raise
+
+    def upload_source(self, path: str, git: dict[str, str] | None = None) -> dict[str, Any]:
+        """Upload a source archive (tar in any compression, or zip); the stored snapshot's description."""
+        with open(path, "rb") as f:
+            files = {"file": (os.path.basename(path), f)}
+            return self.request("POST", "/api/v1/sources", data=git or {}, files=files, timeout=None).json()
+
     def tensorboard(self, job_ids: list[int]) -> dict[str, Any]:
         return self.request("POST", "/api/v1/tensorboard", json={"jobs": job_ids}, timeout=150).json()
 

@@ -1,0 +1,191 @@
+"""Metric points of a command job, read while it runs from what the script writes into its job dir, with no
+change to the script: TensorBoard event files (tf.summary, the Keras TensorBoard callback, any writer of the
+format; scalars stored as `simple_value` or as tensors) and `metrics.jsonl` lines in the zoo's point schema.
+
+Event files are read incrementally with the `tensorboard` package's loader, on its pure-Python record reader:
+the work-horse never imports TensorFlow. What was read is remembered in `$JOB_DIR/.gpudeck/scalars.json`, so a
+retried attempt (same job dir) does not send the first attempt's points again.
+"""
+
+from __future__ import annotations
+
+import importlib
+import json
+import logging
+import math
+import os
+import sys
+import types
+from pathlib import Path
+from typing import Any
+
+log = logging.getLogger(__name__)
+
+EVENT_FILE_MARK = "tfevents"
+METRICS_FILE = "metrics.jsonl"
+STATE_FILE = Path(".gpudeck") / "scalars.json"
+SKIP_DIRS = (".gpudeck",)
+"""Folders of the job dir not searched for event files."""
+VALIDATION_RUNS = ("validation", "eval", "evaluation", "val", "test")
+"""A run folder with one of these names holds validation scalars: they become `val_*`."""
+NAMES = {
+    "loss": "loss",
+    "accuracy": "accuracy",
+    "acc": "accuracy",
+    "sparse_categorical_accuracy": "accuracy",
+    "categorical_accuracy": "accuracy",
+    "learning_rate": "lr",
+    "lr": "lr",
+}
+"""Tag (after an `epoch_`/`batch_` prefix) -> point field; every other scalar keeps its own name."""
+
+
+def _loader_module() -> Any:
+    """tensorboard's event-file loader on its TensorFlow-free record reader. TensorBoard picks its stub over a
+    real TensorFlow when a module `tensorboard.compat.notf` exists; this process has no other use for TF."""
+    sys.modules.setdefault("tensorboard.compat.notf", types.ModuleType("tensorboard.compat.notf"))
+    return importlib.import_module("tensorboard.backend.event_processing.event_file_loader")
+
+
+def field_name(tag: str, validation: bool) -> str:
+    """The point field a scalar tag becomes (`epoch_loss` in a validation run -> `val_loss`)."""
+    base = tag
+    for prefix in ("epoch_", "batch_"):
+        if base.startswith(prefix):
+            base = base[len(prefix) :]
+            break
+    name = NAMES.get(base, tag)
+    if validation and not name.startswith("val_"):
+        name = "val_" + name
+    return name
+
+
+def _scalar(value: Any) -> float | None:
+    """A summary value's number when it is a scalar (simple_value, or a one-element numeric tensor)."""
+    if value.HasField("simple_value"):
+        return float(value.simple_value)
+    if not value.HasField("tensor"):
+        return None
+    from tensorboard.util import tensor_util
+
+    try:
+        arr = tensor_util.make_ndarray(value.tensor)
+    except (ValueError, TypeError):
+        return None
+    if arr.size != 1 or arr.dtype.kind not in "fiub":
+        return None
+    return float(arr.reshape(()))
+
+
+class ScalarReader:
+    """Reads what a job's script has written since the last call; call `poll()` every second or so."""
+
+    def __init__(self, job_dir: Path, ignore: set[str] | frozenset[str] = frozenset()):
+        """`ignore`: event files (relative to job_dir) that are not this job's, such as ones shipped with its
+        source."""
+        self.job_dir = job_dir
+        self.ignore = ignore
+        self.state_path = job_dir / STATE_FILE
+        self.loaders: dict[str, Any] = {}
+        self.plugins: dict[tuple[str, str], str] = {}
+        try:
+            self.state: dict[str, int] = json.loads(self.state_path.read_text())
+        except (OSError, ValueError):
+            self.state = {}
+        self.skip = dict(self.state)  # records read by an earlier attempt: read again, not sent again
+        self.counts: dict[str, int] = {}
+        self.last: dict[str, float] = {}
+        self.max_step: int | None = None
+
+    def _event_files(self) -> list[Path]:
+        found = []
+        for here, dirs, names in os.walk(self.job_dir):
+            if Path(here) == self.job_dir:
+                dirs[:] = [d for d in dirs if d not in SKIP_DIRS]
+            found.extend(Path(here) / n for n in names if EVENT_FILE_MARK in n)
+        return sorted(p for p in found if str(p.relative_to(self.job_dir)) not in self.ignore)
+
+    def poll(self) -> list[dict[str, Any]]:
+        """New metric points, one per (run, step) read now, in file order."""
+        points: list[dict[str, Any]] = []
+        for path in self._event_files():
+            points.extend(self._read_events(path))
+        points.extend(self._read_jsonl())
+        for p in points:
+            self.last.update({k: v for k, v in p.items() if k not in ("step", "epoch", "time")})
+            if isinstance(p.get("step"), int):
+                self.max_step = p["step"] if self.max_step is None else max(self.max_step, p["step"])
+        return points
+
+    def save(self) -> None:
+        """Remember what was read (after its points are stored), for a later attempt in the same job dir."""
+        self.state_path.parent.mkdir(exist_ok=True)
+        tmp = self.state_path.with_suffix(".tmp")
+        tmp.write_text(json.dumps(self.state))
+        os.replace(tmp, self.state_path)
+
+    def _read_events(self, path: Path) -> list[dict[str, Any]]:
+        rel = str(path.relative_to(self.job_dir))
+        loader = self.loaders.get(rel)
+        if loader is None:
+            try:
+                loader = self.loaders[rel] = _loader_module().EventFileLoader(str(path))
+            except Exception as exc:  # noqa: BLE001 - a file the script is still creating, or not an event file
+                log.debug("cannot open event file %s yet: %s", path, exc)
+                return []
+        validation = any(part in VALIDATION_RUNS for part in Path(rel).parent.parts)
+        grouped: dict[int, dict[str, Any]] = {}
+        n = self.counts.get(rel, 0)
+        try:
+            for event in loader.Load():
+                n += 1
+                if n <= self.skip.get(rel, 0):
+                    continue
+                for value in event.summary.value:
+                    plugin = value.metadata.plugin_data.plugin_name
+                    if plugin:
+                        self.plugins[(rel, value.tag)] = plugin
+                    if self.plugins.get((rel, value.tag), "scalars") != "scalars":
+                        continue
+                    number = _scalar(value)
+                    if number is None or not math.isfinite(number):
+                        continue
+                    point = grouped.setdefault(int(event.step), {"step": int(event.step)})
+                    point[field_name(value.tag, validation)] = number
+        except Exception as exc:  # noqa: BLE001 - a damaged record: keep what was read, try again later
+            log.warning("event file %s: %s", path, exc)
+        self.counts[rel] = n
+        self.state[rel] = max(n, self.skip.get(rel, 0))
+        return list(grouped.values())
+
+    def _read_jsonl(self) -> list[dict[str, Any]]:
+        path = self.job_dir / METRICS_FILE
+        offset = self.state.get(METRICS_FILE, 0)
+        try:
+            with open(path, "rb") as f:
+                f.seek(offset)
+                data = f.read()
+        except OSError:
+            return []
+        complete = data[: data.rfind(b"\n") + 1]
+        self.state[METRICS_FILE] = offset + len(complete)
+        points = []
+        for line in complete.splitlines():
+            try:
+                point = json.loads(line)
+            except ValueError:
+                log.warning("metrics.jsonl: not a JSON line: %r", line[:200])
+                continue
+            if isinstance(point, dict) and isinstance(point.get("step"), int):
+                numbers = {k: v for k, v in point.items() if isinstance(v, (int, float)) and not isinstance(v, bool)}
+                points.append(numbers)
+        return points
+
+
+def read_result(job_dir: Path) -> dict[str, Any] | None:
+    """A script's `$JOB_DIR/result.json` when it wrote one (an object), else None."""
+    try:
+        result = json.loads((job_dir / "result.json").read_text())
+    except (OSError, ValueError):
+        return None
+    return result if isinstance(result, dict) else None
