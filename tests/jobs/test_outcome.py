@@ -47,6 +47,14 @@ def test_the_table_for_a_single_job(stop, returncode, has_result, oom, expected)
     assert end.retry == (end.reason == Reason.WORKER_LOST)
 
 
+def test_a_commands_exit_status_means_only_success_or_failure():
+    assert outcome.of_job(None, 0, False, False, command=True) == outcome.SUCCEEDED  # no result.json needed
+    end = outcome.of_job(None, EXIT_BAD_INPUT, False, False, command=True)  # argparse's usage error, not ours
+    assert (end.reason, end.message) == (Reason.EXIT_NONZERO, "the command exited with status 2")
+    assert outcome.of_job("canceled", EXIT_STOPPED, False, False, command=True).status == Status.CANCELED
+    assert outcome.of_task(None, 2, False, command=True)[1].message == "the command exited with status 2"
+
+
 def test_out_of_memory_from_the_kernel_or_the_log():
     assert outcome.out_of_memory(-signal.SIGKILL, [], oom_killed=True)
     assert not outcome.out_of_memory(-signal.SIGKILL, [], oom_killed=False)

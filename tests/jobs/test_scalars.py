@@ -1,0 +1,119 @@
+"""A command job's curves from what its script writes: TensorBoard event files (simple_value and tensor
+scalars, train and validation runs) and metrics.jsonl, read incrementally without TensorFlow, and not sent twice
+when a retried attempt reads the same job dir."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+
+from jobs import scalars
+from jobs.scalars import ScalarReader, field_name, read_result
+
+scalars._loader_module()  # tensorboard on its TensorFlow-free path in this process too, as in a work-horse
+
+from tensorboard.compat.proto import event_pb2, summary_pb2  # noqa: E402
+from tensorboard.summary.writer.event_file_writer import EventFileWriter  # noqa: E402
+from tensorboard.util import tensor_util  # noqa: E402
+
+
+def scalar_event(step: int, **values: float) -> event_pb2.Event:
+    """One event with scalars the old way (simple_value)."""
+    return event_pb2.Event(
+        step=step,
+        summary=summary_pb2.Summary(
+            value=[summary_pb2.Summary.Value(tag=k, simple_value=v) for k, v in values.items()]
+        ),
+    )
+
+
+def tensor_event(step: int, tag: str, value, plugin: str = "scalars") -> event_pb2.Event:
+    """One value the tf.summary v2 way: a tensor, with the plugin named in its metadata."""
+    meta = summary_pb2.SummaryMetadata(plugin_data=summary_pb2.SummaryMetadata.PluginData(plugin_name=plugin))
+    v = summary_pb2.Summary.Value(
+        tag=tag, tensor=tensor_util.make_tensor_proto(np.asarray(value, np.float32)), metadata=meta
+    )
+    return event_pb2.Event(step=step, summary=summary_pb2.Summary(value=[v]))
+
+
+def write(folder: Path, *events: event_pb2.Event) -> EventFileWriter:
+    w = EventFileWriter(str(folder))
+    for e in events:
+        w.add_event(e)
+    w.flush()
+    return w
+
+
+def test_tags_map_to_the_point_fields_of_zoo_jobs():
+    assert field_name("epoch_loss", False) == "loss"
+    assert field_name("batch_accuracy", False) == "accuracy"
+    assert field_name("epoch_loss", True) == "val_loss"
+    assert field_name("sparse_categorical_accuracy", True) == "val_accuracy"
+    assert field_name("learning_rate", False) == "lr"
+    assert field_name("my/custom_thing", False) == "my/custom_thing"
+    assert field_name("val_loss", False) == "val_loss"
+
+
+def test_event_files_become_points_as_they_grow_without_tensorflow(tmp_path: Path):
+    train = write(tmp_path / "tensorboard" / "train", scalar_event(0, epoch_loss=2.0, epoch_accuracy=0.125))
+    valid = write(
+        tmp_path / "tensorboard" / "validation",
+        tensor_event(0, "epoch_loss", 2.5),
+        tensor_event(0, "histogram", [[0, 1, 2]], plugin="histograms"),
+    )
+    reader = ScalarReader(tmp_path)
+    assert reader.poll() == [{"step": 0, "loss": 2.0, "accuracy": 0.125}, {"step": 0, "val_loss": 2.5}]
+    assert reader.poll() == []  # nothing new, nothing sent again
+    train.add_event(tensor_event(1, "epoch_loss", 1.0))
+    train.add_event(tensor_event(1, "learning_rate", 0.0625))
+    train.add_event(tensor_event(1, "epoch_images", [1.0, 2.0]))  # not a scalar: left out
+    train.flush()
+    assert reader.poll() == [{"step": 1, "loss": 1.0, "lr": 0.0625}]
+    assert reader.last == {"loss": 1.0, "accuracy": 0.125, "val_loss": 2.5, "lr": 0.0625}
+    # The worker process never imports TensorFlow to read them.
+    code = (
+        "import sys; from pathlib import Path; from jobs.scalars import ScalarReader; "
+        f"ScalarReader(Path({str(tmp_path)!r})).poll(); print('tensorflow' in sys.modules)"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.strip() == "False"
+    train.close()
+    valid.close()
+
+
+def test_a_later_attempt_sends_only_what_is_new_and_shipped_files_are_not_read(tmp_path: Path):
+    w = write(tmp_path / "tb", scalar_event(1, loss=1.0), scalar_event(2, loss=0.5))
+    first = ScalarReader(tmp_path)
+    assert [p["step"] for p in first.poll()] == [1, 2]
+    first.save()
+    w.add_event(scalar_event(3, loss=0.25))
+    w.flush()
+    write(tmp_path / "src" / "old_logs", scalar_event(9, loss=9.0))
+    shipped = {str(p.relative_to(tmp_path)) for p in (tmp_path / "src").rglob("*tfevents*")}
+    again = ScalarReader(tmp_path, ignore=shipped)  # the retry of a killed attempt, same job dir
+    assert again.poll() == [{"step": 3, "loss": 0.25}]
+    w.close()
+
+
+def test_metrics_jsonl_lines_are_read_when_complete(tmp_path: Path):
+    path = tmp_path / "metrics.jsonl"
+    path.write_text(json.dumps({"step": 1, "loss": 0.9, "note": "text is dropped"}) + "\n" + '{"step": 2, "lo')
+    reader = ScalarReader(tmp_path)
+    assert reader.poll() == [{"step": 1, "loss": 0.9}]
+    with open(path, "a") as f:
+        f.write('ss": 0.8}\nnot json\n')
+    assert reader.poll() == [{"step": 2, "loss": 0.8}]
+    reader.save()
+    assert ScalarReader(tmp_path).poll() == []
+
+
+def test_result_json_must_be_an_object(tmp_path: Path):
+    assert read_result(tmp_path) is None
+    (tmp_path / "result.json").write_text("[1, 2]")
+    assert read_result(tmp_path) is None
+    (tmp_path / "result.json").write_text('{"test_accuracy": 0.9}')
+    assert read_result(tmp_path) == {"test_accuracy": 0.9}
