@@ -289,7 +289,12 @@ class JobRun:
                 p = os.path.join(here, n)
                 if not os.path.islink(p):
                     os.chmod(p, os.stat(p).st_mode | stat.S_IWUSR)
-        os.rename(tmp, src)
+        try:
+            os.rename(tmp, src)
+        except OSError:  # another task of the job on this host copied it first
+            if not src.is_dir():
+                raise
+            shutil.rmtree(tmp, ignore_errors=True)
         return src
 
     @staticmethod

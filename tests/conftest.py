@@ -71,6 +71,19 @@ def client(app):
 
 
 @pytest.fixture
+def command_client(settings: Settings, redis: Redis, tmp_path: Path):
+    """Flask's test client of an API where command jobs are on (GPUDECK_COMMAND_JOBS=1), `tmp_path/roots` is the
+    data root and an environment `tf` is registered."""
+    from dataclasses import replace
+
+    from api import create_app
+
+    (tmp_path / "roots").mkdir(exist_ok=True)
+    s = replace(settings, command_jobs=True, data_roots=((tmp_path / "roots").resolve(),), envs=(("tf", tmp_path),))
+    return create_app({"SETTINGS": s, "REDIS": redis, "TESTING": True}).test_client()
+
+
+@pytest.fixture
 def spawn(tmp_path: Path):
     """Start gpudeck commands as real processes: spawn("worker", "--cpu", env=...)."""
     procs: list[Proc] = []

@@ -4,6 +4,7 @@ running API (gunicorn, a worker, Redis) conform to it, errors included."""
 from __future__ import annotations
 
 import re
+import tarfile
 
 import pytest
 import requests
@@ -58,6 +59,19 @@ def test_real_answers_conform_to_the_document(gpu_api, spawn, gpu_env, tmp_path)
     call("GET", "/api/v1/datasets", 200)
     call("GET", "/api/v1/datasets/c", 200)
     call("GET", "/api/v1/datasets/none", 404)
+    source = tmp_path / "project"
+    source.mkdir()
+    (source / "train.py").write_text("print('hello')\n")
+    with tarfile.open(tmp_path / "src.tgz", "w:gz") as t:
+        t.add(source / "train.py", arcname="train.py")
+    ref = call("POST", "/api/v1/sources", 201, files={"file": (tmp_path / "src.tgz").read_bytes()}).json()["ref"]
+    call(
+        "POST", "/api/v1/sources", 200, files={"file": (tmp_path / "src.tgz").read_bytes()}, data={"git_dirty": "false"}
+    )
+    call("GET", f"/api/v1/sources/{ref}", 200)
+    call("GET", "/api/v1/sources/src:" + "0" * 64, 404)
+    call("GET", "/api/v1/sources/nope", 400)
+    call("POST", "/api/v1/jobs", 403, json={"command": "python train.py", "source": ref})  # no tokens, not turned on
     job = call("POST", "/api/v1/jobs", 201, json={**TINY, "dataset": "c", "tags": ["t"]}).json()["id"]
     call("POST", "/api/v1/jobs", 400, json={**TINY, "colour": 1})
     call("POST", "/api/v1/jobs", 400, data="x", headers={"Content-Type": "application/json"})
@@ -92,6 +106,9 @@ def test_real_answers_conform_to_the_document(gpu_api, spawn, gpu_env, tmp_path)
     call("GET", "/api/v1/openapi.json", 200)
     # Every documented operation was exercised (and so validated) at least once.
     documented = {f"{m.upper()} {p}" for p, ops in doc["paths"].items() for m in ops}
-    exercised = {re.sub(r"/(\d+|c|none|nobody|[\w.-]+\.cpu\.\d+)(?=/|$)", "/{x}", c.rsplit(" ", 1)[0]) for c in checked}
+    exercised = {
+        re.sub(r"/(\d+|c|none|nope|nobody|src:[0-9a-f]+|[\w.-]+\.cpu\.\d+)(?=/|$)", "/{x}", c.rsplit(" ", 1)[0])
+        for c in checked
+    }
     normalized = {re.sub(r"\{\w+\}", "{x}", d) for d in documented}
     assert normalized <= exercised, normalized - exercised

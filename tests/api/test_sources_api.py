@@ -6,12 +6,8 @@ from __future__ import annotations
 import io
 import tarfile
 import zipfile
-from dataclasses import replace
 from pathlib import Path
 
-import pytest
-
-from api import create_app
 from jobs.keys import COUNTER_KEY
 from models import sourcetree
 from tui import pack
@@ -48,38 +44,30 @@ def zipped(root: Path) -> bytes:
     return buf.getvalue()
 
 
-@pytest.fixture
-def commands(settings, redis, tmp_path):
-    """A test client of an API where command jobs are on (GPUDECK_COMMAND_JOBS=1), with a data root."""
-    (tmp_path / "roots").mkdir()
-    s = replace(settings, command_jobs=True, data_roots=((tmp_path / "roots").resolve(),), envs=(("tf", tmp_path),))
-    return create_app({"SETTINGS": s, "REDIS": redis, "TESTING": True}).test_client()
-
-
 def upload(client, data: bytes, name: str = "src.tar.gz", **form):
     return client.post("/api/v1/sources", data={"file": (io.BytesIO(data), name), **form})
 
 
-def test_the_same_tree_is_stored_once_whatever_archive_carries_it(commands, settings, tmp_path):
+def test_the_same_tree_is_stored_once_whatever_archive_carries_it(command_client, settings, tmp_path):
     root = tree(tmp_path / "project")
-    first = upload(commands, tgz(root), git_commit="0123abcd" * 5, git_dirty="true")
+    first = upload(command_client, tgz(root), git_commit="0123abcd" * 5, git_dirty="true")
     assert first.status_code == 201, first.json
     ref = first.json["ref"]
     # What gpudeck run computes before it uploads is the server's ref: it can skip the upload.
     assert ref == pack.collect(root).ref == sourcetree.ref(sourcetree.digest(root))
     assert first.json["files"] == 3 and first.json["git_commit"] == "0123abcd" * 5 and first.json["git_dirty"] is True
-    again = upload(commands, zipped(root), name="src.zip")
+    again = upload(command_client, zipped(root), name="src.zip")
     assert again.status_code == 200 and again.json["ref"] == ref
     stored = settings.sources_dir / ref[4:]
     assert sorted(p.name for p in settings.sources_dir.iterdir()) == [".staging", ref[4:]]
     assert list((settings.sources_dir / ".staging").iterdir()) == []
     assert (stored / "pkg" / "run.sh").stat().st_mode & 0o111  # the executable bit travels
-    assert commands.get(f"/api/v1/sources/{ref}").json["sha256"] == ref[4:]
-    assert commands.get("/api/v1/sources/src:" + "0" * 64).status_code == 404
-    assert commands.get("/api/v1/sources/nope").status_code == 400
+    assert command_client.get(f"/api/v1/sources/{ref}").json["sha256"] == ref[4:]
+    assert command_client.get("/api/v1/sources/src:" + "0" * 64).status_code == 404
+    assert command_client.get("/api/v1/sources/nope").status_code == 400
 
 
-def test_hostile_or_oversized_sources_are_refused_and_leave_nothing(commands, settings, tmp_path):
+def test_hostile_or_oversized_sources_are_refused_and_leave_nothing(command_client, settings, tmp_path):
     def evil(t: tarfile.TarFile) -> None:
         info = tarfile.TarInfo("../outside.py")
         info.size = 1
@@ -88,11 +76,11 @@ def test_hostile_or_oversized_sources_are_refused_and_leave_nothing(commands, se
     buf = io.BytesIO()
     with tarfile.open(fileobj=buf, mode="w:gz") as t:
         evil(t)
-    resp = upload(commands, buf.getvalue())
+    resp = upload(command_client, buf.getvalue())
     assert resp.status_code == 422 and "'../outside.py'" in resp.json["message"]
     assert not (tmp_path / "outside.py").exists() and not (settings.home / "outside.py").exists()
-    assert upload(commands, b"not an archive").status_code == 422
-    assert commands.post("/api/v1/sources", data={}).json["details"]["fields"] == {
+    assert upload(command_client, b"not an archive").status_code == 422
+    assert command_client.post("/api/v1/sources", data={}).json["details"]["fields"] == {
         "file": "is required: the source folder as a tar (any compression) or zip archive"
     }
     assert list((settings.sources_dir / ".staging").iterdir()) == []
@@ -105,7 +93,7 @@ def test_command_jobs_are_refused_unless_tokens_or_the_operator_turn_them_on(cli
     assert redis.get(COUNTER_KEY) is None  # nothing stored, not even an id
 
 
-def test_bad_command_jobs_name_the_field_and_store_nothing(commands, redis, tmp_path):
+def test_bad_command_jobs_name_the_field_and_store_nothing(command_client, redis, tmp_path):
     outside = tmp_path / "elsewhere"
     outside.mkdir()
     cases = [
@@ -125,15 +113,15 @@ def test_bad_command_jobs_name_the_field_and_store_nothing(commands, redis, tmp_
         ({"model": "lenet", "dataset": "synthetic", "env": {"A": "b"}}, "env", "belongs to command jobs"),
     ]
     for body, field, words in cases:
-        resp = commands.post("/api/v1/jobs", json=body)
+        resp = command_client.post("/api/v1/jobs", json=body)
         assert resp.status_code == 400, (body, resp.json)
         assert words in resp.json["details"]["fields"][field], (body, resp.json)
     assert redis.get(COUNTER_KEY) is None
 
 
-def test_a_server_folder_is_snapshotted_when_the_job_is_submitted(commands, settings, tmp_path):
+def test_a_server_folder_is_snapshotted_when_the_job_is_submitted(command_client, settings, tmp_path):
     folder = tree(tmp_path / "roots" / "project")
-    job = commands.post(
+    job = command_client.post(
         "/api/v1/jobs", json={"command": ["python", "train.py"], "source": str(folder), "env": {"API_KEY": "s3cret"}}
     ).json
     (folder / "train.py").write_text("changed after submission")
@@ -142,5 +130,5 @@ def test_a_server_folder_is_snapshotted_when_the_job_is_submitted(commands, sett
     assert (stored / "train.py").read_bytes() == SCRIPT  # the queued job keeps what was there
     assert job["spec"]["env"] == {"API_KEY": "***"}  # secrets are not shown back
     assert job["name"] == "python train.py"
-    retried_spec = commands.get(f"/api/v1/jobs/{job['id']}").json["spec"]
+    retried_spec = command_client.get(f"/api/v1/jobs/{job['id']}").json["spec"]
     assert retried_spec["source"] == job["source"]["ref"]

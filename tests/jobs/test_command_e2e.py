@@ -1,0 +1,196 @@
+"""Command jobs end to end, with real workers and real scripts that know nothing of gpudeck: the README's
+`gpudeck run` walkthrough (Keras + TensorBoard callback), a Kibernetika command run unchanged, a 2-task command
+job, a SIGTERM-proof forking script canceled, and a checkpointing script resumed after kill -9 of its worker."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from jobs import scalars
+from jobs.runner import RUN_ID_ENV
+from tests.support.digits import digits_arrays
+from tests.support.live import alive, until, wait_job
+from tests.support.readme import run_block
+from tests.support.stack import Up
+
+pytestmark = pytest.mark.slow
+
+SCRIPTS = Path(__file__).parents[1] / "support" / "scripts"
+
+
+def marked(run_id: str) -> set[int]:
+    """Processes whose environment carries this attempt's mark."""
+    mark = f"{RUN_ID_ENV}={run_id}".encode()
+    found = set()
+    for entry in os.listdir("/proc"):
+        try:
+            if (
+                entry.isdigit()
+                and mark in Path(f"/proc/{entry}/environ").read_bytes().split(b"\0")
+                and alive(int(entry))
+            ):
+                found.add(int(entry))
+        except OSError:
+            continue
+    return found
+
+
+def event_scalars(folder: Path, tag: str) -> dict[int, float]:
+    """What the event files in `folder` hold for `tag`, read independently of gpudeck's reader."""
+    scalars._loader_module()  # tensorboard's TensorFlow-free reader, in this process too
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+    from tensorboard.util import tensor_util
+
+    acc = EventAccumulator(str(folder), size_guidance={"tensors": 0})
+    acc.Reload()
+    return {e.step: float(tensor_util.make_ndarray(e.tensor_proto)) for e in acc.Tensors(tag)}
+
+
+def test_the_readme_walkthrough_runs_a_keras_script_from_its_folder(tmp_path, child_env):
+    project = tmp_path / "project"
+    (project / "data").mkdir(parents=True)
+    shutil.copy(SCRIPTS / "keras_train.py", project / "train.py")
+    (project / ".gitignore").write_text("data/\n")
+    (x_train, y_train), (x_test, y_test) = digits_arrays()
+    flat = {"x_train": x_train.reshape(-1, 64) / 255, "y_train": y_train, "x_test": x_test.reshape(-1, 64) / 255}
+    np.savez(project / "data" / "digits.npz", **flat, y_test=y_test)  # ~1 MB: must not be uploaded
+    env = {
+        **child_env,
+        "GPUDECK_COMMAND_JOBS": "1",
+        "GPUDECK_DATA_ROOTS": str(tmp_path),
+        "PATH": f"{Path(sys.executable).parent}:{child_env['PATH']}",
+    }
+    stack = Up(tmp_path / "home", env, tmp_path / "up.log")
+    env["GPUDECK_API"] = stack.url
+    try:
+        ran, shown, metrics, waited = run_block("walkthrough-script", stack.port, project, env=env)
+        assert "Epoch 3/3" in ran  # the log, followed live to the end
+        assert "command  python train.py --epochs 3" in shown and "2 files" in shown  # data/ stayed home
+        job = json.loads(subprocess.check_output(["curl", "-s", f"{stack.url}/api/v1/jobs/1"]))
+        assert job["status"] == "succeeded" and job["result"]["test_accuracy"] >= 0.8, stack.output()[-3000:]
+        stored = tmp_path / "home" / "sources" / job["source"]["sha256"]
+        assert sorted(p.name for p in stored.iterdir()) == [".gitignore", "train.py"]
+        assert job["environment"]["DATA_DIR"] == str(project / "data") and job["environment"]["GPUDECK_ATTEMPT"] == "1"
+        curves = json.loads(metrics)
+        tensorboard = tmp_path / "home" / "jobs" / "1" / "tensorboard"
+        train_loss = {p["step"]: p["loss"] for p in curves["train"] if "loss" in p}
+        val_loss = {p["step"]: p["val_loss"] for p in curves["validation"] if "val_loss" in p}
+        assert train_loss == event_scalars(tensorboard / "train", "epoch_loss") and len(train_loss) == 3
+        assert val_loss == event_scalars(tensorboard / "validation", "epoch_loss") and len(val_loss) == 3
+        assert "succeeded" in waited
+        gate = subprocess.run(
+            ["gpudeck", "wait", "1", "--min-accuracy", "1.01"], env=env, capture_output=True, text=True, timeout=60
+        )
+        assert gate.returncode == 1 and "test_accuracy" in gate.stderr and "below --min-accuracy 1.01" in gate.stderr
+        submitted, waited = run_block("walkthrough-script-rest", stack.port, project, env=env)
+        assert json.loads(submitted)["source"]["files"] == 1
+        job = json.loads(waited)
+        assert job["status"] == "succeeded" and job["environment"]["SEED"] == "1", job
+    finally:
+        stack.kill()
+
+
+def test_seed_commands_multi_worker_tasks_and_a_stubborn_script(command_client, spawn, child_env, settings, tmp_path):
+    client = command_client
+    roots = tmp_path / "roots"
+    source = roots / "kibernetika"
+    source.mkdir()
+    shutil.copy(SCRIPTS / "cifar10_main.py", source)
+    shutil.copy(SCRIPTS / "stubborn.py", source)
+    data = roots / "cifar"
+    data.mkdir()
+    (data / "data_batch_1.bin").write_bytes(b"\0" * 10)
+    for name in ("a", "b"):
+        spawn("worker", "--cpu", "--stop-grace", "3", env=child_env, name=name)
+    until(lambda: len(client.get("/api/v1/workers").json["workers"]) == 2)
+
+    # Kibernetika's execution command, unchanged.
+    seed = (
+        "python cifar10_main.py --num-gpus=$GPU_COUNT --train-steps=1000 --data-dir=$DATA_DIR "
+        "--job-dir=$TRAINING_DIR/$BUILD_ID"
+    )
+    job_id = client.post("/api/v1/jobs", json={"command": seed, "source": str(source), "dataset": str(data)}).json["id"]
+    job, _ = wait_job(client, job_id, timeout=60)
+    assert job["status"] == "succeeded", job
+    line = next(x for x in client.get(f"/api/v1/jobs/{job_id}/logs").text.splitlines() if "cifar10_main" in x)
+    got = json.loads(line.split("cifar10_main ", 1)[1])
+    job_dir = settings.job_dir(job_id)
+    assert got["num_gpus"] == 0 and got["train_steps"] == 1000 and got["files"] == ["data_batch_1.bin"]
+    assert got["data_dir"] == str(data) and got["job_dir"] == f"{job_dir}/{job_id}"
+
+    # Two tasks, each with its own TF_CONFIG, one log.
+    two = client.post(
+        "/api/v1/jobs",
+        json={
+            "command": "python cifar10_main.py --num-gpus=1 --train-steps=1 --data-dir=$DATA_DIR --job-dir=$SRC_DIR",
+            "source": str(source),
+            "dataset": str(data),
+            "workers": 2,
+        },
+    ).json["id"]
+    job, _ = wait_job(client, two, timeout=90)
+    assert job["status"] == "succeeded", job
+    lines = client.get(f"/api/v1/jobs/{two}/logs").text.splitlines()
+    tasks = {}
+    for prefix in ("[worker0] ", "[worker1] "):
+        got = json.loads(next(x for x in lines if x.startswith(prefix + "cifar10_main")).split("cifar10_main ", 1)[1])
+        tasks[prefix] = json.loads(got["TF_CONFIG"])
+        assert got["GPUDECK_TASK_TYPE"] == "worker" and got["GPUDECK_TASK_INDEX"] == prefix[7]
+    assert [t["task"] for t in tasks.values()] == [{"type": "worker", "index": 0}, {"type": "worker", "index": 1}]
+    assert tasks["[worker0] "]["cluster"] == tasks["[worker1] "]["cluster"], "\n".join(lines)
+
+    # A script that ignores SIGTERM and forks (one child leaves the process group): cancel ends all of them.
+    stubborn = client.post("/api/v1/jobs", json={"command": ["python", "stubborn.py"], "source": str(source)}).json[
+        "id"
+    ]
+    until(lambda: len(client.get(f"/api/v1/jobs/{stubborn}/metrics").json["train"]) >= 3, 60, "a curve while it runs")
+    assert client.get(f"/api/v1/jobs/{stubborn}").json["status"] == "running"
+    procs = marked(f"gpudeck-{stubborn}")
+    assert len(procs) == 3, procs
+    canceled = time.monotonic()
+    client.post(f"/api/v1/jobs/{stubborn}/cancel")
+    job, _ = wait_job(client, stubborn, timeout=30)
+    took = time.monotonic() - canceled
+    assert job["status"] == "canceled" and took < 3 + 8, (job, took)
+    until(lambda: not any(alive(p) for p in procs), 5, "every process of the canceled script gone")
+
+
+def test_a_checkpointing_script_resumes_after_its_worker_is_killed(command_client, spawn, child_env, settings, redis):
+    client = command_client
+    source = Path(settings.home).parent / "roots" / "ckpt"
+    source.mkdir(parents=True)
+    shutil.copy(SCRIPTS / "checkpointed.py", source)
+    first = spawn("worker", "--cpu", env=child_env, name="doomed")
+    job_id = client.post(
+        "/api/v1/jobs", json={"command": "python checkpointed.py", "source": str(source), "total_steps": 40}
+    ).json["id"]
+    until(lambda: len(client.get(f"/api/v1/jobs/{job_id}/metrics").json["train"]) >= 12, 90, "12 steps logged")
+    job = client.get(f"/api/v1/jobs/{job_id}").json
+    assert job["status"] == "running" and job["progress"]["total_steps"] == 40 and job["eta_s"] is not None
+    script = int(redis.hget(f"gpudeck:job:{job_id}", "pid"))
+    horse = int(Path(f"/proc/{script}/stat").read_text().rsplit(")", 1)[1].split()[1])
+    os.kill(first.proc.pid, signal.SIGKILL)
+    os.kill(horse, signal.SIGKILL)
+    spawn("worker", "--cpu", env=child_env, name="rescuer")
+    job, _ = wait_job(client, job_id, timeout=120)
+    assert job["status"] == "succeeded" and job["attempt"] == 2, job
+    log = client.get(f"/api/v1/jobs/{job_id}/logs").text
+    resumed_at = int(log.split("attempt 2: resumed at step ")[1].split()[0])
+    assert resumed_at >= 10 and resumed_at % 5 == 0
+    steps = [p["step"] for p in client.get(f"/api/v1/jobs/{job_id}/metrics").json["train"]]
+    # The first attempt's points, each step once, then the second's from its checkpoint on (not from 0).
+    k = next((i for i in range(1, len(steps)) if steps[i] <= steps[i - 1]), resumed_at)
+    first, second = steps[:k], steps[k:]
+    assert first == list(range(1, k + 1)) and k >= resumed_at, steps
+    assert second == list(range(resumed_at + 1, 41)), steps
+    assert job["result"]["loss"] == pytest.approx(4.0**2 * 0.81**40, rel=1e-4)  # its last logged value
