@@ -12,6 +12,7 @@ import stat
 import subprocess
 import sys
 import time
+import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any
@@ -150,6 +151,7 @@ class JobRun:
         self.attempt = 1
         self.refused: str | None = None
         self.reader: ScalarReader | None = None
+        self._run_id: str | None = None
 
     def run(self) -> str:
         if not self._claim():
@@ -212,7 +214,13 @@ class JobRun:
 
     @property
     def run_id(self) -> str:
-        """This attempt's RQ id: the mark on every process it starts."""
+        """The mark on every process this attempt starts: its RQ id and a token of its own, so that no other
+        attempt's processes (another gpudeck on this host, a test's) ever carry it."""
+        if self._run_id is None:
+            self._run_id = f"{self._rq_id()}.{uuid.uuid4().hex[:12]}"
+        return self._run_id
+
+    def _rq_id(self) -> str:
         return rq_job_id(self.job_id, self.attempt)
 
     def _launch(
@@ -242,6 +250,7 @@ class JobRun:
             "GPUDECK_JOB_ID": str(self.job_id),
             "BUILD_ID": str(self.job_id),
             "GPUDECK_ATTEMPT": str(self.attempt),
+            RUN_ID_ENV: self.run_id,
             "JOB_DIR": str(self.job_dir),
             "TRAINING_DIR": str(self.job_dir),
             "TENSORBOARD_DIR": str(self.job_dir / "tensorboard"),
@@ -579,8 +588,7 @@ class TaskRun(JobRun):
         if self.index == 0:
             self.store.update(self.job_id, spawned_at=time.time(), **self._command_running())
 
-    @property
-    def run_id(self) -> str:
+    def _rq_id(self) -> str:
         return rq_task_id(self.job_id, self.gen, self.index)
 
     def _reads_scalars(self) -> bool:

@@ -16,6 +16,7 @@ from jobs.cli import add_commands as add_server_commands
 from jobs.keys import PRIORITIES
 from jobs.settings import DEFAULT_API, parse_size
 from tui.pack import human
+from tui.widgets.fmt import what
 
 ENDED = ("succeeded", "failed", "canceled")
 
@@ -50,18 +51,9 @@ def _row(job: dict[str, Any]) -> str:
     loss = (job.get("metrics") or {}).get("loss")
     acc = (job.get("result") or {}).get("test_accuracy")
     return (
-        f"{job['id']:>5}  {job['status']:<10} {str(job.get('name'))[:20]:<20} {_what(job['spec'])[:14]:<14} "
+        f"{job['id']:>5}  {job['status']:<10} {str(job.get('name'))[:20]:<20} {what(job['spec'])[:14]:<14} "
         f"{prog:>11}  {'-' if loss is None else f'{loss:.4f}':>8}  {'-' if acc is None else f'{acc:.4f}':>8}"
     )
-
-
-def _what(spec: dict[str, Any]) -> str:
-    """The MODEL column: the model, or a command job's first words."""
-    if spec.get("command") is None:
-        return str(spec.get("model"))
-    cmd = spec["command"]
-    words = cmd.split() if isinstance(cmd, str) else cmd
-    return "$ " + " ".join(words[:3])
 
 
 HEADER = f"{'ID':>5}  {'STATUS':<10} {'NAME':<20} {'MODEL':<14} {'PROGRESS':>11}  {'LOSS':>8}  {'TEST ACC':>8}"

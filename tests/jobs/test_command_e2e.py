@@ -155,7 +155,7 @@ def test_seed_commands_multi_worker_tasks_and_a_stubborn_script(command_client, 
     ]
     until(lambda: len(client.get(f"/api/v1/jobs/{stubborn}/metrics").json["train"]) >= 3, 60, "a curve while it runs")
     assert client.get(f"/api/v1/jobs/{stubborn}").json["status"] == "running"
-    procs = marked(f"gpudeck-{stubborn}")
+    procs = marked(client.get(f"/api/v1/jobs/{stubborn}").json["environment"]["GPUDECK_RUN_ID"])
     assert len(procs) == 3, procs
     canceled = time.monotonic()
     client.post(f"/api/v1/jobs/{stubborn}/cancel")

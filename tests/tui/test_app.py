@@ -30,9 +30,10 @@ LONG = {"model": "lenet", "dataset": "synthetic:16x16x3", "params": {"steps": 10
 
 @pytest.fixture
 def stack(spawn, child_env, tmp_path):
-    """A live API and a CPU worker (a FAKE nvidia-smi on PATH: two GPUs are reported, none exist here)."""
+    """A live API that takes command jobs and a CPU worker (a FAKE nvidia-smi on PATH: two GPUs are reported,
+    none exist here)."""
     fake_nvidia_smi(tmp_path / "bin", FAKE_SMI)
-    env = {**child_env, "PATH": f"{tmp_path / 'bin'}:{child_env['PATH']}"}
+    env = {**child_env, "PATH": f"{tmp_path / 'bin'}:{child_env['PATH']}", "GPUDECK_COMMAND_JOBS": "1"}
     url = start_api(spawn, env)
     spawn("worker", "--cpu", env=env)
     return url
@@ -208,6 +209,31 @@ def test_submit_form_shows_api_errors_at_the_field_then_opens_the_new_job(stack)
             await pilot.press("ctrl+s")
             screen = await on_screen(pilot, app, JobScreen)
             assert job(stack, screen.job_id)["spec"]["params"] == {"steps": 2, "batch_size": 8}
+
+            # Your own command: the same form, its env checked at its field, then the job's command and
+            # environment on its screen and its first words in the jobs table.
+            await pilot.press("escape")
+            await pilot.press("n")
+            form = await on_screen(pilot, app, SubmitScreen)
+            form.query_one("#f-command", Input).value = "echo hello from $BUILD_ID"
+            form.query_one("#f-env", Input).value = "GREETING"
+            await pilot.press("ctrl+s")
+            assert "key=value" in text_of(form.query_one("#e-env", Label))
+            form.query_one("#f-env", Input).value = "GREETING=hi API_TOKEN=secret"
+            form.query_one("#f-gpus", Input).value = "0"
+            await pilot.press("ctrl+s")
+            screen = await on_screen(pilot, app, JobScreen)
+            await until(pilot, lambda: job(stack, screen.job_id)["status"] == "succeeded", 90)
+            summary = screen.query_one("#job-summary")
+            await until(pilot, lambda: "$ echo hello from" in text_of(summary) and "succeeded" in text_of(summary))
+            config = await until(pilot, lambda: "environment" in text_of(screen.query_one("#config")) and screen)
+            shown = text_of(config.query_one("#config"))
+            assert '"command": "echo hello from $BUILD_ID"' in shown and '"API_TOKEN": "***"' in shown
+            assert f'"BUILD_ID": "{screen.job_id}"' in shown and "secret" not in shown
+            await until(pilot, lambda: f"hello from {screen.job_id}" in "\n".join(screen.query_one("#log").lines))
+            await pilot.press("escape")
+            table = app.screen.query_one(DataTable)
+            await until(pilot, lambda: "$ echo hello from" in str(table.get_row(str(screen.job_id))))
 
     run(scenario())
 

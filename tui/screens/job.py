@@ -15,7 +15,7 @@ from textual.widgets import Footer, Log, Static, TabbedContent, TabPane
 
 from tui.screens.dialogs import Confirm, open_tensorboard
 from tui.widgets.chrome import chrome
-from tui.widgets.fmt import ACTIVE, ENDED, bar, duration, num, sparkline, status
+from tui.widgets.fmt import ACTIVE, ENDED, bar, duration, num, sparkline, status, what
 
 KEEP_LINES = 200_000
 """Log lines the screen keeps (the job dir's log.txt has them all)."""
@@ -107,7 +107,9 @@ class JobScreen(Screen):
         if points is not None:
             self.points = points
             self.query_one("#curves", Static).update(self._curves())
-        self.query_one("#config", Static).update(json.dumps(job["spec"], indent=2))
+        config = {"spec": job["spec"], "source": job.get("source"), "environment": job.get("environment")}
+        shown = {k: v for k, v in config.items() if v} if job["spec"].get("command") is not None else job["spec"]
+        self.query_one("#config", Static).update(json.dumps(shown, indent=2))
         self.query_one("#result", Static).update(self._result(job))
         self.refresh_bindings()
 
@@ -126,7 +128,7 @@ class JobScreen(Screen):
             (f"job {job['id']}  {job.get('name')}  ", "bold"),
             status(job["status"]),
             (f" ({job['reason']})" if job.get("reason") else "", "red"),
-            f"  {job['spec']['model']} on {job['spec']['dataset']}",
+            f"  {what(job['spec'])} on {job['spec'].get('dataset') or '-'}",
             f"  worker {job.get('worker') or '-'} gpus {','.join(job.get('gpu_ids') or []) or job['spec']['gpus']}",
             tasks,
             "\n",

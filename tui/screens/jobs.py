@@ -14,7 +14,7 @@ from textual.widgets import DataTable, Footer, Input, Static
 from tui.screens.dialogs import open_tensorboard
 from tui.screens.job import JobScreen
 from tui.widgets.chrome import chrome
-from tui.widgets.fmt import job_cells
+from tui.widgets.fmt import job_cells, what
 
 COLUMNS = [
     ("id", "ID"),
@@ -39,7 +39,7 @@ def _sort_value(job: dict[str, Any], column: str) -> Any:
     return {
         "id": job["id"],
         "name": str(job.get("name") or ""),
-        "model": job["spec"]["model"],
+        "model": what(job["spec"]),
         "status": job["status"],
         "progress": p.get("fraction") or 0.0,
         "loss": (job.get("metrics") or {}).get("loss") or 0.0,
@@ -109,7 +109,7 @@ class JobsScreen(Screen):
         if not self.filter_text:
             return True
         hay = " ".join(
-            [str(job["id"]), str(job.get("name")), job["spec"]["model"], job["status"], *job["spec"].get("tags", [])]
+            [str(job["id"]), str(job.get("name")), what(job["spec"]), job["status"], *job["spec"].get("tags", [])]
         ).lower()
         return all(word in hay for word in self.filter_text.lower().split())
 

@@ -1,4 +1,5 @@
-"""The submit form: model, dataset, key params, GPUs; the API's validation errors appear at their field."""
+"""The submit form: a zoo model (model, dataset, key params) or your own command (command, source, env), GPUs;
+the API's validation errors appear at their field."""
 
 from __future__ import annotations
 
@@ -12,7 +13,7 @@ from textual.screen import ModalScreen
 from textual.suggester import SuggestFromList
 from textual.widgets import Button, Input, Label, Select
 
-FIELDS = ("model", "dataset", "params", "gpus", "name")
+FIELDS = ("model", "dataset", "params", "command", "source", "env", "gpus", "name")
 
 
 class SubmitScreen(ModalScreen[dict | None]):
@@ -22,9 +23,12 @@ class SubmitScreen(ModalScreen[dict | None]):
         with VerticalScroll(classes="dialog form"):
             yield Label("New training job", classes="title")
             for field, placeholder in (
-                ("model", "resnet20, lenet, vgg_16 … (tab completes)"),
+                ("model", "resnet20, lenet, vgg_16 … (tab completes); empty for a command job"),
                 ("dataset", "synthetic, cifar10, cifar10:1.0.0, /data/cifar-10-binary.tar.gz"),
                 ("params", "steps=100 batch_size=32 lr=0.1 recipe=resnet-paper"),
+                ("command", "or your own: python train.py --data-dir $DATA_DIR (run by /bin/sh on the worker)"),
+                ("source", "a command job's folder: src:<sha256> (gpudeck run uploads one) or a server folder"),
+                ("env", "a command job's variables: SEED=1 WANDB_MODE=offline"),
                 ("gpus", "GPUs (empty: 1 if a GPU worker is live, else 0)"),
                 ("name", "a name (default: the model)"),
             ):
@@ -50,13 +54,24 @@ class SubmitScreen(ModalScreen[dict | None]):
         self.query_one("#f-model", Input).suggester = SuggestFromList(names, case_sensitive=False)
 
     def spec(self) -> dict[str, Any]:
-        """The spec the form describes; a malformed params or gpus entry is reported at its field."""
+        """The spec the form describes; a malformed params, env or gpus entry is reported at its field. With a
+        command it is a command job (the untouched default dataset `synthetic` is then left out)."""
         value = {f: self.query_one(f"#f-{f}", Input).value.strip() for f in FIELDS}
-        spec: dict[str, Any] = {"model": value["model"], "dataset": value["dataset"], "params": {}}
-        for item in value["params"].split():
-            key, sep, raw = item.partition("=")
-            if not sep or not key:
-                raise FieldError("params", f"write key=value pairs separated by spaces, got {item!r}")
+        spec: dict[str, Any] = {}
+        if value["command"]:
+            spec["command"] = value["command"]
+            for key in ("model", "source"):
+                if value[key]:
+                    spec[key] = value[key]
+            if value["dataset"] and value["dataset"] != "synthetic":
+                spec["dataset"] = value["dataset"]
+            if value["env"]:
+                spec["env"] = dict(self._pairs("env", value["env"]))
+        else:
+            spec.update(model=value["model"], dataset=value["dataset"], params={})
+        if value["params"]:
+            spec["params"] = {}
+        for key, raw in self._pairs("params", value["params"]):
             try:
                 spec["params"][key] = json.loads(raw)
             except ValueError:
@@ -69,6 +84,16 @@ class SubmitScreen(ModalScreen[dict | None]):
             spec["name"] = value["name"]
         spec["priority"] = self.query_one("#f-priority", Select).value
         return spec
+
+    @staticmethod
+    def _pairs(field: str, text: str) -> list[tuple[str, str]]:
+        pairs = []
+        for item in text.split():
+            key, sep, raw = item.partition("=")
+            if not sep or not key:
+                raise FieldError(field, f"write key=value pairs separated by spaces, got {item!r}")
+            pairs.append((key, raw))
+        return pairs
 
     def show_errors(self, errors: dict[str, str]) -> None:
         for f in (*FIELDS, "form"):

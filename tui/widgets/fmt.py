@@ -65,17 +65,26 @@ def sparkline(values: list[float | None], width: int = 20, top: float = 100.0) -
     return "".join(out)
 
 
+def what(spec: dict[str, Any], words: int = 3) -> str:
+    """What a job runs, for the MODEL column: its model, or `$ ` and the first words of its command."""
+    if spec.get("command") is None:
+        return str(spec.get("model"))
+    cmd = spec["command"]
+    parts = cmd.split() if isinstance(cmd, str) else list(cmd)
+    return "$ " + " ".join(parts[:words])
+
+
 def job_cells(job: dict[str, Any]) -> dict[str, Any]:
     """One jobs-table row, by column key."""
     p = job.get("progress") or {}
     metrics = job.get("metrics") or {}
     result = job.get("result") or {}
-    acc = result.get("test_accuracy", metrics.get("accuracy"))
+    acc = result.get("test_accuracy", result.get("val_accuracy", metrics.get("accuracy")))
     gpus = job.get("gpu_ids")
     return {
         "id": job["id"],
         "name": str(job.get("name") or "")[:24],
-        "model": job["spec"]["model"],
+        "model": what(job["spec"]),
         "status": status(job["status"]),
         "progress": bar(p.get("fraction")),
         "loss": num(metrics.get("loss")),
