@@ -231,3 +231,14 @@ class JobStore:
     def read_points(self, job_id: int) -> list[dict[str, Any]]:
         """Every stored metric point, in order."""
         return [json.loads(f[b"p"]) for _, f in self.redis.xrange(metrics_key(job_id))]
+
+    def read_points_raw(self, job_id: int, after: int = 0) -> tuple[int | None, list[tuple[int, bytes]]]:
+        """(number of the oldest point still stored, [(number, point as JSON)] after point `after`): what a
+        reader that keeps the points it has seen needs (an oldest number it did not see means a trim)."""
+        key = metrics_key(job_id)
+        with self.redis.pipeline(transaction=False) as pipe:
+            pipe.xrange(key, count=1)
+            pipe.xrange(key, min=f"0-{after + 1}")
+            first, entries = pipe.execute()
+        oldest = int(first[0][0].split(b"-")[1]) if first else None
+        return oldest, [(int(eid.split(b"-")[1]), f[b"p"]) for eid, f in entries]

@@ -73,13 +73,18 @@ def client(app):
 @pytest.fixture
 def command_client(settings: Settings, redis: Redis, tmp_path: Path):
     """Flask's test client of an API where command jobs are on (GPUDECK_COMMAND_JOBS=1), `tmp_path/roots` is the
-    data root and an environment `tf` is registered."""
+    data root and an environment `tf` (`tmp_path/venvs/tf`) is registered."""
     from dataclasses import replace
 
     from api import create_app
 
     (tmp_path / "roots").mkdir(exist_ok=True)
-    s = replace(settings, command_jobs=True, data_roots=((tmp_path / "roots").resolve(),), envs=(("tf", tmp_path),))
+    s = replace(
+        settings,
+        command_jobs=True,
+        data_roots=((tmp_path / "roots").resolve(),),
+        envs=(("tf", tmp_path / "venvs" / "tf"),),
+    )
     return create_app({"SETTINGS": s, "REDIS": redis, "TESTING": True}).test_client()
 
 

@@ -236,3 +236,30 @@ def test_list_filters_by_status_model_and_tag_with_a_stable_cursor(client):
     assert ids("model=vgg_16") == []
     page = client.get("/api/v1/jobs?status=canceled&limit=3").json
     assert [j["id"] for j in page["jobs"]] == [9, 6, 3] and page["next_cursor"] is None  # an exact last page
+
+
+def test_metrics_follow_the_stream_as_points_arrive_and_after_a_trim(client, redis):
+    from jobs.keys import metrics_key
+    from jobs.store import JobStore
+
+    job_id = client.post("/api/v1/jobs", json=GOOD).json["id"]
+    store = JobStore(redis)
+
+    def append(*points):
+        with redis.pipeline() as pipe:
+            start = store.stream_length(metrics_key(job_id))
+            for i, p in enumerate(points, start + 1):
+                store.append_point(job_id, i, p, pipe)
+            pipe.execute()
+
+    def curves():
+        body = client.get(f"/api/v1/jobs/{job_id}/metrics").json
+        return [p["step"] for p in body["train"]], [p["step"] for p in body["validation"]]
+
+    append({"step": 1, "loss": 2.0}, {"step": 2, "loss": 1.5}, {"step": 2, "val_loss": 1.7})
+    assert curves() == ([1, 2], [2])
+    append({"step": 3, "loss": 1.0, "val_loss": 1.1}, {"step": 4, "custom": 0.5})  # a script's own scalar
+    assert curves() == ([1, 2, 3, 4], [2, 3])  # read again: only the new points were fetched, none lost
+    redis.xtrim(metrics_key(job_id), maxlen=2, approximate=False)  # the stream's cap dropped the oldest
+    assert curves() == ([3, 4], [3])
+    assert client.get(f"/api/v1/jobs/{job_id}/metrics?format=csv").text.splitlines()[0].endswith(",custom")

@@ -110,8 +110,12 @@ def test_seed_commands_multi_worker_tasks_and_a_stubborn_script(command_client, 
     data = roots / "cifar"
     data.mkdir()
     (data / "data_batch_1.bin").write_bytes(b"\0" * 10)
+    venv = tmp_path / "venvs" / "tf"  # an environment the operator registered: `python` is its own
+    (venv / "bin").mkdir(parents=True)
+    (venv / "bin" / "python").symlink_to(sys.executable)
+    env = {**child_env, "GPUDECK_ENVS": f"tf={venv}"}
     for name in ("a", "b"):
-        spawn("worker", "--cpu", "--stop-grace", "3", env=child_env, name=name)
+        spawn("worker", "--cpu", "--stop-grace", "3", env=env, name=name)
     until(lambda: len(client.get("/api/v1/workers").json["workers"]) == 2)
 
     # Kibernetika's execution command, unchanged.
@@ -127,6 +131,13 @@ def test_seed_commands_multi_worker_tasks_and_a_stubborn_script(command_client, 
     job_dir = settings.job_dir(job_id)
     assert got["num_gpus"] == 0 and got["train_steps"] == 1000 and got["files"] == ["data_batch_1.bin"]
     assert got["data_dir"] == str(data) and got["job_dir"] == f"{job_dir}/{job_id}"
+
+    # A job that names a registered environment runs its python.
+    named = client.post("/api/v1/jobs", json={"command": "command -v python; echo $VIRTUAL_ENV", "env_name": "tf"})
+    job, _ = wait_job(client, named.json["id"], timeout=60)
+    assert job["status"] == "succeeded", job
+    lines = client.get(f"/api/v1/jobs/{job['id']}/logs").text.splitlines()
+    assert lines == [str(venv / "bin" / "python"), str(venv)]
 
     # Two tasks, each with its own TF_CONFIG, one log.
     two = client.post(
