@@ -55,7 +55,10 @@ def register(app: Flask) -> None:
     @app.errorhandler(HTTPException)
     def http_error(exc: HTTPException):
         code = (exc.name or "error").lower().replace(" ", "_")
-        return error_response(exc.code or 500, code, exc.description or exc.name)
+        body, status = error_response(exc.code or 500, code, exc.description or exc.name)
+        # Keep what the exception says in headers: a 405's Allow (RFC 9110), a 413's, …
+        headers = {k: v for k, v in exc.get_headers() if k.lower() != "content-type"}
+        return body, status, headers
 
     @app.errorhandler(RedisError)
     def redis_down(exc: RedisError):

@@ -3,6 +3,7 @@ and size and entry limits count the bytes actually written. Used for datasets an
 
 from __future__ import annotations
 
+import errno
 import lzma
 import os
 import shutil
@@ -11,11 +12,36 @@ import tarfile
 import zipfile
 import zlib
 from collections.abc import Callable
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any
 
 CHUNK = 1 << 20
+
+
+MAX_NAME_BYTES = 255
+"""Longest file name (one path component) Linux file systems take."""
+MAX_PATH = 1024
+"""Longest entry name accepted (PATH_MAX is 4096 with the destination in front)."""
+ENTRY_ERRNOS = (errno.ENAMETOOLONG, errno.EEXIST, errno.ENOTDIR, errno.EISDIR, errno.ENOENT, errno.ELOOP, errno.EINVAL)
+"""What the file system says when entries do not fit together (a file then a folder of that name, a child of a
+file, an empty link target): the archive's fault, refused by name, unlike a full disk or a permission."""
+
+
+def shown(name: str, limit: int = 120) -> str:
+    """An entry name for a message (a hostile one can be thousands of characters)."""
+    return repr(name if len(name) <= limit else name[:limit] + "…")
+
+
+@contextmanager
+def _as_refusal(name: str):
+    try:
+        yield
+    except OSError as exc:
+        if exc.errno not in ENTRY_ERRNOS:
+            raise
+        raise ArchiveRefused(f"entry {shown(name)} cannot be written: {exc.strerror}") from None
 
 
 class ArchiveRefused(Exception):
@@ -50,10 +76,15 @@ class _Extractor:
         if self.entries > self.max_files:
             raise ArchiveRefused(f"the archive has more than {self.max_files} entries (the limit)", too_large=True)
         if "\x00" in name or name.startswith("/"):
-            raise ArchiveRefused(f"entry {name!r} has an absolute path")
+            raise ArchiveRefused(f"entry {shown(name)} has an absolute path")
         parts = [p for p in name.split("/") if p not in ("", ".")]
         if ".." in parts:
-            raise ArchiveRefused(f"entry {name!r} points outside the archive (..)")
+            raise ArchiveRefused(f"entry {shown(name)} points outside the archive (..)")
+        if any(len(p.encode("utf-8", "surrogateescape")) > MAX_NAME_BYTES for p in parts) or len(name) > MAX_PATH:
+            raise ArchiveRefused(
+                f"entry {shown(name)} has a name too long for a file system ({MAX_NAME_BYTES} bytes a part, "
+                f"{MAX_PATH} in all)"
+            )
         if not parts:
             return self.dest
         here = self.dest
@@ -66,17 +97,19 @@ class _Extractor:
     def mkdir(self, name: str) -> None:
         path = self.target(name)
         if path.is_symlink():
-            raise ArchiveRefused(f"entry {name!r} would be written through a symlink")
-        path.mkdir(mode=0o755, parents=True, exist_ok=True)
+            raise ArchiveRefused(f"entry {shown(name)} would be written through a symlink")
+        with _as_refusal(name):
+            path.mkdir(mode=0o755, parents=True, exist_ok=True)
 
     def _create(self, name: str, make: Callable[[Path], Any]) -> Any:
         """Create entry `name` with `make(path)` (parents made first); a second entry of that name is refused."""
         path = self.target(name)
-        path.parent.mkdir(mode=0o755, parents=True, exist_ok=True)
-        try:
-            made = make(path)
-        except FileExistsError:
-            raise ArchiveRefused(f"entry {name!r} appears twice in the archive") from None
+        with _as_refusal(name):
+            path.parent.mkdir(mode=0o755, parents=True, exist_ok=True)
+            try:
+                made = make(path)
+            except FileExistsError:
+                raise ArchiveRefused(f"entry {shown(name)} appears twice in the archive") from None
         self.stats.files += 1
         return made
 

@@ -26,6 +26,15 @@ HARD_STOP_S = 8.5
 """After SIGTERM, when whatever is left of the stack is killed (the whole stop stays under 10 s)."""
 RESTART_BACKOFF_S = (1, 2, 5, 10, 30)
 """Waits before restarting a worker that died, growing with each death in a row."""
+HEALTHY_S = 30.0
+"""A worker that lived this long before it died starts the backoff over: it was not crash-looping."""
+
+
+def restart_delay(deaths_in_a_row: int, lived_s: float) -> tuple[float, int]:
+    """(seconds to wait before restarting a worker that died after `lived_s`, its deaths in a row now)."""
+    if lived_s >= HEALTHY_S:
+        deaths_in_a_row = 0
+    return RESTART_BACKOFF_S[min(deaths_in_a_row, len(RESTART_BACKOFF_S) - 1)], deaths_in_a_row + 1
 
 
 @dataclass
@@ -38,10 +47,12 @@ class Child:
     proc: subprocess.Popen[bytes] | None = None
     deaths: int = 0
     restart_at: float | None = None
+    started_at: float = 0.0
     env: dict[str, str] = field(default_factory=dict)
     drained: bool = False
 
     def start(self) -> None:
+        self.started_at = time.monotonic()
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
         with open(self.log_path, "ab") as out:
             # Its own session: a Ctrl-C reaches only the supervisor, which stops things in order.
@@ -166,8 +177,7 @@ class Stack:
                     log.info("%s exited cleanly (drained); not restarting it", w.name)
                     continue
                 if w.restart_at is None:
-                    delay = RESTART_BACKOFF_S[min(w.deaths, len(RESTART_BACKOFF_S) - 1)]
-                    w.deaths += 1
+                    delay, w.deaths = restart_delay(w.deaths, now - w.started_at)
                     w.restart_at = now + delay
                     log.warning(
                         "%s exited (%s); restarting in %ss", w.name, w.proc.returncode if w.proc else "?", delay
@@ -208,6 +218,9 @@ class Stack:
 def _check_port_free(host: str, port: int) -> None:
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
     with socket.socket(family) as s:
+        # As the server will (gunicorn sets it too): a port whose last connections linger in TIME-WAIT after a
+        # restart is free to listen on, while one another process listens on is not.
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         try:
             s.bind((host, port))
         except OSError as exc:

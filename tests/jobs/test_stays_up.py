@@ -1,0 +1,43 @@
+"""Small defects of staying up (issue 17): a restart on a port in TIME-WAIT, a restart backoff that resets after a
+healthy run, and 405 answers that say what is allowed."""
+
+from __future__ import annotations
+
+import socket
+
+import pytest
+
+from jobs.errors import ConfigError
+from jobs.supervisor import HEALTHY_S, RESTART_BACKOFF_S, _check_port_free, restart_delay
+
+
+def test_a_port_in_time_wait_is_free_but_one_in_use_is_not():
+    server = socket.socket()
+    server.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as gunicorn listens
+    server.bind(("127.0.0.1", 0))
+    server.listen()
+    port = server.getsockname()[1]
+    with pytest.raises(ConfigError, match="is gpudeck already up"):
+        _check_port_free("127.0.0.1", port)
+    client = socket.create_connection(("127.0.0.1", port))
+    conn, _ = server.accept()
+    conn.close()  # the server side closes first: its end of the connection waits in TIME-WAIT
+    server.close()
+    client.close()
+    _check_port_free("127.0.0.1", port)  # Ctrl-C then `make up` again: no minute of "Address already in use"
+
+
+def test_the_restart_backoff_grows_while_a_worker_crash_loops_and_resets_after_a_healthy_run():
+    deaths, delays = 0, []
+    for _ in range(7):
+        delay, deaths = restart_delay(deaths, lived_s=1.0)
+        delays.append(delay)
+    assert delays == [*RESTART_BACKOFF_S, RESTART_BACKOFF_S[-1], RESTART_BACKOFF_S[-1]]
+    delay, deaths = restart_delay(deaths, lived_s=HEALTHY_S + 15)  # it lived 45 s: not a crash loop
+    assert (delay, deaths) == (RESTART_BACKOFF_S[0], 1)
+
+
+def test_405_says_which_methods_are_allowed(client):
+    resp = client.delete("/api/v1/jobs")
+    assert resp.status_code == 405 and resp.json["error"] == "method_not_allowed"
+    assert set(resp.headers["Allow"].split(", ")) == {"GET", "HEAD", "OPTIONS", "POST"}
