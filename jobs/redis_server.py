@@ -8,6 +8,7 @@ import shutil
 import signal
 import socket
 import subprocess
+import tempfile
 import time
 from pathlib import Path
 
@@ -16,7 +17,8 @@ from jobs.errors import ConfigError
 log = logging.getLogger(__name__)
 
 MAX_UNIX_SOCKET_PATH = 100
-"""sun_path holds 108 bytes; longer homes fall back to a TCP port on 127.0.0.1."""
+"""sun_path holds 108 bytes: under a longer home the socket goes into a private (0700) runtime folder instead,
+never onto a TCP port any local user could reach without a password."""
 
 
 def find_redis_server() -> str:
@@ -51,6 +53,7 @@ class EmbeddedRedis:
         self.appendonly = appendonly
         self.proc: subprocess.Popen[bytes] | None = None
         self.url = ""
+        self.runtime_dir: Path | None = None
 
     @property
     def log_file(self) -> Path:
@@ -70,10 +73,14 @@ class EmbeddedRedis:
             "appendfilename appendonly.aof",
             "appendfsync everysec",
         ]
-        if self.port is None and len(str(sock)) <= MAX_UNIX_SOCKET_PATH:
+        if self.port is None:
+            if len(str(sock)) > MAX_UNIX_SOCKET_PATH:
+                self.runtime_dir = self.runtime_dir or Path(tempfile.mkdtemp(prefix="gpudeck-redis-"))  # mode 0700
+                sock = self.runtime_dir / "redis.sock"
+                log.info("the home's path is too long for a unix socket; Redis listens at %s", sock)
             conf += ["port 0", f"unixsocket {sock}", "unixsocketperm 700"]
             self.url = f"unix://{sock}"
-        else:
+        else:  # the tests' session Redis asks for a port
             port = self.port or free_port()
             conf += ["bind 127.0.0.1", f"port {port}"]
             self.url = f"redis://127.0.0.1:{port}/0"
@@ -114,6 +121,14 @@ class EmbeddedRedis:
     def stop(self, timeout: float = 5.0) -> None:
         """SIGTERM (Redis flushes the AOF and exits), then SIGKILL after `timeout`."""
         proc, self.proc = self.proc, None
+        try:
+            self._stop(proc, timeout)
+        finally:
+            if self.runtime_dir is not None:
+                shutil.rmtree(self.runtime_dir, ignore_errors=True)
+                self.runtime_dir = None
+
+    def _stop(self, proc: subprocess.Popen[bytes] | None, timeout: float) -> None:
         if proc is None or proc.poll() is not None:
             return
         proc.send_signal(signal.SIGTERM)

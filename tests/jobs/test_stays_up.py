@@ -3,6 +3,7 @@ healthy run, and 405 answers that say what is allowed."""
 
 from __future__ import annotations
 
+import os
 import socket
 
 import pytest
@@ -41,3 +42,24 @@ def test_405_says_which_methods_are_allowed(client):
     resp = client.delete("/api/v1/jobs")
     assert resp.status_code == 405 and resp.json["error"] == "method_not_allowed"
     assert set(resp.headers["Allow"].split(", ")) == {"GET", "HEAD", "OPTIONS", "POST"}
+
+
+def test_a_long_home_keeps_redis_on_a_private_socket_never_on_tcp(tmp_path):
+    from redis import Redis
+
+    from jobs.redis_server import EmbeddedRedis
+
+    home = tmp_path / ("h" * (120 - len(str(tmp_path)) - 1))
+    assert len(str(home)) == 120
+    server = EmbeddedRedis(home / "redis")
+    url = server.start()
+    try:
+        assert url.startswith("unix://") and "port 0" in (home / "redis" / "redis.conf").read_text()
+        sock = url.removeprefix("unix://")
+        assert len(sock) <= 100 and (os.stat(os.path.dirname(sock)).st_mode & 0o777) == 0o700
+        client = Redis.from_url(url)
+        assert client.ping() and client.config_get("port") == {"port": "0"}  # no TCP listener at all
+        client.close()
+    finally:
+        server.stop()
+    assert not os.path.exists(os.path.dirname(sock))
