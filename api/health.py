@@ -2,16 +2,15 @@
 
 from __future__ import annotations
 
-from datetime import datetime, timezone
-
 from flask import Blueprint, Response
 from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.core import GaugeMetricFamily
 from redis.exceptions import RedisError
-from rq import Queue, Worker
+from rq import Queue
 
 from api import deps
 from jobs import gpus as gpus_mod
+from jobs import worker as worker_mod
 from jobs.keys import PRIORITIES, queue_name, worker_queues
 from jobs.spec import MAX_GPUS
 from jobs.store import JobStore
@@ -19,24 +18,18 @@ from jobs.store import JobStore
 bp = Blueprint("health", __name__)
 
 
-def _alive(w: Worker) -> bool:
-    """RQ keeps a worker's key while it heartbeats; a stale last_heartbeat means it hangs."""
-    if w.last_heartbeat is None:
-        return False
-    beat = w.last_heartbeat if w.last_heartbeat.tzinfo else w.last_heartbeat.replace(tzinfo=timezone.utc)
-    return (datetime.now(timezone.utc) - beat).total_seconds() <= max(w.worker_ttl, 60)
-
-
 @bp.get("/healthz")
 def healthz():
     """200 while Redis answers ("ok", or "degraded" when no worker is alive to run jobs); 503 when it does not."""
     try:
         deps.redis().ping()
-        workers = Worker.all(connection=deps.redis())
+        workers = worker_mod.describe(deps.redis())
     except RedisError as exc:
         return {"status": "unavailable", "redis": f"unreachable: {exc}", "workers": 0, "workers_alive": 0}, 503
-    alive = sum(_alive(w) for w in workers)
-    return {"status": "ok" if alive else "degraded", "redis": "ok", "workers": len(workers), "workers_alive": alive}
+    alive = sum(w["alive"] for w in workers)
+    # Degraded while any registered worker stopped beating (killed, hung, its host gone) or none is alive.
+    ok = alive and alive == len(workers)
+    return {"status": "ok" if ok else "degraded", "redis": "ok", "workers": len(workers), "workers_alive": alive}
 
 
 class _Collector:
@@ -60,10 +53,9 @@ class _Collector:
                 queued.add_metric([name], n)
         yield queued
         workers = GaugeMetricFamily("gpudeck_workers", "Workers by state.", labels=["state"])
-        states: dict[str, int] = {"idle": 0, "busy": 0}
-        for w in Worker.all(connection=self.redis):
-            state = w.get_state()
-            states[state] = states.get(state, 0) + 1
+        states: dict[str, int] = {"idle": 0, "busy": 0, "lost": 0}
+        for w in worker_mod.describe(self.redis):
+            states[w["state"]] = states.get(w["state"], 0) + 1
         for state, n in states.items():
             workers.add_metric([state], n)
         yield workers

@@ -284,12 +284,13 @@ def _schemas() -> dict[str, Any]:
                 "pid": _nullable(INT),
                 "gpus": {"type": "array", "items": STR},
                 "queues": {"type": "array", "items": STR},
-                "state": STR,
+                "state": {**STR, "description": "RQ's state (idle, busy, …), or lost: it stopped beating"},
+                "alive": {**BOOL, "description": "it beat in the last 10 s"},
                 "job_id": _nullable(INT),
                 "draining": BOOL,
                 "last_heartbeat": _nullable(STR),
             },
-            ["name", "host", "gpus", "queues", "state", "job_id", "draining"],
+            ["name", "host", "gpus", "queues", "state", "alive", "job_id", "draining"],
         ),
         "WorkerList": _obj(
             {"workers": {"type": "array", "items": _ref("Worker")}, "next_cursor": {"type": "null"}}, ["workers"]

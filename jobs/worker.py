@@ -98,10 +98,20 @@ def drain(redis: Redis, name: str) -> dict[str, Any]:
     return {"worker": name, "draining": True}
 
 
+def alive(redis: Redis, names: list[str]) -> list[bool]:
+    """Whether each worker beat in the last ALIVE_TTL_S seconds (its own thread refreshes the key every second;
+    the same mark placement trusts). RQ keeps a killed worker in its registry for minutes."""
+    with redis.pipeline(transaction=False) as pipe:
+        for name in names:
+            pipe.exists(alive_key(name))
+        return [bool(n) for n in pipe.execute()]
+
+
 def describe(redis: Redis) -> list[dict[str, Any]]:
-    """Live workers: identity (host, GPUs), state, current job, draining."""
+    """Registered workers: identity (host, GPUs), state (`lost` when it stopped beating), current job, draining."""
     out = []
-    for w in sorted(Worker.all(connection=redis), key=lambda w: w.name):
+    workers = sorted(Worker.all(connection=redis), key=lambda w: w.name)
+    for w, beating in zip(workers, alive(redis, [w.name for w in workers])):
         raw = redis.get(worker_info_key(w.name))
         info = json.loads(raw) if raw else {}
         current = job_id_of(w.get_current_job_id())
@@ -113,8 +123,9 @@ def describe(redis: Redis) -> list[dict[str, Any]]:
                 "pid": w.pid,
                 "gpus": info.get("gpus", []),
                 "queues": queues,
-                "state": w.get_state(),
-                "job_id": current,
+                "state": w.get_state() if beating else "lost",
+                "alive": beating,
+                "job_id": current if beating else None,
                 "draining": bool(redis.exists(drain_key(w.name))),
                 "last_heartbeat": w.last_heartbeat.isoformat() if w.last_heartbeat else None,
             }

@@ -63,3 +63,23 @@ def test_a_long_home_keeps_redis_on_a_private_socket_never_on_tcp(tmp_path):
     finally:
         server.stop()
     assert not os.path.exists(os.path.dirname(sock))
+
+
+def test_a_worker_that_stopped_beating_is_lost_and_health_degraded(client, redis):
+    from rq import Worker
+
+    from jobs import keys
+
+    for name in ("w1", "w2"):
+        w = Worker(keys.worker_queues(0), name=name, connection=redis)
+        w.register_birth()  # what RQ keeps for minutes after a kill -9
+        w.set_state("busy")
+    redis.set(keys.alive_key("w1"), "1", ex=10)  # w1's own thread beats; w2 was killed
+    workers = {w["name"]: w for w in client.get("/api/v1/workers").json["workers"]}
+    assert (workers["w1"]["state"], workers["w1"]["alive"]) == ("busy", True)
+    assert (workers["w2"]["state"], workers["w2"]["alive"], workers["w2"]["job_id"]) == ("lost", False, None)
+    health = client.get("/healthz").json
+    assert health == {"status": "degraded", "redis": "ok", "workers": 2, "workers_alive": 1}
+    assert 'gpudeck_workers{state="lost"} 1.0' in client.get("/metrics").text
+    redis.set(keys.alive_key("w2"), "1", ex=10)
+    assert client.get("/healthz").json["status"] == "ok"
