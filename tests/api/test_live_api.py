@@ -15,9 +15,14 @@ from tests.support.live import TINY, start_api, submit_job, until, wait_succeede
 
 
 @pytest.mark.slow
-def test_curl_follows_a_log_live_until_the_job_ends_and_resumes_by_offset(gpu_api, spawn, gpu_env):
-    spawn("worker", "--cpu", env=gpu_env)
-    job_id = submit_job(gpu_api, {**TINY, "params": {"steps": 400, "batch_size": 8, "log_every": 20}})
+def test_curl_follows_a_log_live_until_the_job_ends_and_resumes_by_offset(spawn, gpu_env):
+    env = {**gpu_env, "GPUDECK_COMMAND_JOBS": "1"}
+    api = start_api(spawn, env)
+    spawn("worker", "--cpu", env=env)
+    # A command that logs for about four seconds: what is checked is the streaming, not training.
+    lines_slowly = "for i in $(seq 1 40); do echo train step $i; sleep 0.1; done"
+    job_id = submit_job(api, {"command": lines_slowly, "gpus": 0})
+    gpu_api = api
     url = f"{gpu_api}/api/v1/jobs/{job_id}/logs"
     curl = subprocess.Popen(["curl", "-sSN", "-D", "-", f"{url}?follow=1"], stdout=subprocess.PIPE, text=True)
     assert curl.stdout is not None

@@ -26,7 +26,6 @@ from tui.widgets.chrome import Banner
 pytestmark = pytest.mark.slow
 
 TINY = {"model": "lenet", "dataset": "synthetic:16x16x3", "params": {"steps": 3, "batch_size": 8}}
-LONG = {"model": "lenet", "dataset": "synthetic:16x16x3", "params": {"steps": 100000, "batch_size": 8}}
 QUICK = {
     "command": [
         sys.executable,
@@ -39,6 +38,19 @@ QUICK = {
     "gpus": 0,
 }
 """A job that ends in a fraction of a second (no TensorFlow to import): what tests of the table need."""
+TICKING = {
+    "command": [
+        sys.executable,
+        "-c",
+        "import json, os, time\n"
+        "with open(os.path.join(os.environ['JOB_DIR'], 'metrics.jsonl'), 'a') as f:\n"
+        "    for s in range(1, 100000):\n"
+        "        f.write(json.dumps({'step': s, 'loss': 1 / s}) + '\\n'); f.flush(); time.sleep(0.2)",
+    ],
+    "total_steps": 100000,
+    "gpus": 0,
+}
+"""A job that runs until it is canceled, with progress (so an ETA), without training."""
 
 
 @pytest.fixture
@@ -168,8 +180,9 @@ def test_job_screen_follows_the_log_draws_curves_and_guards_cancel_and_retry(sta
             await on_screen(pilot, app, Confirm)
             await pilot.press("y")
             await until(pilot, lambda: isinstance(app.screen, JobScreen) and app.screen.job_id == done + 1)
+            requests.post(f"{stack}/api/v1/jobs/{done + 1}/cancel", timeout=10)  # it need not train again
 
-            running = post(stack, LONG)
+            running = post(stack, TICKING)
             app.push_screen(JobScreen(running))
             screen = await on_screen(pilot, app, JobScreen, lambda s: s.job_id == running)
             await until(pilot, lambda: screen.job and screen.job["status"] == "running", 120)
