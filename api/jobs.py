@@ -161,22 +161,27 @@ def metrics(job_id: int):
     if fmt == "csv":
         return Response(_csv(store.read_points(job_id)), mimetype="text/csv")
     series = _series(store, job_id, rec)
-    body = b"".join(
-        (b'{"job_id":%d,"train":[' % job_id, b",".join(series.train), b'],"validation":[', b",".join(series.validation))
-    )
-    return Response(body + b"]}", mimetype="application/json")
+    body = b"".join((b'{"job_id":%d,"train":[' % job_id, series.train, b'],"validation":[', series.validation, b"]}"))
+    return Response(body, mimetype="application/json")
 
 
 class _Series:
-    """One job's points as the JSON text Redis holds, split train/validation once: a reload reads only the points
-    written since, and answering is a join, not a parse and a dump of every point (a long run has 100,000)."""
+    """One job's points as the JSON text Redis holds, split train/validation once and kept as the comma-separated
+    inside of each array: a reload reads only the points written since, and answering copies two buffers instead
+    of parsing and dumping every point (a long run has 100,000)."""
 
     def __init__(self) -> None:
         self.oldest: int | None = None
         self.last = 0
-        self.train: list[bytes] = []
-        self.validation: list[bytes] = []
+        self.train = bytearray()
+        self.validation = bytearray()
         self.lock = threading.Lock()
+
+    @staticmethod
+    def add(buf: bytearray, raw: bytes) -> None:
+        if buf:
+            buf += b","
+        buf += raw
 
 
 MAX_SERIES = 32
@@ -200,9 +205,9 @@ def _series(store, job_id: int, rec: dict) -> _Series:
         for n, raw in new:
             point = json.loads(raw)
             if any(k.startswith("val_") for k in point):
-                series.validation.append(raw)
+                series.add(series.validation, raw)
             if any(k not in POINT_KEYS and not k.startswith("val_") for k in point):
-                series.train.append(raw)  # a script that logs both at one step: on both curves
+                series.add(series.train, raw)  # a script that logs both at one step: on both curves
             series.last = n
         return series
 

@@ -196,7 +196,7 @@ class JobRun:
                 stdout=subprocess.PIPE,
                 stderr=subprocess.STDOUT,
                 stdin=subprocess.DEVNULL,
-                pass_fds=(events_w,),
+                pass_fds=() if self.command else (events_w,),  # a command has no events to send
                 start_new_session=True,  # its own process group: cancel and timeout signal the whole tree
                 preexec_fn=_trainer_preexec(self.ctx.max_memory),
             )

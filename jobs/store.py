@@ -214,7 +214,13 @@ class JobStore:
 
     def append_point(self, job_id: int, n: int, point: dict[str, Any], pipe: Any) -> None:
         """Queue metric point number `n` (1-based) into `pipe`."""
-        pipe.xadd(metrics_key(job_id), {"p": json.dumps(point)}, id=f"0-{n}", maxlen=METRICS_MAXLEN, approximate=True)
+        pipe.xadd(
+            metrics_key(job_id),
+            {"p": json.dumps(point, separators=(",", ":"))},
+            id=f"0-{n}",
+            maxlen=METRICS_MAXLEN,
+            approximate=True,
+        )
 
     def read_lines(self, job_id: int, offset: int, count: int = 10_000) -> tuple[list[str], int]:
         """Log lines after line `offset` and the offset to resume from."""

@@ -96,6 +96,30 @@ def test_the_readme_walkthrough_runs_a_keras_script_from_its_folder(tmp_path, ch
         assert json.loads(submitted)["source"]["files"] == 1
         job = json.loads(waited)
         assert job["status"] == "succeeded" and job["environment"]["SEED"] == "1", job
+
+        # --detach prints the id; Ctrl-C stops following, not the job, and says how to go on.
+        detached = subprocess.run(
+            ["gpudeck", "run", "--no-source", "--detach", "--", "echo", "detached"],
+            env=env,
+            capture_output=True,
+            text=True,
+        )
+        assert detached.returncode == 0 and detached.stdout.strip() == "3"
+        following = subprocess.Popen(
+            ["gpudeck", "run", "--no-source", "--", "echo", "started;", "sleep", "60"],
+            env=env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        assert following.stdout.readline().strip() == "started"  # job 4's log, live
+        following.send_signal(signal.SIGINT)
+        out, err = following.communicate(timeout=30)
+        assert following.returncode == 130
+        assert "gpudeck logs 4 -f" in err and "gpudeck cancel 4" in err
+        show = json.loads(subprocess.check_output(["gpudeck", "show", "4", "--json"], env=env))
+        assert show["status"] == "running"  # it goes on
+        subprocess.run(["gpudeck", "cancel", "4"], env=env, check=True, capture_output=True)
     finally:
         stack.kill()
 
