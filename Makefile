@@ -29,7 +29,7 @@ test: install
 
 # The quick loop: lint, then every test that starts no stack and trains nothing.
 check: lint
-	$(BIN)/python -m pytest -m "not slow" $(PYTEST_ARGS)
+	$(BIN)/python -m pytest -n auto --maxprocesses 4 --dist loadgroup -m "not slow" $(PYTEST_ARGS)
 
 bench: install
 	$(BIN)/python -m pip install -q --disable-pip-version-check -e '.[$(TF_EXTRA),test,bench]' --config-settings editable_mode=compat
