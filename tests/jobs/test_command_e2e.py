@@ -111,10 +111,17 @@ def test_the_readme_walkthrough_runs_a_keras_script_from_its_folder(tmp_path, ch
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
             text=True,
+            # A terminal's Ctrl-C: started from a background shell (CI), SIGINT would be inherited as ignored.
+            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
         )
-        assert following.stdout.readline().strip() == "started"  # job 4's log, live
-        following.send_signal(signal.SIGINT)
-        out, err = following.communicate(timeout=30)
+        try:
+            assert following.stdout.readline().strip() == "started"  # job 4's log, live
+            following.send_signal(signal.SIGINT)
+            out, err = following.communicate(timeout=30)
+        finally:
+            if following.poll() is None:
+                following.kill()
+                following.communicate()
         assert following.returncode == 130
         assert "gpudeck logs 4 -f" in err and "gpudeck cancel 4" in err
         show = json.loads(subprocess.check_output(["gpudeck", "show", "4", "--json"], env=env))
