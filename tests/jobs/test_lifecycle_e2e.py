@@ -61,10 +61,21 @@ def test_a_canceled_queued_job_never_runs(client, spawn, child_env):
     assert job["status"] == "canceled" and job["started_at"] is None
 
 
-def test_timeout(client, worker):
-    job_id = client.post("/api/v1/jobs", json={**LONG, "timeout": 15}).json["id"]
-    job, _ = wait_job(client, job_id, timeout=90)
+def test_timeout(command_client, worker):
+    # A job that makes progress forever (a command: no TensorFlow start-up for a loaded machine to stretch past
+    # the timeout, so it is always stopped while running); the rule is the same for every job.
+    ticking = (
+        "import json, os, time\n"
+        "with open(os.path.join(os.environ['JOB_DIR'], 'metrics.jsonl'), 'a') as f:\n"
+        "    for s in range(1, 10**6):\n"
+        "        f.write(json.dumps({'step': s, 'loss': 1 / s}) + '\\n'); f.flush(); time.sleep(0.1)"
+    )
+    job_id = command_client.post("/api/v1/jobs", json={"command": [sys.executable, "-c", ticking], "timeout": 4}).json[
+        "id"
+    ]
+    job, _ = wait_job(command_client, job_id, timeout=90)
     assert job["status"] == "failed" and job["reason"] == "timeout" and job["progress"]["step"] > 0
+    assert job["message"] == "the job ran past its timeout" and 4 <= job["elapsed_s"] < 4 + 30
 
 
 def test_kill_9_of_worker_and_horse_is_worker_lost_then_resumed(client, spawn, child_env, redis):
