@@ -171,11 +171,15 @@ class _Series:
     of parsing and dumping every point (a long run has 100,000)."""
 
     def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.reset()
+
+    def reset(self) -> None:
+        """Forget every point (under `lock`, which stays the same object)."""
         self.oldest: int | None = None
         self.last = 0
         self.train = bytearray()
         self.validation = bytearray()
-        self.lock = threading.Lock()
 
     @staticmethod
     def add(buf: bytearray, raw: bytes) -> None:
@@ -199,7 +203,7 @@ def _series(store, job_id: int, rec: dict) -> _Series:
     with series.lock:
         oldest, new = store.read_points_raw(job_id, series.last)
         if series.last and oldest != series.oldest:  # trimmed (MAXLEN) or rewritten: read it all again
-            series.__init__()
+            series.reset()
             oldest, new = store.read_points_raw(job_id, 0)
         series.oldest = oldest
         for n, raw in new:

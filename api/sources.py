@@ -8,6 +8,7 @@ from flask import Blueprint, request
 from api import deps
 from jobs import sources
 from jobs.errors import BadRequest
+from models import sourcetree
 
 bp = Blueprint("sources", __name__)
 
@@ -27,7 +28,7 @@ def upload():
 
 @bp.get("/sources/<ref>")
 def show(ref: str):
-    sha = sources.parse_ref(ref)
+    sha = sourcetree.parse_ref(ref)
     if sha is None:
         raise BadRequest(f"{ref!r} is not a source ref (src:<sha256>, 64 lowercase hex digits)", {"field": "ref"})
     return sources.get(deps.redis(), sha)

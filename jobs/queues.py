@@ -19,6 +19,7 @@ from jobs.keys import GANGS_KEY, PRIORITIES, RUN_JOB, idempotency_key, queue_nam
 from jobs.settings import Settings
 from jobs.spec import command_words, is_multi_worker
 from jobs.store import JobStore
+from models import sourcetree
 
 RQ_JOB_TTL = 7 * 24 * 3600
 """How long RQ keeps its own job objects and results; gpudeck's job records are kept for good."""
@@ -53,7 +54,7 @@ def submit(redis: Redis, body: Any, settings: Settings | None = None) -> dict[st
     spec = validate(redis, body, s)
     source = None
     if spec.get("source"):
-        sha = sources.parse_ref(spec["source"])
+        sha = sourcetree.parse_ref(spec["source"])
         source = sources.get(redis, sha) if sha else sources.snapshot_folder(redis, s, spec["source"])
         spec["source"] = source["ref"]
     store = JobStore(redis)

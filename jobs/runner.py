@@ -134,6 +134,9 @@ class JobRun:
 
     prefix = ""
     """Put before every log line (a task's `[worker1] `)."""
+    reports = True
+    """Whether this run reports for the job: a command's scalars, environment and result (a multi-worker job's
+    task 0 only, as the chief reports for a zoo job)."""
 
     def __init__(self, job_id: int, redis: Redis, ctx: WorkerContext):
         self.job_id = job_id
@@ -264,17 +267,11 @@ class JobRun:
         injected.update(extra_env)  # a task's TF_CONFIG, GPUDECK_TASK_TYPE, GPUDECK_TASK_INDEX
         env.update(injected)
         env.update(spec.get("env") or {})
-        if self._reads_scalars():
+        if self.reports:
             self.reader = ScalarReader(self.job_dir, ignore=self._shipped_event_files(src))
-        self._record_environment({**injected, **masked(spec.get("env") or {})})
+            self.store.update(self.job_id, environment={**injected, **masked(spec.get("env") or {})})
         cmd = spec["command"]
         return (["/bin/sh", "-c", cmd] if isinstance(cmd, str) else list(cmd)), src
-
-    def _reads_scalars(self) -> bool:
-        return True
-
-    def _record_environment(self, environment: dict[str, str]) -> None:
-        self.store.update(self.job_id, environment=environment)
 
     def _source_copy(self, spec: dict[str, Any]) -> Path:
         """`$JOB_DIR/src`: this job's own writable copy of its source snapshot (kept for a later attempt)."""
@@ -284,7 +281,7 @@ class JobRun:
         if not spec.get("source"):
             src.mkdir()
             return src
-        sha = sources.parse_ref(spec["source"]) or ""
+        sha = sourcetree.parse_ref(spec["source"]) or ""
         stored = sources.local_path(self.ctx.settings, sha)
         if not stored.is_dir():
             raise Refused(
@@ -364,10 +361,9 @@ class JobRun:
         """The spec the trainer reads: an uploaded dataset's folder on this host is filled in."""
         if is_command(spec):
             return spec
-        ref = parse_dataset(spec["dataset"])
-        if ref.kind != "stored":
+        if parse_dataset(spec["dataset"]).kind != "stored":
             return spec
-        return dict(spec, dataset_path=str(datasets.local_path(self.redis, self.ctx.settings, spec["dataset"])))
+        return dict(spec, dataset_path=str(self._data_dir(spec["dataset"])))
 
     def _pump(self, proc: subprocess.Popen[bytes], events: IO[bytes], log_file: IO[str], timeout: int | None) -> None:
         """Stream the trainer's output and events until both pipes close; beat, and act on stop requests."""
@@ -496,7 +492,7 @@ class JobRun:
 
     def _command_result(self, returncode: int | None) -> None:
         """A command job's result: its result.json, else the last value of each scalar it logged."""
-        if not self.command or returncode != protocol.EXIT_OK:
+        if not (self.command and self.reports) or returncode != protocol.EXIT_OK:
             return
         self.result = read_result(self.job_dir) or dict(self.reader.last if self.reader else {})
         self.store.update(self.job_id, result=self.result)
@@ -535,6 +531,7 @@ class TaskRun(JobRun):
     def __init__(self, job_id: int, index: int, gen: int, redis: Redis, ctx: WorkerContext):
         super().__init__(job_id, redis, ctx)
         self.index, self.gen = index, gen
+        self.reports = index == 0
         self.key = task_key(job_id, index)
         self.spec = self.store.get(job_id)["spec"]
         self.prefix = f"[{gang.label(self.spec, index)}] "
@@ -590,17 +587,6 @@ class TaskRun(JobRun):
 
     def _rq_id(self) -> str:
         return rq_task_id(self.job_id, self.gen, self.index)
-
-    def _reads_scalars(self) -> bool:
-        return self.index == 0  # the chief reports the job's metrics and result, as in a zoo job
-
-    def _record_environment(self, environment: dict[str, str]) -> None:
-        if self.index == 0:
-            super()._record_environment(environment)
-
-    def _command_result(self, returncode: int | None) -> None:
-        if self.index == 0:
-            super()._command_result(returncode)
 
     def _finish(self, returncode: int | None, oom_before: int | None) -> str:
         self._command_result(returncode)

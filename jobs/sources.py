@@ -26,14 +26,7 @@ from jobs.settings import Settings
 from jobs.store import iso
 from models import sourcetree
 
-REF = re.compile(r"src:([0-9a-f]{64})")
 GIT_COMMIT = re.compile(r"[0-9a-f]{7,64}")
-
-
-def parse_ref(value: str) -> str | None:
-    """The sha256 of a `src:<sha256>` ref, or None when `value` is not one."""
-    m = REF.fullmatch(value)
-    return m.group(1) if m else None
 
 
 def _git(commit: Any, dirty: Any) -> dict[str, Any]:

@@ -11,6 +11,7 @@ from typing import Any
 from jobs.errors import Forbidden, ValidationError
 from jobs.keys import PRIORITIES
 from models import params as params_mod
+from models import sourcetree
 from models.catalog import MODELS, model_info, parse_dataset
 
 MAX_GPUS = 16
@@ -152,9 +153,9 @@ def _env(value: Any) -> str | None:
 def _source(value: Any, data_roots: tuple[Path, ...], known: SourceKnown | None) -> str | None:
     if not isinstance(value, str) or not value:
         return f"must be a src:<sha256> ref from POST /api/v1/sources or an absolute server folder, got {value!r}"
-    if value.startswith("src:"):
-        sha = value[4:]
-        if not re.fullmatch(r"[0-9a-f]{64}", sha):
+    if value.startswith(sourcetree.REF_PREFIX):
+        sha = sourcetree.parse_ref(value)
+        if sha is None:
             return f"{value!r} is not a src:<sha256> ref (64 lowercase hex digits)"
         if known is None or not known(sha):
             return f"unknown source {value}; upload it first with POST /api/v1/sources"

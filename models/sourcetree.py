@@ -9,9 +9,11 @@ from __future__ import annotations
 
 import hashlib
 import os
+import re
 from pathlib import Path
 
 REF_PREFIX = "src:"
+REF = re.compile(r"src:([0-9a-f]{64})")
 
 
 def files(root: Path) -> list[str]:
@@ -50,3 +52,9 @@ def digest(root: Path, names: list[str] | None = None) -> str:
 def ref(sha256: str) -> str:
     """The ref a job names a stored source by."""
     return REF_PREFIX + sha256
+
+
+def parse_ref(value: str) -> str | None:
+    """The sha256 of a `src:<sha256>` ref, or None when `value` is not one."""
+    m = REF.fullmatch(value)
+    return m.group(1) if m else None

@@ -87,15 +87,24 @@ ACCURACY_KEYS = ("test_accuracy", "val_accuracy", "accuracy")
 """What --min-accuracy compares, the first a job's result has."""
 
 
-def cmd_submit(args: argparse.Namespace) -> int:
-    spec: dict[str, Any] = {"model": args.model, "dataset": args.dataset, "params": dict(args.param or [])}
-    for key in ("gpus", "priority", "name", "timeout", "max_retries", "workers"):
-        if getattr(args, key) is not None:
-            spec[key] = getattr(args, key)
+def _options(spec: dict[str, Any], args: argparse.Namespace, keys: tuple[str, ...]) -> dict[str, Any]:
+    """`spec` with the options given on the command line: `keys` as they are, --chief, --tag."""
+    spec.update({k: getattr(args, k) for k in keys if getattr(args, k) is not None})
     if args.chief:
         spec["chief"] = True
     if args.tag:
         spec["tags"] = args.tag
+    return spec
+
+
+COMMON_OPTIONS = ("gpus", "priority", "name", "timeout", "max_retries", "workers")
+"""Spec fields that submit and run take from options of the same name."""
+
+
+def cmd_submit(args: argparse.Namespace) -> int:
+    spec = _options(
+        {"model": args.model, "dataset": args.dataset, "params": dict(args.param or [])}, args, COMMON_OPTIONS
+    )
     client = _client()
     job = client.submit(spec, idempotency_key=args.idempotency_key)
     if not (args.wait or args.min_accuracy is not None):
@@ -152,13 +161,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         else:
             print(f"the server already holds this tree ({packed.ref[:16]}…): nothing to upload", file=sys.stderr)
         spec["source"] = packed.ref
-    for key in ("dataset", "gpus", "workers", "name", "timeout", "priority", "max_retries", "total_steps", "env_name"):
-        if getattr(args, key) is not None:
-            spec[key] = getattr(args, key)
-    if args.chief:
-        spec["chief"] = True
-    if args.tag:
-        spec["tags"] = args.tag
+    _options(spec, args, (*COMMON_OPTIONS, "dataset", "total_steps", "env_name"))
     if args.env:
         spec["env"] = dict(args.env)
     job = client.submit(spec)
