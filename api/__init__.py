@@ -20,13 +20,20 @@ def create_app(config: dict[str, Any] | None = None) -> Flask:
         app.config.update(config)
     settings: Settings = app.config.get("SETTINGS") or Settings.from_env()
     app.extensions["gpudeck.settings"] = settings
+    from api.longpoll import THREADS, Slots
+
+    threads = app.config.get("API_THREADS", THREADS)
     redis = app.config.get("REDIS")
     if redis is None:
         from redis import Redis
 
-        # Connecting is lazy: nothing talks to Redis until the first request.
-        redis = Redis.from_url(settings.redis_url or "redis://127.0.0.1:6379/0", socket_timeout=30)
+        # Connecting is lazy: nothing talks to Redis until the first request. A connection for every server
+        # thread (redis-py's pool holds 100 unless told): a long poll keeps one while it blocks on its stream.
+        redis = Redis.from_url(
+            settings.redis_url or "redis://127.0.0.1:6379/0", socket_timeout=30, max_connections=threads + 8
+        )
     app.extensions["gpudeck.redis"] = redis
+    app.extensions["gpudeck.longpolls"] = Slots(threads)
 
     from api import auth, catalog, cluster, datasets, errors, health, jobs, openapi, sources, tensorboard
 

@@ -50,7 +50,9 @@ def register(app: Flask) -> None:
     @app.errorhandler(GpudeckError)
     def domain_error(exc: GpudeckError):
         status = next((s for cls, s in STATUS.items() if isinstance(exc, cls)), 500)
-        return error_response(status, exc.code, exc.message, exc.details)
+        body, status = error_response(status, exc.code, exc.message, exc.details)
+        retry = (exc.details or {}).get("retry_after_s")
+        return body, status, {"Retry-After": str(retry)} if retry is not None else {}
 
     @app.errorhandler(HTTPException)
     def http_error(exc: HTTPException):

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from flask import Blueprint, Response
+from flask import Blueprint, Response, current_app
 from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.core import GaugeMetricFamily
 from redis.exceptions import RedisError
@@ -21,15 +21,19 @@ bp = Blueprint("health", __name__)
 @bp.get("/healthz")
 def healthz():
     """200 while Redis answers ("ok", or "degraded" when no worker is alive to run jobs); 503 when it does not."""
+    slots = current_app.extensions["gpudeck.longpolls"]
+    long_polls = {"open": slots.held(), "limit": slots.total, "per_client": slots.per_client}  # this process's
     try:
         deps.redis().ping()
         workers = worker_mod.describe(deps.redis())
     except RedisError as exc:
-        return {"status": "unavailable", "redis": f"unreachable: {exc}", "workers": 0, "workers_alive": 0}, 503
+        down = {"status": "unavailable", "redis": f"unreachable: {exc}", "workers": 0, "workers_alive": 0}
+        return {**down, "long_polls": long_polls}, 503
     alive = sum(w["alive"] for w in workers)
     # Degraded while any registered worker stopped beating (killed, hung, its host gone) or none is alive.
     ok = alive and alive == len(workers)
-    return {"status": "ok" if ok else "degraded", "redis": "ok", "workers": len(workers), "workers_alive": alive}
+    status = "ok" if ok else "degraded"
+    return {"status": status, "redis": "ok", "workers": len(workers), "workers_alive": alive, "long_polls": long_polls}
 
 
 class _Collector:

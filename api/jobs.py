@@ -9,9 +9,9 @@ from collections import OrderedDict
 
 from flask import Blueprint, Response, current_app, request
 
-from api import deps
+from api import deps, longpoll
 from jobs import control, gang
-from jobs.errors import BadRequest, TooMany
+from jobs.errors import BadRequest
 from jobs.states import Status
 from jobs.views import job_view
 
@@ -94,30 +94,43 @@ def show(job_id: int):
 
 @bp.get("/<int:job_id>/wait")
 def wait(job_id: int):
-    """Answer when the job has ended or `timeout` seconds (default 60, at most 3600) have passed."""
+    """Answer when the job has ended or `timeout` seconds (default 60, at most 3600) have passed; a long poll
+    (api.longpoll): it ends early, answering nobody, when its client has gone."""
     deps.only_args(request.args, ("timeout",))
     timeout = deps.int_arg("timeout", 60, 0, MAX_WAIT_S)
     store = deps.store()
-    deadline = time.monotonic() + timeout
     rec = store.get(job_id)
-    while not Status(rec["status"]).ended and time.monotonic() < deadline:
-        time.sleep(min(WAIT_POLL_S, max(0.0, deadline - time.monotonic())))
-        rec = store.get(job_id)
+    if Status(rec["status"]).ended or timeout == 0:
+        return job_view(rec, tasks=gang.view(deps.redis(), rec))
+    slots, client, environ = _long_poll_slots()
+    slots.acquire(client)
+    try:
+        deadline = time.monotonic() + timeout
+        while not Status(rec["status"]).ended and time.monotonic() < deadline:
+            time.sleep(min(WAIT_POLL_S, max(0.0, deadline - time.monotonic())))
+            if longpoll.client_gone(environ):
+                return Response(status=499)  # nobody reads it; the server closes the connection
+            rec = store.get(job_id)
+    finally:
+        slots.release(client)
     return job_view(rec, tasks=gang.view(deps.redis(), rec))
 
 
-MAX_FOLLOWS = 6
-"""Log streams one API process serves at once (each holds a server thread until its job ends)."""
-_follows = threading.BoundedSemaphore(MAX_FOLLOWS)
+def _long_poll_slots() -> tuple[longpoll.Slots, str, dict]:
+    """This process's long-poll slots (each forked process has its own copy of the app's), the client's address
+    and the request's WSGI environ (where gunicorn puts the client's socket)."""
+    return current_app.extensions["gpudeck.longpolls"], request.remote_addr or "unknown", request.environ
+
+
 FOLLOW_BLOCK_MS = 1000
-"""How long a follow stream waits in Redis for a new line before it looks at the job's status again."""
+"""How long a follow stream waits in Redis for a new line before it looks at the job and its client again."""
 
 
 @bp.get("/<int:job_id>/logs")
 def logs(job_id: int):
-    """Lines after line `offset`; with follow=1 a stream that ends when the job has ended. X-Next-Offset is the
-    offset to resume from: after this answer's lines (plain), or before the first streamed line (follow: add
-    the lines received)."""
+    """Lines after line `offset`; with follow=1 a stream that ends when the job has ended (or its client has
+    gone: a long poll, api.longpoll). X-Next-Offset is the offset to resume from: after this answer's lines
+    (plain), or before the first streamed line (follow: add the lines received)."""
     deps.only_args(request.args, ("offset", "follow"))
     store = deps.store()
     store.get(job_id)  # 404 for an unknown job
@@ -126,28 +139,35 @@ def logs(job_id: int):
         lines, next_offset = store.read_lines(job_id, offset)
         body = "".join(line + "\n" for line in lines)
         return Response(body, mimetype="text/plain", headers={"X-Next-Offset": str(next_offset)})
-    if not _follows.acquire(blocking=False):
-        raise TooMany(
-            f"this API process already streams {MAX_FOLLOWS} logs; poll with offset= instead, or try again later"
-        )
+    slots, client, environ = _long_poll_slots()
+    slots.acquire(client)
+    released = threading.Event()
+
+    def release() -> None:  # once, whether the stream ran to its end, was closed, or never started
+        if not released.is_set():
+            released.set()
+            slots.release(client)
+
     headers = {"X-Next-Offset": str(offset), "Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
-    return Response(_follow(store, job_id, offset), mimetype="text/plain", headers=headers)
+    response = Response(_follow(store, job_id, offset, environ), mimetype="text/plain", headers=headers)
+    response.call_on_close(release)
+    return response
 
 
-def _follow(store, job_id: int, offset: int):
-    try:
-        while True:
-            ended = Status(store.get(job_id)["status"]).ended  # read before the lines: none written before the end
-            lines, nxt = store.read_lines(job_id, offset)  # is missed
-            if lines:
-                offset = nxt
-                yield "".join(line + "\n" for line in lines)
-            elif ended:
+def _follow(store, job_id: int, offset: int, environ: dict):
+    yield ""  # the headers go out now: the client knows it is streaming before the first line
+    while True:
+        ended = Status(store.get(job_id)["status"]).ended  # read before the lines: none written before the end
+        lines, nxt = store.read_lines(job_id, offset)  # is missed
+        if lines:
+            offset = nxt
+            yield "".join(line + "\n" for line in lines)
+        elif ended:
+            return
+        else:
+            store.wait_lines(job_id, offset, FOLLOW_BLOCK_MS)
+            if longpoll.client_gone(environ):
                 return
-            else:
-                store.wait_lines(job_id, offset, FOLLOW_BLOCK_MS)
-    finally:
-        _follows.release()
 
 
 @bp.get("/<int:job_id>/metrics")

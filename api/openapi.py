@@ -363,8 +363,15 @@ def _schemas() -> dict[str, Any]:
                 "redis": STR,
                 "workers": INT,
                 "workers_alive": INT,
+                "long_polls": {
+                    **_obj(
+                        {"open": INT, "limit": INT, "per_client": INT},
+                        ["open", "limit", "per_client"],
+                    ),
+                    "description": "log follows and waits the answering API process holds, and its limits",
+                },
             },
-            ["status", "redis", "workers", "workers_alive"],
+            ["status", "redis", "workers", "workers_alive", "long_polls"],
         ),
     }
 

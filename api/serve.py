@@ -10,6 +10,7 @@ from typing import Any
 
 from gunicorn.app.base import BaseApplication
 
+from api.longpoll import RESERVED_THREADS, THREADS
 from jobs.cli import EXIT_OK, EXIT_USAGE, settings_from_env, setup_logging
 from jobs.errors import ConfigError, GpudeckError
 from jobs.settings import DEFAULT_PORT, Settings
@@ -42,7 +43,7 @@ class _Gunicorn(BaseApplication):
 
 
 def serve(
-    settings: Settings, host: str = "127.0.0.1", port: int = DEFAULT_PORT, workers: int = 2, threads: int = 8
+    settings: Settings, host: str = "127.0.0.1", port: int = DEFAULT_PORT, workers: int = 2, threads: int = THREADS
 ) -> None:
     """Serve the API until SIGTERM/SIGINT; refuses a non-loopback address unless tokens are set."""
     if not settings.redis_url:
@@ -51,11 +52,13 @@ def serve(
         raise ConfigError(f"refusing to bind {host}: set GPUDECK_TOKENS before serving beyond this machine")
     from api import create_app
 
-    app = create_app({"SETTINGS": settings, "START_REAPER": True})
+    app = create_app({"SETTINGS": settings, "START_REAPER": True, "API_THREADS": threads})
     options = {
         "bind": f"[{host}]:{port}" if ":" in host else f"{host}:{port}",
         "workers": workers,
-        "worker_class": "gthread",  # threads keep long-polling (wait, log follow) from blocking others
+        # A thread per request: long polls (wait, log follow) wait in theirs; api.longpoll keeps a reserve of
+        # threads they never take and ends the ones whose client has gone.
+        "worker_class": "gthread",
         "threads": threads,
         "timeout": 60,
         "graceful_timeout": 5,
@@ -69,7 +72,9 @@ def serve(
 
 def cmd_api(args: argparse.Namespace) -> int:
     setup_logging()
-    serve(settings_from_env(), host=args.host, port=args.port, workers=args.workers)
+    if args.threads <= RESERVED_THREADS:
+        raise ConfigError(f"--threads must be more than {RESERVED_THREADS} (the threads long polls never take)")
+    serve(settings_from_env(), host=args.host, port=args.port, workers=args.workers, threads=args.threads)
     return EXIT_OK
 
 
@@ -79,11 +84,17 @@ def add_command(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--host", default="127.0.0.1")
     p.add_argument("--port", type=int, default=DEFAULT_PORT)
     p.add_argument("--workers", type=int, default=2, help="gunicorn worker processes")
+    p.add_argument(
+        "--threads",
+        type=int,
+        default=THREADS,
+        help=f"threads per process (long polls take at most all but {RESERVED_THREADS})",
+    )
     p.set_defaults(func=cmd_api)
 
 
 def main(argv: list[str] | None = None) -> int:
-    """`python -m api.serve [--host] [--port] [--workers]`."""
+    """`python -m api.serve [--host] [--port] [--workers] [--threads]`."""
     parser = argparse.ArgumentParser(prog="python -m api.serve", description=__doc__)
     add_command(parser.add_subparsers(dest="command", required=True))
     try:

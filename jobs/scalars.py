@@ -14,10 +14,10 @@ import json
 import logging
 import math
 import os
-import sys
-import types
 from pathlib import Path
 from typing import Any
+
+from jobs import tbnotf
 
 log = logging.getLogger(__name__)
 
@@ -41,9 +41,9 @@ NAMES = {
 
 
 def _loader_module() -> Any:
-    """tensorboard's event-file loader on its TensorFlow-free record reader. TensorBoard picks its stub over a
-    real TensorFlow when a module `tensorboard.compat.notf` exists; this process has no other use for TF."""
-    sys.modules.setdefault("tensorboard.compat.notf", types.ModuleType("tensorboard.compat.notf"))
+    """tensorboard's event-file loader on its TensorFlow-free record reader (jobs.tbnotf); this process has no
+    other use for TF."""
+    tbnotf.use_stub()
     return importlib.import_module("tensorboard.backend.event_processing.event_file_loader")
 
 

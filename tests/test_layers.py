@@ -11,8 +11,8 @@ ROOT = Path(__file__).resolve().parents[1]
 PACKAGES = ("api", "jobs", "models", "tui")
 
 JOBS_LAYERS = (
-    ("keys", "states", "errors", "proc", "tfconfig", "archives", "scalars"),
-    ("settings", "spec", "outcome", "redis_server"),
+    ("keys", "states", "errors", "proc", "tfconfig", "archives", "tbnotf"),
+    ("settings", "spec", "outcome", "redis_server", "scalars"),
     ("store",),
     ("datasets", "sources", "views"),
     ("queues", "tensorboard"),

@@ -126,7 +126,13 @@ def test_wait_times_out_on_a_job_that_is_still_queued(client):
 def test_healthz_without_workers_is_degraded_but_up(client):
     resp = client.get("/healthz")
     assert resp.status_code == 200
-    assert resp.json == {"status": "degraded", "redis": "ok", "workers": 0, "workers_alive": 0}
+    assert resp.json == {
+        "status": "degraded",
+        "redis": "ok",
+        "workers": 0,
+        "workers_alive": 0,
+        "long_polls": {"open": 0, "limit": 224, "per_client": 56},  # 256 threads, 32 kept for short requests
+    }
 
 
 def test_redis_down_is_503_not_a_traceback(settings):

@@ -6,6 +6,7 @@ from __future__ import annotations
 import subprocess
 import time
 from datetime import datetime
+from pathlib import Path
 
 import pytest
 import requests
@@ -57,7 +58,7 @@ def test_curl_follows_a_log_live_until_the_job_ends_and_resumes_by_offset(spawn,
 @pytest.mark.slow
 def test_healthz_and_prometheus_metrics(gpu_api, spawn, gpu_env):
     health = requests.get(f"{gpu_api}/healthz", timeout=10).json()
-    assert health == {"status": "degraded", "redis": "ok", "workers": 0, "workers_alive": 0}
+    assert health == {**health, "status": "degraded", "redis": "ok", "workers": 0, "workers_alive": 0}
     spawn("worker", "--cpu", env=gpu_env)
     until(lambda: requests.get(f"{gpu_api}/healthz", timeout=10).json()["workers_alive"] == 1)
     wait_succeeded(gpu_api, submit_job(gpu_api, TINY))
@@ -105,6 +106,11 @@ def test_tensorboard_started_reused_limited_and_stopped_when_idle(gpu_api, spawn
     assert board["ssh_tunnel"] == f"ssh -N -L {board['port']}:127.0.0.1:{board['port']} {board['host']}"
     runs = until(lambda: requests.get(f"{board['url']}data/runs", timeout=10).json())
     assert all(r.startswith(f"{first}-lenet") for r in runs)
+    # the loss curve is served (TensorBoard runs on its TensorFlow stub: no TensorFlow in its process)
+    tags = until(lambda: requests.get(f"{board['url']}data/plugin/scalars/tags", timeout=10).json())
+    assert any("loss" in t for run_tags in tags.values() for t in run_tags), tags
+    log = Path(gpu_env["GPUDECK_HOME"]) / "tensorboard" / f"{board['port']}.log"
+    assert "TensorFlow installation not found" in log.read_text()
 
     same = requests.post(f"{gpu_api}/api/v1/tensorboard", json={"jobs": [first]}, timeout=120)
     assert same.status_code == 200 and same.json()["port"] == board["port"] and same.json()["reused"] is True
