@@ -12,7 +12,7 @@ from jobs import gang
 from jobs.keys import REAPER_LOCK_KEY
 from jobs.lifecycle import worker_lost
 from jobs.states import ACTIVE
-from jobs.store import JobStore
+from jobs.store import HEARTBEAT_TTL_S, JobStore, redis_uptime_s
 
 log = logging.getLogger(__name__)
 
@@ -48,6 +48,10 @@ class Reaper(threading.Thread):
     def run(self) -> None:
         while not self.stopped.wait(REAP_EVERY_S):
             try:
+                # Not on a Redis up for less than a heartbeat's lifetime: heartbeats that expired while it was
+                # away (a restart, a failover) are not lost workers until each live work-horse has beaten again.
+                if redis_uptime_s(self.redis) < HEARTBEAT_TTL_S + REAP_EVERY_S:
+                    continue
                 if self.redis.set(REAPER_LOCK_KEY, "1", nx=True, px=int(REAP_EVERY_S * 800)):
                     reap(self.redis)
             except RedisError as exc:

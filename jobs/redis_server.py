@@ -94,6 +94,17 @@ class EmbeddedRedis:
         log.info("redis-server %s ready at %s (data in %s)", binary, self.url, self.data_dir)
         return self.url
 
+    def alive(self) -> bool:
+        """True while the redis-server child runs (None of it started, or it exited: False)."""
+        return self.proc is not None and self.proc.poll() is None
+
+    def restart(self, timeout: float = 30.0) -> str:
+        """Start it again after it died, at the same address (socket or port), from its append-only file."""
+        if self.proc is not None:
+            self.proc.wait()  # reap the dead one
+        self.proc = None
+        return self.start(timeout)
+
     def _wait_ready(self, timeout: float) -> None:
         from redis import Redis
         from redis.exceptions import ConnectionError as RedisConnectionError
@@ -112,7 +123,8 @@ class EmbeddedRedis:
                 except (RedisConnectionError, OSError) as exc:
                     # Loading a big AOF answers LOADING (a ConnectionError subclass); keep waiting.
                     if time.monotonic() > deadline:
-                        self.stop()
+                        proc, self.proc = self.proc, None
+                        self._stop(proc, 5.0)  # the runtime folder stays: a restart keeps the same address
                         raise ConfigError(f"redis-server did not answer within {timeout:.0f}s: {exc}") from exc
                     time.sleep(0.05)
         finally:

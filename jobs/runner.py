@@ -28,7 +28,7 @@ from jobs.scalars import EVENT_FILE_MARK, ScalarReader, read_result
 from jobs.settings import Settings
 from jobs.spec import is_command, masked
 from jobs.states import Reason, Status
-from jobs.store import HEARTBEAT_TTL_S, JobStore
+from jobs.store import HEARTBEAT_TTL_S, OUTAGE, JobStore, through_outage
 from models import protocol, sourcetree
 from models.catalog import parse_dataset
 
@@ -155,6 +155,8 @@ class JobRun:
         self.refused: str | None = None
         self.reader: ScalarReader | None = None
         self._run_id: str | None = None
+        self._carry: Any = None
+        self._away_since: float | None = None
 
     def run(self) -> str:
         if not self._claim():
@@ -213,7 +215,9 @@ class JobRun:
             self._pump(proc, os.fdopen(events_r, "rb"), log_file, spec.get("timeout"))
         returncode = proc.wait()
         kill_marked(RUN_ID_ENV, self.run_id)  # what it started and left behind, in its group or not
-        return self._finish(returncode, oom_before)
+        if self._carry is not None:  # what the outage kept back goes in before the end
+            through_outage(lambda: self._flush(self._pipeline(), strict=True), "the job's output")
+        return through_outage(lambda: self._finish(returncode, oom_before), f"the end of job {self.job_id}")
 
     @property
     def run_id(self) -> str:
@@ -383,7 +387,7 @@ class JobRun:
             ready = sel.select(STOP_POLL_S)
             if ready:
                 time.sleep(COALESCE_S)  # let more output gather; the pipes hold 64 KiB each meanwhile
-            pipe = self.redis.pipeline(transaction=False)
+            pipe = self._pipeline()
             for key, _ in ready:
                 chunk, eof = _drain(key.fd)
                 if chunk:
@@ -399,18 +403,18 @@ class JobRun:
             if scanned:
                 self._scan(pipe)
                 last_scan = now
-            pipe.execute()
+            self._flush(pipe)
             if scanned:
                 self.reader.save()  # type: ignore[union-attr]
             if now - last_beat >= HEARTBEAT_EVERY_S:
-                self._beat()
+                self._reachable(self._beat)
                 last_beat = now
             if termed_at is None and now - last_poll >= STOP_POLL_S:
                 last_poll = now
                 if deadline is not None and now > deadline:
                     log.warning("job %s: timeout of %ss passed; stopping its trainer", self.job_id, timeout)
-                    self.store.request_stop(self.job_id, Reason.TIMEOUT.value)
-                reason = self._stop_reason()
+                    self._reachable(lambda: self.store.request_stop(self.job_id, Reason.TIMEOUT.value))
+                reason = self._reachable(self._stop_reason)
                 if reason:
                     log.info("job %s: stop requested (%s): SIGTERM to its process group", self.job_id, reason)
                     signal_group(proc.pid, signal.SIGTERM)
@@ -428,12 +432,55 @@ class JobRun:
                 exited_at = float("inf")
         events.close()
         if self.reader is not None:
-            pipe = self.redis.pipeline(transaction=False)
+            pipe = self._pipeline()
             self._scan(pipe)
-            pipe.execute()
+            self._flush(pipe)
             self.reader.save()
         if termed_at is not None:
             signal_group(proc.pid, signal.SIGKILL)  # anything the trainer left in its group goes with it
+
+    def _pipeline(self) -> Any:
+        """The pipeline this round's writes go into: the one an outage kept back (written first), else a new one."""
+        pipe, self._carry = self._carry, None
+        return pipe if pipe is not None else self.redis.pipeline(transaction=False)
+
+    def _flush(self, pipe: Any, strict: bool = False) -> None:
+        """Write `pipe`. While Redis is away (restarting, a blip) the job goes on: its log lines and points wait
+        in a pipeline of their own (in order, scripts and all) and go in when Redis answers again."""
+        stack, scripts = list(pipe.command_stack), set(pipe.scripts)
+        if not stack:
+            return
+        try:
+            pipe.execute()
+        except OUTAGE as exc:
+            carry = self.redis.pipeline(transaction=False)
+            carry.command_stack, carry.scripts = stack, scripts
+            self._carry = carry
+            if self._away_since is None:
+                self._away_since = time.monotonic()
+                log.warning("job %s: redis unreachable (%s); the job goes on, its output waits", self.job_id, exc)
+            if strict:
+                raise
+            return
+        self._back(f"; {len(stack)} writes kept meanwhile went in")
+
+    def _reachable(self, fn: Any) -> Any:
+        """fn() (a heartbeat, a look for a stop request), or None while Redis is away: the job goes on."""
+        try:
+            out = fn()
+        except OUTAGE as exc:
+            if self._away_since is None:
+                self._away_since = time.monotonic()
+                log.warning("job %s: redis unreachable (%s); the job goes on", self.job_id, exc)
+            return None
+        if self._carry is None:  # else the next flush says so, once it has written what waits
+            self._back("")
+        return out
+
+    def _back(self, what: str) -> None:
+        if self._away_since is not None:
+            away, self._away_since = time.monotonic() - self._away_since, None
+            log.warning("job %s: redis is back after %.1fs%s", self.job_id, away, what)
 
     def _handle(self, kind: str, chunks: list[bytes], log_file: IO[str], pipe: Any) -> None:
         if kind == "log":

@@ -3,11 +3,15 @@
 from __future__ import annotations
 
 import json
+import logging
 import time
+from collections.abc import Callable
 from datetime import datetime, timezone
-from typing import Any
+from typing import Any, TypeVar
 
 from redis import Redis
+from redis.exceptions import ConnectionError as RedisConnectionError
+from redis.exceptions import TimeoutError as RedisTimeoutError
 from redis.exceptions import WatchError
 
 from jobs.errors import NotFound
@@ -24,6 +28,39 @@ FLOAT_FIELDS = ("created_at", "started_at", "spawned_at", "running_at", "ended_a
 INT_FIELDS = ("id", "pid", "attempt", "gen")
 HEARTBEAT_TTL_S = 15
 """A running job's heartbeat key lives this long; the work-horse refreshes it every few seconds."""
+
+log = logging.getLogger(__name__)
+
+OUTAGE = (RedisConnectionError, RedisTimeoutError)
+"""What a Redis that is away (restarting, a network blip) raises, as opposed to one that refused a command."""
+OUTAGE_LIMIT_S = 600.0
+"""How long a work-horse waits for Redis to come back to record how its job ended, before it gives up."""
+T = TypeVar("T")
+
+
+def through_outage(fn: Callable[[], T], what: str, limit_s: float = OUTAGE_LIMIT_S) -> T:
+    """fn(), called again every second while Redis is unreachable, for up to `limit_s`; logs the wait once."""
+    deadline = time.monotonic() + limit_s
+    waited = False
+    while True:
+        try:
+            out = fn()
+        except OUTAGE as exc:
+            if time.monotonic() > deadline:
+                raise
+            if not waited:
+                log.warning("redis unreachable (%s): %s waits for it", exc, what)
+                waited = True
+            time.sleep(1.0)
+            continue
+        if waited:
+            log.warning("redis is back: %s done", what)
+        return out
+
+
+def redis_uptime_s(redis: Redis) -> float:
+    """How long this Redis server has been up (a restarted one has dropped the keys that expired meanwhile)."""
+    return float(redis.info("server")["uptime_in_seconds"])
 
 
 def iso(ts: float | None) -> str | None:

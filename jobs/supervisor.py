@@ -90,6 +90,9 @@ class Stack:
         self.api: Child | None = None
         self.workers: list[Child] = []
         self._stopping = False
+        self._redis_deaths = 0
+        self._redis_started = 0.0
+        self._redis_restart_at: float | None = None
 
     @property
     def logs_dir(self) -> Path:
@@ -107,6 +110,7 @@ class Stack:
         if self.redis_url is None:
             self.redis = EmbeddedRedis(home / "redis")
             self.redis_url = self.redis.start()
+            self._redis_started = time.monotonic()
         env = {"REDIS_URL": self.redis_url, "GPUDECK_HOME": str(home)}
         py = python_module("jobs.cli")
         self.api = Child(
@@ -163,6 +167,7 @@ class Stack:
         """Restart workers that die; return when asked to stop or when the API dies."""
         assert self.api is not None
         while not self._stopping:
+            self._keep_redis()
             if not self.api.alive():
                 log.error(
                     "the API exited (%s); stopping the stack. See %s", self.api.proc.returncode, self.api.log_path
@@ -187,6 +192,28 @@ class Stack:
                     w.start()
             time.sleep(0.2)
         return 0
+
+    def _keep_redis(self) -> None:
+        """Restart the embedded Redis when it died (kill -9, OOM killer): from its append-only file, at the same
+        address; the API and workers reconnect on their own."""
+        if self.redis is None or self.redis.alive() or self._stopping:
+            return
+        now = time.monotonic()
+        if self._redis_restart_at is None:
+            code = self.redis.proc.returncode if self.redis.proc else "?"
+            delay, self._redis_deaths = restart_delay(self._redis_deaths, now - self._redis_started)
+            delay = min(delay, 5)  # everything waits on Redis: never long
+            self._redis_restart_at = now + delay if self._redis_deaths > 1 else now
+            log.error("redis-server exited (%s); restarting it from %s", code, self.redis.data_dir)
+        if now < self._redis_restart_at:
+            return
+        self._redis_restart_at = None
+        try:
+            self.redis.restart()
+            self._redis_started = time.monotonic()
+            log.warning("redis-server is back at %s (restart %d in a row)", self.redis_url, self._redis_deaths)
+        except ConfigError as exc:
+            log.error("redis-server did not come back: %s", exc)
 
     def request_stop(self, *_: object) -> None:
         self._stopping = True

@@ -31,7 +31,7 @@ from jobs.lifecycle import worker_lost
 from jobs.reaper import Reaper
 from jobs.settings import Settings
 from jobs.states import Reason, Status
-from jobs.store import JobStore
+from jobs.store import OUTAGE, JobStore
 from models.protocol import DEFAULT_GRACE_S
 
 log = logging.getLogger(__name__)
@@ -47,6 +47,14 @@ class GpudeckWorker(Worker):
         if job is not None and job_id_of(job.id) is not None and not self.connection.exists(drain_key(self.name)):
             self._stop_trainer(job)
         super().request_stop(signum, frame)
+
+    def maintain_heartbeats(self, job: Any, execution: Any) -> None:
+        """RQ's heartbeats while a work-horse runs; while Redis is away (restarting, a blip) they wait, and the
+        worker and its job ride the outage out instead of the worker quitting on the error."""
+        try:
+            super().maintain_heartbeats(job, execution)
+        except OUTAGE as exc:
+            log.warning("worker %s: redis unreachable (%s); its job goes on", self.name, exc)
 
     def _stop_trainer(self, job: Any) -> None:
         job_id, pid = trainer_of(job)

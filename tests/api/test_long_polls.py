@@ -13,28 +13,9 @@ import pytest
 import requests
 
 from jobs.redis_server import free_port
-from tests.support.live import submit_job, until, wait_http
+from tests.support.live import QUEUED, open_poll, status_of, submit_job, until, wait_http
 
 pytestmark = pytest.mark.slow
-
-QUEUED = {"model": "lenet", "dataset": "synthetic:16x16x3", "params": {"steps": 3}}
-"""Nothing runs it (no worker): its follows and waits stay open."""
-
-
-def open_poll(port: int, path: str, source: str) -> socket.socket:
-    sock = socket.create_connection(("127.0.0.1", port), timeout=10, source_address=(source, 0))
-    sock.sendall(f"GET {path} HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n".encode())
-    return sock
-
-
-def status_of(sock: socket.socket) -> int:
-    """The HTTP status a long poll answered with (a follow sends its headers at once; a 429 answers at once)."""
-    head = b""
-    while b"\r\n" not in head:
-        chunk = sock.recv(1024)
-        assert chunk, f"closed after {head!r}"
-        head += chunk
-    return int(head.split()[1])
 
 
 def healthz_times(url: str, n: int) -> list[float]:

@@ -13,8 +13,7 @@ import time
 import requests
 
 from jobs.redis_server import free_port
-from tests.api.test_long_polls import QUEUED, open_poll, status_of
-from tests.support.live import submit_job, wait_http
+from tests.support.live import QUEUED, open_poll, status_of, submit_job, wait_http
 
 PROBES = 200
 

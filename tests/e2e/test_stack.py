@@ -1,7 +1,10 @@
 """`gpudeck up` as a user runs it: stop within 10 s leaving no process, jobs survive a restart."""
 
 import json
+import os
+import signal
 import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -9,7 +12,7 @@ import pytest
 import requests
 
 from jobs.proc import python_module
-from tests.support.live import alive, descendants
+from tests.support.live import alive, descendants, until
 from tests.support.stack import Up
 
 pytestmark = pytest.mark.slow
@@ -132,3 +135,57 @@ def test_with_redis_url_set_no_redis_is_started_and_that_one_is_used(tmp_path, c
         assert redis.exists(f"gpudeck:job:{job['id']}")  # it landed in the Redis we named
     finally:
         stack.kill()
+
+
+TICK = (
+    "import json, os, time\n"
+    "with open(os.path.join(os.environ['JOB_DIR'], 'metrics.jsonl'), 'a') as f:\n"
+    "    for s in range(1, 151):\n"
+    "        f.write(json.dumps({'step': s, 'loss': 1 / s}) + '\\n'); f.flush(); print('tick', s, flush=True)\n"
+    "        time.sleep(0.2)\n"
+)
+"""A command job of 150 steps over ~30 s: a log line and a metric point each."""
+
+
+def test_a_killed_redis_comes_back_and_a_running_job_rides_the_outage_out(tmp_path, child_env):
+    stack = Up(tmp_path / "home", {**child_env, "GPUDECK_COMMAND_JOBS": "1"}, tmp_path / "up.log")
+    try:
+        job_id = requests.post(f"{stack.url}/api/v1/jobs", json={"command": [sys.executable, "-c", TICK]}).json()["id"]
+        job = until(lambda: (j := requests.get(f"{stack.url}/api/v1/jobs/{job_id}").json())["progress"]["step"] and j)
+        worker = requests.get(f"{stack.url}/api/v1/workers").json()["workers"][0]["name"]
+        redis_pid = next(p for p in descendants(stack.proc.pid) if b"redis-server" in cmdline(p))
+
+        # An outage longer than a heartbeat's life (15 s): `up` is held still (SIGSTOP) so that Redis stays down
+        # that long, as a slow AOF load or a host hiccup would keep it, instead of coming back at once.
+        os.kill(stack.proc.pid, signal.SIGSTOP)
+        os.kill(redis_pid, signal.SIGKILL)
+        try:
+            down = requests.get(f"{stack.url}/healthz", timeout=10)
+            assert down.status_code == 503 and down.json()["status"] == "unavailable"
+            time.sleep(17)
+        finally:
+            os.kill(stack.proc.pid, signal.SIGCONT)
+        until(lambda: requests.get(f"{stack.url}/healthz", timeout=10).status_code == 200, 20, "redis restarted")
+        assert "redis-server exited (-9); restarting it" in stack.output()
+        assert "redis-server is back" in stack.output()
+
+        job = requests.get(f"{stack.url}/api/v1/jobs/{job_id}/wait?timeout=120", timeout=130).json()
+        assert job["status"] == "succeeded" and job["attempt"] == 1, job  # never declared worker_lost
+        lines = requests.get(f"{stack.url}/api/v1/jobs/{job_id}/logs").text.splitlines()
+        assert [line for line in lines if line.startswith("tick")] == [f"tick {s}" for s in range(1, 151)]
+        steps = [p["step"] for p in requests.get(f"{stack.url}/api/v1/jobs/{job_id}/metrics").json()["train"]]
+        assert steps == list(range(1, 151))  # every point, in order, none twice
+        workers = requests.get(f"{stack.url}/api/v1/workers").json()["workers"]
+        assert [w["name"] for w in workers] == [worker]  # the same worker process, not a restarted one
+        assert "exited" not in stack.output().split("redis-server is back", 1)[1]  # nothing else died
+        worker_log = (tmp_path / "home" / "logs" / "worker-cpu0.log").read_text()
+        assert f"job {job_id}: redis is back after" in worker_log
+    finally:
+        stack.kill()
+
+
+def cmdline(pid: int) -> bytes:
+    try:
+        return Path(f"/proc/{pid}/cmdline").read_bytes()
+    except OSError:
+        return b""

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import signal
+import socket
 import subprocess
 import time
 from pathlib import Path
@@ -188,3 +189,23 @@ case "$*" in
 esac
 exit 0  # as the real tool does after a successful query
 """
+
+
+QUEUED = {"model": "lenet", "dataset": "synthetic:16x16x3", "params": {"steps": 3}}
+"""Nothing runs it (no worker): its follows and waits stay open."""
+
+
+def open_poll(port: int, path: str, source: str) -> socket.socket:
+    sock = socket.create_connection(("127.0.0.1", port), timeout=10, source_address=(source, 0))
+    sock.sendall(f"GET {path} HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n".encode())
+    return sock
+
+
+def status_of(sock: socket.socket) -> int:
+    """The HTTP status a long poll answered with (a follow sends its headers at once; a 429 answers at once)."""
+    head = b""
+    while b"\r\n" not in head:
+        chunk = sock.recv(1024)
+        assert chunk, f"closed after {head!r}"
+        head += chunk
+    return int(head.split()[1])
