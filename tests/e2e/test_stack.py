@@ -167,7 +167,7 @@ def test_a_killed_redis_comes_back_and_a_running_job_rides_the_outage_out(tmp_pa
             os.kill(stack.proc.pid, signal.SIGCONT)
         until(lambda: requests.get(f"{stack.url}/healthz", timeout=10).status_code == 200, 20, "redis restarted")
         assert "redis-server exited (-9); restarting it" in stack.output()
-        assert "redis-server is back" in stack.output()
+        until(lambda: "redis-server is back" in stack.output(), 10, "up logging that Redis is back")
 
         job = requests.get(f"{stack.url}/api/v1/jobs/{job_id}/wait?timeout=120", timeout=130).json()
         assert job["status"] == "succeeded" and job["attempt"] == 1, job  # never declared worker_lost

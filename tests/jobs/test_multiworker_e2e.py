@@ -130,7 +130,7 @@ def test_killing_one_task_fails_the_whole_job_and_leaves_no_process(live_api, ho
     for proc in hosts.values():
         for pid in descendants(proc.proc.pid):
             try:
-                environ = open(f"/proc/{pid}/environ", "rb").read()
+                environ = Path(f"/proc/{pid}/environ").read_bytes()
             except OSError:
                 continue
             assert f"GPUDECK_JOB_ID={job_id}".encode() not in environ.split(b"\0"), pid
