@@ -17,8 +17,7 @@ def upload():
     request.max_content_length = s.dataset_max_bytes + 1024 * s.dataset_max_files
     deps.only_args(request.form, ("name", "version", "file"), where="form field")
     deps.only_args(request.files, ("file",), where="file field")
-    f = request.files.get("file")
-    meta = datasets.upload(deps.redis(), s, request.form.get("name"), request.form.get("version"), f and f.stream)
+    meta = datasets.upload(deps.redis(), s, request.form.get("name"), request.form.get("version"), deps.upload_stream())
     return meta, 201, {"Location": f"/api/v1/datasets/{meta['name']}"}
 
 

@@ -69,3 +69,15 @@ def bool_arg(name: str) -> bool:
     if raw not in ("1", "true", "yes", "0", "false", "no"):
         raise BadRequest(f"query argument {name} must be 1 or 0 (true/false), got {raw!r}", {"field": name})
     return raw in ("1", "true", "yes")
+
+
+def upload_stream(name: str = "file") -> Any:
+    """The uploaded archive of multipart field `name`: a file part, or a plain field (a client that sends the
+    bytes without a filename, as generated clients do); None when absent."""
+    from io import BytesIO
+
+    f = request.files.get(name)
+    if f is not None:
+        return f.stream
+    value = request.form.get(name)
+    return None if value is None else BytesIO(value.encode("utf-8", "surrogateescape"))

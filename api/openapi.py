@@ -10,8 +10,10 @@ from flask import Blueprint
 
 from jobs.keys import PRIORITIES
 from jobs.settings import DEFAULT_API
-from jobs.spec import ENV_NAME, INJECTED, MAX_COMMAND, MAX_GPUS, MAX_WORKERS
+from jobs.spec import ENV_NAME, FIELDS, INJECTED, MAX_COMMAND, MAX_GPUS, MAX_WORKERS
 from jobs.states import Reason, Status
+from jobs.sweeps import MAX_JOBS as SWEEP_MAX_JOBS
+from models.catalog import ALIASES, MODELS, NAME
 from models.params import PARAMS
 
 bp = Blueprint("openapi", __name__)
@@ -51,9 +53,14 @@ TIME = {"type": "string", "format": "date-time"}
 def _schemas() -> dict[str, Any]:
     params = _obj({k: _param_schema(k) for k in PARAMS}, extra=False)
     spec_props = {
-        "model": {**STR, "description": "a model name or alias (GET /api/v1/models)"},
+        "model": {
+            **STR,
+            "enum": [*MODELS, *sorted(ALIASES)],
+            "description": "a model name or alias (GET /api/v1/models)",
+        },
         "dataset": {
             **STR,
+            "minLength": 1,
             "description": "synthetic[:HxWxC[:K]], an uploaded NAME[:VERSION], or a server path under "
             "GPUDECK_DATA_ROOTS",
         },
@@ -103,9 +110,26 @@ def _schemas() -> dict[str, Any]:
         "JobSpecInput": {
             **_obj(spec_props, extra=False),
             "description": "a model job (model, dataset, params) or a command job (command, source, env, ...)",
-            "oneOf": [{"required": ["model", "dataset"]}, {"required": ["command"]}],
+            "oneOf": [
+                {
+                    "required": ["model", "dataset"],
+                    "not": {
+                        "anyOf": [{"required": [k]} for k in ("command", "source", "env", "env_name", "total_steps")]
+                    },
+                },
+                {"required": ["command"], "not": {"anyOf": [{"required": ["model"]}, {"required": ["params"]}]}},
+            ],
+            "if": {"required": ["chief"], "properties": {"chief": {"const": True}}},
+            "then": {"required": ["workers"], "properties": {"workers": {"minimum": 2}}},
         },
-        "JobSpec": _obj(spec_props, ["gpus", "name", "tags", "priority", "timeout", "max_retries", "workers"]),
+        # what a job shows of its spec: every field, null where it does not apply (a command job's model, …)
+        "JobSpec": _obj(
+            {
+                k: v if k in ("gpus", "name", "tags", "priority", "max_retries", "workers") else _nullable(v)
+                for k, v in spec_props.items()
+            },
+            ["gpus", "name", "tags", "priority", "timeout", "max_retries", "workers"],
+        ),
         "Source": _obj(
             {
                 "ref": STR,
@@ -194,8 +218,16 @@ def _schemas() -> dict[str, Any]:
                 "base": _ref("JobSpecInput"),
                 "grid": {
                     "type": "object",
-                    "description": 'field ("model", "params.lr", ...) -> list of values',
-                    "additionalProperties": {"type": "array", "minItems": 1},
+                    "description": f'field ("model", "params.lr", ...) -> list of values; at most {SWEEP_MAX_JOBS} '
+                    "combinations",
+                    "minProperties": 1,
+                    "properties": {
+                        **{
+                            k: {"type": "array", "minItems": 1, "items": spec_props[k]} for k in FIELDS if k != "params"
+                        },
+                        **{f"params.{k}": {"type": "array", "minItems": 1, "items": _param_schema(k)} for k in PARAMS},
+                    },
+                    "additionalProperties": False,
                 },
             },
             ["base", "grid"],
@@ -398,6 +430,12 @@ def _errors(*codes: int) -> dict[str, Any]:
     return {str(c): {"description": text[c], "content": {"application/json": {"schema": _ref("Error")}}} for c in codes}
 
 
+def _list_of(words: list[str]) -> str:
+    """A pattern for a comma-separated list of `words` (spaces and empty items allowed, as the server reads it)."""
+    one = f"\\s*(?:(?:{'|'.join(words)})\\s*)?"
+    return f"^{one}(?:,{one})*$"
+
+
 def _q(name: str, schema: dict[str, Any], description: str) -> dict[str, Any]:
     return {"name": name, "in": "query", "required": False, "schema": schema, "description": description}
 
@@ -407,8 +445,33 @@ def _path_id(name: str = "id") -> dict[str, Any]:
 
 
 def _op(summary: str, responses: dict[str, Any], **extra: Any) -> dict[str, Any]:
-    return {"summary": summary, "responses": {**responses, **_errors(401)}, **extra}
+    return {"summary": summary, "responses": {**responses, **_errors(401), **URI_TOO_LONG}, **extra}
 
+
+URI_TOO_LONG = {
+    "414": {
+        "description": "the request line is over 4,094 bytes (gunicorn answers before the API sees it)",
+        "content": {"text/html": {"schema": STR}},
+    }
+}
+
+
+JOB_LINKS = {
+    name: {
+        "operationRef": f"#/paths/~1api~1v1~1jobs~1{{id}}{tail.replace('/', '~1')}/{method}",
+        "parameters": {"id": "$response.body#/id"},
+        "description": f"{method.upper()} /api/v1/jobs/{{id}}{tail} of the job just submitted",
+    }
+    for name, tail, method in (
+        ("GetJob", "", "get"),
+        ("CancelJob", "/cancel", "post"),
+        ("RetryJob", "/retry", "post"),
+        ("JobLogs", "/logs", "get"),
+        ("JobMetrics", "/metrics", "get"),
+        ("WaitJob", "/wait", "get"),
+    )
+}
+"""From a submitted job to the routes of that job (generated clients and stateful testing follow them)."""
 
 NEXT_OFFSET = {
     "X-Next-Offset": {
@@ -430,8 +493,11 @@ def _paths() -> dict[str, Any]:
             "post": _op(
                 "Submit a job",
                 {
-                    "201": _json("Job", "created", {"Location": {"schema": STR}}),
-                    "200": _json("Job", "replayed for an Idempotency-Key seen in the last 24 h"),
+                    "201": {**_json("Job", "created", {"Location": {"schema": STR}}), "links": JOB_LINKS},
+                    "200": {
+                        **_json("Job", "replayed for an Idempotency-Key seen in the last 24 h"),
+                        "links": JOB_LINKS,
+                    },
                     **_errors(400, 403, 409, 413, 422),
                 },
                 parameters=[{"name": "Idempotency-Key", "in": "header", "required": False, "schema": STR}],
@@ -441,7 +507,7 @@ def _paths() -> dict[str, Any]:
                 "List jobs, newest first",
                 {"200": _json("JobList"), **_errors(400)},
                 parameters=[
-                    _q("status", STR, "comma-separated statuses"),
+                    _q("status", {**STR, "pattern": _list_of([s.value for s in Status])}, "comma-separated statuses"),
                     _q("model", STR, "model name"),
                     _q("tag", STR, "a tag the job has"),
                     _q("limit", {**INT, "minimum": 1, "maximum": 500}, "page size (50)"),
@@ -511,8 +577,13 @@ def _paths() -> dict[str, Any]:
                     "content": {
                         "multipart/form-data": {
                             "schema": _obj(
-                                {"name": STR, "version": STR, "file": {**STR, "contentMediaType": "application/gzip"}},
+                                {
+                                    "name": {**STR, "pattern": f"^{NAME}$", "not": {"const": "synthetic"}},
+                                    "version": {**STR, "pattern": f"^{NAME}$"},
+                                    "file": {**STR, "contentMediaType": "application/gzip"},
+                                },
                                 ["name", "version", "file"],
+                                extra=False,
                             )
                         }
                     },
@@ -545,6 +616,7 @@ def _paths() -> dict[str, Any]:
                                     "git_dirty": {**STR, "enum": ["true", "false", "1", "0"]},
                                 },
                                 ["file"],
+                                extra=False,
                             )
                         }
                     },
@@ -555,7 +627,9 @@ def _paths() -> dict[str, Any]:
             "get": _op(
                 "One stored source",
                 {"200": _json("Source"), **_errors(400, 404)},
-                parameters=[{"name": "ref", "in": "path", "required": True, "schema": STR}],
+                parameters=[
+                    {"name": "ref", "in": "path", "required": True, "schema": {**STR, "pattern": "^src:[0-9a-f]{64}$"}}
+                ],
             )
         },
         "/api/v1/workers": {"get": _op("Live workers", {"200": _json("WorkerList")})},

@@ -17,11 +17,10 @@ bp = Blueprint("sources", __name__)
 def upload():
     s = deps.settings()
     request.max_content_length = s.source_max_bytes + 1024 * min(s.source_max_files, 100_000)
-    deps.only_args(request.form, ("git_commit", "git_dirty"), where="form field")
+    deps.only_args(request.form, ("git_commit", "git_dirty", "file"), where="form field")
     deps.only_args(request.files, ("file",), where="file field")
-    f = request.files.get("file")
     meta, created = sources.upload(
-        deps.redis(), s, f and f.stream, request.form.get("git_commit"), request.form.get("git_dirty")
+        deps.redis(), s, deps.upload_stream(), request.form.get("git_commit"), request.form.get("git_dirty")
     )
     return meta, 201 if created else 200, {"Location": f"/api/v1/sources/{meta['ref']}"}
 

@@ -42,6 +42,8 @@ def _job_ids(body: Any) -> list[int]:
     if unknown:
         raise ValidationError({unknown[0]: "unknown field; accepted: jobs"})
     ids = body.get("jobs")
+    if isinstance(ids, list):  # 14.0 is the integer 14 (JSON Schema's integer, and JSON's numbers)
+        ids = [int(i) if isinstance(i, float) and i.is_integer() else i for i in ids]
     if (
         not isinstance(ids, list)
         or not 0 < len(ids) <= MAX_JOBS

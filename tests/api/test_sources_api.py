@@ -132,3 +132,19 @@ def test_a_server_folder_is_snapshotted_when_the_job_is_submitted(command_client
     assert job["name"] == "python train.py"
     retried_spec = command_client.get(f"/api/v1/jobs/{job['id']}").json["spec"]
     assert retried_spec["source"] == job["source"]["ref"]
+
+
+def test_an_archive_sent_as_a_plain_form_field_is_read_like_a_file_part(command_client, tmp_path):
+    """Generated clients (and schemathesis) send the `file` field without a filename: a plain form field. An
+    uncompressed tar of text files survives that (UTF-8); it is the same tree as the file part's."""
+    root = tmp_path / "plain"
+    root.mkdir()
+    (root / "train.py").write_bytes(SCRIPT)
+    buf = io.BytesIO()
+    with tarfile.open(fileobj=buf, mode="w") as t:
+        t.add(root / "train.py", arcname="train.py")
+    as_file = upload(command_client, buf.getvalue(), "src.tar")
+    as_field = command_client.post("/api/v1/sources", data={"file": buf.getvalue().decode()})
+    assert as_file.status_code == 201 and as_field.status_code == 200, as_field.json
+    assert as_field.json["ref"] == as_file.json["ref"] == sourcetree.ref(sourcetree.digest(root))
+    assert command_client.post("/api/v1/tensorboard", json={"jobs": [999.0]}).status_code == 404  # 999.0 is 999
