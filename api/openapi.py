@@ -117,7 +117,12 @@ def _schemas() -> dict[str, Any]:
                         "anyOf": [{"required": [k]} for k in ("command", "source", "env", "env_name", "total_steps")]
                     },
                 },
-                {"required": ["command"], "not": {"anyOf": [{"required": ["model"]}, {"required": ["params"]}]}},
+                {
+                    "required": ["command"],
+                    "not": {"anyOf": [{"required": ["model"]}, {"required": ["params"]}]},
+                    # a command's DATA_DIR is a folder: an uploaded NAME[:VERSION] or a server path, not generated data
+                    "properties": {"dataset": {"not": {"pattern": "^synthetic(:|$)"}}},
+                },
             ],
             "if": {"required": ["chief"], "properties": {"chief": {"const": True}}},
             "then": {"required": ["workers"], "properties": {"workers": {"minimum": 2}}},

@@ -41,6 +41,8 @@ def test_schemathesis_finds_nothing(spawn, child_env, tmp_path):
     run = subprocess.run(
         [
             str(st),
+            "--config-file",
+            str(Path(__file__).with_name("schemathesis.toml")),
             "run",
             f"{url}/api/v1/openapi.json",
             "-H",
