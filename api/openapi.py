@@ -617,8 +617,8 @@ def _paths() -> dict[str, Any]:
                             "schema": _obj(
                                 {
                                     "file": {**STR, "contentMediaType": "application/gzip"},
-                                    "git_commit": STR,
-                                    "git_dirty": {**STR, "enum": ["true", "false", "1", "0"]},
+                                    "git_commit": {**STR, "pattern": "^([0-9a-f]{7,64})?$"},
+                                    "git_dirty": {**STR, "enum": ["true", "false", "1", "0", ""]},
                                 },
                                 ["file"],
                                 extra=False,

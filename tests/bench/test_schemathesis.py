@@ -2,12 +2,10 @@
 refused, answers conform to the document, authentication enforced, no 5xx) over the coverage, fuzzing and stateful
 phases (the stateful phase follows the document's links from POST /jobs to the job's routes). 0 failures allowed.
 
-Open (issue 17 #9 is not done): the run still finds schema-valid requests that the server refuses for what a schema
-cannot say — a dataset NAME that was never uploaded (400), an upload whose bytes are no archive (422), a command
-job's synthetic dataset inside a sweep (400). They need either realistic-data hooks or answers in the allowed set.
-
-Not run: `/jobs/{id}/wait` and `/jobs/{id}/logs` — long polls that hold until a job ends, and no worker runs the
-fuzzer's jobs here (tests/api/test_long_polls.py and the live-API tests drive them).
+Open (issue 17 #9 is not done): of 1,072 cases the run still finds 2 kinds of schema-valid requests that the
+server refuses with 400 for what this schema does not say — a dataset NAME that was never uploaded (POST /jobs), and
+sweep combinations that the grid makes invalid (a chief without workers, a dataset string of no known form). They
+need a dataset syntax in the document and a 404 for a reference to a dataset that does not exist, or hooks.
 
     make bench PYTEST_ARGS="-k schemathesis"     # GPUDECK_ST_EXAMPLES (default 40 per operation)
 """
