@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 from flask import current_app, request
@@ -36,7 +37,28 @@ def json_body() -> Any:
     body = request.get_json(silent=True)
     if body is None:
         raise BadRequest("the body is not valid JSON")
-    return body
+    return without_lone_surrogates(body)
+
+
+def without_lone_surrogates(value: Any) -> Any:
+    """`value` with every lone UTF-16 surrogate (JSON lets "\\ud890" through; no text can hold it, and Redis
+    cannot store it) replaced by U+FFFD, in keys and values at any depth."""
+    try:
+        json.dumps(value, ensure_ascii=False).encode("utf-8")
+        return value
+    except UnicodeEncodeError:
+        pass
+
+    def clean(v: Any) -> Any:
+        if isinstance(v, str):
+            return v.encode("utf-16", "surrogatepass").decode("utf-16", "replace")
+        if isinstance(v, list):
+            return [clean(x) for x in v]
+        if isinstance(v, dict):
+            return {clean(k): clean(x) for k, x in v.items()}
+        return v
+
+    return clean(value)
 
 
 def int_arg(name: str, default: int, lo: int, hi: int) -> int:

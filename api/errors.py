@@ -15,6 +15,8 @@ from jobs.errors import (
     Forbidden,
     GpudeckError,
     NotFound,
+    ReferenceForbidden,
+    ReferenceNotFound,
     TooLarge,
     TooMany,
     Unavailable,
@@ -25,6 +27,8 @@ from jobs.errors import (
 log = logging.getLogger(__name__)
 
 STATUS = {
+    ReferenceNotFound: 404,  # before ValidationError, their base: the first match decides
+    ReferenceForbidden: 403,
     ValidationError: 400,
     BadRequest: 400,
     Forbidden: 403,

@@ -4,6 +4,7 @@ real responses against it."""
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 from flask import Blueprint
@@ -14,7 +15,7 @@ from jobs.spec import ENV_NAME, FIELDS, INJECTED, MAX_COMMAND, MAX_GPUS, MAX_WOR
 from jobs.states import Reason, Status
 from jobs.sweeps import MAX_JOBS as SWEEP_MAX_JOBS
 from models.catalog import ALIASES, MODELS, NAME
-from models.params import PARAMS
+from models.params import AUGMENT_PARTS, PARAMS
 
 bp = Blueprint("openapi", __name__)
 
@@ -42,16 +43,39 @@ def _obj(props: dict[str, Any], required: list[str] | None = None, extra: bool =
 def _param_schema(name: str) -> dict[str, Any]:
     p = PARAMS[name]
     if p.kind is list:
-        return {"type": "array", "items": {"type": "number", "exclusiveMinimum": 0, "exclusiveMaximum": 1}}
-    return {"type": _JSON_TYPES[p.kind], "description": p.help, **p.bounds(choices="enum")}
+        return {
+            "type": "array",
+            "minItems": 1,
+            "uniqueItems": True,
+            "items": {"type": "number", "exclusiveMinimum": 0, "exclusiveMaximum": 1},
+        }
+    out = {"type": _JSON_TYPES[p.kind], "description": p.help, **p.bounds(choices="enum")}
+    if name == "augment":
+        part = "|".join(re.escape(a) for a in AUGMENT_PARTS)
+        out["pattern"] = rf"^({part})(\+({part}))*$"
+    return out
 
+
+_SIDE, _CLASSES = r"([1-9][0-9]{0,2}|10[01][0-9]|102[0-4])", r"([2-9]|[1-9][0-9]{1,3}|10000)"
+DATASET_PATTERN = (
+    rf"^(synthetic(:{_SIDE}x{_SIDE}x[13](:{_CLASSES})?)?"  # generated: H, W in 1..1024, C 1 or 3, K classes
+    rf"|{NAME}(:{NAME})?"  # an uploaded NAME[:VERSION]
+    r"|/.+)$"  # a server path (under GPUDECK_DATA_ROOTS, else 403)
+)
+"""The forms models.catalog.parse_dataset reads."""
+
+NULL_IS_DEFAULT = ("gpus", "name", "tags", "priority", "max_retries", "workers", "chief", "env", "dataset")
+"""Optional spec fields a null stands for the default of (the others are nullable in the spec itself)."""
 
 STR, INT, NUM, BOOL = {"type": "string"}, {"type": "integer"}, {"type": "number"}, {"type": "boolean"}
 TIME = {"type": "string", "format": "date-time"}
 
 
 def _schemas() -> dict[str, Any]:
-    params = _obj({k: _param_schema(k) for k in PARAMS}, extra=False)
+    params = {
+        **_obj({k: _param_schema(k) for k in PARAMS}, extra=False),
+        "not": {"required": ["epochs", "steps"]},  # one or the other
+    }
     spec_props = {
         "model": {
             **STR,
@@ -60,7 +84,7 @@ def _schemas() -> dict[str, Any]:
         },
         "dataset": {
             **STR,
-            "minLength": 1,
+            "pattern": DATASET_PATTERN,
             "description": "synthetic[:HxWxC[:K]], an uploaded NAME[:VERSION], or a server path under "
             "GPUDECK_DATA_ROOTS",
         },
@@ -69,7 +93,7 @@ def _schemas() -> dict[str, Any]:
         "name": {**STR, "minLength": 1, "maxLength": 200},
         "tags": {"type": "array", "maxItems": 50, "items": {**STR, "minLength": 1, "maxLength": 64}},
         "priority": {**STR, "enum": list(PRIORITIES)},
-        "timeout": _nullable({**INT, "minimum": 1}),
+        "timeout": _nullable({**INT, "minimum": 1, "maximum": 30 * 24 * 3600}),
         "max_retries": {**INT, "minimum": 0, "maximum": 10},
         "workers": {**INT, "minimum": 1, "maximum": MAX_WORKERS, "description": "tasks of a multi-worker job"},
         "chief": {**BOOL, "description": "task 0 runs as TF_CONFIG type chief (needs workers >= 2)"},
@@ -78,12 +102,13 @@ def _schemas() -> dict[str, Any]:
             "needs GPUDECK_TOKENS or GPUDECK_COMMAND_JOBS=1 on the API (else 403)",
             "anyOf": [
                 {**STR, "minLength": 1, "maxLength": MAX_COMMAND},
-                {"type": "array", "minItems": 1, "items": STR},
+                {"type": "array", "minItems": 1, "prefixItems": [{**STR, "minLength": 1}], "items": STR},
             ],
         },
         "source": _nullable(
             {
                 **STR,
+                "pattern": "^(src:[0-9a-f]{64}|/.+)$",
                 "description": "src:<sha256> from POST /api/v1/sources, or a server folder under "
                 "GPUDECK_DATA_ROOTS (snapshotted at submission)",
             }
@@ -95,7 +120,9 @@ def _schemas() -> dict[str, Any]:
             "additionalProperties": STR,
         },
         "env_name": _nullable({**STR, "description": "an environment registered with GPUDECK_ENVS"}),
-        "total_steps": _nullable({**INT, "minimum": 1, "description": "for progress and ETA of a command job"}),
+        "total_steps": _nullable(
+            {**INT, "minimum": 1, "maximum": 10**12, "description": "for progress and ETA of a command job"}
+        ),
     }
     point = _obj(
         {
@@ -108,11 +135,13 @@ def _schemas() -> dict[str, Any]:
             {"error": STR, "message": STR, "details": {"type": "object"}}, ["error", "message", "details"], extra=False
         ),
         "JobSpecInput": {
-            **_obj(spec_props, extra=False),
+            # null is the default for every optional field
+            **_obj({k: _nullable(v) if k in NULL_IS_DEFAULT else v for k, v in spec_props.items()}, extra=False),
             "description": "a model job (model, dataset, params) or a command job (command, source, env, ...)",
             "oneOf": [
                 {
                     "required": ["model", "dataset"],
+                    "properties": {"dataset": {"type": "string"}},  # a model job's is not null
                     "not": {
                         "anyOf": [{"required": [k]} for k in ("command", "source", "env", "env_name", "total_steps")]
                     },
@@ -125,7 +154,7 @@ def _schemas() -> dict[str, Any]:
                 },
             ],
             "if": {"required": ["chief"], "properties": {"chief": {"const": True}}},
-            "then": {"required": ["workers"], "properties": {"workers": {"minimum": 2}}},
+            "then": {"required": ["workers"], "properties": {"workers": {"type": "integer", "minimum": 2}}},
         },
         # what a job shows of its spec: every field, null where it does not apply (a command job's model, …)
         "JobSpec": _obj(
@@ -237,7 +266,66 @@ def _schemas() -> dict[str, Any]:
             },
             ["base", "grid"],
             extra=False,
-        ),
+        )
+        | {
+            "allOf": [
+                {  # a command job's grid varies no model and no params, and gives no synthetic dataset
+                    "if": {"properties": {"base": {"required": ["command"]}}},
+                    "then": {
+                        "properties": {
+                            "grid": {
+                                "propertyNames": {"not": {"pattern": "^(model$|params)"}},
+                                "properties": {"dataset": {"items": {"not": {"pattern": "^synthetic(:|$)"}}}},
+                            }
+                        }
+                    },
+                },
+                {  # a model job's grid varies none of a command's fields
+                    "if": {"properties": {"base": {"required": ["model"]}}},
+                    "then": {
+                        "properties": {
+                            "grid": {
+                                "propertyNames": {
+                                    "not": {"enum": ["command", "source", "env", "env_name", "total_steps"]}
+                                }
+                            }
+                        }
+                    },
+                },
+                {  # a chief the grid asks for needs workers (>= 2) from the grid or the base
+                    "if": {
+                        "properties": {
+                            "grid": {"required": ["chief"], "properties": {"chief": {"contains": {"const": True}}}}
+                        }
+                    },
+                    "then": {
+                        "anyOf": [
+                            {
+                                "properties": {
+                                    "grid": {
+                                        "required": ["workers"],
+                                        "properties": {"workers": {"items": {"type": "integer", "minimum": 2}}},
+                                    }
+                                }
+                            },
+                            {
+                                "properties": {
+                                    "base": {
+                                        "required": ["workers"],
+                                        "properties": {"workers": {"type": "integer", "minimum": 2}},
+                                    },
+                                    "grid": {"not": {"required": ["workers"]}},
+                                }
+                            },
+                        ]
+                    },
+                },
+                {  # a chief needs workers in every combination
+                    "if": {"properties": {"base": {"required": ["chief"], "properties": {"chief": {"const": True}}}}},
+                    "then": {"properties": {"grid": {"properties": {"workers": {"items": {"minimum": 2}}}}}},
+                },
+            ]
+        },
         "Sweep": _obj(
             {
                 "id": INT,
@@ -424,8 +512,8 @@ def _errors(*codes: int) -> dict[str, Any]:
     text = {
         400: "bad input; details name the field",
         401: "missing or wrong bearer token",
-        403: "not allowed here (the message says how to allow it)",
-        404: "no such resource",
+        403: "not allowed here, e.g. a path outside GPUDECK_DATA_ROOTS (the message says how to allow it)",
+        404: "no such resource (or a spec whose one problem is a dataset that does not exist)",
         409: "conflicts with the resource's state",
         413: "body or archive over a limit",
         422: "well-formed but refused",
@@ -503,9 +591,16 @@ def _paths() -> dict[str, Any]:
                         **_json("Job", "replayed for an Idempotency-Key seen in the last 24 h"),
                         "links": JOB_LINKS,
                     },
-                    **_errors(400, 403, 409, 413, 422),
+                    **_errors(400, 403, 404, 409, 413, 422),
                 },
-                parameters=[{"name": "Idempotency-Key", "in": "header", "required": False, "schema": STR}],
+                parameters=[
+                    {
+                        "name": "Idempotency-Key",
+                        "in": "header",
+                        "required": False,
+                        "schema": {**STR, "minLength": 1, "maxLength": 255},
+                    }
+                ],
                 requestBody=_body("JobSpecInput"),
             ),
             "get": _op(
@@ -516,7 +611,7 @@ def _paths() -> dict[str, Any]:
                     _q("model", STR, "model name"),
                     _q("tag", STR, "a tag the job has"),
                     _q("limit", {**INT, "minimum": 1, "maximum": 500}, "page size (50)"),
-                    _q("cursor", {**INT, "minimum": 0}, "next_cursor of the previous page"),
+                    _q("cursor", {**INT, "minimum": 0, "maximum": 2**62}, "next_cursor of the previous page"),
                 ],
             ),
         },
@@ -543,7 +638,7 @@ def _paths() -> dict[str, Any]:
                 },
                 parameters=[
                     *job,
-                    _q("offset", {**INT, "minimum": 0}, "lines already read"),
+                    _q("offset", {**INT, "minimum": 0, "maximum": 2**62}, "lines already read"),
                     _q("follow", {**STR, "enum": ["0", "1", "true", "false", "yes", "no"]}, "stream"),
                 ],
             )
@@ -564,7 +659,7 @@ def _paths() -> dict[str, Any]:
         "/api/v1/sweeps": {
             "post": _op(
                 "A grid of params, one job each",
-                {"201": _json("Sweep"), **_errors(400)},
+                {"201": _json("Sweep"), **_errors(400, 403, 404, 413)},
                 requestBody=_body("SweepInput"),
             )
         },

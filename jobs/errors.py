@@ -34,6 +34,20 @@ class ValidationError(GpudeckError):
         self.fields = fields
 
 
+class ReferenceNotFound(ValidationError):
+    """A well-formed spec whose one problem is a reference to what does not exist (an uploaded dataset or
+    version): the API answers 404, with the same `details["fields"]`."""
+
+    code = "not_found"
+
+
+class ReferenceForbidden(ValidationError):
+    """A well-formed spec whose one problem is a server path the operator has not allowed (outside
+    GPUDECK_DATA_ROOTS): the API answers 403, with the same `details["fields"]`."""
+
+    code = "forbidden"
+
+
 class BadRequest(GpudeckError):
     """A request is malformed: not JSON, a bad query argument."""
 

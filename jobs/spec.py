@@ -8,7 +8,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from jobs.errors import Forbidden, ValidationError
+from jobs.errors import Forbidden, ReferenceForbidden, ReferenceNotFound, ValidationError
 from jobs.keys import PRIORITIES
 from models import params as params_mod
 from models import sourcetree
@@ -95,6 +95,23 @@ def is_multi_worker(spec: dict[str, Any]) -> bool:
     return int(spec.get("workers") or 1) > 1
 
 
+INT_FIELDS = ("gpus", "timeout", "max_retries", "workers", "total_steps")
+"""Spec fields that hold integers."""
+
+
+def _integral(body: dict[str, Any]) -> dict[str, Any]:
+    """`body` with integral floats of integer fields as ints: in JSON (and JSON Schema's `integer`) 4.0 is 4."""
+
+    def whole(value: Any) -> Any:
+        return int(value) if isinstance(value, float) and value.is_integer() else value
+
+    out = {k: whole(v) if k in INT_FIELDS else v for k, v in body.items()}
+    if isinstance(out.get("params"), dict):
+        ints = {k for k, p in params_mod.PARAMS.items() if p.kind is int}
+        out["params"] = {k: whole(v) if k in ints else v for k, v in out["params"].items()}
+    return out
+
+
 def _int_in(value: Any, lo: int, hi: int) -> str | None:
     if not isinstance(value, int) or isinstance(value, bool):
         return f"must be an integer, got {type(value).__name__} {value!r}"
@@ -150,22 +167,26 @@ def _env(value: Any) -> str | None:
     return None
 
 
-def _source(value: Any, data_roots: tuple[Path, ...], known: SourceKnown | None) -> str | None:
+def _source(value: Any, data_roots: tuple[Path, ...], known: SourceKnown | None) -> tuple[str | None, type]:
+    """(what is wrong with a command job's source or None, the error a spec whose one problem it is raises)."""
     if not isinstance(value, str) or not value:
-        return f"must be a src:<sha256> ref from POST /api/v1/sources or an absolute server folder, got {value!r}"
+        bad = f"must be a src:<sha256> ref from POST /api/v1/sources or an absolute server folder, got {value!r}"
+        return bad, ValidationError
     if value.startswith(sourcetree.REF_PREFIX):
         sha = sourcetree.parse_ref(value)
         if sha is None:
-            return f"{value!r} is not a src:<sha256> ref (64 lowercase hex digits)"
+            return f"{value!r} is not a src:<sha256> ref (64 lowercase hex digits)", ValidationError
         if known is None or not known(sha):
-            return f"unknown source {value}; upload it first with POST /api/v1/sources"
-        return None
+            return f"unknown source {value}; upload it first with POST /api/v1/sources", ReferenceNotFound
+        return None, ValidationError
     if not value.startswith("/"):
-        return f"must be a src:<sha256> ref or an absolute server folder, got {value!r}"
+        return f"must be a src:<sha256> ref or an absolute server folder, got {value!r}", ValidationError
     problem = check_data_path(value, data_roots)
-    if problem is None and not os.path.isdir(value):
-        problem = f"server folder {value!r} does not exist or is not a folder"
-    return problem
+    if problem:
+        return problem, ReferenceForbidden
+    if not os.path.isdir(value):
+        return f"server folder {value!r} does not exist or is not a folder", ReferenceNotFound
+    return None, ValidationError
 
 
 def validate(
@@ -182,6 +203,7 @@ def validate(
     naming every bad field; a command job where they are not allowed is Forbidden."""
     if not isinstance(body, dict):
         raise ValidationError({"body": f"must be a JSON object, got {type(body).__name__}"})
+    body = _integral(body)
     command = "command" in body
     if command and not commands_allowed:
         raise Forbidden(COMMANDS_OFF, {"field": "command"})
@@ -204,12 +226,16 @@ def validate(
     if "model" in body and not command and (not isinstance(model, str) or model_info(model) is None):
         errors["model"] = f"unknown model {model!r}; known: {', '.join(MODELS)}"
     dataset = body.get("dataset")
+    ref_errors: dict[str, Any] = {}  # field -> what a spec whose only problems are references raises
     if dataset is not None or (not command and "dataset" in body):
         try:
             ref = parse_dataset(body["dataset"])
             problem = check_data_path(ref.path, data_roots) if ref.kind == "path" else None
+            if problem:
+                ref_errors["dataset"] = ReferenceForbidden
             if ref.kind == "stored":
                 dataset, problem = pin(ref.name, ref.version) if pin else (None, "uploaded datasets are not available")
+                ref_errors["dataset"] = ReferenceNotFound if pin else ValidationError
             elif ref.kind == "synthetic" and command:
                 problem = "a command job's dataset is an uploaded NAME[:VERSION] or a server folder (its DATA_DIR)"
             if problem:
@@ -217,10 +243,14 @@ def validate(
         except ValueError as exc:
             errors["dataset"] = str(exc)
     if command:
+        ref_errors["env_name"] = ReferenceNotFound  # a name no environment is registered under
+        source_problem, ref_errors["source"] = (
+            _source(body["source"], data_roots, source_known) if body.get("source") is not None else (None, None)
+        )
         for key, problem in (
             ("command", _command(body["command"])),
             ("env", _env(body["env"]) if body.get("env") is not None else None),
-            ("source", _source(body["source"], data_roots, source_known) if body.get("source") is not None else None),
+            ("source", source_problem),
             (
                 "env_name",
                 None
@@ -262,7 +292,16 @@ def validate(
             if problem:
                 errors[key] = problem
     if errors:
-        raise ValidationError(errors)
+        # A well-formed spec whose only problems are references: 404 for what does not exist, 403 for a server
+        # path the operator has not allowed (both kinds at once: 403); any other problem makes it a 400.
+        kinds = {ref_errors.get(field) or ValidationError for field in errors}
+        raise (
+            ReferenceForbidden
+            if kinds == {ReferenceForbidden, ReferenceNotFound}
+            else kinds.pop()
+            if len(kinds) == 1
+            else ValidationError
+        )(errors)
     common = {
         "gpus": body["gpus"] if body.get("gpus") is not None else default_gpus,
         "tags": list(body.get("tags") or []),

@@ -12,7 +12,7 @@ from redis import Redis
 
 from jobs import queues
 from jobs import spec as spec_mod
-from jobs.errors import NotFound, ValidationError
+from jobs.errors import NotFound, TooLarge, ValidationError
 from jobs.keys import SWEEP_COUNTER_KEY, sweep_key
 from jobs.settings import Settings
 from jobs.states import ENDED
@@ -41,7 +41,7 @@ def expand(base: Any, grid: Any) -> list[dict[str, Any]]:
     for values in grid.values():
         count *= len(values)
     if count > MAX_JOBS:
-        raise ValidationError({"grid": f"expands to {count} jobs; at most {MAX_JOBS}"})
+        raise TooLarge(f"grid: expands to {count} jobs; at most {MAX_JOBS}", {"field": "grid", "jobs": count})
     specs = []
     for combo in itertools.product(*grid.values()):
         spec = copy.deepcopy(base)
@@ -67,13 +67,13 @@ def create(redis: Redis, body: Any, settings: Settings | None = None) -> dict[st
             queues.validate(redis, s, settings, default_gpus=0)
         except ValidationError as exc:
             combo = {k: _get(s, k) for k in body["grid"]}
-            raise ValidationError(
+            raise type(exc)(  # a combination whose one problem is a missing dataset is a 404, as a job's
                 {f"combination {i + 1} {json.dumps(combo)}: {k}": v for k, v in exc.fields.items()}
             ) from None
     sweep_id = int(redis.incr(SWEEP_COUNTER_KEY))
     jobs = []
     for s in specs:
-        s = {**s, "tags": [*s.get("tags", []), f"sweep:{sweep_id}"]}
+        s = {**s, "tags": [*(s.get("tags") or []), f"sweep:{sweep_id}"]}
         jobs.append(queues.submit(redis, s, settings))
     record = {
         "id": sweep_id,

@@ -27,7 +27,7 @@ class Schedule(keras.optimizers.schedules.LearningRateSchedule):
         self.kind = kind
         self.total_steps = max(1, int(total_steps))
         self.steps_per_epoch = max(1, int(steps_per_epoch))
-        self.boundaries = list(boundaries or [0.5, 0.75])
+        self.boundaries = sorted(boundaries or [0.5, 0.75])  # points of the run: the order given does not matter
         self.decay_rate = float(decay_rate)
         self.decay_epochs = float(decay_epochs)
         self.warmup_steps = int(warmup_steps)

@@ -103,10 +103,10 @@ def test_upload_versions_and_jobs_naming_them(api, tmp_path, settings):
     assert submit("cifar10").json()["spec"]["dataset"] == "cifar10:2.0.0"  # the newest, pinned
     assert submit("cifar10:1.0.0").json()["spec"]["dataset"] == "cifar10:1.0.0"
     bad = submit("cifar10:3.0.0")
-    assert bad.status_code == 400 and "versions: 2.0.0, 1.0.0" in bad.json()["details"]["fields"]["dataset"]
+    assert bad.status_code == 404 and "versions: 2.0.0, 1.0.0" in bad.json()["details"]["fields"]["dataset"]
     assert "no dataset named 'imagenet'" in submit("imagenet").json()["details"]["fields"]["dataset"]
     outside = submit("/etc")
-    assert outside.status_code == 400 and "GPUDECK_DATA_ROOTS" in outside.json()["details"]["fields"]["dataset"]
+    assert outside.status_code == 403 and "GPUDECK_DATA_ROOTS" in outside.json()["details"]["fields"]["dataset"]
 
 
 @pytest.mark.slow

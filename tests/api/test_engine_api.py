@@ -69,12 +69,19 @@ def test_sweep_expands_the_grid_into_one_job_each(client, redis):
         ({"base": GOOD, "grid": {"colour": [1]}}, "grid.colour"),
         ({"base": GOOD, "grid": {"params": [1]}}, "grid.params"),
         ({"base": GOOD, "grid": {}}, "grid"),
-        ({"base": GOOD, "grid": {"params.lr": list(range(1, 30)), "params.seed": list(range(30))}}, "grid"),
     ],
 )
 def test_bad_sweeps_are_refused_by_field_and_create_nothing(client, redis, body, field):
     resp = client.post("/api/v1/sweeps", json=body)
     assert resp.status_code == 400 and field in resp.json["details"]["fields"]
+    assert redis.keys("gpudeck:*") == []
+
+
+def test_a_grid_of_more_than_500_combinations_is_over_a_limit(client, redis):
+    body = {"base": GOOD, "grid": {"params.lr": list(range(1, 30)), "params.seed": list(range(30))}}
+    resp = client.post("/api/v1/sweeps", json=body)
+    assert resp.status_code == 413 and resp.json["details"] == {"field": "grid", "jobs": 870}
+    assert "expands to 870 jobs; at most 500" in resp.json["message"]
     assert redis.keys("gpudeck:*") == []
 
 

@@ -45,7 +45,6 @@ def test_a_queued_job_has_no_logs_or_metrics_yet(client):
 
 BAD = [
     ({**GOOD, "model": "resnet21"}, "model", "unknown model"),
-    ({**GOOD, "dataset": "cifar11"}, "dataset", "no dataset named 'cifar11' has been uploaded"),
     ({**GOOD, "dataset": "my data"}, "dataset", "unknown dataset"),
     ({"dataset": "synthetic"}, "model", "is required"),
     ({"model": "resnet20"}, "dataset", "is required"),
@@ -59,6 +58,18 @@ BAD = [
     ({**GOOD, "params": [1]}, "params", "object"),
     ([GOOD], "body", "JSON object"),
 ]
+
+
+def test_a_spec_whose_one_problem_is_a_missing_dataset_is_404_and_with_others_400(client, redis):
+    """Well-formed, but it names an uploaded dataset that does not exist: 404, the field named as in a 400."""
+    resp = client.post("/api/v1/jobs", json={**GOOD, "dataset": "cifar11"})
+    assert resp.status_code == 404 and resp.json["error"] == "not_found"
+    assert "no dataset named 'cifar11' has been uploaded" in resp.json["details"]["fields"]["dataset"]
+    resp = client.post("/api/v1/jobs", json={**GOOD, "dataset": "cifar11", "gpus": -1})
+    assert resp.status_code == 400 and set(resp.json["details"]["fields"]) == {"dataset", "gpus"}
+    sweep = client.post("/api/v1/sweeps", json={"base": GOOD, "grid": {"dataset": ["synthetic", "cifar11"]}})
+    assert sweep.status_code == 404 and "combination 2" in sweep.json["message"]
+    assert redis.keys("*") == []
 
 
 @pytest.mark.parametrize("body, field, words", BAD)
@@ -198,13 +209,13 @@ def test_dataset_paths_only_under_data_roots(settings, redis, tmp_path):
     assert client.post("/api/v1/jobs", json={**GOOD, "dataset": str(root / "cifar")}).status_code == 201
     for bad in (str(tmp_path / "secret"), str(root / "escape"), f"{root}/../secret"):
         resp = client.post("/api/v1/jobs", json={**GOOD, "dataset": bad})
-        assert resp.status_code == 400 and "not under GPUDECK_DATA_ROOTS" in resp.json["details"]["fields"]["dataset"]
+        assert resp.status_code == 403 and "not under GPUDECK_DATA_ROOTS" in resp.json["details"]["fields"]["dataset"]
     resp = (
         create_app({"SETTINGS": settings, "REDIS": redis})
         .test_client()
         .post("/api/v1/jobs", json={**GOOD, "dataset": str(root / "cifar")})
     )
-    assert resp.status_code == 400 and "no GPUDECK_DATA_ROOTS" in resp.json["message"]
+    assert resp.status_code == 403 and "no GPUDECK_DATA_ROOTS" in resp.json["message"]
 
 
 def test_aliases_and_recipes_are_accepted(client):
@@ -269,3 +280,18 @@ def test_metrics_follow_the_stream_as_points_arrive_and_after_a_trim(client, red
     redis.xtrim(metrics_key(job_id), maxlen=2, approximate=False)  # the stream's cap dropped the oldest
     assert curves() == ([3, 4], [3])
     assert client.get(f"/api/v1/jobs/{job_id}/metrics?format=csv").text.splitlines()[0].endswith(",custom")
+
+
+def test_what_schemathesis_found_answers_without_a_500(client):
+    """Two 500s the schemathesis benchmark found: a lone UTF-16 surrogate in a string (valid JSON, no valid text,
+    and Redis could not store it) and a sweep base whose tags are null."""
+    job = client.post(
+        "/api/v1/jobs",
+        data='{"model": "lenet", "dataset": "synthetic", "name": "a\\ud890b"}',
+        content_type="application/json",
+    )
+    assert job.status_code == 201 and job.json["name"] == "a\ufffdb", job.json
+    sweep = client.post("/api/v1/sweeps", json={"base": {**GOOD, "tags": None}, "grid": {"params.lr": [0.1, 0.2]}})
+    assert sweep.status_code == 201 and all(
+        j["spec"]["tags"] == [f"sweep:{sweep.json['id']}"] for j in sweep.json["jobs"]
+    )
