@@ -164,34 +164,35 @@ class Stack:
         return "\n".join(lines)
 
     def watch(self) -> int:
-        """Restart workers that die; return when asked to stop or when the API dies."""
+        """Restart what dies (Redis, the API, workers) until asked to stop."""
         assert self.api is not None
         while not self._stopping:
             self._keep_redis()
-            if not self.api.alive():
-                log.error(
-                    "the API exited (%s); stopping the stack. See %s", self.api.proc.returncode, self.api.log_path
-                )
-                return 1
             now = time.monotonic()
+            self._keep(self.api, now, drainable=False)
             for w in self.workers:
-                if w.alive() or w.drained:
-                    continue
-                if w.proc is not None and w.proc.returncode == 0 and w.restart_at is None:
-                    w.drained = True  # a worker that exits 0 was drained or stopped on purpose: leave it
-                    log.info("%s exited cleanly (drained); not restarting it", w.name)
-                    continue
-                if w.restart_at is None:
-                    delay, w.deaths = restart_delay(w.deaths, now - w.started_at)
-                    w.restart_at = now + delay
-                    log.warning(
-                        "%s exited (%s); restarting in %ss", w.name, w.proc.returncode if w.proc else "?", delay
-                    )
-                elif now >= w.restart_at:
-                    w.restart_at = None
-                    w.start()
+                self._keep(w, now, drainable=True)
             time.sleep(0.2)
         return 0
+
+    @staticmethod
+    def _keep(child: Child, now: float, drainable: bool) -> None:
+        """Restart `child` after it died, with a backoff that grows while it keeps dying; a worker that exits 0
+        was drained or stopped on purpose and is left alone."""
+        if child.alive() or child.drained:
+            return
+        if drainable and child.proc is not None and child.proc.returncode == 0 and child.restart_at is None:
+            child.drained = True
+            log.info("%s exited cleanly (drained); not restarting it", child.name)
+            return
+        if child.restart_at is None:
+            delay, child.deaths = restart_delay(child.deaths, now - child.started_at)
+            child.restart_at = now + delay
+            code = child.proc.returncode if child.proc else "?"
+            log.warning("%s exited (%s); restarting in %ss. See %s", child.name, code, delay, child.log_path)
+        elif now >= child.restart_at:
+            child.restart_at = None
+            child.start()
 
     def _keep_redis(self) -> None:
         """Restart the embedded Redis when it died (kill -9, OOM killer): from its append-only file, at the same

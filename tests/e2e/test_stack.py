@@ -189,3 +189,38 @@ def cmdline(pid: int) -> bytes:
         return Path(f"/proc/{pid}/cmdline").read_bytes()
     except OSError:
         return b""
+
+
+def test_a_killed_api_is_started_again(tmp_path, child_env):
+    stack = Up(tmp_path / "home", child_env, tmp_path / "up.log")
+    try:
+        job_id = requests.post(f"{stack.url}/api/v1/jobs", json={"model": "lenet", "dataset": "synthetic"}).json()["id"]
+        api_pid = next(  # gunicorn's master (its workers carry the same command line, one level down)
+            p for p in descendants(stack.proc.pid) if b"api.serve" in cmdline(p) and parent(p) == stack.proc.pid
+        )
+        os.kill(api_pid, signal.SIGKILL)
+        until(lambda: "api exited (-9); restarting in 1s" in stack.output(), 10, "up noticing the API died")
+
+        def new_api_answers() -> bool:
+            """A new master under `up`, answering (the old one's orphaned workers may answer for a moment more)."""
+            masters = [
+                p for p in descendants(stack.proc.pid) if b"api.serve" in cmdline(p) and parent(p) == stack.proc.pid
+            ]
+            if not masters or api_pid in masters:
+                return False
+            try:
+                return requests.get(f"{stack.url}/api/v1/jobs/{job_id}", timeout=2).json()["id"] == job_id
+            except (requests.ConnectionError, ValueError):
+                return False
+
+        until(new_api_answers, 60, "a new API answering, with the job submitted before")  # nothing was lost
+        assert stack.proc.poll() is None
+    finally:
+        stack.kill()
+
+
+def parent(pid: int) -> int:
+    try:
+        return int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[1])
+    except OSError:
+        return 0
