@@ -19,6 +19,8 @@ bp = Blueprint("jobs", __name__)
 
 MAX_PAGE = 500
 """Most jobs one list page returns."""
+MAX_OFFSET = 2**62
+"""Largest log offset or list cursor a request may give."""
 MAX_WAIT_S = 3600
 """Longest a single /wait request holds (clients loop for longer waits)."""
 WAIT_POLL_S = 0.25
@@ -54,7 +56,7 @@ def retry(job_id: int):
 def list_jobs():
     deps.only_args(request.args, ("status", "model", "tag", "limit", "cursor"))
     limit = deps.int_arg("limit", 50, 1, MAX_PAGE)
-    cursor = deps.int_arg("cursor", 0, 0, 2**62) or None
+    cursor = deps.int_arg("cursor", 0, 0, MAX_OFFSET) or None
     statuses = _statuses(request.args.get("status"))
     model, tag = request.args.get("model") or None, request.args.get("tag") or None
 
@@ -134,7 +136,7 @@ def logs(job_id: int):
     deps.only_args(request.args, ("offset", "follow"))
     store = deps.store()
     store.get(job_id)  # 404 for an unknown job
-    offset = deps.int_arg("offset", 0, 0, 2**62)
+    offset = deps.int_arg("offset", 0, 0, MAX_OFFSET)
     if not deps.bool_arg("follow"):
         lines, next_offset = store.read_lines(job_id, offset)
         body = "".join(line + "\n" for line in lines)

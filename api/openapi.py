@@ -9,13 +9,26 @@ from typing import Any
 
 from flask import Blueprint
 
+from api.jobs import MAX_OFFSET, MAX_PAGE, MAX_WAIT_S
 from jobs.keys import PRIORITIES
 from jobs.settings import DEFAULT_API
-from jobs.spec import ENV_NAME, FIELDS, INJECTED, MAX_COMMAND, MAX_GPUS, MAX_WORKERS
+from jobs.sources import GIT_COMMIT
+from jobs.spec import (
+    COMMAND_ONLY,
+    ENV_NAME,
+    FIELDS,
+    INJECTED,
+    MAX_COMMAND,
+    MAX_GPUS,
+    MAX_TIMEOUT_S,
+    MAX_TOTAL_STEPS,
+    MAX_WORKERS,
+)
 from jobs.states import Reason, Status
 from jobs.sweeps import MAX_JOBS as SWEEP_MAX_JOBS
 from models.catalog import ALIASES, MODELS, NAME
 from models.params import AUGMENT_PARTS, PARAMS
+from models.sourcetree import REF
 
 bp = Blueprint("openapi", __name__)
 
@@ -63,6 +76,8 @@ DATASET_PATTERN = (
     r"|/.+)$"  # a server path (under GPUDECK_DATA_ROOTS, else 403)
 )
 """The forms models.catalog.parse_dataset reads."""
+NOT_SYNTHETIC = {"not": {"pattern": "^synthetic(:|$)"}}
+"""A command job's dataset: its DATA_DIR is a folder, never generated data."""
 
 NULL_IS_DEFAULT = ("gpus", "name", "tags", "priority", "max_retries", "workers", "chief", "env", "dataset")
 """Optional spec fields a null stands for the default of (the others are nullable in the spec itself)."""
@@ -93,7 +108,7 @@ def _schemas() -> dict[str, Any]:
         "name": {**STR, "minLength": 1, "maxLength": 200},
         "tags": {"type": "array", "maxItems": 50, "items": {**STR, "minLength": 1, "maxLength": 64}},
         "priority": {**STR, "enum": list(PRIORITIES)},
-        "timeout": _nullable({**INT, "minimum": 1, "maximum": 30 * 24 * 3600}),
+        "timeout": _nullable({**INT, "minimum": 1, "maximum": MAX_TIMEOUT_S}),
         "max_retries": {**INT, "minimum": 0, "maximum": 10},
         "workers": {**INT, "minimum": 1, "maximum": MAX_WORKERS, "description": "tasks of a multi-worker job"},
         "chief": {**BOOL, "description": "task 0 runs as TF_CONFIG type chief (needs workers >= 2)"},
@@ -108,7 +123,7 @@ def _schemas() -> dict[str, Any]:
         "source": _nullable(
             {
                 **STR,
-                "pattern": "^(src:[0-9a-f]{64}|/.+)$",
+                "pattern": f"^({REF.pattern}|/.+)$",
                 "description": "src:<sha256> from POST /api/v1/sources, or a server folder under "
                 "GPUDECK_DATA_ROOTS (snapshotted at submission)",
             }
@@ -121,7 +136,7 @@ def _schemas() -> dict[str, Any]:
         },
         "env_name": _nullable({**STR, "description": "an environment registered with GPUDECK_ENVS"}),
         "total_steps": _nullable(
-            {**INT, "minimum": 1, "maximum": 10**12, "description": "for progress and ETA of a command job"}
+            {**INT, "minimum": 1, "maximum": MAX_TOTAL_STEPS, "description": "for progress and ETA of a command job"}
         ),
     }
     point = _obj(
@@ -142,15 +157,12 @@ def _schemas() -> dict[str, Any]:
                 {
                     "required": ["model", "dataset"],
                     "properties": {"dataset": {"type": "string"}},  # a model job's is not null
-                    "not": {
-                        "anyOf": [{"required": [k]} for k in ("command", "source", "env", "env_name", "total_steps")]
-                    },
+                    "not": {"anyOf": [{"required": [k]} for k in ("command", *COMMAND_ONLY)]},
                 },
                 {
                     "required": ["command"],
                     "not": {"anyOf": [{"required": ["model"]}, {"required": ["params"]}]},
-                    # a command's DATA_DIR is a folder: an uploaded NAME[:VERSION] or a server path, not generated data
-                    "properties": {"dataset": {"not": {"pattern": "^synthetic(:|$)"}}},
+                    "properties": {"dataset": NOT_SYNTHETIC},
                 },
             ],
             "if": {"required": ["chief"], "properties": {"chief": {"const": True}}},
@@ -275,22 +287,14 @@ def _schemas() -> dict[str, Any]:
                         "properties": {
                             "grid": {
                                 "propertyNames": {"not": {"pattern": "^(model$|params)"}},
-                                "properties": {"dataset": {"items": {"not": {"pattern": "^synthetic(:|$)"}}}},
+                                "properties": {"dataset": {"items": NOT_SYNTHETIC}},
                             }
                         }
                     },
                 },
                 {  # a model job's grid varies none of a command's fields
                     "if": {"properties": {"base": {"required": ["model"]}}},
-                    "then": {
-                        "properties": {
-                            "grid": {
-                                "propertyNames": {
-                                    "not": {"enum": ["command", "source", "env", "env_name", "total_steps"]}
-                                }
-                            }
-                        }
-                    },
+                    "then": {"properties": {"grid": {"propertyNames": {"not": {"enum": ["command", *COMMAND_ONLY]}}}}},
                 },
                 {  # a chief the grid asks for needs workers (>= 2) from the grid or the base
                     "if": {
@@ -610,8 +614,8 @@ def _paths() -> dict[str, Any]:
                     _q("status", {**STR, "pattern": _list_of([s.value for s in Status])}, "comma-separated statuses"),
                     _q("model", STR, "model name"),
                     _q("tag", STR, "a tag the job has"),
-                    _q("limit", {**INT, "minimum": 1, "maximum": 500}, "page size (50)"),
-                    _q("cursor", {**INT, "minimum": 0, "maximum": 2**62}, "next_cursor of the previous page"),
+                    _q("limit", {**INT, "minimum": 1, "maximum": MAX_PAGE}, "page size (50)"),
+                    _q("cursor", {**INT, "minimum": 0, "maximum": MAX_OFFSET}, "next_cursor of the previous page"),
                 ],
             ),
         },
@@ -626,7 +630,7 @@ def _paths() -> dict[str, Any]:
             "get": _op(
                 "Answer when the job ends or the timeout passes",
                 {"200": _json("Job"), **_errors(400, 404)},
-                parameters=[*job, _q("timeout", {**INT, "minimum": 0, "maximum": 3600}, "seconds (60)")],
+                parameters=[*job, _q("timeout", {**INT, "minimum": 0, "maximum": MAX_WAIT_S}, "seconds (60)")],
             )
         },
         "/api/v1/jobs/{id}/logs": {
@@ -638,7 +642,7 @@ def _paths() -> dict[str, Any]:
                 },
                 parameters=[
                     *job,
-                    _q("offset", {**INT, "minimum": 0, "maximum": 2**62}, "lines already read"),
+                    _q("offset", {**INT, "minimum": 0, "maximum": MAX_OFFSET}, "lines already read"),
                     _q("follow", {**STR, "enum": ["0", "1", "true", "false", "yes", "no"]}, "stream"),
                 ],
             )
@@ -712,7 +716,7 @@ def _paths() -> dict[str, Any]:
                             "schema": _obj(
                                 {
                                     "file": {**STR, "contentMediaType": "application/gzip"},
-                                    "git_commit": {**STR, "pattern": "^([0-9a-f]{7,64})?$"},
+                                    "git_commit": {**STR, "pattern": f"^({GIT_COMMIT.pattern})?$"},
                                     "git_dirty": {**STR, "enum": ["true", "false", "1", "0", ""]},
                                 },
                                 ["file"],
@@ -728,7 +732,7 @@ def _paths() -> dict[str, Any]:
                 "One stored source",
                 {"200": _json("Source"), **_errors(400, 404)},
                 parameters=[
-                    {"name": "ref", "in": "path", "required": True, "schema": {**STR, "pattern": "^src:[0-9a-f]{64}$"}}
+                    {"name": "ref", "in": "path", "required": True, "schema": {**STR, "pattern": f"^{REF.pattern}$"}}
                 ],
             )
         },

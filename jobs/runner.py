@@ -456,9 +456,7 @@ class JobRun:
             carry = self.redis.pipeline(transaction=False)
             carry.command_stack, carry.scripts = stack, scripts
             self._carry = carry
-            if self._away_since is None:
-                self._away_since = time.monotonic()
-                log.warning("job %s: redis unreachable (%s); the job goes on, its output waits", self.job_id, exc)
+            self._away(exc, ", its output waits")
             if strict:
                 raise
             return
@@ -469,13 +467,17 @@ class JobRun:
         try:
             out = fn()
         except OUTAGE as exc:
-            if self._away_since is None:
-                self._away_since = time.monotonic()
-                log.warning("job %s: redis unreachable (%s); the job goes on", self.job_id, exc)
+            self._away(exc, "")
             return None
         if self._carry is None:  # else the next flush says so, once it has written what waits
             self._back("")
         return out
+
+    def _away(self, exc: Exception, what: str) -> None:
+        """Note (once per outage) that Redis stopped answering."""
+        if self._away_since is None:
+            self._away_since = time.monotonic()
+            log.warning("job %s: redis unreachable (%s); the job goes on%s", self.job_id, exc, what)
 
     def _back(self, what: str) -> None:
         if self._away_since is not None:

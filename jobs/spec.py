@@ -60,6 +60,12 @@ them."""
 ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 MAX_COMMAND = 16_384
 """Longest command (characters of the string, or of all its arguments)."""
+MAX_TIMEOUT_S = 30 * 24 * 3600
+"""Longest `timeout` a job may ask for (30 days)."""
+MAX_TOTAL_STEPS = 10**12
+"""Largest `total_steps` of a command job."""
+COMMAND_ONLY = ("source", "env", "env_name", "total_steps")
+"""Spec fields only a command job has (besides `command` itself)."""
 
 COMMANDS_OFF = (
     "command jobs are turned off: they run any code as the gpudeck service. Turn on tokens (GPUDECK_TOKENS=...) "
@@ -99,12 +105,13 @@ INT_FIELDS = ("gpus", "timeout", "max_retries", "workers", "total_steps")
 """Spec fields that hold integers."""
 
 
+def whole(value: Any) -> Any:
+    """An integral float as the int it is (in JSON, and JSON Schema's `integer`, 4.0 is 4); anything else as is."""
+    return int(value) if isinstance(value, float) and value.is_integer() else value
+
+
 def _integral(body: dict[str, Any]) -> dict[str, Any]:
-    """`body` with integral floats of integer fields as ints: in JSON (and JSON Schema's `integer`) 4.0 is 4."""
-
-    def whole(value: Any) -> Any:
-        return int(value) if isinstance(value, float) and value.is_integer() else value
-
+    """`body` with the integral floats of its integer fields and integer params as ints."""
     out = {k: whole(v) if k in INT_FIELDS else v for k, v in body.items()}
     if isinstance(out.get("params"), dict):
         ints = {k for k, p in params_mod.PARAMS.items() if p.kind is int}
@@ -217,7 +224,7 @@ def validate(
         errors["model"] = "is required (or give command to run your own code)"
     if not command and "dataset" not in body:
         errors["dataset"] = "is required"
-    for key in ("source", "env", "env_name", "total_steps"):
+    for key in COMMAND_ONLY:
         if key in body and not command:
             errors[key] = "belongs to command jobs (give command)"
     if command and "params" in body:
@@ -258,7 +265,10 @@ def validate(
                 else f"unknown environment {body['env_name']!r}; registered (GPUDECK_ENVS): "
                 f"{', '.join(envs) or 'none'}",
             ),
-            ("total_steps", _int_in(body["total_steps"], 1, 10**12) if body.get("total_steps") is not None else None),
+            (
+                "total_steps",
+                _int_in(body["total_steps"], 1, MAX_TOTAL_STEPS) if body.get("total_steps") is not None else None,
+            ),
         ):
             if problem:
                 errors[key] = problem
@@ -266,7 +276,7 @@ def validate(
         errors.update(params_mod.validate(body.get("params", {})))
     checks = {
         "gpus": lambda v: _int_in(v, 0, MAX_GPUS),
-        "timeout": lambda v: _int_in(v, 1, 30 * 24 * 3600),
+        "timeout": lambda v: _int_in(v, 1, MAX_TIMEOUT_S),
         "max_retries": lambda v: _int_in(v, 0, 10),
         "workers": lambda v: _int_in(v, 1, MAX_WORKERS),
         "chief": lambda v: (
@@ -295,13 +305,9 @@ def validate(
         # A well-formed spec whose only problems are references: 404 for what does not exist, 403 for a server
         # path the operator has not allowed (both kinds at once: 403); any other problem makes it a 400.
         kinds = {ref_errors.get(field) or ValidationError for field in errors}
-        raise (
-            ReferenceForbidden
-            if kinds == {ReferenceForbidden, ReferenceNotFound}
-            else kinds.pop()
-            if len(kinds) == 1
-            else ValidationError
-        )(errors)
+        for kind in (ValidationError, ReferenceForbidden, ReferenceNotFound):
+            if kind in kinds:
+                raise kind(errors)
     common = {
         "gpus": body["gpus"] if body.get("gpus") is not None else default_gpus,
         "tags": list(body.get("tags") or []),

@@ -25,6 +25,7 @@ from jobs.keys import tensorboard_key
 from jobs.proc import pdeathsig
 from jobs.redis_server import free_port
 from jobs.settings import Settings
+from jobs.spec import whole
 from jobs.store import JobStore, iso
 
 log = logging.getLogger(__name__)
@@ -42,8 +43,8 @@ def _job_ids(body: Any) -> list[int]:
     if unknown:
         raise ValidationError({unknown[0]: "unknown field; accepted: jobs"})
     ids = body.get("jobs")
-    if isinstance(ids, list):  # 14.0 is the integer 14 (JSON Schema's integer, and JSON's numbers)
-        ids = [int(i) if isinstance(i, float) and i.is_integer() else i for i in ids]
+    if isinstance(ids, list):
+        ids = [whole(i) for i in ids]  # 14.0 is the job 14
     if (
         not isinstance(ids, list)
         or not 0 < len(ids) <= MAX_JOBS
