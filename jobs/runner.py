@@ -283,7 +283,7 @@ class JobRun:
         if src.exists():
             return src
         if not spec.get("source"):
-            src.mkdir()
+            src.mkdir(exist_ok=True)  # another task of the job on this host may make it at the same moment
             return src
         sha = sourcetree.parse_ref(spec["source"]) or ""
         stored = sources.local_path(self.ctx.settings, sha)

@@ -79,6 +79,23 @@ def trainer_of(job: Any) -> tuple[int, int | None]:
 def on_horse_killed(job: Any, retpid: int, ret_val: int, rusage: Any) -> None:
     """The work-horse died under a job (cold shutdown, a crash): its trainer goes too, the job is worker_lost
     (for a task of a multi-worker job: the other tasks stop, and the job is retried or fails as worker_lost)."""
+    _horse_lost(job, f"the work-horse died (wait status {ret_val})")
+
+
+def on_job_error(job: Any, exc_type: type, exc: BaseException, tb: Any) -> None:
+    """gpudeck's own code raised in the work-horse (a bug, a full disk): the job is worker_lost now, with the
+    error as its message, rather than when its heartbeat expires with a message that names no cause. Runs in the
+    work-horse, after RQ has logged the traceback in the worker's log."""
+    try:
+        _horse_lost(
+            job,
+            f"gpudeck failed on worker {runner.CONTEXT.name if runner.CONTEXT else '?'}: {exc_type.__name__}: {exc}",
+        )
+    except Exception:  # e.g. Redis is away too: the reaper judges it by its heartbeat instead
+        log.exception("job %s: could not record the error", job.id)
+
+
+def _horse_lost(job: Any, why: str) -> None:
     if job_id_of(job.id) is None:
         return
     job_id, pid = trainer_of(job)
@@ -88,7 +105,6 @@ def on_horse_killed(job: Any, retpid: int, ret_val: int, rusage: Any) -> None:
     rec = store.get(job_id)
     if Status(rec["status"]).ended:
         return
-    why = f"the work-horse died (wait status {ret_val})"
     if job.func_name == RUN_TASK:
         index, gen = job.args[1], job.args[2]
         if gang.current(job.connection, job_id, gen):
@@ -163,7 +179,11 @@ def run(
     redis.set(worker_info_key(name), json.dumps({"host": host, "gpus": gpus}), ex=7 * 24 * 3600)
     queues = worker_queues(len(gpus))
     worker = GpudeckWorker(
-        worker_listens(name, len(gpus)), name=name, connection=redis, work_horse_killed_handler=on_horse_killed
+        worker_listens(name, len(gpus)),
+        name=name,
+        connection=redis,
+        work_horse_killed_handler=on_horse_killed,
+        exception_handlers=[on_job_error],
     )
     assert settings.redis_url
     helpers = [Reaper(settings.redis_url), Sampler(settings.redis_url, host), gang.Placer(settings.redis_url, name)]

@@ -182,3 +182,17 @@ def test_rq_info_shows_gpudecks_queues_and_workers(client, worker, settings):
 
     out = until(listed, 60, "rq info listing the worker")
     assert "cpu" in out and "cpu-low" in out and worker.output() is not None
+
+
+def test_gpudeck_failing_in_the_work_horse_ends_the_attempt_at_once_with_its_error(client, spawn, child_env, settings):
+    """gpudeck's own code raising in the work-horse (here: the job dir cannot be made, as on a broken disk) ends the
+    attempt as worker_lost with the error as its message, and the retry comes at once, not after a heartbeat
+    expired with no cause given (the chaos soak found jobs waiting 15 s for that)."""
+    job_id = client.post("/api/v1/jobs", json={**TINY, "max_retries": 1}).json["id"]
+    settings.jobs_dir.mkdir(parents=True, exist_ok=True)
+    settings.job_dir(job_id).write_text("not a folder")
+    burst = spawn("worker", "--cpu", "--burst", env=child_env)
+    assert burst.proc.wait(90) == 0
+    job = client.get(f"/api/v1/jobs/{job_id}").json
+    assert (job["status"], job["reason"], job["attempt"]) == ("failed", "worker_lost", 2), job
+    assert job["message"].startswith("gpudeck failed on worker ") and "FileExistsError" in job["message"], job

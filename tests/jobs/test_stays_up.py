@@ -83,3 +83,18 @@ def test_a_worker_that_stopped_beating_is_lost_and_health_degraded(client, redis
     assert 'gpudeck_workers{state="lost"} 1.0' in client.get("/metrics").text
     redis.set(keys.alive_key("w2"), "1", ex=10)
     assert client.get("/healthz").json["status"] == "ok"
+
+
+def test_two_tasks_on_one_host_may_make_the_source_folder_at_the_same_moment(tmp_path, monkeypatch):
+    """Tasks of a multi-worker job without a source, on one host, share `$JOB_DIR/src`: the one that finds it made
+    by the other between its check and its mkdir goes on (the chaos soak found that race: FileExistsError)."""
+    from pathlib import Path
+    from types import SimpleNamespace
+
+    from jobs.runner import JobRun
+
+    job_dir = tmp_path / "jobs" / "7"
+    (job_dir / "src").mkdir(parents=True)  # the other task was a moment faster
+    real_exists = Path.exists
+    monkeypatch.setattr(Path, "exists", lambda p: False if p.name == "src" else real_exists(p))
+    assert JobRun._source_copy(SimpleNamespace(job_dir=job_dir), {"command": "true"}) == job_dir / "src"

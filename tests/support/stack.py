@@ -13,9 +13,11 @@ from tests.support.live import kill_tree, wait_http
 
 
 class Up:
-    """`gpudeck up --port P --home DIR` as a child process."""
+    """`gpudeck up --port P --home DIR [ARGS…]` as a child process."""
 
-    def __init__(self, home: Path, env: dict[str, str], log: Path, redis_url: str | None = None):
+    def __init__(
+        self, home: Path, env: dict[str, str], log: Path, redis_url: str | None = None, args: tuple[str, ...] = ()
+    ):
         self.home, self.port = home, free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         env = {k: v for k, v in env.items() if k != "REDIS_URL"}  # the embedded Redis, as `make up` does
@@ -24,7 +26,7 @@ class Up:
         self.out = open(log, "ab")  # noqa: SIM115
         self.log = log
         self.proc = subprocess.Popen(
-            python_module("tui.cli", "up", "--port", str(self.port), "--home", str(home)),
+            python_module("tui.cli", "up", "--port", str(self.port), "--home", str(home), *args),
             env=env,
             stdout=self.out,
             stderr=subprocess.STDOUT,
