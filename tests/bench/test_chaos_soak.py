@@ -36,6 +36,7 @@ import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import pytest
 import requests
 
 from tests.support.live import descendants
@@ -383,6 +384,7 @@ def went_back(soak: Soak, job: Planned, rec: dict, points: list[dict], log: str)
     return None
 
 
+@pytest.mark.timeout(SOAK_S + 1500)  # the soak, then up to 10 minutes to settle and the checks
 def test_chaos_soak(tmp_path, child_env):
     rng = random.Random(SEED)
     soak_dir = tmp_path / "soak"
