@@ -15,6 +15,9 @@ MAX_BODY_BYTES = 1 << 20
 def create_app(config: dict[str, Any] | None = None) -> Flask:
     """The Flask app; `config` may carry SETTINGS (a Settings) and REDIS (a client) for tests."""
     app = Flask(__name__)
+    from api.finite import FiniteJSONProvider
+
+    app.json = FiniteJSONProvider(app)  # answers hold no NaN or Infinity
     app.config.update(MAX_CONTENT_LENGTH=MAX_BODY_BYTES, JSON_SORT_KEYS=False)
     if config:
         app.config.update(config)

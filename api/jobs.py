@@ -10,6 +10,7 @@ from collections import OrderedDict
 from flask import Blueprint, Response, current_app, request
 
 from api import deps, longpoll
+from api.finite import finite
 from jobs import control, gang
 from jobs.errors import BadRequest
 from jobs.states import Status
@@ -230,6 +231,8 @@ def _series(store, job_id: int, rec: dict) -> _Series:
         series.oldest = oldest
         for n, raw in new:
             point = json.loads(raw)
+            if b"NaN" in raw or b"Infinity" in raw:  # as json.dumps wrote a diverged loss: not JSON
+                raw = json.dumps(finite(point), separators=(",", ":"), allow_nan=False).encode()
             if any(k.startswith("val_") for k in point):
                 series.add(series.validation, raw)
             if any(k not in POINT_KEYS and not k.startswith("val_") for k in point):

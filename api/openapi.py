@@ -9,6 +9,7 @@ from typing import Any
 
 from flask import Blueprint
 
+from api.finite import NONFINITE
 from api.jobs import MAX_OFFSET, MAX_PAGE, MAX_WAIT_S
 from jobs.keys import PRIORITIES
 from jobs.settings import DEFAULT_API
@@ -141,8 +142,11 @@ def _schemas() -> dict[str, Any]:
     }
     point = _obj(
         {
-            k: _nullable(NUM)
-            for k in ("step", "epoch", "loss", "accuracy", "lr", "images_per_sec", "val_loss", "val_accuracy")
+            **{
+                k: _nullable(NUM)
+                for k in ("step", "epoch", "loss", "accuracy", "lr", "images_per_sec", "val_loss", "val_accuracy")
+            },
+            NONFINITE: _ref("Nonfinite"),
         }
     )
     return {
@@ -198,10 +202,27 @@ def _schemas() -> dict[str, Any]:
                 "fraction": _nullable(NUM),
             }
         ),
+        "Nonfinite": {
+            "type": "object",
+            "description": "fields of this object whose value was not a finite number (a diverged loss): JSON has "
+            "no NaN or Infinity, so such a value is answered as null and named here",
+            "additionalProperties": {**STR, "enum": ["nan", "inf", "-inf"]},
+        },
         "Result": _obj(
             {
-                k: NUM
-                for k in ("test_accuracy", "test_top5", "test_loss", "steps", "epochs", "images_per_sec", "duration_s")
+                **{
+                    k: _nullable(NUM)
+                    for k in (
+                        "test_accuracy",
+                        "test_top5",
+                        "test_loss",
+                        "steps",
+                        "epochs",
+                        "images_per_sec",
+                        "duration_s",
+                    )
+                },
+                NONFINITE: _ref("Nonfinite"),
             }
         ),
         "Job": _obj(
@@ -222,7 +243,7 @@ def _schemas() -> dict[str, Any]:
                 "elapsed_s": _nullable(NUM),
                 "eta_s": _nullable(NUM),
                 "progress": _ref("Progress"),
-                "metrics": _nullable({"type": "object"}),
+                "metrics": _nullable(_obj({NONFINITE: _ref("Nonfinite")})),
                 "result": _nullable(_ref("Result")),
                 "log_tail": _nullable({"type": "array", "items": STR}),
                 "tasks": _nullable({"type": "array", "items": _ref("Task")}),

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from jobs.states import Reason, Status
-from models.protocol import EXIT_BAD_INPUT, EXIT_OK
+from models.protocol import EXIT_BAD_INPUT, EXIT_DIVERGED, EXIT_OK
 
 
 @dataclass(frozen=True)
@@ -69,11 +69,14 @@ def refused(message: str) -> End:
     return End(Status.FAILED, Reason.BAD_INPUT, message)
 
 
-def of_exit(returncode: int | None, oom: bool, who: str = "the trainer") -> End:
+def of_exit(returncode: int | None, oom: bool, who: str = "the trainer", diverged: dict | None = None) -> End:
     """Why a process nobody asked to stop ended without a result (the trainer's exit 2 is its refusal of the
-    spec; a command's exit status means only what its script means by it)."""
+    spec, 3 a loss that became NaN or infinite, described by its `diverged` event; a command's exit status means
+    only what its script means by it)."""
     if returncode == EXIT_BAD_INPUT and who == "the trainer":
         return End(Status.FAILED, Reason.BAD_INPUT, f"{who} refused the spec or its data")
+    if returncode == EXIT_DIVERGED and who == "the trainer":
+        return End(Status.FAILED, Reason.DIVERGED, _diverged(diverged or {}))
     if oom:
         return End(Status.FAILED, Reason.OOM, "the training process ran out of memory")
     if returncode is not None and returncode < 0:
@@ -83,24 +86,43 @@ def of_exit(returncode: int | None, oom: bool, who: str = "the trainer") -> End:
     return End(Status.FAILED, Reason.EXIT_NONZERO, f"{who} exited with status {returncode}")
 
 
-def of_job(stop: str | None, returncode: int | None, has_result: bool, oom: bool, command: bool = False) -> End:
+def of_job(
+    stop: str | None,
+    returncode: int | None,
+    has_result: bool,
+    oom: bool,
+    command: bool = False,
+    diverged: dict | None = None,
+) -> End:
     """A single job whose trainer (or command) ended (returncode None: it never started): a result wins (a
     command's exit 0 is its success, result or not), then a requested stop, then the exit status."""
     if returncode == EXIT_OK and (has_result or command):
         return SUCCEEDED
     if stop in STOPPED:
         return STOPPED[stop]
-    return of_exit(returncode, oom, who="the command" if command else "the trainer")
+    return of_exit(returncode, oom, who="the command" if command else "the trainer", diverged=diverged)
 
 
-def of_task(stop: str | None, returncode: int | None, oom: bool, command: bool = False) -> tuple[str, End | None]:
+def _diverged(event: dict) -> str:
+    """The message of a diverged job, from the trainer's `diverged` event (empty when it sent none)."""
+    if "step" not in event:
+        return "the training loss became NaN or infinite"
+    kept = event.get("checkpoint_step")
+    return f"the training loss became {event.get('loss', 'nan')} at step {event['step']}; " + (
+        f"the checkpoint of step {kept} is kept" if kept is not None else "no checkpoint was saved before it"
+    )
+
+
+def of_task(
+    stop: str | None, returncode: int | None, oom: bool, command: bool = False, diverged: dict | None = None
+) -> tuple[str, End | None]:
     """One task of a multi-worker job ended: its own status (`succeeded`, `stopped`, `failed`) and, when it
     failed by itself, why (which then ends the whole job through of_tasks)."""
     if returncode == EXIT_OK:
         return "succeeded", None
     if stop or returncode is None:
         return "stopped", None
-    return "failed", of_exit(returncode, oom, who="the command" if command else "the trainer")
+    return "failed", of_exit(returncode, oom, who="the command" if command else "the trainer", diverged=diverged)
 
 
 def of_tasks(

@@ -154,6 +154,7 @@ class JobRun:
         self.attempt = 1
         self.refused: str | None = None
         self.reader: ScalarReader | None = None
+        self.diverged: dict[str, Any] | None = None
         self._run_id: str | None = None
         self._carry: Any = None
         self._away_since: float | None = None
@@ -515,6 +516,8 @@ class JobRun:
         elif kind == protocol.EVENT_RESULT:
             self.result = data
             fields = {"result": data}
+        elif kind == protocol.EVENT_DIVERGED:
+            self.diverged = data
         if fields:
             self.store.update(self.job_id, pipe=pipe, **fields)
 
@@ -555,7 +558,12 @@ class JobRun:
             end = outcome.refused(self.refused)
         else:
             end = outcome.of_job(
-                stop, returncode, self.result is not None, self._oom(returncode, oom_before), command=self.command
+                stop,
+                returncode,
+                self.result is not None,
+                self._oom(returncode, oom_before),
+                command=self.command,
+                diverged=self.diverged,
             )
         status = lifecycle.end(self.redis, self.job_id, end, log_tail=self.tail)
         return status or self.store.get(self.job_id)["status"]
@@ -640,7 +648,11 @@ class TaskRun(JobRun):
     def _finish(self, returncode: int | None, oom_before: int | None) -> str:
         self._command_result(returncode)
         status, failure = outcome.of_task(
-            self._stop_reason(), returncode, self._oom(returncode, oom_before), command=self.command
+            self._stop_reason(),
+            returncode,
+            self._oom(returncode, oom_before),
+            command=self.command,
+            diverged=self.diverged,
         )
         if self.refused:
             status, failure = "failed", outcome.refused(self.refused)

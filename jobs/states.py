@@ -30,6 +30,7 @@ class Reason(str, Enum):
     CANCELED = "canceled"
     WORKER_LOST = "worker_lost"
     BAD_INPUT = "bad_input"
+    DIVERGED = "diverged"
 
 
 ACTIVE = (Status.STARTING.value, Status.RUNNING.value)

@@ -155,6 +155,9 @@ PARAMS: dict[str, Param] = {
     "xla": Param(bool, False, "compile the training step with XLA"),
     "grad_accum": Param(int, 1, "accumulate gradients over this many batches per update", 1, 1024),
     "remat": Param(bool, False, "recompute activations in the backward pass to save memory"),
+    "stop_on_nonfinite": Param(
+        bool, True, "end the job as diverged when the training loss becomes NaN or infinite; false trains on"
+    ),
 }
 
 

@@ -7,7 +7,7 @@ Both sides import this module; it imports nothing (no TensorFlow), so the worker
   process group, with the environment below.
 - The trainer writes one JSON object a line to the inherited descriptor EVENTS_FD_ENV names:
   `{"event": "running", step, total_steps, steps_per_epoch, epochs, pid}`, `{"event": "metric", step, …}`,
-  `{"event": "result", test_accuracy, …}`. Everything it prints is the job's log.
+  `{"event": "result", test_accuracy, …}`, `{"event": "diverged", …}`. Everything it prints is the job's log.
 - SIGTERM asks the trainer to checkpoint and stop; it then exits with EXIT_STOPPED. It has
   STOP_GRACE_ENV seconds for that before it ends itself; the work-horse SIGKILLs the group after its own
   grace, which is longer by GRACE_MARGIN_S so the trainer's own deadline always comes first.
@@ -25,10 +25,16 @@ STOP_GRACE_ENV = "GPUDECK_STOP_GRACE"
 EXIT_OK = 0
 EXIT_BAD_INPUT = 2
 """The trainer refused its spec or its data: the job fails as bad_input and is not retried."""
+EXIT_DIVERGED = 3
+"""The training loss became NaN or infinite: the trainer stopped without saving the broken weights (its last
+checkpoint is from before), after a `diverged` event; the job fails as diverged and is not retried."""
 EXIT_STOPPED = 143
 """The trainer stopped on SIGTERM after saving a checkpoint (128 + SIGTERM, as a shell reports it)."""
 
 EVENT_RUNNING, EVENT_METRIC, EVENT_RESULT = "running", "metric", "result"
+EVENT_DIVERGED = "diverged"
+"""`{"event": "diverged", step, loss, checkpoint_step}`: the first step whose loss was not finite, its loss as
+text ("nan", "inf"), and the step of the last checkpoint (None: there is none)."""
 
 DEFAULT_GRACE_S = 30.0
 """The work-horse's default time between SIGTERM and SIGKILL (`gpudeck worker --stop-grace`)."""

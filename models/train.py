@@ -9,13 +9,14 @@ import os
 import sys
 from pathlib import Path
 
-from models.protocol import EXIT_BAD_INPUT, EXIT_OK, EXIT_STOPPED
+from models.protocol import EXIT_BAD_INPUT, EXIT_DIVERGED, EXIT_OK, EXIT_STOPPED
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "1")
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Exit codes of models.protocol: EXIT_OK, EXIT_BAD_INPUT, EXIT_STOPPED (after a checkpoint); 1 otherwise."""
+    """Exit codes of models.protocol: EXIT_OK, EXIT_BAD_INPUT, EXIT_STOPPED (after a checkpoint), EXIT_DIVERGED;
+    1 otherwise."""
     parser = argparse.ArgumentParser(prog="python -m models.train", description=__doc__)
     parser.add_argument("--spec", required=True, type=Path, help="job spec JSON file")
     parser.add_argument("--job-dir", required=True, type=Path, help="where logs, checkpoints, results go")
@@ -45,12 +46,14 @@ def main(argv: list[str] | None = None) -> int:
             log.error("bad spec: %s: %s", field, problem)
         return EXIT_BAD_INPUT
 
-    from models.trainer import BadInput, Stopped, Trainer
+    from models.trainer import BadInput, Diverged, Stopped, Trainer
 
     try:
         Trainer(spec, args.job_dir).run()
     except Stopped:
         return EXIT_STOPPED
+    except Diverged:
+        return EXIT_DIVERGED
     except BadInput as exc:
         log.error("bad input: %s", exc)
         return EXIT_BAD_INPUT

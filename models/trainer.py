@@ -21,7 +21,14 @@ from models import datasets, zoo
 from models import params as params_mod
 from models.catalog import model_info
 from models.pipeline import Preprocess, eval_dataset, target_shape, train_dataset
-from models.protocol import DEFAULT_GRACE_S, EVENT_RESULT, EVENT_RUNNING, STOP_GRACE_ENV, trainer_grace
+from models.protocol import (
+    DEFAULT_GRACE_S,
+    EVENT_DIVERGED,
+    EVENT_RESULT,
+    EVENT_RUNNING,
+    STOP_GRACE_ENV,
+    trainer_grace,
+)
 from models.reporting import Reporter
 from models.schedules import Schedule
 
@@ -30,6 +37,14 @@ log = logging.getLogger("models.train")
 
 class Stopped(Exception):
     """SIGTERM arrived; the loop saved a checkpoint and unwound."""
+
+
+class Diverged(Exception):
+    """The training loss became NaN or infinite at `step` (and `stop_on_nonfinite` is on)."""
+
+    def __init__(self, step: int, loss: str):
+        super().__init__(f"the training loss became {loss} at step {step}")
+        self.step, self.loss = step, loss
 
 
 class BadInput(ValueError):
@@ -193,6 +208,8 @@ class Trainer:
 
         smoothing, classes = p["label_smoothing"], source.num_classes
         sums = {k: tf.Variable(0.0, trainable=False, name=f"sum_{k}") for k in ("loss", "correct", "n")}
+        # The first step whose loss was not finite (0: none yet), kept on the device: no sync a step to watch it.
+        bad_step = tf.Variable(0, dtype=tf.int64, trainable=False, name="nonfinite_step")
 
         def forward(x):
             return model(x, training=True)
@@ -227,10 +244,22 @@ class Trainer:
         def train_step(iterator):
             x, y = next(iterator)
             loss, correct = strategy.run(step_fn, (x, y))
-            sums["loss"].assign_add(strategy.reduce("SUM", loss, axis=None))
+            loss = strategy.reduce("SUM", loss, axis=None)
+            sums["loss"].assign_add(loss)
             sums["correct"].assign_add(strategy.reduce("SUM", correct, axis=None))
             sums["n"].assign_add(1.0)
             step_var.assign_add(1)
+            first_bad = tf.logical_and(tf.equal(bad_step, 0), tf.logical_not(tf.math.is_finite(loss)))
+            bad_step.assign(tf.where(first_bad, step_var, bad_step))
+
+        def check_finite() -> None:
+            """Raise Diverged once a step's loss was not finite (read where the loop syncs anyway)."""
+            # (no := here: AutoGraph parses this file's functions with gast, which cannot read it, and then
+            # warns that it runs every tf.function of the file unconverted)
+            at = int(bad_step.numpy()) if p["stop_on_nonfinite"] else 0
+            if at:
+                total = float(sums["loss"].numpy())
+                raise Diverged(at, "inf" if total in (float("inf"), float("-inf")) else "nan")
 
         eval_step = self._eval_step(strategy, model, classes)
         reporter = Reporter(self.job_dir, enabled=self.chief)
@@ -273,10 +302,12 @@ class Trainer:
                             "time": round(time.time(), 3),
                         }
                     )
+                    check_finite()  # after the point, so the log and the curves show the bad loss
                     for v in sums.values():
                         v.assign(0.0)
                     window_start, window_step, paused = time.perf_counter(), step, 0.0
                 if step % steps_per_epoch == 0 or step == total_steps:
+                    check_finite()  # never evaluate or save broken weights
                     eval_start = time.perf_counter()
                     val = self._evaluate(strategy, eval_step, val_split, pre, batch)
                     reporter.point(
@@ -292,8 +323,23 @@ class Trainer:
                     manager.save(checkpoint_number=step)
                     paused += time.perf_counter() - eval_start
         except Stopped:
-            manager.save(checkpoint_number=step)
-            log.warning("stopped at step %d; checkpoint saved", step)
+            try:
+                check_finite()
+            except Diverged:
+                log.warning("stopped at step %d; the loss was not finite, so no checkpoint was saved", step)
+            else:
+                manager.save(checkpoint_number=step)
+                log.warning("stopped at step %d; checkpoint saved", step)
+            reporter.close()
+            raise
+        except Diverged as exc:
+            kept = int(manager.latest_checkpoint.rsplit("-", 1)[1]) if manager.latest_checkpoint else None
+            log.error(
+                "%s; stopped without saving. %s (stop_on_nonfinite=false trains on)",
+                exc,
+                f"The checkpoint of step {kept} is kept" if kept is not None else "No checkpoint was saved before it",
+            )
+            reporter.event(EVENT_DIVERGED, step=exc.step, loss=exc.loss, checkpoint_step=kept)
             reporter.close()
             raise
         if p["moving_average"]:

@@ -15,8 +15,9 @@ from jobs.cli import EXIT_JOB_FAILED, EXIT_OK, EXIT_UNREACHABLE, EXIT_USAGE, set
 from jobs.cli import add_commands as add_server_commands
 from jobs.keys import PRIORITIES
 from jobs.settings import DEFAULT_API, parse_size
+from tui.logtext import Folder
 from tui.pack import human
-from tui.widgets.fmt import what
+from tui.widgets.fmt import accuracy_text, one_line, value_of, what
 
 ENDED = ("succeeded", "failed", "canceled")
 
@@ -35,6 +36,13 @@ def _client():
     return Client(s.api_url, s.token)
 
 
+def _natural(text: str) -> int:
+    """An argparse type: a whole number, 0 or more."""
+    if not text.isdigit():
+        raise argparse.ArgumentTypeError(f"must be a whole number of 0 or more, got {text!r}")
+    return int(text)
+
+
 def _param(text: str) -> tuple[str, Any]:
     key, sep, raw = text.partition("=")
     if not sep or not key:
@@ -48,15 +56,14 @@ def _param(text: str) -> tuple[str, Any]:
 def _row(job: dict[str, Any]) -> str:
     p = job.get("progress") or {}
     prog = f"{p['step']}/{p['total_steps']}" if p.get("total_steps") else "-"
-    loss = (job.get("metrics") or {}).get("loss")
-    acc = (job.get("result") or {}).get("test_accuracy")
     return (
-        f"{job['id']:>5}  {job['status']:<10} {str(job.get('name'))[:20]:<20} {what(job['spec'])[:14]:<14} "
-        f"{prog:>11}  {'-' if loss is None else f'{loss:.4f}':>8}  {'-' if acc is None else f'{acc:.4f}':>8}"
-    )
+        f"{job['id']:>5}  {job['status']:<10} {one_line(job.get('name'), 20):<20} "
+        f"{one_line(what(job['spec']), 14):<14} "
+        f"{prog:>11}  {value_of(job.get('metrics'), 'loss') or '-':>8}  {accuracy_text(job) or '-':<12}"
+    ).rstrip()
 
 
-HEADER = f"{'ID':>5}  {'STATUS':<10} {'NAME':<20} {'MODEL':<14} {'PROGRESS':>11}  {'LOSS':>8}  {'TEST ACC':>8}"
+HEADER = f"{'ID':>5}  {'STATUS':<10} {'NAME':<20} {'MODEL':<14} {'PROGRESS':>11}  {'LOSS':>8}  ACC (test/val/batch)"
 
 
 def _wait(client, job_id: int) -> dict[str, Any]:
@@ -296,12 +303,25 @@ def cmd_sweep(args: argparse.Namespace) -> int:
 
 def cmd_logs(args: argparse.Namespace) -> int:
     client = _client()
+    folder = None if args.raw else Folder()  # TensorFlow's start-up lines folded into one, unless --raw
+    offset, lines = args.offset, []
+    if args.tail is not None or not args.follow:  # what is there now (pages of 10,000 lines)
+        while True:
+            text, nxt = client.logs(args.id, offset)
+            if nxt == offset:
+                break
+            lines += folder.feed(text.splitlines()) if folder else text.splitlines()
+            if args.tail is not None:
+                lines = lines[-args.tail :] if args.tail else []
+            offset = nxt
+    for line in lines:
+        print(line)
     if args.follow:
-        for line in client.follow_logs(args.id, args.offset):
-            print(line, flush=True)
-        return EXIT_OK
-    text, _ = client.logs(args.id, args.offset)
-    sys.stdout.write(text)
+        for line in client.follow_logs(args.id, offset):
+            for shown in folder.feed([line]) if folder else [line]:
+                print(shown, flush=True)
+    for line in folder.flush() if folder else []:
+        print(line, flush=True)
     return EXIT_OK
 
 
@@ -476,6 +496,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("id", type=int)
     p.add_argument("-f", "--follow", action="store_true", help="keep printing until the job ends")
     p.add_argument("--offset", type=int, default=0, help="skip this many lines")
+    p.add_argument("--tail", type=_natural, metavar="N", help="only the last N lines (with -f: then follow)")
+    p.add_argument("--raw", action="store_true", help="every line as written (TensorFlow's start-up lines unfolded)")
     p.set_defaults(func=cmd_logs)
 
     p = sub.add_parser("datasets", help="list uploaded datasets, or upload one: datasets upload NAME:VERSION FILE")

@@ -295,3 +295,34 @@ def test_what_schemathesis_found_answers_without_a_500(client):
     assert sweep.status_code == 201 and all(
         j["spec"]["tags"] == [f"sweep:{sweep.json['id']}"] for j in sweep.json["jobs"]
     )
+
+
+def test_answers_are_strict_json_a_nonfinite_value_is_null_and_flagged(client, redis):
+    """Issue 16 #2: a diverged loss (NaN) or an infinite value never reaches an answer as a bare NaN/Infinity,
+    which RFC 8259 JSON does not have (JSON.parse fails on it); it is null, and its object names it in `nonfinite`."""
+    import json
+
+    from jobs.store import JobStore
+
+    job_id = client.post("/api/v1/jobs", json=GOOD).json["id"]
+    store = JobStore(redis)
+    nan, inf = float("nan"), float("inf")
+    store.update(job_id, metrics={"step": 3, "loss": nan, "accuracy": 0.1}, result={"test_loss": inf, "steps": 3})
+    pipe = redis.pipeline()
+    store.append_point(job_id, 1, {"step": 1, "loss": 2.3}, pipe)
+    store.append_point(job_id, 2, {"step": 2, "loss": -inf}, pipe)
+    pipe.execute()
+
+    def strict(resp):
+        def refuse(name):
+            raise AssertionError(f"{name} in {resp.request.path}")
+
+        return json.loads(resp.get_data(as_text=True), parse_constant=refuse)
+
+    job = strict(client.get(f"/api/v1/jobs/{job_id}"))
+    assert job["metrics"] == {"step": 3, "loss": None, "accuracy": 0.1, "nonfinite": {"loss": "nan"}}
+    assert job["result"] == {"test_loss": None, "steps": 3, "nonfinite": {"test_loss": "inf"}}
+    assert strict(client.get("/api/v1/jobs"))["jobs"][0]["metrics"]["nonfinite"] == {"loss": "nan"}
+    points = strict(client.get(f"/api/v1/jobs/{job_id}/metrics"))["train"]
+    assert points == [{"step": 1, "loss": 2.3}, {"step": 2, "loss": None, "nonfinite": {"loss": "-inf"}}]
+    assert "-inf" in client.get(f"/api/v1/jobs/{job_id}/metrics?format=csv").get_data(as_text=True)  # stored as is

@@ -196,3 +196,26 @@ def test_gpudeck_failing_in_the_work_horse_ends_the_attempt_at_once_with_its_err
     job = client.get(f"/api/v1/jobs/{job_id}").json
     assert (job["status"], job["reason"], job["attempt"]) == ("failed", "worker_lost", 2), job
     assert job["message"].startswith("gpudeck failed on worker ") and "FileExistsError" in job["message"], job
+
+
+def test_a_run_whose_loss_becomes_nan_fails_as_diverged_unless_the_spec_opts_out(client, worker, settings):
+    """Issue 16 #2: plain SGD at lr 100 sends the loss to NaN within a few steps. The job fails as diverged at the
+    step it happened (not a green `succeeded` with loss nan), saves no checkpoint of the broken weights, and the
+    answers stay strict JSON; with stop_on_nonfinite false it trains on to the end and the loss reads null with its
+    flag."""
+    params = {"steps": 40, "batch_size": 64, "optimizer": "sgd", "lr": 100.0, "log_every": 1, "seed": 1}
+    job_id = client.post("/api/v1/jobs", json={**TINY, "params": params}).json["id"]
+    job, _ = wait_job(client, job_id, timeout=180)
+    assert (job["status"], job["reason"]) == ("failed", "diverged"), job
+    step = int(job["message"].split(" at step ")[1].split(";")[0])
+    assert job["message"].startswith("the training loss became "), job["message"]
+    assert job["progress"]["step"] < 40 and job["progress"]["step"] >= step
+    assert not [c for c in (settings.job_dir(job_id) / "checkpoints").glob("ckpt-*.index") if int(c.stem[5:]) >= step]
+    assert any("stopped without saving" in line for line in job["log_tail"]), job["log_tail"]
+    points = client.get(f"/api/v1/jobs/{job_id}/metrics").json["train"]
+    assert points[-1]["loss"] is None and points[-1]["nonfinite"]["loss"] in ("nan", "inf")
+
+    on = client.post("/api/v1/jobs", json={**TINY, "params": {**params, "steps": 12, "stop_on_nonfinite": False}})
+    job, _ = wait_job(client, on.json["id"], timeout=180)
+    assert job["status"] == "succeeded" and job["progress"]["step"] == 12, job
+    assert job["metrics"]["loss"] is None and job["metrics"]["nonfinite"] == {"loss": "nan"}, job["metrics"]

@@ -8,7 +8,7 @@ from jobs import control, lifecycle, outcome
 from jobs.keys import GANGS_KEY
 from jobs.states import Reason, Status
 from jobs.store import JobStore
-from models.protocol import EXIT_BAD_INPUT, EXIT_STOPPED
+from models.protocol import EXIT_BAD_INPUT, EXIT_DIVERGED, EXIT_STOPPED
 
 BASE = {"model": "resnet20", "dataset": "synthetic", "params": {"steps": 2}}
 
@@ -53,6 +53,18 @@ def test_a_commands_exit_status_means_only_success_or_failure():
     assert (end.reason, end.message) == (Reason.EXIT_NONZERO, "the command exited with status 2")
     assert outcome.of_job("canceled", EXIT_STOPPED, False, False, command=True).status == Status.CANCELED
     assert outcome.of_task(None, 2, False, command=True)[1].message == "the command exited with status 2"
+
+
+def test_a_diverged_trainer_fails_as_diverged_and_says_where():
+    event = {"step": 37, "loss": "nan", "checkpoint_step": 32}
+    end = outcome.of_job(None, EXIT_DIVERGED, False, False, diverged=event)
+    assert (end.status, end.reason, end.retry) == (Status.FAILED, Reason.DIVERGED, False)
+    assert end.message == "the training loss became nan at step 37; the checkpoint of step 32 is kept"
+    end = outcome.of_job(None, EXIT_DIVERGED, False, False, diverged={**event, "loss": "inf", "checkpoint_step": None})
+    assert end.message == "the training loss became inf at step 37; no checkpoint was saved before it"
+    assert outcome.of_task(None, EXIT_DIVERGED, False)[1].reason == Reason.DIVERGED  # a task without the event
+    assert outcome.of_job("canceled", EXIT_DIVERGED, False, False, diverged=event).status == Status.CANCELED
+    assert outcome.of_job(None, EXIT_DIVERGED, False, False, command=True).reason == Reason.EXIT_NONZERO  # a script's 3
 
 
 def test_out_of_memory_from_the_kernel_or_the_log():

@@ -170,7 +170,7 @@ def test_job_screen_follows_the_log_draws_curves_and_guards_cancel_and_retry(sta
             # Wrap on: the same lines, re-laid; follow off.
             count = log.line_count
             await pilot.press("w", "f")
-            assert log.line_count >= count and not log.auto_scroll
+            assert log.line_count >= count and not screen.follow
             # Retry asks first; "n" changes nothing, "y" submits a new job and opens it.
             await pilot.press("r")
             await on_screen(pilot, app, Confirm)
@@ -192,6 +192,140 @@ def test_job_screen_follows_the_log_draws_curves_and_guards_cancel_and_retry(sta
             await pilot.press("y")
             await until(pilot, lambda: job(stack, running)["status"] == "canceled", 60)
             await until(pilot, lambda: "canceled" in text_of(screen.query_one("#job-summary", Static)))
+
+    run(scenario())
+
+
+CHATTY = {
+    "command": [
+        sys.executable,
+        "-c",
+        "import time\nfor n in range(1, 100000):\n    print('line', n, flush=True); time.sleep(0.04)",
+    ],
+    "gpus": 0,
+}
+"""A running job whose log grows by 25 lines a second."""
+
+
+def test_the_log_of_a_running_job_follows_with_and_without_wrap(stack):
+    """Issue 16 #1: the log pane of a running job shows its newest line as lines arrive, with wrap on and off and
+    after toggling follow or wrap; with follow off it stays where it is."""
+    running = post(stack, CHATTY)
+
+    def last_on_screen(log) -> str:
+        rows = [log.render_line(y).text.strip() for y in range(log.size.height)]
+        return next((r for r in reversed(rows) if r), "")
+
+    async def scenario():
+        app = GpudeckApp(stack)
+        async with app.run_test(size=(100, 30)) as pilot:
+            await until(pilot, lambda: job(stack, running)["status"] == "running", 120)
+            await until(pilot, lambda: "line 30" in requests.get(f"{stack}/api/v1/jobs/{running}/logs").text)
+            app.push_screen(JobScreen(running))
+            screen = await on_screen(pilot, app, JobScreen)
+            log = screen.query_one("#log", Log)
+
+            async def follows(more: int = 50) -> None:
+                start = log.line_count
+                await until(pilot, lambda: log.line_count >= start + more)
+                await pilot.pause(0.2)
+                assert last_on_screen(log) == log.lines[-1].strip() and log.lines[-1].startswith("line "), (
+                    last_on_screen(log),
+                    log.lines[-1],
+                )
+
+            await follows()
+            await pilot.press("w")  # wrap on
+            await follows()
+            await pilot.press("f", "f")  # follow off and on again
+            await follows()
+            await pilot.press("w")  # wrap off
+            await follows()
+            await pilot.press("f")  # follow off: the view stays put while lines arrive
+            await pilot.pause(0.3)
+            top, first_row, last = log.scroll_y, log.render_line(0).text, log.lines[-1]
+            await until(pilot, lambda: log.line_count > 0 and log.lines[-1] != last)
+            await pilot.pause(1.5)
+            assert (log.scroll_y, log.render_line(0).text) == (top, first_row) and top > 0
+        requests.post(f"{stack}/api/v1/jobs/{running}/cancel", timeout=10)
+
+    run(scenario())
+
+
+FAILING = {
+    "command": [
+        sys.executable,
+        "-c",
+        "import sys\n"
+        "banner = ['WARNING: All log messages before absl::InitializeLog() is called are written to STDERR',\n"
+        "  'I0000 00:00:1763913600.223456   4242 cpu_feature_guard.cc:210] This TensorFlow binary is optimized.',\n"
+        "  '2026-11-23 16:08:14.765432: I tensorflow/core/util/port.cc:153] oneDNN custom operations are on.']\n"
+        "print('\\n'.join(banner), file=sys.stderr, flush=True)\n"
+        "for n in range(1, 301):\n"
+        "    print('line', n, flush=True)\n"
+        "    if n == 100: print('ValueError: a warning that looks like one', flush=True)\n"
+        "def load():\n"
+        "    raise FileNotFoundError('no /data/cifar here')\n"
+        "load()\n",
+    ],
+    "gpus": 0,
+}
+"""A command job that prints TensorFlow's start-up lines, 300 lines, and dies of an exception."""
+
+
+def test_a_failed_job_says_why_on_its_first_screen_and_its_log_can_be_searched(stack):
+    """Issue 16 #6 and #7: the exception is in the header, not the banner or the last lines; start-up lines are
+    folded (b shows them); / searches, n/N move between matches, e jumps to errors, g/G to the start and end."""
+    failed = post(stack, FAILING)
+    assert requests.get(f"{stack}/api/v1/jobs/{failed}/wait?timeout=240", timeout=260).json()["status"] == "failed"
+
+    async def scenario():
+        app = GpudeckApp(stack)
+        async with app.run_test(size=(100, 30)) as pilot:
+            app.push_screen(JobScreen(failed))
+            screen = await on_screen(pilot, app, JobScreen)
+            log = screen.query_one("#log", Log)
+            summary = screen.query_one("#job-summary", Static)
+            await until(pilot, lambda: any("FileNotFoundError" in line for line in log.lines))
+            head = text_of(summary)
+            assert "failed" in head and "exit_nonzero" in head and "FileNotFoundError: no /data/cifar here" in head
+            assert "line 10, in load" in head and "line 300" not in head and "TensorFlow" not in head
+            assert "··· 3 lines of TensorFlow start-up folded ···" in log.lines
+            assert not any("cpu_feature_guard" in line for line in log.lines)
+            await pilot.press("b")
+            await until(pilot, lambda: any("cpu_feature_guard" in line for line in log.lines))
+            await pilot.press("b")
+            await until(pilot, lambda: not any("cpu_feature_guard" in line for line in log.lines))
+
+            state = screen.query_one("#log-state", Static)
+            visible = lambda: [log.render_line(y).text.strip() for y in range(log.size.height)]  # noqa: E731
+            await pilot.press("slash", *"line 15", "enter")  # line 15, line 150..159
+            await until(pilot, lambda: "/line 15: 1 of 11" in text_of(state))
+            assert "line 15" in visible() and not screen.follow
+            await pilot.press("n")
+            await until(pilot, lambda: "/line 15: 2 of 11" in text_of(state))
+            assert "line 150" in visible()
+            await pilot.press("N")
+            await until(pilot, lambda: "/line 15: 1 of 11" in text_of(state))
+            await pilot.press("e")
+            await until(pilot, lambda: "error: 1 of 3" in text_of(state))
+            assert "ValueError: a warning that looks like one" in visible()
+            await pilot.press("e")
+            await until(pilot, lambda: "error: 2 of 3" in text_of(state))
+            assert "Traceback (most recent call last):" in visible()
+            await pilot.press("G")
+            await pilot.pause(0.2)
+            assert screen.follow and "FileNotFoundError: no /data/cifar here" in visible()
+            await pilot.press("g")
+            await pilot.pause(0.2)
+            assert log.scroll_y == 0 and visible()[0] == log.lines[0].strip()
+            await pilot.press("slash", *"nothing like this", "enter")
+            await until(pilot, lambda: "not found" in text_of(state))
+            await pilot.press("slash", "escape")  # esc closes the search box, and only that
+            await pilot.pause(0.1)
+            assert isinstance(app.screen, JobScreen) and not screen.query_one("#log-search").display
+            await pilot.press("escape")
+            await on_screen(pilot, app, JobsScreen)
 
     run(scenario())
 

@@ -63,6 +63,10 @@ def test_ci_gates_tables_json_logs_datasets_and_tensorboard(gpudeck, tmp_path):
     assert "train step 3" in full
     assert gpudeck("logs", "1", "-f").stdout == full  # an ended job: follow prints everything and returns
     assert gpudeck("logs", "1", "--offset", "2").stdout.splitlines() == full.splitlines()[2:]
+    assert gpudeck("logs", "1", "--tail", "3").stdout.splitlines() == full.splitlines()[-3:]
+    assert gpudeck("logs", "1", "--tail", "0").stdout == ""
+    assert "--tail: must be a whole number" in gpudeck("logs", "1", "--tail", "-1").stderr
+    assert gpudeck("ls").stdout.splitlines()[-1].endswith(" test")  # job 1's accuracy says it is the test set's
 
     archive = tmp_path / "cifar10-binary.tar.gz"
     archive.write_bytes(cifar_tgz(tmp_path))

@@ -10,12 +10,14 @@ from typing import Any
 from rich.text import Text
 from textual.app import ComposeResult
 from textual.binding import Binding
+from textual.containers import VerticalScroll
 from textual.screen import Screen
-from textual.widgets import Footer, Log, Static, TabbedContent, TabPane
+from textual.widgets import Footer, Input, Log, Static, TabbedContent, TabPane
 
+from tui.logtext import ERROR_LINE, Folder, explain
 from tui.screens.dialogs import Confirm, open_tensorboard
 from tui.widgets.chrome import chrome
-from tui.widgets.fmt import ACTIVE, ENDED, bar, duration, num, sparkline, status, what
+from tui.widgets.fmt import ACTIVE, ENDED, bar, duration, one_line, sparkline, status, value_of, what
 
 KEEP_LINES = 200_000
 """Log lines the screen keeps (the job dir's log.txt has them all)."""
@@ -24,9 +26,21 @@ REFRESH_S = 1.0
 
 class JobScreen(Screen):
     BINDINGS = [
-        Binding("escape,backspace", "app.pop_screen", "Back"),
+        Binding("escape", "back", "Back"),
+        Binding("backspace", "app.pop_screen", "Back", show=False),
         Binding("f", "toggle_follow", "Follow"),
         Binding("w", "toggle_wrap", "Wrap"),
+        Binding("slash", "search", "Search", key_display="/"),
+        Binding("n", "next_match(1)", "Next match", show=False),
+        Binding("N", "next_match(-1)", "Previous match", show=False),
+        Binding("e", "next_error", "Error"),
+        Binding("G,end", "log_end", "End", show=False),
+        Binding("g,home", "log_start", "Start", show=False),
+        Binding("b", "toggle_fold", "Banner", show=False),
+        Binding("1", "tab('tab-log')", "Log", show=False),
+        Binding("2", "tab('tab-curves')", "Curves", show=False),
+        Binding("3", "tab('tab-config')", "Config", show=False),
+        Binding("4", "tab('tab-result')", "Result", show=False),
         Binding("c", "cancel", "Cancel job"),
         Binding("r", "retry", "Retry job"),
         Binding("t", "tensorboard", "TensorBoard"),
@@ -38,7 +52,9 @@ class JobScreen(Screen):
         self.job: dict[str, Any] | None = None
         self.lines: list[str] = []
         self.log_offset = 0
-        self.follow, self.wrap = True, False
+        self.follow, self.wrap, self.fold = True, False, True
+        self.folder = Folder()
+        self.query_text = ""
         self.points: list[dict[str, Any]] = []
         self._busy = False
 
@@ -47,16 +63,20 @@ class JobScreen(Screen):
         yield Static(f"job {self.job_id} …", id="job-summary")
         with TabbedContent(id="job-tabs"):
             with TabPane("Log", id="tab-log"):
-                yield Log(id="log", max_lines=KEEP_LINES)
+                yield Static("", id="log-state")
+                yield Log(id="log", max_lines=KEEP_LINES, auto_scroll=False)  # following is ours: _write_log
+                yield Input(placeholder="search the log (enter finds, n/N next/previous, esc closes)", id="log-search")
             with TabPane("Curves", id="tab-curves"):
                 yield Static("no metric points yet", id="curves")
-            with TabPane("Config", id="tab-config"):
+            with TabPane("Config", id="tab-config"), VerticalScroll():
                 yield Static("", id="config")
-            with TabPane("Result", id="tab-result"):
+            with TabPane("Result", id="tab-result"), VerticalScroll():
                 yield Static("", id="result")
         yield Footer()
 
     def on_mount(self) -> None:
+        self.query_one("#log-search", Input).display = False
+        self._log_state()
         self.poll()
         self.set_interval(REFRESH_S, self.poll)
 
@@ -103,7 +123,9 @@ class JobScreen(Screen):
             self.lines.extend(new_lines)
             if len(self.lines) > KEEP_LINES:
                 del self.lines[: len(self.lines) - KEEP_LINES]
-            self.query_one("#log", Log).write_lines(self._shown(new_lines))
+            self._write_log(self._shown(self.folder.feed(new_lines) if self.fold else new_lines))
+        if job["status"] in ENDED and self.folder.run:  # a log that ends in start-up lines: show them now
+            self._write_log(self._shown(self.folder.flush()))
         if points is not None:
             self.points = points
             self.query_one("#curves", Static).update(self._curves())
@@ -112,6 +134,20 @@ class JobScreen(Screen):
         self.query_one("#config", Static).update(json.dumps(shown, indent=2))
         self.query_one("#result", Static).update(self._result(job))
         self.refresh_bindings()
+
+    def _write_log(self, lines: list[str]) -> None:
+        """Add lines to the log pane; while following, show its end. (Log's own auto_scroll only scrolls when the
+        view is at the end already, which it is not once the first page was written before the pane had its size:
+        the view then stayed where it opened.)"""
+        log = self.query_one("#log", Log)
+        log.write_lines(lines, scroll_end=False)
+        if self.follow:
+            self._follow_end()
+
+    def _follow_end(self) -> None:
+        log = self.query_one("#log", Log)
+        log.scroll_end(animate=False, immediate=True, x_axis=False)
+        self.call_after_refresh(log.scroll_end, animate=False, x_axis=False)  # once the new size is laid out
 
     def _shown(self, lines: list[str]) -> list[str]:
         if not self.wrap:
@@ -125,7 +161,7 @@ class JobScreen(Screen):
             f"\n  {t['type']}:{t['task_index']} {t['status']} on {t['worker']}" for t in job.get("tasks") or []
         )
         text = Text.assemble(
-            (f"job {job['id']}  {job.get('name')}  ", "bold"),
+            (f"job {job['id']}  {one_line(job.get('name'), 40)}  ", "bold"),
             status(job["status"]),
             (f" ({job['reason']})" if job.get("reason") else "", "red"),
             f"  {what(job['spec'])} on {job['spec'].get('dataset') or '-'}",
@@ -135,10 +171,12 @@ class JobScreen(Screen):
             f"{bar(p.get('fraction'), 20)}  step {p.get('step') or 0}/{p.get('total_steps') or '?'}",
             f"  elapsed {duration(job.get('elapsed_s')) or '-'}",
             f"  eta {duration(job.get('eta_s')) or '-'}" if job["status"] == "running" else "",
-            f"  loss {num((job.get('metrics') or {}).get('loss'))}",
+            f"  loss {value_of(job.get('metrics'), 'loss') or '-'}",
             f"\n{job['message']}" if job.get("message") else "",
-            f"  follow {'on' if self.follow else 'off'}, wrap {'on' if self.wrap else 'off'}",
         )
+        if job["status"] == "failed":  # why, on the first screen: the lines that explain it
+            for line in explain(job.get("log_tail") or [], most=4):
+                text.append("\n  " + line[: max(20, self.size.width - 4)], style="red")
         self.query_one("#job-summary", Static).update(text)
 
     def _curves(self) -> Text:
@@ -164,7 +202,8 @@ class JobScreen(Screen):
 
     def _result(self, job: dict[str, Any]) -> Text:
         if job.get("result"):
-            return Text("\n".join(f"{k:>15}  {num(v)}" for k, v in job["result"].items()))
+            result = job["result"]
+            return Text("\n".join(f"{k:>15}  {value_of(result, k)}" for k in result if k != "nonfinite"))
         if job["status"] in ("failed", "canceled"):
             tail = "\n".join(job.get("log_tail") or [])
             return Text(f"{job['status']}: {job.get('reason')}\n{job.get('message') or ''}\n\n{tail}", style="red")
@@ -181,20 +220,107 @@ class JobScreen(Screen):
 
     def action_toggle_follow(self) -> None:
         self.follow = not self.follow
-        log = self.query_one("#log", Log)
-        log.auto_scroll = self.follow
         if self.follow:
-            log.scroll_end(animate=False)
-        if self.job:
-            self._summary(self.job)
+            self._follow_end()
+        self._log_state()
 
     def action_toggle_wrap(self) -> None:
         self.wrap = not self.wrap
+        self._relayout()
+
+    def action_toggle_fold(self) -> None:
+        self.fold = not self.fold
+        self._relayout()
+
+    def _relayout(self) -> None:
+        """Write every line again (wrapped or not, folded or not), keeping the view about where it was."""
         log = self.query_one("#log", Log)
+        where = log.scroll_y / log.max_scroll_y if log.max_scroll_y else 1.0
         log.clear()
-        log.write_lines(self._shown(self.lines))
-        if self.job:
-            self._summary(self.job)
+        self.folder = Folder()
+        shown = self.folder.feed(self.lines) if self.fold else list(self.lines)
+        if self.job and self.job["status"] in ENDED:
+            shown += self.folder.flush()
+        self._write_log(self._shown(shown))
+        if not self.follow:  # about the same place in the re-laid lines, not the top
+            self.call_after_refresh(lambda: log.scroll_to(y=round(where * log.max_scroll_y), animate=False))
+        self._log_state()
+
+    def _log_state(self, note: str = "") -> None:
+        """The line above the log: follow, wrap, folding, and what the last search or jump found."""
+        state = (
+            f"follow {'on' if self.follow else 'off'} (f) · wrap {'on' if self.wrap else 'off'} (w) · "
+            f"start-up lines {'folded' if self.fold else 'shown'} (b) · / search · e next error · g/G start/end"
+        )
+        self.query_one("#log-state", Static).update(Text(f"{note}  {state}" if note else state, style="dim"))
+
+    # -- moving around the log -----------------------------------------------------------------
+    def _show_line(self, index: int, note: str) -> None:
+        """Scroll so that log line `index` is in view (follow goes off: the user is reading)."""
+        self.follow = False
+        log = self.query_one("#log", Log)
+        log.scroll_to(y=max(0, index - log.size.height // 3), animate=False)
+        self._log_state(note)
+
+    def action_log_end(self) -> None:
+        self.follow = True
+        self._follow_end()
+        self._log_state()
+
+    def action_log_start(self) -> None:
+        self._show_line(0, "")
+
+    def action_search(self) -> None:
+        self.query_one("#job-tabs", TabbedContent).active = "tab-log"
+        box = self.query_one("#log-search", Input)
+        box.display = True
+        box.value = self.query_text
+        box.focus()
+
+    def on_input_submitted(self, event: Input.Submitted) -> None:
+        if event.input.id != "log-search":
+            return
+        event.input.display = False
+        self.query_one("#log", Log).focus()
+        self.query_text = event.value.strip()
+        if self.query_text:
+            self._find(lambda line: self.query_text.lower() in line.lower(), 1, f"/{self.query_text}", first=True)
+
+    def action_back(self) -> None:
+        """Esc closes the search box when it is open, else goes back to the jobs."""
+        box = self.query_one("#log-search", Input)
+        if box.display:
+            box.display = False
+            self.query_one("#log", Log).focus()
+        else:
+            self.app.pop_screen()
+
+    def action_next_match(self, direction: int) -> None:
+        if self.query_text:
+            self._find(lambda line: self.query_text.lower() in line.lower(), direction, f"/{self.query_text}")
+
+    def action_next_error(self) -> None:
+        self._find(lambda line: bool(ERROR_LINE.search(line)), 1, "error")
+
+    def _find(self, match, direction: int, what: str, first: bool = False) -> None:
+        """Go to the next line (after the one a third down the view; before it for -1) that `match`es."""
+        log = self.query_one("#log", Log)
+        lines = log.lines
+        hits = [i for i, line in enumerate(lines) if match(line)]
+        if not hits:
+            self._log_state(f"{what}: not found")
+            return
+        here = log.scroll_y + log.size.height // 3
+        if direction > 0:
+            after = [i for i in hits if i > here or (first and i >= here)]
+            index = after[0] if after else hits[0]
+        else:
+            before = [i for i in hits if i < here]
+            index = before[-1] if before else hits[-1]
+        self._show_line(index, f"{what}: {hits.index(index) + 1} of {len(hits)} (line {index + 1})")
+
+    def action_tab(self, pane: str) -> None:
+        self.query_one("#job-tabs", TabbedContent).active = pane
 
     def action_cancel(self) -> None:
         def confirmed(yes: bool | None) -> None:

@@ -14,7 +14,7 @@ from textual.widgets import DataTable, Footer, Input, Static
 from tui.screens.dialogs import open_tensorboard
 from tui.screens.job import JobScreen
 from tui.widgets.chrome import chrome
-from tui.widgets.fmt import job_cells, what
+from tui.widgets.fmt import accuracy, job_cells, what
 
 COLUMNS = [
     ("id", "ID"),
@@ -43,7 +43,7 @@ def _sort_value(job: dict[str, Any], column: str) -> Any:
         "status": job["status"],
         "progress": p.get("fraction") or 0.0,
         "loss": (job.get("metrics") or {}).get("loss") or 0.0,
-        "acc": (job.get("result") or {}).get("test_accuracy") or 0.0,
+        "acc": accuracy(job)[0] or 0.0,
         "gpu": ",".join(job.get("gpu_ids") or []),
         "elapsed": job.get("elapsed_s") or 0.0,
         "eta": job.get("eta_s") or 0.0,

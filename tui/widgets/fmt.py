@@ -20,8 +20,14 @@ BLOCKS = "▁▂▃▄▅▆▇█"
 NA = "n/a"
 
 
-def status(value: str) -> Text:
-    return Text(value, style=STATUS_STYLE.get(value, ""))
+REASON_SHORT = {"exit_nonzero": "exit", "worker_lost": "lost", "bad_input": "input", "canceled": ""}
+"""A failed job's reason as the jobs table marks it (`failed·oom`); the rest keep their names."""
+
+
+def status(value: str, reason: str | None = None) -> Text:
+    """A status in its colour; a failed one marked with why (`failed·timeout`)."""
+    short = REASON_SHORT.get(reason, reason) if reason and value == "failed" else ""
+    return Text(f"{value}·{short}" if short else value, style=STATUS_STYLE.get(value, ""))
 
 
 def bar(fraction: float | None, width: int = 10) -> str:
@@ -50,6 +56,13 @@ def num(value: Any, digits: int = 4) -> str:
     return f"{value:.{digits}f}" if isinstance(value, float) else str(value)
 
 
+def value_of(obj: dict[str, Any] | None, key: str, digits: int = 4) -> str:
+    """A number of an answer's object (`metrics`, `result`, a point) as text: `nan`/`inf` where the API answered
+    null and named the field in `nonfinite`; empty when there is none."""
+    obj = obj or {}
+    return (obj.get("nonfinite") or {}).get(key) or num(obj.get(key), digits)
+
+
 def na(value: Any, unit: str = "", digits: int = 0) -> str:
     """A GPU reading, or n/a where nvidia-smi said [N/A]."""
     if value is None:
@@ -65,30 +78,59 @@ def sparkline(values: list[float | None], width: int = 20, top: float = 100.0) -
     return "".join(out)
 
 
+def one_line(text: Any, width: int = 40) -> str:
+    """`text` on one line: its first line, runs of spaces as one, cut to `width` with an ellipsis."""
+    first = " ".join(str(text).strip().splitlines()[0].split()) if str(text).strip() else ""
+    return first if len(first) <= width else first[: width - 1] + "…"
+
+
 def what(spec: dict[str, Any], words: int = 3) -> str:
-    """What a job runs, for the MODEL column: its model, or `$ ` and the first words of its command."""
+    """What a job runs, for the MODEL column: its model, or `$ ` and the first words of its command (a script
+    given inline, `python -c "..."`, by its first line)."""
     if spec.get("command") is None:
         return str(spec.get("model"))
     cmd = spec["command"]
-    parts = cmd.split() if isinstance(cmd, str) else list(cmd)
-    return "$ " + " ".join(parts[:words])
+    parts = cmd.split() if isinstance(cmd, str) else [one_line(a, 30) for a in cmd]
+    return one_line("$ " + " ".join(parts[:words]), 60)
+
+
+ACCURACY_SOURCES = (
+    ("result", "test_accuracy", "test"),
+    ("result", "val_accuracy", "val"),
+    ("metrics", "accuracy", "batch"),
+)
+"""Where a job's accuracy comes from, best first, and the word shown beside it: the test set once it has ended,
+the validation set, or the training batches of the last metric point while it runs."""
+
+
+def accuracy(job: dict[str, Any]) -> tuple[float | None, str]:
+    """(accuracy, which: test, val or batch), or (None, "")."""
+    for part, key, which in ACCURACY_SOURCES:
+        value = (job.get(part) or {}).get(key)
+        if isinstance(value, (int, float)) and not isinstance(value, bool):
+            return float(value), which
+    return None, ""
+
+
+def accuracy_text(job: dict[str, Any]) -> str:
+    """`0.9120 test`, `0.8800 batch`: the number and what it measures; empty when there is none."""
+    value, which = accuracy(job)
+    return "" if value is None else f"{value:.4f} {which}"
 
 
 def job_cells(job: dict[str, Any]) -> dict[str, Any]:
     """One jobs-table row, by column key."""
     p = job.get("progress") or {}
     metrics = job.get("metrics") or {}
-    result = job.get("result") or {}
-    acc = result.get("test_accuracy", result.get("val_accuracy", metrics.get("accuracy")))
     gpus = job.get("gpu_ids")
     return {
         "id": job["id"],
-        "name": str(job.get("name") or "")[:24],
+        "name": one_line(job.get("name") or "", 24),
         "model": what(job["spec"]),
-        "status": status(job["status"]),
+        "status": status(job["status"], job.get("reason")),
         "progress": bar(p.get("fraction")),
-        "loss": num(metrics.get("loss")),
-        "acc": num(acc),
+        "loss": value_of(metrics, "loss"),
+        "acc": accuracy_text(job),
         "gpu": ",".join(gpus) if gpus else ("cpu" if job["spec"].get("gpus") == 0 else f"×{job['spec'].get('gpus')}"),
         "elapsed": duration(job.get("elapsed_s")),
         "eta": duration(job.get("eta_s")) if job["status"] == "running" else "",

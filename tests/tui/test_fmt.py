@@ -1,0 +1,38 @@
+"""What the table and `gpudeck ls` print for a job's numbers (no stack needed)."""
+
+from tui.cli import _row
+from tui.widgets.fmt import accuracy_text, job_cells
+
+RUNNING = {
+    "id": 7,
+    "name": "r",
+    "status": "running",
+    "spec": {"model": "lenet", "gpus": 0},
+    "progress": {"step": 5, "total_steps": 10, "fraction": 0.5},
+    "metrics": {"step": 5, "loss": 0.5, "accuracy": 0.875},
+}
+
+
+def test_accuracy_says_which_it_is_batch_while_running_then_validation_or_test():
+    """Issue 16 #3: one column, never two meanings without a word that says which."""
+    assert accuracy_text(RUNNING) == "0.8750 batch"
+    assert accuracy_text({**RUNNING, "result": {"val_accuracy": 0.9}}) == "0.9000 val"
+    done = {**RUNNING, "status": "succeeded", "result": {"test_accuracy": 0.91, "val_accuracy": 0.9}}
+    assert accuracy_text(done) == "0.9100 test"
+    assert accuracy_text({**RUNNING, "metrics": {"loss": 1.0}}) == ""
+    assert job_cells(done)["acc"] == "0.9100 test"
+    assert _row(done).endswith("0.5000  0.9100 test") and _row(RUNNING).endswith("0.8750 batch")
+
+
+def test_a_nonfinite_loss_reads_nan_not_blank():
+    diverged = {**RUNNING, "metrics": {"step": 5, "loss": None, "nonfinite": {"loss": "nan"}}}
+    assert job_cells(diverged)["loss"] == "nan"
+    assert "nan" in _row(diverged).split()
+    assert job_cells({**RUNNING, "metrics": {}})["loss"] == ""
+
+
+def test_the_table_marks_why_a_job_failed():
+    failed = {**RUNNING, "status": "failed", "reason": "timeout"}
+    assert str(job_cells(failed)["status"]) == "failed·timeout"
+    assert str(job_cells({**failed, "reason": "exit_nonzero"})["status"]) == "failed·exit"
+    assert str(job_cells({**failed, "status": "canceled", "reason": "canceled"})["status"]) == "canceled"
