@@ -130,7 +130,13 @@ def _check_boundaries(value: Any) -> str | None:
 
 
 PARAMS: dict[str, Param] = {
-    "epochs": Param(int, None, "passes over the training set (give epochs or steps)", 1, 100_000),
+    "epochs": Param(
+        int,
+        None,
+        "passes over the training set (give epochs or steps; neither: one epoch, at least 200 steps)",
+        1,
+        100_000,
+    ),
     "steps": Param(int, None, "training steps (give epochs or steps)", 1, 100_000_000),
     "batch_size": Param(int, 128, "global batch size, split across GPUs", 1, 65_536),
     "optimizer": Param(str, "momentum", "optimizer", choices=OPTIMIZERS),
@@ -182,6 +188,22 @@ def validate(params: Any) -> dict[str, str]:
     if "epochs" in params and "steps" in params:
         errors["params.steps"] = "give epochs or steps, not both"
     return errors
+
+
+DEFAULT_MIN_STEPS = 200
+"""A job that gives neither epochs nor steps trains one epoch, but no fewer steps than this: one epoch of a small
+set (the synthetic one is 16 steps at the default batch) teaches a model nothing, and a first run should show
+learning."""
+
+
+def total_steps(params: dict[str, Any], resolved: dict[str, Any], steps_per_epoch: int) -> int:
+    """The steps a run trains: `steps`, else `epochs` of `steps_per_epoch`; given neither (in `params`, as the job
+    spec has them), one epoch and at least DEFAULT_MIN_STEPS."""
+    if resolved["steps"] is not None:
+        return resolved["steps"]
+    if params.get("epochs") is None and params.get("steps") is None:
+        return max(resolved["epochs"] * steps_per_epoch, DEFAULT_MIN_STEPS)
+    return resolved["epochs"] * steps_per_epoch
 
 
 def resolve(params: dict[str, Any]) -> dict[str, Any]:

@@ -5,8 +5,11 @@ from __future__ import annotations
 import keras
 from keras import layers
 
-BN = {"momentum": 0.99, "epsilon": 1e-5}
-"""Keras's BN momentum rather than the references' 0.997, so short runs get usable test-time statistics."""
+BN = {"momentum": 0.9, "epsilon": 1e-5}
+"""BN's moving statistics follow the batches with a time constant of ~10 steps (PyTorch's default), not Keras's
+0.99 (~100 steps) or the references' 0.997: with those, a run of a few hundred steps is evaluated with statistics
+that still lag weights that moved, and its validation loss reads in the hundreds while its training accuracy is
+high (resnet20, 50 steps on the synthetic set: test loss 187 and accuracy 0.10 at 0.99; 0.011 and 0.99 at 0.9)."""
 
 
 @keras.saving.register_keras_serializable(package="gpudeck")

@@ -154,7 +154,7 @@ class Trainer:
         if batch > source.train.size:
             raise BadInput(f"batch_size {batch} is larger than the training set ({source.train.size} images)")
         steps_per_epoch = source.train.size // batch
-        total = p["steps"] if p["steps"] is not None else p["epochs"] * steps_per_epoch
+        total = params_mod.total_steps(self.spec.get("params") or {}, p, steps_per_epoch)
         schedule = Schedule(
             p["lr"],
             p["schedule"],

@@ -131,7 +131,9 @@ def test_with_redis_url_set_no_redis_is_started_and_that_one_is_used(tmp_path, c
                 pass
         assert cmdlines and not any(b"redis-server" in c for c in cmdlines)
         assert not (tmp_path / "home" / "redis").exists()
-        job = requests.post(f"{stack.url}/api/v1/jobs", json={"model": "lenet", "dataset": "synthetic"}).json()
+        job = requests.post(
+            f"{stack.url}/api/v1/jobs", json={"model": "lenet", "dataset": "synthetic", "params": {"steps": 2}}
+        ).json()
         assert redis.exists(f"gpudeck:job:{job['id']}")  # it landed in the Redis we named
     finally:
         stack.kill()
@@ -194,7 +196,9 @@ def cmdline(pid: int) -> bytes:
 def test_a_killed_api_is_started_again(tmp_path, child_env):
     stack = Up(tmp_path / "home", child_env, tmp_path / "up.log")
     try:
-        job_id = requests.post(f"{stack.url}/api/v1/jobs", json={"model": "lenet", "dataset": "synthetic"}).json()["id"]
+        job_id = requests.post(
+            f"{stack.url}/api/v1/jobs", json={"model": "lenet", "dataset": "synthetic", "params": {"steps": 2}}
+        ).json()["id"]
         api_pid = next(  # gunicorn's master (its workers carry the same command line, one level down)
             p for p in descendants(stack.proc.pid) if b"api.serve" in cmdline(p) and parent(p) == stack.proc.pid
         )

@@ -59,3 +59,25 @@ def test_bad_input_exits_2_and_says_why(tmp_path):
     assert "batch_size 4096 is larger than the training set (2048 images)" in run.stdout
     run = train(tmp_path, {"model": "nope", "dataset": "synthetic"}, tmp_path / "j2")
     assert run.returncode == 2 and "bad spec: model" in run.stdout
+
+
+def test_a_short_resnet_run_is_evaluated_with_settled_batch_norm_statistics(tmp_path):
+    """Issue 16 #4: fifty steps of resnet20 on the synthetic set learn it, and the test loss says so. With Keras's
+    BN momentum of 0.99 the moving statistics still lagged the weights after 50 steps: test loss 187, accuracy 0.10
+    (chance), while the training batches were at 0.9."""
+    job_dir = tmp_path / "job"
+    spec = {"model": "resnet20", "dataset": "synthetic:8x8x3", "params": {"steps": 50, "batch_size": 32, "seed": 1}}
+    run = train(tmp_path, spec, job_dir)
+    assert run.returncode == 0, run.stdout[-3000:]
+    result = json.loads((job_dir / "result.json").read_text())
+    assert result["test_accuracy"] >= 0.8 and result["test_loss"] < 1.0, result
+
+
+def test_given_neither_epochs_nor_steps_a_run_trains_one_epoch_of_at_least_200_steps():
+    from models import params
+
+    resolved = params.resolve({})
+    assert params.total_steps({}, resolved, steps_per_epoch=16) == 200  # the synthetic set at batch 128
+    assert params.total_steps({}, resolved, steps_per_epoch=390) == 390  # CIFAR-10: one epoch
+    assert params.total_steps({"epochs": 1}, params.resolve({"epochs": 1}), steps_per_epoch=16) == 16  # as asked
+    assert params.total_steps({"steps": 7}, params.resolve({"steps": 7}), steps_per_epoch=16) == 7
