@@ -4,9 +4,11 @@ to the server commands (`up`, `worker` in jobs.cli; `api` in api.serve)."""
 from __future__ import annotations
 
 import argparse
+import getpass
 import json
 import os
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -17,7 +19,7 @@ from jobs.keys import PRIORITIES
 from jobs.settings import DEFAULT_API, parse_size
 from tui.logtext import Folder
 from tui.pack import human
-from tui.widgets.fmt import accuracy_text, one_line, value_of, what
+from tui.widgets.fmt import accuracy_text, duration, one_line, value_of, what
 
 ENDED = ("succeeded", "failed", "canceled")
 
@@ -66,11 +68,40 @@ def _row(job: dict[str, Any]) -> str:
 HEADER = f"{'ID':>5}  {'STATUS':<10} {'NAME':<20} {'MODEL':<14} {'PROGRESS':>11}  {'LOSS':>8}  ACC (test/val/batch)"
 
 
-def _wait(client, job_id: int) -> dict[str, Any]:
-    while True:
-        job = client.wait(job_id, timeout=60)
-        if job["status"] in ENDED:
-            return job
+EXIT_WAIT_TIMEOUT = 4
+"""`wait --timeout` ran out before the job ended."""
+
+
+def _wait(client, job_id: int, timeout: float | None = None, live: bool = False) -> dict[str, Any]:
+    """The job once it has ended, or as it is when `timeout` seconds have passed. `live`: a one-line status on
+    stderr, redrawn every 2 s (a terminal; scripts and CI logs get nothing)."""
+    deadline = None if timeout is None else time.monotonic() + timeout
+    try:
+        while True:
+            left = 60.0 if deadline is None else deadline - time.monotonic()
+            job = client.wait(job_id, timeout=max(1, int(min(left, 2 if live else 60))))
+            if live:
+                sys.stderr.write("\r\033[K" + _status_line(job))
+                sys.stderr.flush()
+            if job["status"] in ENDED or (deadline is not None and time.monotonic() >= deadline):
+                return job
+    finally:
+        if live:
+            sys.stderr.write("\r\033[K")
+            sys.stderr.flush()
+
+
+def _status_line(job: dict[str, Any]) -> str:
+    """`job 7 running  step 120/200  loss 0.5310  eta 1m02s`: what `--wait` shows on a terminal."""
+    p = job.get("progress") or {}
+    parts = [f"job {job['id']} {job['status']}"]
+    if p.get("step") is not None:
+        parts.append(f"step {p['step']}/{p.get('total_steps') or '?'}")
+    if loss := value_of(job.get("metrics"), "loss"):
+        parts.append(f"loss {loss}")
+    if job.get("eta_s") is not None and job["status"] == "running":
+        parts.append(f"eta {duration(job['eta_s'])}")
+    return "  ".join(parts)
 
 
 def _verdict(job: dict[str, Any], min_accuracy: float | None) -> int:
@@ -119,7 +150,7 @@ def cmd_submit(args: argparse.Namespace) -> int:
         return EXIT_OK
     if not args.json:
         print(f"submitted job {job['id']}; waiting for it to end", file=sys.stderr)
-    job = _wait(client, job["id"])
+    job = _wait(client, job["id"], live=not args.json and sys.stderr.isatty())
     print(json.dumps(job, indent=2) if args.json else HEADER + "\n" + _row(job))
     return _verdict(job, args.min_accuracy)
 
@@ -199,6 +230,12 @@ def cmd_ls(args: argparse.Namespace) -> int:
         print(HEADER)
         for job in page["jobs"]:
             print(_row(job))
+        if page.get("next_cursor") is not None:  # on stderr: a script reading the table gets only the table
+            print(
+                f"gpudeck: the newest {len(page['jobs'])} jobs shown; more with --limit (up to 500) or --json's "
+                "next_cursor",
+                file=sys.stderr,
+            )
     return EXIT_OK
 
 
@@ -268,8 +305,11 @@ def _what_rows(job: dict[str, Any]) -> list[tuple[str, Any]]:
 
 
 def cmd_wait(args: argparse.Namespace) -> int:
-    job = _wait(_client(), args.id)
+    job = _wait(_client(), args.id, timeout=args.timeout, live=not args.json and sys.stderr.isatty())
     print(json.dumps(job, indent=2) if args.json else HEADER + "\n" + _row(job))
+    if job["status"] not in ENDED:
+        print(f"gpudeck: job {job['id']} is still {job['status']} after {args.timeout:g}s", file=sys.stderr)
+        return EXIT_WAIT_TIMEOUT
     return _verdict(job, args.min_accuracy)
 
 
@@ -375,7 +415,7 @@ def cmd_tensorboard(args: argparse.Namespace) -> int:
         print(json.dumps(board, indent=2))
         return EXIT_OK
     print(f"TensorBoard for jobs {', '.join(map(str, board['jobs']))}: {board['url']}")
-    print(f"from your machine: {board['ssh_tunnel'].replace(board['host'], 'USER@' + board['host'])}")
+    print(f"from your machine: {board['ssh_tunnel'].replace(board['host'], f'{getpass.getuser()}@' + board['host'])}")
     print(f"then open http://localhost:{board['port']}/")
     return EXIT_OK
 
@@ -485,6 +525,9 @@ def build_parser() -> argparse.ArgumentParser:
         p.add_argument("--json", action="store_true")
         if name == "wait":
             _min_accuracy(p)
+            p.add_argument(
+                "--timeout", type=_natural, metavar="S", help=f"give up after S seconds (exit {EXIT_WAIT_TIMEOUT})"
+            )
         p.set_defaults(func=func)
 
     p = sub.add_parser("sweep", help='submit a sweep: a JSON file {"base": spec, "grid": {field: [values]}}')
@@ -549,7 +592,8 @@ def main(argv: list[str] | None = None) -> int:
     except ApiError as exc:
         print(f"gpudeck: {exc.message}", file=sys.stderr)
         for field, problem in (exc.details.get("fields") or {}).items():
-            print(f"  {field}: {problem}", file=sys.stderr)
+            if f"{field}: {problem}" not in exc.message:  # each problem once
+                print(f"  {field}: {problem}", file=sys.stderr)
         return EXIT_USAGE if exc.status < 500 else EXIT_JOB_FAILED
     except Unreachable as exc:
         print(f"gpudeck: {exc}", file=sys.stderr)

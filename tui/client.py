@@ -3,11 +3,23 @@
 from __future__ import annotations
 
 import os
+import re
 import time
 from collections.abc import Iterator
 from typing import Any
 
 import requests
+
+
+def cause(exc: BaseException) -> str:
+    """What went wrong under a requests error, in a few words (`connection refused`, `timed out`, `name or service
+    not known`), not urllib3's nested repr of its pool and retries."""
+    if isinstance(exc, requests.Timeout):
+        return "timed out"
+    found = re.findall(r"\[Errno -?\d+\] ([^'\")\]]+)", str(exc))
+    if found:
+        return found[-1].strip().rstrip(".").lower()
+    return str(exc).splitlines()[0][:200] if str(exc) else type(exc).__name__
 
 
 class ApiError(Exception):
@@ -37,7 +49,7 @@ class Client:
         try:
             resp = self.session.request(method, url, timeout=kwargs.pop("timeout", self.timeout), **kwargs)
         except requests.RequestException as exc:
-            raise Unreachable(f"cannot reach the gpudeck API at {self.base_url}: {exc}") from None
+            raise Unreachable(f"cannot reach the gpudeck API at {self.base_url}: {cause(exc)}") from None
         if resp.status_code >= 400:
             try:
                 err = resp.json()

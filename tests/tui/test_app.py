@@ -4,6 +4,7 @@ each screen and action as a user at a keyboard would use it."""
 from __future__ import annotations
 
 import asyncio
+import getpass
 import io
 import sys
 import time
@@ -161,6 +162,14 @@ def test_job_screen_follows_the_log_draws_curves_and_guards_cancel_and_retry(sta
             assert "succeeded" in text_of(screen.query_one("#job-summary", Static))
             curves = text_of(screen.query_one("#curves", Static))
             assert "train loss" in curves and "val loss" in curves and "6 points" in curves
+            await pilot.press("2")  # the Curves tab: real charts, by step, loss on a log scale (l: linear)
+            await until(pilot, lambda: "log10 loss" in str(screen.query_one("#plot-loss").render()), 10)
+            chart = str(screen.query_one("#plot-loss").render())
+            assert "log10 loss" in chart and "step" in chart and "train" in chart and "validation" in chart
+            assert "accuracy" in str(screen.query_one("#plot-acc").render())
+            await pilot.press("l")
+            await until(pilot, lambda: "log10" not in str(screen.query_one("#plot-loss").render()))
+            await pilot.press("1")
             assert "test_accuracy" in text_of(screen.query_one("#result", Static))
             assert '"model": "lenet"' in text_of(screen.query_one("#config", Static))
             # An ended job cannot be canceled: the key does nothing.
@@ -324,7 +333,9 @@ def test_a_failed_job_says_why_on_its_first_screen_and_its_log_can_be_searched(s
             await pilot.press("slash", "escape")  # esc closes the search box, and only that
             await pilot.pause(0.1)
             assert isinstance(app.screen, JobScreen) and not screen.query_one("#log-search").display
-            await pilot.press("escape")
+            await pilot.press("k", "j")  # the log scrolls; k stops following
+            assert not screen.follow
+            await pilot.press("q")  # q goes back from a job, it does not quit
             await on_screen(pilot, app, JobsScreen)
 
     run(scenario())
@@ -415,8 +426,17 @@ def test_tensorboard_on_selected_jobs_over_ssh_gives_the_tunnel_and_copies_the_u
             assert board["jobs"] == ids
             assert app.clipboard == board["url"]
             how = text_of(dialog.query_one("#tb-how", Static))
-            assert f"ssh -N -L {board['port']}:127.0.0.1:{board['port']} USER@" in how
+            assert f"ssh -N -L {board['port']}:127.0.0.1:{board['port']} {getpass.getuser()}@" in how
+            assert "No browser on this screen" in text_of(dialog.query_one("#tb-browser", Static))
             assert requests.get(board["url"], timeout=10).status_code == 200
+            # Not over SSH and headless (no DISPLAY, no BROWSER): still no claim that a browser opened (issue 16 #13).
+            monkeypatch.delenv("SSH_CONNECTION")
+            for name in ("SSH_CLIENT", "SSH_TTY", "DISPLAY", "WAYLAND_DISPLAY", "BROWSER"):
+                monkeypatch.delenv(name, raising=False)
+            await pilot.press("escape", "t")
+            dialog = await on_screen(pilot, app, TensorBoardDialog, lambda d: d is not dialog, timeout=120)
+            said = text_of(dialog.query_one("#tb-browser", Static)) + text_of(dialog.query_one("#tb-how", Static))
+            assert "No browser on this screen" in said and "Opened" not in said and "From another machine" in said
 
     run(scenario())
 

@@ -3,6 +3,7 @@ and Redis; exit codes 0 (ok), 1 (job failed, canceled or below --min-accuracy), 
 
 from __future__ import annotations
 
+import getpass
 import json
 import subprocess
 
@@ -99,7 +100,7 @@ def test_ci_gates_tables_json_logs_datasets_and_tensorboard(gpudeck, tmp_path):
     assert tb.returncode == 0, tb.stderr
     url = tb.stdout.split(": ", 1)[1].splitlines()[0]
     assert requests.get(url, timeout=10).status_code == 200
-    assert "ssh -N -L" in tb.stdout and "USER@" in tb.stdout
+    assert "ssh -N -L" in tb.stdout and f"{getpass.getuser()}@" in tb.stdout
     port = url.rsplit(":", 1)[1].strip("/")
     assert gpudeck("tensorboard", "--stop", port).returncode == 0
     assert json.loads(gpudeck("tensorboard", "--json").stdout) == []
@@ -107,12 +108,22 @@ def test_ci_gates_tables_json_logs_datasets_and_tensorboard(gpudeck, tmp_path):
 
 def test_usage_input_auth_and_unreachable_exit_codes(gpudeck):
     bad = gpudeck("submit", "--model", "resnet21", "--dataset", "synthetic")
-    assert bad.returncode == 2 and "model: unknown model 'resnet21'" in bad.stderr
+    assert bad.returncode == 2 and bad.stderr.count("model: unknown model 'resnet21'") == 1  # once, not twice
     assert gpudeck("submit", "--model", "lenet").returncode == 2  # --dataset missing: argparse
     assert gpudeck("show", "99").returncode == 2
     denied = gpudeck("ls", GPUDECK_TOKEN="wrong")
     assert denied.returncode == 2 and "Bearer" in denied.stderr
     assert gpudeck("datasets", "upload", "nover", "x.tgz").returncode == 2
     assert gpudeck("datasets", "upload", "a:1", "/no/such.tgz").returncode == 2
-    gone = gpudeck("ls", GPUDECK_API=f"http://127.0.0.1:{free_port()}", timeout=60)
-    assert gone.returncode == 3 and "cannot reach the gpudeck API" in gone.stderr
+    url = f"http://127.0.0.1:{free_port()}"
+    gone = gpudeck("ls", GPUDECK_API=url, timeout=60)
+    assert gone.returncode == 3  # one line that names the API and the cause, not urllib3's nested repr
+    assert gone.stderr.strip().splitlines() == [f"gpudeck: cannot reach the gpudeck API at {url}: connection refused"]
+
+    waiting = json.loads(gpudeck("submit", *LENET, "--gpus", "1", "--json").stdout)["id"]  # no GPU worker here
+    late = gpudeck("wait", str(waiting), "--timeout", "2")
+    assert late.returncode == 4 and f"job {waiting} is still queued after 2s" in late.stderr
+    assert late.stderr.count("\r") == 0  # no live line when stderr is not a terminal
+    gpudeck("submit", *LENET, "--gpus", "1")
+    some = gpudeck("ls", "--limit", "1")
+    assert len(some.stdout.splitlines()) == 2 and "the newest 1 jobs shown; more with --limit" in some.stderr

@@ -36,3 +36,10 @@ def test_the_table_marks_why_a_job_failed():
     assert str(job_cells(failed)["status"]) == "failed·timeout"
     assert str(job_cells({**failed, "reason": "exit_nonzero"})["status"]) == "failed·exit"
     assert str(job_cells({**failed, "status": "canceled", "reason": "canceled"})["status"]) == "canceled"
+
+
+def test_the_live_wait_line_says_state_step_loss_and_eta():
+    from tui.cli import _status_line
+
+    assert _status_line({**RUNNING, "eta_s": 62.0}) == "job 7 running  step 5/10  loss 0.5000  eta 1m02s"
+    assert _status_line({"id": 8, "status": "queued", "progress": {"step": None}}) == "job 8 queued"

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import getpass
 import os
+import sys
 import threading
 import webbrowser
 from typing import Any
@@ -45,7 +47,18 @@ def over_ssh() -> bool:
     return any(os.environ.get(v) for v in ("SSH_CONNECTION", "SSH_CLIENT", "SSH_TTY"))
 
 
+def browser_here() -> bool:
+    """Whether a browser could open on this machine's screen: not over SSH, and a display (X11, Wayland), a
+    BROWSER setting or macOS; a headless box has none, whatever webbrowser would try (a text browser in a pipe)."""
+    if over_ssh():
+        return False
+    return sys.platform == "darwin" or any(os.environ.get(v) for v in ("DISPLAY", "WAYLAND_DISPLAY", "BROWSER"))
+
+
 class TensorBoardDialog(ModalScreen[None]):
+    """The URL (copied to the clipboard), the ssh tunnel line with this user's name, and a browser only where one
+    can open: the dialog says what happened, never that a browser opened when none could."""
+
     BINDINGS = [Binding("escape,enter,q", "app.pop_screen", "Close"), Binding("y", "copy", "Copy URL")]
 
     def __init__(self, board: dict[str, Any]):
@@ -54,21 +67,29 @@ class TensorBoardDialog(ModalScreen[None]):
 
     def compose(self) -> ComposeResult:
         b = self.board
-        ssh = b["ssh_tunnel"].replace(f" {b['host']}", f" USER@{b['host']}")
-        if over_ssh():
-            how = f"Over SSH: on your machine run\n  {ssh}\nthen open http://localhost:{b['port']}/"
-        else:
-            how = "Opened in your browser."
+        ssh = b["ssh_tunnel"].replace(f" {b['host']}", f" {getpass.getuser()}@{b['host']}")
+        where = "Over SSH" if over_ssh() else "From another machine"
+        tunnel = f"{where}: run there\n  {ssh}\nthen open http://localhost:{b['port']}/"
+        browser = "Opening it in your browser …" if browser_here() else "No browser on this screen (headless or SSH)."
         with Vertical(classes="dialog"):
             yield Label(f"TensorBoard for jobs {', '.join(map(str, b['jobs']))}", classes="title")
             yield Static(b["url"], id="tb-url")
-            yield Static(how, id="tb-how")
+            yield Static(browser, id="tb-browser")
+            yield Static(tunnel, id="tb-how")
             yield Static("URL copied to the clipboard (OSC 52). y copies again, esc closes.", id="tb-copied")
 
     def on_mount(self) -> None:
         self.action_copy()
-        if not over_ssh():
-            threading.Thread(target=webbrowser.open, args=(self.board["url"],), daemon=True).start()
+        if browser_here():
+            threading.Thread(target=self._open, daemon=True).start()
+
+    def _open(self) -> None:
+        try:
+            opened = webbrowser.open(self.board["url"])
+        except webbrowser.Error:
+            opened = False
+        said = "Opened in your browser." if opened else "No browser could be started here: open the URL above."
+        self.app.call_from_thread(self.query_one("#tb-browser", Static).update, said)
 
     def action_copy(self) -> None:
         self.app.copy_to_clipboard(self.board["url"])

@@ -21,7 +21,7 @@ HISTORY = 30
 
 
 class GpusScreen(Screen):
-    BINDINGS = [Binding("escape,backspace", "app.pop_screen", "Back")]
+    BINDINGS = [Binding("escape,backspace,q", "app.pop_screen", "Back")]
 
     def __init__(self) -> None:
         super().__init__()

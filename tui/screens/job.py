@@ -4,20 +4,38 @@ cancel and retry behind a confirmation, enabled only where they make sense."""
 from __future__ import annotations
 
 import json
+import math
 import textwrap
 from typing import Any
 
 from rich.text import Text
 from textual.app import ComposeResult
 from textual.binding import Binding
-from textual.containers import VerticalScroll
+from textual.containers import Horizontal, VerticalScroll
 from textual.screen import Screen
 from textual.widgets import Footer, Input, Log, Static, TabbedContent, TabPane
+from textual_plotext import PlotextPlot
 
 from tui.logtext import ERROR_LINE, Folder, explain
 from tui.screens.dialogs import Confirm, open_tensorboard
 from tui.widgets.chrome import chrome
-from tui.widgets.fmt import ACTIVE, ENDED, bar, duration, one_line, sparkline, status, value_of, what
+from tui.widgets.fmt import ACTIVE, ENDED, bar, duration, one_line, status, value_of, what
+
+
+class Chart(PlotextPlot):
+    """A plotext chart that draws nothing rather than fail where it has too little room (plotext indexes past
+    its matrix when the legend does not fit) or nothing a log scale can show."""
+
+    MIN_SIZE = (24, 8)
+
+    def render(self):
+        if self.size.width < self.MIN_SIZE[0] or self.size.height < self.MIN_SIZE[1]:
+            return Text("(too small for a chart)", style="dim")
+        try:
+            return super().render()
+        except (IndexError, ValueError):
+            return Text("(nothing to draw here)", style="dim")
+
 
 KEEP_LINES = 200_000
 """Log lines the screen keeps (the job dir's log.txt has them all)."""
@@ -27,7 +45,9 @@ REFRESH_S = 1.0
 class JobScreen(Screen):
     BINDINGS = [
         Binding("escape", "back", "Back"),
-        Binding("backspace", "app.pop_screen", "Back", show=False),
+        Binding("backspace,q", "app.pop_screen", "Back", show=False),
+        Binding("j", "scroll_log(1)", "Down", show=False),
+        Binding("k", "scroll_log(-1)", "Up", show=False),
         Binding("f", "toggle_follow", "Follow"),
         Binding("w", "toggle_wrap", "Wrap"),
         Binding("slash", "search", "Search", key_display="/"),
@@ -37,6 +57,7 @@ class JobScreen(Screen):
         Binding("G,end", "log_end", "End", show=False),
         Binding("g,home", "log_start", "Start", show=False),
         Binding("b", "toggle_fold", "Banner", show=False),
+        Binding("l", "toggle_log_scale", "Log scale", show=False),
         Binding("1", "tab('tab-log')", "Log", show=False),
         Binding("2", "tab('tab-curves')", "Curves", show=False),
         Binding("3", "tab('tab-config')", "Config", show=False),
@@ -53,6 +74,7 @@ class JobScreen(Screen):
         self.lines: list[str] = []
         self.log_offset = 0
         self.follow, self.wrap, self.fold = True, False, True
+        self.log_scale = True
         self.folder = Folder()
         self.query_text = ""
         self.points: list[dict[str, Any]] = []
@@ -68,6 +90,9 @@ class JobScreen(Screen):
                 yield Input(placeholder="search the log (enter finds, n/N next/previous, esc closes)", id="log-search")
             with TabPane("Curves", id="tab-curves"):
                 yield Static("no metric points yet", id="curves")
+                with Horizontal(id="plots"):
+                    yield Chart(id="plot-loss")
+                    yield Chart(id="plot-acc")
             with TabPane("Config", id="tab-config"), VerticalScroll():
                 yield Static("", id="config")
             with TabPane("Result", id="tab-result"), VerticalScroll():
@@ -126,9 +151,9 @@ class JobScreen(Screen):
             self._write_log(self._shown(self.folder.feed(new_lines) if self.fold else new_lines))
         if job["status"] in ENDED and self.folder.run:  # a log that ends in start-up lines: show them now
             self._write_log(self._shown(self.folder.flush()))
-        if points is not None:
+        if points is not None and points != self.points:  # redraw only when a point arrived
             self.points = points
-            self.query_one("#curves", Static).update(self._curves())
+            self._draw()
         config = {"spec": job["spec"], "source": job.get("source"), "environment": job.get("environment")}
         shown = {k: v for k, v in config.items() if v} if job["spec"].get("command") is not None else job["spec"]
         self.query_one("#config", Static).update(json.dumps(shown, indent=2))
@@ -179,8 +204,43 @@ class JobScreen(Screen):
                 text.append("\n  " + line[: max(20, self.size.width - 4)], style="red")
         self.query_one("#job-summary", Static).update(text)
 
+    CURVES = (
+        ("plot-loss", "loss", (("loss", "train", "cyan"), ("val_loss", "validation", "orange"))),
+        ("plot-acc", "accuracy", (("accuracy", "train", "green"), ("val_accuracy", "validation", "magenta"))),
+    )
+    """Each chart: its widget, title, and (metric, legend, colour) of its lines."""
+
+    def _draw(self) -> None:
+        """Loss and accuracy over the whole run, training and validation, by step, at the pane's size (loss on a
+        log scale unless `l` turned it off); above them the numbers of what is drawn."""
+        self.query_one("#curves", Static).update(self._curves())
+        for widget_id, title, lines in self.CURVES:
+            widget = self.query_one(f"#{widget_id}", PlotextPlot)
+            log_scale = title == "loss" and self.log_scale
+            series = []
+            for key, label, color in lines:
+                xy = [
+                    (p["step"], math.log10(p[key]) if log_scale else p[key])
+                    for p in self.points
+                    if isinstance(p.get(key), (int, float)) and (p[key] > 0 or not log_scale)
+                ]
+                if xy:
+                    series.append(([x for x, _ in xy], [y for _, y in xy], label, color))
+            plt = widget.plt
+            plt.clear_data()
+            for xs, ys, label, color in series:
+                plt.plot(xs, ys, label=label, color=color, marker="braille")
+            # log10 of the values on a linear axis: plotext's own log scale fails on a single point or a set ylim
+            plt.title(f"{'log10 ' if log_scale else ''}{title}" if series else f"{title}: -")
+            plt.xlabel("step")
+            widget.refresh()
+
+    def action_toggle_log_scale(self) -> None:
+        self.log_scale = not self.log_scale
+        self._draw()
+
     def _curves(self) -> Text:
-        """Loss and accuracy, training and validation, as sparklines scaled to their own range."""
+        """One line a metric: first → last value, its min and max, how many points (the charts draw them)."""
         out = Text()
         for key, label in (
             ("loss", "train loss"),
@@ -188,17 +248,19 @@ class JobScreen(Screen):
             ("accuracy", "train acc"),
             ("val_accuracy", "val acc"),
         ):
-            values = [p[key] for p in self.points if p.get(key) is not None]
-            if not values:
+            values = [p[key] for p in self.points if isinstance(p.get(key), (int, float))]
+            bad = [p["step"] for p in self.points if key in (p.get("nonfinite") or {})]
+            if not values and not bad:
                 continue
-            lo, hi = min(values), max(values)
-            scaled = [(v - lo) / (hi - lo) * 100 if hi > lo else 50.0 for v in values]
-            width = max(10, min(100, self.size.width - 40))
-            step = max(1, len(scaled) // width)
             out.append(f"{label:>11} ", style="bold")
-            out.append(sparkline(scaled[::step], width), style="cyan" if "loss" in key else "green")
-            out.append(f"  {values[0]:.4f} → {values[-1]:.4f} (min {lo:.4f}, max {hi:.4f}, {len(values)} points)\n")
-        return out or Text("no metric points yet")
+            if values:
+                lo, hi = min(values), max(values)
+                out.append(f"{values[0]:.4f} → {values[-1]:.4f} (min {lo:.4f}, max {hi:.4f}, {len(values)} points)")
+            if bad:
+                out.append(f"  not finite from step {bad[0]}", style="red")
+            out.append("\n")
+        out.append("l: loss on a log or linear scale", style="dim")
+        return out if self.points else Text("no metric points yet")
 
     def _result(self, job: dict[str, Any]) -> Text:
         if job.get("result"):
@@ -318,6 +380,13 @@ class JobScreen(Screen):
             before = [i for i in hits if i < here]
             index = before[-1] if before else hits[-1]
         self._show_line(index, f"{what}: {hits.index(index) + 1} of {len(hits)} (line {index + 1})")
+
+    def action_scroll_log(self, lines: int) -> None:
+        log = self.query_one("#log", Log)
+        if lines < 0:
+            self.follow = False
+            self._log_state()
+        log.scroll_relative(y=lines, animate=False)
 
     def action_tab(self, pane: str) -> None:
         self.query_one("#job-tabs", TabbedContent).active = pane

@@ -57,6 +57,8 @@ class JobsScreen(Screen):
         Binding("s", "sort", "Sort"),
         Binding("f", "facet", "Status"),
         Binding("space", "select", "Select", show=False),
+        Binding("j", "move(1)", "Down", show=False),
+        Binding("k", "move(-1)", "Up", show=False),
         Binding("t", "tensorboard", "TensorBoard"),
         Binding("escape", "clear_filter", "Clear filter", show=False),
     ]
@@ -203,6 +205,10 @@ class JobsScreen(Screen):
         box.value = ""
         box.display = False
         self.query_one("#jobs", DataTable).focus()
+
+    def action_move(self, rows: int) -> None:
+        table = self.query_one("#jobs", DataTable)
+        table.move_cursor(row=max(0, min(table.row_count - 1, table.cursor_row + rows)))
 
     def action_select(self) -> None:
         job_id = self._cursor_job()
