@@ -43,3 +43,29 @@ def test_the_live_wait_line_says_state_step_loss_and_eta():
 
     assert _status_line({**RUNNING, "eta_s": 62.0}) == "job 7 running  step 5/10  loss 0.5000  eta 1m02s"
     assert _status_line({"id": 8, "status": "queued", "progress": {"step": None}}) == "job 8 queued"
+
+
+def test_an_eta_moves_a_third_of_the_way_to_each_new_estimate_and_counts_down_between():
+    from tui.widgets.fmt import EtaSmoother
+
+    eta = EtaSmoother()
+    assert eta(7, 600.0, now=0.0) == 600.0
+    assert eta(7, 300.0, now=2.0) == 598.0 * 2 / 3 + 300.0 / 3  # a jump of 5 minutes moves it by 1.7
+    assert eta(7, None, now=4.0) is None and eta(7, 100.0, now=6.0) == 100.0  # ended, then a new run
+
+
+def test_the_compact_row_fits_80_columns():
+    long = {
+        **RUNNING,
+        "name": "a-rather-long-experiment-name",
+        "status": "failed",
+        "reason": "diverged",
+        "result": {"test_accuracy": 0.9123},
+        "elapsed_s": 3723.0,
+    }
+    cells = job_cells(long, compact=True)
+    assert cells["name"] == "a-rather-lo…" and str(cells["status"]) == "failed·dive…"
+    assert cells["acc"] == "0.912 test" and cells["progress"] == "██░░░  50%" and cells["time"] == "1h02m"
+    widths = {"id": 5, "name": 12, "status": 12, "progress": 10, "loss": 6, "acc": 10, "time": 9}
+    assert all(len(str(cells[k])) <= w for k, w in widths.items())
+    assert sum(w + 2 for w in widths.values()) <= 80 - 2  # DataTable's cell padding, and a scrollbar

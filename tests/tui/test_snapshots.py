@@ -37,7 +37,9 @@ async def _loaded(pilot) -> None:
 
     table = pilot.app.screen.query_one("#jobs", DataTable)
     # Both rows in, and the columns sized to them (widths are measured after the rows land).
-    while table.row_count < 2 or table.columns["name"].content_width < len("wider lr sweep"):
+    while table.row_count < 2 or table.columns["name"].content_width < max(
+        len(str(table.get_cell_at((row, 1)))) for row in range(table.row_count)
+    ):
         await pilot.pause(0.1)
     await pilot.pause(0.5)
 

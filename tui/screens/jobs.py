@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from typing import Any
 
 from rich.text import Text
@@ -14,7 +15,7 @@ from textual.widgets import DataTable, Footer, Input, Static
 from tui.screens.dialogs import open_tensorboard
 from tui.screens.job import JobScreen
 from tui.widgets.chrome import chrome
-from tui.widgets.fmt import accuracy, job_cells, what
+from tui.widgets.fmt import EtaSmoother, accuracy, job_cells, what
 
 COLUMNS = [
     ("id", "ID"),
@@ -28,6 +29,18 @@ COLUMNS = [
     ("elapsed", "ELAPSED"),
     ("eta", "ETA"),
 ]
+COMPACT = [
+    ("id", "ID"),
+    ("name", "NAME"),
+    ("status", "STATUS"),
+    ("progress", "PROGRESS"),
+    ("loss", "LOSS"),
+    ("acc", "ACC"),
+    ("time", "TIME/ETA"),
+]
+"""The columns below WIDE_COLUMNS terminal columns: every one that matters in 80 (MODEL and GPU are in the job's
+own screen), with elapsed and ETA in one cell."""
+WIDE_COLUMNS = 110
 FACETS = (None, "running", "queued", "succeeded", "failed", "canceled")
 REFRESH_S = 2.0
 MAX_JOBS = 1000
@@ -47,6 +60,7 @@ def _sort_value(job: dict[str, Any], column: str) -> Any:
         "gpu": ",".join(job.get("gpu_ids") or []),
         "elapsed": job.get("elapsed_s") or 0.0,
         "eta": job.get("eta_s") or 0.0,
+        "time": job.get("elapsed_s") or 0.0,
     }[column]
 
 
@@ -70,18 +84,38 @@ class JobsScreen(Screen):
         self.filter_text = ""
         self.sort_column, self.sort_reverse = "id", True
         self.facet = 0
+        self.eta = EtaSmoother()
         self.refreshed_at = 0.0
 
     def compose(self) -> ComposeResult:
         yield from chrome()
         with Horizontal(id="jobs-bar"):
             yield Static("", id="jobs-state")
-        table: DataTable = DataTable(id="jobs", cursor_type="row", zebra_stripes=True)
-        for key, label in COLUMNS:
+        table: DataTable = DataTable(id="jobs", cursor_type="row", zebra_stripes=True, fixed_columns=1)  # ID stays
+        self.columns = self._columns_for(self.app.size.width)
+        for key, label in self.columns:
             table.add_column(label, key=key)
         yield table
         yield Input(placeholder="filter: text in name, model, status, tags (enter keeps it, esc clears)", id="filter")
         yield Footer()
+
+    @staticmethod
+    def _columns_for(width: int) -> list[tuple[str, str]]:
+        return COLUMNS if width >= WIDE_COLUMNS else COMPACT
+
+    def on_resize(self) -> None:
+        """A terminal that crossed WIDE_COLUMNS gets the other set of columns (the rows are written again)."""
+        columns = self._columns_for(self.app.size.width)
+        if columns == self.columns:
+            return
+        self.columns = columns
+        table = self.query_one("#jobs", DataTable)
+        table.clear(columns=True)
+        for key, label in columns:
+            table.add_column(label, key=key)
+        if self.sort_column not in {k for k, _ in columns}:
+            self.sort_column, self.sort_reverse = "id", True
+        self._resort()
 
     def on_mount(self) -> None:
         self.query_one("#filter", Input).display = False
@@ -118,8 +152,6 @@ class JobsScreen(Screen):
     def apply(self, jobs: list[dict[str, Any]]) -> None:
         """Update the table in place: changed cells only, new rows added, gone rows removed; the cursor stays on
         the job it was on."""
-        import time
-
         table = self.query_one("#jobs", DataTable)
         self.jobs = {j["id"]: j for j in jobs}
         shown = {j["id"]: j for j in jobs if self.visible(j)}
@@ -127,15 +159,17 @@ class JobsScreen(Screen):
         existing = {int(k.value) for k in table.rows}
         for gone in existing - shown.keys():
             table.remove_row(str(gone))
+        compact, now = self.columns is COMPACT, time.monotonic()
         for job_id, job in shown.items():
-            cells = job_cells(job)
+            job = {**job, "eta_s": self.eta(job_id, job.get("eta_s") if job["status"] == "running" else None, now)}
+            cells = job_cells(job, compact)
             cells["id"] = Text(("✓ " if job_id in self.selected else "") + str(job_id), justify="right")
             if job_id in existing:
-                for key, value in cells.items():
-                    if str(table.get_cell(str(job_id), key)) != str(value):
-                        table.update_cell(str(job_id), key, value)
+                for key, _ in self.columns:
+                    if str(table.get_cell(str(job_id), key)) != str(cells[key]):
+                        table.update_cell(str(job_id), key, cells[key])
             else:
-                table.add_row(*(cells[k] for k, _ in COLUMNS), key=str(job_id))
+                table.add_row(*(cells[k] for k, _ in self.columns), key=str(job_id))
         table.sort("id", key=self._key_of, reverse=self.sort_reverse)
         if current is not None and str(current) in table.rows:
             table.move_cursor(row=table.get_row_index(str(current)), animate=False)
@@ -179,9 +213,9 @@ class JobsScreen(Screen):
         self._resort()
 
     def action_sort(self) -> None:
-        keys = [k for k, _ in COLUMNS]
+        keys = [k for k, _ in self.columns]
         self.sort_column = keys[(keys.index(self.sort_column) + 1) % len(keys)]
-        self.sort_reverse = self.sort_column in ("id", "progress", "acc", "elapsed")
+        self.sort_reverse = self.sort_column in ("id", "progress", "acc", "elapsed", "time")
         self._resort()
 
     def action_facet(self) -> None:

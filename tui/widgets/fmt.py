@@ -118,20 +118,48 @@ def accuracy_text(job: dict[str, Any]) -> str:
     return "" if value is None else f"{value:.4f} {which}"
 
 
-def job_cells(job: dict[str, Any]) -> dict[str, Any]:
-    """One jobs-table row, by column key."""
+def job_cells(job: dict[str, Any], compact: bool = False) -> dict[str, Any]:
+    """One jobs-table row, by column key; `compact`: the narrow forms of an 80-column table (a shorter name and
+    bar, three decimals, elapsed and ETA in one `time` cell)."""
     p = job.get("progress") or {}
     metrics = job.get("metrics") or {}
     gpus = job.get("gpu_ids")
+    eta = duration(job.get("eta_s")) if job["status"] == "running" else ""
+    value, which = accuracy(job)
+    state = status(job["status"], job.get("reason"))
+    if compact and len(state.plain) > 12:
+        state = Text(state.plain[:11] + "…", style=state.style)
     return {
         "id": job["id"],
-        "name": one_line(job.get("name") or "", 24),
+        "name": one_line(job.get("name") or "", 12 if compact else 24),
         "model": what(job["spec"]),
-        "status": status(job["status"], job.get("reason")),
-        "progress": bar(p.get("fraction")),
-        "loss": value_of(metrics, "loss"),
-        "acc": accuracy_text(job),
+        "status": state,
+        "progress": bar(p.get("fraction"), 5 if compact else 10),
+        "loss": value_of(metrics, "loss", 3 if compact else 4),
+        "acc": (f"{value:.3f} {which}" if compact else f"{value:.4f} {which}") if value is not None else "",
         "gpu": ",".join(gpus) if gpus else ("cpu" if job["spec"].get("gpus") == 0 else f"×{job['spec'].get('gpus')}"),
         "elapsed": duration(job.get("elapsed_s")),
-        "eta": duration(job.get("eta_s")) if job["status"] == "running" else "",
+        "eta": eta,
+        "time": f"eta {eta}" if eta else duration(job.get("elapsed_s")),
     }
+
+
+class EtaSmoother:
+    """ETAs that do not swing by minutes between two refreshes: each job's shown ETA moves a third of the way to
+    the API's newest estimate, after counting down the time since the last one (a new job starts at its estimate)."""
+
+    WEIGHT = 1 / 3
+
+    def __init__(self) -> None:
+        self.shown: dict[int, tuple[float, float]] = {}  # job id -> (eta, when)
+
+    def __call__(self, job_id: int, eta: float | None, now: float) -> float | None:
+        if eta is None:
+            self.shown.pop(job_id, None)
+            return None
+        before = self.shown.get(job_id)
+        smooth = (
+            eta if before is None else max(0.0, before[0] - (now - before[1])) * (1 - self.WEIGHT) + eta * self.WEIGHT
+        )
+        self.shown[job_id] = (smooth, now)
+        return smooth
