@@ -139,11 +139,38 @@ def test_jobs_table_updates_in_place_keeps_the_cursor_filters_sorts_and_opens_a_
             await until(
                 pilot, lambda: [str(table.get_cell_at((r, 1))) for r in range(3)] == ["first", "second", "third"]
             )
-            await pilot.press("f", "f", "f")  # status facet: succeeded
+            await pilot.press("f", "f", "f", "f")  # status facet: all, running, starting, queued, succeeded
             await until(pilot, lambda: "status: succeeded" in text_of(screen.query_one("#jobs-state", Static)))
             await pilot.press("home", "enter")
             await on_screen(pilot, app, JobScreen)
             assert app.screen.job_id == first
+
+    run(scenario())
+
+
+def test_c_cancels_every_selected_job_after_one_confirmation_and_S_reverses_the_order(stack):
+    done = post(stack, QUICK)
+    requests.get(f"{stack}/api/v1/jobs/{done}/wait?timeout=240", timeout=260)
+    waiting = [post(stack, {**QUICK, "gpus": 1}) for _ in range(2)]  # no GPU worker: they stay queued
+
+    async def scenario():
+        app = GpudeckApp(stack)
+        async with app.run_test(size=(80, 24)) as pilot:
+            table = app.screen.query_one("#jobs", DataTable)
+            await until(pilot, lambda: table.row_count == 3)
+            ids = lambda: [int(str(table.get_cell_at((r, 0))).removeprefix("✓ ")) for r in range(3)]  # noqa: E731
+            assert ids() == [waiting[1], waiting[0], done]
+            await pilot.press("S")  # reverse: oldest first
+            await until(pilot, lambda: ids() == [done, waiting[0], waiting[1]])
+            await pilot.press("S", "space", "j", "space", "j", "space")  # all three selected; one has ended
+            await until(pilot, lambda: len(app.screen.selected) == 3)
+            assert str(table.get_cell_at((0, 0))) == f"✓ {waiting[1]}"  # the mark does not hide the id
+            await pilot.press("c")
+            dialog = await on_screen(pilot, app, Confirm)
+            assert f"Cancel jobs {waiting[0]}, {waiting[1]}?" in text_of(dialog.query_one(Label))  # not the ended one
+            await pilot.press("y")
+            await until(pilot, lambda: all(job(stack, i)["status"] == "canceled" for i in waiting), 30)
+            assert job(stack, done)["status"] == "succeeded"
 
     run(scenario())
 

@@ -12,7 +12,7 @@ from textual.containers import Horizontal
 from textual.screen import Screen
 from textual.widgets import DataTable, Footer, Input, Static
 
-from tui.screens.dialogs import open_tensorboard
+from tui.screens.dialogs import Confirm, open_tensorboard
 from tui.screens.job import JobScreen
 from tui.widgets.chrome import chrome
 from tui.widgets.fmt import EtaSmoother, accuracy, job_cells, what
@@ -41,27 +41,29 @@ COMPACT = [
 """The columns below WIDE_COLUMNS terminal columns: every one that matters in 80 (MODEL and GPU are in the job's
 own screen), with elapsed and ETA in one cell."""
 WIDE_COLUMNS = 110
-FACETS = (None, "running", "queued", "succeeded", "failed", "canceled")
+FACETS = (None, "running", "starting", "queued", "succeeded", "failed", "canceled")
 REFRESH_S = 2.0
 MAX_JOBS = 1000
 """Newest jobs the table holds."""
 
 
 def _sort_value(job: dict[str, Any], column: str) -> Any:
+    """The value a column sorts `job` by; None where the job has none (those sort last either way)."""
     p = job.get("progress") or {}
-    return {
+    value = {
         "id": job["id"],
-        "name": str(job.get("name") or ""),
+        "name": str(job.get("name") or "") or None,
         "model": what(job["spec"]),
         "status": job["status"],
-        "progress": p.get("fraction") or 0.0,
-        "loss": (job.get("metrics") or {}).get("loss") or 0.0,
-        "acc": accuracy(job)[0] or 0.0,
-        "gpu": ",".join(job.get("gpu_ids") or []),
-        "elapsed": job.get("elapsed_s") or 0.0,
-        "eta": job.get("eta_s") or 0.0,
-        "time": job.get("elapsed_s") or 0.0,
+        "progress": p.get("fraction"),
+        "loss": (job.get("metrics") or {}).get("loss"),
+        "acc": accuracy(job)[0],
+        "gpu": ",".join(job.get("gpu_ids") or []) or None,
+        "elapsed": job.get("elapsed_s"),
+        "eta": job.get("eta_s") if job["status"] == "running" else None,
+        "time": job.get("elapsed_s"),
     }[column]
+    return value
 
 
 class JobsScreen(Screen):
@@ -69,6 +71,8 @@ class JobsScreen(Screen):
         Binding("enter", "open", "Open", show=True),
         Binding("slash", "filter", "Filter", key_display="/"),
         Binding("s", "sort", "Sort"),
+        Binding("S", "reverse_sort", "Reverse", show=False),
+        Binding("c", "cancel", "Cancel"),
         Binding("f", "facet", "Status"),
         Binding("space", "select", "Select", show=False),
         Binding("j", "move(1)", "Down", show=False),
@@ -185,7 +189,9 @@ class JobsScreen(Screen):
     def _key_of(self, id_cell: Any) -> Any:
         job_id = int(str(id_cell).removeprefix("✓ "))
         job = self.jobs.get(job_id)
-        return (_sort_value(job, self.sort_column), job_id) if job else (0, job_id)
+        value = _sort_value(job, self.sort_column) if job else None
+        # empty values last in both directions: the sort reverses the whole key, so the flag flips with it
+        return ((value is None) != self.sort_reverse, value if value is not None else 0, job_id)
 
     def _cursor_job(self) -> int | None:
         table = self.query_one("#jobs", DataTable)
@@ -243,6 +249,39 @@ class JobsScreen(Screen):
     def action_move(self, rows: int) -> None:
         table = self.query_one("#jobs", DataTable)
         table.move_cursor(row=max(0, min(table.row_count - 1, table.cursor_row + rows)))
+
+    def action_reverse_sort(self) -> None:
+        self.sort_reverse = not self.sort_reverse
+        self._resort()
+
+    def action_cancel(self) -> None:
+        """Cancel the selected jobs that can be (or the current one), after one confirmation that lists them."""
+        ids = sorted(self.selected) or ([self._cursor_job()] if self._cursor_job() is not None else [])
+        active = [i for i in ids if self.jobs.get(i, {}).get("status") in ("queued", "starting", "running")]
+        if not active:
+            self.notify("nothing to cancel: no queued or running job selected", severity="warning")
+            return
+
+        def confirmed(yes: bool | None) -> None:
+            if not yes:
+                return
+
+            def cancel_all(client) -> list[int]:
+                done = []
+                for job_id in active:
+                    client.cancel(job_id)
+                    done.append(job_id)
+                return done
+
+            def said(done: list[int]) -> None:
+                self.selected -= set(done)
+                self.notify(f"canceling job{'s' if len(done) > 1 else ''} {', '.join(map(str, done))}")
+                self.refresh_jobs()
+
+            self.app.call_api(cancel_all, said)
+
+        listed = ", ".join(map(str, active))
+        self.app.push_screen(Confirm(f"Cancel job{'s' if len(active) > 1 else ''} {listed}?"), confirmed)
 
     def action_select(self) -> None:
         job_id = self._cursor_job()
