@@ -262,20 +262,39 @@ def cmd_show(args: argparse.Namespace) -> int:
         *_what_rows(job),
         ("gpus", f"{spec['gpus']} on {job.get('worker') or '-'} {job.get('gpu_ids') or ''}".rstrip()),
         ("progress", f"step {p.get('step')}/{p.get('total_steps')}" if p.get("total_steps") else None),
-        ("elapsed", f"{job['elapsed_s']} s" if job.get("elapsed_s") is not None else None),
-        ("eta", f"{job['eta_s']} s" if job.get("eta_s") is not None else None),
-        ("metrics", job.get("metrics")),
-        ("result", job.get("result")),
+        ("elapsed", duration(job["elapsed_s"]) if job.get("elapsed_s") is not None else None),
+        ("eta", duration(job["eta_s"]) if job.get("eta_s") is not None and job["status"] == "running" else None),
+        ("metrics", _pairs(job.get("metrics"))),
         ("tags", ", ".join(spec.get("tags") or []) or None),
     ]
     for key, value in rows:
         print(f"{key:>9}  {_fmt(value)}")
+    result = job.get("result") or {}
+    names = _ordered(result)
+    for i, name in enumerate(names):  # one line a value, aligned: a table, not a JSON object
+        print(f"{'result' if i == 0 else '':>9}  {name:<{max(map(len, names))}}  {value_of(result, name) or '-'}")
     for t in job.get("tasks") or []:
         where = f"{t['worker'] or '-'} {t['address'] or ''}".rstrip()
         print(f"{'task':>9}  {t['type']}:{t['task_index']}  {t['status']}  {where}  {t.get('message') or ''}".rstrip())
     for line in job.get("log_tail") or []:
         print(f"{'log':>9}  {line}")
     return EXIT_OK
+
+
+FIRST = ("step", "epoch", "loss", "accuracy", "val_loss", "val_accuracy", "test_accuracy", "test_loss")
+"""Fields shown first, in this order, in `show`'s metrics and result (the rest follow by name)."""
+
+
+def _ordered(obj: dict[str, Any]) -> list[str]:
+    names = [k for k in obj if k not in ("time", "nonfinite")] + [k for k in obj.get("nonfinite") or {} if k not in obj]
+    return sorted(names, key=lambda k: (FIRST.index(k) if k in FIRST else len(FIRST), k))
+
+
+def _pairs(point: dict[str, Any] | None) -> str | None:
+    """The newest metric point as `step 120  epoch 3.2  loss 0.5310  accuracy 0.8750 …` (nan where not finite)."""
+    if not point:
+        return None
+    return "  ".join(f"{k} {value_of(point, k) or '-'}" for k in _ordered(point))
 
 
 def _what_rows(job: dict[str, Any]) -> list[tuple[str, Any]]:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import getpass
 import json
+import re
 import subprocess
 
 import pytest
@@ -56,6 +57,8 @@ def test_ci_gates_tables_json_logs_datasets_and_tensorboard(gpudeck, tmp_path):
     assert [j["id"] for j in json.loads(gpudeck("ls", "--tag", "ci", "--json").stdout)["jobs"]] == [1]
     show = gpudeck("show", "1").stdout
     assert "status  succeeded" in show and "model  lenet" in show and "test_accuracy" in show
+    assert re.search(r"^   result  test_accuracy  +\d\.\d{4}\n +test_loss  +\d+\.\d{4}$", show, re.M), show
+    assert re.search(r"^  metrics  step 3  epoch [\d.]+  loss \d\.\d{4}  accuracy", show, re.M), show
     refused = json.loads(gpudeck("show", "3", "--json").stdout)
     assert refused["reason"] == "bad_input"  # the trainer's exit 2, mapped by the job-end table
     assert any("bad input" in line and "no such file or directory" in line for line in refused["log_tail"])
