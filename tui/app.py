@@ -16,8 +16,11 @@ from textual.binding import Binding
 from textual.widget import Widget
 
 from tui.client import ApiError, Client, Unreachable
+from tui.screens.dialogs import KeysHelp
 from tui.screens.gpus import GpusScreen
+from tui.screens.job import KEYS as JOB_KEYS
 from tui.screens.job import JobScreen
+from tui.screens.jobs import KEYS as JOBS_KEYS
 from tui.screens.jobs import JobsScreen
 from tui.screens.submit import SubmitScreen
 from tui.widgets.chrome import Banner
@@ -116,7 +119,15 @@ class GpudeckApp(App):
         self.push_screen(JobsScreen())
 
     def action_toggle_help(self) -> None:
-        if self.screen.query("HelpPanel"):
+        """gpudeck's keys for the current screen (a screen without its own list gets Textual's help panel)."""
+        screen = self.screen
+        if isinstance(screen, KeysHelp):
+            self.pop_screen()
+        elif isinstance(screen, JobsScreen):
+            self.push_screen(KeysHelp("jobs", JOBS_KEYS))
+        elif isinstance(screen, JobScreen):
+            self.push_screen(KeysHelp(f"job {screen.job_id}", JOB_KEYS))
+        elif screen.query("HelpPanel"):
             self.action_hide_help_panel()
         else:
             self.action_show_help_panel()

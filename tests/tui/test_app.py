@@ -17,7 +17,7 @@ from textual.widgets import DataTable, Input, Label, Log, Static
 from jobs.redis_server import free_port
 from tests.support.live import FAKE_SMI, fake_nvidia_smi, start_api
 from tui.app import GpudeckApp
-from tui.screens.dialogs import Confirm, TensorBoardDialog
+from tui.screens.dialogs import Confirm, KeysHelp, TensorBoardDialog
 from tui.screens.gpus import GpusScreen
 from tui.screens.job import JobScreen
 from tui.screens.jobs import JobsScreen
@@ -171,6 +171,13 @@ def test_c_cancels_every_selected_job_after_one_confirmation_and_S_reverses_the_
             await pilot.press("y")
             await until(pilot, lambda: all(job(stack, i)["status"] == "canceled" for i in waiting), 30)
             assert job(stack, done)["status"] == "succeeded"
+            await pilot.press("question_mark")  # gpudeck's keys for this screen, grouped; not DataTable's bindings
+            help_ = await on_screen(pilot, app, KeysHelp)
+            shown = "\n".join(text_of(w) for w in help_.query("Label, Static"))
+            assert "Keys: jobs" in shown and "cancel the selected jobs" in shown and "reverse the order" in shown
+            assert "Act" in shown and "Anywhere" in shown and "cursor" not in shown.lower()
+            await pilot.press("escape")
+            await on_screen(pilot, app, JobsScreen)
 
     run(scenario())
 
@@ -360,6 +367,11 @@ def test_a_failed_job_says_why_on_its_first_screen_and_its_log_can_be_searched(s
             await pilot.press("slash", "escape")  # esc closes the search box, and only that
             await pilot.pause(0.1)
             assert isinstance(app.screen, JobScreen) and not screen.query_one("#log-search").display
+            await pilot.press("question_mark")
+            help_ = await on_screen(pilot, app, KeysHelp)
+            assert "next error or traceback" in "\n".join(text_of(w) for w in help_.query("Static"))
+            await pilot.press("escape")
+            await on_screen(pilot, app, JobScreen)
             await pilot.press("k", "j")  # the log scrolls; k stops following
             assert not screen.follow
             await pilot.press("q")  # q goes back from a job, it does not quit

@@ -11,7 +11,7 @@ from typing import Any
 
 from textual.app import App, ComposeResult
 from textual.binding import Binding
-from textual.containers import Horizontal, Vertical
+from textual.containers import Horizontal, Vertical, VerticalScroll
 from textual.screen import ModalScreen
 from textual.widgets import Button, Label, Static
 
@@ -99,3 +99,31 @@ def open_tensorboard(app: App, job_ids: list[int]) -> None:
     """Ask the API for a TensorBoard over these jobs (off the UI thread), then show the dialog."""
     app.notify(f"starting TensorBoard for jobs {', '.join(map(str, job_ids))} …")
     app.call_api(lambda c: c.tensorboard(job_ids), lambda board: app.push_screen(TensorBoardDialog(board)))
+
+
+KeyGroups = list[tuple[str, list[tuple[str, str]]]]
+"""What a screen's `?` shows: (group, [(keys, what they do)])."""
+
+ANYWHERE: KeyGroups = [
+    ("Anywhere", [("?", "these keys"), ("ctrl+p", "command palette"), ("q", "back (quit on the jobs table)")])
+]
+
+
+class KeysHelp(ModalScreen[None]):
+    """gpudeck's keys for the screen below it, grouped and scrollable (not Textual's generic widget bindings)."""
+
+    BINDINGS = [Binding("escape,question_mark,q,enter", "app.pop_screen", "Close")]
+
+    def __init__(self, title: str, groups: KeyGroups):
+        super().__init__()
+        self.title_text, self.groups = title, groups + ANYWHERE
+
+    def compose(self) -> ComposeResult:
+        with Vertical(classes="dialog", id="keys-help"):
+            yield Label(f"Keys: {self.title_text}", classes="title")
+            with VerticalScroll():
+                for group, keys in self.groups:
+                    yield Label(group, classes="keys-group")
+                    width = max(len(k) for k, _ in keys)
+                    yield Static("\n".join(f"  {k:<{width}}  {what}" for k, what in keys))
+            yield Static("esc closes", classes="keys-hint")

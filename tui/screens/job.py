@@ -42,6 +42,26 @@ KEEP_LINES = 200_000
 REFRESH_S = 1.0
 
 
+KEYS = [
+    ("Tabs", [("1 2 3 4", "log, curves, config, result")]),
+    (
+        "Log",
+        [
+            ("f", "follow the newest line on/off"),
+            ("w", "wrap long lines on/off"),
+            ("/  n  N", "search; next and previous match"),
+            ("e", "next error or traceback"),
+            ("g  G", "start; end (and follow again)"),
+            ("j  k", "scroll down and up"),
+            ("b", "show or fold TensorFlow's start-up lines"),
+        ],
+    ),
+    ("Curves", [("l", "loss on a log10 or linear scale")]),
+    ("Act", [("c", "cancel (queued or running)"), ("r", "retry as a new job (ended)"), ("t", "TensorBoard")]),
+    ("Back", [("esc  backspace  q", "the jobs table")]),
+]
+
+
 class JobScreen(Screen):
     BINDINGS = [
         Binding("escape", "back", "Back"),

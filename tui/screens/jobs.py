@@ -66,6 +66,29 @@ def _sort_value(job: dict[str, Any], column: str) -> Any:
     return value
 
 
+KEYS = [
+    ("Move", [("↑ ↓  j k", "move"), ("enter", "open the job"), ("space", "select (✓ beside the id)")]),
+    (
+        "View",
+        [
+            ("/", "filter by words in name, model, status, tags (esc clears)"),
+            ("s", "sort by the next column (or click a header)"),
+            ("S", "reverse the order"),
+            ("f", "next status: all, running, starting, queued, succeeded, failed, canceled"),
+        ],
+    ),
+    (
+        "Act",
+        [
+            ("c", "cancel the selected jobs (or this one), after one confirmation"),
+            ("t", "TensorBoard on the selected jobs (or this one)"),
+            ("n", "new job"),
+            ("g", "GPUs and workers"),
+        ],
+    ),
+]
+
+
 class JobsScreen(Screen):
     BINDINGS = [
         Binding("enter", "open", "Open", show=True),
