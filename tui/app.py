@@ -36,8 +36,8 @@ class GpudeckApp(App):
     BINDINGS = [
         Binding("q", "quit", "Quit"),
         Binding("question_mark", "toggle_help", "Help", key_display="?"),
-        Binding("g", "gpus", "GPUs"),
         Binding("n", "submit", "New job"),
+        Binding("g", "gpus", "GPUs"),
     ]
 
     def __init__(self, api_url: str, token: str | None = None):

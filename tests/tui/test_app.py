@@ -130,9 +130,9 @@ def test_jobs_table_updates_in_place_keeps_the_cursor_filters_sorts_and_opens_a_
             await until(pilot, lambda: str(table.get_cell(str(third), "status")) == "succeeded", 240)
             await until(pilot, lambda: "100%" in str(table.get_cell(str(third), "progress")))
 
-            await pilot.press("slash", *"second")
+            await pilot.press("slash", *"second", "enter")  # enter keeps the filter, opens nothing
             await until(pilot, lambda: table.row_count == 1)
-            assert screen._cursor_job() == second
+            assert screen._cursor_job() == second and isinstance(app.screen, JobsScreen)
             await pilot.press("escape")
             await until(pilot, lambda: table.row_count == 3)
             await pilot.press("s")  # sort by name, ascending

@@ -41,6 +41,8 @@ async def _loaded(pilot) -> None:
         len(str(table.get_cell_at((row, 1)))) for row in range(table.row_count)
     ):
         await pilot.pause(0.1)
+    while not table.has_focus:  # the footer shows the focused widget's keys with the screen's
+        await pilot.pause(0.1)
     await pilot.pause(0.5)
 
 

@@ -61,9 +61,15 @@ def test_tui_in_tmux_at_80x24(spawn, child_env, tmp_path):
             time.sleep(0.2)
         tmux("send-keys", "-t", session, "Escape")
         wait_for(session, "STATUS")  # back on the jobs screen (a lone ESC needs a moment to read as one)
+        text = wait_for(session, "STATUS")
+        for key in ("Open", "Select", "Filter", "Cancel", "New job", "Quit"):  # the footer's keys fit 80 columns
+            assert key in text, text
         tmux("send-keys", "-t", session, "?")
-        wait_for(session, "Filter")  # the key panel lists the jobs screen's keys
-        tmux("send-keys", "-t", session, "q")
+        wait_for(session, "Keys: jobs")  # gpudeck's keys for the jobs screen
+        tmux("send-keys", "-t", session, "q")  # closes the keys
+        wait_for(session, "STATUS")
+        time.sleep(0.5)
+        tmux("send-keys", "-t", session, "q")  # quits
         text = wait_for(session, "EXITED", 15)
         assert "EXITED 0" in text and "Traceback" not in text
     finally:

@@ -90,17 +90,19 @@ KEYS = [
 
 
 class JobsScreen(Screen):
+    # The footer at 80 columns: open, select, filter, cancel, new job, help, quit; the rest are in `?`. (enter is a
+    # priority binding: the table's own enter, which the footer would show instead, never shadows it.)
     BINDINGS = [
-        Binding("enter", "open", "Open", show=True),
+        Binding("enter", "open", "Open", priority=True),
+        Binding("space", "select", "Select"),
         Binding("slash", "filter", "Filter", key_display="/"),
-        Binding("s", "sort", "Sort"),
-        Binding("S", "reverse_sort", "Reverse", show=False),
         Binding("c", "cancel", "Cancel"),
-        Binding("f", "facet", "Status"),
-        Binding("space", "select", "Select", show=False),
+        Binding("s", "sort", "Sort", show=False),
+        Binding("S", "reverse_sort", "Reverse", show=False),
+        Binding("f", "facet", "Status", show=False),
         Binding("j", "move(1)", "Down", show=False),
         Binding("k", "move(-1)", "Up", show=False),
-        Binding("t", "tensorboard", "TensorBoard"),
+        Binding("t", "tensorboard", "TensorBoard", show=False),
         Binding("escape", "clear_filter", "Clear filter", show=False),
     ]
 
@@ -228,6 +230,9 @@ class JobsScreen(Screen):
 
     # -- actions -------------------------------------------------------------------------------
     def action_open(self) -> None:
+        if self.query_one("#filter", Input).has_focus:  # enter in the filter keeps it (a priority binding sees it)
+            self.query_one("#jobs", DataTable).focus()
+            return
         job_id = self._cursor_job()
         if job_id is not None:
             self.app.push_screen(JobScreen(job_id))
