@@ -104,7 +104,7 @@ def of_job(
 
 
 def _diverged(event: dict) -> str:
-    """The message of a diverged job, from the trainer's `diverged` event (empty when it sent none)."""
+    """The message of a diverged job, from the trainer's `diverged` event (a general one when it sent none)."""
     if "step" not in event:
         return "the training loss became NaN or infinite"
     kept = event.get("checkpoint_step")

@@ -29,23 +29,8 @@ def folded_line(n: int) -> str:
     return f"··· {n} lines of TensorFlow start-up folded ···"
 
 
-def fold(lines: list[str]) -> list[str]:
-    """`lines` with each run of FOLD_MIN or more TensorFlow start-up lines replaced by one line that counts them."""
-    out: list[str] = []
-    run: list[str] = []
-    for line in [*lines, None]:
-        if line is not None and is_banner(line):
-            run.append(line)
-            continue
-        out += [folded_line(len(run))] if len(run) >= FOLD_MIN else run
-        run = []
-        if line is not None:
-            out.append(line)
-    return out
-
-
 class Folder:
-    """fold() over a log that arrives in pieces: a run of banner lines may span two pieces."""
+    """Folding over a log that arrives in pieces: a run of banner lines may span two pieces."""
 
     def __init__(self) -> None:
         self.run: list[str] = []
@@ -64,6 +49,12 @@ class Folder:
     def flush(self) -> list[str]:
         run, self.run = self.run, []
         return [folded_line(len(run))] if len(run) >= FOLD_MIN else run
+
+
+def fold(lines: list[str]) -> list[str]:
+    """`lines` with each run of FOLD_MIN or more TensorFlow start-up lines replaced by one line that counts them."""
+    folder = Folder()
+    return folder.feed(lines) + folder.flush()
 
 
 MARKS = re.compile(

@@ -39,7 +39,7 @@ from pathlib import Path
 import pytest
 import requests
 
-from tests.support.live import descendants
+from tests.support.live import cmdline, descendants, environ, parent
 from tests.support.stack import Up
 
 SOAK_S = float(os.environ.get("GPUDECK_SOAK_S", "600"))
@@ -298,28 +298,6 @@ class Soak:
 
 
 ENDED = ("succeeded", "failed", "canceled")
-
-
-def environ(pid: int) -> dict[str, str]:
-    try:
-        raw = Path(f"/proc/{pid}/environ").read_bytes()
-    except OSError:
-        return {}
-    return dict(item.split("=", 1) for item in raw.decode(errors="replace").split("\0") if "=" in item)
-
-
-def cmdline(pid: int) -> bytes:
-    try:
-        return Path(f"/proc/{pid}/cmdline").read_bytes()
-    except OSError:
-        return b""
-
-
-def parent(pid: int) -> int:
-    try:
-        return int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[1])
-    except OSError:
-        return 0
 
 
 def cwd(pid: int) -> str:

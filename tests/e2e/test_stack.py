@@ -6,13 +6,12 @@ import signal
 import subprocess
 import sys
 import time
-from pathlib import Path
 
 import pytest
 import requests
 
 from jobs.proc import python_module
-from tests.support.live import alive, descendants, until
+from tests.support.live import alive, cmdline, descendants, parent, until
 from tests.support.stack import Up
 
 pytestmark = pytest.mark.slow
@@ -123,12 +122,7 @@ def test_with_redis_url_set_no_redis_is_started_and_that_one_is_used(tmp_path, c
     stack = Up(tmp_path / "home", child_env, tmp_path / "up.log", redis_url=redis_url)
     try:
         assert f"redis    {redis_url} (REDIS_URL)" in stack.output()
-        cmdlines = []
-        for pid in descendants(stack.proc.pid):
-            try:
-                cmdlines.append(Path(f"/proc/{pid}/cmdline").read_bytes())
-            except OSError:
-                pass
+        cmdlines = [c for pid in descendants(stack.proc.pid) if (c := cmdline(pid))]  # the live ones
         assert cmdlines and not any(b"redis-server" in c for c in cmdlines)
         assert not (tmp_path / "home" / "redis").exists()
         job = requests.post(
@@ -186,13 +180,6 @@ def test_a_killed_redis_comes_back_and_a_running_job_rides_the_outage_out(tmp_pa
         stack.kill()
 
 
-def cmdline(pid: int) -> bytes:
-    try:
-        return Path(f"/proc/{pid}/cmdline").read_bytes()
-    except OSError:
-        return b""
-
-
 def test_a_killed_api_is_started_again(tmp_path, child_env):
     stack = Up(tmp_path / "home", child_env, tmp_path / "up.log")
     try:
@@ -221,10 +208,3 @@ def test_a_killed_api_is_started_again(tmp_path, child_env):
         assert stack.proc.poll() is None
     finally:
         stack.kill()
-
-
-def parent(pid: int) -> int:
-    try:
-        return int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[1])
-    except OSError:
-        return 0

@@ -134,6 +134,31 @@ def alive(pid: int) -> bool:
     return state != "Z"
 
 
+def cmdline(pid: int) -> bytes:
+    """A process's command line (NUL-separated); empty when it is gone (or a zombie)."""
+    try:
+        return Path(f"/proc/{pid}/cmdline").read_bytes()
+    except OSError:
+        return b""
+
+
+def parent(pid: int) -> int:
+    """A process's parent pid; 0 when it is gone."""
+    try:
+        return int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[1])
+    except OSError:
+        return 0
+
+
+def environ(pid: int) -> dict[str, str]:
+    """A process's environment; empty when it is gone or not ours to read."""
+    try:
+        raw = Path(f"/proc/{pid}/environ").read_bytes()
+    except OSError:
+        return {}
+    return dict(item.split("=", 1) for item in raw.decode(errors="replace").split("\0") if "=" in item)
+
+
 def kill_tree(pid: int) -> None:
     """SIGKILL a process and everything below it. The tree is frozen first (SIGSTOP until a rescan finds
     nothing new), so a worker cannot fork a work-horse between the scan and the kill: such a horse runs in a

@@ -51,6 +51,7 @@ def test_an_eta_moves_a_third_of_the_way_to_each_new_estimate_and_counts_down_be
     eta = EtaSmoother()
     assert eta(7, 600.0, now=0.0) == 600.0
     assert eta(7, 300.0, now=2.0) == 598.0 * 2 / 3 + 300.0 / 3  # a jump of 5 minutes moves it by 1.7
+    assert eta(7, 300.0, now=3.0) == 598.0 * 2 / 3 + 300.0 / 3 - 1  # re-sorted, same estimate: it only counts down
     assert eta(7, None, now=4.0) is None and eta(7, 100.0, now=6.0) == 100.0  # ended, then a new run
 
 

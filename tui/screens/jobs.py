@@ -50,7 +50,7 @@ MAX_JOBS = 1000
 def _sort_value(job: dict[str, Any], column: str) -> Any:
     """The value a column sorts `job` by; None where the job has none (those sort last either way)."""
     p = job.get("progress") or {}
-    value = {
+    return {
         "id": job["id"],
         "name": str(job.get("name") or "") or None,
         "model": what(job["spec"]),
@@ -63,7 +63,6 @@ def _sort_value(job: dict[str, Any], column: str) -> Any:
         "eta": job.get("eta_s") if job["status"] == "running" else None,
         "time": job.get("elapsed_s"),
     }[column]
-    return value
 
 
 KEYS = [

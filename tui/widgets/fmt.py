@@ -146,20 +146,23 @@ def job_cells(job: dict[str, Any], compact: bool = False) -> dict[str, Any]:
 
 class EtaSmoother:
     """ETAs that do not swing by minutes between two refreshes: each job's shown ETA moves a third of the way to
-    the API's newest estimate, after counting down the time since the last one (a new job starts at its estimate)."""
+    the API's newest estimate, after counting down the time since the last one (a new job starts at its estimate).
+    The same estimate again (the table re-sorted or re-filtered between two refreshes) only counts down."""
 
     WEIGHT = 1 / 3
 
     def __init__(self) -> None:
-        self.shown: dict[int, tuple[float, float]] = {}  # job id -> (eta, when)
+        self.shown: dict[int, tuple[float, float, float]] = {}  # job id -> (shown eta, when, the API's estimate)
 
     def __call__(self, job_id: int, eta: float | None, now: float) -> float | None:
         if eta is None:
             self.shown.pop(job_id, None)
             return None
         before = self.shown.get(job_id)
-        smooth = (
-            eta if before is None else max(0.0, before[0] - (now - before[1])) * (1 - self.WEIGHT) + eta * self.WEIGHT
-        )
-        self.shown[job_id] = (smooth, now)
+        if before is None:
+            smooth = eta
+        else:
+            counted_down = max(0.0, before[0] - (now - before[1]))
+            smooth = counted_down if eta == before[2] else counted_down * (1 - self.WEIGHT) + eta * self.WEIGHT
+        self.shown[job_id] = (smooth, now, eta)
         return smooth
