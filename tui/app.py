@@ -40,8 +40,9 @@ class GpudeckApp(App):
         Binding("g", "gpus", "GPUs"),
     ]
 
-    def __init__(self, api_url: str, token: str | None = None):
+    def __init__(self, api_url: str, token: str | None = None, job: int | None = None):
         super().__init__()
+        self.first_job = job
         self.api_url, self.token = api_url.rstrip("/"), token
         self._local = threading.local()
         self.failures = 0
@@ -117,6 +118,8 @@ class GpudeckApp(App):
     # -- screens -------------------------------------------------------------------------------
     def on_mount(self) -> None:
         self.push_screen(JobsScreen())
+        if self.first_job is not None:
+            self.push_screen(JobScreen(self.first_job))
 
     def action_toggle_help(self) -> None:
         """gpudeck's keys for the current screen (a screen without its own list gets Textual's help panel)."""

@@ -468,7 +468,7 @@ def cmd_tui(args: argparse.Namespace) -> int:
     from tui.app import GpudeckApp
 
     s = settings_from_env()
-    GpudeckApp(args.api or s.api_url, args.token or s.token).run()
+    GpudeckApp(args.api or s.api_url, args.token or s.token, job=args.job).run()
     return EXIT_OK
 
 
@@ -585,6 +585,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(func=cmd_tf_config)
 
     p = sub.add_parser("tui", help="the terminal UI: jobs, logs, curves, GPUs, TensorBoard")
+    p.add_argument("job", nargs="?", type=int, metavar="JOB", help="open this job's screen first (esc: the jobs)")
     p.add_argument("--api", help=f"API URL (default $GPUDECK_API or {DEFAULT_API})")
     p.add_argument("--token", help="bearer token (default $GPUDECK_TOKEN)")
     p.set_defaults(func=cmd_tui)

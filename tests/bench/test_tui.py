@@ -13,6 +13,7 @@ import subprocess
 import time
 from pathlib import Path
 
+import pytest
 import requests
 from redis import Redis
 
@@ -158,3 +159,80 @@ async def _long_log(url: str) -> tuple[float, list[float]]:
             await pilot.pause()
             keys.append((time.perf_counter() - t0) * 1000)
     return load_s, keys
+
+
+# -- what a slow link pays: bytes the TUI writes to its terminal, and its CPU, while nothing or little changes ----
+REPAINT_S = float(os.environ.get("GPUDECK_BENCH_S", "60"))
+"""Seconds each case is measured."""
+
+TICKER = r"""
+import json, os, sys, time
+for s in range(1, 100000):
+    time.sleep(1)
+    print(f"step {s} loss {1 / s:.5f}", flush=True)
+    if s % 5 == 0:
+        with open(os.path.join(os.environ["JOB_DIR"], "metrics.jsonl"), "a") as f:
+            f.write(json.dumps({"step": s, "loss": 1 / s, "accuracy": 1 - 1 / s}) + "\n")
+"""
+"""A running job of a line a second and a metric point every 5 s: what a following job screen watches."""
+
+
+def _tmux_cost(session: str, argv: list[str], out: Path, size: tuple[int, int]) -> tuple[float, float]:
+    """Run `argv` in a tmux pane of `size`, let it settle, then measure REPAINT_S s: bytes/s it writes to the
+    terminal (tmux pipe-pane) and CPU % of one core."""
+    cmd = " ".join(argv)
+    subprocess.run(
+        ["tmux", "new-session", "-d", "-s", session, "-x", str(size[0]), "-y", str(size[1]), cmd], check=True
+    )
+    try:
+        pid = int(
+            subprocess.run(
+                ["tmux", "list-panes", "-t", session, "-F", "#{pane_pid}"], capture_output=True, text=True
+            ).stdout.split()[0]
+        )
+        time.sleep(12)  # start-up, the first fill, a log caught up
+        subprocess.run(["tmux", "pipe-pane", "-t", session, "-o", f"cat >> {out}"], check=True)
+        time.sleep(1)
+        b0, cpu0, t0 = out.stat().st_size if out.exists() else 0, _cpu_seconds(pid), time.monotonic()
+        time.sleep(REPAINT_S)
+        took = time.monotonic() - t0
+        return (out.stat().st_size - b0) / took, (_cpu_seconds(pid) - cpu0) / took * 100
+    finally:
+        subprocess.run(["tmux", "kill-session", "-t", session], capture_output=True)
+
+
+@pytest.mark.timeout(600 + 8 * REPAINT_S)
+def test_repaint_cost_jobs_screen_and_job_screens(tmp_path):
+    """Bytes/s and CPU of `gpudeck tui` (a) on the jobs screen with 1,000 jobs, one of them running, (b) on the
+    screen of that running job, following its log, (c) on the screen of an ended job: after the first paint only
+    a changed value, a new line or a new point should cost bytes."""
+    from tests.support.stack import Up
+
+    env = {k: v for k, v in os.environ.items() if not k.startswith("GPUDECK_")}
+    env.update(GPUDECK_COMMAND_JOBS="1")
+    stack = Up(tmp_path / "home", env, tmp_path / "up.log", args=("--cpu-workers", "1"))
+    try:
+        http = requests.Session()
+        for _ in range(N_JOBS - 2):  # queued for 2 GPUs this box lacks: they stay queued
+            http.post(f"{stack.url}/api/v1/jobs", json=SPEC, timeout=30).raise_for_status()
+        ended = http.post(f"{stack.url}/api/v1/jobs", json={"command": "echo done", "gpus": 0}, timeout=30).json()
+        http.get(f"{stack.url}/api/v1/jobs/{ended['id']}/wait?timeout=120", timeout=130)
+        running = http.post(
+            f"{stack.url}/api/v1/jobs", json={"command": ["python", "-c", TICKER], "gpus": 0}, timeout=30
+        ).json()
+        while http.get(f"{stack.url}/api/v1/jobs/{running['id']}", timeout=10).json()["status"] != "running":
+            time.sleep(0.2)
+        tui = [*python_module("tui.cli", "tui", "--api", stack.url)]
+        cases = [
+            ("jobs screen, 1,000 jobs (1 running)", tui),
+            (f"job screen following running job {running['id']}", [*tui, str(running["id"])]),
+            (f"job screen of ended job {ended['id']}", [*tui, str(ended["id"])]),
+        ]
+        print()
+        for size in ((120, 40), (80, 24)):
+            for n, (label, argv) in enumerate(cases):
+                out = tmp_path / f"pane-{size[0]}-{n}.bytes"
+                rate, cpu = _tmux_cost(f"gpudeck-repaint-{stack.port}", argv, out, size)
+                print(f"{size[0]}x{size[1]} {label}: {rate / 1024:.2f} KB/s written, CPU {cpu:.1f} % of a core")
+    finally:
+        stack.stop()
