@@ -28,12 +28,20 @@ def healthz():
         workers = worker_mod.describe(deps.redis())
     except RedisError as exc:
         down = {"status": "unavailable", "redis": f"unreachable: {exc}", "workers": 0, "workers_alive": 0}
-        return {**down, "long_polls": long_polls}, 503
+        return {**down, "long_polls": long_polls, "command_jobs": deps.settings().command_jobs_allowed}, 503
     alive = sum(w["alive"] for w in workers)
     # Degraded while any registered worker stopped beating (killed, hung, its host gone) or none is alive.
     ok = alive and alive == len(workers)
     status = "ok" if ok else "degraded"
-    return {"status": status, "redis": "ok", "workers": len(workers), "workers_alive": alive, "long_polls": long_polls}
+    commands = deps.settings().command_jobs_allowed  # what a client's form offers
+    return {
+        "status": status,
+        "redis": "ok",
+        "workers": len(workers),
+        "workers_alive": alive,
+        "long_polls": long_polls,
+        "command_jobs": commands,
+    }
 
 
 class _Collector:

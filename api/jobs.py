@@ -11,7 +11,7 @@ from flask import Blueprint, Response, current_app, request
 
 from api import deps, longpoll
 from api.finite import finite
-from jobs import control, gang
+from jobs import control, gang, queues, usage
 from jobs.errors import BadRequest
 from jobs.states import Status
 from jobs.views import job_view
@@ -34,12 +34,12 @@ def submit():
     key = request.headers.get("Idempotency-Key")
     if key is None:
         rec, _ = control.submit(deps.redis(), body, settings)
-        return job_view(rec), 201, {"Location": f"/api/v1/jobs/{rec['id']}"}
+        return views([rec])[0], 201, {"Location": f"/api/v1/jobs/{rec['id']}"}
     if not 0 < len(key) <= 255:
         raise BadRequest("Idempotency-Key must be 1 to 255 characters", {"field": "Idempotency-Key"})
     rec, replayed = control.submit(deps.redis(), body, settings, idempotency_key=key)
     headers = {"Location": f"/api/v1/jobs/{rec['id']}", "Idempotent-Replayed": str(replayed).lower()}
-    return job_view(rec), 200 if replayed else 201, headers
+    return views([rec])[0], 200 if replayed else 201, headers
 
 
 @bp.post("/<int:job_id>/cancel")
@@ -50,7 +50,7 @@ def cancel(job_id: int):
 @bp.post("/<int:job_id>/retry")
 def retry(job_id: int):
     rec = control.retry(deps.redis(), job_id, deps.settings())
-    return job_view(rec), 201, {"Location": f"/api/v1/jobs/{rec['id']}"}
+    return views([rec])[0], 201, {"Location": f"/api/v1/jobs/{rec['id']}"}
 
 
 @bp.get("")
@@ -73,7 +73,24 @@ def list_jobs():
         limit=limit + 1, before=cursor, where=None if (statuses, model, tag) == (None, None, None) else keep
     )
     next_cursor = recs[limit - 1]["id"] if len(recs) > limit else None
-    return {"jobs": [job_view(r) for r in recs[:limit]], "next_cursor": next_cursor}
+    return {"jobs": views(recs[:limit]), "next_cursor": next_cursor}
+
+
+def views(recs: list[dict], with_tasks: bool = False) -> list[dict]:
+    """Job records as the API answers them, with each queued job's place in line and each running job's usage
+    (CPU, memory, GPU) read in two round trips for the whole list."""
+    redis = deps.redis()
+    line = queues.positions(redis, recs)
+    used = usage.read(redis, [r["id"] for r in recs if r["status"] in ("starting", "running")])
+    return [
+        job_view(
+            r,
+            tasks=gang.view(redis, r) if with_tasks else None,
+            queue_position=line.get(r["id"]),
+            usage=used.get(r["id"]),
+        )
+        for r in recs
+    ]
 
 
 def _statuses(raw: str | None) -> set[str] | None:
@@ -91,8 +108,7 @@ def _statuses(raw: str | None) -> set[str] | None:
 
 @bp.get("/<int:job_id>")
 def show(job_id: int):
-    rec = deps.store().get(job_id)
-    return job_view(rec, tasks=gang.view(deps.redis(), rec))
+    return views([deps.store().get(job_id)], with_tasks=True)[0]
 
 
 @bp.get("/<int:job_id>/wait")
@@ -104,7 +120,7 @@ def wait(job_id: int):
     store = deps.store()
     rec = store.get(job_id)
     if Status(rec["status"]).ended or timeout == 0:
-        return job_view(rec, tasks=gang.view(deps.redis(), rec))
+        return views([rec], with_tasks=True)[0]
     slots, client, environ = _long_poll_slots()
     slots.acquire(client)
     try:
@@ -116,7 +132,7 @@ def wait(job_id: int):
             rec = store.get(job_id)
     finally:
         slots.release(client)
-    return job_view(rec, tasks=gang.view(deps.redis(), rec))
+    return views([rec], with_tasks=True)[0]
 
 
 def _long_poll_slots() -> tuple[longpoll.Slots, str, dict]:

@@ -249,9 +249,39 @@ def _schemas() -> dict[str, Any]:
                 "tasks": _nullable({"type": "array", "items": _ref("Task")}),
                 "source": _nullable(_ref("Source")),
                 "environment": _nullable({"type": "object", "additionalProperties": STR}),
+                "queue_position": _nullable(
+                    {**INT, "description": "a queued job's place in line: 1 is the next a free worker of its kind runs"}
+                ),
+                "usage": _nullable(_ref("Usage")),
             },
             ["id", "name", "status", "spec", "attempt", "created_at", "progress"],
         ),
+        "Usage": {
+            **_obj(
+                {
+                    "cpu_percent": _nullable(NUM),
+                    "rss_bytes": INT,
+                    "processes": INT,
+                    "gpus": {
+                        "type": "array",
+                        "items": _obj(
+                            {
+                                "index": _nullable(INT),
+                                "utilization": _nullable(NUM),
+                                "memory_used_mib": _nullable(NUM),
+                                "host": STR,
+                            }
+                        ),
+                    },
+                    "hosts": {"type": "array", "items": STR},
+                    "sampled_at": NUM,
+                },
+                ["cpu_percent", "rss_bytes", "processes", "gpus", "hosts", "sampled_at"],
+            ),
+            "description": "what a starting or running job's processes use, sampled every 2 s on each host it runs "
+            "on: CPU % of one core (summed; null on the first sample), resident memory, and per GPU its "
+            "utilization and the memory the job's processes hold (from nvidia-smi)",
+        },
         "Task": _obj(
             {
                 "index": INT,
@@ -371,8 +401,10 @@ def _schemas() -> dict[str, Any]:
                     "items": _obj(
                         {
                             "job_id": INT,
+                            "name": _nullable(STR),
                             "rank": _nullable(INT),
                             "status": STR,
+                            "fraction": _nullable(NUM),
                             "test_accuracy": _nullable(NUM),
                             "test_loss": _nullable(NUM),
                             "last_loss": _nullable(NUM),
@@ -520,8 +552,12 @@ def _schemas() -> dict[str, Any]:
                     ),
                     "description": "log follows and waits the answering API process holds, and its limits",
                 },
+                "command_jobs": {
+                    "type": "boolean",
+                    "description": "whether this API accepts command jobs (tokens on, or GPUDECK_COMMAND_JOBS=1)",
+                },
             },
-            ["status", "redis", "workers", "workers_alive", "long_polls"],
+            ["status", "redis", "workers", "workers_alive", "long_polls", "command_jobs"],
         ),
     }
 

@@ -1,4 +1,5 @@
-"""What `nvidia-smi` says about this host's GPUs: the list, and stats sampled into Redis every 2 s."""
+"""What `nvidia-smi` says about this host's GPUs: the list, and stats sampled into Redis every 2 s (with what
+each running job's processes use: jobs.usage)."""
 
 from __future__ import annotations
 
@@ -14,7 +15,7 @@ from typing import Any
 from redis import Redis
 from redis.exceptions import RedisError
 
-from jobs import gang
+from jobs import gang, usage
 from jobs.keys import GPUS_PATTERN, gpus_key
 from jobs.store import JobStore
 
@@ -158,13 +159,17 @@ class Sampler(threading.Thread):
         return out
 
     def run(self) -> None:
+        meter = usage.UsageMeter()
         while not self.stopped.is_set():
             try:
                 if self.redis.set(f"{gpus_key(self.host)}:lock", "1", nx=True, px=int(SAMPLE_EVERY_S * 900)):
-                    gpus = sample(self.pid_jobs())
+                    # every process of a job's trainers (a command's python under its shell too) maps to the job
+                    used, members = meter.measure(self.pid_jobs())
+                    gpus = sample(members)
                     if gpus is not None:
                         doc = {"host": self.host, "sampled_at": time.time(), "gpus": gpus}
                         self.redis.set(gpus_key(self.host), json.dumps(doc), ex=SAMPLE_TTL_S)
+                    usage.write(self.redis, self.host, used, gpus)
             except RedisError as exc:
                 log.warning("gpu sampler: redis unavailable (%s)", exc)
             except Exception:

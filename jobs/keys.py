@@ -37,6 +37,11 @@ def heartbeat_key(job_id: int) -> str:
     return f"{job_key(job_id)}:heartbeat"
 
 
+def usage_key(job_id: int) -> str:
+    """Hash host -> JSON of what a running job's processes on that host use (CPU, RSS, GPU), with a TTL."""
+    return f"{job_key(job_id)}:usage"
+
+
 def stop_key(job_id: int) -> str:
     """Why a running job is being stopped (canceled, timeout, worker_lost, task_failed), once someone asked."""
     return f"{job_key(job_id)}:stop"

@@ -15,7 +15,7 @@ from rq.job import Job
 from jobs import datasets, sources
 from jobs import spec as spec_mod
 from jobs.errors import Conflict, Unprocessable
-from jobs.keys import GANGS_KEY, PRIORITIES, RUN_JOB, idempotency_key, queue_name, rq_job_id
+from jobs.keys import GANGS_KEY, PRIORITIES, RUN_JOB, idempotency_key, queue_name, rq_job_id, worker_queues
 from jobs.settings import Settings
 from jobs.spec import command_words, is_multi_worker
 from jobs.store import JobStore
@@ -66,6 +66,39 @@ def submit(redis: Redis, body: Any, settings: Settings | None = None) -> dict[st
         rec = store.create(job_id, spec, name, pipe=pipe, source=source)
         pipe.execute()
     return rec
+
+
+def positions(redis: Redis, recs: list[dict[str, Any]]) -> dict[int, int]:
+    """Each queued job's place in line (1: the next a free worker of its kind takes): the jobs ahead of it in
+    its own queue and in the higher-priority queues of its GPU count, or, for a multi-worker job, in the line of
+    multi-worker jobs."""
+    queued = [r for r in recs if r["status"] == "queued"]
+    if not queued:
+        return {}
+    singles = [r for r in queued if not is_multi_worker(r["spec"])]
+    counts = sorted({int(r["spec"].get("gpus") or 0) for r in singles})
+    with redis.pipeline(transaction=False) as pipe:
+        for gpus in counts:
+            for name in worker_queues(gpus):
+                pipe.lrange(Queue(name, connection=redis).key, 0, -1)
+        for r in queued:
+            if is_multi_worker(r["spec"]):
+                pipe.zrank(GANGS_KEY, str(r["id"]))
+        answers = pipe.execute()
+    line: dict[str, int] = {}
+    for i in range(len(counts)):
+        waiting = [rq_id for lst in answers[i * len(PRIORITIES) : (i + 1) * len(PRIORITIES)] for rq_id in lst]
+        line.update({rq_id.decode(): n for n, rq_id in enumerate(waiting, 1)})
+    ranks = iter(answers[len(counts) * len(PRIORITIES) :])
+    out = {}
+    for r in queued:
+        if is_multi_worker(r["spec"]):
+            rank = next(ranks)
+            if rank is not None:
+                out[r["id"]] = rank + 1
+        elif (n := line.get(rq_job_id(r["id"], r.get("attempt", 1)))) is not None:
+            out[r["id"]] = n
+    return out
 
 
 def gang_score(spec: dict[str, Any], job_id: int) -> float:

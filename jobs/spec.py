@@ -58,6 +58,8 @@ INJECTED = (
 """What the work-horse sets for a command job (README: "Your own training code"); a job's `env` cannot override
 them."""
 ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+NAME_MAX = 200
+"""Longest job name."""
 MAX_COMMAND = 16_384
 """Longest command (characters of the string, or of all its arguments)."""
 MAX_TIMEOUT_S = 30 * 24 * 3600
@@ -288,7 +290,9 @@ def validate(
         ),
         "priority": lambda v: None if v in PRIORITIES else f"must be one of {', '.join(PRIORITIES)}, got {v!r}",
         "name": lambda v: (
-            None if isinstance(v, str) and 0 < len(v) <= 200 else f"must be a string of 1 to 200 characters, got {v!r}"
+            None
+            if isinstance(v, str) and 0 < len(v) <= NAME_MAX
+            else f"must be a string of 1 to {NAME_MAX} characters, got {v!r}"
         ),
         "tags": lambda v: (
             None
@@ -325,7 +329,7 @@ def validate(
             "env": dict(body.get("env") or {}),
             "env_name": body.get("env_name"),
             "total_steps": body.get("total_steps"),
-            "name": body.get("name") or command_words(body)[:200],
+            "name": body.get("name") or command_words(body)[:NAME_MAX],
             **common,
         }
     return {

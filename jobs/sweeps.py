@@ -73,7 +73,7 @@ def create(redis: Redis, body: Any, settings: Settings | None = None) -> dict[st
     sweep_id = int(redis.incr(SWEEP_COUNTER_KEY))
     jobs = []
     for s in specs:
-        s = {**s, "tags": [*(s.get("tags") or []), f"sweep:{sweep_id}"]}
+        s = {**s, "tags": [*(s.get("tags") or []), f"sweep:{sweep_id}"], "name": _name(s, body, sweep_id)}
         jobs.append(queues.submit(redis, s, settings))
     record = {
         "id": sweep_id,
@@ -86,9 +86,27 @@ def create(redis: Redis, body: Any, settings: Settings | None = None) -> dict[st
     return {**record, "jobs": jobs}
 
 
+def _name(spec: dict[str, Any], body: dict[str, Any], sweep_id: int) -> str:
+    """A job of a sweep is named by its swept values: `sweep 3 lr=0.1 model=lenet` (the base's name, when it has
+    one, instead of `sweep 3`); a grid over `name` itself keeps those names."""
+    if "name" in body["grid"]:
+        return str(spec["name"])
+    swept = " ".join(f"{key.rpartition('.')[2]}={_short(_get(spec, key))}" for key in body["grid"])
+    return f"{body['base'].get('name') or f'sweep {sweep_id}'} {swept}"[: spec_mod.NAME_MAX]
+
+
+def _short(value: Any) -> str:
+    return value if isinstance(value, str) else json.dumps(value)
+
+
 def _get(spec: dict[str, Any], key: str) -> Any:
     top, _, sub = key.partition(".")
     return (spec.get("params") or {}).get(sub) if sub else spec.get(top)
+
+
+def _fraction(rec: dict[str, Any]) -> float | None:
+    p = rec.get("progress") or {}
+    return round(p["step"] / p["total_steps"], 4) if p.get("step") is not None and p.get("total_steps") else None
 
 
 def summary(redis: Redis, sweep_id: int) -> dict[str, Any]:
@@ -105,7 +123,9 @@ def summary(redis: Redis, sweep_id: int) -> dict[str, Any]:
         rows.append(
             {
                 "job_id": job_id,
+                "name": rec["spec"].get("name"),
                 "status": rec["status"],
+                "fraction": _fraction(rec),
                 "reason": rec.get("reason"),
                 **{k: _get(rec["spec"], k) for k in record["grid"]},
                 "test_accuracy": result.get("test_accuracy"),

@@ -11,9 +11,14 @@ from jobs.store import iso
 
 
 def job_view(
-    rec: dict[str, Any], now: float | None = None, tasks: list[dict[str, Any]] | None = None
+    rec: dict[str, Any],
+    now: float | None = None,
+    tasks: list[dict[str, Any]] | None = None,
+    queue_position: int | None = None,
+    usage: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
-    """The JSON object GET /api/v1/jobs/ID answers (`tasks`: a multi-worker job's, from gang.view)."""
+    """The JSON object GET /api/v1/jobs/ID answers (`tasks`: a multi-worker job's, from gang.view; a queued job's
+    place in line, from queues.positions; a running job's usage, from jobs.usage)."""
     now = time.time() if now is None else now
     status = Status(rec["status"])
     started, running, ended = rec.get("started_at"), rec.get("running_at"), rec.get("ended_at")
@@ -45,6 +50,8 @@ def job_view(
         "tasks": tasks,
         "source": rec.get("source"),
         "environment": rec.get("environment"),
+        "queue_position": queue_position if status == Status.QUEUED else None,
+        "usage": usage if status in (Status.STARTING, Status.RUNNING) else None,
     }
 
 

@@ -12,7 +12,7 @@ PACKAGES = ("api", "jobs", "models", "tui")
 
 JOBS_LAYERS = (
     ("keys", "states", "errors", "proc", "tfconfig", "archives", "tbnotf"),
-    ("settings", "spec", "outcome", "redis_server", "scalars"),
+    ("settings", "spec", "outcome", "redis_server", "scalars", "usage"),
     ("store",),
     ("datasets", "sources", "views"),
     ("queues", "tensorboard"),

@@ -16,6 +16,7 @@ from textual.binding import Binding
 from textual.widget import Widget
 
 from tui.client import ApiError, Client, Unreachable
+from tui.palette import GpudeckCommands
 from tui.screens.dialogs import KeysHelp
 from tui.screens.gpus import GpusScreen
 from tui.screens.job import KEYS as JOB_KEYS
@@ -23,6 +24,8 @@ from tui.screens.job import JobScreen
 from tui.screens.jobs import KEYS as JOBS_KEYS
 from tui.screens.jobs import JobsScreen
 from tui.screens.submit import SubmitScreen
+from tui.screens.sweep import KEYS as SWEEP_KEYS
+from tui.screens.sweep import SweepScreen
 from tui.widgets.chrome import Banner
 
 BACKOFF_S = (2, 4, 8, 16, 30)
@@ -33,6 +36,7 @@ class GpudeckApp(App):
 
     CSS_PATH = Path(__file__).parent / "app.tcss"  # absolute: subclasses elsewhere find it too
     TITLE = "gpudeck"
+    COMMANDS = App.COMMANDS | {GpudeckCommands}
     BINDINGS = [
         Binding("q", "quit", "Quit"),
         Binding("question_mark", "toggle_help", "Help", key_display="?"),
@@ -130,10 +134,31 @@ class GpudeckApp(App):
             self.push_screen(KeysHelp("jobs", JOBS_KEYS))
         elif isinstance(screen, JobScreen):
             self.push_screen(KeysHelp(f"job {screen.job_id}", JOB_KEYS))
+        elif isinstance(screen, SweepScreen):
+            self.push_screen(KeysHelp(f"sweep {screen.sweep_id}", SWEEP_KEYS))
         elif screen.query("HelpPanel"):
             self.action_hide_help_panel()
         else:
             self.action_show_help_panel()
+
+    def open_job(self, job_id: int) -> None:
+        self.push_screen(JobScreen(job_id))
+
+    def open_sweep(self, sweep_id: int) -> None:
+        self.push_screen(SweepScreen(sweep_id))
+
+    def show_jobs(self, facet: str) -> None:
+        """Back to the jobs table, showing the jobs of one status (`all`: every one)."""
+        while not isinstance(self.screen, JobsScreen) and len(self.screen_stack) > 2:
+            self.pop_screen()
+        if isinstance(self.screen, JobsScreen):
+            self.screen.show_status(None if facet == "all" else facet)
+
+    def action_tensorboard(self) -> None:
+        if isinstance(self.screen, (JobsScreen, JobScreen)):
+            self.screen.action_tensorboard()
+        else:
+            self.notify("TensorBoard: open a job (or the jobs table) first", severity="warning")
 
     def action_gpus(self) -> None:
         if not isinstance(self.screen, GpusScreen):

@@ -19,7 +19,7 @@ from jobs.keys import PRIORITIES
 from jobs.settings import DEFAULT_API, parse_size
 from tui.logtext import Folder
 from tui.pack import human
-from tui.widgets.fmt import accuracy_text, duration, one_line, value_of, what
+from tui.widgets.fmt import accuracy_text, duration, one_line, usage_text, value_of, what
 
 ENDED = ("succeeded", "failed", "canceled")
 
@@ -261,6 +261,8 @@ def cmd_show(args: argparse.Namespace) -> int:
         ("message", job.get("message")),
         *_what_rows(job),
         ("gpus", f"{spec['gpus']} on {job.get('worker') or '-'} {job.get('gpu_ids') or ''}".rstrip()),
+        ("in line", f"#{job['queue_position']} in {job['queue']}" if job.get("queue_position") else None),
+        ("uses", usage_text(job.get("usage")) or None),
         ("progress", f"step {p.get('step')}/{p.get('total_steps')}" if p.get("total_steps") else None),
         ("elapsed", duration(job["elapsed_s"]) if job.get("elapsed_s") is not None else None),
         ("eta", duration(job["eta_s"]) if job.get("eta_s") is not None and job["status"] == "running" else None),
@@ -346,6 +348,11 @@ def cmd_retry(args: argparse.Namespace) -> int:
 
 
 def cmd_sweep(args: argparse.Namespace) -> int:
+    if args.file == "show":
+        return _sweep_show(args)
+    if args.id is not None:
+        print(f"gpudeck sweep: unexpected {args.id!r} after the file (sweep FILE, or sweep show ID)", file=sys.stderr)
+        return EXIT_USAGE
     try:
         body = json.loads(Path(args.file).read_text())
     except (OSError, ValueError) as exc:
@@ -355,8 +362,42 @@ def cmd_sweep(args: argparse.Namespace) -> int:
     print(
         json.dumps(sweep, indent=2)
         if args.json
-        else f"sweep {sweep['id']}: jobs {', '.join(str(i) for i in sweep['job_ids'])}"
+        else f"sweep {sweep['id']}: jobs {', '.join(str(i) for i in sweep['job_ids'])} "
+        f"(gpudeck sweep show {sweep['id']} ranks them)"
     )
+    return EXIT_OK
+
+
+def _sweep_show(args: argparse.Namespace) -> int:
+    """`gpudeck sweep show ID`: the sweep's jobs best first, a column per swept field."""
+    if args.id is None or not args.id.isdigit():
+        print("gpudeck sweep show: give the sweep's id, e.g. gpudeck sweep show 3", file=sys.stderr)
+        return EXIT_USAGE
+    sweep = _client().request("GET", f"/api/v1/sweeps/{args.id}").json()
+    if args.json:
+        print(json.dumps(sweep, indent=2))
+        return EXIT_OK
+    grid = list(sweep["grid"])
+    head = ["RANK", "JOB", *(k.rpartition(".")[2].upper() for k in grid), "STATUS"]
+    head += ["TEST_ACC", "TEST_LOSS", "LAST_LOSS"]
+    rows = [
+        [
+            str(r["rank"] or "-"),
+            str(r["job_id"]),
+            *(_fmt(r.get(k)) for k in grid),
+            r["status"] + (f" ({r['reason']})" if r.get("reason") else ""),
+            *(_fmt(r.get(k)) for k in ("test_accuracy", "test_loss", "last_loss")),
+        ]
+        for r in sweep["jobs"]
+    ]
+    widths = [max(len(c) for c in col) for col in zip(head, *rows)]
+    print(f"sweep {sweep['id']}: {sweep['ended']} of {sweep['total']} ended")
+    for line in (head, *rows):
+        print("  ".join(c.ljust(w) for c, w in zip(line, widths)).rstrip())
+    best = sweep.get("best")
+    if best:
+        swept = " ".join(f"{k}={_fmt(best.get(k))}" for k in grid)
+        print(f"best: job {best['job_id']} ({swept}) test accuracy {_fmt(best['test_accuracy'])}")
     return EXIT_OK
 
 
@@ -549,8 +590,12 @@ def build_parser() -> argparse.ArgumentParser:
             )
         p.set_defaults(func=func)
 
-    p = sub.add_parser("sweep", help='submit a sweep: a JSON file {"base": spec, "grid": {field: [values]}}')
-    p.add_argument("file")
+    p = sub.add_parser(
+        "sweep",
+        help='submit a sweep: a JSON file {"base": spec, "grid": {field: [values]}}; `sweep show ID` ranks one',
+    )
+    p.add_argument("file", metavar="FILE|show")
+    p.add_argument("id", nargs="?", metavar="ID", help="with show: the sweep to rank")
     p.add_argument("--json", action="store_true")
     p.set_defaults(func=cmd_sweep)
 

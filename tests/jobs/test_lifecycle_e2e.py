@@ -8,6 +8,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from unittest.mock import ANY
 
 import pytest
 
@@ -150,6 +151,14 @@ def test_two_workers_pinned_to_two_fake_gpus(client, spawn, child_env, tmp_path)
         seen = client.get(f"/api/v1/jobs/{i}/logs").text.split("CUDA_VISIBLE_DEVICES=")[1].split()[0]
         assert [seen] == job["gpu_ids"]  # the trainer saw exactly the GPU its worker owns
         assert on_gpu[int(seen)] == [i]  # and nvidia-smi's process on that GPU maps back to this job
+        deadline = time.monotonic() + 30  # the job's own usage: its GPU, and the CPU and memory of its processes
+        while not ((used := client.get(f"/api/v1/jobs/{i}").json["usage"]) and used["cpu_percent"] is not None):
+            assert time.monotonic() < deadline, used
+            time.sleep(0.2)
+        assert used["gpus"] == [
+            {"index": int(seen), "utilization": 97 if seen == "0" else None, "memory_used_mib": 512, "host": ANY}
+        ]
+        assert used["rss_bytes"] > 100 * 2**20 and used["processes"] >= 1  # a TensorFlow trainer
     workers = client.get("/api/v1/workers").json["workers"]
     assert sorted(w["gpus"] for w in workers) == [["0"], ["1"]]
     assert all(w["queues"] == ["gpus-1-high", "gpus-1", "gpus-1-low"] for w in workers)

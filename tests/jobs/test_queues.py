@@ -5,7 +5,7 @@ import time
 
 from rq import Queue
 
-from jobs import control, keys, lifecycle, outcome, sweeps
+from jobs import control, keys, lifecycle, outcome, queues, sweeps
 from jobs.states import Status
 from jobs.store import JobStore
 from jobs.worker import GpudeckWorker
@@ -61,3 +61,27 @@ def test_a_sweep_ranks_ended_jobs_by_test_accuracy_unfinished_last(redis):
         (unfinished, None, 0.0),
     ]
     assert summary["ended"] == 2 and summary["total"] == 3 and summary["best"]["job_id"] == high
+    assert [r["name"] for r in summary["jobs"]] == [f"sweep {sweep['id']} lr={lr}" for lr in (0.1, 0.2, 0.0)]
+
+
+def test_the_jobs_of_a_sweep_are_named_by_their_swept_values(redis):
+    grid = {"params.lr": [0.1, 0.01], "model": ["lenet"], "params.batch_size": [8]}
+    sweep = sweeps.create(redis, {"base": {**TINY, "name": "lr-scan"}, "grid": grid})
+    names = [JobStore(redis).get(i)["spec"]["name"] for i in sweep["job_ids"]]
+    assert names == ["lr-scan lr=0.1 model=lenet batch_size=8", "lr-scan lr=0.01 model=lenet batch_size=8"]
+    named = sweeps.create(redis, {"base": TINY, "grid": {"name": ["a", "b"]}})  # a grid over names keeps them
+    assert [JobStore(redis).get(i)["spec"]["name"] for i in named["job_ids"]] == ["a", "b"]
+
+
+def test_each_queued_job_knows_its_place_in_the_line_a_worker_takes(redis):
+    """queues.positions agrees with the order RQ's worker really takes the jobs in."""
+    low = control.submit(redis, {**TINY, "priority": "low"})[0]["id"]
+    normal = [control.submit(redis, TINY)[0]["id"] for _ in range(2)]
+    high = control.submit(redis, {**TINY, "priority": "high"})[0]["id"]
+    two_gpus = control.submit(redis, {**TINY, "gpus": 2})[0]["id"]
+    store = JobStore(redis)
+    recs = [store.get(i) for i in (low, *normal, high, two_gpus)]
+    line = queues.positions(redis, recs)
+    assert line == {high: 1, normal[0]: 2, normal[1]: 3, low: 4, two_gpus: 1}
+    assert sorted(line, key=lambda i: (i == two_gpus, line[i])) == [*next_jobs(redis), two_gpus]
+    assert queues.positions(redis, [store.get(i) for i in (low, high)]) == {}  # taken: no longer in line

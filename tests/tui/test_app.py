@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import getpass
 import io
+import re
 import sys
 import time
 
@@ -380,7 +381,10 @@ def test_a_failed_job_says_why_on_its_first_screen_and_its_log_can_be_searched(s
     run(scenario())
 
 
-def test_gpus_screen_shows_bars_na_and_history(stack):
+def test_gpus_screen_shows_gpus_workers_the_line_and_what_a_running_job_uses(stack):
+    ticking = post(stack, {**TICKING, "name": "ticker"})
+    waiting = [post(stack, {**TINY, "gpus": 2, "name": f"wait-{n}"}) for n in range(2)]  # no worker has 2 GPUs
+
     async def scenario():
         app = GpudeckApp(stack)
         async with app.run_test(size=(120, 40)) as pilot:
@@ -391,34 +395,70 @@ def test_gpus_screen_shows_bars_na_and_history(stack):
             await until(pilot, lambda: len(screen.history["GPU-aaaa"]) >= 2, 20)
             text = text_of(table)
             assert "97%" in text and "n/a" in text and "55°C" in text and "700W" in text and "█" in text
+            # the CPU worker, busy with the ticking job, and the CPU and memory that job's processes use
+            row = await until(
+                pilot, lambda: next((r for r in text_of(table).splitlines() if f"{ticking} ticker" in r), None), 30
+            )
+            assert " busy " in row and " cpu " in row and "%" in row and "MiB" in row, row
+            text = text_of(table)
+            assert f"gpus-2 (2): #1 job {waiting[0]} wait-0, #2 job {waiting[1]} wait-1" in text, text
             await pilot.press("escape")
             assert isinstance(app.screen, JobsScreen)
+            table = app.screen.query_one("#jobs", DataTable)  # the table says where a queued job is in line
+            await until(pilot, lambda: str(waiting[1]) in table.rows)
+            assert "#2 in line" in str(table.get_cell(str(waiting[1]), "progress"))
+            app.push_screen(JobScreen(ticking))
+            job_screen = await on_screen(pilot, app, JobScreen)
+            summary = job_screen.query_one("#job-summary", Static)
+            await until(pilot, lambda: "cpu " in text_of(summary) and " rss " in text_of(summary), 20)
+            assert re.search(r"(?<!\d)1 process(?!es)", text_of(summary)), text_of(summary)  # python, no shell
 
     run(scenario())
+    requests.post(f"{stack}/api/v1/jobs/{ticking}/cancel", timeout=10)
 
 
 def test_submit_form_shows_api_errors_at_the_field_then_opens_the_new_job(stack):
     async def scenario():
         app = GpudeckApp(stack)
-        async with app.run_test(size=(100, 40)) as pilot:
+        async with app.run_test(size=(80, 24)) as pilot:
             await pilot.press("n")
             form = await on_screen(pilot, app, SubmitScreen)
+            footer = {k.description for k in form.query("FooterKey")}
+            assert {"Submit", "Cancel"} <= footer, footer  # the key that submits, where a user looks for it
             await pilot.press(*"resnet21", "ctrl+s")
             model_error = form.query_one("#e-model", Label)
             await until(pilot, lambda: "unknown model" in text_of(model_error))
-            form.query_one("#f-model", Input).value = "lenet"
-            form.query_one("#f-params", Input).value = "steps=2 batch_size=8 colour=red"
+            model = form.query_one("#f-model", Input)
+            model.value = ""
+            await pilot.press(*"len")
+            await until(pilot, lambda: model._suggestion == "lenet")
+            await pilot.press("tab")  # what the hint says completes
+            assert model.value == "lenet" and model.has_focus
+            form.query_one("#f-params", Input).value = "steps=2 batch_size=8 colour=red lr=-1"
             await pilot.press("ctrl+s")
-            await until(pilot, lambda: "params.colour: unknown param" in text_of(form.query_one("#e-params", Label)))
+            params_error = form.query_one("#e-params", Label)
+            await until(pilot, lambda: "params.colour: unknown param" in text_of(params_error))
+            assert "params.lr:" in text_of(params_error)  # every problem of the field, each in full
             assert text_of(model_error) == ""
             form.query_one("#f-params", Input).value = "steps=2 batch_size=8"
             form.query_one("#f-gpus", Input).value = "x"
             await pilot.press("ctrl+s")
             assert "whole number" in text_of(form.query_one("#e-gpus", Label))
             form.query_one("#f-gpus", Input).value = "0"
+            form.query_one("#f-tags", Input).value = "baseline, cifar"
+            form.query_one("#f-timeout", Input).value = "soon"
             await pilot.press("ctrl+s")
+            assert "1h30m" in text_of(form.query_one("#e-timeout", Label))
+            form.query_one("#f-timeout", Input).value = "1h30m"
+            button = form.query_one("#submit")
+            button.scroll_visible(animate=False)
+            await pilot.pause(0.1)
+            assert button.region.width >= len("Submit ^s") + 2 and button.region.right <= 80  # fits at 80x24
+            await pilot.click("#submit")
             screen = await on_screen(pilot, app, JobScreen)
-            assert job(stack, screen.job_id)["spec"]["params"] == {"steps": 2, "batch_size": 8}
+            spec = job(stack, screen.job_id)["spec"]
+            assert spec["params"] == {"steps": 2, "batch_size": 8}
+            assert spec["tags"] == ["baseline", "cifar"] and spec["timeout"] == 5400
 
             # Your own command: the same form, its env checked at its field, then the job's command and
             # environment on its screen and its first words in the jobs table.
@@ -443,7 +483,24 @@ def test_submit_form_shows_api_errors_at_the_field_then_opens_the_new_job(stack)
             await until(pilot, lambda: f"hello from {screen.job_id}" in "\n".join(screen.query_one("#log").lines))
             await pilot.press("escape")
             table = app.screen.query_one(DataTable)
-            await until(pilot, lambda: "echo hello" in str(table.get_row(str(screen.job_id))))  # name, 100 cols
+            await until(pilot, lambda: "echo hello" in str(table.get_row(str(screen.job_id))))  # the name
+
+    run(scenario())
+
+
+def test_the_form_offers_no_command_where_the_api_runs_none_and_says_how_to_allow_them(spawn, child_env):
+    url = start_api(spawn, {k: v for k, v in child_env.items() if k != "GPUDECK_COMMAND_JOBS"})
+
+    async def scenario():
+        app = GpudeckApp(url)
+        async with app.run_test(size=(80, 24)) as pilot:
+            await pilot.press("n")
+            form = await on_screen(pilot, app, SubmitScreen)
+            hint = form.query_one("#commands-off", Label)
+            await until(pilot, lambda: hint.display)
+            assert "GPUDECK_COMMAND_JOBS=1" in text_of(hint) and "GPUDECK_TOKENS" in text_of(hint)
+            assert not form.query_one("#f-command").display and not form.query_one("#f-env").display
+            assert form.query_one("#f-model").display and form.query_one("#f-timeout").display
 
     run(scenario())
 

@@ -1,10 +1,13 @@
-"""GPUs per host: utilization and memory bars, temperature, power, a utilization sparkline, processes -> jobs."""
+"""GPUs and workers: per host and GPU, utilization and memory bars, temperature, power, a utilization sparkline
+and the jobs on it; every worker with its state, queues and current job (CPU and memory its job uses); the
+queued jobs in line. On a box without GPUs the workers and the line are the whole screen."""
 
 from __future__ import annotations
 
 from collections import defaultdict, deque
 from typing import Any
 
+from rich.console import Group
 from rich.table import Table
 from rich.text import Text
 from textual.app import ComposeResult
@@ -14,10 +17,19 @@ from textual.screen import Screen
 from textual.widgets import Footer, Static
 
 from tui.widgets.chrome import chrome
-from tui.widgets.fmt import NA, bar, na, sparkline
+from tui.widgets.fmt import NA, bar, human, na, one_line, sparkline
 
 REFRESH_S = 2.0
 HISTORY = 30
+LINE_SHOWN = 5
+"""Queued jobs listed per queue (the rest are counted)."""
+
+
+def _table(*columns: str) -> Table:
+    table = Table(expand=True, box=None, padding=(0, 1), header_style="bold")
+    for col in columns:
+        table.add_column(col, no_wrap=True, overflow="ellipsis")
+    return table
 
 
 class GpusScreen(Screen):
@@ -26,6 +38,7 @@ class GpusScreen(Screen):
     def __init__(self) -> None:
         super().__init__()
         self.history: dict[str, deque] = defaultdict(lambda: deque(maxlen=HISTORY))
+        self.shown: Any = None
 
     def compose(self) -> ComposeResult:
         yield from chrome()
@@ -38,26 +51,45 @@ class GpusScreen(Screen):
         self.set_interval(REFRESH_S, self.poll)
 
     def poll(self) -> None:
-        if self.app.api_ready():
-            self.app.call_api(
-                lambda c: c.request("GET", "/api/v1/gpus").json(), self.apply, group="gpus", exclusive=True
-            )
+        def fetch(client) -> dict[str, Any]:
+            running = client.jobs(limit=500, status="starting,running")["jobs"]
+            return {
+                "hosts": client.request("GET", "/api/v1/gpus").json()["hosts"],
+                "workers": client.request("GET", "/api/v1/workers").json()["workers"],
+                "running": {j["id"]: j for j in running},
+                "queued": client.jobs(limit=500, status="queued")["jobs"],
+            }
 
-    def apply(self, body: dict[str, Any]) -> None:
-        hosts = body["hosts"]
-        if not hosts:
-            self.query_one("#gpus", Static).update("No GPU host reports: no worker sees nvidia-smi (CPU only).")
+        if self.app.api_ready():
+            self.app.call_api(fetch, self.apply, group="gpus", exclusive=True)
+
+    def apply(self, state: dict[str, Any]) -> None:
+        # what is drawn, less the heartbeat times: a box where nothing changes sends nothing to the terminal
+        key = (
+            state["hosts"],
+            [{k: v for k, v in w.items() if k != "last_heartbeat"} for w in state["workers"]],
+            {i: (j.get("name"), j.get("usage")) for i, j in state["running"].items()},
+            [(j["id"], j.get("name"), j.get("queue"), j.get("queue_position")) for j in state["queued"]],
+        )
+        if key == self.shown and not state["hosts"]:
             return
-        table = Table(expand=True, box=None, padding=(0, 1))
-        for col in ("HOST", "GPU", "NAME", "UTIL", "MEMORY", "TEMP", "POWER", "HISTORY", "JOBS"):
-            table.add_column(col, no_wrap=True)
+        self.shown = key
+        parts = [self._gpus(state["hosts"]), Text(""), self._workers(state["workers"], state["running"])]
+        self.query_one("#gpus", Static).update(Group(*parts, Text(""), self._line(state["queued"])))
+
+    def _gpus(self, hosts: list[dict[str, Any]]) -> Table | Text:
+        if not hosts:
+            return Text("GPUs: none reports (no worker sees nvidia-smi): CPU workers only.", style="dim")
+        table = _table("HOST", "GPU", "NAME", "UTIL", "MEMORY", "TEMP", "POWER", "HISTORY", "JOBS")
         for host in hosts:
             for g in host["gpus"]:
                 self.history[g["uuid"]].append(g.get("utilization"))
                 used, total = g.get("memory_used_mib"), g.get("memory_total_mib")
                 mem = bar(used / total, 8) if used is not None and total else NA
                 procs = g.get("processes") or []
-                jobs = ", ".join(f"job {p['job_id']}" if p.get("job_id") else f"pid {p['pid']}" for p in procs)
+                jobs = ", ".join(
+                    sorted({f"job {p['job_id']}" if p.get("job_id") else f"pid {p['pid']}" for p in procs})
+                )
                 power = f"{na(g.get('power_draw_w'), digits=0)}/{na(g.get('power_limit_w'), 'W', 0)}"
                 table.add_row(
                     host["host"],
@@ -70,4 +102,48 @@ class GpusScreen(Screen):
                     Text(sparkline(list(self.history[g["uuid"]]), 12), style="cyan"),
                     jobs or "-",
                 )
-        self.query_one("#gpus", Static).update(table)
+        return table
+
+    @staticmethod
+    def _workers(workers: list[dict[str, Any]], running: dict[int, dict[str, Any]]) -> Table | Text:
+        if not workers:
+            return Text("Workers: none registered (start one: gpudeck worker, or gpudeck up)", style="yellow")
+        table = _table("WORKER", "HOST", "STATE", "GPUS", "QUEUES", "JOB", "CPU", "RSS")
+        for w in workers:
+            state = "lost" if not w["alive"] else ("draining" if w["draining"] else w["state"])
+            job = running.get(w["job_id"]) if w.get("job_id") else None
+            usage = (job or {}).get("usage") or {}
+            cpu = usage.get("cpu_percent")
+            table.add_row(
+                w["name"],
+                w["host"],
+                Text(state, style={"busy": "cyan", "idle": "green", "lost": "red", "draining": "yellow"}.get(state)),
+                ",".join(w["gpus"]) or "cpu",
+                ",".join(w["queues"]),
+                f"{w['job_id']} {one_line((job or {}).get('name') or '', 16)}".strip() if w.get("job_id") else "-",
+                f"{cpu:.0f}%" if cpu is not None else "",
+                human(usage["rss_bytes"]) if usage.get("rss_bytes") else "",
+            )
+        return table
+
+    @staticmethod
+    def _line(queued: list[dict[str, Any]]) -> Text:
+        """The queued jobs by queue, in the order workers take them."""
+        if not queued:
+            return Text("Queued: none", style="dim")
+        by_queue: dict[str, list[dict[str, Any]]] = defaultdict(list)
+        for job in queued:
+            by_queue[job.get("queue") or "?"].append(job)
+        out = Text(f"Queued: {len(queued)} job{'s' if len(queued) != 1 else ''}", style="bold")
+        for queue, jobs in sorted(by_queue.items()):
+            jobs.sort(key=lambda j: (j.get("queue_position") is None, j.get("queue_position") or 0, j["id"]))
+            out.append(f"\n  {queue} ({len(jobs)}): ")
+            out.append(
+                ", ".join(
+                    f"#{j['queue_position'] or '?'} job {j['id']} {one_line(j.get('name') or '', 20)}".rstrip()
+                    for j in jobs[:LINE_SHOWN]
+                )
+            )
+            if len(jobs) > LINE_SHOWN:
+                out.append(f", … {len(jobs) - LINE_SHOWN} more", style="dim")
+        return out

@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import math
 import textwrap
+import time
 from typing import Any
 
 from rich.text import Text
@@ -19,7 +20,7 @@ from textual_plotext import PlotextPlot
 from tui.logtext import ERROR_LINE, Folder, explain
 from tui.screens.dialogs import Confirm, open_tensorboard
 from tui.widgets.chrome import chrome
-from tui.widgets.fmt import ACTIVE, ENDED, bar, duration, one_line, status, value_of, what
+from tui.widgets.fmt import ACTIVE, ENDED, bar, duration, in_line, one_line, status, usage_text, value_of, what
 
 
 class Chart(PlotextPlot):
@@ -40,6 +41,9 @@ class Chart(PlotextPlot):
 KEEP_LINES = 200_000
 """Log lines the screen keeps (the job dir's log.txt has them all)."""
 REFRESH_S = 1.0
+ENDED_REFRESH_S = 5.0
+"""An ended job changes no more (its log is whole): read it again this seldom."""
+STUCK_S = 10.0
 
 
 KEYS = [
@@ -98,7 +102,10 @@ class JobScreen(Screen):
         self.folder = Folder()
         self.query_text = ""
         self.points: list[dict[str, Any]] = []
-        self._busy = False
+        self._busy, self.polled_at = False, 0.0
+        self.shown: dict[str, str | Text] = {}
+        """What each Static shows (by id), so an unchanged value is not sent to the terminal again."""
+        self.bound_status: str | None = None
 
     def compose(self) -> ComposeResult:
         yield from chrome()
@@ -127,9 +134,14 @@ class JobScreen(Screen):
 
     # -- data ----------------------------------------------------------------------------------
     def poll(self) -> None:
-        if self._busy or not self.app.api_ready():
+        now = time.monotonic()
+        if self._busy and now - self.polled_at < STUCK_S:
+            return  # (a call that went to the banner never calls back: after STUCK_S the next tick tries again)
+        if not self.app.api_ready():
             return
-        self._busy = True
+        if self.job and self.job["status"] in ENDED and now - self.polled_at < ENDED_REFRESH_S:
+            return
+        self._busy, self.polled_at = True, now
         job_id, offset, want_points = self.job_id, self.log_offset, self.job is None or self.job["status"] not in ENDED
 
         def fetch(client) -> tuple[dict, list[str], int, list[dict] | None]:
@@ -153,13 +165,9 @@ class JobScreen(Screen):
 
         def failed(exc) -> None:
             self._busy = False
-            self.query_one("#job-summary", Static).update(Text(exc.message, style="bold red"))
+            self._put("job-summary", Text(exc.message, style="bold red"))
 
         self.app.call_api(fetch, done, failed, group=f"job-{job_id}", exclusive=True)
-        self.set_timer(10, self._unstick)
-
-    def _unstick(self) -> None:
-        self._busy = False  # a call that went to the banner never calls back: try again next tick
 
     def apply(self, job: dict[str, Any], new_lines: list[str], offset: int, points: list[dict] | None) -> None:
         self.job, self.log_offset = job, offset
@@ -176,9 +184,17 @@ class JobScreen(Screen):
             self._draw()
         config = {"spec": job["spec"], "source": job.get("source"), "environment": job.get("environment")}
         shown = {k: v for k, v in config.items() if v} if job["spec"].get("command") is not None else job["spec"]
-        self.query_one("#config", Static).update(json.dumps(shown, indent=2))
-        self.query_one("#result", Static).update(self._result(job))
-        self.refresh_bindings()
+        self._put("config", json.dumps(shown, indent=2))
+        self._put("result", self._result(job))
+        if job["status"] != self.bound_status:  # cancel and retry follow the status (the footer is redrawn)
+            self.bound_status = job["status"]
+            self.refresh_bindings()
+
+    def _put(self, widget_id: str, content: str | Text) -> None:
+        """Show `content` in a Static unless it already shows that: on a slow link each update repaints it."""
+        if self.shown.get(widget_id) != content:
+            self.shown[widget_id] = content
+            self.query_one(f"#{widget_id}", Static).update(content)
 
     def _write_log(self, lines: list[str]) -> None:
         """Add lines to the log pane; while following, show its end. (Log's own auto_scroll only scrolls when the
@@ -217,12 +233,14 @@ class JobScreen(Screen):
             f"  elapsed {duration(job.get('elapsed_s')) or '-'}",
             f"  eta {duration(job.get('eta_s')) or '-'}" if job["status"] == "running" else "",
             f"  loss {value_of(job.get('metrics'), 'loss') or '-'}",
+            f"  {in_line(job)}" if in_line(job) else "",
+            (f"\n{usage_text(job['usage'])}", "dim") if job.get("usage") else "",
             f"\n{job['message']}" if job.get("message") else "",
         )
         if job["status"] == "failed":  # why, on the first screen: the lines that explain it
             for line in explain(job.get("log_tail") or [], most=4):
                 text.append("\n  " + line[: max(20, self.size.width - 4)], style="red")
-        self.query_one("#job-summary", Static).update(text)
+        self._put("job-summary", text)
 
     CURVES = (
         ("plot-loss", "loss", (("loss", "train", "cyan"), ("val_loss", "validation", "orange"))),

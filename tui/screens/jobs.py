@@ -11,9 +11,11 @@ from textual.binding import Binding
 from textual.containers import Horizontal
 from textual.screen import Screen
 from textual.widgets import DataTable, Footer, Input, Static
+from textual.widgets.data_table import ColumnKey, RowKey
 
 from tui.screens.dialogs import Confirm, open_tensorboard
 from tui.screens.job import JobScreen
+from tui.screens.sweep import SweepScreen, sweep_of
 from tui.widgets.chrome import chrome
 from tui.widgets.fmt import EtaSmoother, accuracy, job_cells, what
 
@@ -41,6 +43,18 @@ COMPACT = [
 """The columns below WIDE_COLUMNS terminal columns: every one that matters in 80 (MODEL and GPU are in the job's
 own screen), with elapsed and ETA in one cell."""
 WIDE_COLUMNS = 110
+
+
+class JobsTable(DataTable):
+    """The jobs table. `set_cell` repaints the one row it changes: DataTable.update_cell repaints the whole
+    table, which over SSH is every visible row sent again each time a running job's elapsed time ticks."""
+
+    def set_cell(self, row_key: str, column_key: str, value: Any) -> None:
+        self._data[RowKey(row_key)][ColumnKey(column_key)] = value  # what update_cell does, less its refresh()
+        self._update_count += 1  # the render caches are keyed by it
+        self.refresh_row(self.get_row_index(row_key))
+
+
 FACETS = (None, "running", "starting", "queued", "succeeded", "failed", "canceled")
 REFRESH_S = 2.0
 MAX_JOBS = 1000
@@ -81,6 +95,7 @@ KEYS = [
         [
             ("c", "cancel the selected jobs (or this one), after one confirmation"),
             ("t", "TensorBoard on the selected jobs (or this one)"),
+            ("w", "the sweep of this job: its runs ranked, their curves overlaid"),
             ("n", "new job"),
             ("g", "GPUs and workers"),
         ],
@@ -102,6 +117,7 @@ class JobsScreen(Screen):
         Binding("j", "move(1)", "Down", show=False),
         Binding("k", "move(-1)", "Up", show=False),
         Binding("t", "tensorboard", "TensorBoard", show=False),
+        Binding("w", "sweep", "Sweep", show=False),
         Binding("escape", "clear_filter", "Clear filter", show=False),
     ]
 
@@ -114,12 +130,15 @@ class JobsScreen(Screen):
         self.facet = 0
         self.eta = EtaSmoother()
         self.refreshed_at = 0.0
+        self.written: dict[int, tuple[tuple, dict[str, str]]] = {}
+        """Per row: (the answer it was written from, selected, compact) and the text of each cell written."""
+        self.state_line = ""
 
     def compose(self) -> ComposeResult:
         yield from chrome()
         with Horizontal(id="jobs-bar"):
             yield Static("", id="jobs-state")
-        table: DataTable = DataTable(id="jobs", cursor_type="row", zebra_stripes=True, fixed_columns=1)  # ID stays
+        table: DataTable = JobsTable(id="jobs", cursor_type="row", zebra_stripes=True, fixed_columns=1)  # ID stays
         self.columns = self._columns_for(self.app.size.width)
         for key, label in self.columns:
             table.add_column(label, key=key)
@@ -139,6 +158,7 @@ class JobsScreen(Screen):
         self.columns = columns
         table = self.query_one("#jobs", DataTable)
         table.clear(columns=True)
+        self.written.clear()
         for key, label in columns:
             table.add_column(label, key=key)
         if self.sort_column not in {k for k, _ in columns}:
@@ -178,44 +198,57 @@ class JobsScreen(Screen):
         return all(word in hay for word in self.filter_text.lower().split())
 
     def apply(self, jobs: list[dict[str, Any]]) -> None:
-        """Update the table in place: changed cells only, new rows added, gone rows removed; the cursor stays on
-        the job it was on."""
-        table = self.query_one("#jobs", DataTable)
+        """Update the table in place, touching only what changed (on a slow link every repainted cell costs):
+        a job whose answer is the same as last time is skipped, only cells whose text changed are written, the
+        rows are re-sorted only when their order changed, the state line only when it reads differently. The
+        cursor stays on the job it was on."""
+        table = self.query_one("#jobs", JobsTable)
         self.jobs = {j["id"]: j for j in jobs}
         shown = {j["id"]: j for j in jobs if self.visible(j)}
         current = self._cursor_job()
-        existing = {int(k.value) for k in table.rows}
-        for gone in existing - shown.keys():
+        for gone in self.written.keys() - shown.keys():
             table.remove_row(str(gone))
+            del self.written[gone]
         compact, now = self.columns is COMPACT, time.monotonic()
         for job_id, job in shown.items():
+            seen = (job, job_id in self.selected, compact)
+            before = self.written.get(job_id)
+            if before is not None and before[0] == seen:
+                continue  # the same answer as last time: nothing to write (a running job's elapsed differs)
             job = {**job, "eta_s": self.eta(job_id, job.get("eta_s") if job["status"] == "running" else None, now)}
             cells = job_cells(job, compact)
             cells["id"] = Text(("✓ " if job_id in self.selected else "") + str(job_id), justify="right")
-            if job_id in existing:
-                for key, _ in self.columns:
-                    if str(table.get_cell(str(job_id), key)) != str(cells[key]):
-                        table.update_cell(str(job_id), key, cells[key])
-            else:
+            texts = {key: str(cells[key]) for key, _ in self.columns}
+            if before is None:
                 table.add_row(*(cells[k] for k, _ in self.columns), key=str(job_id))
-        table.sort("id", key=self._key_of, reverse=self.sort_reverse)
-        if current is not None and str(current) in table.rows:
+            else:
+                for key, text in texts.items():
+                    if before[1].get(key) != text:
+                        table.set_cell(str(job_id), key, cells[key])
+            self.written[job_id] = (seen, texts)
+        order = sorted(shown, key=self._order_key, reverse=self.sort_reverse)
+        if [int(row.key.value) for row in table.ordered_rows] != order:
+            table.sort("id", key=self._key_of, reverse=self.sort_reverse)
+        if current is not None and str(current) in table.rows and table.get_row_index(str(current)) != table.cursor_row:
             table.move_cursor(row=table.get_row_index(str(current)), animate=False)
         self.refreshed_at = time.monotonic()
         facet = FACETS[self.facet] or "all"
         filt = f"  filter: {self.filter_text!r}" if self.filter_text else ""
         sel = f"  selected: {', '.join(map(str, sorted(self.selected)))}" if self.selected else ""
-        order = "↓" if self.sort_reverse else "↑"
-        self.query_one("#jobs-state", Static).update(
-            f"{len(shown)} of {len(jobs)} jobs  status: {facet}  sort: {self.sort_column}{order}{filt}{sel}"
-        )
+        arrow = "↓" if self.sort_reverse else "↑"
+        line = f"{len(shown)} of {len(jobs)} jobs  status: {facet}  sort: {self.sort_column}{arrow}{filt}{sel}"
+        if line != self.state_line:
+            self.state_line = line
+            self.query_one("#jobs-state", Static).update(line)
 
-    def _key_of(self, id_cell: Any) -> Any:
-        job_id = int(str(id_cell).removeprefix("✓ "))
+    def _order_key(self, job_id: int) -> Any:
         job = self.jobs.get(job_id)
         value = _sort_value(job, self.sort_column) if job else None
         # empty values last in both directions: the sort reverses the whole key, so the flag flips with it
         return ((value is None) != self.sort_reverse, value if value is not None else 0, job_id)
+
+    def _key_of(self, id_cell: Any) -> Any:
+        return self._order_key(int(str(id_cell).removeprefix("✓ ")))
 
     def _cursor_job(self) -> int | None:
         table = self.query_one("#jobs", DataTable)
@@ -250,6 +283,11 @@ class JobsScreen(Screen):
         self.sort_column = keys[(keys.index(self.sort_column) + 1) % len(keys)]
         self.sort_reverse = self.sort_column in ("id", "progress", "acc", "elapsed", "time")
         self._resort()
+
+    def show_status(self, status: str | None) -> None:
+        """Show the jobs of one status (None: all)."""
+        self.facet = FACETS.index(status)
+        self.refresh_jobs()
 
     def action_facet(self) -> None:
         self.facet = (self.facet + 1) % len(FACETS)
@@ -315,6 +353,16 @@ class JobsScreen(Screen):
         if job_id is not None:
             self.selected ^= {job_id}
             self._resort()
+
+    def action_sweep(self) -> None:
+        job_id = self._cursor_job()
+        if job_id is None:
+            return
+        sweep = sweep_of(self.jobs.get(job_id) or {})
+        if sweep is None:
+            self.notify(f"job {job_id} is not part of a sweep", severity="warning")
+        else:
+            self.app.push_screen(SweepScreen(sweep))
 
     def action_tensorboard(self) -> None:
         ids = sorted(self.selected) or ([self._cursor_job()] if self._cursor_job() is not None else [])

@@ -1,9 +1,11 @@
-"""The submit form: a zoo model (model, dataset, key params) or your own command (command, source, env), GPUs;
-the API's validation errors appear at their field."""
+"""The submit form: a zoo model (model, dataset, key params) or your own command (command, source, env, where the
+API allows command jobs), GPUs, name, tags, timeout, priority; every validation error the API returns appears in
+full under its field."""
 
 from __future__ import annotations
 
 import json
+import re
 from typing import Any
 
 from textual.app import ComposeResult
@@ -11,13 +13,40 @@ from textual.binding import Binding
 from textual.containers import Horizontal, VerticalScroll
 from textual.screen import ModalScreen
 from textual.suggester import SuggestFromList
-from textual.widgets import Button, Input, Label, Select
+from textual.widgets import Button, Footer, Input, Label, Select
 
-FIELDS = ("model", "dataset", "params", "command", "source", "env", "gpus", "name")
+FIELDS = ("model", "dataset", "params", "command", "source", "env", "gpus", "name", "tags", "timeout")
+COMMAND_FIELDS = ("command", "source", "env")
+DURATION = re.compile(r"^(?:(\d+)h)?(?:(\d+)m)?(?:(\d+)s?)?$")
+
+
+def seconds(text: str) -> int | None:
+    """`90`, `90s`, `30m`, `2h`, `1h30m` as seconds; None when it is none of these."""
+    m = DURATION.match(text.strip())
+    if not m or not any(m.groups()):
+        return None
+    h, mins, s = (int(g or 0) for g in m.groups())
+    return h * 3600 + mins * 60 + s
+
+
+class CompletingInput(Input):
+    """An Input where tab takes the suggestion shown (as a shell completes), and moves on when there is none."""
+
+    BINDINGS = [Binding("tab", "complete", "Complete", show=False)]
+
+    def action_complete(self) -> None:
+        if self._suggestion and len(self._suggestion) > len(self.value):
+            self.value = self._suggestion
+            self.cursor_position = len(self.value)
+        else:
+            self.screen.focus_next()
 
 
 class SubmitScreen(ModalScreen[dict | None]):
-    BINDINGS = [Binding("escape", "dismiss_form", "Cancel"), Binding("ctrl+s", "submit", "Submit")]
+    BINDINGS = [
+        Binding("ctrl+s", "submit", "Submit", priority=True),
+        Binding("escape", "dismiss_form", "Cancel"),
+    ]
 
     def compose(self) -> ComposeResult:
         with VerticalScroll(classes="dialog form"):
@@ -31,23 +60,44 @@ class SubmitScreen(ModalScreen[dict | None]):
                 ("env", "a command job's variables: SEED=1 WANDB_MODE=offline"),
                 ("gpus", "GPUs (empty: 1 if a GPU worker is live, else 0)"),
                 ("name", "a name (default: the model)"),
+                ("tags", "tags, separated by spaces or commas: baseline cifar"),
+                ("timeout", "stop it after: 90s, 30m, 2h, 1h30m (empty: never)"),
             ):
-                yield Label(field)
-                yield Input(placeholder=placeholder, id=f"f-{field}")
+                yield Label(field, id=f"l-{field}")
+                yield (CompletingInput if field == "model" else Input)(placeholder=placeholder, id=f"f-{field}")
                 yield Label("", id=f"e-{field}", classes="field-error")
+            yield Label("", id="commands-off", classes="field-hint")
             yield Label("priority")
             yield Select(
                 [(p, p) for p in ("normal", "high", "low")], value="normal", allow_blank=False, id="f-priority"
             )
             yield Label("", id="e-form", classes="field-error")
             with Horizontal(classes="buttons"):
-                yield Button("Submit (ctrl+s)", id="submit", variant="primary")
-                yield Button("Cancel (esc)", id="cancel")
+                yield Button("Submit ^s", id="submit", variant="primary")
+                yield Button("Cancel esc", id="cancel")
+        yield Footer()
 
     def on_mount(self) -> None:
         self.query_one("#f-dataset", Input).value = "synthetic"
         self.query_one("#f-model", Input).focus()
+        self.query_one("#commands-off", Label).display = False
         self.app.call_api(lambda c: c.models(), self._models)
+        self.app.call_api(lambda c: c.request("GET", "/healthz").json(), self._server)
+
+    def _server(self, health: dict[str, Any]) -> None:
+        """Command fields only where this API runs command jobs; elsewhere a line says how the operator allows
+        them (they run any code as the service)."""
+        if health.get("command_jobs", True):
+            return
+        for field in COMMAND_FIELDS:
+            for part in ("l", "f", "e"):
+                self.query_one(f"#{part}-{field}").display = False
+        hint = self.query_one("#commands-off", Label)
+        hint.update(
+            "Command jobs are off on this server (they run any code as the gpudeck service): the operator turns "
+            "on tokens (GPUDECK_TOKENS) or sets GPUDECK_COMMAND_JOBS=1 on a single-user machine."
+        )
+        hint.display = True
 
     def _models(self, body: dict[str, Any]) -> None:
         names = [m["name"] for m in body["models"]] + [a for m in body["models"] for a in m.get("aliases", [])]
@@ -82,6 +132,13 @@ class SubmitScreen(ModalScreen[dict | None]):
             spec["gpus"] = int(value["gpus"])
         if value["name"]:
             spec["name"] = value["name"]
+        if value["tags"]:
+            spec["tags"] = [t for t in re.split(r"[\s,]+", value["tags"]) if t]
+        if value["timeout"]:
+            timeout = seconds(value["timeout"])
+            if not timeout:
+                raise FieldError("timeout", f"write a duration such as 90s, 30m, 2h or 1h30m, got {value['timeout']!r}")
+            spec["timeout"] = timeout
         spec["priority"] = self.query_one("#f-priority", Select).value
         return spec
 
@@ -96,16 +153,21 @@ class SubmitScreen(ModalScreen[dict | None]):
         return pairs
 
     def show_errors(self, errors: dict[str, str]) -> None:
+        """Every problem under its field, in full (several under one field each on a line of its own); a problem
+        of no field of the form under the buttons."""
         for f in (*FIELDS, "form"):
             self.query_one(f"#e-{f}", Label).update("")
+        under: dict[str, list[str]] = {}
         for key, problem in errors.items():
             top = key.split(".", 1)[0]
             target = top if top in FIELDS else "form"
-            label = self.query_one(f"#e-{target}", Label)
-            label.update(f"{key}: {problem}" if target in ("params", "form") else problem)
-        first = next((k.split(".", 1)[0] for k in errors if k.split(".", 1)[0] in FIELDS), None)
+            under.setdefault(target, []).append(problem if key == target else f"{key}: {problem}")
+        for target, problems in under.items():
+            self.query_one(f"#e-{target}", Label).update("\n".join(problems))
+        first = next((f for f in FIELDS if f in under), None)
         if first:
             self.query_one(f"#f-{first}", Input).focus()
+            self.query_one(f"#e-{first}", Label).scroll_visible()
 
     def action_submit(self) -> None:
         try:

@@ -6,6 +6,8 @@ from typing import Any
 
 from rich.text import Text
 
+from tui.pack import human
+
 STATUS_STYLE = {
     "queued": "yellow",
     "starting": "cyan",
@@ -134,7 +136,7 @@ def job_cells(job: dict[str, Any], compact: bool = False) -> dict[str, Any]:
         "name": one_line(job.get("name") or "", 12 if compact else 24),
         "model": what(job["spec"]),
         "status": state,
-        "progress": bar(p.get("fraction"), 5 if compact else 10),
+        "progress": bar(p.get("fraction"), 5 if compact else 10) or in_line(job),
         "loss": value_of(metrics, "loss", 3 if compact else 4),
         "acc": (f"{value:.3f} {which}" if compact else f"{value:.4f} {which}") if value is not None else "",
         "gpu": ",".join(gpus) if gpus else ("cpu" if job["spec"].get("gpus") == 0 else f"×{job['spec'].get('gpus')}"),
@@ -142,6 +144,30 @@ def job_cells(job: dict[str, Any], compact: bool = False) -> dict[str, Any]:
         "eta": eta,
         "time": f"eta {eta}" if eta else duration(job.get("elapsed_s")),
     }
+
+
+def usage_text(usage: dict[str, Any] | None) -> str:
+    """What a running job's processes use: `cpu 187% · rss 1.2 GiB · 3 processes · gpu0 93% 10.1 GiB`; empty
+    before the first sample."""
+    if not usage:
+        return ""
+    parts = [
+        f"cpu {usage['cpu_percent']:.0f}%" if usage.get("cpu_percent") is not None else "cpu …",
+        f"rss {human(usage.get('rss_bytes') or 0)}",
+        f"{usage.get('processes')} process{'' if usage.get('processes') == 1 else 'es'}",
+    ]
+    for g in usage.get("gpus") or []:
+        mem = g.get("memory_used_mib")
+        parts.append(
+            f"gpu{g.get('index')} {na(g.get('utilization'), '%')} {human(mem * 2**20) if mem is not None else NA}"
+        )
+    return " · ".join(parts)
+
+
+def in_line(job: dict[str, Any]) -> str:
+    """`#3 in line` for a queued job whose place the API knows; else empty."""
+    n = job.get("queue_position")
+    return f"#{n} in line" if job.get("status") == "queued" and n else ""
 
 
 class EtaSmoother:

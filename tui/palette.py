@@ -1,0 +1,54 @@
+"""gpudeck's commands in the command palette (ctrl+p): open job N or sweep N by typing its number, the GPUs and
+workers, a new job, TensorBoard, the jobs table filtered by a status."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable
+from functools import partial
+
+from textual.command import DiscoveryHit, Hit, Hits, Provider
+
+NUMBER = re.compile(r"\d+")
+
+
+class GpudeckCommands(Provider):
+    def commands(self) -> list[tuple[str, str, Callable[[], object]]]:
+        """(title, help, callback) of the commands that need no number."""
+        app = self.app
+        out: list[tuple[str, str, Callable[[], object]]] = [
+            ("GPUs and workers", "GPUs, workers, what their jobs use, the queued jobs in line", app.action_gpus),
+            ("New job", "the form to submit a job", app.action_submit),
+            ("TensorBoard", "TensorBoard on the current job (or the selected ones)", app.action_tensorboard),
+            ("Keys", "gpudeck's keys on this screen", app.action_toggle_help),
+        ]
+        for facet in ("all", "running", "starting", "queued", "succeeded", "failed", "canceled"):
+            out.append((f"Show {facet} jobs", f"the jobs table, status: {facet}", partial(app.show_jobs, facet)))
+        return out
+
+    async def discover(self) -> Hits:
+        for title, help_text, callback in self.commands():
+            yield DiscoveryHit(title, callback, help=help_text)
+
+    async def search(self, query: str) -> Hits:
+        number = NUMBER.search(query)
+        if number:  # `12`, `job 12`, `sweep 3`
+            n = int(number.group())
+            sweep_first = "sweep" in query.lower()
+            yield Hit(
+                1.0 if not sweep_first else 0.9,
+                f"Open job {n}",
+                partial(self.app.open_job, n),
+                help="its log, curves, config and result",
+            )
+            yield Hit(
+                1.0 if sweep_first else 0.9,
+                f"Open sweep {n}",
+                partial(self.app.open_sweep, n),
+                help="its runs ranked, their curves overlaid",
+            )
+        matcher = self.matcher(query)
+        for title, help_text, callback in self.commands():
+            score = matcher.match(title)
+            if score > 0:
+                yield Hit(score, matcher.highlight(title), callback, text=title, help=help_text)

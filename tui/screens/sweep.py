@@ -1,0 +1,227 @@
+"""One sweep: its jobs ranked best first, the swept values as columns, and their validation curves overlaid
+(each run a colour, labelled by its swept values). Enter opens a job."""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+from rich.text import Text
+from textual.app import ComposeResult
+from textual.binding import Binding
+from textual.containers import Horizontal
+from textual.screen import Screen
+from textual.widgets import DataTable, Footer, Static
+
+from tui.screens.job import Chart, JobScreen
+from tui.widgets.chrome import chrome
+from tui.widgets.fmt import ENDED, bar, num, one_line, status
+
+REFRESH_S = 3.0
+CURVES_SHOWN = 8
+"""Runs whose curves are drawn: the best ranked, then the ones still running."""
+COLORS = ("cyan", "orange", "green", "magenta", "red", "blue", "yellow", "white")
+
+
+def sweep_of(job: dict[str, Any]) -> int | None:
+    """The sweep a job belongs to (its `sweep:N` tag), or None."""
+    for tag in (job.get("spec") or {}).get("tags") or []:
+        if tag.startswith("sweep:") and tag[6:].isdigit():
+            return int(tag[6:])
+    return None
+
+
+def swept(grid: dict[str, Any]) -> list[str]:
+    return list(grid)
+
+
+def label(row: dict[str, Any], grid: dict[str, Any]) -> str:
+    """A run's swept values: `lr=0.1 model=lenet`."""
+    return " ".join(f"{k.rpartition('.')[2]}={row.get(k)}" for k in grid)
+
+
+KEYS = [
+    ("Move", [("↑ ↓  j k", "move"), ("enter", "open the job")]),
+    ("View", [("l", "loss on a log10 or linear scale")]),
+    ("Back", [("esc  backspace  q", "where you came from")]),
+]
+
+
+class SweepScreen(Screen):
+    BINDINGS = [
+        Binding("escape,backspace,q", "app.pop_screen", "Back"),
+        Binding("enter", "open", "Open job", priority=True),
+        Binding("l", "toggle_log_scale", "Log scale"),
+        Binding("j", "move(1)", "Down", show=False),
+        Binding("k", "move(-1)", "Up", show=False),
+    ]
+
+    def __init__(self, sweep_id: int):
+        super().__init__()
+        self.sweep_id = sweep_id
+        self.summary: dict[str, Any] | None = None
+        self.points: dict[int, list[dict[str, Any]]] = {}  # job id -> its metric points (ended: read once)
+        self.log_scale = True
+        self.shown_rows: Any = None
+        self.drawn: Any = None
+
+    def compose(self) -> ComposeResult:
+        yield from chrome()
+        yield Static(f"sweep {self.sweep_id} …", id="sweep-summary")
+        yield DataTable(id="sweep-jobs", cursor_type="row", zebra_stripes=True, fixed_columns=2)
+        with Horizontal(id="sweep-plots"):
+            yield Chart(id="sweep-loss")
+            yield Chart(id="sweep-acc")
+        yield Footer()
+
+    def on_mount(self) -> None:
+        self.poll()
+        self.set_interval(REFRESH_S, self.poll)
+
+    def poll(self) -> None:
+        if not self.app.api_ready():
+            return
+        have = {i for i, pts in self.points.items() if pts}
+        ended_before = {r["job_id"] for r in (self.summary or {}).get("jobs", []) if r["status"] in ENDED}
+
+        def fetch(client) -> tuple[dict[str, Any], dict[int, list[dict[str, Any]]]]:
+            summary = client.request("GET", f"/api/v1/sweeps/{self.sweep_id}").json()
+            points = {}
+            for row in _drawn(summary["jobs"]):
+                job_id = row["job_id"]
+                if job_id in have and job_id in ended_before:
+                    continue  # an ended run's curve does not change
+                m = client.metrics(job_id)
+                points[job_id] = m["train"] + m["validation"]
+            return summary, points
+
+        def failed(exc) -> None:
+            self.query_one("#sweep-summary", Static).update(Text(exc.message, style="bold red"))
+
+        self.app.call_api(fetch, lambda got: self.apply(*got), failed, group="sweep", exclusive=True)
+
+    def apply(self, summary: dict[str, Any], points: dict[int, list[dict[str, Any]]]) -> None:
+        self.summary = summary
+        self.points.update(points)
+        grid = summary["grid"]
+        best = summary.get("best")
+        head = Text.assemble(
+            (f"sweep {summary['id']}", "bold"),
+            f"  {summary['ended']} of {summary['total']} ended",
+            "  grid: " + " × ".join(f"{k} {len(v)}" for k, v in grid.items()),
+            (f"  best: job {best['job_id']} {label(best, grid)} test acc {num(best['test_accuracy'])}", "green")
+            if best
+            else "",
+        )
+        self.query_one("#sweep-summary", Static).update(head)
+        self._table(summary["jobs"], grid)
+        self._draw(summary["jobs"], grid)
+
+    def _table(self, rows: list[dict[str, Any]], grid: dict[str, Any]) -> None:
+        table = self.query_one("#sweep-jobs", DataTable)
+        key = [(r["job_id"], r["status"], r.get("fraction"), r.get("rank"), r.get("test_accuracy")) for r in rows]
+        key.append(tuple(r.get("last_loss") for r in rows))  # type: ignore[arg-type]
+        if key == self.shown_rows:
+            return  # nothing moved: nothing to send
+        self.shown_rows = key
+        current = self._cursor_job()
+        if not table.columns:
+            table.add_column("RANK", key="rank")
+            table.add_column("JOB", key="job")
+            for k in swept(grid):
+                table.add_column(k.rpartition(".")[2].upper(), key=f"p:{k}")
+            for k, title in (
+                ("status", "STATUS"),
+                ("progress", "PROGRESS"),
+                ("acc", "TEST ACC"),
+                ("tloss", "TEST LOSS"),
+                ("loss", "LAST LOSS"),
+            ):
+                table.add_column(title, key=k)
+        table.clear()
+        for r in rows:
+            table.add_row(
+                Text(str(r["rank"] or "-"), justify="right"),
+                Text(str(r["job_id"]), justify="right"),
+                *(one_line(_value(r.get(k)), 16) for k in swept(grid)),
+                status(r["status"], r.get("reason")),
+                bar(r.get("fraction"), 8),
+                num(r.get("test_accuracy")),
+                num(r.get("test_loss")),
+                num(r.get("last_loss")),
+                key=str(r["job_id"]),
+            )
+        if current is not None and str(current) in table.rows:
+            table.move_cursor(row=table.get_row_index(str(current)), animate=False)
+
+    def _draw(self, rows: list[dict[str, Any]], grid: dict[str, Any]) -> None:
+        """Validation loss (log10 unless `l`) and accuracy of the drawn runs by step (training loss and accuracy
+        until some run has validation points)."""
+        runs = [(r, self.points.get(r["job_id"]) or []) for r in _drawn(rows)]
+        key = (self.log_scale, [(r["job_id"], len(p), p[-1] if p else None) for r, p in runs])
+        if key == self.drawn:
+            return
+        self.drawn = key
+        for widget_id, title, metric in (("sweep-loss", "loss", "loss"), ("sweep-acc", "accuracy", "accuracy")):
+            plt = self.query_one(f"#{widget_id}", Chart).plt
+            plt.clear_data()
+            log_scale = metric == "loss" and self.log_scale
+            # validation curves where a run has them; training curves until any run has
+            kind = "validation" if any(_series(p, f"val_{metric}", log_scale) for _, p in runs) else "train"
+            key = f"val_{metric}" if kind == "validation" else metric
+            for n, (row, points) in enumerate(runs):
+                xy = _series(points, key, log_scale)
+                if xy:
+                    plt.plot(
+                        [x for x, _ in xy],
+                        [y for _, y in xy],
+                        label=f"{row['job_id']} {label(row, grid)}"[:28],
+                        color=COLORS[n % len(COLORS)],
+                        marker="braille",
+                    )
+            plt.title(f"{'log10 ' if log_scale else ''}{kind} {title}")
+            plt.xlabel("step")
+            self.query_one(f"#{widget_id}", Chart).refresh()
+
+    def _cursor_job(self) -> int | None:
+        table = self.query_one("#sweep-jobs", DataTable)
+        if not table.row_count:
+            return None
+        row_key, _ = table.coordinate_to_cell_key(table.cursor_coordinate)
+        return int(row_key.value)
+
+    def action_open(self) -> None:
+        job_id = self._cursor_job()
+        if job_id is not None:
+            self.app.push_screen(JobScreen(job_id))
+
+    def on_data_table_row_selected(self, event: DataTable.RowSelected) -> None:
+        self.action_open()
+
+    def action_move(self, rows: int) -> None:
+        table = self.query_one("#sweep-jobs", DataTable)
+        table.move_cursor(row=max(0, min(table.row_count - 1, table.cursor_row + rows)))
+
+    def action_toggle_log_scale(self) -> None:
+        self.log_scale = not self.log_scale
+        if self.summary:
+            self._draw(self.summary["jobs"], self.summary["grid"])
+
+
+def _drawn(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The runs whose curves are drawn: ranked ones best first, then running ones, CURVES_SHOWN at most."""
+    ranked = [r for r in rows if r.get("rank")]
+    running = [r for r in rows if not r.get("rank") and r["status"] in ("running", "succeeded")]
+    return (ranked + running)[:CURVES_SHOWN]
+
+
+def _series(points: list[dict[str, Any]], key: str, log_scale: bool) -> list[tuple[float, float]]:
+    return [
+        (p["step"], math.log10(p[key]) if log_scale else p[key])
+        for p in points
+        if isinstance(p.get(key), (int, float)) and (p[key] > 0 or not log_scale)
+    ]
+
+
+def _value(v: Any) -> str:
+    return "-" if v is None else str(v)
