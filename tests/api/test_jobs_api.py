@@ -143,6 +143,7 @@ def test_healthz_without_workers_is_degraded_but_up(client):
         "workers": 0,
         "workers_alive": 0,
         "long_polls": {"open": 0, "limit": 224, "per_client": 56},  # 256 threads, 32 kept for short requests
+        "command_jobs": False,  # neither tokens nor GPUDECK_COMMAND_JOBS=1
     }
 
 
