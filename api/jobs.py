@@ -73,7 +73,11 @@ def list_jobs():
         limit=limit + 1, before=cursor, where=None if (statuses, model, tag) == (None, None, None) else keep
     )
     next_cursor = recs[limit - 1]["id"] if len(recs) > limit else None
-    return {"jobs": views(recs[:limit]), "next_cursor": next_cursor}
+    # An ETag, so a client that polls the list (the TUI, every 2 s) is answered 304 with no body for a page that
+    # has not changed since it last read it (old pages of ended jobs seldom do).
+    resp = current_app.json.response({"jobs": views(recs[:limit]), "next_cursor": next_cursor})
+    resp.add_etag()
+    return resp.make_conditional(request)
 
 
 def views(recs: list[dict], with_tasks: bool = False) -> list[dict]:

@@ -666,7 +666,11 @@ def _paths() -> dict[str, Any]:
             ),
             "get": _op(
                 "List jobs, newest first",
-                {"200": _json("JobList"), **_errors(400)},
+                {
+                    "200": _json("JobList", "a page, with an ETag", {"ETag": {"schema": STR}}),
+                    "304": {"description": "the page is the same as the one whose ETag the If-None-Match named"},
+                    **_errors(400),
+                },
                 parameters=[
                     _q("status", {**STR, "pattern": _list_of([s.value for s in Status])}, "comma-separated statuses"),
                     _q("model", STR, "model name"),

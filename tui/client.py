@@ -43,6 +43,7 @@ class Client:
         if token:
             self.session.headers["Authorization"] = f"Bearer {token}"
         self.timeout = timeout
+        self._pages: dict[tuple, tuple[str, dict[str, Any]]] = {}  # list pages by query: (ETag, the page)
 
     def request(self, method: str, path: str, **kwargs: Any) -> requests.Response:
         url = f"{self.base_url}{path}"
@@ -71,7 +72,18 @@ class Client:
         tag: str | None = None,
     ) -> dict[str, Any]:
         params = {"limit": limit, "cursor": cursor, "status": status, "model": model, "tag": tag}
-        return self.request("GET", "/api/v1/jobs", params={k: v for k, v in params.items() if v}).json()
+        params = {k: v for k, v in params.items() if v}
+        key = tuple(sorted(params.items()))
+        etag, page = self._pages.get(key, (None, None))
+        resp = self.request("GET", "/api/v1/jobs", params=params, headers={"If-None-Match": etag} if etag else {})
+        if resp.status_code == 304 and page is not None:
+            return page  # unchanged since this client read it: nothing to parse
+        page = resp.json()
+        if resp.headers.get("ETag"):
+            if len(self._pages) >= 64:
+                self._pages.clear()
+            self._pages[key] = (resp.headers["ETag"], page)
+        return page
 
     def job(self, job_id: int) -> dict[str, Any]:
         return self.request("GET", f"/api/v1/jobs/{job_id}").json()

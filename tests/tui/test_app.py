@@ -7,14 +7,17 @@ import asyncio
 import getpass
 import io
 import re
+import subprocess
 import sys
 import time
 
 import pytest
 import requests
 from rich.console import Console
+from textual.coordinate import Coordinate
 from textual.widgets import DataTable, Input, Label, Log, Static
 
+from jobs.proc import python_module
 from jobs.redis_server import free_port
 from tests.support.live import FAKE_SMI, fake_nvidia_smi, start_api
 from tui.app import GpudeckApp
@@ -23,6 +26,7 @@ from tui.screens.gpus import GpusScreen
 from tui.screens.job import JobScreen
 from tui.screens.jobs import JobsScreen
 from tui.screens.submit import SubmitScreen
+from tui.screens.sweep import SweepScreen
 from tui.widgets.chrome import Banner
 
 pytestmark = pytest.mark.slow
@@ -379,6 +383,74 @@ def test_a_failed_job_says_why_on_its_first_screen_and_its_log_can_be_searched(s
             await on_screen(pilot, app, JobsScreen)
 
     run(scenario())
+
+
+SWEPT = {
+    "command": [
+        sys.executable,
+        "-c",
+        "import json, os\n"
+        "lr, d = float(os.environ['LR']), os.environ['JOB_DIR']\n"
+        "with open(os.path.join(d, 'metrics.jsonl'), 'a') as f:\n"
+        "    for s in range(1, 6):\n"
+        "        f.write(json.dumps({'step': s, 'loss': lr / s}) + '\\n')\n"
+        "        f.write(json.dumps({'step': s, 'val_loss': lr / s, 'val_accuracy': 1 - lr / s}) + '\\n')\n"
+        "json.dump({'test_accuracy': 1 - lr}, open(os.path.join(d, 'result.json'), 'w'))",
+    ],
+    "total_steps": 5,
+    "gpus": 0,
+}
+"""A run whose test accuracy is 1 - $LR, with training and validation curves: what a sweep ranks and draws."""
+
+
+def test_a_sweep_ranks_its_runs_by_their_swept_values_and_overlays_their_curves(stack, child_env):
+    grid = {"env": [{"LR": "0.3"}, {"LR": "0.1"}, {"LR": "0.2"}]}
+    sweep = requests.post(f"{stack}/api/v1/sweeps", json={"base": SWEPT, "grid": grid}, timeout=30).json()
+    for job_id in sweep["job_ids"]:
+        assert requests.get(f"{stack}/api/v1/jobs/{job_id}/wait?timeout=120", timeout=130).json()["status"] == (
+            "succeeded"
+        )
+    worst, best, middle = sweep["job_ids"]  # LR 0.3, 0.1, 0.2
+
+    async def scenario():
+        app = GpudeckApp(stack)
+        async with app.run_test(size=(120, 40)) as pilot:
+            table = app.screen.query_one("#jobs", DataTable)
+            await until(pilot, lambda: str(worst) in table.rows)
+            name = str(table.get_cell(str(worst), "name"))
+            assert name.startswith(f'sweep {sweep["id"]} env={{"LR"'), name  # named by its values (cut to fit)
+            table.move_cursor(row=table.get_row_index(str(worst)))
+            await pilot.press("w")
+            screen = await on_screen(pilot, app, SweepScreen)
+            rows = screen.query_one("#sweep-jobs", DataTable)
+            await until(pilot, lambda: rows.row_count == 3)
+            assert [int(str(rows.get_cell_at(Coordinate(i, 1)))) for i in range(3)] == [best, middle, worst]
+            assert "ENV" in [str(c.label) for c in rows.columns.values()]
+            assert '"LR": "0.1"' in str(rows.get_row_at(0)) and "0.9000" in str(rows.get_row_at(0))
+            assert f"best: job {best}" in text_of(screen.query_one("#sweep-summary", Static))
+            await until(pilot, lambda: screen.drawn and all(n == 10 for _, n, _ in screen.drawn[1]))
+            assert [job_id for job_id, _, _ in screen.drawn[1]] == [
+                best,
+                middle,
+                worst,
+            ]  # every run's curve, best first
+            await pilot.press("enter")
+            job_screen = await on_screen(pilot, app, JobScreen)
+            assert job_screen.job_id == best
+
+    run(scenario())
+    shown = subprocess.run(
+        python_module("tui.cli", "sweep", "show", str(sweep["id"])),
+        env={**child_env, "GPUDECK_API": stack},
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert shown.returncode == 0, shown.stderr
+    lines = shown.stdout.splitlines()
+    assert lines[1].split()[:3] == ["RANK", "JOB", "ENV"]
+    assert [line.split()[1] for line in lines[2:5]] == [str(best), str(middle), str(worst)]
+    assert lines[-1].startswith(f"best: job {best} ") and "test accuracy 0.9" in lines[-1]
 
 
 def test_gpus_screen_shows_gpus_workers_the_line_and_what_a_running_job_uses(stack):

@@ -60,7 +60,7 @@ class GpusScreen(Screen):
                 "queued": client.jobs(limit=500, status="queued")["jobs"],
             }
 
-        if self.app.api_ready():
+        if self.is_active and self.app.api_ready():
             self.app.call_api(fetch, self.apply, group="gpus", exclusive=True)
 
     def apply(self, state: dict[str, Any]) -> None:

@@ -9,6 +9,7 @@ import textwrap
 import time
 from typing import Any
 
+from rich.cells import cell_len
 from rich.text import Text
 from textual.app import ComposeResult
 from textual.binding import Binding
@@ -21,6 +22,12 @@ from tui.logtext import ERROR_LINE, Folder, explain
 from tui.screens.dialogs import Confirm, open_tensorboard
 from tui.widgets.chrome import chrome
 from tui.widgets.fmt import ACTIVE, ENDED, bar, duration, in_line, one_line, status, usage_text, value_of, what
+
+
+def _rows(content: str | Text, width: int) -> int:
+    """How many rows `content` takes at `width` columns (its lines, each wrapped)."""
+    plain = content.plain if isinstance(content, Text) else content
+    return sum(max(1, -(-cell_len(line) // max(1, width))) for line in plain.split("\n"))
 
 
 class Chart(PlotextPlot):
@@ -38,12 +45,37 @@ class Chart(PlotextPlot):
             return Text("(nothing to draw here)", style="dim")
 
 
+class FollowLog(Log):
+    """A Log whose new lines cost no layout of the whole screen. Log.write_lines sets `virtual_size`, a reactive
+    that lays out every widget of the screen again (~25 ms of CPU for each second a running job prints). A log's
+    own size never depends on its lines, only its scrollable height does: updating the scrollbars (what Textual
+    does for a size change without layout) is enough, unless a scrollbar appears or goes, which moves the rest."""
+
+    _writing = False
+
+    def write_lines(self, lines, scroll_end=None):  # noqa: ANN001, ANN201 - Log's signature
+        self._writing = True
+        try:
+            return super().write_lines(lines, scroll_end)
+        finally:
+            self._writing = False
+
+    def refresh(self, *regions, repaint: bool = True, layout: bool = False, recompose: bool = False):  # noqa: ANN201
+        if layout and self._writing and not recompose and self.size.height:
+            bars = (self.show_vertical_scrollbar, self.show_horizontal_scrollbar)
+            self._scroll_update(self.virtual_size)
+            layout = bars != (self.show_vertical_scrollbar, self.show_horizontal_scrollbar)
+        return super().refresh(*regions, repaint=repaint, layout=layout, recompose=recompose)
+
+
 KEEP_LINES = 200_000
 """Log lines the screen keeps (the job dir's log.txt has them all)."""
 REFRESH_S = 1.0
 ENDED_REFRESH_S = 5.0
 """An ended job changes no more (its log is whole): read it again this seldom."""
 STUCK_S = 10.0
+POINTS_REFRESH_S = 10.0
+"""A running job's points are read again at least this often (validation points do not move its record)."""
 
 
 KEYS = [
@@ -102,6 +134,8 @@ class JobScreen(Screen):
         self.folder = Folder()
         self.query_text = ""
         self.points: list[dict[str, Any]] = []
+        self.points_mark: Any = None  # (newest point, result, status) when the points were last read
+        self.points_read_at = 0.0
         self._busy, self.polled_at = False, 0.0
         self.shown: dict[str, str | Text] = {}
         """What each Static shows (by id), so an unchanged value is not sent to the terminal again."""
@@ -113,7 +147,7 @@ class JobScreen(Screen):
         with TabbedContent(id="job-tabs"):
             with TabPane("Log", id="tab-log"):
                 yield Static("", id="log-state")
-                yield Log(id="log", max_lines=KEEP_LINES, auto_scroll=False)  # following is ours: _write_log
+                yield FollowLog(id="log", max_lines=KEEP_LINES, auto_scroll=False)  # following is ours: _write_log
                 yield Input(placeholder="search the log (enter finds, n/N next/previous, esc closes)", id="log-search")
             with TabPane("Curves", id="tab-curves"):
                 yield Static("no metric points yet", id="curves")
@@ -132,17 +166,22 @@ class JobScreen(Screen):
         self.poll()
         self.set_interval(REFRESH_S, self.poll)
 
+    def on_screen_resume(self) -> None:
+        self.polled_at = 0.0  # back on top: read it now
+        self.poll()
+
     # -- data ----------------------------------------------------------------------------------
     def poll(self) -> None:
         now = time.monotonic()
         if self._busy and now - self.polled_at < STUCK_S:
             return  # (a call that went to the banner never calls back: after STUCK_S the next tick tries again)
-        if not self.app.api_ready():
-            return
+        if not self.is_active or not self.app.api_ready():
+            return  # (under another screen: nothing read, nothing drawn)
         if self.job and self.job["status"] in ENDED and now - self.polled_at < ENDED_REFRESH_S:
             return
         self._busy, self.polled_at = True, now
-        job_id, offset, want_points = self.job_id, self.log_offset, self.job is None or self.job["status"] not in ENDED
+        job_id, offset = self.job_id, self.log_offset
+        stale = now - self.points_read_at > POINTS_REFRESH_S
 
         def fetch(client) -> tuple[dict, list[str], int, list[dict] | None]:
             job = client.job(job_id)
@@ -154,9 +193,13 @@ class JobScreen(Screen):
                 chunks.append(text)
                 at = nxt
             points = None
-            if want_points or not self.points:
+            # Every point is read again only when the record's newest point, result or status moved (or now and
+            # then while it runs: validation points): a long run has 100,000 of them.
+            mark = (job.get("metrics"), job.get("result"), job["status"])
+            if mark != self.points_mark or (stale and job["status"] not in ENDED):
                 m = client.metrics(job_id)
                 points = m["train"] + m["validation"]
+                self.points_mark, self.points_read_at = mark, time.monotonic()
             return job, "".join(chunks).splitlines(), at, points
 
         def done(result) -> None:
@@ -191,17 +234,22 @@ class JobScreen(Screen):
             self.refresh_bindings()
 
     def _put(self, widget_id: str, content: str | Text) -> None:
-        """Show `content` in a Static unless it already shows that: on a slow link each update repaints it."""
-        if self.shown.get(widget_id) != content:
-            self.shown[widget_id] = content
-            self.query_one(f"#{widget_id}", Static).update(content)
+        """Show `content` in a Static unless it already shows that (on a slow link each update repaints it), and
+        lay the screen out again only when it takes another number of rows (a layout costs ~50 ms of CPU)."""
+        if self.shown.get(widget_id) == content:
+            return
+        widget = self.query_one(f"#{widget_id}", Static)
+        rows = _rows(content, widget.content_region.width or self.app.size.width)
+        before = self.shown.get(widget_id)
+        self.shown[widget_id] = content
+        widget.update(content, layout=before is None or rows != _rows(before, widget.content_region.width))
 
     def _write_log(self, lines: list[str]) -> None:
         """Add lines to the log pane; while following, show its end. (Log's own auto_scroll only scrolls when the
         view is at the end already, which it is not once the first page was written before the pane had its size:
         the view then stayed where it opened.)"""
         log = self.query_one("#log", Log)
-        log.write_lines(lines, scroll_end=False)
+        log.write_lines(lines, scroll_end=self.follow)  # at the end already: only the new lines are repainted
         if self.follow:
             self._follow_end()
 

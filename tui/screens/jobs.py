@@ -61,22 +61,20 @@ MAX_JOBS = 1000
 """Newest jobs the table holds."""
 
 
-def _sort_value(job: dict[str, Any], column: str) -> Any:
-    """The value a column sorts `job` by; None where the job has none (those sort last either way)."""
-    p = job.get("progress") or {}
-    return {
-        "id": job["id"],
-        "name": str(job.get("name") or "") or None,
-        "model": what(job["spec"]),
-        "status": job["status"],
-        "progress": p.get("fraction"),
-        "loss": (job.get("metrics") or {}).get("loss"),
-        "acc": accuracy(job)[0],
-        "gpu": ",".join(job.get("gpu_ids") or []) or None,
-        "elapsed": job.get("elapsed_s"),
-        "eta": job.get("eta_s") if job["status"] == "running" else None,
-        "time": job.get("elapsed_s"),
-    }[column]
+SORT_VALUES = {
+    "id": lambda job: job["id"],
+    "name": lambda job: str(job.get("name") or "") or None,
+    "model": lambda job: what(job["spec"]),
+    "status": lambda job: job["status"],
+    "progress": lambda job: (job.get("progress") or {}).get("fraction"),
+    "loss": lambda job: (job.get("metrics") or {}).get("loss"),
+    "acc": lambda job: accuracy(job)[0],
+    "gpu": lambda job: ",".join(job.get("gpu_ids") or []) or None,
+    "elapsed": lambda job: job.get("elapsed_s"),
+    "eta": lambda job: job.get("eta_s") if job["status"] == "running" else None,
+    "time": lambda job: job.get("elapsed_s"),
+}
+"""What each column sorts a job by; None where the job has none (those sort last either way)."""
 
 
 KEYS = [
@@ -133,6 +131,7 @@ class JobsScreen(Screen):
         self.written: dict[int, tuple[tuple, dict[str, str]]] = {}
         """Per row: (the answer it was written from, selected, compact) and the text of each cell written."""
         self.state_line = ""
+        self.ordered_by: tuple = ()
 
     def compose(self) -> ComposeResult:
         yield from chrome()
@@ -170,9 +169,14 @@ class JobsScreen(Screen):
         self.refresh_jobs()
         self.set_interval(REFRESH_S, self.refresh_jobs)
 
+    def on_screen_resume(self) -> None:
+        self.refresh_jobs()
+
     # -- data ----------------------------------------------------------------------------------
     def refresh_jobs(self) -> None:
-        if not self.app.api_ready():
+        if not self.is_active or not self.app.api_ready():
+            # Under another screen (or a dialog) nothing is read or drawn: Textual composes the screen below the
+            # top one with it, so a cell changed there repaints the whole terminal. It reads again when it shows.
             return
         status = FACETS[self.facet]
 
@@ -210,11 +214,14 @@ class JobsScreen(Screen):
             table.remove_row(str(gone))
             del self.written[gone]
         compact, now = self.columns is COMPACT, time.monotonic()
+        order_by = (self.sort_column, self.sort_reverse, len(shown))
+        moved = order_by != self.ordered_by
         for job_id, job in shown.items():
             seen = (job, job_id in self.selected, compact)
             before = self.written.get(job_id)
             if before is not None and before[0] == seen:
                 continue  # the same answer as last time: nothing to write (a running job's elapsed differs)
+            moved = True
             job = {**job, "eta_s": self.eta(job_id, job.get("eta_s") if job["status"] == "running" else None, now)}
             cells = job_cells(job, compact)
             cells["id"] = Text(("✓ " if job_id in self.selected else "") + str(job_id), justify="right")
@@ -226,9 +233,11 @@ class JobsScreen(Screen):
                     if before[1].get(key) != text:
                         table.set_cell(str(job_id), key, cells[key])
             self.written[job_id] = (seen, texts)
-        order = sorted(shown, key=self._order_key, reverse=self.sort_reverse)
-        if [int(row.key.value) for row in table.ordered_rows] != order:
-            table.sort("id", key=self._key_of, reverse=self.sort_reverse)
+        if moved:  # (rows that are all as they were, sorted as they were, are in order)
+            self.ordered_by = order_by
+            order = sorted(shown, key=self._order_key, reverse=self.sort_reverse)
+            if [int(row.key.value) for row in table.ordered_rows] != order:
+                table.sort("id", key=self._key_of, reverse=self.sort_reverse)
         if current is not None and str(current) in table.rows and table.get_row_index(str(current)) != table.cursor_row:
             table.move_cursor(row=table.get_row_index(str(current)), animate=False)
         self.refreshed_at = time.monotonic()
@@ -243,7 +252,7 @@ class JobsScreen(Screen):
 
     def _order_key(self, job_id: int) -> Any:
         job = self.jobs.get(job_id)
-        value = _sort_value(job, self.sort_column) if job else None
+        value = SORT_VALUES[self.sort_column](job) if job else None
         # empty values last in both directions: the sort reverses the whole key, so the flag flips with it
         return ((value is None) != self.sort_reverse, value if value is not None else 0, job_id)
 

@@ -78,8 +78,11 @@ class SweepScreen(Screen):
         self.poll()
         self.set_interval(REFRESH_S, self.poll)
 
+    def on_screen_resume(self) -> None:
+        self.poll()
+
     def poll(self) -> None:
-        if not self.app.api_ready():
+        if not self.is_active or not self.app.api_ready():
             return
         have = {i for i, pts in self.points.items() if pts}
         ended_before = {r["job_id"] for r in (self.summary or {}).get("jobs", []) if r["status"] in ENDED}
