@@ -163,21 +163,20 @@ class JobScreen(Screen):
     def on_mount(self) -> None:
         self.query_one("#log-search", Input).display = False
         self._log_state()
-        self.poll()
-        self.set_interval(REFRESH_S, self.poll)
+        self.set_interval(REFRESH_S, self.poll)  # (the first read: on_screen_resume)
 
     def on_screen_resume(self) -> None:
-        self.polled_at = 0.0  # back on top: read it now
-        self.poll()
+        self.poll(now=True)  # shown (first, or again): read it now
 
     # -- data ----------------------------------------------------------------------------------
-    def poll(self) -> None:
-        now = time.monotonic()
+    def poll(self, now: bool = False) -> None:
+        """Read the job, its new log lines and (when they moved) its points; `now`: even an ended job's."""
+        soon, now = now, time.monotonic()
         if self._busy and now - self.polled_at < STUCK_S:
             return  # (a call that went to the banner never calls back: after STUCK_S the next tick tries again)
         if not self.is_active or not self.app.api_ready():
             return  # (under another screen: nothing read, nothing drawn)
-        if self.job and self.job["status"] in ENDED and now - self.polled_at < ENDED_REFRESH_S:
+        if not soon and self.job and self.job["status"] in ENDED and now - self.polled_at < ENDED_REFRESH_S:
             return
         self._busy, self.polled_at = True, now
         job_id, offset = self.job_id, self.log_offset

@@ -166,8 +166,7 @@ class JobsScreen(Screen):
 
     def on_mount(self) -> None:
         self.query_one("#filter", Input).display = False
-        self.refresh_jobs()
-        self.set_interval(REFRESH_S, self.refresh_jobs)
+        self.set_interval(REFRESH_S, self.refresh_jobs)  # (the first read: on_screen_resume)
 
     def on_screen_resume(self) -> None:
         self.refresh_jobs()

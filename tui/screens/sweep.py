@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import json
 import math
 from typing import Any
 
@@ -37,7 +38,7 @@ def swept(grid: dict[str, Any]) -> list[str]:
 
 def label(row: dict[str, Any], grid: dict[str, Any]) -> str:
     """A run's swept values: `lr=0.1 model=lenet`."""
-    return " ".join(f"{k.rpartition('.')[2]}={row.get(k)}" for k in grid)
+    return " ".join(f"{k.rpartition('.')[2]}={_value(row.get(k))}" for k in grid)
 
 
 KEYS = [
@@ -75,8 +76,7 @@ class SweepScreen(Screen):
         yield Footer()
 
     def on_mount(self) -> None:
-        self.poll()
-        self.set_interval(REFRESH_S, self.poll)
+        self.set_interval(REFRESH_S, self.poll)  # (the first read: on_screen_resume)
 
     def on_screen_resume(self) -> None:
         self.poll()
@@ -227,4 +227,5 @@ def _series(points: list[dict[str, Any]], key: str, log_scale: bool) -> list[tup
 
 
 def _value(v: Any) -> str:
-    return "-" if v is None else str(v)
+    """A swept value as the job's name writes it: strings as they are, the rest as JSON."""
+    return "-" if v is None else v if isinstance(v, str) else json.dumps(v)
