@@ -21,15 +21,11 @@ from jobs import queues
 from jobs.proc import python_module
 from jobs.redis_server import EmbeddedRedis, free_port
 from jobs.store import JobStore
+from tests.support.live import cpu_seconds
 
 N_JOBS = 1000
 LOG_LINES = 100_000
 SPEC = {"model": "lenet", "dataset": "synthetic", "gpus": 2, "params": {"steps": 10}}
-
-
-def _cpu_seconds(pid: int) -> float:
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def _rss_mib(pid: int) -> float:
@@ -79,9 +75,9 @@ def test_jobs_table_refresh_idle_cpu_and_memory_with_1000_jobs(tmp_path):
             ).stdout.split()[0]
         )
         time.sleep(10)  # start-up and the first fill
-        cpu0, t0 = _cpu_seconds(pane_pid), time.monotonic()
+        cpu0, t0 = cpu_seconds(pane_pid), time.monotonic()
         time.sleep(30)
-        idle_cpu = (_cpu_seconds(pane_pid) - cpu0) / (time.monotonic() - t0) * 100
+        idle_cpu = (cpu_seconds(pane_pid) - cpu0) / (time.monotonic() - t0) * 100
         rss = _rss_mib(pane_pid)
         print(
             f"\njob screen, {LOG_LINES} log lines: loaded in {load_s:.1f} s (pages of 10,000 lines); scroll keys "
@@ -213,10 +209,10 @@ def _tmux_cost(session: str, argv: list[str], out: Path, size: tuple[int, int]) 
         time.sleep(12)  # start-up, the first fill, a log caught up
         subprocess.run(["tmux", "pipe-pane", "-t", session, "-o", f"cat >> {out}"], check=True)
         time.sleep(1)
-        b0, cpu0, t0 = out.stat().st_size if out.exists() else 0, _cpu_seconds(pid), time.monotonic()
+        b0, cpu0, t0 = out.stat().st_size if out.exists() else 0, cpu_seconds(pid), time.monotonic()
         time.sleep(REPAINT_S)
         took = time.monotonic() - t0
-        return (out.stat().st_size - b0) / took, (_cpu_seconds(pid) - cpu0) / took * 100
+        return (out.stat().st_size - b0) / took, (cpu_seconds(pid) - cpu0) / took * 100
     finally:
         subprocess.run(["tmux", "kill-session", "-t", session], capture_output=True)
 

@@ -150,6 +150,12 @@ def parent(pid: int) -> int:
         return 0
 
 
+def cpu_seconds(pid: int) -> float:
+    """CPU time (user + system) a process has used so far."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
 def environ(pid: int) -> dict[str, str]:
     """A process's environment; empty when it is gone or not ours to read."""
     try:

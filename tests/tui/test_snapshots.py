@@ -1,5 +1,7 @@
 """Snapshots of the TUI at 80x24 and 120x40 (SVG files in tests/tui/__snapshots__), against a real API process on
-a fresh Redis: two jobs that stay queued (they ask for 2 GPUs and no worker runs), so every cell is stable.
+a fresh Redis: jobs that stay queued (they ask for 2 GPUs and no worker runs), and jobs whose run is written
+into Redis as a worker writes it (log lines, metric points, the end) with fixed times, so every cell is stable:
+the jobs table, a failed job's log, curves and result, the GPUs and workers of a box with none, and a sweep.
 (The submit form is not snapshotted: the table behind a modal repaints on its own clock, so its picture
 depended on timing.)
 After an intended change of the look: pytest tests/tui/test_snapshots.py --snapshot-update, and review the SVGs."""
@@ -9,6 +11,8 @@ from __future__ import annotations
 import pytest
 import requests
 
+from jobs.states import Status
+from jobs.store import JobStore
 from tests.support.live import start_api
 from tui.app import GpudeckApp
 
@@ -22,6 +26,60 @@ def queued_api(spawn, child_env) -> str:
         spec = {"model": "resnet20", "dataset": "synthetic", "name": name, "gpus": 2, "tags": ["paper"]}
         requests.post(f"{url}/api/v1/jobs", json=spec, timeout=10).raise_for_status()
     return url
+
+
+T0 = 1_795_000_000.0
+"""When the written runs started (fixed: the header shows elapsed times)."""
+LOG = [
+    "2026-11-23 10:00:00.000000: I tensorflow/core/util/port.cc:153] oneDNN custom operations are on.",
+    "2026-11-23 10:00:00.100000: I tensorflow/core/platform/cpu_feature_guard.cc:210] This TensorFlow binary is "
+    "optimized to use available CPU instructions in performance-critical operations.",
+    "gpudeck: model resnet20 on synthetic (32x32x3, 10 classes), 400 steps, batch 32, lr 0.1",
+    *(f"train step {s} loss {2.3 / (1 + s / 40):.4f} accuracy {min(0.9, s / 400):.4f}" for s in range(10, 310, 10)),
+    "Traceback (most recent call last):",
+    '  File "/srv/gpudeck/models/train.py", line 88, in main',
+    "    batch = next(data)",
+    '  File "/srv/gpudeck/models/pipeline.py", line 41, in load',
+    "    raise FileNotFoundError(path)",
+    "FileNotFoundError: /data/cifar-10-batches-bin/data_batch_3.bin",
+]
+
+
+def _ran(redis, job_id: int, points: list[dict], log: list[str], end: dict) -> None:
+    """Write a run of job `job_id` into Redis as a worker does: running, its log lines and metric points, then
+    how it ended; started at T0 and ended 95 s later."""
+    store = JobStore(redis)
+    running = {"status": Status.RUNNING.value, "worker": "gpu-box.gpu0+1.4242", "gpu_ids": ["0", "1"]}
+    store.transition(job_id, ("queued",), started_at=T0, running_at=T0 + 5, **running)
+    with redis.pipeline() as pipe:
+        store.append_lines(job_id, log, pipe)
+        for n, point in enumerate(points, 1):
+            store.append_point(job_id, n, point, pipe)
+        pipe.execute()
+    last = [p for p in points if "loss" in p][-1] if points else None
+    progress = {"step": last["step"] if last else 0, "total_steps": 400, "steps_per_epoch": 100}
+    store.transition(job_id, ("running",), ended_at=T0 + 95, progress=progress, metrics=last, **end)
+
+
+@pytest.fixture
+def ran_api(spawn, child_env, redis) -> dict:
+    """A failed job with its log and curves, and a sweep of three runs (two ended, one queued)."""
+    url = start_api(spawn, child_env)
+    post = lambda spec: requests.post(f"{url}/api/v1/jobs", json=spec, timeout=10).json()["id"]  # noqa: E731
+    failed = post({"model": "resnet20", "dataset": "synthetic", "name": "data on a dead disk", "gpus": 2})
+    train = [{"step": s, "loss": 2.3 / (1 + s / 40), "accuracy": min(0.9, s / 400)} for s in range(10, 310, 10)]
+    val = [{"step": s, "val_loss": 2.4 / (1 + s / 50), "val_accuracy": min(0.85, s / 420)} for s in (100, 200, 300)]
+    end = {"status": "failed", "reason": "exit_nonzero", "message": "the trainer exited with status 1"}
+    _ran(redis, failed, train + val, LOG, {**end, "log_tail": LOG[-8:]})
+    grid = {"params.lr": [0.1, 0.05, 0.01]}
+    base = {"model": "lenet", "dataset": "synthetic", "gpus": 2, "name": "lenet lr"}
+    sweep = requests.post(f"{url}/api/v1/sweeps", json={"base": base, "grid": grid}, timeout=10).json()
+    for job_id, lr, accuracy in zip(sweep["job_ids"], (0.1, 0.05), (0.71, 0.83)):
+        points = [{"step": s, "val_loss": lr * 20 / s, "val_accuracy": accuracy * s / 300} for s in (100, 200, 300)]
+        points += [{"step": 300, "loss": lr * 18 / 300}]
+        result = {"test_accuracy": accuracy, "test_loss": lr * 19 / 300}
+        _ran(redis, job_id, points, ["train step 300"], {"status": "succeeded", "result": result})
+    return {"url": url, "failed": failed, "sweep": sweep["id"]}
 
 
 class SnapshotApp(GpudeckApp):
@@ -49,3 +107,49 @@ async def _loaded(pilot) -> None:
 @pytest.mark.parametrize("size", [(80, 24), (120, 40)])
 def test_jobs_screen(snap_compare, queued_api, size):
     assert snap_compare(SnapshotApp(queued_api), terminal_size=size, run_before=_loaded)
+
+
+def _job_tab(key: str):
+    async def run_before(pilot) -> None:
+        from tui.screens.job import JobScreen
+
+        screen = pilot.app.screen
+        while not (isinstance(screen, JobScreen) and screen.job and screen.points and screen.lines):
+            await pilot.pause(0.1)
+            screen = pilot.app.screen
+        await pilot.press(key)
+        await pilot.pause(0.5)
+
+    return run_before
+
+
+@pytest.mark.parametrize("tab", ["1", "2", "4"])
+@pytest.mark.parametrize("size", [(80, 24), (120, 40)])
+def test_failed_job_screen(snap_compare, ran_api, size, tab):
+    """The log (the failure in the header, TensorFlow's start-up folded), the curves, the result tab."""
+    app = SnapshotApp(ran_api["url"], job=ran_api["failed"])
+    assert snap_compare(app, terminal_size=size, run_before=_job_tab(tab))
+
+
+@pytest.mark.parametrize("size", [(80, 24), (120, 40)])
+def test_gpus_and_workers_screen_of_a_box_without_any(snap_compare, queued_api, size):
+    async def run_before(pilot) -> None:
+        await _loaded(pilot)
+        await pilot.press("g")
+        while getattr(pilot.app.screen, "shown", None) is None:  # the first answer is drawn
+            await pilot.pause(0.1)
+        await pilot.pause(0.3)
+
+    assert snap_compare(SnapshotApp(queued_api), terminal_size=size, run_before=run_before)
+
+
+@pytest.mark.parametrize("size", [(80, 24), (120, 40)])
+def test_sweep_screen(snap_compare, ran_api, size):
+    async def run_before(pilot) -> None:
+        pilot.app.open_sweep(ran_api["sweep"])
+        drawn = lambda: getattr(pilot.app.screen, "drawn", None)  # noqa: E731
+        while not (drawn() and len(drawn()[1]) == 2 and all(n for _, n, _ in drawn()[1])):
+            await pilot.pause(0.1)
+        await pilot.pause(0.5)
+
+    assert snap_compare(SnapshotApp(ran_api["url"]), terminal_size=size, run_before=run_before)
