@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import re
 import shutil
 import subprocess
+import sys
 import time
 
 import pytest
@@ -35,15 +37,17 @@ def wait_for(session: str, words: str, timeout: float = 60.0) -> str:
 
 
 def test_tui_in_tmux_at_80x24(spawn, child_env, tmp_path):
-    url = start_api(spawn, child_env)
+    env = {**child_env, "GPUDECK_COMMAND_JOBS": "1"}
+    url = start_api(spawn, env)
+    spawn("worker", "--cpu", env=env)
     port = int(url.rsplit(":", 1)[1])
     job = requests.post(
         f"{url}/api/v1/jobs", json={"model": "lenet", "dataset": "synthetic", "name": "smoke", "gpus": 2}, timeout=10
     ).json()
     session = f"gpudeck-smoke-{port}"
-    env = " ".join(f"{k}='{v}'" for k, v in {"GPUDECK_API": url, "TERM": "xterm-256color"}.items())
+    env_line = " ".join(f"{k}='{v}'" for k, v in {"GPUDECK_API": url, "TERM": "xterm-256color"}.items())
     # Textual draws on stderr, so nothing is redirected; `; sleep` keeps a crash's traceback on the pane.
-    command = f"env {env} {' '.join(python_module('tui.cli', 'tui'))}; echo EXITED $?; sleep 30"
+    command = f"env {env_line} {' '.join(python_module('tui.cli', 'tui'))}; echo EXITED $?; sleep 30"
     tmux("new-session", "-d", "-s", session, "-x", "80", "-y", "24", command)
     try:
         text = wait_for(session, "smoke")
@@ -74,3 +78,49 @@ def test_tui_in_tmux_at_80x24(spawn, child_env, tmp_path):
         assert "EXITED 0" in text and "Traceback" not in text
     finally:
         subprocess.run(["tmux", "kill-session", "-t", session], capture_output=True)
+
+    # `gpudeck tui JOB` on a running job: its log follows on the real terminal; f stops following, G follows again.
+    ticker = {"command": [sys.executable, "-c", TICKER], "gpus": 0, "name": "ticker"}
+    running = requests.post(f"{url}/api/v1/jobs", json=ticker, timeout=10).json()["id"]
+    command = f"env {env_line} {' '.join(python_module('tui.cli', 'tui', str(running)))}; echo EXITED $?; sleep 30"
+    tmux("new-session", "-d", "-s", session, "-x", "80", "-y", "24", command)
+    try:
+        wait_for(session, "running")
+        first = until(lambda: last_tick(screen_text(session)), 60, "a tick line on screen")
+        moved = until(lambda: (n := last_tick(screen_text(session))) and n >= first + 10 and n, 30, "the log following")
+        newest = log_ticks(url, running)
+        assert newest - moved <= 15, (moved, newest)  # the bottom of the view is the end of the log
+        tmux("send-keys", "-t", session, "f")  # follow off: the view stays where it is
+        wait_for(session, "follow off")
+        held = until(lambda: stable_tick(session), 10, "the view holding still")
+        until(lambda: log_ticks(url, running) >= held + 6, 30, "the log growing")
+        assert last_tick(screen_text(session)) == held
+        tmux("send-keys", "-t", session, "G")  # the end, following again
+        until(lambda: last_tick(screen_text(session)) >= held + 6, 30, "the view at the end again")
+        assert "follow on" in screen_text(session)
+    finally:
+        requests.post(f"{url}/api/v1/jobs/{running}/cancel", timeout=10)
+        subprocess.run(["tmux", "kill-session", "-t", session], capture_output=True)
+
+
+TICKER = "import time\nfor i in range(1, 100000):\n    print(f'tick {i}', flush=True)\n    time.sleep(0.25)"
+"""A job that prints a numbered line four times a second until it is canceled."""
+
+
+def last_tick(text: str) -> int | None:
+    """The number of the lowest `tick N` line on the screen."""
+    ticks = re.findall(r"^tick (\d+)\s*$", text, re.M)
+    return int(ticks[-1]) if ticks else None
+
+
+def stable_tick(session: str) -> int | None:
+    """The lowest tick on screen when two looks half a second apart agree (a scroll already asked for has
+    landed), else None."""
+    before = last_tick(screen_text(session))
+    time.sleep(0.5)
+    return before if before is not None and last_tick(screen_text(session)) == before else None
+
+
+def log_ticks(url: str, job_id: int) -> int:
+    """The number of the job's newest log line, from the API."""
+    return last_tick(requests.get(f"{url}/api/v1/jobs/{job_id}/logs", timeout=10).text) or 0
