@@ -99,6 +99,22 @@ async def on_screen(pilot, app, cls, check=lambda screen: True, timeout: float =
     return screen
 
 
+async def palette(pilot, typed: str, first: str) -> None:
+    """ctrl+p, type `typed`, and once the first hit reads `first`, run it."""
+    from textual.command import CommandList
+
+    await pilot.press("ctrl+p", *typed)
+
+    def top() -> str:
+        hits = pilot.app.screen.query(CommandList)
+        if not hits or not hits.first().option_count:
+            return ""
+        return str(hits.first().get_option_at_index(0).prompt)
+
+    await until(pilot, lambda: first in top(), 10)
+    await pilot.press("enter")
+
+
 def text_of(widget) -> str:
     """What a Static or Label shows, as plain text (rich renderables rendered at 120 columns)."""
     content = widget.content
@@ -437,6 +453,17 @@ def test_a_sweep_ranks_its_runs_by_their_swept_values_and_overlays_their_curves(
             await pilot.press("enter")
             job_screen = await on_screen(pilot, app, JobScreen)
             assert job_screen.job_id == best
+
+            # The command palette: a number opens that job or sweep; a status shows those jobs in the table.
+            await pilot.press("escape", "escape")
+            jobs_screen = await on_screen(pilot, app, JobsScreen)
+            await palette(pilot, f"sweep {sweep['id']}", f"Open sweep {sweep['id']}")
+            assert (await on_screen(pilot, app, SweepScreen)).sweep_id == sweep["id"]
+            await palette(pilot, str(worst), f"Open job {worst}")
+            assert (await on_screen(pilot, app, JobScreen)).job_id == worst
+            await palette(pilot, "show canceled", "Show canceled jobs")
+            await on_screen(pilot, app, JobsScreen)
+            await until(pilot, lambda: "0 of 0 jobs  status: canceled" in text_of(jobs_screen.query_one("#jobs-state")))
 
     run(scenario())
     shown = subprocess.run(
