@@ -46,13 +46,20 @@ WIDE_COLUMNS = 110
 
 
 class JobsTable(DataTable):
-    """The jobs table. `set_cell` repaints the one row it changes: DataTable.update_cell repaints the whole
-    table, which over SSH is every visible row sent again each time a running job's elapsed time ticks."""
+    """The jobs table. `set_cells` repaints only the rows it changes: DataTable.update_cell repaints the whole
+    table (over SSH, every visible row sent again each time a running job's elapsed time ticks), and each call
+    invalidates its row caches (finding a row's place again costs a pass over every row)."""
 
-    def set_cell(self, row_key: str, column_key: str, value: Any) -> None:
-        self._data[RowKey(row_key)][ColumnKey(column_key)] = value  # what update_cell does, less its refresh()
-        self._update_count += 1  # the render caches are keyed by it
-        self.refresh_row(self.get_row_index(row_key))
+    def set_cells(self, changes: dict[str, dict[str, Any]]) -> None:
+        """Write `{row key: {column key: value}}` and repaint those rows."""
+        if not changes:
+            return
+        for row_key, cells in changes.items():  # what update_cell does, less its refresh() of everything
+            for column_key, value in cells.items():
+                self._data[RowKey(row_key)][ColumnKey(column_key)] = value
+        self._update_count += 1  # once: the render caches are keyed by it
+        for row_key in changes:
+            self.refresh_row(self.get_row_index(row_key))
 
 
 FACETS = (None, "running", "starting", "queued", "succeeded", "failed", "canceled")
@@ -215,6 +222,7 @@ class JobsScreen(Screen):
         compact, now = self.columns is COMPACT, time.monotonic()
         order_by = (self.sort_column, self.sort_reverse, len(shown))
         moved = order_by != self.ordered_by
+        changes: dict[str, dict[str, Any]] = {}
         for job_id, job in shown.items():
             seen = (job, job_id in self.selected, compact)
             before = self.written.get(job_id)
@@ -228,10 +236,11 @@ class JobsScreen(Screen):
             if before is None:
                 table.add_row(*(cells[k] for k, _ in self.columns), key=str(job_id))
             else:
-                for key, text in texts.items():
-                    if before[1].get(key) != text:
-                        table.set_cell(str(job_id), key, cells[key])
+                changed = {key: cells[key] for key, text in texts.items() if before[1].get(key) != text}
+                if changed:
+                    changes[str(job_id)] = changed
             self.written[job_id] = (seen, texts)
+        table.set_cells(changes)
         if moved:  # (rows that are all as they were, sorted as they were, are in order)
             self.ordered_by = order_by
             order = sorted(shown, key=self._order_key, reverse=self.sort_reverse)
