@@ -18,6 +18,7 @@ def create_app(config: dict[str, Any] | None = None) -> Flask:
     from api.finite import FiniteJSONProvider
 
     app.json = FiniteJSONProvider(app)  # answers hold no NaN or Infinity
+    app.url_map.merge_slashes = False  # `files//etc/passwd` is no file of a job (404), not a redirect to one
     app.config.update(MAX_CONTENT_LENGTH=MAX_BODY_BYTES, JSON_SORT_KEYS=False)
     if config:
         app.config.update(config)
@@ -38,13 +39,14 @@ def create_app(config: dict[str, Any] | None = None) -> Flask:
     app.extensions["gpudeck.redis"] = redis
     app.extensions["gpudeck.longpolls"] = Slots(threads)
 
-    from api import auth, catalog, cluster, datasets, errors, health, jobs, openapi, sources, tensorboard
+    from api import auth, catalog, cluster, datasets, errors, files, health, jobs, openapi, sources, tensorboard
 
     errors.register(app)
     auth.register(app)
     app.register_blueprint(health.bp)
     app.register_blueprint(openapi.bp)
     app.register_blueprint(jobs.bp, url_prefix="/api/v1/jobs")
+    app.register_blueprint(files.bp, url_prefix="/api/v1/jobs")
     app.register_blueprint(catalog.bp, url_prefix="/api/v1")
     app.register_blueprint(cluster.bp, url_prefix="/api/v1")
     app.register_blueprint(datasets.bp, url_prefix="/api/v1")

@@ -282,6 +282,18 @@ def _schemas() -> dict[str, Any]:
             "on: CPU % of one core (summed; null on the first sample), resident memory, and per GPU its "
             "utilization and the memory the job's processes hold (from nvidia-smi)",
         },
+        "FileList": _obj(
+            {
+                "job_id": INT,
+                "files": {
+                    "type": "array",
+                    "items": _obj({"path": STR, "size": INT, "modified": TIME}, ["path", "size", "modified"]),
+                },
+                "total_bytes": INT,
+                "truncated": {"type": "boolean", "description": "more files than one listing answers (100,000)"},
+            },
+            ["job_id", "files", "total_bytes", "truncated"],
+        ),
         "Task": _obj(
             {
                 "index": INT,
@@ -705,6 +717,45 @@ def _paths() -> dict[str, Any]:
                     *job,
                     _q("offset", {**INT, "minimum": 0, "maximum": MAX_OFFSET}, "lines already read"),
                     _q("follow", {**STR, "enum": ["0", "1", "true", "false", "yes", "no"]}, "stream"),
+                ],
+            )
+        },
+        "/api/v1/jobs/{id}/files": {
+            "get": _op(
+                "The files of a job's dir (recursive, by path)",
+                {"200": _json("FileList"), **_errors(400, 404)},
+                parameters=[*job, _q("prefix", STR, "only paths starting with this, e.g. checkpoints/")],
+            )
+        },
+        "/api/v1/jobs/{id}/files/{path}": {
+            "get": _op(
+                "One file of a job's dir (ranges: a broken download resumes), or a folder as a .tar.gz",
+                {
+                    "200": {
+                        "description": "the file (Content-Length, ETag, Accept-Ranges), or the folder's archive",
+                        "content": {
+                            "application/octet-stream": {"schema": {**STR, "format": "binary"}},
+                            "application/gzip": {"schema": {**STR, "format": "binary"}},
+                        },
+                    },
+                    "206": {
+                        "description": "the bytes a Range header asked for",
+                        "content": {"application/octet-stream": {"schema": {**STR, "format": "binary"}}},
+                    },
+                    "304": {"description": "unchanged since the ETag of If-None-Match"},
+                    "416": {"description": "the Range asked for is past the end of the file"},
+                    **_errors(400, 404),
+                },
+                parameters=[
+                    *job,
+                    {
+                        "name": "path",
+                        "in": "path",
+                        "required": True,
+                        "schema": STR,
+                        "description": "relative to the job dir (slashes allowed; no '..', no absolute path)",
+                    },
+                    _q("archive", {**STR, "enum": ["tar.gz"]}, "a folder as one .tar.gz, streamed"),
                 ],
             )
         },

@@ -14,7 +14,7 @@ JOBS_LAYERS = (
     ("keys", "states", "errors", "proc", "tfconfig", "archives", "tbnotf"),
     ("settings", "spec", "outcome", "redis_server", "scalars", "usage"),
     ("store",),
-    ("datasets", "sources", "views"),
+    ("datasets", "sources", "views", "artifacts"),
     ("queues", "tensorboard"),
     ("lifecycle", "sweeps"),
     ("gang",),

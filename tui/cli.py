@@ -425,6 +425,48 @@ def cmd_logs(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def cmd_files(args: argparse.Namespace) -> int:
+    listing = _client().files(args.id, args.path or "")
+    if args.json:
+        print(json.dumps(listing, indent=2))
+        return EXIT_OK
+    for f in listing["files"]:
+        print(f"{human(f['size']):>10}  {f['modified'][:19].replace('T', ' ')}  {f['path']}")
+    print(
+        f"{len(listing['files'])} files, {human(listing['total_bytes'])}"
+        + (" (truncated)" if listing["truncated"] else "")
+    )
+    return EXIT_OK
+
+
+def cmd_download(args: argparse.Namespace) -> int:
+    """A file of the job dir (default: the exported model.keras), or a folder as NAME.tar.gz; a broken download
+    resumes (the bytes so far wait in DEST.part)."""
+    client = _client()
+    path = (args.path or "model.keras").strip("/")
+    files = client.files(args.id, path)["files"]
+    folder = not any(f["path"] == path for f in files)
+    if folder and not any(f["path"].startswith(path + "/") for f in files):
+        print(
+            f"gpudeck: job {args.id} has no file or folder {path!r} (gpudeck files {args.id} lists them)",
+            file=sys.stderr,
+        )
+        return EXIT_USAGE
+    dest = args.output or (f"{os.path.basename(path)}.tar.gz" if folder else os.path.basename(path))
+    live = sys.stderr.isatty()
+
+    def progress(done: int, total: int | None) -> None:
+        if live:
+            of = f" of {human(total)} ({done * 100 // total}%)" if total else ""
+            print(f"\r{dest}: {human(done)}{of}", end="", file=sys.stderr, flush=True)
+
+    size = client.download(args.id, path, dest, archive=folder, progress=progress)
+    if live:
+        print(file=sys.stderr)
+    print(f"{dest}: {human(size)}" + (f" (the folder {path}/ as a .tar.gz)" if folder else ""))
+    return EXIT_OK
+
+
 def cmd_datasets(args: argparse.Namespace) -> int:
     client = _client()
     if args.action == "upload":
@@ -606,6 +648,18 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--tail", type=_natural, metavar="N", help="only the last N lines (with -f: then follow)")
     p.add_argument("--raw", action="store_true", help="every line as written (TensorFlow's start-up lines unfolded)")
     p.set_defaults(func=cmd_logs)
+
+    p = sub.add_parser("files", help="the files of a job's dir: size, time, path")
+    p.add_argument("id", type=int)
+    p.add_argument("path", nargs="?", help="only paths starting with this, e.g. checkpoints/")
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(func=cmd_files)
+
+    p = sub.add_parser("download", help="a file of a job's dir (default: model.keras), or a folder as a .tar.gz")
+    p.add_argument("id", type=int)
+    p.add_argument("path", nargs="?", help="relative to the job dir (default: model.keras)")
+    p.add_argument("-o", "--output", metavar="DEST", help="where to write it (default: its name here)")
+    p.set_defaults(func=cmd_download)
 
     p = sub.add_parser("datasets", help="list uploaded datasets, or upload one: datasets upload NAME:VERSION FILE")
     p.add_argument("action", nargs="?", choices=("ls", "upload"), default="ls")

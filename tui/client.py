@@ -7,6 +7,7 @@ import re
 import time
 from collections.abc import Iterator
 from typing import Any
+from urllib.parse import quote
 
 import requests
 
@@ -130,6 +131,30 @@ class Client:
                 time.sleep(1.0)  # the API restarted or the connection dropped: resume where we are
             finally:
                 resp.close()
+
+    def files(self, job_id: int, prefix: str = "") -> dict[str, Any]:
+        return self.request("GET", f"/api/v1/jobs/{job_id}/files", params={"prefix": prefix} if prefix else {}).json()
+
+    def download(self, job_id: int, path: str, dest: str, archive: bool = False, progress=None) -> int:
+        """Stream a file (or a folder, as .tar.gz) of a job's dir to `dest`; `progress(done, total)` after each
+        chunk. Returns the bytes written. A file already partly at `dest.part` resumes where it broke off."""
+        part = f"{dest}.part"
+        have = 0 if archive or not os.path.exists(part) else os.path.getsize(part)
+        headers = {"Range": f"bytes={have}-"} if have else {}
+        url = f"/api/v1/jobs/{job_id}/files/{quote(path)}"
+        resp = self.request("GET", url, params={"archive": "tar.gz"} if archive else {}, headers=headers, stream=True)
+        if resp.status_code != 206:
+            have = 0  # the whole file, from the start
+        total = int(resp.headers["Content-Length"]) + have if "Content-Length" in resp.headers else None
+        done = have
+        with resp, open(part, "ab" if have else "wb") as out:
+            for chunk in resp.iter_content(1 << 20):
+                out.write(chunk)
+                done += len(chunk)
+                if progress:
+                    progress(done, total)
+        os.replace(part, dest)
+        return done
 
     def metrics(self, job_id: int) -> dict[str, Any]:
         return self.request("GET", f"/api/v1/jobs/{job_id}/metrics").json()

@@ -219,30 +219,36 @@ def _tmux_cost(session: str, argv: list[str], out: Path, size: tuple[int, int]) 
 
 @pytest.mark.timeout(600 + 8 * REPAINT_S)
 def test_repaint_cost_jobs_screen_and_job_screens(tmp_path):
-    """Bytes/s and CPU of `gpudeck tui` (a) on the jobs screen with 1,000 jobs, one of them running, (b) on the
-    screen of that running job, following its log, (c) on the screen of an ended job: after the first paint only
-    a changed value, a new line or a new point should cost bytes."""
+    """Bytes/s and CPU of `gpudeck tui` (a) on the jobs screen with 1,000 jobs, two of them running, (b) on the
+    screen of that running job, following its log, (c) on the screen of an ended job, (d) on the screen of a
+    running job that prints nothing: after the first paint only a changed value, a new line or a new point should
+    cost bytes."""
     from tests.support.stack import Up
 
     env = {k: v for k, v in os.environ.items() if not k.startswith("GPUDECK_")}
     env.update(GPUDECK_COMMAND_JOBS="1")
-    stack = Up(tmp_path / "home", env, tmp_path / "up.log", args=("--cpu-workers", "1"))
+    stack = Up(tmp_path / "home", env, tmp_path / "up.log", args=("--cpu-workers", "2"))
     try:
         http = requests.Session()
-        for _ in range(N_JOBS - 2):  # queued for 2 GPUs this box lacks: they stay queued
+        for _ in range(N_JOBS - 3):  # queued for 2 GPUs this box lacks: they stay queued
             http.post(f"{stack.url}/api/v1/jobs", json=SPEC, timeout=30).raise_for_status()
         ended = http.post(f"{stack.url}/api/v1/jobs", json={"command": "echo done", "gpus": 0}, timeout=30).json()
         http.get(f"{stack.url}/api/v1/jobs/{ended['id']}/wait?timeout=120", timeout=130)
         running = http.post(
             f"{stack.url}/api/v1/jobs", json={"command": ["python", "-c", TICKER], "gpus": 0}, timeout=30
         ).json()
-        while http.get(f"{stack.url}/api/v1/jobs/{running['id']}", timeout=10).json()["status"] != "running":
-            time.sleep(0.2)
+        quiet = http.post(  # running, printing nothing: only its elapsed time moves
+            f"{stack.url}/api/v1/jobs", json={"command": "echo started; sleep 3600", "gpus": 0}, timeout=30
+        ).json()
+        for job in (running, quiet):
+            while http.get(f"{stack.url}/api/v1/jobs/{job['id']}", timeout=10).json()["status"] != "running":
+                time.sleep(0.2)
         tui = [*python_module("tui.cli", "tui", "--api", stack.url)]
         cases = [
-            ("jobs screen, 1,000 jobs (1 running)", tui),
+            ("jobs screen, 1,000 jobs (2 running)", tui),
             (f"job screen following running job {running['id']}", [*tui, str(running["id"])]),
             (f"job screen of ended job {ended['id']}", [*tui, str(ended["id"])]),
+            (f"job screen following quiet running job {quiet['id']}", [*tui, str(quiet["id"])]),
         ]
         print()
         for size in ((120, 40), (80, 24)):

@@ -1,0 +1,165 @@
+"""What a job leaves in its job dir, as the API serves it: listing, one file, a folder as a streamed archive.
+No path leaves the job dir: `..`, absolute paths and symlinks that point out of it are refused."""
+
+from __future__ import annotations
+
+import os
+import queue
+import socket
+import tarfile
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path, PurePosixPath
+from typing import Any
+
+from jobs.errors import BadRequest, NotFound
+from jobs.settings import Settings
+
+MAX_LISTED = 100_000
+"""Most entries one listing answers (a job dir of more says so: `truncated`)."""
+CHUNK = 1 << 20
+"""Bytes an archive stream hands on at a time."""
+
+
+def job_dir(settings: Settings, rec: dict[str, Any]) -> Path:
+    """The job's dir as this API host sees it; NotFound naming the host that has it when this one does not (a
+    worker host without the shared GPUDECK_HOME)."""
+    path = settings.job_dir(rec["id"])
+    if path.is_dir():
+        return path
+    worker = str(rec.get("worker") or "")
+    host = worker.split(".", 1)[0] if worker else None
+    if host and host != socket.gethostname():
+        raise NotFound(
+            f"job {rec['id']}'s files are on host {host} (worker {worker}): this API on {socket.gethostname()} does "
+            f"not see them under {settings.jobs_dir}; share GPUDECK_HOME between the hosts, or read them there",
+            {"id": rec["id"], "host": host},
+        )
+    raise NotFound(f"job {rec['id']} has no files (yet): {path} does not exist", {"id": rec["id"]})
+
+
+def inside(root: Path, rel: str) -> Path:
+    """`root/rel`, refused unless it stays inside `root` once symlinks are followed."""
+    parts = PurePosixPath(rel).parts
+    if rel.startswith("/") or "\\" in rel or any(p in ("..",) for p in parts) or "\0" in rel:
+        raise BadRequest(f"path {rel!r}: must be relative to the job dir, without '..'", {"field": "path"})
+    path = root.joinpath(*parts)
+    real, top = os.path.realpath(path), os.path.realpath(root)
+    if real != top and not real.startswith(top + os.sep):
+        raise NotFound(f"path {rel!r} is not in the job dir", {"field": "path"})  # a symlink pointing out of it
+    if not os.path.lexists(path):
+        raise NotFound(f"path {rel!r} does not exist in the job dir", {"field": "path"})
+    return path
+
+
+def listing(root: Path, prefix: str = "") -> dict[str, Any]:
+    """Every file under `root` (recursive, sorted by path): path, size, modified time; only paths starting with
+    `prefix`. Symlinks are listed only when they point inside the job dir."""
+    top = os.path.realpath(root)
+    files: list[dict[str, Any]] = []
+    truncated = False
+    for dirpath, dirnames, filenames in os.walk(root):
+        dirnames.sort()
+        for name in sorted(filenames):
+            full = os.path.join(dirpath, name)
+            rel = os.path.relpath(full, root).replace(os.sep, "/")
+            if not rel.startswith(prefix):
+                continue
+            real = os.path.realpath(full)
+            if not real.startswith(top + os.sep):
+                continue
+            try:
+                st = os.stat(full)
+            except OSError:
+                continue  # gone since the walk saw it
+            if len(files) >= MAX_LISTED:
+                truncated = True
+                break
+            files.append({"path": rel, "size": st.st_size, "modified": _iso(st.st_mtime)})
+    files.sort(key=lambda f: f["path"])
+    return {"files": files, "total_bytes": sum(f["size"] for f in files), "truncated": truncated}
+
+
+def _iso(t: float) -> str:
+    return time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(t)) + f".{int(t % 1 * 1000):03d}Z"
+
+
+class _Pipe:
+    """A file-like object tarfile writes into; a reader thread takes what was written in chunks."""
+
+    def __init__(self) -> None:
+        self.chunks: queue.Queue[bytes | None] = queue.Queue(maxsize=8)  # at most ~8 MiB in flight
+        self.buf = bytearray()
+        self.closed_by_reader = threading.Event()
+
+    def write(self, data: bytes) -> int:
+        if self.closed_by_reader.is_set():
+            raise BrokenPipeError("the client went away")
+        self.buf += data
+        while len(self.buf) >= CHUNK:
+            self._put(bytes(self.buf[:CHUNK]))
+            del self.buf[:CHUNK]
+        return len(data)
+
+    def flush(self) -> None:
+        pass
+
+    def finish(self) -> None:
+        if self.buf:
+            self._put(bytes(self.buf))
+            self.buf.clear()
+        self._put(None)
+
+    def _put(self, item: bytes | None) -> None:
+        while not self.closed_by_reader.is_set():
+            try:
+                self.chunks.put(item, timeout=0.5)
+                return
+            except queue.Full:
+                continue
+
+
+def tar_stream(folder: Path, arcname: str) -> Iterator[bytes]:
+    """`folder` as a .tar.gz, produced while it is sent (nothing is built on disk, at most ~8 MiB in memory).
+    Symlinks that point out of the job dir are left out."""
+    pipe = _Pipe()
+    top = os.path.realpath(folder)
+    failure: list[BaseException] = []
+
+    def inside_only(info: tarfile.TarInfo) -> tarfile.TarInfo | None:
+        if info.issym() or info.islnk():
+            return None  # an archive of a job dir holds files and folders only
+        return info
+
+    def write() -> None:
+        try:
+            with tarfile.open(fileobj=pipe, mode="w|gz") as tar:  # type: ignore[call-overload]
+                for dirpath, dirnames, filenames in os.walk(folder):
+                    dirnames.sort()
+                    for name in sorted(filenames):
+                        full = os.path.join(dirpath, name)
+                        if os.path.islink(full) or not os.path.realpath(full).startswith(top + os.sep):
+                            continue
+                        rel = os.path.relpath(full, folder)
+                        tar.add(full, arcname=f"{arcname}/{rel}", recursive=False, filter=inside_only)
+        except BrokenPipeError:
+            pass
+        except BaseException as exc:  # noqa: BLE001 - handed to the reader, which ends the stream
+            failure.append(exc)
+        finally:
+            pipe.finish()
+
+    writer = threading.Thread(target=write, name="gpudeck-tar", daemon=True)
+    writer.start()
+    try:
+        while True:
+            chunk = pipe.chunks.get()
+            if chunk is None:
+                break
+            yield chunk
+        if failure:
+            raise failure[0]
+    finally:
+        pipe.closed_by_reader.set()  # a client that went away stops the writer
+        writer.join(5)

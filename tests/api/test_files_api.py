@@ -1,0 +1,128 @@
+"""Getting a job's results out over real HTTP (a live API and worker, a real trained model): the listing, a file
+with ranges and an ETag, a folder as a streamed .tar.gz that TensorFlow reads back, `gpudeck download`, and
+every path that would leave the job dir refused."""
+
+from __future__ import annotations
+
+import http.client
+import io
+import os
+import subprocess
+import sys
+import tarfile
+
+import pytest
+import requests
+
+from jobs.proc import python_module
+from tests.support.live import start_api, submit_job, wait_succeeded
+
+pytestmark = pytest.mark.slow
+
+TINY = {"model": "lenet", "dataset": "synthetic:16x16x3", "params": {"steps": 4, "batch_size": 8}, "gpus": 0}
+
+LOADS = """
+import sys, keras, tensorflow as tf
+model = keras.models.load_model(sys.argv[1])
+print("model", model.count_params())
+print("checkpoint", sorted(name for name, _ in tf.train.list_variables(tf.train.latest_checkpoint(sys.argv[2])))[0])
+"""
+"""Loads the downloaded model and the newest checkpoint of the downloaded folder, as a user would."""
+
+
+def raw_get(url: str, path: str) -> int:
+    """The status of GET `path` sent as written (requests would resolve `..` before sending it)."""
+    host, port = url.removeprefix("http://").split(":")
+    conn = http.client.HTTPConnection(host, int(port), timeout=30)
+    conn.request("GET", path)
+    status = conn.getresponse().status
+    conn.close()
+    return status
+
+
+def test_a_jobs_model_and_checkpoints_come_out_whole_and_nothing_else_does(spawn, child_env, settings, tmp_path):
+    url = start_api(spawn, child_env)
+    spawn("worker", "--cpu", env=child_env)
+    job = submit_job(url, TINY)
+    wait_succeeded(url, job)
+    job_dir = settings.job_dir(job)
+    (job_dir / "leak").symlink_to("/etc")  # a script may leave a symlink pointing out of its dir
+    files = f"{url}/api/v1/jobs/{job}/files"
+
+    listing = requests.get(files, timeout=30).json()
+    paths = {f["path"]: f["size"] for f in listing["files"]}
+    assert paths["model.keras"] == (job_dir / "model.keras").stat().st_size
+    assert any(p.startswith("checkpoints/") for p in paths) and not any(p.startswith("leak") for p in paths)
+    assert listing["total_bytes"] == sum(paths.values()) and not listing["truncated"]
+    only = requests.get(files, params={"prefix": "checkpoints/"}, timeout=30).json()["files"]
+    assert only and all(f["path"].startswith("checkpoints/") for f in only)
+
+    # One file: whole, then in two ranges (a broken download resumed), then unchanged by its ETag.
+    whole = requests.get(f"{files}/model.keras", timeout=30)
+    assert whole.status_code == 200 and whole.content == (job_dir / "model.keras").read_bytes()
+    assert int(whole.headers["Content-Length"]) == len(whole.content) and whole.headers["Accept-Ranges"] == "bytes"
+    head = requests.get(f"{files}/model.keras", headers={"Range": "bytes=0-999"}, timeout=30)
+    rest = requests.get(f"{files}/model.keras", headers={"Range": "bytes=1000-"}, timeout=30)
+    assert (head.status_code, rest.status_code) == (206, 206) and head.content + rest.content == whole.content
+    same = requests.get(f"{files}/model.keras", headers={"If-None-Match": whole.headers["ETag"]}, timeout=30)
+    assert same.status_code == 304
+    past = requests.get(f"{files}/model.keras", headers={"Range": f"bytes={len(whole.content) + 10}-"}, timeout=30)
+    assert past.status_code == 416
+
+    # A folder: streamed as .tar.gz; its files are the job dir's.
+    archive = requests.get(f"{files}/checkpoints", params={"archive": "tar.gz"}, timeout=60)
+    assert archive.status_code == 200 and archive.headers["Content-Type"] == "application/gzip"
+    with tarfile.open(fileobj=io.BytesIO(archive.content), mode="r:gz") as tar:
+        names = sorted(m.name for m in tar.getmembers() if m.isfile())
+        assert names == sorted(f"checkpoints/{p.removeprefix('checkpoints/')}" for p in paths if "checkpoints/" in p)
+        tar.extractall(tmp_path / "got", filter="data")
+
+    # The CLI: the exported model by default; a folder as NAME.tar.gz. Both load as a user would load them.
+    env = {**child_env, "GPUDECK_API": url}
+    cli = subprocess.run(
+        python_module("tui.cli", "download", str(job), "-o", str(tmp_path / "m.keras")),
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert cli.returncode == 0 and cli.stdout.startswith(f"{tmp_path / 'm.keras'}: "), cli.stderr
+    assert (tmp_path / "m.keras").read_bytes() == whole.content and not (tmp_path / "m.keras.part").exists()
+    folder = subprocess.run(
+        python_module("tui.cli", "download", str(job), "checkpoints"),
+        env=env,
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert folder.returncode == 0 and (tmp_path / "checkpoints.tar.gz").is_file(), folder.stderr
+    loaded = subprocess.run(
+        [sys.executable, "-c", LOADS, str(tmp_path / "m.keras"), str(tmp_path / "got" / "checkpoints")],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3"},
+    )
+    assert loaded.returncode == 0, loaded.stderr[-2000:]
+    assert "model " in loaded.stdout and "checkpoint " in loaded.stdout
+    missing = subprocess.run(
+        python_module("tui.cli", "download", str(job), "nothing-here"), env=env, capture_output=True, text=True
+    )
+    assert missing.returncode == 2 and "no file or folder 'nothing-here'" in missing.stderr
+
+    # Nothing outside the job dir, however the path is written.
+    base = f"/api/v1/jobs/{job}/files"
+    for path in (
+        f"{base}/..%2F..%2F..%2Fetc%2Fpasswd",
+        f"{base}/%2e%2e/%2e%2e/%2e%2e/etc/passwd",
+        f"{base}/%2Fetc%2Fpasswd",
+        f"{base}/leak/passwd",
+        f"{base}/leak",
+    ):
+        assert raw_get(url, path) in (400, 404), path
+    assert requests.get(f"{files}/checkpoints", timeout=30).status_code == 400  # a folder needs ?archive
+    assert requests.get(f"{files}/model.keras", params={"archive": "tar.gz"}, timeout=30).status_code == 400
+    gone = requests.get(f"{files}/no-such-file", timeout=30)
+    assert gone.status_code == 404 and "does not exist" in gone.json()["message"]
+    assert requests.get(f"{url}/api/v1/jobs/999/files", timeout=30).status_code == 404
