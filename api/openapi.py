@@ -733,14 +733,12 @@ def _paths() -> dict[str, Any]:
                 {
                     "200": {
                         "description": "the file (Content-Length, ETag, Accept-Ranges), or the folder's archive",
-                        "content": {
-                            "application/octet-stream": {"schema": {**STR, "format": "binary"}},
-                            "application/gzip": {"schema": {**STR, "format": "binary"}},
-                        },
+                        # bytes (3.1: no schema), typed by the file's name: application/octet-stream when unknown
+                        "content": {"application/octet-stream": {}, "application/gzip": {}, "*/*": {}},
                     },
                     "206": {
                         "description": "the bytes a Range header asked for",
-                        "content": {"application/octet-stream": {"schema": {**STR, "format": "binary"}}},
+                        "content": {"application/octet-stream": {}, "*/*": {}},
                     },
                     "304": {"description": "unchanged since the ETag of If-None-Match"},
                     "416": {"description": "the Range asked for is past the end of the file"},

@@ -16,6 +16,7 @@ import requests
 
 from jobs.proc import python_module
 from tests.support.live import start_api, submit_job, wait_succeeded
+from tests.support.readme import run_block
 
 pytestmark = pytest.mark.slow
 
@@ -41,6 +42,7 @@ def raw_get(url: str, path: str) -> int:
 
 
 def test_a_jobs_model_and_checkpoints_come_out_whole_and_nothing_else_does(spawn, child_env, settings, tmp_path):
+    (tmp_path / "readme").mkdir()
     url = start_api(spawn, child_env)
     spawn("worker", "--cpu", env=child_env)
     job = submit_job(url, TINY)
@@ -126,3 +128,13 @@ def test_a_jobs_model_and_checkpoints_come_out_whole_and_nothing_else_does(spawn
     gone = requests.get(f"{files}/no-such-file", timeout=30)
     assert gone.status_code == 404 and "does not exist" in gone.json()["message"]
     assert requests.get(f"{url}/api/v1/jobs/999/files", timeout=30).status_code == 404
+
+    # The README's commands, as written (job 1 is this job).
+    assert job == 1
+    port = int(url.rsplit(":", 1)[1])
+    readme_env = {**env, "PATH": f"{os.path.dirname(sys.executable)}:{env['PATH']}"}
+    listed, _, _, extracted, cli_list, cli_get = run_block("walkthrough-files", port, tmp_path / "readme", readme_env)
+    assert '"path": "checkpoints/' in listed.replace('":"', '": "') and "model.keras" not in listed
+    assert (tmp_path / "readme" / "model.keras").read_bytes() == whole.content
+    assert "checkpoint" in extracted.split() and "model.keras" in cli_list
+    assert cli_get.startswith("ckpt.tar.gz: ") and tarfile.is_tarfile(tmp_path / "readme" / "ckpt.tar.gz")
