@@ -47,6 +47,12 @@ def cancel(job_id: int):
     return job_view(control.cancel(deps.redis(), job_id))
 
 
+@bp.delete("/<int:job_id>")
+def delete(job_id: int):
+    """An ended job, gone for good: its record, streams, references and job dir (409 while it is not ended)."""
+    return {**control.delete(deps.redis(), deps.settings(), [job_id])[0], "deleted": True}
+
+
 @bp.post("/<int:job_id>/retry")
 def retry(job_id: int):
     rec = control.retry(deps.redis(), job_id, deps.settings())

@@ -282,6 +282,9 @@ def _schemas() -> dict[str, Any]:
             "on: CPU % of one core (summed; null on the first sample), resident memory, and per GPU its "
             "utilization and the memory the job's processes hold (from nvidia-smi)",
         },
+        "Deleted": _obj(
+            {"id": INT, "deleted": {"type": "boolean"}, "bytes_freed": INT}, ["id", "deleted", "bytes_freed"]
+        ),
         "FileList": _obj(
             {
                 "job_id": INT,
@@ -692,7 +695,14 @@ def _paths() -> dict[str, Any]:
                 ],
             ),
         },
-        "/api/v1/jobs/{id}": {"get": _op("One job", {"200": _json("Job"), **_errors(404)}, parameters=job)},
+        "/api/v1/jobs/{id}": {
+            "get": _op("One job", {"200": _json("Job"), **_errors(404)}, parameters=job),
+            "delete": _op(
+                "Delete an ended job for good: its record, log, metrics, references and job dir",
+                {"200": _json("Deleted"), **_errors(404, 409)},
+                parameters=job,
+            ),
+        },
         "/api/v1/jobs/{id}/cancel": {
             "post": _op("Cancel a job", {"200": _json("Job"), **_errors(404, 409)}, parameters=job)
         },

@@ -1,18 +1,40 @@
-"""What a user asks of jobs: submit (placing a multi-worker job at once when it can), cancel, retry."""
+"""What a user asks of jobs: submit (placing a multi-worker job at once when it can), cancel, retry, delete."""
 
 from __future__ import annotations
 
+import json
+import logging
+import os
+import shutil
+import uuid
 from typing import Any
 
 from redis import Redis
+from redis.exceptions import WatchError
 
 from jobs import gang, lifecycle, queues
-from jobs.errors import Conflict
+from jobs.errors import Conflict, NotFound
+from jobs.keys import (
+    INDEX_KEY,
+    arrived_key,
+    go_key,
+    heartbeat_key,
+    job_key,
+    log_key,
+    metrics_key,
+    stop_key,
+    sweep_key,
+    task_beat_key,
+    task_key,
+    usage_key,
+)
 from jobs.outcome import CANCELED_QUEUED
 from jobs.settings import Settings
 from jobs.spec import is_multi_worker
 from jobs.states import Reason, Status
 from jobs.store import JobStore
+
+log = logging.getLogger(__name__)
 
 
 def submit(
@@ -56,3 +78,73 @@ def retry(redis: Redis, job_id: int, settings: Settings | None = None) -> dict[s
     if not Status(rec["status"]).ended:
         raise Conflict(f"job {job_id} is {rec['status']}; only an ended job can be retried", {"id": job_id})
     return submit(redis, rec["spec"], settings)[0]
+
+
+def delete(redis: Redis, settings: Settings, job_ids: list[int]) -> list[dict[str, Any]]:
+    """Delete ended jobs for good: each one's record, log and metric streams, the Idempotency-Keys and sweeps
+    that name it, and its job dir. Per job it is all or nothing in Redis (one transaction, which also checks it
+    has ended: Conflict otherwise); the job dir goes after, renamed aside first, so a crash in between leaves no
+    half of a job the API shows. Returns [{id, bytes_freed}] in the order given."""
+    store = JobStore(redis)
+    recs = {}
+    for job_id in job_ids:
+        rec = store.get(job_id)  # NotFound for a job that does not exist
+        if not Status(rec["status"]).ended:
+            raise Conflict(
+                f"job {job_id} is {rec['status']}: only an ended job can be deleted (cancel it first)",
+                {"id": job_id, "status": rec["status"]},
+            )
+        recs[job_id] = rec
+    out = []
+    for job_id, rec in recs.items():
+        sweeps = [
+            sweep_key(int(t[6:])) for t in rec["spec"].get("tags") or [] if t.startswith("sweep:") and t[6:].isdigit()
+        ]
+        _forget(redis, job_id, rec, [rec["idempotency"]] if rec.get("idempotency") else [], sweeps)
+        out.append({"id": job_id, "bytes_freed": _remove_dir(settings, job_id)})
+        log.info("job %s deleted (%s, ended %s)", job_id, rec["status"], rec.get("ended_at"))
+    return out
+
+
+def _forget(redis: Redis, job_id: int, rec: dict[str, Any], slots: list[str], sweeps: list[str]) -> None:
+    """Everything of one job in Redis, in one transaction that holds only while the job is still ended and the
+    sweeps that name it unchanged."""
+    n = int(rec["spec"].get("workers") or 1)
+    gens = range(1, int(rec.get("gen") or 0) + 1)
+    keys = [job_key(job_id), log_key(job_id), metrics_key(job_id), heartbeat_key(job_id), stop_key(job_id)]
+    keys += [usage_key(job_id), *(task_key(job_id, k) for k in range(n)), *(task_beat_key(job_id, k) for k in range(n))]
+    keys += [k for g in gens for k in (arrived_key(job_id, g), go_key(job_id, g))]
+    with redis.pipeline() as pipe:
+        while True:
+            try:
+                pipe.watch(job_key(job_id), *sweeps)
+                status = pipe.hget(job_key(job_id), "status")
+                if status is None:
+                    raise NotFound(f"job {job_id} does not exist", {"id": job_id})
+                if not Status(status.decode()).ended:
+                    raise Conflict(f"job {job_id} is {status.decode()} again: not deleted", {"id": job_id})
+                records = {key: pipe.get(key) for key in sweeps}
+                pipe.multi()
+                pipe.zrem(INDEX_KEY, job_id)
+                pipe.delete(*keys, *slots)
+                for key, raw in records.items():
+                    if raw:
+                        sweep = json.loads(raw)
+                        sweep["job_ids"] = [i for i in sweep["job_ids"] if i != job_id]
+                        pipe.set(key, json.dumps(sweep), keepttl=True)
+                pipe.execute()
+                return
+            except WatchError:
+                continue
+
+
+def _remove_dir(settings: Settings, job_id: int) -> int:
+    """Move the job dir aside (one rename: it is gone from the API at once), then remove it; bytes freed."""
+    path = settings.job_dir(job_id)
+    if not path.exists():
+        return 0
+    aside = settings.jobs_dir / f".deleted-{job_id}-{uuid.uuid4().hex[:8]}"
+    os.rename(path, aside)
+    size = sum(f.stat().st_size for f in aside.rglob("*") if f.is_file() and not f.is_symlink())
+    shutil.rmtree(aside, ignore_errors=True)
+    return size

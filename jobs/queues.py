@@ -158,7 +158,8 @@ def submit_once(redis: Redis, body: Any, key: str, settings: Settings | None = N
                 redis.delete(slot)  # a refused submission does not use up the key
                 raise
             redis.set(slot, json.dumps({"body": digest, "job_id": rec["id"]}), keepttl=True)
-            return rec, False
+            JobStore(redis).update(rec["id"], idempotency=slot)  # deleting the job deletes the key's answer too
+            return {**rec, "idempotency": slot}, False
         raw = redis.get(slot)
         if raw is None:
             continue

@@ -7,8 +7,10 @@ import argparse
 import getpass
 import json
 import os
+import re
 import sys
 import time
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -347,6 +349,57 @@ def cmd_retry(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+AGE = re.compile(r"^(\d+)([smhdw])$")
+AGE_S = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 7 * 86400}
+
+
+def _age(text: str) -> float:
+    m = AGE.match(text.strip())
+    if not m:
+        raise argparse.ArgumentTypeError(f"write an age such as 30d, 12h or 2w, got {text!r}")
+    return int(m.group(1)) * AGE_S[m.group(2)]
+
+
+def cmd_rm(args: argparse.Namespace) -> int:
+    """Delete ended jobs for good: the ones named, or every one of --status that ended before --older-than."""
+    client = _client()
+    if args.ids and (args.status or args.older_than is not None):
+        print("gpudeck rm: name jobs, or choose them with --status/--older-than, not both", file=sys.stderr)
+        return EXIT_USAGE
+    if not args.ids and not args.status:
+        print(
+            "gpudeck rm: name the jobs (gpudeck rm 3 4), or --status failed,canceled [--older-than 30d]",
+            file=sys.stderr,
+        )
+        return EXIT_USAGE
+    ids = list(args.ids)
+    if not ids:
+        ended = {"succeeded", "failed", "canceled"}
+        wanted = {s.strip() for s in args.status.split(",") if s.strip()}
+        if not wanted <= ended:
+            print(f"gpudeck rm: --status takes ended statuses ({', '.join(sorted(ended))})", file=sys.stderr)
+            return EXIT_USAGE
+        cutoff = time.time() - (args.older_than or 0)
+        cursor = None
+        while True:
+            page = client.jobs(limit=500, cursor=cursor, status=",".join(sorted(wanted)))
+            for job in page["jobs"]:
+                ended_at = datetime.fromisoformat(job["ended_at"].replace("Z", "+00:00")).timestamp()
+                if ended_at <= cutoff:
+                    ids.append(job["id"])
+            cursor = page["next_cursor"]
+            if cursor is None:
+                break
+    if args.dry_run:
+        print(f"would delete {len(ids)} job{'s' if len(ids) != 1 else ''}: {' '.join(map(str, ids)) or '-'}")
+        return EXIT_OK
+    freed = 0
+    for job_id in ids:
+        freed += client.delete(job_id)["bytes_freed"]
+    print(f"deleted {len(ids)} job{'s' if len(ids) != 1 else ''} ({human(freed)} freed)")
+    return EXIT_OK
+
+
 def cmd_sweep(args: argparse.Namespace) -> int:
     if args.file == "show":
         return _sweep_show(args)
@@ -648,6 +701,13 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--tail", type=_natural, metavar="N", help="only the last N lines (with -f: then follow)")
     p.add_argument("--raw", action="store_true", help="every line as written (TensorFlow's start-up lines unfolded)")
     p.set_defaults(func=cmd_logs)
+
+    p = sub.add_parser("rm", help="delete ended jobs for good (record, log, metrics, job dir)")
+    p.add_argument("ids", nargs="*", type=int, metavar="ID")
+    p.add_argument("--status", metavar="S,…", help="every job of these ended statuses, e.g. failed,canceled")
+    p.add_argument("--older-than", type=_age, metavar="AGE", help="only those that ended before: 30d, 12h, 2w")
+    p.add_argument("--dry-run", action="store_true", help="say which jobs, delete nothing")
+    p.set_defaults(func=cmd_rm)
 
     p = sub.add_parser("files", help="the files of a job's dir: size, time, path")
     p.add_argument("id", type=int)

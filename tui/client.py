@@ -97,6 +97,9 @@ class Client:
     def cancel(self, job_id: int) -> dict[str, Any]:
         return self.request("POST", f"/api/v1/jobs/{job_id}/cancel").json()
 
+    def delete(self, job_id: int) -> dict[str, Any]:
+        return self.request("DELETE", f"/api/v1/jobs/{job_id}").json()
+
     def retry(self, job_id: int) -> dict[str, Any]:
         return self.request("POST", f"/api/v1/jobs/{job_id}/retry").json()
 

@@ -138,3 +138,17 @@ def test_a_jobs_model_and_checkpoints_come_out_whole_and_nothing_else_does(spawn
     assert (tmp_path / "readme" / "model.keras").read_bytes() == whole.content
     assert "checkpoint" in extracted.split() and "model.keras" in cli_list
     assert cli_get.startswith("ckpt.tar.gz: ") and tarfile.is_tarfile(tmp_path / "readme" / "ckpt.tar.gz")
+
+    # Done with it: gpudeck rm (a dry run names it first), and nothing of it is left to the API or on disk.
+    def rm(*args: str) -> subprocess.CompletedProcess:
+        return subprocess.run(python_module("tui.cli", "rm", *args), env=env, capture_output=True, text=True)
+
+    dry = rm("--status", "succeeded,failed", "--older-than", "0s", "--dry-run")
+    assert dry.returncode == 0 and dry.stdout.strip() == f"would delete 1 job: {job}", dry.stdout + dry.stderr
+    assert rm("--status", "succeeded", "--older-than", "30d").stdout.startswith("deleted 0 jobs")  # too young
+    assert rm("--status", "running").returncode == 2  # only ended jobs can go
+    gone = rm(str(job))
+    assert gone.returncode == 0 and gone.stdout.startswith("deleted 1 job (") and "MiB freed" in gone.stdout
+    assert requests.get(f"{url}/api/v1/jobs/{job}", timeout=30).status_code == 404
+    assert requests.get(files, timeout=30).status_code == 404 and not job_dir.exists()
+    assert requests.get(f"{url}/api/v1/jobs", timeout=30).json()["jobs"] == []

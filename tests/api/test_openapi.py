@@ -93,9 +93,12 @@ def test_real_answers_conform_to_the_document(gpu_api, spawn, gpu_env, tmp_path)
     call("POST", f"/api/v1/jobs/{job}/cancel", 409)
     retried = call("POST", f"/api/v1/jobs/{job}/retry", 201).json()["id"]
     call("POST", f"/api/v1/jobs/{retried}/cancel", 200)
+    call("DELETE", f"/api/v1/jobs/{retried}", 200)
+    call("DELETE", f"/api/v1/jobs/{retried}", 404)
     sweep = call("POST", "/api/v1/sweeps", 201, json={"base": TINY, "grid": {"params.lr": [0.1, 0.01]}}).json()
     call("GET", f"/api/v1/sweeps/{sweep['id']}", 200)
     call("GET", "/api/v1/sweeps/999", 404)
+    call("DELETE", f"/api/v1/jobs/{sweep['job_ids'][0]}", 409)  # queued: not ended
     for job_id in sweep["job_ids"]:
         call("POST", f"/api/v1/jobs/{job_id}/cancel", 200)
     until(lambda: requests.get(f"{gpu_api}/api/v1/gpus", timeout=10).json()["hosts"])

@@ -3,9 +3,11 @@ real worker class, with nothing trained (the lifecycle end-to-end tests run real
 
 import time
 
+import pytest
 from rq import Queue
 
 from jobs import control, keys, lifecycle, outcome, queues, sweeps
+from jobs.errors import Conflict, NotFound
 from jobs.states import Status
 from jobs.store import JobStore
 from jobs.worker import GpudeckWorker
@@ -85,3 +87,36 @@ def test_each_queued_job_knows_its_place_in_the_line_a_worker_takes(redis):
     assert line == {high: 1, normal[0]: 2, normal[1]: 3, low: 4, two_gpus: 1}
     assert sorted(line, key=lambda i: (i == two_gpus, line[i])) == [*next_jobs(redis), two_gpus]
     assert queues.positions(redis, [store.get(i) for i in (low, high)]) == {}  # taken: no longer in line
+
+
+def test_deleting_an_ended_job_leaves_nothing_of_it_and_refuses_one_that_has_not_ended(redis, settings):
+    body = {**TINY, "tags": ["keep-me"]}
+    sweep = sweeps.create(redis, {"base": TINY, "grid": {"params.lr": [0.1, 0.2]}})
+    first, second = sweep["job_ids"]
+    keyed, _ = control.submit(redis, body, idempotency_key="nightly-1")
+    store = JobStore(redis)
+    with redis.pipeline() as pipe:
+        store.append_lines(first, ["a line"], pipe)
+        store.append_point(first, 1, {"step": 1, "loss": 1.0}, pipe)
+        pipe.execute()
+    job_dir = settings.job_dir(first)
+    (job_dir / "checkpoints").mkdir(parents=True)
+    (job_dir / "checkpoints" / "ckpt-1.data").write_bytes(b"x" * 1000)
+    with pytest.raises(Conflict):  # queued: not ended
+        control.delete(redis, settings, [first])
+    for job_id in (first, keyed["id"]):
+        control.cancel(redis, job_id)
+    assert control.delete(redis, settings, [first, keyed["id"]]) == [
+        {"id": first, "bytes_freed": 1000},
+        {"id": keyed["id"], "bytes_freed": 0},
+    ]
+    left = [k.decode() for k in redis.scan_iter(f"gpudeck:job:{first}*")] + [
+        k.decode() for k in redis.scan_iter(f"gpudeck:job:{keyed['id']}*")
+    ]
+    assert left == [] and not job_dir.exists() and not list(settings.jobs_dir.glob(".deleted-*"))
+    assert [r["id"] for r in store.list(limit=10)] == [second]
+    assert sweeps.summary(redis, sweep["id"])["total"] == 1  # the sweep keeps its other run
+    replay, replayed = control.submit(redis, body, idempotency_key="nightly-1")  # the key answers no more
+    assert not replayed and replay["id"] not in (first, keyed["id"])
+    with pytest.raises(NotFound):
+        control.delete(redis, settings, [first])

@@ -192,10 +192,19 @@ def test_c_cancels_every_selected_job_after_one_confirmation_and_S_reverses_the_
             await pilot.press("y")
             await until(pilot, lambda: all(job(stack, i)["status"] == "canceled" for i in waiting), 30)
             assert job(stack, done)["status"] == "succeeded"
+            await until(pilot, lambda: all(app.screen.jobs[i]["status"] == "canceled" for i in waiting))
+            app.screen.selected = {done, waiting[0]}
+            await pilot.press("D")  # delete, for good, after one confirmation
+            dialog = await on_screen(pilot, app, Confirm)
+            assert f"Delete jobs {done}, {waiting[0]} for good" in text_of(dialog.query_one(Label))
+            await pilot.press("y")
+            await until(pilot, lambda: table.row_count == 1 and str(waiting[1]) in table.rows)
+            assert requests.get(f"{stack}/api/v1/jobs/{done}", timeout=10).status_code == 404
             await pilot.press("question_mark")  # gpudeck's keys for this screen, grouped; not DataTable's bindings
             help_ = await on_screen(pilot, app, KeysHelp)
             shown = "\n".join(text_of(w) for w in help_.query("Label, Static"))
             assert "Keys: jobs" in shown and "cancel the selected jobs" in shown and "reverse the order" in shown
+            assert "delete the selected ended jobs" in shown
             assert "Act" in shown and "Anywhere" in shown and "cursor" not in shown.lower()
             await pilot.press("escape")
             await on_screen(pilot, app, JobsScreen)

@@ -17,7 +17,7 @@ from tui.screens.dialogs import Confirm, open_tensorboard
 from tui.screens.job import JobScreen
 from tui.screens.sweep import SweepScreen, sweep_of
 from tui.widgets.chrome import chrome
-from tui.widgets.fmt import EtaSmoother, accuracy, job_cells, what
+from tui.widgets.fmt import EtaSmoother, accuracy, human, job_cells, what
 
 COLUMNS = [
     ("id", "ID"),
@@ -99,6 +99,7 @@ KEYS = [
         "Act",
         [
             ("c", "cancel the selected jobs (or this one), after one confirmation"),
+            ("D", "delete the selected ended jobs (or this one) for good: record, log, job dir"),
             ("t", "TensorBoard on the selected jobs (or this one)"),
             ("w", "the sweep of this job: its runs ranked, their curves overlaid"),
             ("n", "new job"),
@@ -123,6 +124,7 @@ class JobsScreen(Screen):
         Binding("k", "move(-1)", "Up", show=False),
         Binding("t", "tensorboard", "TensorBoard", show=False),
         Binding("w", "sweep", "Sweep", show=False),
+        Binding("D", "delete", "Delete", show=False),
         Binding("escape", "clear_filter", "Clear filter", show=False),
     ]
 
@@ -364,6 +366,35 @@ class JobsScreen(Screen):
 
         listed = ", ".join(map(str, active))
         self.app.push_screen(Confirm(f"Cancel job{'s' if len(active) > 1 else ''} {listed}?"), confirmed)
+
+    def action_delete(self) -> None:
+        """Delete the selected ended jobs (or the current one) for good, after one confirmation that lists them."""
+        ids = sorted(self.selected) or ([self._cursor_job()] if self._cursor_job() is not None else [])
+        ended = [i for i in ids if self.jobs.get(i, {}).get("status") in ("succeeded", "failed", "canceled")]
+        if not ended:
+            self.notify("nothing to delete: only ended jobs can be deleted (cancel first)", severity="warning")
+            return
+
+        def confirmed(yes: bool | None) -> None:
+            if not yes:
+                return
+
+            def delete_all(client) -> list[dict]:
+                return [client.delete(job_id) for job_id in ended]
+
+            def said(done: list[dict]) -> None:
+                self.selected -= {d["id"] for d in done}
+                freed = human(sum(d["bytes_freed"] for d in done))
+                self.notify(
+                    f"deleted job{'s' if len(done) > 1 else ''} {', '.join(str(d['id']) for d in done)} ({freed})"
+                )
+                self.refresh_jobs()
+
+            self.app.call_api(delete_all, said)
+
+        listed = ", ".join(map(str, ended))
+        what_ = f"job{'s' if len(ended) > 1 else ''} {listed}"
+        self.app.push_screen(Confirm(f"Delete {what_} for good (record, log, metrics, job dir)?"), confirmed)
 
     def action_select(self) -> None:
         job_id = self._cursor_job()
