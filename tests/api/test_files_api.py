@@ -90,15 +90,15 @@ def test_a_jobs_model_and_checkpoints_come_out_whole_and_nothing_else_does(spawn
     )
     assert cli.returncode == 0 and cli.stdout.startswith(f"{tmp_path / 'm.keras'}: "), cli.stderr
     assert (tmp_path / "m.keras").read_bytes() == whole.content and not (tmp_path / "m.keras.part").exists()
-    folder = subprocess.run(
-        python_module("tui.cli", "download", str(job), "checkpoints"),
+    folder = subprocess.run(  # a folder: NAME.tar.gz
+        python_module("tui.cli", "download", str(job), "tensorboard"),
         env=env,
         cwd=tmp_path,
         capture_output=True,
         text=True,
         timeout=60,
     )
-    assert folder.returncode == 0 and (tmp_path / "checkpoints.tar.gz").is_file(), folder.stderr
+    assert folder.returncode == 0 and tarfile.is_tarfile(tmp_path / "tensorboard.tar.gz"), folder.stderr
     loaded = subprocess.run(
         [sys.executable, "-c", LOADS, str(tmp_path / "m.keras"), str(tmp_path / "got" / "checkpoints")],
         capture_output=True,
@@ -136,7 +136,7 @@ def test_a_jobs_model_and_checkpoints_come_out_whole_and_nothing_else_does(spawn
     listed, _, _, extracted, cli_list, cli_get = run_block("walkthrough-files", port, tmp_path / "readme", readme_env)
     assert '"path": "checkpoints/' in listed.replace('":"', '": "') and "model.keras" not in listed
     assert (tmp_path / "readme" / "model.keras").read_bytes() == whole.content
-    assert "checkpoint" in extracted.split() and "model.keras" in cli_list
+    assert "train" in extracted.split() and "model.keras" in cli_list
     assert cli_get.startswith("ckpt.tar.gz: ") and tarfile.is_tarfile(tmp_path / "readme" / "ckpt.tar.gz")
 
     # Done with it: gpudeck rm (a dry run names it first), and nothing of it is left to the API or on disk.
