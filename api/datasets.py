@@ -26,6 +26,12 @@ def list_datasets():
     return {"datasets": datasets.list_all(deps.redis()), "next_cursor": None}
 
 
+@bp.delete("/datasets/<name>/<version>")
+def delete(name: str, version: str):
+    """A dataset version, gone (409 naming the jobs while a queued or running one uses it)."""
+    return datasets.delete(deps.redis(), deps.settings(), name, version)
+
+
 @bp.get("/datasets/<name>")
 def show(name: str):
     return datasets.describe(deps.redis(), name)

@@ -285,6 +285,10 @@ def _schemas() -> dict[str, Any]:
         "Deleted": _obj(
             {"id": INT, "deleted": {"type": "boolean"}, "bytes_freed": INT}, ["id", "deleted", "bytes_freed"]
         ),
+        "DeletedDataset": _obj(
+            {"name": STR, "version": STR, "deleted": {"type": "boolean"}, "bytes_freed": INT},
+            ["name", "version", "deleted", "bytes_freed"],
+        ),
         "FileList": _obj(
             {
                 "job_id": INT,
@@ -819,6 +823,16 @@ def _paths() -> dict[str, Any]:
                 "One dataset's versions",
                 {"200": _json("Dataset"), **_errors(404)},
                 parameters=[{"name": "name", "in": "path", "required": True, "schema": STR}],
+            )
+        },
+        "/api/v1/datasets/{name}/{version}": {
+            "delete": _op(
+                "Delete a dataset version: its files and entry (409 naming the queued or running jobs that use it)",
+                {"200": _json("DeletedDataset"), **_errors(400, 404, 409)},
+                parameters=[
+                    {"name": "name", "in": "path", "required": True, "schema": STR},
+                    {"name": "version", "in": "path", "required": True, "schema": STR},
+                ],
             )
         },
         "/api/v1/sources": {

@@ -17,7 +17,7 @@ from jobs import archives
 from jobs.errors import Conflict, NotFound, TooLarge, Unprocessable, ValidationError
 from jobs.keys import DATASETS_KEY, dataset_key, dataset_order_key, dataset_upload_key
 from jobs.settings import Settings
-from jobs.store import iso
+from jobs.store import JobStore, iso
 from models.catalog import NAME, STORED
 
 
@@ -86,6 +86,46 @@ def upload(redis: Redis, settings: Settings, name: Any, version: Any, fileobj: I
         redis.delete(claim)
         if staging.exists():
             archives.remove(staging)
+
+
+USERS_NAMED = 100
+"""Most jobs a refused delete names."""
+
+
+def delete(redis: Redis, settings: Settings, name: Any, version: Any) -> dict[str, Any]:
+    """Remove dataset version `name:version` (its files and its entry); Conflict naming the jobs while a queued or
+    running job uses it (a job pins the version when it is submitted)."""
+    name, version = _check_names(name, version)
+    raw = redis.hget(dataset_key(name), version)
+    if raw is None:
+        raise NotFound(f"dataset {name}:{version} does not exist", {"name": name, "version": version})
+    ref = f"{name}:{version}"
+    users = JobStore(redis).list(
+        limit=USERS_NAMED,
+        where=lambda rec: rec["status"] in ("queued", "starting", "running") and rec["spec"].get("dataset") == ref,
+    )
+    if users:
+        ids = [r["id"] for r in users]
+        raise Conflict(
+            f"dataset {ref} is used by queued or running job{'s' if len(ids) > 1 else ''} "
+            f"{', '.join(map(str, ids))}: cancel them or let them end, then delete it",
+            {"jobs": ids},
+        )
+    with redis.pipeline() as pipe:
+        pipe.hdel(dataset_key(name), version)
+        pipe.zrem(dataset_order_key(name), version)
+        pipe.execute()
+    if not redis.hlen(dataset_key(name)):
+        redis.zrem(DATASETS_KEY, name)
+    final = settings.datasets_dir / name / version
+    freed = 0
+    if final.exists():
+        aside = settings.datasets_dir / ".staging" / f"deleted-{uuid.uuid4().hex}"
+        aside.parent.mkdir(parents=True, exist_ok=True)
+        os.rename(final, aside)  # gone from its path at once; then its files
+        freed = sum(f.stat().st_size for f in aside.rglob("*") if f.is_file() and not f.is_symlink())
+        archives.remove(aside)
+    return {"name": name, "version": version, "deleted": True, "bytes_freed": freed}
 
 
 def view(meta: dict[str, Any]) -> dict[str, Any]:

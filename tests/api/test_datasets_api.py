@@ -100,13 +100,30 @@ def test_upload_versions_and_jobs_naming_them(api, tmp_path, settings):
     submit = lambda ds: requests.post(  # noqa: E731
         f"{api}/api/v1/jobs", json={"model": "lenet", "dataset": ds, "params": {"steps": 1}}, timeout=10
     )
-    assert submit("cifar10").json()["spec"]["dataset"] == "cifar10:2.0.0"  # the newest, pinned
-    assert submit("cifar10:1.0.0").json()["spec"]["dataset"] == "cifar10:1.0.0"
+    newest = submit("cifar10").json()
+    assert newest["spec"]["dataset"] == "cifar10:2.0.0"  # the newest, pinned
+    older = submit("cifar10:1.0.0").json()
+    assert older["spec"]["dataset"] == "cifar10:1.0.0"
     bad = submit("cifar10:3.0.0")
     assert bad.status_code == 404 and "versions: 2.0.0, 1.0.0" in bad.json()["details"]["fields"]["dataset"]
     assert "no dataset named 'imagenet'" in submit("imagenet").json()["details"]["fields"]["dataset"]
     outside = submit("/etc")
     assert outside.status_code == 403 and "GPUDECK_DATA_ROOTS" in outside.json()["details"]["fields"]["dataset"]
+
+    # Deleting a version: refused while a queued job uses it (naming the job), then its files and entry go.
+    version = f"{api}/api/v1/datasets/cifar10/1.0.0"
+    refused = requests.delete(version, timeout=10)
+    assert refused.status_code == 409 and f"job {older['id']}:" in refused.json()["message"]
+    assert refused.json()["details"]["jobs"] == [older["id"]] and stored.exists()
+    requests.post(f"{api}/api/v1/jobs/{older['id']}/cancel", timeout=10).raise_for_status()
+    deleted = requests.delete(version, timeout=10)
+    assert deleted.status_code == 200 and deleted.json()["bytes_freed"] == 60 * 3073 + 70
+    assert not (settings.datasets_dir / "cifar10" / "1.0.0").exists()
+    assert [v["version"] for v in requests.get(f"{api}/api/v1/datasets/cifar10", timeout=10).json()["versions"]] == [
+        "2.0.0"
+    ]
+    assert requests.delete(version, timeout=10).status_code == 404
+    assert requests.delete(f"{api}/api/v1/datasets/cifar10/2.0.0", timeout=10).status_code == 409  # still in use
 
 
 @pytest.mark.slow

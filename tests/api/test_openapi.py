@@ -59,6 +59,12 @@ def test_real_answers_conform_to_the_document(gpu_api, spawn, gpu_env, tmp_path)
     call("GET", "/api/v1/datasets", 200)
     call("GET", "/api/v1/datasets/c", 200)
     call("GET", "/api/v1/datasets/none", 404)
+    call("POST", "/api/v1/datasets", 201, data={"name": "c", "version": "2"}, files={"file": cifar_tgz(tmp_path)})
+    waiting = call("POST", "/api/v1/jobs", 201, json={**TINY, "dataset": "c:2", "gpus": 2}).json()["id"]  # no taker
+    call("DELETE", "/api/v1/datasets/c/2", 409)  # a queued job uses it
+    call("POST", f"/api/v1/jobs/{waiting}/cancel", 200)
+    call("DELETE", "/api/v1/datasets/c/2", 200)
+    call("DELETE", "/api/v1/datasets/c/2", 404)
     source = tmp_path / "project"
     source.mkdir()
     (source / "train.py").write_text("print('hello')\n")
