@@ -99,6 +99,7 @@ def test_real_answers_conform_to_the_document(gpu_api, spawn, gpu_env, tmp_path)
     call("POST", f"/api/v1/jobs/{job}/cancel", 409)
     retried = call("POST", f"/api/v1/jobs/{job}/retry", 201).json()["id"]
     call("POST", f"/api/v1/jobs/{retried}/cancel", 200)
+    call("GET", f"/api/v1/jobs/{retried}/wait?timeout=120", 200)  # a worker may have taken it: it ends when stopped
     call("DELETE", f"/api/v1/jobs/{retried}", 200)
     call("DELETE", f"/api/v1/jobs/{retried}", 404)
     sweep = call("POST", "/api/v1/sweeps", 201, json={"base": TINY, "grid": {"params.lr": [0.1, 0.01]}}).json()
