@@ -27,7 +27,7 @@ def _stat(pid: str) -> tuple[int, int, float, int] | None:
     try:
         with open(f"/proc/{pid}/stat", "rb") as f:
             fields = f.read().rsplit(b")", 1)[1].split()
-    except OSError:
+    except (OSError, IndexError):  # gone (an exiting process may read as empty)
         return None
     # after the name: state ppid pgrp session tty tpgid flags minflt cminflt majflt cmajflt utime stime … rss (22)
     return int(pid), int(fields[2]), (int(fields[11]) + int(fields[12])) / _TICK, int(fields[21]) * _PAGE

@@ -499,7 +499,7 @@ def test_gpus_screen_shows_gpus_workers_the_line_and_what_a_running_job_uses(sta
             await pilot.press("g")
             screen = await on_screen(pilot, app, GpusScreen)
             table = screen.query_one("#gpus", Static)
-            await until(pilot, lambda: "NVIDIA H100" in text_of(table))
+            await until(pilot, lambda: "NVIDIA H100" in text_of(table), 120)  # the worker's first sample
             await until(pilot, lambda: len(screen.history["GPU-aaaa"]) >= 2, 20)
             text = text_of(table)
             assert "97%" in text and "n/a" in text and "55°C" in text and "700W" in text and "█" in text

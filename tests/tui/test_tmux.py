@@ -89,7 +89,7 @@ def test_tui_in_tmux_at_80x24(spawn, child_env, tmp_path):
         first = until(lambda: last_tick(screen_text(session)), 60, "a tick line on screen")
         moved = until(lambda: (n := last_tick(screen_text(session))) and n >= first + 10 and n, 30, "the log following")
         newest = log_ticks(url, running)
-        assert newest - moved <= 15, (moved, newest)  # the bottom of the view is the end of the log
+        assert newest - moved <= 40, (moved, newest)  # the view's bottom is the log's end (a 1 s poll; a loaded box)
         tmux("send-keys", "-t", session, "f")  # follow off: the view stays where it is
         wait_for(session, "follow off")
         held = until(lambda: stable_tick(session), 10, "the view holding still")

@@ -50,6 +50,13 @@ class JobsTable(DataTable):
     table (over SSH, every visible row sent again each time a running job's elapsed time ticks), and each call
     invalidates its row caches (finding a row's place again costs a pass over every row)."""
 
+    def _update_dimensions(self, new_rows) -> None:  # noqa: ANN001 - DataTable's
+        """Column widths are measured when the app is next idle, after new rows were drawn at the old widths;
+        DataTable repaints only when its size changes, so a name could stay cut (`smok`) until something else
+        repainted the table. Repaint once they are measured."""
+        super()._update_dimensions(new_rows)
+        self.refresh()
+
     def set_cells(self, changes: dict[str, dict[str, Any]]) -> None:
         """Write `{row key: {column key: value}}` and repaint those rows."""
         if not changes:
