@@ -228,6 +228,18 @@ def extract(fileobj: IO[bytes], dest: Path, max_bytes: int, max_files: int) -> E
     return ex.stats
 
 
+def discard(path: Path, aside: Path) -> int:
+    """Remove a tree for good: renamed to `aside` first (one rename: gone from its path at once), then deleted;
+    the bytes it held (0 when there was nothing)."""
+    if not path.exists():
+        return 0
+    aside.parent.mkdir(parents=True, exist_ok=True)
+    os.rename(path, aside)
+    freed = sum(f.stat().st_size for f in aside.rglob("*") if f.is_file() and not f.is_symlink())
+    remove(aside)
+    return freed
+
+
 def remove(path: Path) -> None:
     """Delete an extracted tree (its read-only folders made writable first)."""
     for p in path.rglob("*"):

@@ -4,15 +4,13 @@ from __future__ import annotations
 
 import json
 import logging
-import os
-import shutil
 import uuid
 from typing import Any
 
 from redis import Redis
 from redis.exceptions import WatchError
 
-from jobs import gang, lifecycle, queues
+from jobs import archives, gang, lifecycle, queues
 from jobs.errors import Conflict, NotFound
 from jobs.keys import (
     INDEX_KEY,
@@ -101,7 +99,8 @@ def delete(redis: Redis, settings: Settings, job_ids: list[int]) -> list[dict[st
             sweep_key(int(t[6:])) for t in rec["spec"].get("tags") or [] if t.startswith("sweep:") and t[6:].isdigit()
         ]
         _forget(redis, job_id, rec, [rec["idempotency"]] if rec.get("idempotency") else [], sweeps)
-        out.append({"id": job_id, "bytes_freed": _remove_dir(settings, job_id)})
+        aside = settings.jobs_dir / f".deleted-{job_id}-{uuid.uuid4().hex[:8]}"
+        out.append({"id": job_id, "bytes_freed": archives.discard(settings.job_dir(job_id), aside)})
         log.info("job %s deleted (%s, ended %s)", job_id, rec["status"], rec.get("ended_at"))
     return out
 
@@ -136,15 +135,3 @@ def _forget(redis: Redis, job_id: int, rec: dict[str, Any], slots: list[str], sw
                 return
             except WatchError:
                 continue
-
-
-def _remove_dir(settings: Settings, job_id: int) -> int:
-    """Move the job dir aside (one rename: it is gone from the API at once), then remove it; bytes freed."""
-    path = settings.job_dir(job_id)
-    if not path.exists():
-        return 0
-    aside = settings.jobs_dir / f".deleted-{job_id}-{uuid.uuid4().hex[:8]}"
-    os.rename(path, aside)
-    size = sum(f.stat().st_size for f in aside.rglob("*") if f.is_file() and not f.is_symlink())
-    shutil.rmtree(aside, ignore_errors=True)
-    return size

@@ -117,14 +117,8 @@ def delete(redis: Redis, settings: Settings, name: Any, version: Any) -> dict[st
         pipe.execute()
     if not redis.hlen(dataset_key(name)):
         redis.zrem(DATASETS_KEY, name)
-    final = settings.datasets_dir / name / version
-    freed = 0
-    if final.exists():
-        aside = settings.datasets_dir / ".staging" / f"deleted-{uuid.uuid4().hex}"
-        aside.parent.mkdir(parents=True, exist_ok=True)
-        os.rename(final, aside)  # gone from its path at once; then its files
-        freed = sum(f.stat().st_size for f in aside.rglob("*") if f.is_file() and not f.is_symlink())
-        archives.remove(aside)
+    aside = settings.datasets_dir / ".staging" / f"deleted-{uuid.uuid4().hex}"
+    freed = archives.discard(settings.datasets_dir / name / version, aside)
     return {"name": name, "version": version, "deleted": True, "bytes_freed": freed}
 
 

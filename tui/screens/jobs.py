@@ -17,7 +17,7 @@ from tui.screens.dialogs import Confirm, open_tensorboard
 from tui.screens.job import JobScreen
 from tui.screens.sweep import SweepScreen, sweep_of
 from tui.widgets.chrome import chrome
-from tui.widgets.fmt import EtaSmoother, accuracy, human, job_cells, what
+from tui.widgets.fmt import ACTIVE, ENDED, EtaSmoother, accuracy, human, job_cells, what
 
 COLUMNS = [
     ("id", "ID"),
@@ -345,63 +345,51 @@ class JobsScreen(Screen):
         self.sort_reverse = not self.sort_reverse
         self._resort()
 
+    def _chosen(self, statuses: tuple[str, ...] | None = None) -> list[int]:
+        """The selected jobs (or the one under the cursor), those of `statuses` only when given."""
+        current = self._cursor_job()
+        ids = sorted(self.selected) or ([current] if current is not None else [])
+        return ids if statuses is None else [i for i in ids if self.jobs.get(i, {}).get("status") in statuses]
+
+    def _confirm_then(self, question: str, call, said) -> None:  # noqa: ANN001
+        """Ask once; on yes run `call(client)` off the UI thread, then `said(result)`, and refresh the table."""
+
+        def confirmed(yes: bool | None) -> None:
+            if yes:
+                self.app.call_api(call, lambda result: (said(result), self.refresh_jobs()))
+
+        self.app.push_screen(Confirm(question), confirmed)
+
     def action_cancel(self) -> None:
         """Cancel the selected jobs that can be (or the current one), after one confirmation that lists them."""
-        ids = sorted(self.selected) or ([self._cursor_job()] if self._cursor_job() is not None else [])
-        active = [i for i in ids if self.jobs.get(i, {}).get("status") in ("queued", "starting", "running")]
+        active = self._chosen(ACTIVE)
         if not active:
             self.notify("nothing to cancel: no queued or running job selected", severity="warning")
             return
 
-        def confirmed(yes: bool | None) -> None:
-            if not yes:
-                return
-
-            def cancel_all(client) -> list[int]:
-                done = []
-                for job_id in active:
-                    client.cancel(job_id)
-                    done.append(job_id)
-                return done
-
-            def said(done: list[int]) -> None:
-                self.selected -= set(done)
-                self.notify(f"canceling job{'s' if len(done) > 1 else ''} {', '.join(map(str, done))}")
-                self.refresh_jobs()
-
-            self.app.call_api(cancel_all, said)
+        def said(done: list[int]) -> None:
+            self.selected -= set(done)
+            self.notify(f"canceling job{'s' if len(done) > 1 else ''} {', '.join(map(str, done))}")
 
         listed = ", ".join(map(str, active))
-        self.app.push_screen(Confirm(f"Cancel job{'s' if len(active) > 1 else ''} {listed}?"), confirmed)
+        question = f"Cancel job{'s' if len(active) > 1 else ''} {listed}?"
+        self._confirm_then(question, lambda client: [client.cancel(i)["id"] for i in active], said)
 
     def action_delete(self) -> None:
         """Delete the selected ended jobs (or the current one) for good, after one confirmation that lists them."""
-        ids = sorted(self.selected) or ([self._cursor_job()] if self._cursor_job() is not None else [])
-        ended = [i for i in ids if self.jobs.get(i, {}).get("status") in ("succeeded", "failed", "canceled")]
+        ended = self._chosen(ENDED)
         if not ended:
             self.notify("nothing to delete: only ended jobs can be deleted (cancel first)", severity="warning")
             return
 
-        def confirmed(yes: bool | None) -> None:
-            if not yes:
-                return
-
-            def delete_all(client) -> list[dict]:
-                return [client.delete(job_id) for job_id in ended]
-
-            def said(done: list[dict]) -> None:
-                self.selected -= {d["id"] for d in done}
-                freed = human(sum(d["bytes_freed"] for d in done))
-                self.notify(
-                    f"deleted job{'s' if len(done) > 1 else ''} {', '.join(str(d['id']) for d in done)} ({freed})"
-                )
-                self.refresh_jobs()
-
-            self.app.call_api(delete_all, said)
+        def said(done: list[dict]) -> None:
+            self.selected -= {d["id"] for d in done}
+            freed = human(sum(d["bytes_freed"] for d in done))
+            self.notify(f"deleted job{'s' if len(done) > 1 else ''} {', '.join(str(d['id']) for d in done)} ({freed})")
 
         listed = ", ".join(map(str, ended))
-        what_ = f"job{'s' if len(ended) > 1 else ''} {listed}"
-        self.app.push_screen(Confirm(f"Delete {what_} for good (record, log, metrics, job dir)?"), confirmed)
+        question = f"Delete job{'s' if len(ended) > 1 else ''} {listed} for good (record, log, metrics, job dir)?"
+        self._confirm_then(question, lambda client: [client.delete(i) for i in ended], said)
 
     def action_select(self) -> None:
         job_id = self._cursor_job()
@@ -420,6 +408,6 @@ class JobsScreen(Screen):
             self.app.push_screen(SweepScreen(sweep))
 
     def action_tensorboard(self) -> None:
-        ids = sorted(self.selected) or ([self._cursor_job()] if self._cursor_job() is not None else [])
+        ids = self._chosen()
         if ids:
             open_tensorboard(self.app, ids)
