@@ -5,6 +5,7 @@ from __future__ import annotations
 import time
 from typing import Any
 
+from rich.cells import cell_len
 from rich.text import Text
 from textual.app import ComposeResult
 from textual.binding import Binding
@@ -51,20 +52,32 @@ class JobsTable(DataTable):
     invalidates its row caches (finding a row's place again costs a pass over every row)."""
 
     def _update_dimensions(self, new_rows) -> None:  # noqa: ANN001 - DataTable's
-        """Column widths are measured when the app is next idle, after new rows were drawn at the old widths;
-        DataTable repaints only when its size changes, so a name could stay cut (`smok`) until something else
-        repainted the table. Repaint once they are measured."""
+        """Column widths are measured when the app is next idle, after new rows may have been drawn at the old
+        widths; DataTable neither repaints (unless its size changes) nor moves its `_update_count`, which keys
+        its line caches, so a row drawn before could stay cut (`wide` for `wider lr sw…`) until a cell of it
+        changed. Drop those lines and repaint once the widths are measured."""
         super()._update_dimensions(new_rows)
+        self._update_count += 1
         self.refresh()
 
     def set_cells(self, changes: dict[str, dict[str, Any]]) -> None:
-        """Write `{row key: {column key: value}}` and repaint those rows."""
+        """Write `{row key: {column key: value}}` and repaint those rows (all of them, once measured, when a
+        value is wider than its column: `running` in a column sized for `queued` showed `runnin`)."""
         if not changes:
             return
+        widened = False
         for row_key, cells in changes.items():  # what update_cell does, less its refresh() of everything
             for column_key, value in cells.items():
                 self._data[RowKey(row_key)][ColumnKey(column_key)] = value
+                column = self.columns[ColumnKey(column_key)]
+                width = value.cell_len if isinstance(value, Text) else cell_len(str(value))
+                if width > column.content_width:  # (columns only grow: a narrower value leaves them be)
+                    column.content_width, widened = width, True
         self._update_count += 1  # once: the render caches are keyed by it
+        if widened:
+            self._require_update_dimensions = True  # measured on idle, then all repainted (_update_dimensions)
+            self.check_idle()
+            return
         for row_key in changes:
             self.refresh_row(self.get_row_index(row_key))
 
