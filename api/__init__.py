@@ -53,9 +53,11 @@ def create_app(config: dict[str, Any] | None = None) -> Flask:
     app.register_blueprint(sources.bp, url_prefix="/api/v1")
     app.register_blueprint(tensorboard.bp, url_prefix="/api/v1")
     if app.config.get("START_REAPER") and settings.redis_url:
+        from jobs import control
         from jobs.reaper import Reaper
         from jobs.tensorboard import Sweeper
 
-        Reaper(settings.redis_url).start()  # lost jobs are found even when every worker is gone
+        retention = (lambda r: control.apply_retention(r, settings)) if settings.retention else None
+        Reaper(settings.redis_url, retention).start()  # lost jobs are found even when every worker is gone
         Sweeper(settings.redis_url, settings).start()  # idle TensorBoards are stopped
     return app

@@ -5,7 +5,7 @@ from __future__ import annotations
 from flask import Blueprint
 
 from api import deps
-from jobs import gpus, sweeps, worker
+from jobs import disk, gpus, sweeps, worker
 from jobs.views import job_view
 
 bp = Blueprint("cluster", __name__)
@@ -28,6 +28,7 @@ def gpu_stats():
 
 @bp.post("/sweeps")
 def create_sweep():
+    disk.ensure_room(deps.settings(), "a new sweep")
     sweep = sweeps.create(deps.redis(), deps.json_body(), deps.settings())
     sweep["jobs"] = [job_view(j) for j in sweep["jobs"]]
     return sweep, 201, {"Location": f"/api/v1/sweeps/{sweep['id']}"}

@@ -5,7 +5,7 @@ from __future__ import annotations
 from flask import Blueprint, request
 
 from api import deps
-from jobs import datasets
+from jobs import datasets, disk
 
 bp = Blueprint("datasets", __name__)
 
@@ -13,6 +13,7 @@ bp = Blueprint("datasets", __name__)
 @bp.post("/datasets")
 def upload():
     s = deps.settings()
+    disk.ensure_room(s, "an upload")
     # The archive may be as large as the expanded limit plus a tar header per entry; other routes keep 1 MiB.
     request.max_content_length = s.dataset_max_bytes + 1024 * s.dataset_max_files
     deps.only_args(request.form, ("name", "version", "file"), where="form field")

@@ -14,6 +14,7 @@ from jobs.errors import (
     Conflict,
     Forbidden,
     GpudeckError,
+    InsufficientStorage,
     NotFound,
     ReferenceForbidden,
     ReferenceNotFound,
@@ -37,6 +38,7 @@ STATUS = {
     TooLarge: 413,
     Unprocessable: 422,
     TooMany: 429,
+    InsufficientStorage: 507,
     ConfigError: 500,
     Unavailable: 503,
 }
@@ -46,6 +48,12 @@ STATUS = {
 def error_response(status: int, code: str, message: str, details: dict | None = None):
     """A JSON error answer."""
     return jsonify({"error": code, "message": message, "details": details or {}}), status
+
+
+def cannot_write(exc: Exception) -> bool:
+    """Redis refuses writes because its last save to disk failed (RDB: MISCONF; AOF: its write error)."""
+    text = str(exc)
+    return text.startswith("MISCONF") or "Errors writing to the AOF file" in text
 
 
 def register(app: Flask) -> None:
@@ -69,6 +77,14 @@ def register(app: Flask) -> None:
     @app.errorhandler(RedisError)
     def redis_down(exc: RedisError):
         log.error("redis error: %s", exc)
+        if cannot_write(exc):
+            return error_response(
+                503,
+                "redis_cannot_write",
+                f"the job store (Redis) refuses writes because it cannot save to its disk ({exc}); nothing was "
+                "changed. Free space where Redis keeps its data (under GPUDECK_HOME for `gpudeck up`); it takes "
+                "writes again by itself once it can save",
+            )
         return error_response(503, "redis_unavailable", f"the job store (Redis) is unavailable: {exc}")
 
     @app.errorhandler(Exception)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 from flask import Blueprint, Response, current_app
 from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.core import GaugeMetricFamily
@@ -9,6 +11,8 @@ from redis.exceptions import RedisError
 from rq import Queue
 
 from api import deps
+from api.errors import cannot_write
+from jobs import disk
 from jobs import gpus as gpus_mod
 from jobs import worker as worker_mod
 from jobs.keys import PRIORITIES, queue_name, worker_queues
@@ -24,24 +28,42 @@ def healthz():
     slots = current_app.extensions["gpudeck.longpolls"]
     long_polls = {"open": slots.held(), "limit": slots.total, "per_client": slots.per_client}  # this process's
     try:
-        deps.redis().ping()
-        workers = worker_mod.describe(deps.redis())
+        try:
+            deps.redis().ping()
+            workers = worker_mod.describe(deps.redis())
+        except RedisError as exc:
+            if not cannot_write(exc):
+                raise
+            workers = []  # (a Redis that cannot save refuses PING too, and RQ tidies its registry as it reads)
+        writes = redis_write_error(deps.redis())
     except RedisError as exc:
         down = {"status": "unavailable", "redis": f"unreachable: {exc}", "workers": 0, "workers_alive": 0}
         return {**down, "long_polls": long_polls, "command_jobs": deps.settings().command_jobs_allowed}, 503
     alive = sum(w["alive"] for w in workers)
-    # Degraded while any registered worker stopped beating (killed, hung, its host gone) or none is alive.
-    ok = alive and alive == len(workers)
-    status = "ok" if ok else "degraded"
-    commands = deps.settings().command_jobs_allowed  # what a client's form offers
+    settings = deps.settings()
+    space = disk.report(settings)
+    # Degraded while any registered worker stopped beating (killed, hung, its host gone) or none is alive, while
+    # Redis cannot save (it refuses writes) and while the disk is below GPUDECK_MIN_FREE (new jobs are refused).
+    ok = alive and alive == len(workers) and writes is None and not space["low"]
     return {
-        "status": status,
-        "redis": "ok",
+        "status": "ok" if ok else "degraded",
+        "redis": "ok" if writes is None else f"cannot write: {writes}",
         "workers": len(workers),
         "workers_alive": alive,
         "long_polls": long_polls,
-        "command_jobs": commands,
+        "command_jobs": settings.command_jobs_allowed,  # what a client's form offers
+        "disk": space,
     }
+
+
+def redis_write_error(redis) -> str | None:
+    """Why Redis refuses writes (its last save to disk failed: the AOF's write or an RDB snapshot), or None."""
+    info = redis.info("persistence")
+    if info.get("aof_enabled") and info.get("aof_last_write_status") == "err":
+        return "its append-only file could not be written (is the disk full?)"
+    if info.get("rdb_last_bgsave_status") == "err":
+        return "its last snapshot could not be saved (is the disk full?)"
+    return None
 
 
 class _Collector:
@@ -86,6 +108,26 @@ class _Collector:
                 if g.get("memory_total_mib") is not None:
                     total.add_metric(key, g["memory_total_mib"] * 2**20)
         yield from (util, used, total)
+        settings = deps.settings()
+        free = GaugeMetricFamily("gpudeck_disk_free_bytes", "Free bytes on the filesystem of GPUDECK_HOME.")
+        free.add_metric([], disk.space(settings.home)[0])
+        yield free
+        taken = GaugeMetricFamily(
+            "gpudeck_disk_used_bytes",
+            "Bytes under GPUDECK_HOME by kind (measured at most once a minute).",
+            labels=["kind"],
+        )
+        for kind, n in disk.used(settings, self.redis_dir()).items():
+            taken.add_metric([kind], n)
+        yield taken
+
+    def redis_dir(self) -> Path | None:
+        """Where Redis keeps its files, when this host can see them (an embedded or local Redis)."""
+        try:
+            found = Path(self.redis.config_get("dir").get("dir") or "")
+        except RedisError:  # a managed Redis may not answer CONFIG
+            return None
+        return found if found.is_absolute() and found.is_dir() else None
 
 
 @bp.get("/metrics")

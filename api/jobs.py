@@ -55,7 +55,15 @@ def delete(job_id: int):
 
 @bp.post("/<int:job_id>/retry")
 def retry(job_id: int):
-    rec = control.retry(deps.redis(), job_id, deps.settings())
+    """The job again, as a new job; a model job resumes from the last checkpoint the job left unless the
+    optional body says {"resume": false}."""
+    body = deps.json_body() if request.content_length else {}
+    if not isinstance(body, dict) or set(body) - {"resume"}:
+        raise BadRequest('the body, when there is one, is {"resume": true|false}', {"field": "body"})
+    resume = body.get("resume", True)
+    if not isinstance(resume, bool):
+        raise BadRequest(f"resume must be true or false, got {json.dumps(resume)}", {"field": "resume"})
+    rec = control.retry(deps.redis(), job_id, deps.settings(), resume=resume)
     return views([rec])[0], 201, {"Location": f"/api/v1/jobs/{rec['id']}"}
 
 

@@ -253,6 +253,12 @@ def _schemas() -> dict[str, Any]:
                     {**INT, "description": "a queued job's place in line: 1 is the next a free worker of its kind runs"}
                 ),
                 "usage": _nullable(_ref("Usage")),
+                "disk_bytes": _nullable(
+                    {**INT, "description": "bytes of the job dir: measured every 30 s while it runs, and at its end"}
+                ),
+                "resumes": _nullable(
+                    {**INT, "description": "a retry of a model job: the job whose last checkpoint it starts from"}
+                ),
             },
             ["id", "name", "status", "spec", "attempt", "created_at", "progress"],
         ),
@@ -575,8 +581,32 @@ def _schemas() -> dict[str, Any]:
                     "type": "boolean",
                     "description": "whether this API accepts command jobs (tokens on, or GPUDECK_COMMAND_JOBS=1)",
                 },
+                "disk": {
+                    **_obj(
+                        {
+                            "path": STR,
+                            "free_bytes": INT,
+                            "total_bytes": INT,
+                            "min_free_bytes": INT,
+                            "low": {"type": "boolean"},
+                        },
+                        ["path", "free_bytes", "total_bytes", "min_free_bytes", "low"],
+                    ),
+                    "description": "space under GPUDECK_HOME; `low`: below GPUDECK_MIN_FREE, new jobs and uploads "
+                    "are refused (507) and workers take no new job",
+                },
             },
             ["status", "redis", "workers", "workers_alive", "long_polls", "command_jobs"],
+        ),
+        "RetryInput": _obj(
+            {
+                "resume": {
+                    "type": "boolean",
+                    "description": "a model job starts from the last checkpoint the job left (default true); "
+                    "false trains from the start",
+                }
+            },
+            extra=False,
         ),
     }
 
@@ -598,7 +628,10 @@ def _errors(*codes: int) -> dict[str, Any]:
         413: "body or archive over a limit",
         422: "well-formed but refused",
         429: "too many concurrent streams",
-        503: "Redis or a started service unavailable",
+        503: "Redis or a started service unavailable (`redis_cannot_write`: Redis cannot save to its disk and refuses "
+        "writes; nothing was changed)",
+        507: "less than GPUDECK_MIN_FREE is free under GPUDECK_HOME: new jobs and uploads wait for room (the message "
+        "says how much is free and what to delete)",
     }
     return {str(c): {"description": text[c], "content": {"application/json": {"schema": _ref("Error")}}} for c in codes}
 
@@ -671,7 +704,7 @@ def _paths() -> dict[str, Any]:
                         **_json("Job", "replayed for an Idempotency-Key seen in the last 24 h"),
                         "links": JOB_LINKS,
                     },
-                    **_errors(400, 403, 404, 409, 413, 422),
+                    **_errors(400, 403, 404, 409, 413, 422, 503, 507),
                 },
                 parameters=[
                     {
@@ -711,7 +744,15 @@ def _paths() -> dict[str, Any]:
             "post": _op("Cancel a job", {"200": _json("Job"), **_errors(404, 409)}, parameters=job)
         },
         "/api/v1/jobs/{id}/retry": {
-            "post": _op("Submit an ended job again", {"201": _json("Job"), **_errors(404, 409)}, parameters=job)
+            "post": _op(
+                "Submit an ended job again; a model job resumes from the last checkpoint the job left",
+                {"201": _json("Job"), **_errors(400, 404, 409, 507)},
+                parameters=job,
+                requestBody={
+                    "required": False,
+                    "content": {"application/json": {"schema": _ref("RetryInput")}},
+                },
+            )
         },
         "/api/v1/jobs/{id}/wait": {
             "get": _op(
@@ -787,7 +828,7 @@ def _paths() -> dict[str, Any]:
         "/api/v1/sweeps": {
             "post": _op(
                 "A grid of params, one job each",
-                {"201": _json("Sweep"), **_errors(400, 403, 404, 413)},
+                {"201": _json("Sweep"), **_errors(400, 403, 404, 413, 507)},
                 requestBody=_body("SweepInput"),
             )
         },
@@ -799,7 +840,7 @@ def _paths() -> dict[str, Any]:
             "get": _op("Uploaded datasets", {"200": _json("DatasetList")}),
             "post": _op(
                 "Upload an archive as name:version",
-                {"201": _json("DatasetVersion"), **_errors(400, 409, 413, 422)},
+                {"201": _json("DatasetVersion"), **_errors(400, 409, 413, 422, 507)},
                 requestBody={
                     "required": True,
                     "content": {
@@ -841,7 +882,7 @@ def _paths() -> dict[str, Any]:
                 {
                     "201": _json("Source", "stored", {"Location": {"schema": STR}}),
                     "200": _json("Source", "this tree was already stored", {"Location": {"schema": STR}}),
-                    **_errors(400, 413, 422),
+                    **_errors(400, 413, 422, 507),
                 },
                 requestBody={
                     "required": True,

@@ -6,7 +6,7 @@ from __future__ import annotations
 from flask import Blueprint, request
 
 from api import deps
-from jobs import sources
+from jobs import disk, sources
 from jobs.errors import BadRequest
 from models import sourcetree
 
@@ -16,6 +16,7 @@ bp = Blueprint("sources", __name__)
 @bp.post("/sources")
 def upload():
     s = deps.settings()
+    disk.ensure_room(s, "an upload")
     request.max_content_length = s.source_max_bytes + 1024 * min(s.source_max_files, 100_000)
     deps.only_args(request.form, ("git_commit", "git_dirty", "file"), where="form field")
     deps.only_args(request.files, ("file",), where="file field")

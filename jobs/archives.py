@@ -235,9 +235,24 @@ def discard(path: Path, aside: Path) -> int:
         return 0
     aside.parent.mkdir(parents=True, exist_ok=True)
     os.rename(path, aside)
-    freed = sum(f.stat().st_size for f in aside.rglob("*") if f.is_file() and not f.is_symlink())
+    freed = tree_bytes(aside)
     remove(aside)
     return freed
+
+
+def tree_bytes(path: Path) -> int:
+    """The bytes of the files under `path` (links not followed; 0 when it is not there). A file that goes while
+    it is walked counts as 0."""
+    total = 0
+    for root, _dirs, files in os.walk(path):
+        for name in files:
+            try:
+                st = os.lstat(os.path.join(root, name))
+            except OSError:
+                continue
+            if stat.S_ISREG(st.st_mode):
+                total += st.st_size
+    return total
 
 
 def remove(path: Path) -> None:

@@ -4,13 +4,14 @@ from __future__ import annotations
 
 import json
 import logging
+import time
 import uuid
 from typing import Any
 
 from redis import Redis
 from redis.exceptions import WatchError
 
-from jobs import archives, gang, lifecycle, queues
+from jobs import archives, disk, gang, lifecycle, queues
 from jobs.errors import Conflict, NotFound
 from jobs.keys import (
     INDEX_KEY,
@@ -28,7 +29,7 @@ from jobs.keys import (
 )
 from jobs.outcome import CANCELED_QUEUED
 from jobs.settings import Settings
-from jobs.spec import is_multi_worker
+from jobs.spec import is_command, is_multi_worker
 from jobs.states import Reason, Status
 from jobs.store import JobStore
 
@@ -36,12 +37,19 @@ log = logging.getLogger(__name__)
 
 
 def submit(
-    redis: Redis, body: Any, settings: Settings | None = None, idempotency_key: str | None = None
+    redis: Redis,
+    body: Any,
+    settings: Settings | None = None,
+    idempotency_key: str | None = None,
+    extra: dict[str, Any] | None = None,
 ) -> tuple[dict[str, Any], bool]:
     """Validate and queue a job (once per Idempotency-Key when one is given); a multi-worker job is placed right
-    away when its N workers are idle. Returns (record, replayed)."""
+    away when its N workers are idle. Returns (record, replayed). Refused while the disk is below
+    GPUDECK_MIN_FREE."""
+    if settings is not None:
+        disk.ensure_room(settings, "a new job")
     if idempotency_key is None:
-        rec, replayed = queues.submit(redis, body, settings), False
+        rec, replayed = queues.submit(redis, body, settings, extra=extra), False
     else:
         rec, replayed = queues.submit_once(redis, body, idempotency_key, settings)
     if not replayed and is_multi_worker(rec["spec"]):
@@ -70,12 +78,17 @@ def cancel(redis: Redis, job_id: int) -> dict[str, Any]:
     return store.get(job_id)
 
 
-def retry(redis: Redis, job_id: int, settings: Settings | None = None) -> dict[str, Any]:
-    """Submit an ended job's spec again, as a new job with the next id (a command job: the same source snapshot)."""
+def retry(redis: Redis, job_id: int, settings: Settings | None = None, resume: bool = True) -> dict[str, Any]:
+    """Submit an ended job's spec again, as a new job with the next id (a command job: the same source snapshot).
+    A model job `resume`s from the last complete checkpoint the job left (its worker links it in); a command
+    job's script keeps its own state."""
     rec = JobStore(redis).get(job_id)
     if not Status(rec["status"]).ended:
         raise Conflict(f"job {job_id} is {rec['status']}; only an ended job can be retried", {"id": job_id})
-    return submit(redis, rec["spec"], settings)[0]
+    spec = rec["spec"]
+    # (the tasks of a multi-worker job start over: each restores from a folder of its own)
+    resumes = resume and not is_command(spec) and not is_multi_worker(spec)
+    return submit(redis, spec, settings, extra={"resumes": job_id} if resumes else None)[0]
 
 
 def delete(redis: Redis, settings: Settings, job_ids: list[int]) -> list[dict[str, Any]]:
@@ -103,6 +116,52 @@ def delete(redis: Redis, settings: Settings, job_ids: list[int]) -> list[dict[st
         out.append({"id": job_id, "bytes_freed": archives.discard(settings.job_dir(job_id), aside)})
         log.info("job %s deleted (%s, ended %s)", job_id, rec["status"], rec.get("ended_at"))
     return out
+
+
+def expired(redis: Redis, settings: Settings, now: float | None = None) -> list[tuple[int, str, float]]:
+    """The ended jobs GPUDECK_RETENTION says to delete at `now`: [(id, status, ended_at)], oldest id first."""
+    rules = dict(settings.retention)
+    if not rules:
+        return []
+    now = time.time() if now is None else now
+    ids = [int(i) for i in redis.zrange(INDEX_KEY, 0, -1)]
+    out = []
+    for start in range(0, len(ids), 5000):
+        chunk = ids[start : start + 5000]
+        with redis.pipeline(transaction=False) as pipe:
+            for job_id in chunk:
+                pipe.hmget(job_key(job_id), "status", "ended_at")
+            answers = pipe.execute()
+        for job_id, (status, ended_at) in zip(chunk, answers):
+            if status is None or ended_at is None or status.decode() not in rules:
+                continue
+            ended = float(ended_at)
+            if ended <= now - rules[status.decode()]:
+                out.append((job_id, status.decode(), ended))
+    return out
+
+
+def apply_retention(redis: Redis, settings: Settings, now: float | None = None) -> list[int]:
+    """Delete the jobs GPUDECK_RETENTION no longer keeps, each one logged with its rule; the ids deleted."""
+    now = time.time() if now is None else now
+    rules = dict(settings.retention)
+    deleted = []
+    for job_id, status, ended in expired(redis, settings, now):
+        try:
+            freed = delete(redis, settings, [job_id])[0]["bytes_freed"]
+        except (NotFound, Conflict):  # deleted or retried meanwhile
+            continue
+        log.warning(
+            "retention: deleted job %s (%s %.1f days ago; GPUDECK_RETENTION keeps %s jobs %.1f days; %d bytes freed)",
+            job_id,
+            status,
+            (now - ended) / 86400,
+            status,
+            rules[status] / 86400,
+            freed,
+        )
+        deleted.append(job_id)
+    return deleted
 
 
 def _forget(redis: Redis, job_id: int, rec: dict[str, Any], slots: list[str], sweeps: list[str]) -> None:

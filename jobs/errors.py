@@ -78,6 +78,12 @@ class Conflict(GpudeckError):
     code = "conflict"
 
 
+class InsufficientStorage(GpudeckError):
+    """Less than GPUDECK_MIN_FREE is free under GPUDECK_HOME: new jobs and uploads wait for space."""
+
+    code = "insufficient_storage"
+
+
 class TooLarge(GpudeckError):
     """An upload (or its expanded contents) passes a configured size or file-count limit."""
 

@@ -77,6 +77,7 @@ GANGS_KEY = f"{PREFIX}:gangs"
 """Sorted set of multi-worker jobs waiting for workers: score = priority rank, then id."""
 GANGS_LOCK_KEY = f"{PREFIX}:gangs:lock"
 REAPER_LOCK_KEY = f"{PREFIX}:reaper:lock"
+RETENTION_LOCK_KEY = f"{PREFIX}:retention:lock"
 
 
 def worker_info_key(name: str) -> str:

@@ -47,6 +47,9 @@ STOPPED: dict[str, End] = {
 TASK_FAILED = "task_failed"
 """Stop reason set when a task of a multi-worker job failed by itself: the others stop, the first failure counts."""
 
+DISK_FULL_MARKERS = ("No space left on device", "[Errno 28]", "Disk quota exceeded", "[Errno 122]")
+"""Log text by which a process that failed to write to a full disk (or over its quota) is recognised; looked for
+before OOM_MARKERS (TensorFlow reports a failed file write as a ResourceExhaustedError)."""
 OOM_MARKERS = ("MemoryError", "ResourceExhaustedError", "OOM when allocating", "out of memory")
 """Log text by which a training process that ran out of memory is recognised."""
 
@@ -64,12 +67,27 @@ def out_of_memory(returncode: int | None, log_tail: Iterable[str], oom_killed: b
     return returncode not in (EXIT_OK, None) and any(m in line for line in log_tail for m in OOM_MARKERS)
 
 
+def disk_full(returncode: int | None, log_tail: Iterable[str]) -> bool:
+    """Whether a process that ended with `returncode` failed because the disk was full (its last lines say so)."""
+    return returncode not in (EXIT_OK, None) and any(m in line for line in log_tail for m in DISK_FULL_MARKERS)
+
+
+DISK_FULL = End(
+    Status.FAILED,
+    Reason.DISK_FULL,
+    "the disk under the job dir is full: free space (gpudeck rm, GPUDECK_RETENTION) and retry it; a model job "
+    "resumes from its last complete checkpoint",
+)
+
+
 def refused(message: str) -> End:
     """A command job could not start on its worker (an environment or a source not there)."""
     return End(Status.FAILED, Reason.BAD_INPUT, message)
 
 
-def of_exit(returncode: int | None, oom: bool, who: str = "the trainer", diverged: dict | None = None) -> End:
+def of_exit(
+    returncode: int | None, oom: bool, who: str = "the trainer", diverged: dict | None = None, full: bool = False
+) -> End:
     """Why a process nobody asked to stop ended without a result (the trainer's exit 2 is its refusal of the
     spec, 3 a loss that became NaN or infinite, described by its `diverged` event; a command's exit status means
     only what its script means by it)."""
@@ -77,6 +95,8 @@ def of_exit(returncode: int | None, oom: bool, who: str = "the trainer", diverge
         return End(Status.FAILED, Reason.BAD_INPUT, f"{who} refused the spec or its data")
     if returncode == EXIT_DIVERGED and who == "the trainer":
         return End(Status.FAILED, Reason.DIVERGED, _diverged(diverged or {}))
+    if full:  # (before oom: a failed write can read like one)
+        return DISK_FULL
     if oom:
         return End(Status.FAILED, Reason.OOM, "the training process ran out of memory")
     if returncode is not None and returncode < 0:
@@ -93,6 +113,7 @@ def of_job(
     oom: bool,
     command: bool = False,
     diverged: dict | None = None,
+    full: bool = False,
 ) -> End:
     """A single job whose trainer (or command) ended (returncode None: it never started): a result wins (a
     command's exit 0 is its success, result or not), then a requested stop, then the exit status."""
@@ -100,7 +121,7 @@ def of_job(
         return SUCCEEDED
     if stop in STOPPED:
         return STOPPED[stop]
-    return of_exit(returncode, oom, who="the command" if command else "the trainer", diverged=diverged)
+    return of_exit(returncode, oom, who="the command" if command else "the trainer", diverged=diverged, full=full)
 
 
 def _diverged(event: dict) -> str:
@@ -114,7 +135,12 @@ def _diverged(event: dict) -> str:
 
 
 def of_task(
-    stop: str | None, returncode: int | None, oom: bool, command: bool = False, diverged: dict | None = None
+    stop: str | None,
+    returncode: int | None,
+    oom: bool,
+    command: bool = False,
+    diverged: dict | None = None,
+    full: bool = False,
 ) -> tuple[str, End | None]:
     """One task of a multi-worker job ended: its own status (`succeeded`, `stopped`, `failed`) and, when it
     failed by itself, why (which then ends the whole job through of_tasks)."""
@@ -122,7 +148,8 @@ def of_task(
         return "succeeded", None
     if stop or returncode is None:
         return "stopped", None
-    return "failed", of_exit(returncode, oom, who="the command" if command else "the trainer", diverged=diverged)
+    who = "the command" if command else "the trainer"
+    return "failed", of_exit(returncode, oom, who=who, diverged=diverged, full=full)
 
 
 def of_tasks(

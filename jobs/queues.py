@@ -47,9 +47,12 @@ def validate(redis: Redis, body: Any, settings: Settings | None = None, default_
     )
 
 
-def submit(redis: Redis, body: Any, settings: Settings | None = None) -> dict[str, Any]:
-    """Validate, assign the next id, and write the record and the RQ job in one transaction. A command job's
-    source is pinned: a server folder is snapshotted now, and the record keeps the snapshot's description."""
+def submit(
+    redis: Redis, body: Any, settings: Settings | None = None, extra: dict[str, Any] | None = None
+) -> dict[str, Any]:
+    """Validate, assign the next id, and write the record (with `extra` fields) and the RQ job in one transaction.
+    A command job's source is pinned: a server folder is snapshotted now, and the record keeps the snapshot's
+    description."""
     s = settings or Settings.from_env({})
     spec = validate(redis, body, s)
     source = None
@@ -63,7 +66,7 @@ def submit(redis: Redis, body: Any, settings: Settings | None = None) -> dict[st
     with redis.pipeline() as pipe:
         # RQ starts the MULTI itself when handed a pipeline, so it goes first; the record joins it.
         enqueue_attempt(redis, name, job_id, 1, spec, pipe)
-        rec = store.create(job_id, spec, name, pipe=pipe, source=source)
+        rec = store.create(job_id, spec, name, pipe=pipe, source=source, extra=extra)
         pipe.execute()
     return rec
 

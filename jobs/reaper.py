@@ -4,18 +4,21 @@ from __future__ import annotations
 
 import logging
 import threading
+from collections.abc import Callable
 
 from redis import Redis
 from redis.exceptions import RedisError
 
 from jobs import gang
-from jobs.keys import REAPER_LOCK_KEY
+from jobs.keys import REAPER_LOCK_KEY, RETENTION_LOCK_KEY
 from jobs.lifecycle import worker_lost
 from jobs.states import ACTIVE
 from jobs.store import HEARTBEAT_TTL_S, JobStore, redis_uptime_s
 
 log = logging.getLogger(__name__)
 
+RETAIN_EVERY_S = 60.0
+"""How often GPUDECK_RETENTION is applied (by one process of the stack at a time)."""
 REAP_EVERY_S = 5.0
 """How often each API and worker process looks for lost jobs (one of them at a time, by a Redis lock)."""
 
@@ -38,15 +41,19 @@ def reap(redis: Redis) -> list[int]:
 
 
 class Reaper(threading.Thread):
-    """A daemon thread running reap() every REAP_EVERY_S, taking turns with other processes via a lock."""
+    """A daemon thread running reap() every REAP_EVERY_S, taking turns with other processes via a lock; and
+    `retention(redis)` (jobs.control.apply_retention, handed down by the process that starts it) at most once a
+    RETAIN_EVERY_S among them all."""
 
-    def __init__(self, redis_url: str):
+    def __init__(self, redis_url: str, retention: Callable[[Redis], object] | None = None):
         super().__init__(name="gpudeck-reaper", daemon=True)
         self.redis = Redis.from_url(redis_url)
+        self.retention = retention
         self.stopped = threading.Event()
 
     def run(self) -> None:
         while not self.stopped.wait(REAP_EVERY_S):
+            self._retain()
             try:
                 # Not on a Redis up for less than a heartbeat's lifetime: heartbeats that expired while it was
                 # away (a restart, a failover) are not lost workers until each live work-horse has beaten again.
@@ -58,3 +65,14 @@ class Reaper(threading.Thread):
                 log.warning("reaper: redis unavailable (%s)", exc)
             except Exception:  # a reaper that dies silently would leave lost jobs running forever
                 log.exception("reaper: unexpected error")
+
+    def _retain(self) -> None:
+        if self.retention is None:
+            return
+        try:
+            if self.redis.set(RETENTION_LOCK_KEY, "1", nx=True, px=int(RETAIN_EVERY_S * 1000)):
+                self.retention(self.redis)
+        except RedisError as exc:
+            log.warning("retention: redis unavailable (%s)", exc)
+        except Exception:
+            log.exception("retention: unexpected error")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import errno
 import json
 import logging
 import os
@@ -21,13 +22,14 @@ from redis import Redis
 from rq import get_current_job
 
 from jobs import datasets, gang, lifecycle, outcome, sources, tfconfig
+from jobs.archives import tree_bytes
 from jobs.keys import metrics_key, rq_job_id, rq_task_id, task_beat_key, task_key
 from jobs.proc import kill_marked, pdeathsig, python_module
 from jobs.redis_server import free_port
 from jobs.scalars import EVENT_FILE_MARK, ScalarReader, read_result
 from jobs.settings import Settings
 from jobs.spec import is_command, masked
-from jobs.states import Reason, Status
+from jobs.states import ACTIVE, Reason, Status
 from jobs.store import HEARTBEAT_TTL_S, OUTAGE, JobStore, through_outage
 from models import protocol, sourcetree
 from models.catalog import parse_dataset
@@ -45,6 +47,8 @@ COALESCE_S = 0.25
 Redis in a few batches a second: each wake-up of ours would otherwise preempt a training thread."""
 HORSE_NICENESS = 5
 """The work-horse lowers its CPU priority by this much once its trainer runs (the trainer keeps its own)."""
+DISK_EVERY_S = 30.0
+"""How often the work-horse measures its job dir while the job runs (the record's `disk_bytes`)."""
 SCAN_EVERY_S = 1.0
 """How often the work-horse reads a command job's new TensorBoard scalars and metrics.jsonl lines."""
 EXIT_LINGER_S = 2.0
@@ -55,6 +59,47 @@ RUN_ID_ENV = "GPUDECK_RUN_ID"
 are swept when the attempt ends, even those that left its process group."""
 HIDDEN_ENV = ("GPUDECK_TOKENS", "GPUDECK_TOKEN", "REDIS_URL")
 """The worker's own secrets and its Redis, not handed to a command job."""
+
+
+NO_SPACE = (errno.ENOSPC, errno.EDQUOT)
+"""A write's errno when the disk (or the user's quota) is full."""
+
+
+class LogFile:
+    """An attempt's log.txt. A full disk stops neither the job nor its log in Redis: a write that finds no space
+    is dropped (noted once, in `full`), and a job that then fails ends as disk_full."""
+
+    def __init__(self, path: Path):
+        self.file = open(path, "ab", buffering=0)
+        self.full = False
+
+    def write(self, text: str) -> None:
+        try:
+            self.file.write(text.encode())
+        except OSError as exc:
+            if exc.errno not in NO_SPACE:
+                raise
+            if not self.full:
+                log.warning("%s: %s; its lines go on to Redis only", self.file.name, exc.strerror)
+            self.full = True
+
+    def __enter__(self) -> LogFile:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.file.close()
+
+
+def _link_or_copy(src: str, dst: str) -> None:
+    try:
+        os.link(src, dst)  # no space taken; the trainer only ever replaces files, never writes into them
+    except OSError:
+        shutil.copy2(src, dst)
+
+
+def _unfinished(folder: str, names: list[str]) -> list[str]:
+    """What copytree leaves out of a checkpoints folder: saves cut short (`ckpt-300_temp…`)."""
+    return [n for n in names if "_temp" in n]
 
 
 class Refused(Exception):
@@ -156,6 +201,9 @@ class JobRun:
         self.reader: ScalarReader | None = None
         self.diverged: dict[str, Any] | None = None
         self._run_id: str | None = None
+        self.no_space: str | None = None
+        self.log_full = False
+        self.resumes: int | None = None
         self._carry: Any = None
         self._away_since: float | None = None
 
@@ -168,8 +216,21 @@ class JobRun:
         spec = self.spec = rec["spec"]
         self.command = is_command(spec)
         self.attempt = rec.get("attempt", 1)
-        self.job_dir.mkdir(parents=True, exist_ok=True)
-        (self.job_dir / "spec.json").write_text(json.dumps(self._trainer_spec(spec), indent=2) + "\n")
+        self.resumes = rec.get("resumes")
+        try:
+            self.job_dir.mkdir(parents=True, exist_ok=True)
+            (self.job_dir / "spec.json").write_text(json.dumps(self._trainer_spec(spec), indent=2) + "\n")
+            log_file = LogFile(self.job_dir / "log.txt")
+        except OSError as exc:
+            if exc.errno not in NO_SPACE:
+                raise
+            self.no_space = f"{exc.strerror}: {exc.filename}"
+            log.error("job %s cannot start: %s", self.job_id, self.no_space)
+            return self._finish(None, oom_before=None)
+        with log_file:
+            return self._run(spec, log_file)
+
+    def _run(self, spec: dict[str, Any], log_file: LogFile) -> str:
         self.points = self.store.stream_length(metrics_key(self.job_id))
         extra_env = self._prepare(spec)
         if extra_env is None:
@@ -181,40 +242,40 @@ class JobRun:
         env[protocol.JOB_ID_ENV] = str(self.job_id)
         env[RUN_ID_ENV] = self.run_id
         oom_before = oom_kills()
-        with open(self.job_dir / "log.txt", "a", buffering=1) as log_file:
-            try:
-                argv, cwd = self._launch(spec, env, extra_env, events_w)
-            except Refused as exc:
-                self.refused = str(exc)
-                self.preamble.append(f"gpudeck: cannot start the command: {exc}")
-            if self.preamble:
-                pipe = self.redis.pipeline(transaction=False)
-                self._handle("log", [line.encode() for line in self.preamble], log_file, pipe)
-                pipe.execute()
-            if self.refused:
-                os.close(events_r)
-                os.close(events_w)
-                return self._finish(None, oom_before=None)
-            proc = subprocess.Popen(
-                argv,
-                cwd=cwd,
-                env=env,
-                stdout=subprocess.PIPE,
-                stderr=subprocess.STDOUT,
-                stdin=subprocess.DEVNULL,
-                pass_fds=() if self.command else (events_w,),  # a command has no events to send
-                start_new_session=True,  # its own process group: cancel and timeout signal the whole tree
-                preexec_fn=_trainer_preexec(self.ctx.max_memory),
-            )
+        try:
+            argv, cwd = self._launch(spec, env, extra_env, events_w)
+        except Refused as exc:
+            self.refused = str(exc)
+            self.preamble.append(f"gpudeck: cannot start the command: {exc}")
+        if self.preamble:
+            pipe = self.redis.pipeline(transaction=False)
+            self._handle("log", [line.encode() for line in self.preamble], log_file, pipe)
+            pipe.execute()
+        if self.refused:
+            os.close(events_r)
             os.close(events_w)
-            self._started(proc.pid)
-            try:
-                os.nice(HORSE_NICENESS)
-            except OSError:
-                pass
-            log.info("job %s%s: trainer pid %s in %s", self.job_id, self.prefix.rstrip(), proc.pid, self.job_dir)
-            self._pump(proc, os.fdopen(events_r, "rb"), log_file, spec.get("timeout"))
+            return self._finish(None, oom_before=None)
+        proc = subprocess.Popen(
+            argv,
+            cwd=cwd,
+            env=env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            pass_fds=() if self.command else (events_w,),  # a command has no events to send
+            start_new_session=True,  # its own process group: cancel and timeout signal the whole tree
+            preexec_fn=_trainer_preexec(self.ctx.max_memory),
+        )
+        os.close(events_w)
+        self._started(proc.pid)
+        try:
+            os.nice(HORSE_NICENESS)
+        except OSError:
+            pass
+        log.info("job %s%s: trainer pid %s in %s", self.job_id, self.prefix.rstrip(), proc.pid, self.job_dir)
+        self._pump(proc, os.fdopen(events_r, "rb"), log_file, spec.get("timeout"))
         returncode = proc.wait()
+        self.log_full = log_file.full
         kill_marked(RUN_ID_ENV, self.run_id)  # what it started and left behind, in its group or not
         if self._carry is not None:  # what the outage kept back goes in before the end
             through_outage(lambda: self._flush(self._pipeline(), strict=True), "the job's output")
@@ -231,6 +292,24 @@ class JobRun:
     def _rq_id(self) -> str:
         return rq_job_id(self.job_id, self.attempt)
 
+    def _measure(self) -> None:
+        """The job dir's size, into a record that is still active (never one that ended or went meanwhile)."""
+        self.store.transition(self.job_id, ACTIVE, disk_bytes=tree_bytes(self.job_dir))
+
+    def _take_checkpoints(self) -> None:
+        """A retried model job starts from the last complete checkpoint of the job it retries: its files are
+        linked (copied across filesystems) into this job's checkpoints/, which the trainer resumes from."""
+        if not self.resumes:
+            return
+        mine, theirs = self.job_dir / "checkpoints", self.ctx.settings.job_dir(int(self.resumes)) / "checkpoints"
+        if (mine / "checkpoint").exists():
+            return  # an earlier attempt of this job saved its own
+        if not (theirs / "checkpoint").exists():
+            self.preamble.append(f"gpudeck: job {self.resumes} left no checkpoint here; training from the start")
+            return
+        shutil.copytree(theirs, mine, copy_function=_link_or_copy, ignore=_unfinished, dirs_exist_ok=True)
+        self.preamble.append(f"gpudeck: resuming from the last checkpoint of job {self.resumes}")
+
     def _launch(
         self, spec: dict[str, Any], env: dict[str, str], extra_env: dict[str, str], events_w: int
     ) -> tuple[list[str], Path]:
@@ -239,6 +318,7 @@ class JobRun:
             env[protocol.EVENTS_FD_ENV] = str(events_w)
             env[protocol.STOP_GRACE_ENV] = str(protocol.trainer_grace(self.ctx.stop_grace_s))
             env.update(extra_env)
+            self._take_checkpoints()
             return python_module("models.train", "--spec", "spec.json", "--job-dir", "."), self.job_dir
         for name in HIDDEN_ENV:
             env.pop(name, None)
@@ -370,7 +450,7 @@ class JobRun:
             return spec
         return dict(spec, dataset_path=str(self._data_dir(spec["dataset"])))
 
-    def _pump(self, proc: subprocess.Popen[bytes], events: IO[bytes], log_file: IO[str], timeout: int | None) -> None:
+    def _pump(self, proc: subprocess.Popen[bytes], events: IO[bytes], log_file: LogFile, timeout: int | None) -> None:
         """Stream the trainer's output and events until both pipes close; beat, and act on stop requests."""
         assert proc.stdout is not None
         for f in (proc.stdout, events):
@@ -380,7 +460,7 @@ class JobRun:
         sel.register(events, selectors.EVENT_READ, "events")
         buffers = {"log": b"", "events": b""}
         deadline = time.monotonic() + timeout if timeout else None
-        last_beat = last_poll = last_scan = time.monotonic()
+        last_beat = last_poll = last_scan = last_disk = time.monotonic()
         termed_at: float | None = None
         exited_at: float | None = None
         grace = self.ctx.stop_grace_s
@@ -410,6 +490,9 @@ class JobRun:
             if now - last_beat >= HEARTBEAT_EVERY_S:
                 self._reachable(self._beat)
                 last_beat = now
+            if self.reports and now - last_disk >= DISK_EVERY_S:
+                self._reachable(self._measure)
+                last_disk = now
             if termed_at is None and now - last_poll >= STOP_POLL_S:
                 last_poll = now
                 if deadline is not None and now > deadline:
@@ -485,7 +568,7 @@ class JobRun:
             away, self._away_since = time.monotonic() - self._away_since, None
             log.warning("job %s: redis is back after %.1fs%s", self.job_id, away, what)
 
-    def _handle(self, kind: str, chunks: list[bytes], log_file: IO[str], pipe: Any) -> None:
+    def _handle(self, kind: str, chunks: list[bytes], log_file: LogFile, pipe: Any) -> None:
         if kind == "log":
             lines = [self.prefix + c.decode("utf-8", "replace").rstrip("\r") for c in chunks]
             log_file.write("".join(line + "\n" for line in lines))
@@ -556,6 +639,8 @@ class JobRun:
         self._command_result(returncode)
         if self.refused:
             end = outcome.refused(self.refused)
+        elif self.no_space:
+            end = outcome.DISK_FULL
         else:
             end = outcome.of_job(
                 stop,
@@ -564,9 +649,15 @@ class JobRun:
                 self._oom(returncode, oom_before),
                 command=self.command,
                 diverged=self.diverged,
+                full=self._full(returncode),
             )
-        status = lifecycle.end(self.redis, self.job_id, end, log_tail=self.tail)
+        size = tree_bytes(self.job_dir)
+        status = lifecycle.end(self.redis, self.job_id, end, log_tail=self.tail, disk_bytes=size)
         return status or self.store.get(self.job_id)["status"]
+
+    def _full(self, returncode: int | None) -> bool:
+        """Whether the process failed for want of disk space: its last lines say so, or log.txt found none."""
+        return outcome.disk_full(returncode, self.tail) or (self.log_full and returncode not in (0, None))
 
     def _oom(self, returncode: int | None, oom_before: int | None) -> bool:
         killed = oom_before is not None and (oom_kills() or 0) > oom_before
@@ -653,9 +744,12 @@ class TaskRun(JobRun):
             self._oom(returncode, oom_before),
             command=self.command,
             diverged=self.diverged,
+            full=self._full(returncode),
         )
         if self.refused:
             status, failure = "failed", outcome.refused(self.refused)
+        elif self.no_space:
+            status, failure = "failed", outcome.DISK_FULL
         fields: dict[str, Any] = {"status": status, "exited_at": time.time(), "log_tail": json.dumps(self.tail)}
         if returncode is not None:
             fields["returncode"] = returncode

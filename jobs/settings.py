@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import os
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from jobs.errors import ConfigError
+from models.protocol import KEEP_CHECKPOINTS_ENV, keep_checkpoints
 
 DEFAULT_HOME = "~/.local/share/gpudeck"
 """Data root when GPUDECK_HOME is unset: job dirs, the embedded Redis, logs of `gpudeck up`."""
@@ -30,14 +32,59 @@ def parse_size(text: str) -> int:
     return value
 
 
-def _size(env, name: str, default: int) -> int:
+AGE = re.compile(r"^(\d+)([smhdw])$")
+AGE_S = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 7 * 86400}
+
+
+def parse_age(text: str) -> int:
+    """`30d`, `12h`, `2w`, `90m`, `45s` as seconds; ValueError otherwise."""
+    m = AGE.match(text.strip().lower())
+    if not m:
+        raise ValueError(f"write an age such as 30d, 12h or 2w, got {text!r}")
+    return int(m.group(1)) * AGE_S[m.group(2)]
+
+
+ENDED_STATUSES = ("succeeded", "failed", "canceled")
+
+
+def parse_retention(raw: str) -> tuple[tuple[str, int], ...]:
+    """GPUDECK_RETENTION, `failed,canceled:14d;succeeded:90d`, as ((status, max age s), …); ValueError naming
+    what is wrong. Empty: nothing is deleted by age."""
+    rules: dict[str, int] = {}
+    for part in (p.strip() for p in raw.split(";")):
+        if not part:
+            continue
+        statuses, sep, age = part.partition(":")
+        if not sep:
+            raise ValueError(f"each rule is STATUSES:AGE (failed,canceled:14d), got {part!r}")
+        seconds = parse_age(age)
+        for status in (s.strip().lower() for s in statuses.split(",")):
+            if status not in ENDED_STATUSES:
+                raise ValueError(f"{status!r} is not an ended status ({', '.join(ENDED_STATUSES)}) in {part!r}")
+            if status in rules:
+                raise ValueError(f"{status!r} has two rules")
+            rules[status] = seconds
+    return tuple(rules.items())
+
+
+def _size(env, name: str, default: int, zero: bool = False) -> int:
     raw = env.get(name)
     if not raw:
         return default
+    if zero and raw.strip() == "0":  # (0 turns the limit off)
+        return 0
     try:
         return parse_size(raw)
     except ValueError:
         raise ConfigError(f"{name} must be a positive number like 1000, 512M or 8G, got {raw!r}") from None
+
+
+def _checked(parse, env, name: str):
+    """`parse(env[name])`, its ValueError a ConfigError that names the variable."""
+    try:
+        return parse(env.get(name) or "")
+    except ValueError as exc:
+        raise ConfigError(str(exc) if name in str(exc) else f"{name}: {exc}") from None
 
 
 def _flag(env, name: str) -> bool:
@@ -78,6 +125,9 @@ class Settings:
     envs: tuple[tuple[str, Path], ...] = ()
     source_max_bytes: int = 100 << 20
     source_max_files: int = 100_000
+    min_free: int = 2 << 30
+    retention: tuple[tuple[str, int], ...] = ()
+    keep_checkpoints: int | None = 2
 
     @property
     def command_jobs_allowed(self) -> bool:
@@ -107,6 +157,11 @@ class Settings:
             envs=_envs(env.get("GPUDECK_ENVS", "")),
             source_max_bytes=_size(env, "GPUDECK_SOURCE_MAX_BYTES", cls.source_max_bytes),
             source_max_files=_size(env, "GPUDECK_SOURCE_MAX_FILES", cls.source_max_files),
+            min_free=0
+            if env.get("GPUDECK_MIN_FREE", "").strip() == "0"
+            else _size(env, "GPUDECK_MIN_FREE", cls.min_free),
+            retention=_checked(parse_retention, env, "GPUDECK_RETENTION"),
+            keep_checkpoints=_checked(keep_checkpoints, env, KEEP_CHECKPOINTS_ENV),
         )
 
     def env_python(self, name: str | None) -> Path | None:

@@ -31,6 +31,7 @@ class Reason(str, Enum):
     WORKER_LOST = "worker_lost"
     BAD_INPUT = "bad_input"
     DIVERGED = "diverged"
+    DISK_FULL = "disk_full"
 
 
 ACTIVE = (Status.STARTING.value, Status.RUNNING.value)

@@ -25,7 +25,7 @@ METRICS_MAXLEN = 100_000
 
 JSON_FIELDS = ("spec", "gpu_ids", "progress", "metrics", "result", "log_tail", "source", "environment")
 FLOAT_FIELDS = ("created_at", "started_at", "spawned_at", "running_at", "ended_at", "placed_at")
-INT_FIELDS = ("id", "pid", "attempt", "gen")
+INT_FIELDS = ("id", "pid", "attempt", "gen", "disk_bytes", "resumes")
 HEARTBEAT_TTL_S = 15
 """A running job's heartbeat key lives this long; the work-horse refreshes it every few seconds."""
 
@@ -117,10 +117,16 @@ class JobStore:
         return int(self.redis.incr(COUNTER_KEY))
 
     def create(
-        self, job_id: int, spec: dict[str, Any], queue: str, pipe: Any = None, source: dict[str, Any] | None = None
+        self,
+        job_id: int,
+        spec: dict[str, Any],
+        queue: str,
+        pipe: Any = None,
+        source: dict[str, Any] | None = None,
+        extra: dict[str, Any] | None = None,
     ) -> dict[str, Any]:
         """Write a new queued record (into `pipe` when given, so it lands with the enqueue); `source`: a command
-        job's pinned source snapshot (ref, sha256, files, size, git)."""
+        job's pinned source snapshot (ref, sha256, files, size, git); `extra`: more fields (`resumes`)."""
         rec = {
             "id": job_id,
             "spec": spec,
@@ -131,6 +137,7 @@ class JobStore:
         }
         if source is not None:
             rec["source"] = source
+        rec.update(extra or {})
         target = pipe if pipe is not None else self.redis
         target.hset(job_key(job_id), mapping=_encode(rec))
         target.zadd(INDEX_KEY, {str(job_id): job_id})

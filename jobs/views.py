@@ -52,6 +52,8 @@ def job_view(
         "environment": rec.get("environment"),
         "queue_position": queue_position if status == Status.QUEUED else None,
         "usage": usage if status in (Status.STARTING, Status.RUNNING) else None,
+        "disk_bytes": rec.get("disk_bytes"),
+        "resumes": rec.get("resumes"),
     }
 
 

@@ -7,13 +7,14 @@ import logging
 import os
 import signal
 import socket
+import time
 from typing import Any
 
 from redis import Redis
 from rq import Worker
 from rq.command import send_shutdown_command
 
-from jobs import gang, runner
+from jobs import control, disk, gang, runner
 from jobs.errors import NotFound
 from jobs.gpus import Sampler
 from jobs.keys import (
@@ -33,8 +34,12 @@ from jobs.settings import Settings
 from jobs.states import Reason, Status
 from jobs.store import OUTAGE, JobStore
 from models.protocol import DEFAULT_GRACE_S
+from models.sourcetree import human
 
 log = logging.getLogger(__name__)
+
+LOW_DISK_POLL_S = 5.0
+"""How often a worker that waits for disk space looks again."""
 
 
 class GpudeckWorker(Worker):
@@ -47,6 +52,30 @@ class GpudeckWorker(Worker):
         if job is not None and job_id_of(job.id) is not None and not self.connection.exists(drain_key(self.name)):
             self._stop_trainer(job)
         super().request_stop(signum, frame)
+
+    def dequeue_job_and_maintain_ttl(self, timeout: int | None, max_idle_time: int | None = None) -> Any:
+        """While the disk under GPUDECK_HOME is below GPUDECK_MIN_FREE the worker takes no new job: queued jobs
+        wait in line (a job started there would soon fail as disk_full) and it says so once in its log. A burst
+        worker (timeout None) finds nothing to do instead."""
+        settings = runner.CONTEXT.settings if runner.CONTEXT else None
+        waited = False
+        while settings is not None and not self._stop_requested and (free := disk.low(settings)) is not None:
+            if timeout is None:
+                return None
+            if not waited:
+                log.warning(
+                    "worker %s takes no new job: %s free under %s, below GPUDECK_MIN_FREE (%s)",
+                    self.name,
+                    human(free),
+                    settings.home,
+                    human(settings.min_free),
+                )
+                waited = True
+            self.heartbeat()
+            time.sleep(LOW_DISK_POLL_S)
+        if waited:
+            log.warning("worker %s: there is room again under %s; it takes jobs", self.name, settings.home)
+        return super().dequeue_job_and_maintain_ttl(timeout, max_idle_time)
 
     def maintain_heartbeats(self, job: Any, execution: Any) -> None:
         """RQ's heartbeats while a work-horse runs; while Redis is away (restarting, a blip) they wait, and the
@@ -186,7 +215,12 @@ def run(
         exception_handlers=[on_job_error],
     )
     assert settings.redis_url
-    helpers = [Reaper(settings.redis_url), Sampler(settings.redis_url, host), gang.Placer(settings.redis_url, name)]
+    retention = (lambda r: control.apply_retention(r, settings)) if settings.retention else None
+    helpers = [
+        Reaper(settings.redis_url, retention),
+        Sampler(settings.redis_url, host),
+        gang.Placer(settings.redis_url, name),
+    ]
     for helper in helpers:
         helper.start()
     log.info(

@@ -22,6 +22,24 @@ JOB_ID_ENV = "GPUDECK_JOB_ID"
 STOP_GRACE_ENV = "GPUDECK_STOP_GRACE"
 """Seconds the trainer has after SIGTERM to checkpoint before it ends itself."""
 
+KEEP_CHECKPOINTS_ENV = "GPUDECK_KEEP_CHECKPOINTS"
+"""How many of its newest checkpoints a trainer keeps (`all`: every one); the exported model is the newest."""
+DEFAULT_KEEP_CHECKPOINTS = 2
+
+
+def keep_checkpoints(raw: str | None) -> int | None:
+    """KEEP_CHECKPOINTS_ENV's value as tf.train.CheckpointManager's max_to_keep (None keeps all); ValueError
+    naming the variable when it is not a whole number of at least 1 or `all`."""
+    raw = (raw or "").strip().lower()
+    if not raw:
+        return DEFAULT_KEEP_CHECKPOINTS
+    if raw == "all":
+        return None
+    if not raw.isdigit() or int(raw) < 1:
+        raise ValueError(f"{KEEP_CHECKPOINTS_ENV} must be a whole number of at least 1 or 'all', got {raw!r}")
+    return int(raw)
+
+
 EXIT_OK = 0
 EXIT_BAD_INPUT = 2
 """The trainer refused its spec or its data: the job fails as bad_input and is not retried."""

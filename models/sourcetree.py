@@ -58,3 +58,12 @@ def parse_ref(value: str) -> str | None:
     """The sha256 of a `src:<sha256>` ref, or None when `value` is not one."""
     m = REF.fullmatch(value)
     return m.group(1) if m else None
+
+
+def human(n: float) -> str:
+    """A byte count for people: 532 B, 1.4 MiB, 3.0 GiB (source sizes, downloads, disk space)."""
+    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
+        if n < 1024 or unit == "TiB":
+            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
+        n /= 1024
+    return str(n)

@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import shutil
 import signal
 import time
 from pathlib import Path
@@ -17,7 +18,7 @@ from typing import Any
 import keras
 import tensorflow as tf
 
-from models import datasets, zoo
+from models import datasets, protocol, zoo
 from models import params as params_mod
 from models.catalog import model_info
 from models.pipeline import Preprocess, eval_dataset, target_shape, train_dataset
@@ -201,7 +202,10 @@ class Trainer:
         # Every task saves (the save is collective); only the chief's copy is the job's.
         ckpt_dir = self.job_dir / "checkpoints" if self.chief else self.job_dir / f".checkpoints-{self.task}"
         ckpt = tf.train.Checkpoint(model=model, optimizer=optimizer, step=step_var)
-        manager = tf.train.CheckpointManager(ckpt, str(ckpt_dir), max_to_keep=2)
+        for partial in ckpt_dir.glob("*_temp*"):  # a save that a full disk (or a kill) cut short: never restored
+            shutil.rmtree(partial, ignore_errors=True) if partial.is_dir() else partial.unlink(missing_ok=True)
+        keep = protocol.keep_checkpoints(os.environ.get(protocol.KEEP_CHECKPOINTS_ENV))
+        manager = tf.train.CheckpointManager(ckpt, str(ckpt_dir), max_to_keep=keep)
         if manager.latest_checkpoint:
             ckpt.restore(manager.latest_checkpoint).expect_partial()
             log.info("resumed from %s at step %d", manager.latest_checkpoint, int(step_var.numpy()))
@@ -355,9 +359,13 @@ class Trainer:
             "images_per_sec": round(train_images / train_time, 1) if train_time else None,
             "duration_s": round(time.time() - started, 2),
         }
-        if self.chief:
-            model.save(self.job_dir / "model.keras")
-            (self.job_dir / "result.json").write_text(json.dumps(result, indent=2) + "\n")
+        if self.chief:  # each written aside and renamed: a full disk never leaves half a file in their place
+            partial = self.job_dir / ".model.partial.keras"
+            model.save(partial)
+            os.replace(partial, self.job_dir / "model.keras")
+            partial = self.job_dir / ".result.partial.json"
+            partial.write_text(json.dumps(result, indent=2) + "\n")
+            os.replace(partial, self.job_dir / "result.json")
         reporter.event(EVENT_RESULT, **result)
         reporter.close()
         log.info("result %s", json.dumps(result))

@@ -13,7 +13,7 @@ PACKAGES = ("api", "jobs", "models", "tui")
 JOBS_LAYERS = (
     ("keys", "states", "errors", "proc", "tfconfig", "archives", "tbnotf"),
     ("settings", "spec", "outcome", "redis_server", "scalars", "usage"),
-    ("store",),
+    ("store", "disk"),
     ("datasets", "sources", "views", "artifacts"),
     ("queues", "tensorboard"),
     ("lifecycle", "sweeps"),

@@ -15,6 +15,7 @@ from textual.app import App
 from textual.binding import Binding
 from textual.widget import Widget
 
+from models.sourcetree import human
 from tui.client import ApiError, Client, Unreachable
 from tui.palette import GpudeckCommands
 from tui.screens.dialogs import KeysHelp
@@ -28,6 +29,8 @@ from tui.screens.sweep import KEYS as SWEEP_KEYS
 from tui.screens.sweep import SweepScreen
 from tui.widgets.chrome import Banner
 
+HEALTH_EVERY_S = 30.0
+"""How often the title bar's free disk space is read."""
 BACKOFF_S = (2, 4, 8, 16, 30)
 
 
@@ -121,9 +124,24 @@ class GpudeckApp(App):
 
     # -- screens -------------------------------------------------------------------------------
     def on_mount(self) -> None:
+        self.read_health()
+        self.set_interval(HEALTH_EVERY_S, self.read_health)
         self.push_screen(JobsScreen())
         if self.first_job is not None:
             self.push_screen(JobScreen(self.first_job))
+
+    def read_health(self) -> None:
+        """The free space under the server's GPUDECK_HOME, in the title bar (`low`: below GPUDECK_MIN_FREE, where
+        new jobs are refused)."""
+        if self.api_ready():
+            self.call_api(lambda c: c.request("GET", "/healthz").json(), self._health, group="health", exclusive=True)
+
+    def _health(self, health: dict[str, Any]) -> None:
+        space = health.get("disk")
+        if not space:
+            return
+        low = " — LOW: new jobs refused" if space.get("low") else ""
+        self.sub_title = f"{self.api_url} · {human(space['free_bytes'])} free{low}"
 
     def action_toggle_help(self) -> None:
         """gpudeck's keys for the current screen (a screen without its own list gets Textual's help panel)."""

@@ -7,7 +7,6 @@ import argparse
 import getpass
 import json
 import os
-import re
 import sys
 import time
 from datetime import datetime
@@ -18,9 +17,9 @@ from api.serve import add_command as add_api_command
 from jobs.cli import EXIT_JOB_FAILED, EXIT_OK, EXIT_UNREACHABLE, EXIT_USAGE, settings_from_env
 from jobs.cli import add_commands as add_server_commands
 from jobs.keys import PRIORITIES
-from jobs.settings import DEFAULT_API, parse_size
+from jobs.settings import DEFAULT_API, parse_age, parse_size
+from models.sourcetree import human
 from tui.logtext import Folder
-from tui.pack import human
 from tui.widgets.fmt import accuracy_text, duration, one_line, usage_text, value_of, what
 
 ENDED = ("succeeded", "failed", "canceled")
@@ -270,6 +269,8 @@ def cmd_show(args: argparse.Namespace) -> int:
         ("eta", duration(job["eta_s"]) if job.get("eta_s") is not None and job["status"] == "running" else None),
         ("metrics", _pairs(job.get("metrics"))),
         ("tags", ", ".join(spec.get("tags") or []) or None),
+        ("disk", human(job["disk_bytes"]) if job.get("disk_bytes") is not None else None),
+        ("resumes", f"job {job['resumes']}'s last checkpoint" if job.get("resumes") else None),
     ]
     for key, value in rows:
         print(f"{key:>9}  {_fmt(value)}")
@@ -344,20 +345,17 @@ def cmd_cancel(args: argparse.Namespace) -> int:
 
 
 def cmd_retry(args: argparse.Namespace) -> int:
-    job = _client().retry(args.id)
-    print(json.dumps(job, indent=2) if args.json else f"job {args.id} resubmitted as job {job['id']}")
+    job = _client().retry(args.id, resume=not args.fresh)
+    resumes = f", from job {args.id}'s last checkpoint" if job.get("resumes") else ""
+    print(json.dumps(job, indent=2) if args.json else f"job {args.id} resubmitted as job {job['id']}{resumes}")
     return EXIT_OK
 
 
-AGE = re.compile(r"^(\d+)([smhdw])$")
-AGE_S = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 7 * 86400}
-
-
 def _age(text: str) -> float:
-    m = AGE.match(text.strip())
-    if not m:
-        raise argparse.ArgumentTypeError(f"write an age such as 30d, 12h or 2w, got {text!r}")
-    return int(m.group(1)) * AGE_S[m.group(2)]
+    try:
+        return parse_age(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
 
 
 def cmd_rm(args: argparse.Namespace) -> int:
@@ -522,6 +520,18 @@ def cmd_download(args: argparse.Namespace) -> int:
 
 def cmd_datasets(args: argparse.Namespace) -> int:
     client = _client()
+    if args.action == "rm":
+        name, sep, version = (args.ref or "").partition(":")
+        if not sep or not name or not version or args.file:
+            print("gpudeck datasets rm NAME:VERSION (one version; jobs that use it must have ended)", file=sys.stderr)
+            return EXIT_USAGE
+        gone = client.delete_dataset(name, version)
+        print(
+            json.dumps(gone, indent=2)
+            if args.json
+            else f"deleted {name}:{version} ({human(gone['bytes_freed'])} freed)"
+        )
+        return EXIT_OK
     if args.action == "upload":
         name, sep, version = (args.ref or "").partition(":")
         if not sep or not args.file:
@@ -678,6 +688,8 @@ def build_parser() -> argparse.ArgumentParser:
         p = sub.add_parser(name, help=text)
         p.add_argument("id", type=int)
         p.add_argument("--json", action="store_true")
+        if name == "retry":
+            p.add_argument("--fresh", action="store_true", help="train from the start, not from its last checkpoint")
         if name == "wait":
             _min_accuracy(p)
             p.add_argument(
@@ -721,9 +733,13 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("-o", "--output", metavar="DEST", help="where to write it (default: its name here)")
     p.set_defaults(func=cmd_download)
 
-    p = sub.add_parser("datasets", help="list uploaded datasets, or upload one: datasets upload NAME:VERSION FILE")
-    p.add_argument("action", nargs="?", choices=("ls", "upload"), default="ls")
-    p.add_argument("ref", nargs="?", help="NAME (ls) or NAME:VERSION (upload)")
+    p = sub.add_parser(
+        "datasets",
+        help="list uploaded datasets, upload one (datasets upload NAME:VERSION FILE), delete one (datasets rm "
+        "NAME:VERSION)",
+    )
+    p.add_argument("action", nargs="?", choices=("ls", "upload", "rm"), default="ls")
+    p.add_argument("ref", nargs="?", help="NAME (ls) or NAME:VERSION (upload, rm)")
     p.add_argument("file", nargs="?", help="archive to upload: tar, tar.gz, tgz or zip")
     p.add_argument("--json", action="store_true")
     p.set_defaults(func=cmd_datasets)

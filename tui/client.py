@@ -100,8 +100,12 @@ class Client:
     def delete(self, job_id: int) -> dict[str, Any]:
         return self.request("DELETE", f"/api/v1/jobs/{job_id}").json()
 
-    def retry(self, job_id: int) -> dict[str, Any]:
-        return self.request("POST", f"/api/v1/jobs/{job_id}/retry").json()
+    def delete_dataset(self, name: str, version: str) -> dict[str, Any]:
+        return self.request("DELETE", f"/api/v1/datasets/{quote(name, safe='')}/{quote(version, safe='')}").json()
+
+    def retry(self, job_id: int, resume: bool = True) -> dict[str, Any]:
+        body = None if resume else {"resume": False}
+        return self.request("POST", f"/api/v1/jobs/{job_id}/retry", json=body).json()
 
     def sweep(self, body: dict[str, Any]) -> dict[str, Any]:
         return self.request("POST", "/api/v1/sweeps", json=body).json()

@@ -14,6 +14,7 @@ from pathlib import Path
 import pathspec
 
 from models import sourcetree
+from models.sourcetree import human
 
 IGNORE_FILES = (".gitignore", ".gpudeckignore")
 """Read in every folder, in this order: a .gpudeckignore can take back what a .gitignore leaves out."""
@@ -139,12 +140,3 @@ def git_state(root: Path) -> dict[str, str]:
     except (OSError, subprocess.SubprocessError):
         return {}
     return {"git_commit": commit, "git_dirty": "true" if status.strip() else "false"}
-
-
-def human(n: float) -> str:
-    """A byte count for people: 532 B, 1.4 MiB."""
-    for unit in ("B", "KiB", "MiB", "GiB"):
-        if n < 1024 or unit == "GiB":
-            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
-        n /= 1024
-    return str(n)

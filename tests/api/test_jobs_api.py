@@ -1,5 +1,7 @@
 """POST/GET /api/v1/jobs through Flask's test client on a real Redis: ids, listing, bad input."""
 
+import shutil
+
 import pytest
 from rq import Queue
 
@@ -134,10 +136,14 @@ def test_wait_times_out_on_a_job_that_is_still_queued(client):
     assert resp.status_code == 200 and resp.json["status"] == "queued"
 
 
-def test_healthz_without_workers_is_degraded_but_up(client):
+def test_healthz_without_workers_is_degraded_but_up(client, settings):
     resp = client.get("/healthz")
     assert resp.status_code == 200
-    assert resp.json == {
+    body = resp.json
+    space = body.pop("disk")
+    assert space["path"] == str(settings.home) and space["low"] is False and space["min_free_bytes"] == 2 << 30
+    assert 0 < space["free_bytes"] <= space["total_bytes"] == shutil.disk_usage(settings.home.parent).total
+    assert body == {
         "status": "degraded",
         "redis": "ok",
         "workers": 0,

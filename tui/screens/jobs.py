@@ -31,6 +31,7 @@ COLUMNS = [
     ("gpu", "GPU"),
     ("elapsed", "ELAPSED"),
     ("eta", "ETA"),
+    ("disk", "DISK"),
 ]
 COMPACT = [
     ("id", "ID"),
@@ -98,6 +99,7 @@ SORT_VALUES = {
     "acc": lambda job: accuracy(job)[0],
     "gpu": lambda job: ",".join(job.get("gpu_ids") or []) or None,
     "elapsed": lambda job: job.get("elapsed_s"),
+    "disk": lambda job: job.get("disk_bytes"),
     "eta": lambda job: job.get("eta_s") if job["status"] == "running" else None,
     "time": lambda job: job.get("elapsed_s"),
 }

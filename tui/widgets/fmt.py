@@ -6,7 +6,7 @@ from typing import Any
 
 from rich.text import Text
 
-from tui.pack import human
+from models.sourcetree import human
 
 STATUS_STYLE = {
     "queued": "yellow",
@@ -143,6 +143,7 @@ def job_cells(job: dict[str, Any], compact: bool = False) -> dict[str, Any]:
         "elapsed": duration(job.get("elapsed_s")),
         "eta": eta,
         "time": f"eta {eta}" if eta else duration(job.get("elapsed_s")),
+        "disk": Text(human(job["disk_bytes"]), justify="right") if job.get("disk_bytes") is not None else "",
     }
 
 
