@@ -1,0 +1,81 @@
+"""A full disk, for real: GPUDECK_HOME on a small tmpfs that a file fills, a real API and worker, a real model job
+training into it. Where this machine may not mount one (no root or CAP_SYS_ADMIN), the test says so and skips."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+
+import pytest
+import requests
+
+from tests.support.live import start_api
+
+pytestmark = pytest.mark.slow
+
+SPEC = {
+    "model": "lenet",
+    "dataset": "synthetic:8x8x1",
+    "params": {"epochs": 2, "batch_size": 64, "lr": 0.02, "seed": 1},
+}
+"""Two epochs, a checkpoint after each: lenet's checkpoint (weights and momentum) is about 25 MiB."""
+ROOM = 40 << 20
+"""What the filler leaves: the first checkpoint and the logs fit, the second does not."""
+
+
+@pytest.fixture
+def small_home(settings):
+    """GPUDECK_HOME on a 96 MiB tmpfs (unmounted after the stack stopped: this fixture comes first)."""
+    settings.home.mkdir(parents=True)
+    mounted = subprocess.run(
+        ["mount", "-t", "tmpfs", "-o", "size=96m", "gpudeck-test", str(settings.home)], capture_output=True, text=True
+    )
+    if mounted.returncode != 0:
+        pytest.skip(f"cannot mount a small filesystem to fill here ({mounted.stderr.strip()}); needs root")
+    yield settings.home
+    subprocess.run(["umount", "-l", str(settings.home)], check=False)
+
+
+def _fill(home, leave: int):
+    filler = home / "filler.bin"
+    with open(filler, "wb") as f:
+        os.posix_fallocate(f.fileno(), 0, shutil.disk_usage(home).free - leave)
+    return filler
+
+
+def test_a_job_that_fills_the_disk_ends_disk_full_keeps_its_checkpoint_and_its_retry_resumes(
+    small_home, spawn, child_env
+):
+    env = dict(child_env, GPUDECK_MIN_FREE="30M")
+    api = start_api(spawn, env)
+    spawn("worker", "--cpu", env=env)
+    filler = _fill(small_home, ROOM)
+    job_id = requests.post(f"{api}/api/v1/jobs", json=SPEC, timeout=10).json()["id"]
+    job = requests.get(f"{api}/api/v1/jobs/{job_id}/wait?timeout=240", timeout=260).json()
+
+    assert (job["status"], job["reason"]) == ("failed", "disk_full"), job
+    assert "retry" in job["message"] and any("No space left on device" in line for line in job["log_tail"])
+    kept = (small_home / "jobs" / str(job_id) / "checkpoints" / "checkpoint").read_text()
+    assert 'model_checkpoint_path: "ckpt-32"' in kept  # the first epoch's, whole; no half-written one named
+    assert not (small_home / "jobs" / str(job_id) / "model.keras").exists()
+    assert job["disk_bytes"] > 20 << 20
+
+    # Below GPUDECK_MIN_FREE now: the stack answers, says so, and refuses new work with the way out.
+    health = requests.get(f"{api}/healthz", timeout=10).json()
+    assert health["disk"]["low"] is True and health["redis"] == "ok", health
+    refused = requests.post(f"{api}/api/v1/jobs", json=SPEC, timeout=10)
+    assert refused.status_code == 507 and "gpudeck rm" in refused.json()["message"], refused.text
+
+    filler.unlink()  # space freed
+    assert requests.get(f"{api}/healthz", timeout=10).json()["disk"]["low"] is False
+    retry = requests.post(f"{api}/api/v1/jobs/{job_id}/retry", timeout=10)
+    assert retry.status_code == 201 and retry.json()["resumes"] == job_id, retry.text
+    again = requests.get(f"{api}/api/v1/jobs/{retry.json()['id']}/wait?timeout=240", timeout=260).json()
+    assert again["status"] == "succeeded", again
+    assert again["result"]["steps"] == 64
+    text = requests.get(f"{api}/api/v1/jobs/{again['id']}/logs", timeout=10).text
+    assert f"resuming from the last checkpoint of job {job_id}" in text
+    assert "resumed from checkpoints/ckpt-32 at step 32" in text  # the trainer restored it: it loads
+    health = requests.get(f"{api}/healthz", timeout=10).json()  # the stack stayed up through it all
+    assert (health["redis"], health["workers"], health["workers_alive"]) == ("ok", 1, 1), health
