@@ -15,6 +15,7 @@ import pytest
 import requests
 
 from jobs.proc import python_module
+from models.sourcetree import human
 from tests.support.live import start_api, submit_job, wait_succeeded
 from tests.support.readme import run_block
 
@@ -143,12 +144,15 @@ def test_a_jobs_model_and_checkpoints_come_out_whole_and_nothing_else_does(spawn
     def rm(*args: str) -> subprocess.CompletedProcess:
         return subprocess.run(python_module("tui.cli", "rm", *args), env=env, capture_output=True, text=True)
 
-    dry = rm("--status", "succeeded,failed", "--older-than", "0s", "--dry-run")
-    assert dry.returncode == 0 and dry.stdout.strip() == f"would delete 1 job: {job}", dry.stdout + dry.stderr
     assert rm("--status", "succeeded", "--older-than", "30d").stdout.startswith("deleted 0 jobs")  # too young
     assert rm("--status", "running").returncode == 2  # only ended jobs can go
-    gone = rm(str(job))
-    assert gone.returncode == 0 and gone.stdout.startswith("deleted 1 job (") and "MiB freed" in gone.stdout
+    size = requests.get(f"{url}/api/v1/jobs/{job}", timeout=30).json()["disk_bytes"]
+    health, metrics, shown, dry, gone = run_block("walkthrough-space", port, tmp_path / "readme", readme_env)
+    assert "'free_bytes': " in health and "'low': False" in health
+    assert 'gpudeck_disk_used_bytes{kind="jobs"}' in metrics and "gpudeck_disk_free_bytes " in metrics
+    assert shown.split() == ["disk", *human(size).split()] and size > 1 << 20
+    assert dry.strip() == f"would delete 1 job: {job}"
+    assert gone.startswith("deleted 1 job (") and "MiB freed" in gone
     assert requests.get(f"{url}/api/v1/jobs/{job}", timeout=30).status_code == 404
     assert requests.get(files, timeout=30).status_code == 404 and not job_dir.exists()
     assert requests.get(f"{url}/api/v1/jobs", timeout=30).json()["jobs"] == []
