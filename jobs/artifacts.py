@@ -57,29 +57,34 @@ def inside(root: Path, rel: str) -> Path:
 
 def listing(root: Path, prefix: str = "") -> dict[str, Any]:
     """Every file under `root` (recursive, sorted by path): path, size, modified time; only paths starting with
-    `prefix`. Symlinks are listed only when they point inside the job dir."""
-    top = os.path.realpath(root)
+    `prefix` (folders that cannot hold one are not read). Symlinks are listed only when they point to a file
+    inside the job dir."""
+    top = os.path.realpath(root) + os.sep
     files: list[dict[str, Any]] = []
-    truncated = False
-    for dirpath, dirnames, filenames in os.walk(root):
-        dirnames.sort()
-        for name in sorted(filenames):
-            full = os.path.join(dirpath, name)
-            rel = os.path.relpath(full, root).replace(os.sep, "/")
-            if not rel.startswith(prefix):
+    folders = [(str(root), "")]
+    while folders and len(files) <= MAX_LISTED:
+        folder, above = folders.pop()
+        try:
+            entries = list(os.scandir(folder))
+        except OSError:
+            continue  # gone, or not readable
+        for entry in entries:
+            rel = above + entry.name
+            link = entry.is_symlink()
+            if entry.is_dir():
+                if not link and (rel + "/").startswith(prefix[: len(rel) + 1]):
+                    folders.append((entry.path, rel + "/"))
                 continue
-            real = os.path.realpath(full)
-            if not real.startswith(top + os.sep):
+            if not rel.startswith(prefix) or (link and not os.path.realpath(entry.path).startswith(top)):
                 continue
             try:
-                st = os.stat(full)
+                st = entry.stat()
             except OSError:
-                continue  # gone since the walk saw it
-            if len(files) >= MAX_LISTED:
-                truncated = True
-                break
+                continue  # gone since the folder was read, or a link to nothing
             files.append({"path": rel, "size": st.st_size, "modified": _iso(st.st_mtime)})
+    truncated = len(files) > MAX_LISTED
     files.sort(key=lambda f: f["path"])
+    del files[MAX_LISTED:]
     return {"files": files, "total_bytes": sum(f["size"] for f in files), "truncated": truncated}
 
 
