@@ -74,6 +74,8 @@ class GpudeckWorker(Worker):
             self.heartbeat()
             time.sleep(LOW_DISK_POLL_S)
         if waited:
+            if self._stop_requested:
+                return None  # asked to stop while it waited: no job now
             log.warning("worker %s: there is room again under %s; it takes jobs", self.name, settings.home)
         return super().dequeue_job_and_maintain_ttl(timeout, max_idle_time)
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import io
 import shutil
+import threading
 import time
 from dataclasses import replace
 from pathlib import Path
@@ -16,7 +17,7 @@ from redis import Redis
 from api import create_app
 from jobs import control, disk, outcome
 from jobs.errors import ConfigError
-from jobs.keys import job_key
+from jobs.keys import job_key, rq_job_id
 from jobs.redis_server import EmbeddedRedis, free_port
 from jobs.runner import LogFile
 from jobs.settings import Settings
@@ -71,6 +72,28 @@ def test_below_the_floor_new_jobs_and_uploads_are_507_and_nothing_is_stored(sett
     client = create_app({"SETTINGS": settings, "REDIS": redis}).test_client()
     assert client.post("/api/v1/jobs", json=GOOD).status_code == 201
     assert client.get("/healthz").json["disk"]["low"] is False
+
+
+def test_a_worker_takes_no_job_while_the_disk_is_below_the_floor(settings, redis, monkeypatch, caplog):
+    from jobs import runner, worker
+    from jobs.keys import worker_listens
+
+    rec, _ = control.submit(redis, GOOD)
+    free, _ = disk.space(settings.home)
+    monkeypatch.setattr(worker, "LOW_DISK_POLL_S", 0.05)
+    monkeypatch.setattr(runner, "CONTEXT", runner.WorkerContext(replace(settings, min_free=free + (1 << 40)), "w"))
+    w = worker.GpudeckWorker(worker_listens("w", 0), name="w", connection=redis)
+    assert w.dequeue_job_and_maintain_ttl(None) is None  # a burst worker: nothing it may take
+    stop = threading.Timer(0.5, lambda: setattr(w, "_stop_requested", True))
+    stop.start()
+    assert w.dequeue_job_and_maintain_ttl(5) is None  # waited, then was asked to stop: still no job
+    assert "takes no new job" in caplog.text and "below GPUDECK_MIN_FREE" in caplog.text
+    assert JobStore(redis).get(rec["id"])["status"] == "queued"
+
+    w._stop_requested = False
+    monkeypatch.setattr(runner, "CONTEXT", runner.WorkerContext(settings, "w"))  # room again
+    job, _ = w.dequeue_job_and_maintain_ttl(5)
+    assert job.id == rq_job_id(rec["id"], 1)
 
 
 def test_the_metrics_say_what_is_free_and_what_jobs_datasets_and_redis_take(settings, redis, client):
