@@ -19,6 +19,8 @@ from textual.widgets import DataTable, Input, Label, Log, Static
 
 from jobs.proc import python_module
 from jobs.redis_server import free_port
+from jobs.settings import parse_size
+from models.sourcetree import human
 from tests.support.live import FAKE_SMI, fake_nvidia_smi, start_api
 from tui.app import GpudeckApp
 from tui.screens.dialogs import Confirm, KeysHelp, TensorBoardDialog
@@ -143,6 +145,12 @@ def test_jobs_table_updates_in_place_keeps_the_cursor_filters_sorts_and_opens_a_
             await until(pilot, lambda: table.row_count == 2)
             assert [str(table.get_cell_at((r, 0))) for r in range(2)] == [str(second), str(first)]  # newest first
             assert str(table.get_cell(str(second), "status")) == "succeeded"
+            disk = await until(pilot, lambda: re.search(r"· ([\d.]+ [KMGT]?i?B) free$", app.sub_title))  # title bar
+            free = requests.get(f"{stack}/healthz", timeout=10).json()["disk"]["free_bytes"]
+            shown = parse_size(disk.group(1).replace("i", "").replace(" ", ""))  # other tests write meanwhile:
+            assert abs(shown - free) < 0.05 * free + (1 << 30), (disk.group(1), free)  # as much, not to the byte
+            size = requests.get(f"{stack}/api/v1/jobs/{second}", timeout=10).json()["disk_bytes"]
+            assert size > 0 and str(table.get_cell(str(second), "disk")) == human(size)
             await pilot.press("down")  # the cursor on `first`
             before = screen.refreshed_at
             third = post(stack, {**QUICK, "name": "third"})
