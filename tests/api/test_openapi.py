@@ -97,6 +97,12 @@ def test_real_answers_conform_to_the_document(gpu_api, spawn, gpu_env, tmp_path)
     call("GET", f"/api/v1/jobs/{job}/files/checkpoints", 400)
     call("GET", f"/api/v1/jobs/{job}/files/nope", 404)
     call("POST", f"/api/v1/jobs/{job}/cancel", 409)
+    fresh = call("POST", f"/api/v1/jobs/{job}/retry", 201, json={"resume": False}).json()
+    assert fresh["resumes"] is None
+    call("POST", f"/api/v1/jobs/{job}/retry", 400, json={"resume": 1})
+    call("POST", f"/api/v1/jobs/{fresh['id']}/cancel", 200)
+    call("GET", f"/api/v1/jobs/{fresh['id']}/wait?timeout=120", 200)
+    call("DELETE", f"/api/v1/jobs/{fresh['id']}", 200)
     retried = call("POST", f"/api/v1/jobs/{job}/retry", 201).json()["id"]
     call("POST", f"/api/v1/jobs/{retried}/cancel", 200)
     call("GET", f"/api/v1/jobs/{retried}/wait?timeout=120", 200)  # a worker may have taken it: it ends when stopped
