@@ -39,7 +39,7 @@ def create_app(config: dict[str, Any] | None = None) -> Flask:
     app.extensions["gpudeck.redis"] = redis
     app.extensions["gpudeck.longpolls"] = Slots(threads)
 
-    from api import auth, catalog, cluster, datasets, errors, files, health, jobs, openapi, sources, tensorboard
+    from api import auth, catalog, cluster, datasets, errors, files, health, jobs, openapi, sources, tensorboard, users
 
     errors.register(app)
     auth.register(app)
@@ -52,6 +52,8 @@ def create_app(config: dict[str, Any] | None = None) -> Flask:
     app.register_blueprint(datasets.bp, url_prefix="/api/v1")
     app.register_blueprint(sources.bp, url_prefix="/api/v1")
     app.register_blueprint(tensorboard.bp, url_prefix="/api/v1")
+    app.register_blueprint(users.bp, url_prefix="/api/v1")
+    auth.register_audit(app)
     if app.config.get("START_REAPER") and settings.redis_url:
         from jobs import control
         from jobs.reaper import Reaper

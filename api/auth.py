@@ -1,32 +1,186 @@
-"""Bearer-token auth: with GPUDECK_TOKENS set, every route but /healthz needs one of those tokens."""
+"""Who a request is. With GPUDECK_TOKENS set or named tokens stored (`gpudeck token create`), every route but
+/healthz needs a bearer token: a GPUDECK_TOKENS one is an anonymous admin, a named one is its user. With neither,
+nobody is asked (a single-user machine: today's behaviour) and every request may do anything.
+
+Bad tokens are logged, and past AUTH_FAILURES_MAX a minute from one address answered 429 with Retry-After."""
 
 from __future__ import annotations
 
 import hmac
+import logging
+from dataclasses import replace
+from typing import Any
 
-from flask import Flask, request
+from flask import Flask, g, request
+from redis.exceptions import RedisError
 
 from api import deps
 from api.errors import error_response
+from jobs import tokens
+from jobs.errors import BadRequest, Forbidden
+from jobs.keys import auth_failures_key
+from jobs.settings import Settings
+from jobs.spec import is_command
+from jobs.tokens import User
+
+log = logging.getLogger(__name__)
 
 OPEN_PATHS = ("/healthz",)
+AUTH_FAILURES_MAX = 10
+"""Bad tokens one address may send a minute before it is answered 429."""
+
+
+def user() -> User | None:
+    """This request's user (None: no tokens are configured, and everybody may do anything)."""
+    return g.get("user")
+
+
+def owned() -> dict[str, str] | None:
+    """The record fields that make this request's user the owner of what it creates (None: no user)."""
+    who = user()
+    return {"owner": who.name} if who is not None and who.named else None
+
+
+def owner_arg() -> str | None:
+    """`?owner=NAME`, with `me` for this request's user."""
+    owner = request.args.get("owner") or None
+    if owner == "me":
+        who = user()
+        if who is None or not who.named:
+            raise BadRequest(
+                "owner=me needs a named token (gpudeck token create NAME); this request's has no name",
+                {"field": "owner"},
+            )
+        return who.name
+    return owner
+
+
+def settings_for_submit(spec: Any) -> Settings:
+    """The settings a submission is validated with: where tokens name their users, a user may submit command
+    jobs (tokens are required, as with GPUDECK_TOKENS) unless their token was made with --no-commands."""
+    settings, who = deps.settings(), user()
+    if who is None or not who.named:
+        return settings
+    if isinstance(spec, dict) and is_command(spec) and not who.commands:
+        raise Forbidden(
+            f"token {who.name!r} was created with --no-commands: it may submit model jobs only (an admin can make "
+            f"one that may: gpudeck token create NAME)",
+            {"rule": "no_commands", "user": who.name},
+        )
+    return replace(settings, command_jobs=True)
+
+
+def may(owner: str | None, action: str, what: str) -> None:
+    """Forbidden unless this request may `action` `what`, owned by `owner`: its owner or an admin (or anybody
+    where no tokens are configured)."""
+    who = user()
+    if who is None or who.admin or (owner is not None and owner == who.name):
+        return
+    whose = f"belongs to {owner}" if owner else "has no owner (it was made before tokens had names)"
+    raise Forbidden(
+        f"{what} {whose}: a user may {action} only their own; an admin token may {action} any",
+        {"rule": "owner_or_admin", "owner": owner, "user": who.name},
+    )
+
+
+def admin_only(action: str) -> None:
+    who = user()
+    if who is not None and not who.admin:
+        raise Forbidden(
+            f"only an admin may {action} (token {who.name!r} is a user's; gpudeck token create NAME --admin "
+            "makes an admin's)",
+            {"rule": "admin_only", "user": who.name},
+        )
 
 
 def register(app: Flask) -> None:
-    """Install the check as a before_request hook (a no-op when no tokens are configured)."""
+    """Install the check as a before_request hook."""
 
     @app.before_request
-    def require_token():
-        tokens = deps.settings().tokens
-        if not tokens or request.path in OPEN_PATHS:
+    def identify():
+        g.user = None
+        shared = deps.settings().tokens
+        if request.path in OPEN_PATHS:
+            return None
+        named = tokens.any_named(deps.redis())
+        if not shared and not named:
             return None
         scheme, _, given = request.headers.get("Authorization", "").partition(" ")
-        # Compare against every token in constant time, so timing says nothing about which is close.
+        given = given.strip()
+        # Against every shared token in constant time, so timing says nothing about which is close.
         ok = False
-        for token in tokens:
-            ok |= hmac.compare_digest(given.strip().encode(), token.encode())
+        for token in shared:
+            ok |= hmac.compare_digest(given.encode(), token.encode())
         if scheme.lower() == "bearer" and ok:
+            g.user = tokens.SHARED
             return None
-        resp, status = error_response(401, "unauthorized", "a valid 'Authorization: Bearer <token>' header is required")
-        resp.headers["WWW-Authenticate"] = 'Bearer realm="gpudeck"'
+        why = "no bearer token"
+        if scheme.lower() == "bearer" and given:
+            found, why = tokens.identify(deps.redis(), given) if named else (None, "unknown token")
+            if found is not None:
+                g.user = found
+                return None
+        if scheme.lower() == "bearer" and given:
+            return _refuse(why)
+        return _unauthorized("no bearer token")
+
+
+def _refuse(why: str):
+    """A wrong token: counted per address (a guess), 429 past AUTH_FAILURES_MAX a minute."""
+    address = request.remote_addr or "?"
+    redis = deps.redis()
+    key = auth_failures_key(address)
+    with redis.pipeline() as pipe:
+        pipe.set(key, 0, ex=60, nx=True)  # a minute from the first
+        pipe.incr(key)
+        pipe.ttl(key)
+        _, failures, ttl = pipe.execute()
+    log.warning(
+        "refused a request from %s to %s %s: %s (%d in the last minute)",
+        address,
+        request.method,
+        request.path,
+        why,
+        failures,
+    )
+    if failures > AUTH_FAILURES_MAX:
+        resp, status = error_response(
+            429,
+            "too_many_requests",
+            f"too many bad tokens from {address} in a minute: try again in {max(ttl, 1)} s",
+            {"retry_after_s": max(ttl, 1)},
+        )
+        resp.headers["Retry-After"] = str(max(ttl, 1))
         return resp, status
+    return _unauthorized(why)
+
+
+def _unauthorized(why: str):
+    resp, status = error_response(
+        401, "unauthorized", f"a valid 'Authorization: Bearer <token>' header is required ({why})"
+    )
+    resp.headers["WWW-Authenticate"] = 'Bearer realm="gpudeck"'
+    return resp, status
+
+
+AUDITED = ("POST", "PUT", "PATCH", "DELETE")
+
+
+def register_audit(app: Flask) -> None:
+    @app.after_request
+    def record(response):
+        who = user()
+        # (where no tokens are configured there is nobody to tell apart: nothing is recorded, as before)
+        if who is not None and request.method in AUDITED and request.path.startswith("/api/"):
+            try:
+                tokens.audit(
+                    deps.redis(),
+                    who.name,
+                    request.remote_addr or "?",
+                    request.method,
+                    request.full_path.rstrip("?"),
+                    response.status_code,
+                )
+            except RedisError as exc:  # (a Redis that refuses writes refused the request itself too)
+                log.warning("audit: not recorded (%s): %s %s %s", exc, request.method, request.path, response.status)
+        return response

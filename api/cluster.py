@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from flask import Blueprint
 
-from api import deps
-from jobs import disk, gpus, sweeps, worker
+from api import auth, deps
+from jobs import disk, gpus, quota, sweeps, worker
 from jobs.views import job_view
 
 bp = Blueprint("cluster", __name__)
@@ -18,18 +18,27 @@ def workers():
 
 @bp.post("/workers/<name>/drain")
 def drain(name: str):
+    auth.admin_only("drain a worker")
     return worker.drain(deps.redis(), name)
 
 
 @bp.get("/gpus")
 def gpu_stats():
-    return {"hosts": gpus.read_all(deps.redis()), "next_cursor": None}
+    """Each host's newest sample, each GPU with the job (and its owner) that holds it now."""
+    hosts, held = gpus.read_all(deps.redis()), quota.holders(deps.redis())
+    for host in hosts:
+        for gpu in host.get("gpus", []):
+            gpu["held_by"] = held.get((host["host"], str(gpu.get("index"))))
+    return {"hosts": hosts, "next_cursor": None}
 
 
 @bp.post("/sweeps")
 def create_sweep():
     disk.ensure_room(deps.settings(), "a new sweep")
-    sweep = sweeps.create(deps.redis(), deps.json_body(), deps.settings())
+    body = deps.json_body()
+    base = body.get("base") if isinstance(body, dict) else None
+    settings = auth.settings_for_submit(base if isinstance(base, dict) else {})
+    sweep = sweeps.create(deps.redis(), body, settings, owner=(auth.owned() or {}).get("owner"))
     sweep["jobs"] = [job_view(j) for j in sweep["jobs"]]
     return sweep, 201, {"Location": f"/api/v1/sweeps/{sweep['id']}"}
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from flask import Blueprint, request
 
-from api import deps
+from api import auth, deps
 from jobs import datasets, disk
 
 bp = Blueprint("datasets", __name__)
@@ -18,7 +18,8 @@ def upload():
     request.max_content_length = s.dataset_max_bytes + 1024 * s.dataset_max_files
     deps.only_args(request.form, ("name", "version", "file"), where="form field")
     deps.only_args(request.files, ("file",), where="file field")
-    meta = datasets.upload(deps.redis(), s, request.form.get("name"), request.form.get("version"), deps.upload_stream())
+    name, version = request.form.get("name"), request.form.get("version")
+    meta = datasets.upload(deps.redis(), s, name, version, deps.upload_stream(), (auth.owned() or {}).get("owner"))
     return meta, 201, {"Location": f"/api/v1/datasets/{meta['name']}"}
 
 
@@ -30,7 +31,13 @@ def list_datasets():
 @bp.delete("/datasets/<name>/<version>")
 def delete(name: str, version: str):
     """A dataset version, gone (409 naming the jobs while a queued or running one uses it)."""
-    return datasets.delete(deps.redis(), deps.settings(), name, version)
+    return datasets.delete(
+        deps.redis(),
+        deps.settings(),
+        name,
+        version,
+        lambda owner: auth.may(owner, "delete", f"dataset {name}:{version}"),
+    )
 
 
 @bp.get("/datasets/<name>")

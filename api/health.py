@@ -12,7 +12,7 @@ from rq import Queue
 
 from api import deps
 from api.errors import cannot_write
-from jobs import disk
+from jobs import disk, tokens
 from jobs import gpus as gpus_mod
 from jobs import worker as worker_mod
 from jobs.keys import PRIORITIES, queue_name, worker_queues
@@ -51,7 +51,8 @@ def healthz():
         "workers": len(workers),
         "workers_alive": alive,
         "long_polls": long_polls,
-        "command_jobs": settings.command_jobs_allowed,  # what a client's form offers
+        # what a client's form offers (named tokens require a token, as GPUDECK_TOKENS does)
+        "command_jobs": settings.command_jobs_allowed or tokens.any_named(deps.redis()),
         "disk": space,
     }
 

@@ -9,7 +9,7 @@ from collections import OrderedDict
 
 from flask import Blueprint, Response, current_app, request
 
-from api import deps, longpoll
+from api import auth, deps, longpoll
 from api.finite import finite
 from jobs import control, gang, queues, usage
 from jobs.errors import BadRequest
@@ -30,26 +30,29 @@ WAIT_POLL_S = 0.25
 
 @bp.post("")
 def submit():
-    body, settings = deps.json_body(), deps.settings()
+    body, settings = deps.json_body(), auth.settings_for_submit(deps.json_body())
     key = request.headers.get("Idempotency-Key")
+    extra = auth.owned()
     if key is None:
-        rec, _ = control.submit(deps.redis(), body, settings)
+        rec, _ = control.submit(deps.redis(), body, settings, extra=extra)
         return views([rec])[0], 201, {"Location": f"/api/v1/jobs/{rec['id']}"}
     if not 0 < len(key) <= 255:
         raise BadRequest("Idempotency-Key must be 1 to 255 characters", {"field": "Idempotency-Key"})
-    rec, replayed = control.submit(deps.redis(), body, settings, idempotency_key=key)
+    rec, replayed = control.submit(deps.redis(), body, settings, idempotency_key=key, extra=extra)
     headers = {"Location": f"/api/v1/jobs/{rec['id']}", "Idempotent-Replayed": str(replayed).lower()}
     return views([rec])[0], 200 if replayed else 201, headers
 
 
 @bp.post("/<int:job_id>/cancel")
 def cancel(job_id: int):
+    auth.may(deps.store().get(job_id).get("owner"), "cancel", f"job {job_id}")
     return job_view(control.cancel(deps.redis(), job_id))
 
 
 @bp.delete("/<int:job_id>")
 def delete(job_id: int):
     """An ended job, gone for good: its record, streams, references and job dir (409 while it is not ended)."""
+    auth.may(deps.store().get(job_id).get("owner"), "delete", f"job {job_id}")
     return {**control.delete(deps.redis(), deps.settings(), [job_id])[0], "deleted": True}
 
 
@@ -63,17 +66,21 @@ def retry(job_id: int):
     resume = body.get("resume", True)
     if not isinstance(resume, bool):
         raise BadRequest(f"resume must be true or false, got {json.dumps(resume)}", {"field": "resume"})
-    rec = control.retry(deps.redis(), job_id, deps.settings(), resume=resume)
+    old = deps.store().get(job_id)
+    auth.may(old.get("owner"), "retry", f"job {job_id}")
+    settings = auth.settings_for_submit(old["spec"])
+    rec = control.retry(deps.redis(), job_id, settings, resume=resume, extra=auth.owned())
     return views([rec])[0], 201, {"Location": f"/api/v1/jobs/{rec['id']}"}
 
 
 @bp.get("")
 def list_jobs():
-    deps.only_args(request.args, ("status", "model", "tag", "limit", "cursor"))
+    deps.only_args(request.args, ("status", "model", "tag", "owner", "limit", "cursor"))
     limit = deps.int_arg("limit", 50, 1, MAX_PAGE)
     cursor = deps.int_arg("cursor", 0, 0, MAX_OFFSET) or None
     statuses = _statuses(request.args.get("status"))
     model, tag = request.args.get("model") or None, request.args.get("tag") or None
+    owner = auth.owner_arg()
 
     def keep(rec: dict) -> bool:
         spec = rec["spec"]
@@ -81,11 +88,11 @@ def list_jobs():
             (statuses is None or rec["status"] in statuses)
             and (model is None or spec.get("model") == model)
             and (tag is None or tag in spec.get("tags", ()))
+            and (owner is None or rec.get("owner") == owner)
         )
 
-    recs = deps.store().list(
-        limit=limit + 1, before=cursor, where=None if (statuses, model, tag) == (None, None, None) else keep
-    )
+    filtered = (statuses, model, tag, owner) != (None, None, None, None)
+    recs = deps.store().list(limit=limit + 1, before=cursor, where=keep if filtered else None)
     next_cursor = recs[limit - 1]["id"] if len(recs) > limit else None
     # An ETag, so a client that polls the list (the TUI, every 2 s) is answered 304 with no body for a page that
     # has not changed since it last read it (old pages of ended jobs seldom do).

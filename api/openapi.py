@@ -229,6 +229,9 @@ def _schemas() -> dict[str, Any]:
             {
                 "id": INT,
                 "name": STR,
+                "owner": _nullable(
+                    {**STR, "description": "the name of the token that made it (null: no named tokens then)"}
+                ),
                 "status": {**STR, "enum": [s.value for s in Status]},
                 "reason": _nullable({**STR, "enum": [r.value for r in Reason]}),
                 "message": _nullable(STR),
@@ -413,6 +416,9 @@ def _schemas() -> dict[str, Any]:
                 "base": {"type": "object"},
                 "job_ids": {"type": "array", "items": INT},
                 "jobs": {"type": "array", "items": _ref("Job")},
+                "owner": _nullable(
+                    {**STR, "description": "the name of the token that made it (null: no named tokens then)"}
+                ),
             },
             ["id", "job_ids", "jobs"],
         ),
@@ -473,6 +479,9 @@ def _schemas() -> dict[str, Any]:
                 "files": INT,
                 "size_bytes": INT,
                 "created_at": TIME,
+                "owner": _nullable(
+                    {**STR, "description": "the name of the token that made it (null: no named tokens then)"}
+                ),
             },
             ["name", "version", "ref", "format", "files", "size_bytes", "created_at"],
         ),
@@ -525,6 +534,12 @@ def _schemas() -> dict[str, Any]:
                         ["pid", "job_id"],
                     ),
                 },
+                "held_by": _nullable(
+                    {
+                        **_obj({"job_id": INT, "owner": _nullable(STR)}, ["job_id", "owner"]),
+                        "description": "the active job whose worker is pinned to this GPU, and who owns it",
+                    }
+                ),
             },
             ["index", "uuid", "name", "utilization", "memory_used_mib", "memory_total_mib", "processes"],
         ),
@@ -598,6 +613,41 @@ def _schemas() -> dict[str, Any]:
             },
             ["status", "redis", "workers", "workers_alive", "long_polls", "command_jobs"],
         ),
+        "WhoAmI": _obj(
+            {
+                "name": _nullable(STR),
+                "role": {**STR, "enum": ["admin", "user"]},
+                "auth": {
+                    **STR,
+                    "enum": ["named", "shared", "none"],
+                    "description": "a named token, a GPUDECK_TOKENS one, or none configured (anyone may do anything)",
+                },
+                "max_gpus": _nullable(INT),
+                "commands": _nullable({"type": "boolean"}),
+            },
+            ["name", "role", "auth"],
+        ),
+        "AuditTrail": _obj(
+            {
+                "entries": {
+                    "type": "array",
+                    "items": _obj(
+                        {
+                            "time": TIME,
+                            "user": STR,
+                            "address": STR,
+                            "method": STR,
+                            "path": STR,
+                            "status": INT,
+                            "detail": STR,
+                        },
+                        ["time", "user", "method", "path", "status"],
+                    ),
+                },
+                "next_cursor": {"type": "null"},
+            },
+            ["entries"],
+        ),
         "RetryInput": _obj(
             {
                 "resume": {
@@ -622,12 +672,13 @@ def _errors(*codes: int) -> dict[str, Any]:
     text = {
         400: "bad input; details name the field",
         401: "missing or wrong bearer token",
-        403: "not allowed here, e.g. a path outside GPUDECK_DATA_ROOTS (the message says how to allow it)",
+        403: "not allowed here, e.g. a path outside GPUDECK_DATA_ROOTS, or another user's job; the message says which "
+        "rule refused it and how to allow it",
         404: "no such resource (or a spec whose one problem is a dataset that does not exist)",
         409: "conflicts with the resource's state",
         413: "body or archive over a limit",
         422: "well-formed but refused",
-        429: "too many concurrent streams",
+        429: "too many concurrent streams, or too many bad tokens from this address (Retry-After: when to try again)",
         503: "Redis or a started service unavailable (`redis_cannot_write`: Redis cannot save to its disk and refuses "
         "writes; nothing was changed)",
         507: "less than GPUDECK_MIN_FREE is free under GPUDECK_HOME: new jobs and uploads wait for room (the message "
@@ -651,7 +702,7 @@ def _path_id(name: str = "id") -> dict[str, Any]:
 
 
 def _op(summary: str, responses: dict[str, Any], **extra: Any) -> dict[str, Any]:
-    return {"summary": summary, "responses": {**responses, **_errors(401), **URI_TOO_LONG}, **extra}
+    return {"summary": summary, "responses": {**responses, **_errors(401, 429), **URI_TOO_LONG}, **extra}
 
 
 URI_TOO_LONG = {
@@ -727,6 +778,7 @@ def _paths() -> dict[str, Any]:
                     _q("status", {**STR, "pattern": _list_of([s.value for s in Status])}, "comma-separated statuses"),
                     _q("model", STR, "model name"),
                     _q("tag", STR, "a tag the job has"),
+                    _q("owner", STR, "jobs of this token name (`me`: this request's)"),
                     _q("limit", {**INT, "minimum": 1, "maximum": MAX_PAGE}, "page size (50)"),
                     _q("cursor", {**INT, "minimum": 0, "maximum": MAX_OFFSET}, "next_cursor of the previous page"),
                 ],
@@ -736,17 +788,17 @@ def _paths() -> dict[str, Any]:
             "get": _op("One job", {"200": _json("Job"), **_errors(404)}, parameters=job),
             "delete": _op(
                 "Delete an ended job for good: its record, log, metrics, references and job dir",
-                {"200": _json("Deleted"), **_errors(404, 409)},
+                {"200": _json("Deleted"), **_errors(403, 404, 409)},
                 parameters=job,
             ),
         },
         "/api/v1/jobs/{id}/cancel": {
-            "post": _op("Cancel a job", {"200": _json("Job"), **_errors(404, 409)}, parameters=job)
+            "post": _op("Cancel a job", {"200": _json("Job"), **_errors(403, 404, 409)}, parameters=job)
         },
         "/api/v1/jobs/{id}/retry": {
             "post": _op(
                 "Submit an ended job again; a model job resumes from the last checkpoint the job left",
-                {"201": _json("Job"), **_errors(400, 404, 409, 507)},
+                {"201": _json("Job"), **_errors(400, 403, 404, 409, 507)},
                 parameters=job,
                 requestBody={
                     "required": False,
@@ -869,7 +921,7 @@ def _paths() -> dict[str, Any]:
         "/api/v1/datasets/{name}/{version}": {
             "delete": _op(
                 "Delete a dataset version: its files and entry (409 naming the queued or running jobs that use it)",
-                {"200": _json("DeletedDataset"), **_errors(400, 404, 409)},
+                {"200": _json("DeletedDataset"), **_errors(400, 403, 404, 409)},
                 parameters=[
                     {"name": "name", "in": "path", "required": True, "schema": STR},
                     {"name": "version", "in": "path", "required": True, "schema": STR},
@@ -916,7 +968,7 @@ def _paths() -> dict[str, Any]:
             "post": _op(
                 "Finish the current job, take no new one, exit",
                 {"200": {"description": "draining", "content": {"application/json": {"schema": {"type": "object"}}}}}
-                | _errors(404),
+                | _errors(403, 404),
                 parameters=[{"name": "name", "in": "path", "required": True, "schema": STR}],
             )
         },
@@ -936,6 +988,18 @@ def _paths() -> dict[str, Any]:
         "/api/v1/tensorboard/{port}": {
             "delete": _op(
                 "Stop a TensorBoard", {"204": {"description": "stopped"}, **_errors(404)}, parameters=[_path_id("port")]
+            )
+        },
+        "/api/v1/whoami": {"get": _op("Who this request's token is", {"200": _json("WhoAmI")})},
+        "/api/v1/audit": {
+            "get": _op(
+                "State-changing requests, newest first (admins; recorded where tokens are configured)",
+                {"200": _json("AuditTrail"), **_errors(400, 403)},
+                parameters=[
+                    _q("user", STR, "only this token name's"),
+                    _q("since", {**STR, "pattern": "^\\d+[smhdw]$"}, "only the last 30d, 12h, …"),
+                    _q("limit", {**INT, "minimum": 1, "maximum": 1000}, "most entries (100)"),
+                ],
             )
         },
         "/api/v1/openapi.json": {

@@ -10,8 +10,8 @@ import sys
 from collections.abc import Callable
 from pathlib import Path
 
-from jobs.errors import GpudeckError
-from jobs.settings import DEFAULT_PORT, Settings, parse_size
+from jobs.errors import ConfigError, GpudeckError
+from jobs.settings import DEFAULT_PORT, Settings, parse_age, parse_size
 from models.protocol import DEFAULT_GRACE_S
 
 EXIT_OK, EXIT_JOB_FAILED, EXIT_USAGE, EXIT_UNREACHABLE = 0, 1, 2, 3
@@ -68,6 +68,86 @@ def cmd_worker(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def _server_redis(settings: Settings):
+    """The stack's Redis, from this host: REDIS_URL, else the embedded one `gpudeck up` runs under the home."""
+    from redis import Redis
+
+    if settings.redis_url:
+        return settings.redis()
+    sock = settings.home / "redis" / "redis.sock"
+    if sock.exists():
+        return Redis(unix_socket_path=str(sock))
+    raise ConfigError(
+        f"no Redis to keep tokens in: run this on the server, where `gpudeck up` runs with "
+        f"GPUDECK_HOME={settings.home} (its Redis is not there now), or set REDIS_URL to the stack's Redis"
+    )
+
+
+def cmd_token(args: argparse.Namespace) -> int:
+    """Named tokens, on the server against its Redis: create (printed once), ls, revoke."""
+    import getpass
+    import json
+
+    from jobs import tokens
+
+    redis = _server_redis(settings_from_env(args.home))
+    who = f"server:{getpass.getuser()}"
+    if args.action == "ls":
+        listed = tokens.list_all(redis)
+        if args.json:
+            print(json.dumps(listed, indent=2))
+            return EXIT_OK
+        print(f"{'NAME':<20} {'ROLE':<6} {'MAX GPUS':>8} {'COMMANDS':<8} {'CREATED':<17} {'LAST USED':<17} EXPIRES")
+        for t in listed:
+            print(
+                f"{t['name']:<20} {t['role']:<6} {_or_dash(t['max_gpus']):>8} {'yes' if t['commands'] else 'no':<8} "
+                f"{_when(t['created_at']):<17} {_when(t['last_used_at']):<17} {_when(t['expires_at'])}"
+            )
+        return EXIT_OK
+    if not args.name:
+        print(f"gpudeck token {args.action} NAME", file=sys.stderr)
+        return EXIT_USAGE
+    if args.action == "revoke":
+        tokens.revoke(redis, args.name)
+        tokens.audit(redis, who, "local", "TOKEN", f"revoke {args.name}", 0)
+        print(f"revoked {args.name}: its next request is refused")
+        return EXIT_OK
+    token = tokens.create(
+        redis,
+        args.name,
+        admin=args.admin,
+        max_gpus=args.max_gpus,
+        commands=not args.no_commands,
+        expires_s=args.expires,
+    )
+    role = "admin" if args.admin else "user"
+    tokens.audit(redis, who, "local", "TOKEN", f"create {args.name}", 0, detail=role)
+    print(token)
+    print(
+        f"(the token of {args.name}, a {role}: shown this once; clients send it as GPUDECK_TOKEN or "
+        "'Authorization: Bearer …')",
+        file=sys.stderr,
+    )
+    return EXIT_OK
+
+
+def _or_dash(value) -> str:
+    return "-" if value is None else str(value)
+
+
+def _when(ts: float | None) -> str:
+    import time
+
+    return time.strftime("%Y-%m-%d %H:%M", time.localtime(ts)) if ts else "-"
+
+
+def _age_s(text: str) -> int:
+    try:
+        return parse_age(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
 def _no_api(name: str) -> int:
     print("gpudeck worker --drain: run it through the `gpudeck` command (it asks the API)", file=sys.stderr)
     return EXIT_USAGE
@@ -101,6 +181,19 @@ def add_commands(sub: argparse._SubParsersAction, drain_over_api: Callable[[str]
     )
     p.add_argument("--max-memory", type=_bytes, help="cap each trainer's memory (RLIMIT_DATA), e.g. 16G")
     p.set_defaults(func=cmd_worker, drain_over_api=drain_over_api)
+
+    p = sub.add_parser(
+        "token", help="named tokens, on the server: token create NAME [--admin], token ls, token revoke NAME"
+    )
+    p.add_argument("action", choices=("create", "ls", "revoke"))
+    p.add_argument("name", nargs="?", help="the token's name: who it is (create, revoke)")
+    p.add_argument("--admin", action="store_true", help="may do anything: others' jobs, draining workers, the audit")
+    p.add_argument("--max-gpus", type=int, metavar="N", help="the most GPUs this user's running jobs hold at once")
+    p.add_argument("--no-commands", action="store_true", help="may not submit command jobs (your own code)")
+    p.add_argument("--expires", type=_age_s, metavar="AGE", help="refused after this long: 90d, 12h, 2w")
+    p.add_argument("--home", type=Path, help="data root of the stack (default $GPUDECK_HOME)")
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(func=cmd_token)
 
 
 def main(argv: list[str] | None = None) -> int:

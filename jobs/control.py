@@ -51,7 +51,7 @@ def submit(
     if idempotency_key is None:
         rec, replayed = queues.submit(redis, body, settings, extra=extra), False
     else:
-        rec, replayed = queues.submit_once(redis, body, idempotency_key, settings)
+        rec, replayed = queues.submit_once(redis, body, idempotency_key, settings, extra=extra)
     if not replayed and is_multi_worker(rec["spec"]):
         gang.place(redis)
         rec = JobStore(redis).get(rec["id"])
@@ -78,7 +78,13 @@ def cancel(redis: Redis, job_id: int) -> dict[str, Any]:
     return store.get(job_id)
 
 
-def retry(redis: Redis, job_id: int, settings: Settings | None = None, resume: bool = True) -> dict[str, Any]:
+def retry(
+    redis: Redis,
+    job_id: int,
+    settings: Settings | None = None,
+    resume: bool = True,
+    extra: dict[str, Any] | None = None,
+) -> dict[str, Any]:
     """Submit an ended job's spec again, as a new job with the next id (a command job: the same source snapshot).
     A model job `resume`s from the last complete checkpoint the job left (its worker links it in); a command
     job's script keeps its own state."""
@@ -88,7 +94,8 @@ def retry(redis: Redis, job_id: int, settings: Settings | None = None, resume: b
     spec = rec["spec"]
     # (the tasks of a multi-worker job start over: each restores from a folder of its own)
     resumes = resume and not is_command(spec) and not is_multi_worker(spec)
-    return submit(redis, spec, settings, extra={"resumes": job_id} if resumes else None)[0]
+    fields = {**(extra or {}), **({"resumes": job_id} if resumes else {})}
+    return submit(redis, spec, settings, extra=fields or None)[0]
 
 
 def delete(redis: Redis, settings: Settings, job_ids: list[int]) -> list[dict[str, Any]]:

@@ -8,6 +8,7 @@ import json
 import os
 import time
 import uuid
+from collections.abc import Callable
 from pathlib import Path
 from typing import IO, Any
 
@@ -36,8 +37,11 @@ def _check_names(name: Any, version: Any) -> tuple[str, str]:
     return name, version
 
 
-def upload(redis: Redis, settings: Settings, name: Any, version: Any, fileobj: IO[bytes] | None) -> dict[str, Any]:
-    """Extract an uploaded archive as dataset `name:version` and register it; the version must be new."""
+def upload(
+    redis: Redis, settings: Settings, name: Any, version: Any, fileobj: IO[bytes] | None, owner: str | None = None
+) -> dict[str, Any]:
+    """Extract an uploaded archive as dataset `name:version` (by `owner`) and register it; the version must be
+    new."""
     name, version = _check_names(name, version)
     if fileobj is None:
         raise ValidationError({"file": "is required: the archive (tar, tar.gz, tgz or zip) as a multipart file"})
@@ -75,6 +79,7 @@ def upload(redis: Redis, settings: Settings, name: Any, version: Any, fileobj: I
             "files": stats.files,
             "size_bytes": stats.size_bytes,
             "created_at": time.time(),
+            "owner": owner,
         }
         with redis.pipeline() as pipe:
             pipe.hset(dataset_key(name), version, json.dumps(meta))
@@ -92,13 +97,17 @@ USERS_NAMED = 100
 """Most jobs a refused delete names."""
 
 
-def delete(redis: Redis, settings: Settings, name: Any, version: Any) -> dict[str, Any]:
+def delete(
+    redis: Redis, settings: Settings, name: Any, version: Any, may: Callable[[str | None], None] | None = None
+) -> dict[str, Any]:
     """Remove dataset version `name:version` (its files and its entry); Conflict naming the jobs while a queued or
     running job uses it (a job pins the version when it is submitted)."""
     name, version = _check_names(name, version)
     raw = redis.hget(dataset_key(name), version)
     if raw is None:
         raise NotFound(f"dataset {name}:{version} does not exist", {"name": name, "version": version})
+    if may is not None:
+        may(json.loads(raw).get("owner"))  # (Forbidden unless this caller may delete its owner's version)
     ref = f"{name}:{version}"
     users = JobStore(redis).list(
         limit=USERS_NAMED,
@@ -132,6 +141,7 @@ def view(meta: dict[str, Any]) -> dict[str, Any]:
         "files": meta["files"],
         "size_bytes": meta["size_bytes"],
         "created_at": iso(meta["created_at"]),
+        "owner": meta.get("owner"),
     }
 
 

@@ -30,7 +30,7 @@ from redis import Redis
 from redis.exceptions import RedisError
 from rq import Queue, Worker
 
-from jobs import lifecycle, queues
+from jobs import lifecycle, queues, quota, tokens
 from jobs.errors import NotFound
 from jobs.keys import (
     GANGS_KEY,
@@ -142,10 +142,19 @@ def place(redis: Redis) -> list[int]:
             base = base_queue(spec["gpus"])
             if base in heads:
                 continue  # only the first in line of each queue may take workers: no starvation among them
+            owner, gpus = rec.get("owner"), quota.job_gpus(spec)
+            limit = tokens.max_gpus(redis, owner) if owner and gpus else None
+            if limit is not None and (holds := quota.held(redis, owner)) + gpus > limit:
+                _waiting(store, rec, quota.waiting(owner, holds, limit))
+                continue  # (over its owner's quota, it does not hold up other users' jobs behind it)
             heads.add(base)
             free, n = idle.get(base, []), spec["workers"]
             if len(free) < n:
                 _waiting(store, rec, f"waiting for {n} idle workers serving {base}; {len(free)} idle now")
+                continue
+            if limit is not None and not (claimed := quota.claim(redis, owner, job_id, gpus, limit))[0]:
+                _waiting(store, rec, quota.waiting(owner, claimed[1], limit))
+                heads.discard(base)
                 continue
             chosen = _spread(free, n)
             if _assign(redis, store, rec, chosen):
@@ -367,7 +376,8 @@ def task_lost(redis: Redis, job_id: int, index: int, message: str, finish_job: b
 
 
 class Placer(threading.Thread):
-    """In each worker: says the worker is alive for tasks, and places waiting multi-worker jobs."""
+    """In each worker: says the worker is alive for tasks, places waiting multi-worker jobs, and puts jobs that
+    waited for their owner's GPU quota back in line when it allows."""
 
     def __init__(self, redis_url: str, worker: str):
         super().__init__(name="gpudeck-placer", daemon=True)
@@ -380,6 +390,7 @@ class Placer(threading.Thread):
             try:
                 self.redis.set(alive_key(self.worker), "1", ex=ALIVE_TTL_S)
                 place(self.redis)
+                quota.unpark(self.redis)
             except RedisError as exc:
                 log.warning("placer: redis unavailable (%s)", exc)
             except Exception:  # noqa: BLE001 - a placer that dies silently would leave jobs waiting forever

@@ -195,3 +195,27 @@ def job_id_of(rq_id: str | None) -> int | None:
         return None
     part = rq_id.split("-")[1]
     return int(part) if part.isdigit() else None
+
+
+# -- users ------------------------------------------------------------------------------------------
+TOKENS_KEY = f"{PREFIX}:tokens"
+"""Hash: token name -> JSON (sha256 of the token, role, limits, created, expires, last used); never the token."""
+AUDIT_KEY = f"{PREFIX}:audit"
+"""Stream of state-changing requests (time, user, address, method, path, status), capped."""
+
+
+def token_hash_key(sha256: str) -> str:
+    """A named token's name, by the sha256 of the token (one GET per request finds who it is)."""
+    return f"{PREFIX}:token:{sha256}"
+
+
+def auth_failures_key(address: str) -> str:
+    """Bad tokens from one address in the last minute (past a few, it is answered 429)."""
+    return f"{PREFIX}:authfail:{address}"
+
+
+QUOTA_CLAIMS_KEY = f"{PREFIX}:quota:claims"
+"""Hash job id -> JSON {owner, gpus, expires}: jobs a worker took for an owner with a GPU quota, not yet started."""
+QUOTA_PARKED_KEY = f"{PREFIX}:quota:parked"
+"""Sorted set (score: job id) of JSON {job, rq, queue, owner, gpus}: jobs taken off their queue to wait for their
+owner's GPU quota (jobs.quota puts them back)."""

@@ -12,7 +12,7 @@ from rq import Queue, Worker
 from rq.exceptions import NoSuchJobError
 from rq.job import Job
 
-from jobs import datasets, sources
+from jobs import datasets, quota, sources
 from jobs import spec as spec_mod
 from jobs.errors import Conflict, Unprocessable
 from jobs.keys import GANGS_KEY, PRIORITIES, RUN_JOB, idempotency_key, queue_name, rq_job_id, worker_queues
@@ -55,6 +55,7 @@ def submit(
     description."""
     s = settings or Settings.from_env({})
     spec = validate(redis, body, s)
+    quota.check_fits(redis, (extra or {}).get("owner"), spec)
     source = None
     if spec.get("source"):
         sha = sourcetree.parse_ref(spec["source"])
@@ -147,7 +148,9 @@ IDEMPOTENCY_TTL_S = 24 * 3600
 """How long an Idempotency-Key keeps answering with the job it first created."""
 
 
-def submit_once(redis: Redis, body: Any, key: str, settings: Settings | None = None) -> tuple[dict[str, Any], bool]:
+def submit_once(
+    redis: Redis, body: Any, key: str, settings: Settings | None = None, extra: dict[str, Any] | None = None
+) -> tuple[dict[str, Any], bool]:
     """submit() under an Idempotency-Key: the same key within 24 h returns the first job and creates nothing.
     Returns (record, replayed)."""
     digest = hashlib.sha256(json.dumps(body, sort_keys=True).encode()).hexdigest()
@@ -156,7 +159,7 @@ def submit_once(redis: Redis, body: Any, key: str, settings: Settings | None = N
     while time.monotonic() < deadline:
         if redis.set(slot, json.dumps({"body": digest}), nx=True, ex=IDEMPOTENCY_TTL_S):
             try:
-                rec = submit(redis, body, settings)
+                rec = submit(redis, body, settings, extra=extra)
             except Exception:
                 redis.delete(slot)  # a refused submission does not use up the key
                 raise

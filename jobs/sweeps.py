@@ -10,7 +10,7 @@ from typing import Any
 
 from redis import Redis
 
-from jobs import queues
+from jobs import queues, quota
 from jobs import spec as spec_mod
 from jobs.errors import NotFound, TooLarge, ValidationError
 from jobs.keys import SWEEP_COUNTER_KEY, sweep_key
@@ -57,14 +57,15 @@ def expand(base: Any, grid: Any) -> list[dict[str, Any]]:
     return specs
 
 
-def create(redis: Redis, body: Any, settings: Settings | None = None) -> dict[str, Any]:
-    """Validate every combination first (all or nothing), then submit one job each under a new sweep id."""
+def create(redis: Redis, body: Any, settings: Settings | None = None, owner: str | None = None) -> dict[str, Any]:
+    """Validate every combination first (all or nothing), then submit one job each (all `owner`'s) under a new
+    sweep id."""
     if not isinstance(body, dict) or set(body) - {"base", "grid"}:
         raise ValidationError({"body": 'must be {"base": <job spec>, "grid": {field: [values]}}'})
     specs = expand(body.get("base"), body.get("grid"))
     for i, s in enumerate(specs):
         try:
-            queues.validate(redis, s, settings, default_gpus=0)
+            quota.check_fits(redis, owner, queues.validate(redis, s, settings, default_gpus=0))
         except ValidationError as exc:
             combo = {k: _get(s, k) for k in body["grid"]}
             raise type(exc)(  # a combination whose one problem is a missing dataset is a 404, as a job's
@@ -74,13 +75,14 @@ def create(redis: Redis, body: Any, settings: Settings | None = None) -> dict[st
     jobs = []
     for s in specs:
         s = {**s, "tags": [*(s.get("tags") or []), f"sweep:{sweep_id}"], "name": _name(s, body, sweep_id)}
-        jobs.append(queues.submit(redis, s, settings))
+        jobs.append(queues.submit(redis, s, settings, extra={"owner": owner} if owner else None))
     record = {
         "id": sweep_id,
         "grid": body["grid"],
         "base": body["base"],
         "job_ids": [j["id"] for j in jobs],
         "created_at": time.time(),
+        "owner": owner,
     }
     redis.set(sweep_key(sweep_id), json.dumps(record))
     return {**record, "jobs": jobs}
@@ -141,6 +143,7 @@ def summary(redis: Redis, sweep_id: int) -> dict[str, Any]:
         "id": sweep_id,
         "grid": record["grid"],
         "base": record["base"],
+        "owner": record.get("owner"),
         "jobs": rows,
         "ended": done,
         "total": len(rows),

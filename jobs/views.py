@@ -30,6 +30,7 @@ def job_view(
     return {
         "id": rec["id"],
         "name": spec.get("name"),
+        "owner": rec.get("owner"),
         "status": status.value,
         "reason": rec.get("reason"),
         "message": rec.get("message"),

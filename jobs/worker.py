@@ -14,7 +14,7 @@ from redis import Redis
 from rq import Worker
 from rq.command import send_shutdown_command
 
-from jobs import control, disk, gang, runner
+from jobs import control, disk, gang, quota, runner
 from jobs.errors import NotFound
 from jobs.gpus import Sampler
 from jobs.keys import (
@@ -77,7 +77,16 @@ class GpudeckWorker(Worker):
             if self._stop_requested:
                 return None  # asked to stop while it waited: no job now
             log.warning("worker %s: there is room again under %s; it takes jobs", self.name, settings.home)
-        return super().dequeue_job_and_maintain_ttl(timeout, max_idle_time)
+        while True:
+            result = super().dequeue_job_and_maintain_ttl(timeout, max_idle_time)
+            if result is None:
+                return None
+            job, queue = result
+            job_id = job_id_of(job.id)
+            # a job over its owner's GPU quota is parked, and the next in line is taken instead
+            if job_id is None or quota.admit(self.connection, job_id, job.id, queue.name):
+                return result
+            log.info("worker %s: job %s waits for its owner's GPU quota", self.name, job_id)
 
     def maintain_heartbeats(self, job: Any, execution: Any) -> None:
         """RQ's heartbeats while a work-horse runs; while Redis is away (restarting, a blip) they wait, and the

@@ -12,9 +12,9 @@ PACKAGES = ("api", "jobs", "models", "tui")
 
 JOBS_LAYERS = (
     ("keys", "states", "errors", "proc", "tfconfig", "archives", "tbnotf"),
-    ("settings", "spec", "outcome", "redis_server", "scalars", "usage"),
+    ("settings", "spec", "outcome", "redis_server", "scalars", "usage", "tokens"),
     ("store", "disk"),
-    ("datasets", "sources", "views", "artifacts"),
+    ("datasets", "sources", "views", "artifacts", "quota"),
     ("queues", "tensorboard"),
     ("lifecycle", "sweeps"),
     ("gang",),

@@ -142,6 +142,7 @@ def test_tensorboard_started_reused_limited_and_stopped_when_idle(gpu_api, spawn
 
 
 def test_with_tokens_every_documented_route_but_healthz_needs_a_bearer_token(spawn, child_env):
+    from api.auth import AUTH_FAILURES_MAX
     from api.openapi import document
 
     url = start_api(spawn, {**child_env, "GPUDECK_TOKENS": "s3cret,other"})
@@ -151,14 +152,20 @@ def test_with_tokens_every_documented_route_but_healthz_needs_a_bearer_token(spa
         for m in ops
     ]
     assert len(routes) >= 20
+    guesses = 0
     for method, path in routes:
         for headers in ({}, {"Authorization": "Bearer wrong"}, {"Authorization": "s3cret"}):
             resp = requests.request(method, f"{url}{path}", headers=headers, timeout=10)
             if path == "/healthz":
                 assert resp.status_code == 200
-            else:
-                assert resp.status_code == 401, (method, path, headers)
-                assert resp.json()["error"] == "unauthorized" and resp.headers["WWW-Authenticate"].startswith("Bearer")
+                continue
+            guesses += headers == {"Authorization": "Bearer wrong"}
+            if headers == {"Authorization": "Bearer wrong"} and guesses > AUTH_FAILURES_MAX:  # slowed down
+                assert resp.status_code == 429 and 0 < int(resp.headers["Retry-After"]) <= 60, (method, path)
+                continue
+            assert resp.status_code == 401, (method, path, headers)
+            assert resp.json()["error"] == "unauthorized" and resp.headers["WWW-Authenticate"].startswith("Bearer")
         ok = requests.request(method, f"{url}{path}", headers={"Authorization": "Bearer other"}, timeout=10)
-        assert ok.status_code != 401, (method, path)
+        assert ok.status_code not in (401, 429), (method, path)  # a good token is never slowed down
+    assert guesses > AUTH_FAILURES_MAX
     assert requests.get(f"{url}/api/v1/jobs", headers={"Authorization": "Bearer s3cret"}, timeout=10).status_code == 200

@@ -1,0 +1,184 @@
+"""Several users through Flask's test client on a real Redis: named tokens, owners, each permission rule from both
+sides, revoke and expiry, slowing down guesses, the audit trail. (tests/e2e/test_users.py drives the same over
+real HTTP on a live stack with workers, GPU quotas included, and runs the README's section.)"""
+
+import io
+import time
+from dataclasses import replace
+
+import pytest
+
+from api import create_app
+from api.auth import AUTH_FAILURES_MAX
+from jobs import tokens
+from tests.support.formats import cifar_tgz
+
+MODEL = {"model": "lenet", "dataset": "synthetic:8x8x1", "params": {"steps": 2}}
+COMMAND = {"command": "python -c 'print(1)'"}
+
+
+@pytest.fixture
+def users(redis):
+    """Bearer headers of an admin, alice (one GPU at most) and bob (no command jobs)."""
+    made = {
+        "root": tokens.create(redis, "root", admin=True),
+        "alice": tokens.create(redis, "alice", max_gpus=1),
+        "bob": tokens.create(redis, "bob", commands=False),
+    }
+    return {name: {"Authorization": f"Bearer {token}"} for name, token in made.items()}
+
+
+def test_without_named_tokens_nobody_is_asked_and_nothing_has_an_owner(client, redis):
+    assert client.get("/api/v1/whoami").json == {
+        "name": None,
+        "role": "admin",
+        "auth": "none",
+        "max_gpus": None,
+        "commands": None,
+    }
+    job = client.post("/api/v1/jobs", json=MODEL).json
+    assert job["owner"] is None and client.post(f"/api/v1/jobs/{job['id']}/cancel").status_code == 200
+    assert redis.exists("gpudeck:audit") == 0  # nobody to tell apart: nothing recorded, as before
+    tokens.create(redis, "alice")
+    assert client.get("/api/v1/jobs").status_code == 401  # one named token: every request needs a token
+
+
+def test_owners_are_recorded_shown_and_filtered(client, users):
+    a = client.post("/api/v1/jobs", json=MODEL, headers=users["alice"]).json
+    b = client.post("/api/v1/jobs", json=MODEL, headers=users["bob"]).json
+    assert (a["owner"], b["owner"]) == ("alice", "bob")
+    assert client.get("/api/v1/whoami", headers=users["alice"]).json == {
+        "name": "alice",
+        "role": "user",
+        "auth": "named",
+        "max_gpus": 1,
+        "commands": True,
+    }
+    mine = client.get("/api/v1/jobs?owner=me", headers=users["alice"]).json["jobs"]
+    assert [j["id"] for j in mine] == [a["id"]]
+    assert [j["id"] for j in client.get("/api/v1/jobs?owner=bob", headers=users["alice"]).json["jobs"]] == [b["id"]]
+    everyone = client.get("/api/v1/jobs", headers=users["bob"]).json["jobs"]  # a user reads everything
+    assert {j["owner"] for j in everyone} == {"alice", "bob"}
+    sweep = client.post(
+        "/api/v1/sweeps", json={"base": MODEL, "grid": {"params.lr": [0.1, 0.01]}}, headers=users["bob"]
+    ).json
+    assert sweep["owner"] == "bob" and {j["owner"] for j in sweep["jobs"]} == {"bob"}
+
+
+def test_a_user_may_cancel_retry_and_delete_only_their_own_jobs_and_an_admin_any(client, redis, users):
+    a = client.post("/api/v1/jobs", json=MODEL, headers=users["alice"]).json["id"]
+    b = client.post("/api/v1/jobs", json=MODEL, headers=users["bob"]).json["id"]
+    refused = client.post(f"/api/v1/jobs/{a}/cancel", headers=users["bob"])
+    assert refused.status_code == 403 and refused.json["details"]["rule"] == "owner_or_admin"
+    assert "belongs to alice" in refused.json["message"] and "admin token may cancel any" in refused.json["message"]
+    assert client.get(f"/api/v1/jobs/{a}", headers=users["bob"]).json["status"] == "queued"  # nothing changed
+    assert client.post(f"/api/v1/jobs/{a}/cancel", headers=users["alice"]).status_code == 200
+    assert client.post(f"/api/v1/jobs/{b}/cancel", headers=users["root"]).status_code == 200  # an admin's
+    for verb, path in (("post", f"/api/v1/jobs/{a}/retry"), ("delete", f"/api/v1/jobs/{a}")):
+        resp = getattr(client, verb)(path, headers=users["bob"])
+        assert resp.status_code == 403 and resp.json["details"]["rule"] == "owner_or_admin", path
+    retried = client.post(f"/api/v1/jobs/{a}/retry", headers=users["alice"])
+    assert retried.status_code == 201 and retried.json["owner"] == "alice"
+    assert client.delete(f"/api/v1/jobs/{a}", headers=users["alice"]).status_code == 200
+    assert client.delete(f"/api/v1/jobs/{b}", headers=users["root"]).status_code == 200
+    assert client.get(f"/api/v1/jobs/{b}", headers=users["root"]).status_code == 404
+
+
+def test_datasets_are_owned_and_deleted_by_their_owner_or_an_admin(client, users, tmp_path):
+    archive = cifar_tgz(tmp_path)
+
+    def upload(version: str, who: str):
+        form = {"name": "pets", "version": version, "file": (io.BytesIO(archive), "pets.tar.gz")}
+        return client.post("/api/v1/datasets", data=form, headers=users[who], content_type="multipart/form-data")
+
+    first = upload("v1", "alice")
+    assert first.status_code == 201 and first.json["owner"] == "alice", first.json
+    assert upload("v2", "alice").status_code == 201
+    refused = client.delete("/api/v1/datasets/pets/v1", headers=users["bob"])
+    assert refused.status_code == 403 and "dataset pets:v1 belongs to alice" in refused.json["message"]
+    assert client.delete("/api/v1/datasets/pets/v1", headers=users["alice"]).status_code == 200
+    assert client.delete("/api/v1/datasets/pets/v2", headers=users["root"]).status_code == 200
+
+
+def test_only_an_admin_drains_workers_and_reads_the_audit(client, users):
+    refused = client.post("/api/v1/workers/nobody/drain", headers=users["alice"])
+    assert refused.status_code == 403 and refused.json["details"]["rule"] == "admin_only"
+    assert "gpudeck token create NAME --admin" in refused.json["message"]
+    assert client.post("/api/v1/workers/nobody/drain", headers=users["root"]).status_code == 404  # allowed: no such
+    assert client.get("/api/v1/audit", headers=users["bob"]).status_code == 403
+
+
+def test_command_jobs_for_named_tokens_unless_made_with_no_commands(client, users):
+    refused = client.post("/api/v1/jobs", json=COMMAND, headers=users["bob"])
+    assert refused.status_code == 403 and refused.json["details"]["rule"] == "no_commands"
+    assert "--no-commands" in refused.json["message"]
+    assert client.post("/api/v1/jobs", json=COMMAND, headers=users["alice"]).status_code == 201
+    sweep = {"base": COMMAND, "grid": {"env.SEED": ["1", "2"]}}
+    assert client.post("/api/v1/sweeps", json=sweep, headers=users["bob"]).status_code == 403
+    assert client.get("/healthz").json["command_jobs"] is True  # what a client's form offers
+
+
+def test_a_job_bigger_than_the_quota_is_refused(client, users):
+    resp = client.post("/api/v1/jobs", json={**MODEL, "gpus": 2}, headers=users["alice"])
+    assert resp.status_code == 403 and resp.json["details"] == {
+        "rule": "max_gpus",
+        "user": "alice",
+        "gpus": 2,
+        "max_gpus": 1,
+    }
+    assert client.post("/api/v1/jobs", json={**MODEL, "gpus": 2}, headers=users["bob"]).status_code == 201
+
+
+def test_revoke_and_expiry_take_effect_on_the_next_request(client, redis, users):
+    assert client.get("/api/v1/jobs", headers=users["bob"]).status_code == 200
+    tokens.revoke(redis, "bob")
+    resp = client.get("/api/v1/jobs", headers=users["bob"])
+    assert resp.status_code == 401 and "unknown or revoked token" in resp.json["message"]
+    old = tokens.create(redis, "old", expires_s=60, now=time.time() - 61)
+    resp = client.get("/api/v1/jobs", headers={"Authorization": f"Bearer {old}"})
+    assert resp.status_code == 401 and "token 'old' expired" in resp.json["message"]
+    assert [t["name"] for t in tokens.list_all(redis)] == ["alice", "old", "root"]
+    assert all("sha256" not in t for t in tokens.list_all(redis))
+    assert redis.hget("gpudeck:tokens", "alice").decode().find(users["alice"]["Authorization"][7:]) == -1
+
+
+def test_guesses_are_slowed_down_per_address_and_a_good_token_is_not(client, users):
+    bad = {"Authorization": "Bearer gpd_guess"}
+    answers = [client.get("/api/v1/jobs", headers=bad).status_code for _ in range(AUTH_FAILURES_MAX + 2)]
+    assert answers == [401] * AUTH_FAILURES_MAX + [429, 429]
+    slowed = client.get("/api/v1/jobs", headers=bad)
+    assert 0 < int(slowed.headers["Retry-After"]) <= 60 and "too many bad tokens" in slowed.json["message"]
+    assert client.get("/api/v1/jobs", headers=users["bob"]).status_code == 200
+    other = client.get("/api/v1/jobs", headers=bad, environ_base={"REMOTE_ADDR": "10.0.0.9"})
+    assert other.status_code == 401  # another address has its own count
+
+
+def test_the_audit_trail_holds_every_state_change_newest_first(client, redis, users):
+    a = client.post("/api/v1/jobs", json=MODEL, headers=users["alice"]).json["id"]
+    client.post(f"/api/v1/jobs/{a}/cancel", headers=users["bob"])  # refused: recorded with its answer
+    client.post(f"/api/v1/jobs/{a}/cancel", headers=users["alice"])
+    client.get("/api/v1/jobs", headers=users["alice"])  # a read: not recorded
+    entries = client.get("/api/v1/audit", headers=users["root"]).json["entries"]
+    assert [(e["user"], e["method"], e["path"], e["status"]) for e in entries] == [
+        ("alice", "POST", f"/api/v1/jobs/{a}/cancel", 200),
+        ("bob", "POST", f"/api/v1/jobs/{a}/cancel", 403),
+        ("alice", "POST", "/api/v1/jobs", 201),
+    ]
+    assert entries[0]["address"] == "127.0.0.1" and entries[0]["time"].endswith("Z")
+    only = client.get("/api/v1/audit?user=bob", headers=users["root"]).json["entries"]
+    assert [e["user"] for e in only] == ["bob"]
+    assert client.get("/api/v1/audit?since=1h", headers=users["root"]).json["entries"] == entries
+    bad = client.get("/api/v1/audit?since=soon", headers=users["root"])
+    assert bad.status_code == 400 and bad.json["details"]["field"] == "since"
+
+
+def test_gpudeck_tokens_keep_working_as_anonymous_admins_beside_named_ones(settings, redis, users):
+    client = create_app({"SETTINGS": replace(settings, tokens=("s3cret",)), "REDIS": redis}).test_client()
+    shared = {"Authorization": "Bearer s3cret"}
+    assert client.get("/api/v1/whoami", headers=shared).json["auth"] == "shared"
+    a = client.post("/api/v1/jobs", json=MODEL, headers=users["alice"]).json["id"]
+    job = client.post("/api/v1/jobs", json=MODEL, headers=shared).json
+    assert job["owner"] is None
+    assert client.post(f"/api/v1/jobs/{a}/cancel", headers=shared).status_code == 200  # an admin
+    entries = client.get("/api/v1/audit", headers=shared).json["entries"]
+    assert entries[0]["user"] == "GPUDECK_TOKENS"
