@@ -11,7 +11,7 @@ import logging
 from dataclasses import replace
 from typing import Any
 
-from flask import Flask, g, request
+from flask import Flask, current_app, g, request
 from redis.exceptions import RedisError
 
 from api import deps
@@ -103,7 +103,7 @@ def register(app: Flask) -> None:
         if request.path in OPEN_PATHS:
             return None
         named = tokens.any_named(deps.redis())
-        if not shared and not named:
+        if not shared and not named and not current_app.config.get("REQUIRE_TOKENS"):
             return None
         scheme, _, given = request.headers.get("Authorization", "").partition(" ")
         given = given.strip()

@@ -87,6 +87,9 @@ STR, INT, NUM, BOOL = {"type": "string"}, {"type": "integer"}, {"type": "number"
 TIME = {"type": "string", "format": "date-time"}
 
 
+OWNER = _nullable({**STR, "description": "the name of the token that made it (null: no named tokens then)"})
+
+
 def _schemas() -> dict[str, Any]:
     params = {
         **_obj({k: _param_schema(k) for k in PARAMS}, extra=False),
@@ -229,9 +232,7 @@ def _schemas() -> dict[str, Any]:
             {
                 "id": INT,
                 "name": STR,
-                "owner": _nullable(
-                    {**STR, "description": "the name of the token that made it (null: no named tokens then)"}
-                ),
+                "owner": OWNER,
                 "status": {**STR, "enum": [s.value for s in Status]},
                 "reason": _nullable({**STR, "enum": [r.value for r in Reason]}),
                 "message": _nullable(STR),
@@ -416,9 +417,7 @@ def _schemas() -> dict[str, Any]:
                 "base": {"type": "object"},
                 "job_ids": {"type": "array", "items": INT},
                 "jobs": {"type": "array", "items": _ref("Job")},
-                "owner": _nullable(
-                    {**STR, "description": "the name of the token that made it (null: no named tokens then)"}
-                ),
+                "owner": OWNER,
             },
             ["id", "job_ids", "jobs"],
         ),
@@ -479,9 +478,7 @@ def _schemas() -> dict[str, Any]:
                 "files": INT,
                 "size_bytes": INT,
                 "created_at": TIME,
-                "owner": _nullable(
-                    {**STR, "description": "the name of the token that made it (null: no named tokens then)"}
-                ),
+                "owner": OWNER,
             },
             ["name", "version", "ref", "format", "files", "size_bytes", "created_at"],
         ),
@@ -572,6 +569,7 @@ def _schemas() -> dict[str, Any]:
                 "started_at": TIME,
                 "last_used_at": TIME,
                 "reused": BOOL,
+                "owner": OWNER,
             },
             ["url", "port", "host", "jobs", "runs", "ssh_tunnel"],
         ),
@@ -987,7 +985,9 @@ def _paths() -> dict[str, Any]:
         },
         "/api/v1/tensorboard/{port}": {
             "delete": _op(
-                "Stop a TensorBoard", {"204": {"description": "stopped"}, **_errors(404)}, parameters=[_path_id("port")]
+                "Stop a TensorBoard",
+                {"204": {"description": "stopped"}, **_errors(403, 404)},
+                parameters=[_path_id("port")],
             )
         },
         "/api/v1/whoami": {"get": _op("Who this request's token is", {"200": _json("WhoAmI")})},

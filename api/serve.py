@@ -11,6 +11,7 @@ from typing import Any
 from gunicorn.app.base import BaseApplication
 
 from api.longpoll import RESERVED_THREADS, THREADS
+from jobs import tokens
 from jobs.cli import EXIT_OK, EXIT_USAGE, settings_from_env, setup_logging
 from jobs.errors import ConfigError, GpudeckError
 from jobs.settings import DEFAULT_PORT, Settings
@@ -45,14 +46,19 @@ class _Gunicorn(BaseApplication):
 def serve(
     settings: Settings, host: str = "127.0.0.1", port: int = DEFAULT_PORT, workers: int = 2, threads: int = THREADS
 ) -> None:
-    """Serve the API until SIGTERM/SIGINT; refuses a non-loopback address unless tokens are set."""
+    """Serve the API until SIGTERM/SIGINT; refuses a non-loopback address unless tokens are set or named."""
     if not settings.redis_url:
         raise ConfigError("REDIS_URL is not set: point the API at the Redis the workers use (gpudeck up sets it)")
-    if not is_loopback(host) and not settings.tokens:
-        raise ConfigError(f"refusing to bind {host}: set GPUDECK_TOKENS before serving beyond this machine")
+    public = not is_loopback(host)
+    if public and not settings.tokens and not tokens.any_named(settings.redis()):
+        raise ConfigError(
+            f"refusing to bind {host}: set GPUDECK_TOKENS or create a named token (gpudeck token create NAME --admin) "
+            "before serving beyond this machine"
+        )
     from api import create_app
 
-    app = create_app({"SETTINGS": settings, "START_REAPER": True, "API_THREADS": threads})
+    # (served beyond this machine, every request needs a token even if the named ones are all revoked later)
+    app = create_app({"SETTINGS": settings, "START_REAPER": True, "API_THREADS": threads, "REQUIRE_TOKENS": public})
     options = {
         "bind": f"[{host}]:{port}" if ":" in host else f"{host}:{port}",
         "workers": workers,

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from flask import Blueprint
 
-from api import deps
+from api import auth, deps
 from jobs.errors import NotFound
 from jobs.tensorboard import TensorBoards
 
@@ -18,7 +18,7 @@ def _boards() -> TensorBoards:
 @bp.post("/tensorboard")
 def start():
     """201 with {url, port, ...} for a new TensorBoard, 200 when one over exactly these jobs already runs."""
-    board = _boards().ensure(deps.json_body())
+    board = _boards().ensure(deps.json_body(), (auth.owned() or {}).get("owner"))
     return board, 200 if board["reused"] else 201
 
 
@@ -30,6 +30,6 @@ def list_boards():
 
 @bp.delete("/tensorboard/<int:port>")
 def stop(port: int):
-    if not _boards().stop_port(port):
+    if not _boards().stop_port(port, lambda owner: auth.may(owner, "stop", f"the TensorBoard on port {port}")):
         raise NotFound(f"no TensorBoard of this host listens on port {port}", {"port": port})
     return "", 204

@@ -14,6 +14,7 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -128,13 +129,14 @@ class TensorBoards:
             "ssh_tunnel": f"ssh -N -L {port}:127.0.0.1:{port} {self.host}",
             "started_at": iso(rec["started_at"]),
             "last_used_at": iso(rec["last_used"]),
+            "owner": rec.get("owner"),
         }
         if reused is not None:
             out["reused"] = reused
         return out
 
-    def ensure(self, body: Any) -> dict[str, Any]:
-        """Start or reuse the TensorBoard over exactly these jobs; answers its URL and port."""
+    def ensure(self, body: Any, owner: str | None = None) -> dict[str, Any]:
+        """Start (for `owner`) or reuse the TensorBoard over exactly these jobs; answers its URL and port."""
         ids = _job_ids(body)
         store = JobStore(self.redis)
         recs = [store.get(i) for i in ids]  # NotFound names the first unknown job
@@ -146,7 +148,7 @@ class TensorBoards:
                 self.redis.hset(self.key, key, json.dumps(found))
                 return self.view(found, reused=True)
             self._make_room(exclude=key)
-            rec = self._start(recs)
+            rec = {**self._start(recs), "owner": owner}
             self.redis.hset(self.key, key, json.dumps(rec))
             return self.view(rec, reused=False)
 
@@ -218,10 +220,12 @@ class TensorBoards:
                 _stop_pid(pid)
         self.redis.hdel(self.key, key)
 
-    def stop_port(self, port: int) -> bool:
-        """Stop the TensorBoard on `port`; False when there is none."""
+    def stop_port(self, port: int, may: Callable[[str | None], None] | None = None) -> bool:
+        """Stop the TensorBoard on `port` (if `may` its owner's allow it); False when there is none."""
         for key, rec in self.records().items():
             if rec["port"] == port:
+                if may is not None:
+                    may(rec.get("owner"))
                 self.stop(key)
                 return True
         return False

@@ -62,17 +62,20 @@ def _param(text: str) -> tuple[str, Any]:
         return key, raw
 
 
-def _row(job: dict[str, Any]) -> str:
+def _row(job: dict[str, Any], owners: bool = False) -> str:
     p = job.get("progress") or {}
     prog = f"{p['step']}/{p['total_steps']}" if p.get("total_steps") else "-"
+    owner = f"{one_line(job.get('owner') or '-', 10):<10} " if owners else ""
     return (
-        f"{job['id']:>5}  {job['status']:<10} {one_line(job.get('name'), 20):<20} "
+        f"{job['id']:>5}  {job['status']:<10} {owner}{one_line(job.get('name'), 20):<20} "
         f"{one_line(what(job['spec']), 14):<14} "
         f"{prog:>11}  {value_of(job.get('metrics'), 'loss') or '-':>8}  {accuracy_text(job) or '-':<12}"
     ).rstrip()
 
 
 HEADER = f"{'ID':>5}  {'STATUS':<10} {'NAME':<20} {'MODEL':<14} {'PROGRESS':>11}  {'LOSS':>8}  ACC (test/val/batch)"
+OWNERS_HEADER = HEADER.replace("STATUS     ", f"STATUS     {'OWNER':<10} ")
+"""`ls`'s header where jobs have owners (named tokens): an OWNER column after the status."""
 
 
 EXIT_WAIT_TIMEOUT = 4
@@ -230,19 +233,49 @@ def cmd_run(args: argparse.Namespace) -> int:
 
 
 def cmd_ls(args: argparse.Namespace) -> int:
-    page = _client().jobs(limit=args.limit, status=args.status, model=args.model, tag=args.tag)
+    owner = "me" if args.mine else args.owner
+    page = _client().jobs(limit=args.limit, status=args.status, model=args.model, tag=args.tag, owner=owner)
     if args.json:
         print(json.dumps(page, indent=2))
     else:
-        print(HEADER)
+        owners = any(job.get("owner") for job in page["jobs"])
+        print(OWNERS_HEADER if owners else HEADER)
         for job in page["jobs"]:
-            print(_row(job))
+            print(_row(job, owners))
         if page.get("next_cursor") is not None:  # on stderr: a script reading the table gets only the table
             print(
                 f"gpudeck: the newest {len(page['jobs'])} jobs shown; more with --limit (up to 500) or --json's "
                 "next_cursor",
                 file=sys.stderr,
             )
+    return EXIT_OK
+
+
+def cmd_whoami(args: argparse.Namespace) -> int:
+    me = _client().whoami()
+    if args.json:
+        print(json.dumps(me, indent=2))
+    elif me["auth"] == "none":
+        print("nobody: this gpudeck asks for no token (anyone who reaches it may do anything)")
+    else:
+        name = me["name"] or "a GPUDECK_TOKENS token (no name)"
+        n = me.get("max_gpus")
+        limits = [f"at most {n} GPU{'' if n == 1 else 's'} at once" if n is not None else None]
+        limits.append("no command jobs" if me.get("commands") is False else None)
+        print(f"{name}, {me['role']}" + "".join(f"; {x}" for x in limits if x))
+    return EXIT_OK
+
+
+def cmd_audit(args: argparse.Namespace) -> int:
+    entries = _client().audit(user=args.user, since=args.since, limit=args.limit)["entries"]
+    if args.json:
+        print(json.dumps(entries, indent=2))
+        return EXIT_OK
+    print(f"{'TIME':<20} {'USER':<14} {'ADDRESS':<15} {'STATUS':>6}  REQUEST")
+    for e in entries:
+        when = e["time"][:19].replace("T", " ")
+        what = f"{e['method']} {e['path']}" + (f" ({e['detail']})" if e.get("detail") else "")
+        print(f"{when:<20} {one_line(e['user'], 14):<14} {e.get('address', ''):<15} {e['status'] or '-':>6}  {what}")
     return EXIT_OK
 
 
@@ -264,6 +297,7 @@ def cmd_show(args: argparse.Namespace) -> int:
     spec, p = job["spec"], job.get("progress") or {}
     rows = [
         ("job", f"{job['id']}  {job['name']}"),
+        ("owner", job.get("owner")),
         ("status", job["status"] + (f" ({job['reason']})" if job.get("reason") else "")),
         ("message", job.get("message")),
         *_what_rows(job),
@@ -686,9 +720,23 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--status", help="only these statuses, e.g. running,queued")
     p.add_argument("--model", help="only this model")
     p.add_argument("--tag", help="only jobs with this tag")
+    mine = p.add_mutually_exclusive_group()
+    mine.add_argument("--mine", action="store_true", help="only your jobs (those of your named token)")
+    mine.add_argument("--owner", help="only the jobs of this user (a token's name)")
     p.add_argument("--limit", type=int, default=20)
     p.add_argument("--json", action="store_true")
     p.set_defaults(func=cmd_ls)
+
+    p = sub.add_parser("whoami", help="who your token says you are: name, role, GPU quota")
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(func=cmd_whoami)
+
+    p = sub.add_parser("audit", help="state-changing requests, newest first (admins)")
+    p.add_argument("--user", help="only this user's (a token's name)")
+    p.add_argument("--since", help="only the last 30m, 12h, 7d, …")
+    p.add_argument("--limit", type=int, default=50)
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(func=cmd_audit)
 
     # Commands that act on one job by id: name, help, handler.
     for name, text, func in (

@@ -71,8 +71,9 @@ class Client:
         status: str | None = None,
         model: str | None = None,
         tag: str | None = None,
+        owner: str | None = None,
     ) -> dict[str, Any]:
-        params = {"limit": limit, "cursor": cursor, "status": status, "model": model, "tag": tag}
+        params = {"limit": limit, "cursor": cursor, "status": status, "model": model, "tag": tag, "owner": owner}
         params = {k: v for k, v in params.items() if v}
         key = tuple(sorted(params.items()))
         etag, page = self._pages.get(key, (None, None))
@@ -168,6 +169,13 @@ class Client:
 
     def gpus(self) -> dict[str, Any]:
         return self.request("GET", "/api/v1/gpus").json()
+
+    def whoami(self) -> dict[str, Any]:
+        return self.request("GET", "/api/v1/whoami").json()
+
+    def audit(self, user: str | None = None, since: str | None = None, limit: int = 100) -> dict[str, Any]:
+        params = {k: v for k, v in {"user": user, "since": since, "limit": limit}.items() if v}
+        return self.request("GET", "/api/v1/audit", params=params).json()
 
     def models(self) -> dict[str, Any]:
         return self.request("GET", "/api/v1/models").json()

@@ -12,6 +12,8 @@ from openapi_core import OpenAPI
 from openapi_core.contrib.requests import RequestsOpenAPIRequest, RequestsOpenAPIResponse
 from openapi_spec_validator import validate
 
+from api.auth import AUTH_FAILURES_MAX
+from jobs import tokens
 from tests.support.formats import cifar_tgz
 from tests.support.live import TINY, until
 
@@ -36,7 +38,7 @@ def test_every_route_is_documented_and_every_documented_route_exists(app, client
 
 
 @pytest.mark.slow
-def test_real_answers_conform_to_the_document(gpu_api, spawn, gpu_env, tmp_path):
+def test_real_answers_conform_to_the_document(gpu_api, spawn, gpu_env, tmp_path, redis):
     doc = requests.get(f"{gpu_api}/api/v1/openapi.json", timeout=10).json()
     doc["servers"] = [{"url": gpu_api}]
     openapi = OpenAPI.from_dict(doc)
@@ -125,7 +127,19 @@ def test_real_answers_conform_to_the_document(gpu_api, spawn, gpu_env, tmp_path)
     call("DELETE", f"/api/v1/tensorboard/{board['port']}", 204)
     call("DELETE", f"/api/v1/tensorboard/{board['port']}", 404)
     call("POST", f"/api/v1/workers/{workers[0]['name']}/drain", 200)
-    call("GET", "/api/v1/openapi.json", 200)
+    call("GET", "/api/v1/whoami", 200)  # no tokens yet: anybody is an admin
+    root = {"Authorization": f"Bearer {tokens.create(redis, 'root', admin=True)}"}
+    bob = {"Authorization": f"Bearer {tokens.create(redis, 'bob')}"}
+    call("GET", "/api/v1/whoami", 200, headers=bob)
+    call("GET", "/api/v1/whoami", 401)  # a named token exists: every request needs one
+    call("POST", f"/api/v1/jobs/{job}/retry", 403, headers=bob)  # not bob's
+    call("GET", "/api/v1/audit", 403, headers=bob)
+    assert call("GET", "/api/v1/audit?since=1h&user=bob", 200, headers=root).json()["entries"]
+    call("GET", "/api/v1/audit?since=soon", 400, headers=root)
+    for _ in range(AUTH_FAILURES_MAX):
+        call("GET", "/api/v1/jobs", 401, headers={"Authorization": "Bearer gpd_guess"})
+    call("GET", "/api/v1/jobs", 429, headers={"Authorization": "Bearer gpd_guess"})
+    call("GET", "/api/v1/openapi.json", 200, headers=root)
     # Every documented operation was exercised (and so validated) at least once.
     documented = {f"{m.upper()} {p}" for p, ops in doc["paths"].items() for m in ops}
     exercised = {

@@ -4,26 +4,16 @@ The workers here are registered the way `gpudeck worker` registers itself (RQ's 
 info and alive keys) but not started, so the test sees exactly what placement hands out before any of it
 is consumed."""
 
-import json
 import time
 
 import pytest
-from rq import Queue, Worker
+from rq import Queue
 
-from jobs import control, gang, keys
-from jobs.keys import worker_info_key as info_key
+from jobs import control, gang
 from jobs.reaper import reap
+from tests.support.workers import register
 
 BASE = {"model": "resnet20", "dataset": "synthetic:8x8x3", "params": {"steps": 2}, "gpus": 0}
-
-
-def register(redis, name: str, host: str = "box", gpus: tuple[str, ...] = ()) -> str:
-    w = Worker([gang.private_queue(name), *keys.worker_queues(len(gpus))], name=name, connection=redis)
-    w.register_birth()
-    w.set_state("idle")
-    redis.set(info_key(name), json.dumps({"host": host, "gpus": list(gpus)}))
-    redis.set(gang.alive_key(name), "1")
-    return name
 
 
 def placed_on(redis, names) -> dict[str, list[str]]:

@@ -11,7 +11,7 @@ from jobs.keys import rq_job_id
 from jobs.queues import submit
 from jobs.states import Status
 from jobs.store import JobStore
-from tests.jobs.test_gang import register
+from tests.support.workers import register
 
 ONE_GPU = {"model": "lenet", "dataset": "synthetic:8x8x1", "params": {"steps": 2}, "gpus": 1}
 

@@ -97,10 +97,15 @@ async def _loaded(pilot) -> None:
     from textual.widgets import DataTable
 
     table = pilot.app.screen.query_one("#jobs", DataTable)
-    # Both rows in, and the columns sized to them (widths are measured after the rows land).
-    while table.row_count < 2 or table.columns["name"].content_width < max(
-        len(str(table.get_cell_at((row, 1)))) for row in range(table.row_count)
-    ):
+
+    def measured() -> bool:
+        """Every column as wide as its widest cell (DataTable measures widths after the rows land)."""
+        return all(
+            column.content_width >= max(len(str(table.get_cell_at((row, x)))) for row in range(table.row_count))
+            for x, column in enumerate(table.ordered_columns)
+        )
+
+    while table.row_count < 2 or not measured():
         await pilot.pause(0.1)
     while not table.has_focus:  # the footer shows the focused widget's keys with the screen's
         await pilot.pause(0.1)
@@ -110,6 +115,27 @@ async def _loaded(pilot) -> None:
 @pytest.mark.parametrize("size", [(80, 24), (120, 40)])
 def test_jobs_screen(snap_compare, queued_api, size):
     assert snap_compare(SnapshotApp(queued_api), terminal_size=size, run_before=_loaded)
+
+
+@pytest.fixture
+def owned_api(spawn, child_env, redis) -> tuple[str, str]:
+    """Jobs of two users (named tokens): the table gets an OWNER column. Answers the URL and alice's token."""
+    from jobs import tokens
+
+    made = {name: tokens.create(redis, name) for name in ("alice", "bartholomew")}
+    url = start_api(spawn, child_env)
+    for who, name in (("alice", "baseline"), ("bartholomew", "wider lr sweep")):
+        spec = {"model": "resnet20", "dataset": "synthetic", "name": name, "gpus": 2}
+        headers = {"Authorization": f"Bearer {made[who]}"}
+        requests.post(f"{url}/api/v1/jobs", json=spec, headers=headers, timeout=10).raise_for_status()
+    return url, made["alice"]
+
+
+@pytest.mark.parametrize("size", [(80, 24), (120, 40)])
+def test_jobs_screen_of_several_users(snap_compare, owned_api, size):
+    """An OWNER column after the ID, which still fits 80 columns (a long name cut with an ellipsis)."""
+    url, token = owned_api
+    assert snap_compare(SnapshotApp(url, token=token), terminal_size=size, run_before=_loaded)
 
 
 def _job_tab(key: str):

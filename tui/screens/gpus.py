@@ -80,15 +80,20 @@ class GpusScreen(Screen):
     def _gpus(self, hosts: list[dict[str, Any]]) -> Table | Text:
         if not hosts:
             return Text("GPUs: none reports (no worker sees nvidia-smi): CPU workers only.", style="dim")
-        table = _table("HOST", "GPU", "NAME", "UTIL", "MEMORY", "TEMP", "POWER", "HISTORY", "JOBS")
+        table = _table("HOST", "GPU", "NAME", "UTIL", "MEMORY", "TEMP", "POWER", "HISTORY", "HELD BY")
         for host in hosts:
             for g in host["gpus"]:
                 self.history[g["uuid"]].append(g.get("utilization"))
                 used, total = g.get("memory_used_mib"), g.get("memory_total_mib")
                 mem = bar(used / total, 8) if used is not None and total else NA
                 procs = g.get("processes") or []
-                jobs = ", ".join(
-                    sorted({f"job {p['job_id']}" if p.get("job_id") else f"pid {p['pid']}" for p in procs})
+                held = g.get("held_by")  # the job pinned to it (and its owner), else what nvidia-smi sees on it
+                jobs = (
+                    f"job {held['job_id']}" + (f" · {held['owner']}" if held.get("owner") else "")
+                    if held
+                    else ", ".join(
+                        sorted({f"job {p['job_id']}" if p.get("job_id") else f"pid {p['pid']}" for p in procs})
+                    )
                 )
                 power = f"{na(g.get('power_draw_w'), digits=0)}/{na(g.get('power_limit_w'), 'W', 0)}"
                 table.add_row(

@@ -98,6 +98,7 @@ SORT_VALUES = {
     "loss": lambda job: (job.get("metrics") or {}).get("loss"),
     "acc": lambda job: accuracy(job)[0],
     "gpu": lambda job: ",".join(job.get("gpu_ids") or []) or None,
+    "owner": lambda job: job.get("owner"),
     "elapsed": lambda job: job.get("elapsed_s"),
     "disk": lambda job: job.get("disk_bytes"),
     "eta": lambda job: job.get("eta_s") if job["status"] == "running" else None,
@@ -163,6 +164,8 @@ class JobsScreen(Screen):
         """Per row: (the answer it was written from, selected, compact) and the text of each cell written."""
         self.state_line = ""
         self.ordered_by: tuple = ()
+        self.owners = False
+        """Whether any job listed has an owner (named tokens): the table then has an OWNER column."""
 
     def compose(self) -> ComposeResult:
         yield from chrome()
@@ -176,12 +179,17 @@ class JobsScreen(Screen):
         yield Input(placeholder="filter: text in name, model, status, tags (enter keeps it, esc clears)", id="filter")
         yield Footer()
 
-    @staticmethod
-    def _columns_for(width: int) -> list[tuple[str, str]]:
-        return COLUMNS if width >= WIDE_COLUMNS else COMPACT
+    def _columns_for(self, width: int) -> list[tuple[str, str]]:
+        columns = COLUMNS if width >= WIDE_COLUMNS else COMPACT
+        if self.owners:  # (jobs made with named tokens: who owns each, after its id)
+            columns = [columns[0], ("owner", "OWNER"), *columns[1:]]
+        return columns
 
     def on_resize(self) -> None:
         """A terminal that crossed WIDE_COLUMNS gets the other set of columns (the rows are written again)."""
+        self._set_columns()
+
+    def _set_columns(self) -> None:
         columns = self._columns_for(self.app.size.width)
         if columns == self.columns:
             return
@@ -243,7 +251,10 @@ class JobsScreen(Screen):
         for gone in self.written.keys() - shown.keys():
             table.remove_row(str(gone))
             del self.written[gone]
-        compact, now = self.columns is COMPACT, time.monotonic()
+        if any(j.get("owner") for j in jobs) != self.owners:
+            self.owners = not self.owners
+            self._set_columns()
+        compact, now = self.columns[-1][0] == "time", time.monotonic()
         order_by = (self.sort_column, self.sort_reverse, len(shown))
         moved = order_by != self.ordered_by
         changes: dict[str, dict[str, Any]] = {}

@@ -133,6 +133,7 @@ def job_cells(job: dict[str, Any], compact: bool = False) -> dict[str, Any]:
         state = Text(state.plain[:11] + "…", style=state.style)
     return {
         "id": job["id"],
+        "owner": one_line(job.get("owner") or "", 6 if compact else 12),
         "name": one_line(job.get("name") or "", 12 if compact else 24),
         "model": what(job["spec"]),
         "status": state,
