@@ -36,8 +36,10 @@ def gpu_stats():
 def create_sweep():
     disk.ensure_room(deps.settings(), "a new sweep")
     body = deps.json_body()
-    base = body.get("base") if isinstance(body, dict) else None
-    settings = auth.settings_for_submit(base if isinstance(base, dict) else {})
+    settings = deps.settings()
+    if isinstance(body, dict) and isinstance(body.get("base"), dict) and isinstance(body.get("grid"), dict):
+        for spec in sweeps.expand(body["base"], body["grid"]):  # (a grid may make a model job a command job)
+            settings = auth.settings_for_submit(spec)
     sweep = sweeps.create(deps.redis(), body, settings, owner=(auth.owned() or {}).get("owner"))
     sweep["jobs"] = [job_view(j) for j in sweep["jobs"]]
     return sweep, 201, {"Location": f"/api/v1/sweeps/{sweep['id']}"}

@@ -69,7 +69,9 @@ def retry(job_id: int):
     old = deps.store().get(job_id)
     auth.may(old.get("owner"), "retry", f"job {job_id}")
     settings = auth.settings_for_submit(old["spec"])
-    rec = control.retry(deps.redis(), job_id, settings, resume=resume, extra=auth.owned())
+    # (the new job is the old one's owner's: an admin's retry of alice's job counts against alice's quota)
+    owner = {"owner": old["owner"]} if old.get("owner") else auth.owned()
+    rec = control.retry(deps.redis(), job_id, settings, resume=resume, extra=owner)
     return views([rec])[0], 201, {"Location": f"/api/v1/jobs/{rec['id']}"}
 
 

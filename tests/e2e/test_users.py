@@ -5,6 +5,7 @@ and starts when the first ends."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import sys
@@ -99,8 +100,8 @@ def test_a_users_gpu_quota_holds_their_second_job_not_the_next_users(spawn, chil
     assert held["status"] == "queued" and held["message"] == "waiting: alice holds 1 of 1 GPU"
     gpus = requests.get(f"{url}/api/v1/gpus", headers=bob, timeout=10).json()["hosts"][0]["gpus"]
     assert sorted((g["held_by"]["owner"], g["held_by"]["job_id"]) for g in gpus) == [("alice", a1), ("bob", b1)]
-    time.sleep(2)  # (the placers look every second: she still holds her GPU, so it still waits)
-    assert job(a2)["status"] == "queued"
+    asyncio.run(_tui_shows_who_holds_what(url, alice["Authorization"][7:], a1, a2, b1))
+    assert job(a2)["status"] == "queued"  # (seconds later: the placers look every second, she still holds hers)
     assert requests.post(f"{url}/api/v1/jobs/{a1}/cancel", headers=alice, timeout=10).status_code == 200
     started = wait_for("alice's second starts", lambda: (j := job(a2))["status"] == "running" and j, timeout=60)
     assert started["message"] is None and started["gpu_ids"] == job(a1)["gpu_ids"]  # on the GPU her first freed
@@ -108,3 +109,25 @@ def test_a_users_gpu_quota_holds_their_second_job_not_the_next_users(spawn, chil
         requests.post(f"{url}/api/v1/jobs/{i}/cancel", headers=who, timeout=10)
     for i in (a2, b1):
         wait_for(f"job {i} ends", lambda i=i: job(i)["status"] == "canceled")
+
+
+async def _tui_shows_who_holds_what(url: str, token: str, a1: int, a2: int, b1: int) -> None:
+    """The TUI of alice: the jobs table's OWNER column and the job that waits for her quota, the GPUs screen's
+    HELD BY column."""
+    from textual.widgets import DataTable, Static
+
+    from tests.support.pilot import on_screen, text_of, until
+    from tui.app import GpudeckApp
+    from tui.screens.gpus import GpusScreen
+
+    app = GpudeckApp(url, token=token)
+    async with app.run_test(size=(80, 24)) as pilot:
+        table = app.screen.query_one("#jobs", DataTable)
+        await until(pilot, lambda: str(a2) in table.rows and "owner" in table.columns)
+        assert [str(table.get_cell(str(i), "owner")) for i in (a1, a2, b1)] == ["alice", "alice", "bob"]
+        assert str(table.get_cell(str(a2), "progress")) == "quota"
+        await pilot.press("g")
+        screen = await on_screen(pilot, app, GpusScreen)
+        gpus = screen.query_one("#gpus", Static)
+        await until(pilot, lambda: f"job {b1} · bob" in text_of(gpus))
+        assert f"job {a1} · alice" in text_of(gpus) and "HELD BY" in text_of(gpus)

@@ -5,15 +5,12 @@ from __future__ import annotations
 
 import asyncio
 import getpass
-import io
 import re
 import subprocess
 import sys
-import time
 
 import pytest
 import requests
-from rich.console import Console
 from textual.coordinate import Coordinate
 from textual.widgets import DataTable, Input, Label, Log, Static
 
@@ -22,6 +19,7 @@ from jobs.redis_server import free_port
 from jobs.settings import parse_size
 from models.sourcetree import human
 from tests.support.live import FAKE_SMI, fake_nvidia_smi, start_api
+from tests.support.pilot import on_screen, text_of, until
 from tui.app import GpudeckApp
 from tui.screens.dialogs import Confirm, KeysHelp, TensorBoardDialog
 from tui.screens.gpus import GpusScreen
@@ -80,27 +78,6 @@ def job(url: str, job_id: int) -> dict:
     return requests.get(f"{url}/api/v1/jobs/{job_id}", timeout=10).json()
 
 
-async def until(pilot, check, timeout: float = 60.0):
-    deadline = time.monotonic() + timeout
-    while True:
-        value = check()
-        if value:
-            return value
-        assert time.monotonic() < deadline, "condition not met in time"
-        await pilot.pause(0.1)
-
-
-async def on_screen(pilot, app, cls, check=lambda screen: True, timeout: float = 60.0):
-    """The app's screen once it is a mounted `cls` for which `check` holds."""
-    screen = await until(
-        pilot,
-        lambda: isinstance(app.screen, cls) and app.screen.is_mounted and check(app.screen) and app.screen,
-        timeout,
-    )
-    await pilot.pause(0.05)
-    return screen
-
-
 async def palette(pilot, typed: str, first: str) -> None:
     """ctrl+p, type `typed`, and once the first hit reads `first`, run it."""
     from textual.command import CommandList
@@ -115,16 +92,6 @@ async def palette(pilot, typed: str, first: str) -> None:
 
     await until(pilot, lambda: first in top(), 10)
     await pilot.press("enter")
-
-
-def text_of(widget) -> str:
-    """What a Static or Label shows, as plain text (rich renderables rendered at 120 columns)."""
-    content = widget.content
-    if isinstance(content, str):
-        return content
-    console = Console(width=120, file=io.StringIO(), record=True)
-    console.print(content)
-    return console.export_text()
 
 
 def run(coro):

@@ -167,8 +167,11 @@ def usage_text(usage: dict[str, Any] | None) -> str:
 
 
 def in_line(job: dict[str, Any]) -> str:
-    """`#3 in line` for a queued job whose place the API knows; else empty."""
+    """`#3 in line` for a queued job whose place the API knows, `quota` for one that waits for its owner's GPU
+    quota (off the line: `waiting: alice holds 2 of 2 GPUs`); else empty."""
     n = job.get("queue_position")
+    if job.get("status") == "queued" and " holds " in (job.get("message") or ""):
+        return "quota"
     return f"#{n} in line" if job.get("status") == "queued" and n else ""
 
 

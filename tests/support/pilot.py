@@ -1,0 +1,39 @@
+"""Helpers of TUI tests driven through Textual's Pilot: wait for a condition, for a screen, read a widget's text."""
+
+from __future__ import annotations
+
+import io
+import time
+
+from rich.console import Console
+
+
+async def until(pilot, check, timeout: float = 60.0):
+    deadline = time.monotonic() + timeout
+    while True:
+        value = check()
+        if value:
+            return value
+        assert time.monotonic() < deadline, "condition not met in time"
+        await pilot.pause(0.1)
+
+
+async def on_screen(pilot, app, cls, check=lambda screen: True, timeout: float = 60.0):
+    """The app's screen once it is a mounted `cls` for which `check` holds."""
+    screen = await until(
+        pilot,
+        lambda: isinstance(app.screen, cls) and app.screen.is_mounted and check(app.screen) and app.screen,
+        timeout,
+    )
+    await pilot.pause(0.05)
+    return screen
+
+
+def text_of(widget) -> str:
+    """What a Static or Label shows, as plain text (rich renderables rendered at 120 columns)."""
+    content = widget.content
+    if isinstance(content, str):
+        return content
+    console = Console(width=120, file=io.StringIO(), record=True)
+    console.print(content)
+    return console.export_text()
