@@ -113,6 +113,8 @@ def admit(redis: Redis, job_id: int, rq_id: str, queue: str) -> bool:
         return True
     entry = json.dumps({"job": job_id, "rq": rq_id, "queue": queue, "owner": owner, "gpus": gpus}, sort_keys=True)
     redis.zadd(QUOTA_PARKED_KEY, {entry: job_id})
+    # RQ moved it to the queue's intermediate list when it was taken; left there, RQ's maintenance would fail it
+    Queue(queue, connection=redis).intermediate_queue.remove(rq_id)
     store.transition(job_id, (Status.QUEUED.value,), message=waiting(owner, others, limit))
     return False
 

@@ -113,7 +113,7 @@ def test_command_jobs_for_named_tokens_unless_made_with_no_commands(client, user
     assert refused.status_code == 403 and refused.json["details"]["rule"] == "no_commands"
     assert "--no-commands" in refused.json["message"]
     assert client.post("/api/v1/jobs", json=COMMAND, headers=users["alice"]).status_code == 201
-    sweep = {"base": COMMAND, "grid": {"env.SEED": ["1", "2"]}}
+    sweep = {"base": MODEL, "grid": {"command": [None, "python -c 'print(2)'"]}}  # a grid makes a command job
     assert client.post("/api/v1/sweeps", json=sweep, headers=users["bob"]).status_code == 403
     assert client.get("/healthz").json["command_jobs"] is True  # what a client's form offers
 

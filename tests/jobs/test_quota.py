@@ -37,7 +37,8 @@ def end(redis, job_id: int) -> None:
 
 def take(redis, queue: str = "gpus-1") -> int | None:
     """What a worker does: pop the next job id off the queue and ask whether it may run it."""
-    raw = redis.lpop(Queue(queue, connection=redis).key)
+    q = Queue(queue, connection=redis)
+    raw = redis.lmove(q.key, q.intermediate_queue.key)  # (as RQ's dequeue does)
     if raw is None:
         return None
     rq_id = raw.decode()
@@ -75,7 +76,8 @@ def test_over_quota_a_job_is_parked_and_the_next_users_job_runs_then_it_goes_bac
     store = JobStore(redis)
     assert take(redis) == a1
     start(redis, a1, ["0"])
-    assert take(redis) == -a2  # parked: off the queue, saying why
+    assert take(redis) == -a2  # parked: off the queue (RQ's intermediate list too), saying why
+    assert Queue("gpus-1", connection=redis).intermediate_queue.get_job_ids() == [rq_job_id(a1, 1)]
     assert store.get(a2)["message"] == "waiting: alice holds 1 of 1 GPU" and store.get(a2)["status"] == "queued"
     assert quota.parked(redis) == {a2}
     assert take(redis) == b1  # bob's job behind it is not held up
