@@ -95,6 +95,18 @@ def test_stop_restart_and_the_cli(tmp_path, child_env):
             timeout=60,
         )
         assert bad.returncode == 2 and "model: unknown model 'resnet21'" in bad.stderr
+        # `gpudeck token` on the server finds the stack's embedded Redis by the home alone (no REDIS_URL)
+        server = {**{k: v for k, v in env.items() if k != "REDIS_URL"}, "GPUDECK_HOME": str(home)}
+        made = subprocess.run(
+            [*cli, "token", "create", "ops", "--admin"], env=server, capture_output=True, text=True, timeout=60
+        )
+        assert made.returncode == 0 and made.stdout.startswith("gpd_"), made.stderr
+        assert requests.get(f"{stack.url}/api/v1/jobs").status_code == 401  # a named token exists: one is needed
+        token = {**env, "GPUDECK_TOKEN": made.stdout.strip()}
+        run = subprocess.run([*cli, "whoami"], env=token, capture_output=True, timeout=60)
+        assert run.returncode == 0 and run.stdout.decode().strip() == "ops, admin"
+        gone = subprocess.run([*cli, "token", "revoke", "ops"], env=server, capture_output=True, timeout=60)
+        assert gone.returncode == 0 and requests.get(f"{stack.url}/api/v1/jobs").status_code == 200
         assert stack.stop() < 10
     finally:
         stack.kill()

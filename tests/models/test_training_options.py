@@ -1,6 +1,7 @@
 """Schedules, recipes, augmentation and the training switches (mixed precision, XLA, accumulation, remat)."""
 
 import json
+import os
 import signal
 import subprocess
 import time
@@ -141,3 +142,21 @@ def test_sigterm_checkpoints_and_a_rerun_resumes(tmp_path):
     points = [json.loads(line) for line in metrics.read_text().splitlines()]
     steps = [p["step"] for p in points if "loss" in p]
     assert steps[-1] == stopped + 5 and steps == sorted(steps)
+
+
+@pytest.mark.slow
+def test_old_checkpoints_are_pruned_as_the_job_trains(tmp_path):
+    """GPUDECK_KEEP_CHECKPOINTS=2: of the checkpoints saved at each validation, the newest two stay (the exported
+    model is the newest's weights)."""
+    spec = {"model": "lenet", "dataset": "synthetic:8x8x1:4", "params": {"steps": 16, "batch_size": 512}}
+    (tmp_path / "spec.json").write_text(json.dumps(spec))
+    argv = python_module("models.train", "--spec", str(tmp_path / "spec.json"), "--job-dir", str(tmp_path / "job"))
+    run = subprocess.run(
+        argv, capture_output=True, text=True, timeout=300, env={**os.environ, "GPUDECK_KEEP_CHECKPOINTS": "2"}
+    )
+    assert run.returncode == 0, run.stdout[-2000:] + run.stderr[-2000:]
+    points = [json.loads(line) for line in (tmp_path / "job" / "metrics.jsonl").read_text().splitlines()]
+    saved = sorted({p["step"] for p in points if "val_loss" in p})
+    assert len(saved) >= 4, saved  # a checkpoint was saved at each of these
+    kept = sorted(int(p.stem.split("-")[1]) for p in (tmp_path / "job" / "checkpoints").glob("ckpt-*.index"))
+    assert kept == saved[-2:] and kept[-1] == 16
