@@ -9,6 +9,7 @@ import sys
 from typing import Any
 
 from gunicorn.app.base import BaseApplication
+from redis.exceptions import RedisError
 
 from api.longpoll import RESERVED_THREADS, THREADS
 from jobs import tokens
@@ -43,6 +44,15 @@ class _Gunicorn(BaseApplication):
         return self.application
 
 
+def _named_tokens(settings: Settings) -> bool:
+    """Whether the stack's Redis holds a named token (a Redis that cannot be read holds none: refuse)."""
+    try:
+        return tokens.any_named(settings.redis())
+    except RedisError as exc:
+        log.warning("could not read the named tokens (%s)", exc)
+        return False
+
+
 def serve(
     settings: Settings, host: str = "127.0.0.1", port: int = DEFAULT_PORT, workers: int = 2, threads: int = THREADS
 ) -> None:
@@ -50,7 +60,7 @@ def serve(
     if not settings.redis_url:
         raise ConfigError("REDIS_URL is not set: point the API at the Redis the workers use (gpudeck up sets it)")
     public = not is_loopback(host)
-    if public and not settings.tokens and not tokens.any_named(settings.redis()):
+    if public and not settings.tokens and not _named_tokens(settings):
         raise ConfigError(
             f"refusing to bind {host}: set GPUDECK_TOKENS or create a named token (gpudeck token create NAME --admin) "
             "before serving beyond this machine"

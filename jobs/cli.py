@@ -90,9 +90,16 @@ def cmd_token(args: argparse.Namespace) -> int:
     import getpass
     import json
 
+    from redis.exceptions import RedisError
+
     from jobs import tokens
 
-    redis = _server_redis(settings_from_env(args.home))
+    settings = settings_from_env(args.home)
+    redis = _server_redis(settings)
+    try:
+        redis.ping()
+    except RedisError as exc:
+        raise ConfigError(f"cannot reach the stack's Redis ({settings.redis_url or 'embedded'}): {exc}") from None
     who = f"server:{getpass.getuser()}"
     if args.action == "ls":
         listed = tokens.list_all(redis)

@@ -182,3 +182,18 @@ def test_gpudeck_tokens_keep_working_as_anonymous_admins_beside_named_ones(setti
     assert client.post(f"/api/v1/jobs/{a}/cancel", headers=shared).status_code == 200  # an admin
     entries = client.get("/api/v1/audit", headers=shared).json["entries"]
     assert entries[0]["user"] == "GPUDECK_TOKENS"
+
+
+def test_an_api_served_beyond_loopback_asks_for_a_token_even_when_none_is_left(settings, redis):
+    from api.serve import serve
+    from jobs.errors import ConfigError
+
+    with pytest.raises(ConfigError, match="set GPUDECK_TOKENS or create a named token"):
+        serve(settings, host="0.0.0.0", port=1)  # no token of either kind: it would be open to the network
+    with pytest.raises(ConfigError, match="create a named token"):  # a Redis it cannot read holds none
+        serve(replace(settings, redis_url="redis://127.0.0.1:1/0"), host="0.0.0.0", port=1)
+    client = create_app({"SETTINGS": settings, "REDIS": redis, "REQUIRE_TOKENS": True}).test_client()
+    ops = {"Authorization": f"Bearer {tokens.create(redis, 'ops', admin=True)}"}
+    assert client.get("/api/v1/jobs", headers=ops).status_code == 200
+    tokens.revoke(redis, "ops")
+    assert client.get("/api/v1/jobs").status_code == 401  # (served on loopback it would be open again)
