@@ -426,6 +426,7 @@ def _schemas() -> dict[str, Any]:
                 "id": INT,
                 "grid": {"type": "object"},
                 "base": {"type": "object"},
+                "owner": OWNER,
                 "jobs": {
                     "type": "array",
                     "items": _obj(

@@ -141,7 +141,9 @@ def unpark(redis: Redis) -> list[int]:
         limit = tokens.max_gpus(redis, e["owner"])
         holds = held(redis, e["owner"])
         if limit is not None and holds + e["gpus"] > limit:
-            store.transition(e["job"], (Status.QUEUED.value,), message=waiting(e["owner"], holds, limit))
+            message = waiting(e["owner"], holds, limit)
+            if redis.hget(job_key(e["job"]), "message") != message.encode():  # (written when it reads differently)
+                store.transition(e["job"], (Status.QUEUED.value,), message=message)
             continue
         if redis.zrem(QUOTA_PARKED_KEY, raw):  # (one placer wins a job: the others find it gone)
             store.transition(e["job"], (Status.QUEUED.value,), message=None)
