@@ -25,6 +25,10 @@ async def on_screen(pilot, app, cls, check=lambda screen: True, timeout: float =
         lambda: isinstance(app.screen, cls) and app.screen.is_mounted and check(app.screen) and app.screen,
         timeout,
     )
+    # Settled: its events processed and, where it has something to focus, the focus moved to it. (A key pressed
+    # before that, on a loaded box, was seen to go nowhere: a Confirm stayed up for a minute after `y`.)
+    await pilot.pause()
+    await until(pilot, lambda: screen.focused is not None or not screen.focus_chain, timeout)
     await pilot.pause(0.05)
     return screen
 
