@@ -100,9 +100,9 @@ def test_a_users_gpu_quota_holds_their_second_job_not_the_next_users(spawn, chil
     assert held["status"] == "queued" and held["message"] == "waiting: alice holds 1 of 1 GPU"
     gpus = requests.get(f"{url}/api/v1/gpus", headers=bob, timeout=10).json()["hosts"][0]["gpus"]
     assert sorted((g["held_by"]["owner"], g["held_by"]["job_id"]) for g in gpus) == [("alice", a1), ("bob", b1)]
-    asyncio.run(_tui_shows_who_holds_what(url, alice["Authorization"][7:], a1, a2, b1))
-    assert job(a2)["status"] == "queued"  # (seconds later: the placers look every second, she still holds hers)
-    assert requests.post(f"{url}/api/v1/jobs/{a1}/cancel", headers=alice, timeout=10).status_code == 200
+    asyncio.run(_tui_shows_who_holds_what_and_cancels_hers(url, alice["Authorization"][7:], a1, a2, b1))
+    assert job(b1)["status"] == "running"  # bob's: refused
+    wait_for("alice's first ends", lambda: job(a1)["status"] == "canceled")
     started = wait_for("alice's second starts", lambda: (j := job(a2))["status"] == "running" and j, timeout=60)
     assert started["message"] is None and started["gpu_ids"] == job(a1)["gpu_ids"]  # on the GPU her first freed
     for i, who in ((a2, alice), (b1, bob)):
@@ -111,14 +111,17 @@ def test_a_users_gpu_quota_holds_their_second_job_not_the_next_users(spawn, chil
         wait_for(f"job {i} ends", lambda i=i: job(i)["status"] == "canceled")
 
 
-async def _tui_shows_who_holds_what(url: str, token: str, a1: int, a2: int, b1: int) -> None:
+async def _tui_shows_who_holds_what_and_cancels_hers(url: str, token: str, a1: int, a2: int, b1: int) -> None:
     """The TUI of alice: the jobs table's OWNER column and the job that waits for her quota, the GPUs screen's
-    HELD BY column."""
+    HELD BY column; she selects her running job and bob's and cancels both: hers goes, bob's is refused with the
+    API's reason, and the job waiting for her quota is still queued meanwhile (the placers look every second)."""
     from textual.widgets import DataTable, Static
 
     from tests.support.pilot import on_screen, text_of, until
     from tui.app import GpudeckApp
+    from tui.screens.dialogs import Confirm
     from tui.screens.gpus import GpusScreen
+    from tui.screens.jobs import JobsScreen
 
     app = GpudeckApp(url, token=token)
     async with app.run_test(size=(80, 24)) as pilot:
@@ -131,3 +134,14 @@ async def _tui_shows_who_holds_what(url: str, token: str, a1: int, a2: int, b1: 
         gpus = screen.query_one("#gpus", Static)
         await until(pilot, lambda: f"job {b1} · bob" in text_of(gpus))
         assert f"job {a1} · alice" in text_of(gpus) and "HELD BY" in text_of(gpus)
+        await pilot.press("escape")
+        jobs = await on_screen(pilot, app, JobsScreen)
+        mine = {"Authorization": f"Bearer {token}"}
+        assert requests.get(f"{url}/api/v1/jobs/{a2}", headers=mine, timeout=10).json()["status"] == "queued"
+        jobs.selected = {a1, b1}
+        await pilot.press("c")
+        await on_screen(pilot, app, Confirm)
+        await pilot.press("y")
+        said = lambda: "\n".join(str(n.message) for n in app._notifications)  # noqa: E731
+        await until(pilot, lambda: f"canceling job {a1}" in said() and f"job {b1}: job {b1} belongs to bob" in said())
+        assert jobs.selected == {b1}  # what was refused stays selected

@@ -14,6 +14,7 @@ from textual.screen import Screen
 from textual.widgets import DataTable, Footer, Input, Static
 from textual.widgets.data_table import ColumnKey, RowKey
 
+from tui.client import ApiError
 from tui.screens.dialogs import Confirm, open_tensorboard
 from tui.screens.job import JobScreen
 from tui.screens.sweep import SweepScreen, sweep_of
@@ -393,13 +394,15 @@ class JobsScreen(Screen):
             self.notify("nothing to cancel: no queued or running job selected", severity="warning")
             return
 
-        def said(done: list[int]) -> None:
-            self.selected -= set(done)
-            self.notify(f"canceling job{'s' if len(done) > 1 else ''} {', '.join(map(str, done))}")
+        def said(done: list[dict]) -> None:
+            ids = [d["id"] for d in done]
+            self.selected -= set(ids)
+            if ids:
+                self.notify(f"canceling job{'s' if len(ids) > 1 else ''} {', '.join(map(str, ids))}")
 
         listed = ", ".join(map(str, active))
         question = f"Cancel job{'s' if len(active) > 1 else ''} {listed}?"
-        self._confirm_then(question, lambda client: [client.cancel(i)["id"] for i in active], said)
+        self._confirm_then(question, lambda client: self._each(active, client.cancel), said)
 
     def action_delete(self) -> None:
         """Delete the selected ended jobs (or the current one) for good, after one confirmation that lists them."""
@@ -411,11 +414,28 @@ class JobsScreen(Screen):
         def said(done: list[dict]) -> None:
             self.selected -= {d["id"] for d in done}
             freed = human(sum(d["bytes_freed"] for d in done))
-            self.notify(f"deleted job{'s' if len(done) > 1 else ''} {', '.join(str(d['id']) for d in done)} ({freed})")
+            if done:
+                ids = ", ".join(str(d["id"]) for d in done)
+                self.notify(f"deleted job{'s' if len(done) > 1 else ''} {ids} ({freed})")
 
         listed = ", ".join(map(str, ended))
         question = f"Delete job{'s' if len(ended) > 1 else ''} {listed} for good (record, log, metrics, job dir)?"
-        self._confirm_then(question, lambda client: [client.delete(i) for i in ended], said)
+        self._confirm_then(question, lambda client: self._each(ended, client.delete), said)
+
+    def _each(self, ids: list[int], act) -> list[dict]:  # noqa: ANN001
+        """`act(id)` for each job (off the UI thread); a job the API refuses (another user's: 403, gone: 404,
+        ended meanwhile: 409) does not stop the others, and is named in one notification with the API's why."""
+        done, refused = [], []
+        for job_id in ids:
+            try:
+                done.append(act(job_id))
+            except ApiError as exc:
+                if exc.status not in (403, 404, 409):
+                    raise
+                refused.append(f"job {job_id}: {exc.message}")
+        if refused:
+            self.app.call_from_thread(self.notify, "\n".join(refused), title="Refused", severity="error")
+        return done
 
     def action_select(self) -> None:
         job_id = self._cursor_job()
