@@ -35,10 +35,16 @@ def user() -> User | None:
     return g.get("user")
 
 
+def owner_name() -> str | None:
+    """The owner of what this request creates: its named token's name (None: no name, or nobody is asked)."""
+    who = user()
+    return who.name if who is not None and who.named else None
+
+
 def owned() -> dict[str, str] | None:
     """The record fields that make this request's user the owner of what it creates (None: no user)."""
-    who = user()
-    return {"owner": who.name} if who is not None and who.named else None
+    name = owner_name()
+    return {"owner": name} if name else None
 
 
 def owner_arg() -> str | None:
@@ -114,15 +120,13 @@ def register(app: Flask) -> None:
         if scheme.lower() == "bearer" and ok:
             g.user = tokens.SHARED
             return None
-        why = "no bearer token"
-        if scheme.lower() == "bearer" and given:
-            found, why = tokens.identify(deps.redis(), given) if named else (None, "unknown token")
-            if found is not None:
-                g.user = found
-                return None
-        if scheme.lower() == "bearer" and given:
+        if scheme.lower() != "bearer" or not given:
+            return _unauthorized("no bearer token")
+        found, why = tokens.identify(deps.redis(), given) if named else (None, "unknown token")
+        if found is None:
             return _refuse(why)
-        return _unauthorized("no bearer token")
+        g.user = found
+        return None
 
 
 def _refuse(why: str):

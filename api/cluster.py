@@ -40,7 +40,7 @@ def create_sweep():
     if isinstance(body, dict) and isinstance(body.get("base"), dict) and isinstance(body.get("grid"), dict):
         for spec in sweeps.expand(body["base"], body["grid"]):  # (a grid may make a model job a command job)
             settings = auth.settings_for_submit(spec)
-    sweep = sweeps.create(deps.redis(), body, settings, owner=(auth.owned() or {}).get("owner"))
+    sweep = sweeps.create(deps.redis(), body, settings, owner=auth.owner_name())
     sweep["jobs"] = [job_view(j) for j in sweep["jobs"]]
     return sweep, 201, {"Location": f"/api/v1/sweeps/{sweep['id']}"}
 

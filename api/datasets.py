@@ -19,7 +19,7 @@ def upload():
     deps.only_args(request.form, ("name", "version", "file"), where="form field")
     deps.only_args(request.files, ("file",), where="file field")
     name, version = request.form.get("name"), request.form.get("version")
-    meta = datasets.upload(deps.redis(), s, name, version, deps.upload_stream(), (auth.owned() or {}).get("owner"))
+    meta = datasets.upload(deps.redis(), s, name, version, deps.upload_stream(), auth.owner_name())
     return meta, 201, {"Location": f"/api/v1/datasets/{meta['name']}"}
 
 

@@ -30,7 +30,8 @@ WAIT_POLL_S = 0.25
 
 @bp.post("")
 def submit():
-    body, settings = deps.json_body(), auth.settings_for_submit(deps.json_body())
+    body = deps.json_body()
+    settings = auth.settings_for_submit(body)
     key = request.headers.get("Idempotency-Key")
     extra = auth.owned()
     if key is None:

@@ -11,8 +11,9 @@ from flask import Blueprint
 
 from api.finite import NONFINITE
 from api.jobs import MAX_OFFSET, MAX_PAGE, MAX_WAIT_S
+from api.users import MAX_AUDIT
 from jobs.keys import PRIORITIES
-from jobs.settings import DEFAULT_API
+from jobs.settings import AGE, DEFAULT_API
 from jobs.sources import GIT_COMMIT
 from jobs.spec import (
     COMMAND_ONLY,
@@ -998,8 +999,8 @@ def _paths() -> dict[str, Any]:
                 {"200": _json("AuditTrail"), **_errors(400, 403)},
                 parameters=[
                     _q("user", STR, "only this token name's"),
-                    _q("since", {**STR, "pattern": "^\\d+[smhdw]$"}, "only the last 30d, 12h, …"),
-                    _q("limit", {**INT, "minimum": 1, "maximum": 1000}, "most entries (100)"),
+                    _q("since", {**STR, "pattern": AGE.pattern}, "only the last 30d, 12h, …"),
+                    _q("limit", {**INT, "minimum": 1, "maximum": MAX_AUDIT}, "most entries (100)"),
                 ],
             )
         },

@@ -18,7 +18,7 @@ def _boards() -> TensorBoards:
 @bp.post("/tensorboard")
 def start():
     """201 with {url, port, ...} for a new TensorBoard, 200 when one over exactly these jobs already runs."""
-    board = _boards().ensure(deps.json_body(), (auth.owned() or {}).get("owner"))
+    board = _boards().ensure(deps.json_body(), auth.owner_name())
     return board, 200 if board["reused"] else 201
 
 

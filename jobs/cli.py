@@ -74,10 +74,10 @@ def _server_redis(settings: Settings):
 
     if settings.redis_url:
         return settings.redis()
-    conf = settings.home / "redis" / "redis.conf"  # (the embedded Redis's: its socket may lie outside the home)
-    words = [line.split(None, 1) for line in conf.read_text().splitlines()] if conf.exists() else []
-    sock = next((Path(w[1].strip()) for w in words if len(w) == 2 and w[0] == "unixsocket"), None)
-    if sock is not None and sock.exists():
+    from jobs.redis_server import EmbeddedRedis
+
+    sock = EmbeddedRedis.running_socket(settings.home / "redis")  # (where `gpudeck up` runs it: jobs.supervisor)
+    if sock is not None:
         return Redis(unix_socket_path=str(sock))
     raise ConfigError(
         f"no Redis to keep tokens in: run this on the server, where `gpudeck up` runs with "

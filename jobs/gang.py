@@ -30,7 +30,7 @@ from redis import Redis
 from redis.exceptions import RedisError
 from rq import Queue, Worker
 
-from jobs import lifecycle, queues, quota, tokens
+from jobs import lifecycle, queues, quota
 from jobs.errors import NotFound
 from jobs.keys import (
     GANGS_KEY,
@@ -143,7 +143,7 @@ def place(redis: Redis) -> list[int]:
             if base in heads:
                 continue  # only the first in line of each queue may take workers: no starvation among them
             owner, gpus = rec.get("owner"), quota.job_gpus(spec)
-            limit = tokens.max_gpus(redis, owner) if owner and gpus else None
+            limit = quota.limit_for(redis, owner, gpus)
             if limit is not None and (holds := quota.held(redis, owner)) + gpus > limit:
                 _waiting(store, rec, quota.waiting(owner, holds, limit))
                 continue  # (over its owner's quota, it does not hold up other users' jobs behind it)

@@ -24,6 +24,7 @@ from rq import Queue
 from jobs import tokens
 from jobs.errors import Forbidden, NotFound
 from jobs.keys import ACTIVE_KEY, PREFIX, QUOTA_CLAIMS_KEY, QUOTA_PARKED_KEY, job_key, task_key, worker_info_key
+from jobs.spec import is_multi_worker
 from jobs.states import Status
 from jobs.store import JobStore
 
@@ -80,10 +81,17 @@ def _run(redis: Redis, owner: str, job: str, gpus: int, limit: int) -> list[int]
     return script(keys=[ACTIVE_KEY, QUOTA_CLAIMS_KEY], args=[PREFIX, owner, job, gpus, limit, time.time(), CLAIM_TTL_S])
 
 
+def limit_for(redis: Redis, owner: str | None, gpus: int) -> int | None:
+    """The quota a job of `owner` needing `gpus` GPUs is held to (None: none applies: no owner, no limit, or a
+    job without GPUs)."""
+    return tokens.max_gpus(redis, owner) if owner and gpus else None
+
+
 def check_fits(redis: Redis, owner: str | None, spec: dict[str, Any]) -> None:
     """Forbidden for a job that needs more GPUs than its owner may ever hold at once: it could never start."""
-    limit = tokens.max_gpus(redis, owner) if owner else None
-    if limit is not None and (gpus := job_gpus(spec)) > limit:
+    gpus = job_gpus(spec)
+    limit = limit_for(redis, owner, gpus)
+    if limit is not None and gpus > limit:
         raise Forbidden(
             f"the job needs {gpus} GPUs and the token of {owner} allows {limit} at once (--max-gpus): it could never "
             "start; ask fewer GPUs or an admin for a token with a larger --max-gpus",
@@ -105,7 +113,7 @@ def admit(redis: Redis, job_id: int, rq_id: str, queue: str) -> bool:
     except NotFound:  # (the work-horse says what became of it)
         return True
     owner, gpus = rec.get("owner"), job_gpus(rec["spec"])
-    limit = tokens.max_gpus(redis, owner) if owner and gpus else None
+    limit = limit_for(redis, owner, gpus)
     if limit is None or rec["status"] != Status.QUEUED.value:
         return True
     ok, others = claim(redis, owner, job_id, gpus, limit)
@@ -168,7 +176,7 @@ def holders(redis: Redis) -> dict[tuple[str, str], dict[str, Any]]:
             continue
         who = {"job_id": job_id, "owner": rec.get("owner")}
         places = []
-        if int(rec["spec"].get("workers") or 1) > 1:
+        if is_multi_worker(rec["spec"]):
             for index in range(int(rec["spec"]["workers"])):
                 task = redis.hgetall(task_key(job_id, index))
                 if task:

@@ -130,6 +130,15 @@ class EmbeddedRedis:
         finally:
             client.close()
 
+    @staticmethod
+    def running_socket(data_dir: Path) -> Path | None:
+        """The unix socket an embedded Redis of `data_dir` listens on now, read from the redis.conf it was started
+        with (a long home puts the socket outside it); None when there is none."""
+        conf = data_dir / "redis.conf"
+        words = [line.split(None, 1) for line in conf.read_text().splitlines()] if conf.exists() else []
+        sock = next((Path(w[1].strip()) for w in words if len(w) == 2 and w[0] == "unixsocket"), None)
+        return sock if sock is not None and sock.exists() else None
+
     def stop(self, timeout: float = 5.0) -> None:
         """SIGTERM (Redis flushes the AOF and exits), then SIGKILL after `timeout`."""
         proc, self.proc = self.proc, None
