@@ -13,8 +13,8 @@ from api import auth, deps, longpoll
 from api.finite import finite
 from jobs import control, gang, queues, usage
 from jobs.errors import BadRequest
-from jobs.states import Status
 from jobs.views import job_view
+from models.states import Status
 
 bp = Blueprint("jobs", __name__)
 

@@ -26,11 +26,11 @@ from jobs.spec import (
     MAX_TOTAL_STEPS,
     MAX_WORKERS,
 )
-from jobs.states import Reason, Status
 from jobs.sweeps import MAX_JOBS as SWEEP_MAX_JOBS
 from models.catalog import ALIASES, MODELS, NAME
 from models.params import AUGMENT_PARTS, PARAMS
 from models.sourcetree import REF
+from models.states import Reason, Status
 
 bp = Blueprint("openapi", __name__)
 

@@ -2,20 +2,21 @@
 
 from __future__ import annotations
 
-import argparse
 import ipaddress
 import logging
 import sys
 from typing import Any
 
+import click
 from gunicorn.app.base import BaseApplication
 from redis.exceptions import RedisError
 
 from api.longpoll import RESERVED_THREADS, THREADS
 from jobs import tokens
-from jobs.cli import EXIT_OK, EXIT_USAGE, settings_from_env, setup_logging
+from jobs.cli import settings_from_env, setup_logging
 from jobs.errors import ConfigError, GpudeckError
 from jobs.settings import DEFAULT_PORT, Settings
+from models.common import EXIT_OK, EXIT_USAGE
 
 log = logging.getLogger(__name__)
 
@@ -86,35 +87,35 @@ def serve(
     _Gunicorn(app, options).run()
 
 
-def cmd_api(args: argparse.Namespace) -> int:
+@click.command()
+@click.option("--host", default="127.0.0.1", show_default=True, help="address to bind")
+@click.option("--port", type=int, default=DEFAULT_PORT, show_default=True, help="port to bind")
+@click.option("--workers", type=int, default=2, show_default=True, help="gunicorn worker processes")
+@click.option(
+    "--threads",
+    type=int,
+    default=THREADS,
+    show_default=True,
+    help=f"threads per process (long polls take at most all but {RESERVED_THREADS})",
+)
+def api(host, port, workers, threads) -> int:
+    """Serve the REST API (gunicorn)."""
     setup_logging()
-    if args.threads <= RESERVED_THREADS:
+    if threads <= RESERVED_THREADS:
         raise ConfigError(f"--threads must be more than {RESERVED_THREADS} (the threads long polls never take)")
-    serve(settings_from_env(), host=args.host, port=args.port, workers=args.workers, threads=args.threads)
+    serve(settings_from_env(), host=host, port=port, workers=workers, threads=threads)
     return EXIT_OK
 
 
-def add_command(sub: argparse._SubParsersAction) -> None:
-    """Register `api` on a `gpudeck` parser."""
-    p = sub.add_parser("api", help="serve the REST API (gunicorn)")
-    p.add_argument("--host", default="127.0.0.1")
-    p.add_argument("--port", type=int, default=DEFAULT_PORT)
-    p.add_argument("--workers", type=int, default=2, help="gunicorn worker processes")
-    p.add_argument(
-        "--threads",
-        type=int,
-        default=THREADS,
-        help=f"threads per process (long polls take at most all but {RESERVED_THREADS})",
-    )
-    p.set_defaults(func=cmd_api)
-
-
 def main(argv: list[str] | None = None) -> int:
-    """`python -m api.serve [--host] [--port] [--workers] [--threads]`."""
-    parser = argparse.ArgumentParser(prog="python -m api.serve", description=__doc__)
-    add_command(parser.add_subparsers(dest="command", required=True))
+    """`python -m api.serve [--host] [--port] [--workers] [--threads]` (how `gpudeck up` starts the API)."""
     try:
-        return cmd_api(parser.parse_args(["api", *(sys.argv[1:] if argv is None else argv)]))
+        return int(api.main(args=argv, prog_name="python -m api.serve", standalone_mode=False) or 0)
+    except click.exceptions.Exit as exc:
+        return exc.exit_code
+    except click.ClickException as exc:
+        exc.show()
+        return EXIT_USAGE
     except GpudeckError as exc:
         print(f"gpudeck: {exc.message}", file=sys.stderr)
         return EXIT_USAGE

@@ -1,22 +1,23 @@
-"""The server commands of `gpudeck`: `up` (the whole stack) and `worker`. `python -m jobs.cli worker …` is how
-`gpudeck up` starts its workers; the `gpudeck` console script (tui.cli) dispatches here too."""
+"""The server commands of `gpudeck`: `up` (the whole stack), `worker` and `token`, on click. The `gpudeck` console
+script (tui.cli) loads this module only when one of them runs; `python -m jobs.cli worker …` is how `gpudeck up`
+starts its workers."""
 
 from __future__ import annotations
 
-import argparse
+import getpass
+import json
 import logging
 import os
 import sys
-from collections.abc import Callable
+import time
 from pathlib import Path
 
-from jobs.errors import ConfigError, GpudeckError
-from jobs.settings import DEFAULT_PORT, Settings, parse_age, parse_size
-from models.protocol import DEFAULT_GRACE_S
+import click
 
-EXIT_OK, EXIT_JOB_FAILED, EXIT_USAGE, EXIT_UNREACHABLE = 0, 1, 2, 3
-"""Exit codes of every gpudeck command: success, a job failed (or fell below --min-accuracy), usage or input
-error, API unreachable."""
+from jobs.errors import ConfigError, GpudeckError
+from jobs.settings import DEFAULT_PORT, Settings
+from models.common import EXIT_INTERRUPTED, EXIT_OK, EXIT_USAGE, parse_age, parse_size
+from models.protocol import DEFAULT_GRACE_S
 
 
 def settings_from_env(home: Path | None = None) -> Settings:
@@ -32,38 +33,85 @@ def setup_logging() -> None:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
 
 
-def cmd_up(args: argparse.Namespace) -> int:
-    from jobs.supervisor import up
+class Parsed(click.ParamType):
+    """A value read by one of models.common's parsers (sizes, ages), its ValueError a usage error."""
+
+    def __init__(self, name: str, parse, example: str):
+        self.name, self.parse, self.example = name, parse, example
+
+    def convert(self, value, param, ctx):
+        if isinstance(value, int):
+            return value
+        try:
+            return self.parse(value)
+        except ValueError:
+            self.fail(f"expected {self.example}, got {value!r}", param, ctx)
+
+
+home_option = click.option(
+    "--home", type=click.Path(path_type=Path), help="data root (default $GPUDECK_HOME or ~/.local/share/gpudeck)"
+)
+
+
+@click.command()
+@click.option("--host", default="127.0.0.1", show_default=True, help="address the API binds")
+@click.option("--port", type=int, default=DEFAULT_PORT, show_default=True, help="API port")
+@home_option
+@click.option("--gpus", help="GPU indices to start workers for, e.g. 0,1 (default: nvidia-smi -L)")
+@click.option("--cpu-workers", type=int, help="CPU workers (default: 1 when there is no GPU)")
+def up(host, port, home, gpus, cpu_workers) -> int:
+    """Start Redis, the API and one worker per GPU; Ctrl-C stops all."""
+    from jobs.supervisor import up as run_stack
 
     setup_logging()
-    gpus = None if args.gpus is None else [g for g in args.gpus.split(",") if g != ""]
-    return up(settings_from_env(args.home), host=args.host, port=args.port, gpus=gpus, cpu_workers=args.cpu_workers)
+    chosen = None if gpus is None else [g for g in gpus.split(",") if g != ""]
+    return run_stack(settings_from_env(home), host=host, port=port, gpus=chosen, cpu_workers=cpu_workers)
 
 
-def _bytes(text: str) -> int:
-    try:
-        return parse_size(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a size like 8G or 512M, got {text!r}") from None
-
-
-def cmd_worker(args: argparse.Namespace) -> int:
-    if args.drain:
-        return args.drain_over_api(args.drain)
-    if not args.cpu and not args.gpus:
-        print("gpudeck worker: give --gpus LIST or --cpu (or --drain NAME)", file=sys.stderr)
+@click.command()
+@click.option("--gpus", help="GPU indices this worker owns, e.g. 0 or 2,3")
+@click.option("--cpu", is_flag=True, help="a CPU-only worker")
+@click.option("--drain", metavar="NAME", help="ask worker NAME (see GET /api/v1/workers) to finish its job and exit")
+@click.option("--name", help="worker name (default host.gpuN.pid)")
+@click.option("--burst", is_flag=True, help="exit when the queues are empty")
+@click.option(
+    "--stop-grace",
+    type=float,
+    default=DEFAULT_GRACE_S,
+    help=f"seconds between SIGTERM and SIGKILL on cancel ({DEFAULT_GRACE_S:g}); the trainer gets a little less",
+)
+@click.option(
+    "--max-memory",
+    type=Parsed("SIZE", parse_size, "a size like 8G or 512M"),
+    help="cap each trainer's memory (RLIMIT_DATA), e.g. 16G",
+)
+@click.option("--api", "api_url", metavar="URL", help="with --drain: the API to ask (default $GPUDECK_API)")
+@click.option("--token", metavar="T", help="with --drain: bearer token (default $GPUDECK_TOKEN)")
+def worker(gpus, cpu, drain, name, burst, stop_grace, max_memory, api_url, token) -> int:
+    """Run one worker pinned to GPUs (or the CPU), or drain one (--drain NAME asks the API)."""
+    if sum(map(bool, (gpus, cpu, drain))) > 1:
+        click.echo("gpudeck worker: --gpus, --cpu and --drain exclude each other: give one", err=True)
         return EXIT_USAGE
-    from jobs import worker
+    if drain:  # a request to the API, as a client command makes it (with `gpudeck --api/--token`, or these)
+        from tui.cli.base import client
+
+        meta = click.get_current_context().meta
+        meta.update({k: v for k, v in (("gpudeck.api", api_url), ("gpudeck.token", token)) if v})
+        click.echo(json.dumps(client().drain(drain)))
+        return EXIT_OK
+    if not cpu and not gpus:
+        click.echo("gpudeck worker: give --gpus LIST or --cpu (or --drain NAME)", err=True)
+        return EXIT_USAGE
+    from jobs import worker as rq_worker
 
     setup_logging()
-    gpus = [] if args.cpu else [g.strip() for g in args.gpus.split(",") if g.strip()]
-    worker.run(
+    rq_worker.run(
         settings_from_env(),
-        gpus,
-        name=args.name,
-        burst=args.burst,
-        stop_grace_s=args.stop_grace,
-        max_memory=args.max_memory,
+        [] if cpu else [g.strip() for g in gpus.split(",") if g.strip()],
+        name=name,
+        burst=burst,
+        stop_grace_s=stop_grace,
+        max_memory=max_memory,
     )
     return EXIT_OK
 
@@ -85,138 +133,125 @@ def _server_redis(settings: Settings):
     )
 
 
-def cmd_token(args: argparse.Namespace) -> int:
-    """Named tokens, on the server against its Redis: create (printed once), ls, revoke."""
-    import getpass
-    import json
-
+def _token_store(home: Path | None):
+    """(the stack's Redis, checked reachable, and who this is in the audit)."""
     from redis.exceptions import RedisError
 
-    from jobs import tokens
-
-    settings = settings_from_env(args.home)
+    settings = settings_from_env(home)
     redis = _server_redis(settings)
     try:
         redis.ping()
     except RedisError as exc:
         raise ConfigError(f"cannot reach the stack's Redis ({settings.redis_url or 'embedded'}): {exc}") from None
-    who = f"server:{getpass.getuser()}"
-    if args.action == "ls":
-        listed = tokens.list_all(redis)
-        if args.json:
-            print(json.dumps(listed, indent=2))
-            return EXIT_OK
-        print(f"{'NAME':<20} {'ROLE':<6} {'MAX GPUS':>8} {'COMMANDS':<8} {'CREATED':<17} {'LAST USED':<17} EXPIRES")
-        for t in listed:
-            print(
-                f"{t['name']:<20} {t['role']:<6} {_or_dash(t['max_gpus']):>8} {'yes' if t['commands'] else 'no':<8} "
-                f"{_when(t['created_at']):<17} {_when(t['last_used_at']):<17} {_when(t['expires_at'])}"
-            )
-        return EXIT_OK
-    if not args.name:
-        print(f"gpudeck token {args.action} NAME", file=sys.stderr)
+    return redis, f"server:{getpass.getuser()}"
+
+
+def _when(ts: float | None) -> str:
+    return time.strftime("%Y-%m-%d %H:%M", time.localtime(ts)) if ts else "-"
+
+
+@click.group()
+def token() -> None:
+    """Named tokens, on the server against its Redis: create (printed once), ls, revoke."""
+
+
+@token.command(name="create")
+@click.argument("name", required=False)
+@click.option("--admin", is_flag=True, help="may do anything: others' jobs, draining workers, the audit")
+@click.option("--max-gpus", type=int, metavar="N", help="the most GPUs this user's running jobs hold at once")
+@click.option("--no-commands", is_flag=True, help="may not submit command jobs (your own code)")
+@click.option("--expires", type=Parsed("AGE", parse_age, "an age such as 90d, 12h or 2w"), help="refused after this")
+@home_option
+def token_create(name, admin, max_gpus, no_commands, expires, home) -> int:
+    """Create the token NAME and print it (only its hash is kept: it is shown this once)."""
+    from jobs import tokens
+
+    if not name:
+        click.echo("gpudeck token create NAME", err=True)
         return EXIT_USAGE
-    if args.action == "revoke":
-        tokens.revoke(redis, args.name)
-        tokens.audit(redis, who, "local", "TOKEN", f"revoke {args.name}", 0)
-        print(f"revoked {args.name}: its next request is refused")
-        return EXIT_OK
-    token = tokens.create(
-        redis,
-        args.name,
-        admin=args.admin,
-        max_gpus=args.max_gpus,
-        commands=not args.no_commands,
-        expires_s=args.expires,
-    )
-    role = "admin" if args.admin else "user"
-    tokens.audit(redis, who, "local", "TOKEN", f"create {args.name}", 0, detail=role)
-    print(token)
-    print(
-        f"(the token of {args.name}, a {role}: shown this once; clients send it as GPUDECK_TOKEN or "
-        "'Authorization: Bearer …')",
-        file=sys.stderr,
+    redis, who = _token_store(home)
+    made = tokens.create(redis, name, admin=admin, max_gpus=max_gpus, commands=not no_commands, expires_s=expires)
+    role = "admin" if admin else "user"
+    tokens.audit(redis, who, "local", "TOKEN", f"create {name}", 0, detail=role)
+    click.echo(made)
+    click.echo(
+        f"(the token of {name}, a {role}: shown this once; clients send it as GPUDECK_TOKEN or 'Authorization: "
+        "Bearer …')",
+        err=True,
     )
     return EXIT_OK
 
 
-def _or_dash(value) -> str:
-    return "-" if value is None else str(value)
+@token.command(name="ls")
+@home_option
+@click.option("--json", "as_json", is_flag=True, help="print JSON instead of text")
+def token_ls(home, as_json) -> int:
+    """Every named token: role, limits, created, last used, expiry (never the token)."""
+    from jobs import tokens
+    from tui.cli.base import print_table
+
+    redis, _ = _token_store(home)
+    listed = tokens.list_all(redis)
+    if as_json:
+        click.echo(json.dumps(listed, indent=2))
+        return EXIT_OK
+    rows = [
+        (
+            t["name"],
+            t["role"],
+            "-" if t["max_gpus"] is None else t["max_gpus"],
+            "yes" if t["commands"] else "no",
+            _when(t["created_at"]),
+            _when(t["last_used_at"]),
+            _when(t["expires_at"]),
+        )
+        for t in listed
+    ]
+    print_table(("NAME", "ROLE", "MAX GPUS", "COMMANDS", "CREATED", "LAST USED", "EXPIRES"), rows, right=[2])
+    return EXIT_OK
 
 
-def _when(ts: float | None) -> str:
-    import time
+@token.command(name="revoke")
+@click.argument("name", required=False)
+@home_option
+def token_revoke(name, home) -> int:
+    """Revoke the token NAME: its very next request is refused."""
+    from jobs import tokens
 
-    return time.strftime("%Y-%m-%d %H:%M", time.localtime(ts)) if ts else "-"
+    if not name:
+        click.echo("gpudeck token revoke NAME", err=True)
+        return EXIT_USAGE
+    redis, who = _token_store(home)
+    tokens.revoke(redis, name)
+    tokens.audit(redis, who, "local", "TOKEN", f"revoke {name}", 0)
+    click.echo(f"revoked {name}: its next request is refused")
+    return EXIT_OK
 
 
-def _age_s(text: str) -> int:
-    try:
-        return parse_age(text)
-    except ValueError as exc:
-        raise argparse.ArgumentTypeError(str(exc)) from None
+@click.group()
+def server() -> None:
+    """`python -m jobs.cli up|worker|token …`: the server commands alone."""
 
 
-def _no_api(name: str) -> int:
-    print("gpudeck worker --drain: run it through the `gpudeck` command (it asks the API)", file=sys.stderr)
-    return EXIT_USAGE
-
-
-def add_commands(sub: argparse._SubParsersAction, drain_over_api: Callable[[str], int] = _no_api) -> None:
-    """Register `up` and `worker` on a `gpudeck` parser; `drain_over_api(name)` serves `worker --drain NAME`
-    (a request to the API, which the client side of the CLI makes)."""
-    p = sub.add_parser("up", help="start Redis, the API and one worker per GPU; Ctrl-C stops all")
-    p.add_argument("--host", default="127.0.0.1", help="address the API binds (default 127.0.0.1)")
-    p.add_argument("--port", type=int, default=DEFAULT_PORT, help=f"API port (default {DEFAULT_PORT})")
-    p.add_argument("--home", type=Path, help="data root (default $GPUDECK_HOME or ~/.local/share/gpudeck)")
-    p.add_argument("--gpus", help="GPU indices to start workers for, e.g. 0,1 (default: nvidia-smi -L)")
-    p.add_argument("--cpu-workers", type=int, help="CPU workers (default: 1 when there is no GPU)")
-    p.set_defaults(func=cmd_up)
-
-    p = sub.add_parser("worker", help="run one worker pinned to GPUs (or the CPU), or drain one")
-    g = p.add_mutually_exclusive_group()
-    g.add_argument("--gpus", help="GPU indices this worker owns, e.g. 0 or 2,3")
-    g.add_argument("--cpu", action="store_true", help="a CPU-only worker")
-    g.add_argument(
-        "--drain", metavar="NAME", help="ask worker NAME (see GET /api/v1/workers) to finish its job and exit"
-    )
-    p.add_argument("--name", help="worker name (default host.gpuN.pid)")
-    p.add_argument("--burst", action="store_true", help="exit when the queues are empty")
-    p.add_argument(
-        "--stop-grace",
-        type=float,
-        default=DEFAULT_GRACE_S,
-        help=f"seconds between SIGTERM and SIGKILL on cancel ({DEFAULT_GRACE_S:g}); the trainer gets a little less",
-    )
-    p.add_argument("--max-memory", type=_bytes, help="cap each trainer's memory (RLIMIT_DATA), e.g. 16G")
-    p.set_defaults(func=cmd_worker, drain_over_api=drain_over_api)
-
-    p = sub.add_parser(
-        "token", help="named tokens, on the server: token create NAME [--admin], token ls, token revoke NAME"
-    )
-    p.add_argument("action", choices=("create", "ls", "revoke"))
-    p.add_argument("name", nargs="?", help="the token's name: who it is (create, revoke)")
-    p.add_argument("--admin", action="store_true", help="may do anything: others' jobs, draining workers, the audit")
-    p.add_argument("--max-gpus", type=int, metavar="N", help="the most GPUs this user's running jobs hold at once")
-    p.add_argument("--no-commands", action="store_true", help="may not submit command jobs (your own code)")
-    p.add_argument("--expires", type=_age_s, metavar="AGE", help="refused after this long: 90d, 12h, 2w")
-    p.add_argument("--home", type=Path, help="data root of the stack (default $GPUDECK_HOME)")
-    p.add_argument("--json", action="store_true")
-    p.set_defaults(func=cmd_token)
+for command in (up, worker, token):
+    server.add_command(command)
 
 
 def main(argv: list[str] | None = None) -> int:
-    """`python -m jobs.cli up|worker …`."""
-    parser = argparse.ArgumentParser(prog="python -m jobs.cli", description=__doc__)
-    add_commands(parser.add_subparsers(dest="command", required=True, metavar="COMMAND"))
-    args = parser.parse_args(argv)
+    """`python -m jobs.cli up|worker|token …`: the exit code of the command."""
     try:
-        return int(args.func(args) or 0)
-    except GpudeckError as exc:
-        print(f"gpudeck: {exc.message}", file=sys.stderr)
+        code = server.main(args=argv, prog_name="python -m jobs.cli", standalone_mode=False)
+    except click.exceptions.Exit as exc:
+        return exc.exit_code
+    except click.ClickException as exc:
+        exc.show()
         return EXIT_USAGE
-    except KeyboardInterrupt:
-        return 130
+    except GpudeckError as exc:
+        click.echo(f"gpudeck: {exc.message}", err=True)
+        return EXIT_USAGE
+    except (KeyboardInterrupt, click.exceptions.Abort):
+        return EXIT_INTERRUPTED
+    return int(code or 0)
 
 
 if __name__ == "__main__":

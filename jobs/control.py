@@ -30,8 +30,8 @@ from jobs.keys import (
 from jobs.outcome import CANCELED_QUEUED
 from jobs.settings import Settings
 from jobs.spec import is_command, is_multi_worker
-from jobs.states import Reason, Status
 from jobs.store import JobStore
+from models.states import Reason, Status
 
 log = logging.getLogger(__name__)
 

@@ -50,8 +50,8 @@ from jobs.keys import (
 )
 from jobs.outcome import of_tasks
 from jobs.spec import command_words, is_command, is_multi_worker
-from jobs.states import ACTIVE, Reason, Status
 from jobs.store import JobStore
+from models.states import ACTIVE, Reason, Status
 
 log = logging.getLogger(__name__)
 

@@ -1,10 +1,13 @@
 """Every name gpudeck gives things in Redis: keys, queue names, RQ job ids and task functions.
 
-This module imports nothing from gpudeck, so every layer can use it (arq's `constants.py` is the model).
+This module imports nothing from gpudeck but the vocabulary of `models.states`, so every layer can use it (arq's
+`constants.py` is the model).
 A new key is added here and nowhere else; docs/architecture.md lists the layout.
 """
 
 from __future__ import annotations
+
+from models.states import PRIORITIES
 
 PREFIX = "gpudeck"
 
@@ -143,8 +146,7 @@ def tensorboard_key(host: str) -> str:
 
 
 # -- queues and RQ ------------------------------------------------------------------------------------
-PRIORITIES = ("high", "normal", "low")
-"""Job priorities, highest first: a worker serves its queues in this order."""
+# (a worker serves its queues in PRIORITIES order, highest first)
 
 RUN_JOB = "jobs.task.run_job"
 """The RQ function of a single job (already-queued RQ jobs name it: keep it importable)."""

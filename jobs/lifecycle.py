@@ -10,8 +10,8 @@ from redis import Redis
 
 from jobs import queues
 from jobs.outcome import End, lost
-from jobs.states import ACTIVE, Reason, Status
 from jobs.store import JobStore
+from models.states import ACTIVE, Reason, Status
 
 log = logging.getLogger(__name__)
 

@@ -12,8 +12,8 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
-from jobs.states import Reason, Status
 from models.protocol import EXIT_BAD_INPUT, EXIT_DIVERGED, EXIT_OK
+from models.states import Reason, Status
 
 
 @dataclass(frozen=True)

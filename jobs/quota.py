@@ -25,8 +25,8 @@ from jobs import tokens
 from jobs.errors import Forbidden, NotFound
 from jobs.keys import ACTIVE_KEY, PREFIX, QUOTA_CLAIMS_KEY, QUOTA_PARKED_KEY, job_key, task_key, worker_info_key
 from jobs.spec import is_multi_worker
-from jobs.states import Status
 from jobs.store import JobStore
+from models.states import Status
 
 CLAIM_TTL_S = 120
 """How long a claim counts for a job a worker took but whose work-horse has not started it (a crash between)."""

@@ -12,8 +12,8 @@ from redis.exceptions import RedisError
 from jobs import gang
 from jobs.keys import REAPER_LOCK_KEY, RETENTION_LOCK_KEY
 from jobs.lifecycle import worker_lost
-from jobs.states import ACTIVE
 from jobs.store import HEARTBEAT_TTL_S, JobStore, redis_uptime_s
+from models.states import ACTIVE
 
 log = logging.getLogger(__name__)
 

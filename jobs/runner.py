@@ -21,7 +21,7 @@ from typing import IO, Any
 from redis import Redis
 from rq import get_current_job
 
-from jobs import datasets, gang, lifecycle, outcome, sources, tfconfig
+from jobs import datasets, gang, lifecycle, outcome, sources
 from jobs.archives import tree_bytes
 from jobs.keys import metrics_key, rq_job_id, rq_task_id, task_beat_key, task_key
 from jobs.proc import kill_marked, pdeathsig, python_module
@@ -29,10 +29,10 @@ from jobs.redis_server import free_port
 from jobs.scalars import EVENT_FILE_MARK, ScalarReader, read_result
 from jobs.settings import Settings
 from jobs.spec import is_command, masked
-from jobs.states import ACTIVE, Reason, Status
 from jobs.store import HEARTBEAT_TTL_S, OUTAGE, JobStore, through_outage
-from models import protocol, sourcetree
+from models import protocol, sourcetree, tfconfig
 from models.catalog import parse_dataset
+from models.states import ACTIVE, Reason, Status
 
 log = logging.getLogger(__name__)
 

@@ -3,46 +3,15 @@
 from __future__ import annotations
 
 import os
-import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from jobs.errors import ConfigError
+from models.common import AGE, DEFAULT_API, DEFAULT_PORT, parse_age, parse_size  # noqa: F401 (their home for jobs/)
 from models.protocol import KEEP_CHECKPOINTS_ENV, keep_checkpoints
 
 DEFAULT_HOME = "~/.local/share/gpudeck"
 """Data root when GPUDECK_HOME is unset: job dirs, the embedded Redis, logs of `gpudeck up`."""
-
-DEFAULT_API = "http://127.0.0.1:8686"
-"""Where clients (CLI, TUI) find the API when GPUDECK_API is unset."""
-
-DEFAULT_PORT = 8686
-"""Port the API binds in `gpudeck up` / `gpudeck api`."""
-
-
-UNITS = {"k": 1 << 10, "m": 1 << 20, "g": 1 << 30, "t": 1 << 40}
-
-
-def parse_size(text: str) -> int:
-    """`8G`, `512M`, `10k`, `1000` (bytes or a plain count) as an int; ValueError otherwise."""
-    t = text.strip().lower().removesuffix("b")
-    value = int(float(t[:-1]) * UNITS[t[-1]]) if t and t[-1] in UNITS else int(t)
-    if value < 1:
-        raise ValueError(f"must be at least 1, got {text!r}")
-    return value
-
-
-AGE = re.compile(r"^(\d+)([smhdw])$")
-AGE_S = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 7 * 86400}
-
-
-def parse_age(text: str) -> int:
-    """`30d`, `12h`, `2w`, `90m`, `45s` as seconds; ValueError otherwise."""
-    m = AGE.match(text.strip().lower())
-    if not m:
-        raise ValueError(f"write an age such as 30d, 12h or 2w, got {text!r}")
-    return int(m.group(1)) * AGE_S[m.group(2)]
-
 
 ENDED_STATUSES = ("succeeded", "failed", "canceled")
 

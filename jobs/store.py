@@ -16,7 +16,7 @@ from redis.exceptions import WatchError
 
 from jobs.errors import NotFound
 from jobs.keys import ACTIVE_KEY, COUNTER_KEY, INDEX_KEY, heartbeat_key, job_key, log_key, metrics_key, stop_key
-from jobs.states import Status
+from models.states import Status
 
 LOG_MAXLEN = 100_000
 """Log lines kept in a job's Redis stream (the job dir's log.txt keeps all of them)."""

@@ -15,8 +15,8 @@ from jobs import spec as spec_mod
 from jobs.errors import NotFound, TooLarge, ValidationError
 from jobs.keys import SWEEP_COUNTER_KEY, sweep_key
 from jobs.settings import Settings
-from jobs.states import ENDED
 from jobs.store import JobStore
+from models.states import ENDED
 
 MAX_JOBS = 500
 """Most jobs one sweep may create."""

@@ -6,8 +6,8 @@ import time
 from typing import Any
 
 from jobs.spec import masked
-from jobs.states import Status
 from jobs.store import iso
+from models.states import Status
 
 
 def job_view(

@@ -31,10 +31,10 @@ from jobs.keys import (
 from jobs.lifecycle import worker_lost
 from jobs.reaper import Reaper
 from jobs.settings import Settings
-from jobs.states import Reason, Status
 from jobs.store import OUTAGE, JobStore
 from models.protocol import DEFAULT_GRACE_S
 from models.sourcetree import human
+from models.states import Reason, Status
 
 log = logging.getLogger(__name__)
 

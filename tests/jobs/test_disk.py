@@ -21,8 +21,8 @@ from jobs.keys import job_key, rq_job_id
 from jobs.redis_server import EmbeddedRedis, free_port
 from jobs.runner import LogFile
 from jobs.settings import Settings
-from jobs.states import Reason, Status
 from jobs.store import JobStore
+from models.states import Reason, Status
 
 GOOD = {"model": "lenet", "dataset": "synthetic", "params": {"steps": 20}}
 DAY = 86400.0

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 import requests
 
-from jobs.states import ENDED
+from models.states import ENDED
 from tests.support.live import alive, descendants, until
 from tests.support.readme import run_block
 

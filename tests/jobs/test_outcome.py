@@ -6,9 +6,9 @@ import pytest
 
 from jobs import control, lifecycle, outcome
 from jobs.keys import GANGS_KEY
-from jobs.states import Reason, Status
 from jobs.store import JobStore
 from models.protocol import EXIT_BAD_INPUT, EXIT_DIVERGED, EXIT_STOPPED
+from models.states import Reason, Status
 
 BASE = {"model": "resnet20", "dataset": "synthetic", "params": {"steps": 2}}
 

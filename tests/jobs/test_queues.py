@@ -8,9 +8,9 @@ from rq import Queue
 
 from jobs import control, keys, lifecycle, outcome, queues, sweeps
 from jobs.errors import Conflict, NotFound
-from jobs.states import Status
 from jobs.store import JobStore
 from jobs.worker import GpudeckWorker
+from models.states import Status
 
 TINY = {"model": "lenet", "dataset": "synthetic:28x28x1", "params": {"steps": 2, "batch_size": 8}}
 

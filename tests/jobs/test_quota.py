@@ -9,8 +9,8 @@ from jobs import gang, quota, tokens
 from jobs.errors import Forbidden
 from jobs.keys import rq_job_id
 from jobs.queues import submit
-from jobs.states import Status
 from jobs.store import JobStore
+from models.states import Status
 from tests.support.workers import register
 
 ONE_GPU = {"model": "lenet", "dataset": "synthetic:8x8x1", "params": {"steps": 2}, "gpus": 1}

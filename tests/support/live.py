@@ -13,7 +13,7 @@ from pathlib import Path
 import requests
 
 from jobs.redis_server import free_port
-from jobs.states import ENDED
+from models.states import ENDED
 
 
 class Proc:

@@ -11,8 +11,8 @@ from __future__ import annotations
 import pytest
 import requests
 
-from jobs.states import Status
 from jobs.store import JobStore
+from models.states import Status
 from tests.support.live import start_api
 from tui.app import GpudeckApp
 

@@ -1,4 +1,7 @@
-"""Job states and failure reasons. Imports nothing from gpudeck."""
+"""The words of a job's life: its states, failure reasons and priorities. Imports nothing from gpudeck.
+
+The engine, the API and the clients (CLI, TUI) all speak these words, so they live here, in the bottom package
+that every side may import (a client command loads nothing of the server)."""
 
 from __future__ import annotations
 
@@ -38,3 +41,8 @@ ACTIVE = (Status.STARTING.value, Status.RUNNING.value)
 """A worker holds the job: what the reaper watches and what a job end moves from."""
 ENDED = (Status.SUCCEEDED.value, Status.FAILED.value, Status.CANCELED.value)
 """The final states, as stored strings."""
+UNENDED = (Status.QUEUED.value, *ACTIVE)
+"""Not ended yet: waiting or held by a worker (what cancel may stop)."""
+
+PRIORITIES = ("high", "normal", "low")
+"""A job's priorities, first served first."""

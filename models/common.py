@@ -1,0 +1,45 @@
+"""Words every side of gpudeck shares — the `gpudeck` client commands, the server commands and the engine: exit
+codes, where the API listens by default, and sizes and durations as people write them.
+
+It imports nothing, so a client command can use it without loading the server (redis, gunicorn, `jobs`). It
+lives in `models` because `models` is the bottom package, which every other one may import.
+"""
+
+from __future__ import annotations
+
+import re
+
+EXIT_OK, EXIT_JOB_FAILED, EXIT_USAGE, EXIT_UNREACHABLE, EXIT_WAIT_TIMEOUT = 0, 1, 2, 3, 4
+"""Exit codes of every gpudeck command: success; a job failed (or fell below --min-accuracy); usage or input
+error; API unreachable; `wait --timeout` ran out before the job ended."""
+EXIT_INTERRUPTED = 130
+"""Ctrl-C (128 + SIGINT), as a shell reports it."""
+
+DEFAULT_PORT = 8686
+"""Port the API binds in `gpudeck up` / `gpudeck api`."""
+
+DEFAULT_API = f"http://127.0.0.1:{DEFAULT_PORT}"
+"""Where clients (CLI, TUI) find the API when GPUDECK_API is unset."""
+
+UNITS = {"k": 1 << 10, "m": 1 << 20, "g": 1 << 30, "t": 1 << 40}
+
+
+def parse_size(text: str) -> int:
+    """`8G`, `512M`, `10k`, `1000` (bytes or a plain count) as an int; ValueError otherwise."""
+    t = text.strip().lower().removesuffix("b")
+    value = int(float(t[:-1]) * UNITS[t[-1]]) if t and t[-1] in UNITS else int(t)
+    if value < 1:
+        raise ValueError(f"must be at least 1, got {text!r}")
+    return value
+
+
+AGE = re.compile(r"^(\d+)([smhdw])$")
+AGE_S = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 7 * 86400}
+
+
+def parse_age(text: str) -> int:
+    """`30d`, `12h`, `2w`, `90m`, `45s` as seconds; ValueError otherwise."""
+    m = AGE.match(text.strip().lower())
+    if not m:
+        raise ValueError(f"write an age such as 30d, 12h or 2w, got {text!r}")
+    return int(m.group(1)) * AGE_S[m.group(2)]

@@ -1,0 +1,152 @@
+"""The `gpudeck` command line in-process (click's CliRunner and `main`): every command's help, one-line errors and
+their exit codes, --api/--token on every client command, a client command that loads nothing of the server, and
+what `logs --offset` counts — on a log whose lines this test writes itself, never on TensorFlow's output."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import click
+import pytest
+from click.testing import CliRunner
+
+from jobs.redis_server import free_port
+from jobs.store import JobStore
+from models.common import EXIT_UNREACHABLE, EXIT_USAGE
+from tests.support.live import start_api
+from tui.cli import cli, main
+from tui.cli.base import ClientSettings, table_lines
+from tui.logtext import fold, folded_line
+
+NOWHERE = f"http://127.0.0.1:{free_port()}"
+"""An API address where nothing listens."""
+
+
+def every_command(group: click.Group, ctx: click.Context, path: tuple[str, ...] = ()):
+    for name in group.list_commands(ctx):
+        command = group.get_command(ctx, name)
+        yield (*path, name), command
+        if isinstance(command, click.Group):
+            yield from every_command(command, ctx, (*path, name))
+
+
+def test_every_command_has_complete_help():
+    runner = CliRunner()
+    with click.Context(cli) as ctx:
+        commands = list(every_command(cli, ctx))
+    names = {" ".join(p) for p, _ in commands}
+    assert {"submit", "run", "ls", "datasets upload", "sweep show", "token create", "up", "worker", "api"} <= names
+    for path, command in commands:
+        out = runner.invoke(cli, [*path, "--help"])
+        assert out.exit_code == 0, (path, out.output)
+        assert out.output.startswith(f"Usage: gpudeck {' '.join(path)}"), out.output
+        assert (command.help or "").strip(), f"gpudeck {' '.join(path)} has no help text"
+        for param in command.params:  # every option says what it is for
+            if isinstance(param, click.Option) and param.name not in ("help",):
+                assert param.help, f"gpudeck {' '.join(path)} {param.opts[0]} has no help"
+
+
+@pytest.mark.parametrize(
+    ("argv", "words"),
+    [
+        (["logs", "1", "--tail", "-1"], "gpudeck logs: --tail: must be a whole number of 0 or more, got '-1'"),
+        (["rm", "--older-than", "soon", "--status", "failed"], "gpudeck rm: --older-than: write an age such as 30d"),
+        (["submit", "--model", "lenet", "--dataset", "x", "--param", "lr"], "--param: takes KEY=VALUE, got 'lr'"),
+        (["submit", "--model", "lenet"], "Missing option '--dataset'"),
+        (["submit", "--model", "lenet", "--dataset", "x", "--priority", "urgent"], "'urgent' is not one of"),
+        (["wait", "seven"], "'seven' is not a valid integer"),
+        (["run"], "gpudeck run: give the command after --"),
+        (["rm"], "gpudeck rm: name the jobs"),
+        (["rm", "3", "--status", "failed"], "not both"),
+        (["rm", "--status", "running"], "--status takes ended statuses"),
+        (["ls", "--mine", "--owner", "bob"], "give one"),
+        (["datasets", "upload", "nover", "x.tgz"], "gpudeck datasets upload: NAME:VERSION FILE"),
+        (["sweep", "show", "abc"], "'abc' is not a valid integer"),
+        (["nosuch"], "No such command 'nosuch'"),
+    ],
+)
+def test_bad_input_is_one_clear_line_and_exit_2(argv, words, capsys):
+    assert main([*argv, "--api", NOWHERE]) == EXIT_USAGE
+    err = capsys.readouterr().err
+    assert words in err and "Traceback" not in err
+
+
+def test_api_and_token_are_options_of_every_client_command(capsys, monkeypatch):
+    monkeypatch.setenv("GPUDECK_API", "http://127.0.0.1:9")  # the option wins over the variable
+    for argv in (["ls", "--api", NOWHERE], ["--api", NOWHERE, "ls"], ["show", "1", "--api", NOWHERE, "--token", "t"]):
+        assert main(argv) == EXIT_UNREACHABLE, argv
+        assert f"cannot reach the gpudeck API at {NOWHERE}" in capsys.readouterr().err
+    runner = CliRunner()
+    out = runner.invoke(cli, ["whoami", "--api", NOWHERE])  # CliRunner: the same exit code as main()
+    assert out.exit_code == EXIT_UNREACHABLE and NOWHERE in out.output
+
+
+def test_a_client_never_reads_the_servers_variables(capsys, monkeypatch):
+    """A bad server setting in a user's shell (GPUDECK_RETENTION, GPUDECK_ENVS) does not break `gpudeck ls`."""
+    monkeypatch.setenv("GPUDECK_RETENTION", "failed:forever")
+    monkeypatch.setenv("GPUDECK_ENVS", "no-equals-sign")
+    assert main(["ls", "--api", NOWHERE]) == EXIT_UNREACHABLE
+    assert "RETENTION" not in capsys.readouterr().err
+    s = ClientSettings.from_env({"GPUDECK_API": "http://h:1/", "GPUDECK_TOKEN": "t"})
+    assert (s.api_url, s.token) == ("http://h:1", "t")
+    with pytest.raises(ValueError, match="GPUDECK_SOURCE_MAX_BYTES must be a size"):
+        _ = ClientSettings.from_env({"GPUDECK_SOURCE_MAX_BYTES": "big"}).source_max_bytes
+
+
+def test_a_client_command_loads_nothing_of_the_server():
+    probe = (
+        "import sys\n"
+        "from tui.cli import main\n"
+        f"main(['ls', '--api', '{NOWHERE}'])\n"
+        "main(['--help'])\n"
+        "print(sorted({m.split('.')[0] for m in sys.modules} & {'redis', 'gunicorn', 'jobs', 'api', 'rq', 'flask'}))"
+    )
+    out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=60)
+    assert out.stdout.strip().splitlines()[-1] == "[]", out.stdout + out.stderr
+
+
+def test_tables_are_aligned_and_carry_no_trailing_spaces():
+    lines = table_lines(("ID", "NAME", "LOSS"), [(7, "a", "0.5"), (123, "longer name", None)], right=[0, 2])
+    assert lines == [" ID  NAME         LOSS", "  7  a             0.5", "123  longer name"]
+
+
+@pytest.fixture
+def api_with_a_log(spawn, child_env, redis):
+    """A live API and job 1, whose log this test writes: 2 plain lines, 3 TensorFlow start-up lines, 2 more."""
+    url = start_api(spawn, child_env)
+    store = JobStore(redis)
+    store.create(1, {"model": "lenet", "dataset": "synthetic", "gpus": 0}, "gpus-0")
+    lines = [
+        "first line",
+        "second line",
+        "2026-11-24 06:00:00.000001: I tensorflow/core/util/port.cc:153] oneDNN custom operations are on.",
+        "WARNING: All log messages before absl::InitializeLog() is called are written to STDERR",
+        "2026-11-24 06:00:00.000002: I tensorflow/core/platform/cpu_feature_guard.cc:210] This TensorFlow binary",
+        "train step 1",
+        "train step 2",
+    ]
+    pipe = redis.pipeline()
+    store.append_lines(1, lines, pipe)
+    pipe.execute()
+    return url, lines
+
+
+def test_logs_offset_counts_lines_as_written_then_folds(api_with_a_log, capsys):
+    """--offset N skips N lines of the log as written (what the API's X-Next-Offset counts), then folds what is
+    left: the same lines whether a banner run falls before or after the offset."""
+    url, lines = api_with_a_log
+    assert fold(lines)[2] == folded_line(3)  # (the three start-up lines are one run)
+
+    def logs(*argv: str) -> list[str]:
+        assert main(["logs", "1", *argv, "--api", url]) == 0
+        return capsys.readouterr().out.splitlines()
+
+    assert logs() == fold(lines)
+    assert logs("--raw") == lines
+    for offset in range(len(lines) + 2):
+        assert logs("--offset", str(offset)) == fold(lines[offset:]), offset
+        assert logs("--offset", str(offset), "--raw") == lines[offset:], offset
+    assert logs("--offset", "4") == lines[4:]  # a run the offset cuts below FOLD_MIN is shown as it is
+    assert logs("--tail", "2") == lines[-2:]
+    assert logs("--offset", "1", "--tail", "3") == fold(lines[1:])[-3:]

@@ -1,0 +1,119 @@
+"""`gpudeck`: one console script on click. The client commands (one module a family: `jobs`, `data`, `sweeps`,
+`admin`) talk to the API over HTTP and import nothing of the server; the server commands (`up`, `worker`, `token`
+in jobs.cli, `api` in api.serve) are loaded only when one of them runs.
+
+Every command returns its exit code (models.common); the group turns the API's refusals, an unreachable API and
+usage errors into one line on stderr and that code, in `main()` and under click's CliRunner alike."""
+
+from __future__ import annotations
+
+import importlib
+import sys
+from typing import Any
+
+import click
+
+from models.common import EXIT_INTERRUPTED, EXIT_JOB_FAILED, EXIT_OK, EXIT_UNREACHABLE, EXIT_USAGE
+from tui.cli import admin, data, jobs, sweeps
+from tui.cli.base import _row, _status_line, connection_options  # noqa: F401 (the names tests and callers use)
+
+SERVER_COMMANDS = {
+    "up": ("jobs.cli", "up", "Start Redis, the API and one worker per GPU; Ctrl-C stops all."),
+    "worker": ("jobs.cli", "worker", "Run one worker pinned to GPUs (or the CPU), or drain one."),
+    "token": ("jobs.cli", "token", "Named tokens, on the server: create, ls, revoke."),
+    "api": ("api.serve", "api", "Serve the REST API (gunicorn)."),
+}
+"""name -> (module, attribute, short help): imported when the command runs, so `gpudeck ls` loads no server."""
+
+
+def report(exc: BaseException) -> int | None:
+    """The exit code for an error a command let through, after one line (or a few) on stderr; None: not ours."""
+    from tui.client import ApiError, Unreachable
+
+    if isinstance(exc, ApiError):
+        click.echo(f"gpudeck: {exc.message}", err=True)
+        for field, problem in (exc.details.get("fields") or {}).items():
+            if f"{field}: {problem}" not in exc.message:  # each problem once
+                click.echo(f"  {field}: {problem}", err=True)
+        return EXIT_USAGE if exc.status < 500 else EXIT_JOB_FAILED
+    if isinstance(exc, Unreachable):
+        click.echo(f"gpudeck: {exc}", err=True)
+        return EXIT_UNREACHABLE
+    if any(f"{k.__module__}.{k.__name__}" == "jobs.errors.GpudeckError" for k in type(exc).__mro__):
+        click.echo(f"gpudeck: {exc.message}", err=True)  # a server command's refusal (ConfigError, …)
+        return EXIT_USAGE
+    return None
+
+
+class Gpudeck(click.Group):
+    """The `gpudeck` group: lazy server commands, one-line bad-parameter errors, exit codes from return values."""
+
+    def list_commands(self, ctx: click.Context) -> list[str]:
+        return sorted([*super().list_commands(ctx), *SERVER_COMMANDS])
+
+    def get_command(self, ctx: click.Context, name: str) -> click.Command | None:
+        if name in SERVER_COMMANDS and name not in self.commands:
+            module, attr, _ = SERVER_COMMANDS[name]
+            self.add_command(getattr(importlib.import_module(module), attr), name)
+        return super().get_command(ctx, name)
+
+    def format_commands(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
+        """The command list with the server commands' help from SERVER_COMMANDS (`--help` imports no server)."""
+        rows = [(name, cmd.get_short_help_str(80)) for name, cmd in sorted(self.commands.items())]
+        rows += [(name, text) for name, (_, _, text) in SERVER_COMMANDS.items() if name not in self.commands]
+        with formatter.section("Commands"):
+            formatter.write_dl(sorted(rows))
+
+    def invoke(self, ctx: click.Context) -> Any:
+        try:
+            code = super().invoke(ctx)
+        except click.MissingParameter:
+            raise  # (click's own message and the usage line)
+        except click.BadParameter as exc:  # `gpudeck logs: --tail: must be a whole number …`, exit 2
+            where = exc.param.get_error_hint(exc.ctx) if exc.param is not None and exc.ctx else "value"
+            click.echo(f"{(exc.ctx or ctx).command_path}: {where.strip(chr(39))}: {exc.message}", err=True)
+            ctx.exit(EXIT_USAGE)
+        except KeyboardInterrupt:
+            ctx.exit(EXIT_INTERRUPTED)
+        except click.exceptions.Exit:
+            raise
+        except Exception as exc:  # noqa: BLE001 (only ours is handled; the rest goes on)
+            code = report(exc)
+            if code is None:
+                raise
+            ctx.exit(code)
+        if isinstance(code, int) and code != EXIT_OK:
+            ctx.exit(code)
+        return code
+
+
+@click.group(name="gpudeck", cls=Gpudeck, context_settings={"help_option_names": ["-h", "--help"]})
+@connection_options
+@click.version_option(package_name="gpudeck", prog_name="gpudeck")
+def cli() -> None:
+    """Self-hosted training jobs on GPU machines.
+
+    Exit status: 0 ok, 1 a job failed (or fell below --min-accuracy), 2 usage or input error, 3 API unreachable,
+    4 `wait --timeout` ran out."""
+
+
+for family in (jobs, data, sweeps, admin):
+    for command in family.COMMANDS:
+        cli.add_command(command)
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Entry point of the `gpudeck` console script; returns the exit code (tests call it in-process)."""
+    try:
+        return int(cli.main(args=argv, prog_name="gpudeck", standalone_mode=False) or 0)
+    except click.exceptions.Exit as exc:
+        return exc.exit_code
+    except click.ClickException as exc:  # usage errors: click's message and the command's usage line
+        exc.show()
+        return EXIT_USAGE if isinstance(exc, click.UsageError) else exc.exit_code
+    except click.exceptions.Abort:
+        return EXIT_INTERRUPTED
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,106 @@
+"""Client commands about who and where: whoami, audit, tf-config, tui."""
+
+from __future__ import annotations
+
+import json
+
+import click
+
+from models.common import EXIT_OK, EXIT_USAGE
+from tui.cli.base import client, connection_options, echo_json, json_option, print_table, settings
+from tui.widgets.fmt import one_line
+
+
+@click.command()
+@connection_options
+@json_option
+def whoami(as_json) -> int:
+    """Who your token says you are: name, role, GPU quota."""
+    me = client().whoami()
+    if as_json:
+        echo_json(me)
+    elif me["auth"] == "none":
+        click.echo("nobody: this gpudeck asks for no token (anyone who reaches it may do anything)")
+    else:
+        name = me["name"] or "a GPUDECK_TOKENS token (no name)"
+        n = me.get("max_gpus")
+        limits = [f"at most {n} GPU{'' if n == 1 else 's'} at once" if n is not None else None]
+        limits.append("no command jobs" if me.get("commands") is False else None)
+        click.echo(f"{name}, {me['role']}" + "".join(f"; {x}" for x in limits if x))
+    return EXIT_OK
+
+
+@click.command()
+@connection_options
+@click.option("--user", help="only this user's (a token's name)")
+@click.option("--since", help="only the last 30m, 12h, 7d, …")
+@click.option("--limit", type=int, default=50, show_default=True, help="the newest this many")
+@json_option
+def audit(user, since, limit, as_json) -> int:
+    """State-changing requests, newest first (admins)."""
+    entries = client().audit(user=user, since=since, limit=limit)["entries"]
+    if as_json:
+        echo_json(entries)
+        return EXIT_OK
+    rows = [
+        (
+            e["time"][:19].replace("T", " "),
+            one_line(e["user"], 14),
+            e.get("address", ""),
+            e["status"] or "-",
+            f"{e['method']} {e['path']}" + (f" ({e['detail']})" if e.get("detail") else ""),
+        )
+        for e in entries
+    ]
+    print_table(("TIME", "USER", "ADDRESS", "STATUS", "REQUEST"), rows, right=[3])
+    return EXIT_OK
+
+
+@click.command(name="tf-config")
+@click.option("--worker", required=True, metavar="H:P,…", help="worker addresses, in task order")
+@click.option("--chief", metavar="H:P", help="a separate chief task (Kibernetika's tf_conf --chief_name)")
+@click.option("--ps", metavar="H:P,…", help="parameter-server addresses")
+@click.option("--evaluator", metavar="H:P", help="an evaluator task")
+@click.option("--task", metavar="TYPE:INDEX", help="print only this task's TF_CONFIG, e.g. worker:1")
+@click.option("--export", is_flag=True, help="as shell `export TF_CONFIG=...` lines")
+def tf_config(worker, chief, ps, evaluator, task, export) -> int:
+    """Print TF_CONFIG for a cluster, for tasks started by hand."""
+    from models import tfconfig
+
+    try:
+        spec = tfconfig.cluster(
+            tfconfig.parse_addresses(worker, "worker"),
+            chief=tfconfig.parse_addresses(chief, "chief")[0] if chief else None,
+            ps=tfconfig.parse_addresses(ps, "ps") if ps else None,
+            evaluator=tfconfig.parse_addresses(evaluator, "evaluator")[0] if evaluator else None,
+        )
+        if task:
+            kind, _, index = task.partition(":")
+            if not index.isdigit():
+                raise ValueError(f"--task: expected TYPE:INDEX such as worker:0, got {task!r}")
+            config = json.dumps(tfconfig.tf_config(spec, kind, int(index)), separators=(",", ":"))
+            click.echo(f"export TF_CONFIG='{config}'" if export else config)
+            return EXIT_OK
+    except ValueError as exc:
+        click.echo(f"gpudeck tf-config: {exc}", err=True)
+        return EXIT_USAGE
+    for kind, index, config in tfconfig.every_task(spec):
+        click.echo(f"# {kind} {index}\nexport TF_CONFIG='{config}'" if export else f"{kind}:{index} {config}")
+    return EXIT_OK
+
+
+@click.command()
+@connection_options
+@click.argument("job", type=int, required=False, metavar="[JOB]")
+def tui(job) -> int:
+    """The terminal UI: jobs, logs, curves, GPUs, TensorBoard.
+
+    JOB: open this job's screen first (esc: the jobs)."""
+    from tui.app import GpudeckApp
+
+    s = settings()
+    GpudeckApp(s.api_url, s.token, job=job).run()
+    return EXIT_OK
+
+
+COMMANDS = (whoami, audit, tf_config, tui)

@@ -1,0 +1,326 @@
+"""What every client command shares: the client's settings, the options declared once (`--api`/`--token`, `--json`,
+the spec options of `submit` and `run`, `--min-accuracy`), parameter types, tables drawn with rich, and waiting
+for a job. Nothing here imports the server (redis, gunicorn, `jobs`)."""
+
+from __future__ import annotations
+
+import io
+import json
+import os
+import sys
+import time
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import click
+from rich.console import Console
+from rich.table import Table
+
+from models.common import DEFAULT_API, EXIT_JOB_FAILED, EXIT_OK, parse_age, parse_size
+from models.states import ENDED, PRIORITIES
+from tui.widgets.fmt import accuracy_text, duration, one_line, value_of, what
+
+# -- settings ----------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class ClientSettings:
+    """What a client command reads from its environment and options: never a server variable, so a bad
+    GPUDECK_RETENTION (say) in a user's shell cannot break `gpudeck ls`."""
+
+    api_url: str = DEFAULT_API
+    token: str | None = None
+    source_max_bytes_raw: str = "100M"
+
+    @classmethod
+    def from_env(cls, environ: dict[str, str] | None = None, api: str | None = None, token: str | None = None):
+        """GPUDECK_API, GPUDECK_TOKEN and GPUDECK_SOURCE_MAX_BYTES, with --api/--token first."""
+        env = os.environ if environ is None else environ
+        return cls(
+            api_url=(api or env.get("GPUDECK_API") or DEFAULT_API).rstrip("/"),
+            token=token or env.get("GPUDECK_TOKEN") or None,
+            source_max_bytes_raw=env.get("GPUDECK_SOURCE_MAX_BYTES") or "100M",
+        )
+
+    @property
+    def source_max_bytes(self) -> int:
+        """The largest source folder `gpudeck run` sends (GPUDECK_SOURCE_MAX_BYTES); ValueError naming it."""
+        try:
+            return parse_size(self.source_max_bytes_raw)
+        except ValueError:
+            raise ValueError(
+                f"GPUDECK_SOURCE_MAX_BYTES must be a size like 100M or 2G, got {self.source_max_bytes_raw!r}"
+            ) from None
+
+
+def settings() -> ClientSettings:
+    """This command's settings: the environment, with the --api/--token given anywhere on the command line."""
+    meta = click.get_current_context().meta
+    return ClientSettings.from_env(api=meta.get("gpudeck.api"), token=meta.get("gpudeck.token"))
+
+
+def client(where: ClientSettings | None = None):
+    """An HTTP client of the API this command talks to (`where`: settings read before, e.g. in another thread)."""
+    from tui.client import Client
+
+    s = where or settings()
+    return Client(s.api_url, s.token)
+
+
+# -- options declared once ---------------------------------------------------------------------
+
+
+def _remember(key: str):
+    def store(ctx: click.Context, _param: click.Parameter, value: str | None) -> None:
+        if value is not None:
+            ctx.meta[key] = value
+
+    return store
+
+
+def connection_options(f: Callable) -> Callable:
+    """`--api URL` and `--token T`, on the `gpudeck` group and on every client command (either place works)."""
+    f = click.option(
+        "--token",
+        metavar="T",
+        expose_value=False,
+        is_eager=True,
+        callback=_remember("gpudeck.token"),
+        help="bearer token (default $GPUDECK_TOKEN)",
+    )(f)
+    return click.option(
+        "--api",
+        metavar="URL",
+        expose_value=False,
+        is_eager=True,
+        callback=_remember("gpudeck.api"),
+        help=f"API URL (default $GPUDECK_API or {DEFAULT_API})",
+    )(f)
+
+
+json_option = click.option("--json", "as_json", is_flag=True, help="print JSON instead of text")
+
+min_accuracy_option = click.option(
+    "--min-accuracy",
+    type=float,
+    metavar="X",
+    help="exit 1 unless the final test accuracy is at least X (a CI gate; implies waiting)",
+)
+
+
+class Natural(click.ParamType):
+    """A whole number, 0 or more."""
+
+    name = "N"
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> int:
+        if isinstance(value, int):
+            return value
+        if not str(value).isdigit():
+            self.fail(f"must be a whole number of 0 or more, got {value!r}", param, ctx)
+        return int(value)
+
+
+class Age(click.ParamType):
+    """A duration as people write it: 30d, 12h, 2w, 90m, 45s; as seconds."""
+
+    name = "AGE"
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> int:
+        if isinstance(value, int):
+            return value
+        try:
+            return parse_age(value)
+        except ValueError as exc:
+            self.fail(str(exc), param, ctx)
+
+
+class Pair(click.ParamType):
+    """`KEY=VALUE`; with `as_json`, the value is read as JSON where it is JSON (`lr=0.1` is a number)."""
+
+    def __init__(self, what: str, as_json: bool = False):
+        self.name, self.as_json = what, as_json
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> tuple[str, Any]:
+        if isinstance(value, tuple):
+            return value
+        key, sep, raw = str(value).partition("=")
+        if not sep or not key:
+            self.fail(f"takes {self.name}, got {value!r}", param, ctx)
+        if not self.as_json:
+            return key, raw
+        try:
+            return key, json.loads(raw)
+        except ValueError:
+            return key, raw
+
+
+SPEC_OPTIONS = ("gpus", "workers", "priority", "name", "timeout", "max_retries")
+"""Spec fields that submit and run take from options of the same name."""
+
+
+def spec_options(f: Callable) -> Callable:
+    """The job-spec options `submit` and `run` share, declared once."""
+    options = [
+        click.option("--gpus", type=int, help="GPUs per task (default: 1 when a GPU worker is live, else 0)"),
+        click.option("--workers", type=int, help="tasks of a multi-worker (TF_CONFIG) job, each on its own worker"),
+        click.option("--chief", is_flag=True, help="task 0 of a multi-worker job runs as a `chief` task"),
+        click.option("--priority", type=click.Choice(PRIORITIES), help="which line it waits in (default normal)"),
+        click.option("--name", help="the job's name (default: from the model or the command)"),
+        click.option("--tag", "tags", multiple=True, help="a tag (repeatable)"),
+        click.option("--timeout", type=int, help="seconds before the job is stopped"),
+        click.option("--max-retries", type=int, help="automatic retries after worker_lost (1)"),
+    ]
+    for option in reversed(options):
+        f = option(f)
+    return f
+
+
+def spec_fields(spec: dict[str, Any], options: dict[str, Any], keys: Iterable[str] = SPEC_OPTIONS) -> dict[str, Any]:
+    """`spec` with what the command line gave: `keys` as they are, --chief, --tag."""
+    spec.update({k: options[k] for k in keys if options.get(k) is not None})
+    if options.get("chief"):
+        spec["chief"] = True
+    if options.get("tags"):
+        spec["tags"] = list(options["tags"])
+    return spec
+
+
+# -- output ------------------------------------------------------------------------------------
+
+
+def echo_json(obj: Any) -> None:
+    click.echo(json.dumps(obj, indent=2))
+
+
+def table_lines(head: Sequence[str], rows: Iterable[Sequence[Any]], right: Iterable[int] = ()) -> list[str]:
+    """A table as lines of text: columns two spaces apart, as wide as their widest cell, `right` (column indices)
+    right-aligned, nothing cut and no trailing spaces, whatever the terminal's width (scripts read these lines)."""
+    rows = [["" if c is None else str(c) for c in row] for row in rows]
+    table = Table(box=None, show_header=bool(head), header_style="", pad_edge=False, padding=(0, 2, 0, 0))
+    right = set(right)
+    for i, name in enumerate(head or [""] * max((len(r) for r in rows), default=0)):
+        table.add_column(name, justify="right" if i in right else "left", no_wrap=True)
+    for row in rows:
+        table.add_row(*row)
+    out = io.StringIO()
+    console = Console(file=out, width=100_000, no_color=True, highlight=False, markup=False, emoji=False)
+    console.print(table, soft_wrap=True)
+    return [line.rstrip() for line in out.getvalue().splitlines()]
+
+
+def print_table(head: Sequence[str], rows: Iterable[Sequence[Any]], right: Iterable[int] = (), err: bool = False):
+    for line in table_lines(head, rows, right):
+        click.echo(line, err=err)
+
+
+def fmt(value: Any) -> str:
+    """A value in a text table: - for none, 4 significant digits for floats, JSON for objects."""
+    if value is None:
+        return "-"
+    if isinstance(value, float):
+        return f"{value:.4g}"
+    if isinstance(value, (dict, list)):
+        return json.dumps(value)
+    return str(value)
+
+
+JOB_HEAD = ("ID", "STATUS", "NAME", "MODEL", "PROGRESS", "LOSS", "ACC (test/val/batch)")
+OWNER_AT = 2
+"""Where the OWNER column goes when jobs have owners (named tokens): after the status."""
+
+
+def job_row(job: dict[str, Any], owners: bool = False) -> list[str]:
+    p = job.get("progress") or {}
+    cells = [
+        str(job["id"]),
+        job["status"],
+        one_line(job.get("name"), 20),
+        one_line(what(job["spec"]), 14),
+        f"{p['step']}/{p['total_steps']}" if p.get("total_steps") else "-",
+        value_of(job.get("metrics"), "loss") or "-",
+        accuracy_text(job) or "-",
+    ]
+    if owners:
+        cells.insert(OWNER_AT, one_line(job.get("owner") or "-", 10))
+    return cells
+
+
+def job_lines(jobs: Sequence[dict[str, Any]], owners: bool = False) -> list[str]:
+    """`gpudeck ls`'s table: a header, then a row a job (an OWNER column where `owners`)."""
+    head = list(JOB_HEAD)
+    right = {0, 4, 5}
+    if owners:
+        head.insert(OWNER_AT, "OWNER")
+        right = {0, 5, 6}
+    return table_lines(head, [job_row(j, owners) for j in jobs], right)
+
+
+def _row(job: dict[str, Any], owners: bool = False) -> str:
+    """One job as `ls` prints it (the table's second line)."""
+    return job_lines([job], owners)[1]
+
+
+def print_jobs(jobs: Sequence[dict[str, Any]], owners: bool = False, err: bool = False) -> None:
+    for line in job_lines(jobs, owners):
+        click.echo(line, err=err)
+
+
+# -- waiting for a job -------------------------------------------------------------------------
+
+
+def status_line(job: dict[str, Any]) -> str:
+    """`job 7 running  step 120/200  loss 0.5310  eta 1m02s`: what `--wait` shows on a terminal."""
+    p = job.get("progress") or {}
+    parts = [f"job {job['id']} {job['status']}"]
+    if p.get("step") is not None:
+        parts.append(f"step {p['step']}/{p.get('total_steps') or '?'}")
+    if loss := value_of(job.get("metrics"), "loss"):
+        parts.append(f"loss {loss}")
+    if job.get("eta_s") is not None and job["status"] == "running":
+        parts.append(f"eta {duration(job['eta_s'])}")
+    return "  ".join(parts)
+
+
+_status_line = status_line  # (the name tests and older callers use)
+
+
+def wait_for(api, job_id: int, timeout: float | None = None, live: bool = False) -> dict[str, Any]:
+    """The job once it has ended, or as it is when `timeout` seconds have passed. `live`: a one-line status on
+    stderr, redrawn every 2 s (a terminal; scripts and CI logs get nothing)."""
+    deadline = None if timeout is None else time.monotonic() + timeout
+    try:
+        while True:
+            left = 60.0 if deadline is None else deadline - time.monotonic()
+            job = api.wait(job_id, timeout=max(1, int(min(left, 2 if live else 60))))
+            if live:
+                sys.stderr.write("\r\033[K" + status_line(job))
+                sys.stderr.flush()
+            if job["status"] in ENDED or (deadline is not None and time.monotonic() >= deadline):
+                return job
+    finally:
+        if live:
+            sys.stderr.write("\r\033[K")
+            sys.stderr.flush()
+
+
+ACCURACY_KEYS = ("test_accuracy", "val_accuracy", "accuracy")
+"""What --min-accuracy compares, the first a job's result has."""
+
+
+def verdict(job: dict[str, Any], min_accuracy: float | None) -> int:
+    """Exit status for an ended job: 1 unless it succeeded with test accuracy >= min_accuracy (when given)."""
+    if job["status"] != "succeeded":
+        why = ": ".join(str(x) for x in (job.get("reason"), job.get("message")) if x)
+        click.echo(f"gpudeck: job {job['id']} {job['status']}" + (f" ({why})" if why else ""), err=True)
+        return EXIT_JOB_FAILED
+    if min_accuracy is not None:
+        result = job.get("result") or {}
+        # A zoo job reports test_accuracy; a command job may report only what it logged.
+        name = next((k for k in ACCURACY_KEYS if isinstance(result.get(k), (int, float))), "test_accuracy")
+        acc = result.get(name)
+        if acc is None or acc < min_accuracy:
+            click.echo(f"gpudeck: job {job['id']} {name} {acc} is below --min-accuracy {min_accuracy}", err=True)
+            return EXIT_JOB_FAILED
+    return EXIT_OK

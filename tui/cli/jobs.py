@@ -1,0 +1,382 @@
+"""Client commands about jobs: submit, run, ls, show, wait, cancel, retry, logs, rm."""
+
+from __future__ import annotations
+
+import sys
+import tempfile
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+import click
+
+from models.common import EXIT_INTERRUPTED, EXIT_OK, EXIT_USAGE, EXIT_WAIT_TIMEOUT
+from models.sourcetree import human
+from models.states import ENDED
+from tui.cli.base import (
+    SPEC_OPTIONS,
+    Age,
+    Natural,
+    Pair,
+    client,
+    connection_options,
+    echo_json,
+    fmt,
+    json_option,
+    min_accuracy_option,
+    print_jobs,
+    settings,
+    spec_fields,
+    spec_options,
+    verdict,
+    wait_for,
+)
+from tui.logtext import Folder
+from tui.widgets.fmt import duration, usage_text, value_of
+
+RM_THREADS = 4
+"""DELETE requests `gpudeck rm` has in flight at once."""
+
+
+def fail(command: str, message: str) -> int:
+    """A usage error of `command`, one line on stderr: exit 2."""
+    click.echo(f"gpudeck {command}: {message}", err=True)
+    return EXIT_USAGE
+
+
+@click.command()
+@connection_options
+@click.option("--model", required=True, help="a model of the zoo (GET /api/v1/models lists them)")
+@click.option("--dataset", required=True, help="synthetic, a dataset name[:version] or a server folder")
+@click.option("--param", "params", multiple=True, type=Pair("KEY=VALUE", as_json=True), help="a training param")
+@spec_options
+@click.option("--idempotency-key", help="submitting again with the same key returns the first job (CI)")
+@click.option("--wait", is_flag=True, help="wait for the job; exit 1 unless it succeeded")
+@min_accuracy_option
+@json_option
+def submit(model, dataset, params, idempotency_key, wait, min_accuracy, as_json, **options) -> int:
+    """Submit a training job of the zoo."""
+    spec = spec_fields({"model": model, "dataset": dataset, "params": dict(params)}, options)
+    api = client()
+    job = api.submit(spec, idempotency_key=idempotency_key)
+    if not (wait or min_accuracy is not None):
+        echo_json(job) if as_json else click.echo(f"submitted job {job['id']} ({job['status']})")
+        return EXIT_OK
+    if not as_json:
+        click.echo(f"submitted job {job['id']}; waiting for it to end", err=True)
+    job = wait_for(api, job["id"], live=not as_json and sys.stderr.isatty())
+    echo_json(job) if as_json else print_jobs([job])
+    return verdict(job, min_accuracy)
+
+
+@click.command(
+    context_settings={"ignore_unknown_options": True},
+    epilog="Exit status: 0 succeeded, 1 failed/canceled/below --min-accuracy, 2 bad input, 3 API unreachable.",
+)
+@connection_options
+@click.option("--source", default=".", metavar="DIR", help="the folder to send (default: .)")
+@click.option("--no-source", is_flag=True, help="send no folder (the command needs no files)")
+@click.option("--dataset", help="an uploaded NAME[:VERSION] or a server folder: the job's $DATA_DIR")
+@spec_options
+@click.option("--env", "env", multiple=True, type=Pair("NAME=VALUE"), help="a variable (repeatable)")
+@click.option("--env-name", help="a Python environment the operator registered (GPUDECK_ENVS)")
+@click.option("--total-steps", type=int, help="the steps your script will log, for progress and ETA")
+@min_accuracy_option
+@click.option("--detach", is_flag=True, help="print the job id and return")
+@click.argument("command", nargs=-1, type=click.UNPROCESSED)
+def run(source, no_source, env, min_accuracy, detach, command, **options) -> int:
+    """Run your own command as a job: pack a folder, upload it, follow the log.
+
+    Packs --source (default .) without what .gitignore/.gpudeckignore leave out, uploads it unless the server
+    holds the same tree, submits the command (the words after --, joined by spaces and run by /bin/sh on the
+    worker, so quote '$DATA_DIR' to have it expanded there) and follows its log."""
+    from tui import pack
+
+    words = list(command[1:] if command[:1] == ("--",) else command)
+    if not words:
+        return fail("run", "give the command after --, e.g. gpudeck run -- python train.py")
+    spec: dict[str, Any] = {"command": words[0] if len(words) == 1 else " ".join(words)}
+    api = client()
+    if not no_source:
+        folder = Path(source)
+        if not folder.is_dir():
+            return fail("run", f"--source {folder}: not a folder")
+        try:
+            packed = pack.collect(folder)
+            click.echo(
+                f"source {packed.root}: {len(packed.names)} files, {human(packed.size_bytes)}"
+                + (f" (largest: {', '.join(f'{n} {human(b)}' for n, b in packed.largest())})" if packed.names else "")
+                + (f", git {packed.git['git_commit'][:12]}" if packed.git else "")
+                + (" with uncommitted changes" if packed.git.get("git_dirty") == "true" else ""),
+                err=True,
+            )
+            pack.check_size(packed, settings().source_max_bytes)
+        except (pack.PackError, OSError, ValueError) as exc:
+            return fail("run", str(exc))
+        if api.source(packed.ref) is None:
+            with tempfile.TemporaryDirectory(prefix="gpudeck-run-") as tmp:
+                stored = api.upload_source(str(pack.archive(packed, Path(tmp) / "source.tar.gz")), packed.git)
+            click.echo(f"uploaded {stored['ref'][:16]}… ({stored['files']} files)", err=True)
+        else:
+            click.echo(f"the server already holds this tree ({packed.ref[:16]}…): nothing to upload", err=True)
+        spec["source"] = packed.ref
+    spec_fields(spec, options, (*SPEC_OPTIONS, "dataset", "total_steps", "env_name"))
+    if env:
+        spec["env"] = dict(env)
+    job = api.submit(spec)
+    if detach:
+        click.echo(job["id"])
+        return EXIT_OK
+    click.echo(f"job {job['id']} {job['status']}: following its log (Ctrl-C stops following, not the job)", err=True)
+    try:
+        for line in api.follow_logs(job["id"]):
+            click.echo(line)
+            sys.stdout.flush()
+        job = wait_for(api, job["id"])
+    except KeyboardInterrupt:
+        click.echo(
+            f"\nstopped following job {job['id']}; it goes on. Follow it again: gpudeck logs {job['id']} -f; "
+            f"stop it: gpudeck cancel {job['id']}",
+            err=True,
+        )
+        return EXIT_INTERRUPTED
+    print_jobs([job], err=True)
+    return verdict(job, min_accuracy)
+
+
+@click.command(name="ls")
+@connection_options
+@click.option("--status", help="only these statuses, e.g. running,queued")
+@click.option("--model", help="only this model")
+@click.option("--tag", help="only jobs with this tag")
+@click.option("--mine", is_flag=True, help="only your jobs (those of your named token)")
+@click.option("--owner", help="only the jobs of this user (a token's name)")
+@click.option("--limit", type=int, default=20, show_default=True, help="the newest this many")
+@json_option
+def ls(status, model, tag, mine, owner, limit, as_json) -> int:
+    """List jobs, newest first."""
+    if mine and owner:
+        return fail("ls", "--mine and --owner choose the same thing: give one")
+    page = client().jobs(limit=limit, status=status, model=model, tag=tag, owner="me" if mine else owner)
+    if as_json:
+        echo_json(page)
+        return EXIT_OK
+    print_jobs(page["jobs"], owners=any(job.get("owner") for job in page["jobs"]))
+    if page.get("next_cursor") is not None:  # on stderr: a script reading the table gets only the table
+        click.echo(
+            f"gpudeck: the newest {len(page['jobs'])} jobs shown; more with --limit (up to 500) or --json's "
+            "next_cursor",
+            err=True,
+        )
+    return EXIT_OK
+
+
+FIRST = ("step", "epoch", "loss", "accuracy", "val_loss", "val_accuracy", "test_accuracy", "test_loss")
+"""Fields shown first, in this order, in `show`'s metrics and result (the rest follow by name)."""
+
+
+def _ordered(obj: dict[str, Any]) -> list[str]:
+    names = [k for k in obj if k not in ("time", "nonfinite")] + [k for k in obj.get("nonfinite") or {} if k not in obj]
+    return sorted(names, key=lambda k: (FIRST.index(k) if k in FIRST else len(FIRST), k))
+
+
+def _pairs(point: dict[str, Any] | None) -> str | None:
+    """The newest metric point as `step 120  epoch 3.2  loss 0.5310  accuracy 0.8750 …` (nan where not finite)."""
+    if not point:
+        return None
+    return "  ".join(f"{k} {value_of(point, k) or '-'}" for k in _ordered(point))
+
+
+def _what_rows(job: dict[str, Any]) -> list[tuple[str, Any]]:
+    spec = job["spec"]
+    if spec.get("command") is None:
+        return [("model", spec["model"]), ("dataset", spec["dataset"]), ("params", spec.get("params"))]
+    src = job.get("source") or {}
+    where = " ".join(
+        x
+        for x in (
+            src.get("ref"),
+            f"{src.get('files')} files, {human(src['size_bytes'])}" if src else None,
+            f"git {src['git_commit'][:12]}" if src.get("git_commit") else None,
+            "(dirty)" if src.get("git_dirty") else None,
+            f"from {src['path']}" if src.get("path") else None,
+        )
+        if x
+    )
+    return [
+        ("command", spec["command"]),
+        ("source", where or None),
+        ("dataset", spec.get("dataset")),
+        ("env", " ".join(f"{k}={v}" for k, v in (spec.get("env") or {}).items()) or None),
+        ("env_name", spec.get("env_name")),
+        ("injected", " ".join(f"{k}={v}" for k, v in (job.get("environment") or {}).items()) or None),
+    ]
+
+
+@click.command()
+@connection_options
+@click.argument("job_id", metavar="ID", type=int)
+@json_option
+def show(job_id, as_json) -> int:
+    """One job: status, progress, metrics, result."""
+    job = client().job(job_id)
+    if as_json:
+        echo_json(job)
+        return EXIT_OK
+    spec, p = job["spec"], job.get("progress") or {}
+    rows = [
+        ("job", f"{job['id']}  {job['name']}"),
+        ("owner", job.get("owner")),
+        ("status", job["status"] + (f" ({job['reason']})" if job.get("reason") else "")),
+        ("message", job.get("message")),
+        *_what_rows(job),
+        ("gpus", f"{spec['gpus']} on {job.get('worker') or '-'} {job.get('gpu_ids') or ''}".rstrip()),
+        ("in line", f"#{job['queue_position']} in {job['queue']}" if job.get("queue_position") else None),
+        ("uses", usage_text(job.get("usage")) or None),
+        ("progress", f"step {p.get('step')}/{p.get('total_steps')}" if p.get("total_steps") else None),
+        ("elapsed", duration(job["elapsed_s"]) if job.get("elapsed_s") is not None else None),
+        ("eta", duration(job["eta_s"]) if job.get("eta_s") is not None and job["status"] == "running" else None),
+        ("metrics", _pairs(job.get("metrics"))),
+        ("tags", ", ".join(spec.get("tags") or []) or None),
+        ("disk", human(job["disk_bytes"]) if job.get("disk_bytes") is not None else None),
+        ("resumes", f"job {job['resumes']}'s last checkpoint" if job.get("resumes") else None),
+    ]
+    for key, value in rows:
+        click.echo(f"{key:>9}  {fmt(value)}")
+    result = job.get("result") or {}
+    names = _ordered(result)
+    for i, name in enumerate(names):  # one line a value, aligned: a table, not a JSON object
+        click.echo(f"{'result' if i == 0 else '':>9}  {name:<{max(map(len, names))}}  {value_of(result, name) or '-'}")
+    for t in job.get("tasks") or []:
+        where = f"{t['worker'] or '-'} {t['address'] or ''}".rstrip()
+        task = f"{t['type']}:{t['task_index']}  {t['status']}  {where}  {t.get('message') or ''}".rstrip()
+        click.echo(f"{'task':>9}  {task}")
+    for line in job.get("log_tail") or []:
+        click.echo(f"{'log':>9}  {line}")
+    return EXIT_OK
+
+
+@click.command()
+@connection_options
+@click.argument("job_id", metavar="ID", type=int)
+@min_accuracy_option
+@click.option("--timeout", type=Natural(), metavar="S", help=f"give up after S seconds (exit {EXIT_WAIT_TIMEOUT})")
+@json_option
+def wait(job_id, min_accuracy, timeout, as_json) -> int:
+    """Wait for a job to end; exit 1 unless it succeeded."""
+    job = wait_for(client(), job_id, timeout=timeout, live=not as_json and sys.stderr.isatty())
+    echo_json(job) if as_json else print_jobs([job])
+    if job["status"] not in ENDED:
+        click.echo(f"gpudeck: job {job['id']} is still {job['status']} after {timeout:g}s", err=True)
+        return EXIT_WAIT_TIMEOUT
+    return verdict(job, min_accuracy)
+
+
+@click.command()
+@connection_options
+@click.argument("job_id", metavar="ID", type=int)
+@json_option
+def cancel(job_id, as_json) -> int:
+    """Cancel a queued or running job."""
+    job = client().cancel(job_id)
+    stopping = " (stopping)" if job["status"] in ("starting", "running") else ""
+    echo_json(job) if as_json else click.echo(f"job {job['id']}: {job['status']}{stopping}")
+    return EXIT_OK
+
+
+@click.command()
+@connection_options
+@click.argument("job_id", metavar="ID", type=int)
+@click.option("--fresh", is_flag=True, help="train from the start, not from its last checkpoint")
+@json_option
+def retry(job_id, fresh, as_json) -> int:
+    """Submit an ended job again as a new job."""
+    job = client().retry(job_id, resume=not fresh)
+    resumes = f", from job {job_id}'s last checkpoint" if job.get("resumes") else ""
+    echo_json(job) if as_json else click.echo(f"job {job_id} resubmitted as job {job['id']}{resumes}")
+    return EXIT_OK
+
+
+@click.command()
+@connection_options
+@click.argument("job_id", metavar="ID", type=int)
+@click.option("-f", "--follow", is_flag=True, help="keep printing until the job ends")
+@click.option("--offset", type=Natural(), default=0, help="skip this many lines of the log as written (before folding)")
+@click.option("--tail", type=Natural(), metavar="N", help="only the last N lines (with -f: then follow)")
+@click.option("--raw", is_flag=True, help="every line as written (TensorFlow's start-up lines unfolded)")
+def logs(job_id, follow, offset, tail, raw) -> int:
+    """A job's training log."""
+    api = client()
+    folder = None if raw else Folder()  # TensorFlow's start-up lines folded into one, unless --raw
+    lines: list[str] = []
+    if tail is not None or not follow:  # what is there now (pages of 10,000 lines)
+        while True:
+            text, nxt = api.logs(job_id, offset)
+            if nxt == offset:
+                break
+            lines += folder.feed(text.splitlines()) if folder else text.splitlines()
+            if tail is not None:
+                lines = lines[-tail:] if tail else []
+            offset = nxt
+    for line in lines:
+        click.echo(line)
+    if follow:
+        for line in api.follow_logs(job_id, offset):
+            for shown in folder.feed([line]) if folder else [line]:
+                click.echo(shown)
+                sys.stdout.flush()
+    for line in folder.flush() if folder else []:
+        click.echo(line)
+    return EXIT_OK
+
+
+@click.command()
+@connection_options
+@click.argument("ids", nargs=-1, type=int, metavar="[ID]...")
+@click.option("--status", metavar="S,…", help="every job of these ended statuses, e.g. failed,canceled")
+@click.option("--older-than", type=Age(), metavar="AGE", help="only those that ended before: 30d, 12h, 2w")
+@click.option("--dry-run", is_flag=True, help="say which jobs, delete nothing")
+def rm(ids, status, older_than, dry_run) -> int:
+    """Delete ended jobs for good (record, log, metrics, job dir)."""
+    api = client()
+    if ids and (status or older_than is not None):
+        return fail("rm", "name jobs, or choose them with --status/--older-than, not both")
+    if not ids and not status:
+        return fail("rm", "name the jobs (gpudeck rm 3 4), or --status failed,canceled [--older-than 30d]")
+    chosen = list(ids)
+    if not chosen:
+        wanted = {s.strip() for s in status.split(",") if s.strip()}
+        if not wanted <= set(ENDED):
+            return fail("rm", f"--status takes ended statuses ({', '.join(sorted(ENDED))})")
+        cutoff = time.time() - (older_than or 0)
+        cursor = None
+        while True:
+            page = api.jobs(limit=500, cursor=cursor, status=",".join(sorted(wanted)))
+            for job in page["jobs"]:
+                ended_at = datetime.fromisoformat(job["ended_at"].replace("Z", "+00:00")).timestamp()
+                if ended_at <= cutoff:
+                    chosen.append(job["id"])
+            cursor = page["next_cursor"]
+            if cursor is None:
+                break
+    plural = "s" if len(chosen) != 1 else ""
+    if dry_run:
+        click.echo(f"would delete {len(chosen)} job{plural}: {' '.join(map(str, chosen)) or '-'}")
+        return EXIT_OK
+    local, where = threading.local(), settings()
+
+    def delete(job_id: int) -> int:  # a client (a requests session) per thread
+        if not hasattr(local, "client"):
+            local.client = client(where)
+        return local.client.delete(job_id)["bytes_freed"]
+
+    with ThreadPoolExecutor(RM_THREADS) as pool:  # the API deletes several at once (the jobs' dirs, Redis)
+        freed = sum(pool.map(delete, chosen))
+    click.echo(f"deleted {len(chosen)} job{plural} ({human(freed)} freed)")
+    return EXIT_OK
+
+
+COMMANDS = (submit, run, ls, show, wait, cancel, retry, logs, rm)
