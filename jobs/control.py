@@ -11,7 +11,7 @@ from typing import Any
 from redis import Redis
 from redis.exceptions import WatchError
 
-from jobs import archives, disk, gang, lifecycle, queues
+from jobs import archives, disk, gang, lifecycle, queues, taskrecord
 from jobs.errors import Conflict, NotFound
 from jobs.keys import (
     INDEX_KEY,
@@ -23,8 +23,6 @@ from jobs.keys import (
     metrics_key,
     stop_key,
     sweep_key,
-    task_beat_key,
-    task_key,
     usage_key,
 )
 from jobs.outcome import CANCELED_QUEUED
@@ -177,7 +175,7 @@ def _forget(redis: Redis, job_id: int, rec: dict[str, Any], slots: list[str], sw
     n = int(rec["spec"].get("workers") or 1)
     gens = range(1, int(rec.get("gen") or 0) + 1)
     keys = [job_key(job_id), log_key(job_id), metrics_key(job_id), heartbeat_key(job_id), stop_key(job_id)]
-    keys += [usage_key(job_id), *(task_key(job_id, k) for k in range(n)), *(task_beat_key(job_id, k) for k in range(n))]
+    keys += [usage_key(job_id), *taskrecord.keys(job_id, n)]
     keys += [k for g in gens for k in (arrived_key(job_id, g), go_key(job_id, g))]
     with redis.pipeline() as pipe:
         while True:

@@ -8,7 +8,7 @@ after a submit) and hands a job out only when N idle workers serve its queue: th
 one task on its private queue, which it serves before any other. Nothing is ever held partially, so
 competing multi-worker jobs cannot deadlock; within a queue the oldest (highest-priority) one goes first.
 
-Each task then runs like a single job (jobs.runner.TaskRun): it publishes host:port, waits for the other
+Each task then runs like a single job (jobs.taskrun.TaskRun): it publishes host:port, waits for the other
 tasks' addresses, and starts its trainer with TF_CONFIG. When one task fails, is canceled or its worker
 goes away, the others are told to stop (the job's stop key) and the last one to end decides the job's
 state (`finish`). A task that never arrives (its worker took a single job at the same instant) makes the
@@ -30,7 +30,7 @@ from redis import Redis
 from redis.exceptions import RedisError
 from rq import Queue, Worker
 
-from jobs import lifecycle, queues, quota
+from jobs import lifecycle, queues, quota, taskrecord
 from jobs.errors import NotFound
 from jobs.keys import (
     GANGS_KEY,
@@ -44,14 +44,13 @@ from jobs.keys import (
     job_key,
     private_queue,
     rq_task_id,
-    task_beat_key,
-    task_key,
     worker_info_key,
 )
 from jobs.outcome import of_tasks
+from jobs.settings import Settings
 from jobs.spec import command_words, is_command, is_multi_worker
 from jobs.store import JobStore
-from models.states import ACTIVE, Reason, Status
+from models.states import ACTIVE, TASK_ENDED, Reason, Status, TaskStatus
 
 log = logging.getLogger(__name__)
 
@@ -61,8 +60,6 @@ ALIVE_TTL_S = 10
 """A worker counts as available for a task while its alive key (refreshed every PLACE_EVERY_S) exists."""
 RENDEZVOUS_S = 60.0
 """How long placed tasks wait for the last of them before the job goes back in line."""
-TASK_ENDED = ("succeeded", "failed", "stopped")
-"""Final states of one task."""
 
 is_gang = is_multi_worker
 """Whether a spec runs as several tasks."""
@@ -178,11 +175,7 @@ def _assign(redis: Redis, store: JobStore, rec: dict[str, Any], chosen: list[dic
     now = time.time()
     pipe = redis.pipeline()
     for index, w in enumerate(chosen):
-        pipe.delete(task_key(job_id, index), task_beat_key(job_id, index))
-        pipe.hset(
-            task_key(job_id, index),
-            mapping={"worker": w["name"], "host": w["host"], "gpus": json.dumps(w.get("gpus", [])), "gen": gen},
-        )
+        taskrecord.place(pipe, job_id, index, gen, w["name"], w["host"], w.get("gpus", []))
     pipe.execute()
     if not store.transition(
         job_id,
@@ -214,28 +207,8 @@ def _assign(redis: Redis, store: JobStore, rec: dict[str, Any], chosen: list[dic
 
 
 # -- tasks -------------------------------------------------------------------------------------
-def tasks(redis: Redis, job_id: int, n: int) -> list[dict[str, Any]]:
-    """The current placement's tasks, with `alive` (heartbeat present)."""
-    pipe = redis.pipeline(transaction=False)
-    for i in range(n):
-        pipe.hgetall(task_key(job_id, i))
-        pipe.exists(task_beat_key(job_id, i))
-    raw = pipe.execute()
-    out = []
-    for i in range(n):
-        t = {k.decode(): v.decode() for k, v in raw[2 * i].items()}
-        for k in ("gen", "pid", "returncode"):
-            if k in t:
-                t[k] = int(t[k])
-        for k in ("started_at", "spawned_at", "exited_at"):
-            if k in t:
-                t[k] = float(t[k])
-        for k in ("gpus", "log_tail"):
-            if k in t:
-                t[k] = json.loads(t[k])
-        t["index"], t["alive"] = i, bool(raw[2 * i + 1])
-        out.append(t)
-    return out
+tasks = taskrecord.read
+"""The current placement's tasks, with `alive` (heartbeat present)."""
 
 
 def view(redis: Redis, rec: dict[str, Any]) -> list[dict[str, Any]] | None:
@@ -256,7 +229,7 @@ def view(redis: Redis, rec: dict[str, Any]) -> list[dict[str, Any]] | None:
                 "gpu_ids": t.get("gpus", []),
                 "address": t.get("address"),
                 "pid": t.get("pid"),
-                "status": t.get("status") or ("running" if t["alive"] else "placed"),
+                "status": taskrecord.shown_status(t),
                 "reason": t.get("reason"),
                 "message": t.get("message"),
             }
@@ -284,12 +257,12 @@ def current(redis: Redis, job_id: int, gen: int) -> bool:
     return raw[0] is not None and raw[0].decode() in ACTIVE and raw[1] is not None and int(raw[1]) == gen
 
 
-def advertise_host(redis_url: str | None, environ: dict[str, str]) -> str:
+def advertise_host(settings: Settings) -> str:
     """The address other workers reach this one's tasks at: GPUDECK_ADVERTISE_HOST, else the local address
     of the route to Redis (the interface the cluster shares), else loopback for a local or unix-socket Redis."""
-    if environ.get("GPUDECK_ADVERTISE_HOST"):
-        return environ["GPUDECK_ADVERTISE_HOST"]
-    host = urlparse(redis_url or "").hostname
+    if settings.advertise_host:
+        return settings.advertise_host
+    host = urlparse(settings.redis_url or "").hostname
     if not host or host in ("localhost", "127.0.0.1", "::1"):
         return "127.0.0.1"
     try:
@@ -366,10 +339,7 @@ def check(redis: Redis, job_id: int, rec: dict[str, Any]) -> None:
 
 def task_lost(redis: Redis, job_id: int, index: int, message: str, finish_job: bool = True) -> None:
     """A task's worker or work-horse went away: the task failed as worker_lost and the other tasks stop."""
-    redis.hset(
-        task_key(job_id, index),
-        mapping={"status": "failed", "reason": Reason.WORKER_LOST.value, "message": message, "exited_at": time.time()},
-    )
+    taskrecord.ended(redis, job_id, index, TaskStatus.FAILED, reason=Reason.WORKER_LOST, message=message)
     JobStore(redis).request_stop(job_id, Reason.WORKER_LOST.value, only_first=True)
     if finish_job:
         finish(redis, job_id)

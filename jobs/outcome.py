@@ -114,9 +114,16 @@ def of_job(
     command: bool = False,
     diverged: dict | None = None,
     full: bool = False,
+    refusal: str | None = None,
+    no_space: bool = False,
 ) -> End:
-    """A single job whose trainer (or command) ended (returncode None: it never started): a result wins (a
-    command's exit 0 is its success, result or not), then a requested stop, then the exit status."""
+    """A single job whose trainer (or command) ended (returncode None: it never started): an attempt that could
+    not start (`refusal`: the worker refused it; `no_space`: its job dir could not be written) fails so; else a
+    result wins (a command's exit 0 is its success, result or not), then a requested stop, then the exit status."""
+    if refusal is not None:
+        return refused(refusal)
+    if no_space:
+        return DISK_FULL
     if returncode == EXIT_OK and (has_result or command):
         return SUCCEEDED
     if stop in STOPPED:
@@ -141,9 +148,15 @@ def of_task(
     command: bool = False,
     diverged: dict | None = None,
     full: bool = False,
+    refusal: str | None = None,
+    no_space: bool = False,
 ) -> tuple[str, End | None]:
     """One task of a multi-worker job ended: its own status (`succeeded`, `stopped`, `failed`) and, when it
-    failed by itself, why (which then ends the whole job through of_tasks)."""
+    failed by itself, why (which then ends the whole job through of_tasks). `refusal`, `no_space`: as of_job."""
+    if refusal is not None:
+        return "failed", refused(refusal)
+    if no_space:
+        return "failed", DISK_FULL
     if returncode == EXIT_OK:
         return "succeeded", None
     if stop or returncode is None:

@@ -21,9 +21,9 @@ from typing import Any
 from redis import Redis
 from rq import Queue
 
-from jobs import tokens
+from jobs import taskrecord, tokens
 from jobs.errors import Forbidden, NotFound
-from jobs.keys import ACTIVE_KEY, PREFIX, QUOTA_CLAIMS_KEY, QUOTA_PARKED_KEY, job_key, task_key, worker_info_key
+from jobs.keys import ACTIVE_KEY, PREFIX, QUOTA_CLAIMS_KEY, QUOTA_PARKED_KEY, job_key, worker_info_key
 from jobs.spec import is_multi_worker
 from jobs.store import JobStore
 from models.states import Status
@@ -177,10 +177,9 @@ def holders(redis: Redis) -> dict[tuple[str, str], dict[str, Any]]:
         who = {"job_id": job_id, "owner": rec.get("owner")}
         places = []
         if is_multi_worker(rec["spec"]):
-            for index in range(int(rec["spec"]["workers"])):
-                task = redis.hgetall(task_key(job_id, index))
-                if task:
-                    places.append((task[b"host"].decode(), json.loads(task[b"gpus"])))
+            for task in taskrecord.read(redis, job_id, int(rec["spec"]["workers"])):
+                if "host" in task:
+                    places.append((task["host"], task["gpus"]))
         else:
             raw = redis.get(worker_info_key(str(rec.get("worker", ""))))
             if raw is not None:

@@ -9,11 +9,10 @@ from pathlib import Path
 from jobs.errors import ConfigError
 from models.common import AGE, DEFAULT_API, DEFAULT_PORT, parse_age, parse_size  # noqa: F401 (their home for jobs/)
 from models.protocol import KEEP_CHECKPOINTS_ENV, keep_checkpoints
+from models.states import ENDED
 
 DEFAULT_HOME = "~/.local/share/gpudeck"
 """Data root when GPUDECK_HOME is unset: job dirs, the embedded Redis, logs of `gpudeck up`."""
-
-ENDED_STATUSES = ("succeeded", "failed", "canceled")
 
 
 def parse_retention(raw: str) -> tuple[tuple[str, int], ...]:
@@ -28,8 +27,8 @@ def parse_retention(raw: str) -> tuple[tuple[str, int], ...]:
             raise ValueError(f"each rule is STATUSES:AGE (failed,canceled:14d), got {part!r}")
         seconds = parse_age(age)
         for status in (s.strip().lower() for s in statuses.split(",")):
-            if status not in ENDED_STATUSES:
-                raise ValueError(f"{status!r} is not an ended status ({', '.join(ENDED_STATUSES)}) in {part!r}")
+            if status not in ENDED:
+                raise ValueError(f"{status!r} is not an ended status ({', '.join(ENDED)}) in {part!r}")
             if status in rules:
                 raise ValueError(f"{status!r} has two rules")
             rules[status] = seconds
@@ -82,8 +81,6 @@ class Settings:
 
     home: Path
     redis_url: str | None = None
-    api_url: str = DEFAULT_API
-    token: str | None = None
     tokens: tuple[str, ...] = ()
     data_roots: tuple[Path, ...] = field(default_factory=tuple)
     dataset_max_bytes: int = 64 << 30
@@ -97,6 +94,7 @@ class Settings:
     min_free: int = 2 << 30
     retention: tuple[tuple[str, int], ...] = ()
     keep_checkpoints: int | None = 2
+    advertise_host: str | None = None
 
     @property
     def command_jobs_allowed(self) -> bool:
@@ -105,8 +103,8 @@ class Settings:
 
     @classmethod
     def from_env(cls, environ: os._Environ[str] | dict[str, str] | None = None) -> Settings:
-        """Read GPUDECK_HOME, REDIS_URL, GPUDECK_API, GPUDECK_TOKEN(S), GPUDECK_DATA_ROOTS, the command-job switches
-        and the limits."""
+        """Read GPUDECK_HOME, REDIS_URL, GPUDECK_TOKENS, GPUDECK_DATA_ROOTS, GPUDECK_ADVERTISE_HOST, the command-job
+        switches and the limits."""
         env = os.environ if environ is None else environ
         home = Path(env.get("GPUDECK_HOME") or DEFAULT_HOME).expanduser().resolve()
         tokens = tuple(t.strip() for t in env.get("GPUDECK_TOKENS", "").split(",") if t.strip())
@@ -114,8 +112,6 @@ class Settings:
         return cls(
             home=home,
             redis_url=env.get("REDIS_URL") or None,
-            api_url=(env.get("GPUDECK_API") or DEFAULT_API).rstrip("/"),
-            token=env.get("GPUDECK_TOKEN") or None,
             tokens=tokens,
             data_roots=roots,
             dataset_max_bytes=_size(env, "GPUDECK_DATASET_MAX_BYTES", cls.dataset_max_bytes),
@@ -131,6 +127,7 @@ class Settings:
             else _size(env, "GPUDECK_MIN_FREE", cls.min_free),
             retention=_checked(parse_retention, env, "GPUDECK_RETENTION"),
             keep_checkpoints=_checked(keep_checkpoints, env, KEEP_CHECKPOINTS_ENV),
+            advertise_host=(env.get("GPUDECK_ADVERTISE_HOST") or "").strip() or None,
         )
 
     def env_python(self, name: str | None) -> Path | None:

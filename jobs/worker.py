@@ -13,21 +13,23 @@ from typing import Any
 from redis import Redis
 from rq import Worker
 from rq.command import send_shutdown_command
+from rq.job import Job
 
-from jobs import control, disk, gang, quota, runner
+from jobs import control, disk, gang, launch, quota, taskrecord
 from jobs.errors import NotFound
 from jobs.gpus import Sampler
 from jobs.keys import (
+    RUN_JOB,
     RUN_TASK,
     alive_key,
     drain_key,
     job_id_of,
     private_queue,
-    task_key,
     worker_info_key,
     worker_listens,
     worker_queues,
 )
+from jobs.launch import WorkerContext
 from jobs.lifecycle import worker_lost
 from jobs.reaper import Reaper
 from jobs.settings import Settings
@@ -42,8 +44,29 @@ LOW_DISK_POLL_S = 5.0
 """How often a worker that waits for disk space looks again."""
 
 
+class GpudeckJob(Job):
+    """An RQ job that hands the worker's context to its task function (`context=`) when the worker set one: the
+    context travels with the job into the work-horse, explicitly, rather than through a module global."""
+
+    context: WorkerContext | None = None
+
+    def _execute(self) -> Any:
+        if self.context is None or self.func_name not in (RUN_JOB, RUN_TASK):
+            return super()._execute()
+        return self.func(*self.args, context=self.context, **self.kwargs)
+
+
 class GpudeckWorker(Worker):
     """RQ's forking worker, which also stops its trainer honestly when the worker goes away."""
+
+    def __init__(self, *args: Any, context: WorkerContext, **kwargs: Any):
+        super().__init__(*args, job_class=GpudeckJob, **kwargs)
+        self.context = context
+
+    def perform_job(self, job: Any, queue: Any, execution: Any) -> bool:
+        """In the work-horse: the job runs with this worker's context."""
+        job.context = self.context
+        return super().perform_job(job, queue, execution)
 
     def request_stop(self, signum: int, frame: Any) -> None:
         """Warm shutdown: the running trainer checkpoints and stops (its job is retried as worker_lost);
@@ -57,9 +80,9 @@ class GpudeckWorker(Worker):
         """While the disk under GPUDECK_HOME is below GPUDECK_MIN_FREE the worker takes no new job: queued jobs
         wait in line (a job started there would soon fail as disk_full) and it says so once in its log. A burst
         worker (timeout None) finds nothing to do instead."""
-        settings = runner.CONTEXT.settings if runner.CONTEXT else None
+        settings = self.context.settings
         waited = False
-        while settings is not None and not self._stop_requested and (free := disk.low(settings)) is not None:
+        while not self._stop_requested and (free := disk.low(settings)) is not None:
             if timeout is None:
                 return None
             if not waited:
@@ -103,7 +126,7 @@ class GpudeckWorker(Worker):
             return
         log.warning("worker stopping: job %s gets SIGTERM to checkpoint and stop", job_id)
         store.request_stop(job_id, Reason.WORKER_LOST.value)
-        runner.signal_group(pid, signal.SIGTERM)
+        launch.signal_group(pid, signal.SIGTERM)
 
 
 def trainer_of(job: Any) -> tuple[int, int | None]:
@@ -111,8 +134,7 @@ def trainer_of(job: Any) -> tuple[int, int | None]:
     job_id = job_id_of(job.id)
     assert job_id is not None
     if job.func_name == RUN_TASK:
-        pid = job.connection.hget(task_key(job_id, job.args[1]), "pid")
-        return job_id, int(pid) if pid else None
+        return job_id, taskrecord.pid(job.connection, job_id, job.args[1])
     return job_id, JobStore(job.connection).get(job_id).get("pid")
 
 
@@ -129,7 +151,7 @@ def on_job_error(job: Any, exc_type: type, exc: BaseException, tb: Any) -> None:
     try:
         _horse_lost(
             job,
-            f"gpudeck failed on worker {runner.CONTEXT.name if runner.CONTEXT else '?'}: {exc_type.__name__}: {exc}",
+            f"gpudeck failed on worker {getattr(job.context, 'name', None) or '?'}: {exc_type.__name__}: {exc}",
         )
     except Exception:  # e.g. Redis is away too: the reaper judges it by its heartbeat instead
         log.exception("job %s: could not record the error", job.id)
@@ -140,7 +162,7 @@ def _horse_lost(job: Any, why: str) -> None:
         return
     job_id, pid = trainer_of(job)
     if pid is not None:
-        runner.signal_group(pid, signal.SIGKILL)  # its trainer must not outlive it
+        launch.signal_group(pid, signal.SIGKILL)  # its trainer must not outlive it
     store = JobStore(job.connection)
     rec = store.get(job_id)
     if Status(rec["status"]).ended:
@@ -212,7 +234,7 @@ def run(
     host = socket.gethostname()
     label = f"gpu{'+'.join(gpus)}" if gpus else "cpu"
     name = name or f"{host}.{label}.{os.getpid()}"
-    runner.CONTEXT = runner.WorkerContext(
+    context = WorkerContext(
         settings=settings, name=name, gpu_ids=list(gpus), stop_grace_s=stop_grace_s, max_memory=max_memory
     )
     redis = settings.redis()
@@ -224,6 +246,7 @@ def run(
         connection=redis,
         work_horse_killed_handler=on_horse_killed,
         exception_handlers=[on_job_error],
+        context=context,
     )
     assert settings.redis_url
     retention = (lambda r: control.apply_retention(r, settings)) if settings.retention else None

@@ -44,5 +44,24 @@ ENDED = (Status.SUCCEEDED.value, Status.FAILED.value, Status.CANCELED.value)
 UNENDED = (Status.QUEUED.value, *ACTIVE)
 """Not ended yet: waiting or held by a worker (what cancel may stop)."""
 
+
+class TaskStatus(str, Enum):
+    """One task of a multi-worker job: placed -> running -> succeeded | failed | stopped (a task that stood down
+    or was stopped with its job)."""
+
+    PLACED = "placed"
+    RUNNING = "running"
+    SUCCEEDED = "succeeded"
+    FAILED = "failed"
+    STOPPED = "stopped"
+
+    @property
+    def ended(self) -> bool:
+        return self in (TaskStatus.SUCCEEDED, TaskStatus.FAILED, TaskStatus.STOPPED)
+
+
+TASK_ENDED = tuple(s.value for s in TaskStatus if s.ended)
+"""Final states of one task, as stored strings."""
+
 PRIORITIES = ("high", "normal", "low")
 """A job's priorities, first served first."""

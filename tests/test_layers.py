@@ -12,13 +12,15 @@ PACKAGES = ("api", "jobs", "models", "tui")
 
 JOBS_LAYERS = (
     ("keys", "errors", "proc", "archives", "tbnotf"),
-    ("settings", "spec", "outcome", "redis_server", "scalars", "usage", "tokens"),
+    ("settings", "spec", "outcome", "redis_server", "scalars", "usage", "tokens", "taskrecord"),
     ("store", "disk"),
     ("datasets", "sources", "views", "artifacts", "quota"),
-    ("queues", "tensorboard"),
+    ("queues", "tensorboard", "launch"),
+    ("pump",),
     ("lifecycle", "sweeps"),
     ("gang",),
     ("control", "runner", "reaper", "gpus"),
+    ("taskrun",),
     ("worker", "task", "supervisor"),
     ("cli",),
 )

@@ -9,6 +9,8 @@ from functools import partial
 
 from textual.command import DiscoveryHit, Hit, Hits, Provider
 
+from models.states import ENDED
+
 NUMBER = re.compile(r"\d+")
 
 
@@ -22,7 +24,7 @@ class GpudeckCommands(Provider):
             ("TensorBoard", "TensorBoard on the current job (or the selected ones)", app.action_tensorboard),
             ("Keys", "gpudeck's keys on this screen", app.action_toggle_help),
         ]
-        for facet in ("all", "running", "starting", "queued", "succeeded", "failed", "canceled"):
+        for facet in ("all", "running", "starting", "queued", *ENDED):
             out.append((f"Show {facet} jobs", f"the jobs table, status: {facet}", partial(app.show_jobs, facet)))
         return out
 

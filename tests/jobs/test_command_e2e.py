@@ -17,7 +17,7 @@ import numpy as np
 import pytest
 
 from jobs import scalars
-from jobs.runner import RUN_ID_ENV
+from jobs.launch import RUN_ID_ENV
 from tests.support.digits import digits_arrays
 from tests.support.live import alive, until, wait_job
 from tests.support.readme import run_block

@@ -18,8 +18,8 @@ from api import create_app
 from jobs import control, disk, outcome
 from jobs.errors import ConfigError
 from jobs.keys import job_key, rq_job_id
+from jobs.launch import LogFile
 from jobs.redis_server import EmbeddedRedis, free_port
-from jobs.runner import LogFile
 from jobs.settings import Settings
 from jobs.store import JobStore
 from models.states import Reason, Status
@@ -75,14 +75,15 @@ def test_below_the_floor_new_jobs_and_uploads_are_507_and_nothing_is_stored(sett
 
 
 def test_a_worker_takes_no_job_while_the_disk_is_below_the_floor(settings, redis, monkeypatch, caplog):
-    from jobs import runner, worker
+    from jobs import worker
     from jobs.keys import worker_listens
+    from jobs.launch import WorkerContext
 
     rec, _ = control.submit(redis, GOOD)
     free, _ = disk.space(settings.home)
     monkeypatch.setattr(worker, "LOW_DISK_POLL_S", 0.05)
-    monkeypatch.setattr(runner, "CONTEXT", runner.WorkerContext(replace(settings, min_free=free + (1 << 40)), "w"))
-    w = worker.GpudeckWorker(worker_listens("w", 0), name="w", connection=redis)
+    low = WorkerContext(replace(settings, min_free=free + (1 << 40)), "w")
+    w = worker.GpudeckWorker(worker_listens("w", 0), name="w", connection=redis, context=low)
     assert w.dequeue_job_and_maintain_ttl(None) is None  # a burst worker: nothing it may take
     stop = threading.Timer(0.5, lambda: setattr(w, "_stop_requested", True))
     stop.start()
@@ -91,7 +92,7 @@ def test_a_worker_takes_no_job_while_the_disk_is_below_the_floor(settings, redis
     assert JobStore(redis).get(rec["id"])["status"] == "queued"
 
     w._stop_requested = False
-    monkeypatch.setattr(runner, "CONTEXT", runner.WorkerContext(settings, "w"))  # room again
+    w.context = WorkerContext(settings, "w")  # room again
     job, _ = w.dequeue_job_and_maintain_ttl(5)
     assert job.id == rq_job_id(rec["id"], 1)
 

@@ -89,12 +89,12 @@ def test_two_tasks_on_one_host_may_make_the_source_folder_at_the_same_moment(tmp
     """Tasks of a multi-worker job without a source, on one host, share `$JOB_DIR/src`: the one that finds it made
     by the other between its check and its mkdir goes on (the chaos soak found that race: FileExistsError)."""
     from pathlib import Path
-    from types import SimpleNamespace
 
-    from jobs.runner import JobRun
+    from jobs.launch import WorkerContext, source_copy
+    from jobs.settings import Settings
 
     job_dir = tmp_path / "jobs" / "7"
     (job_dir / "src").mkdir(parents=True)  # the other task was a moment faster
     real_exists = Path.exists
     monkeypatch.setattr(Path, "exists", lambda p: False if p.name == "src" else real_exists(p))
-    assert JobRun._source_copy(SimpleNamespace(job_dir=job_dir), {"command": "true"}) == job_dir / "src"
+    assert source_copy(WorkerContext(Settings(home=tmp_path)), {"command": "true"}, job_dir) == job_dir / "src"

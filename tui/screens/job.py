@@ -21,7 +21,7 @@ from textual_plotext import PlotextPlot
 from tui.logtext import ERROR_LINE, Folder, explain
 from tui.screens.dialogs import Confirm, open_tensorboard
 from tui.widgets.chrome import chrome
-from tui.widgets.fmt import ACTIVE, ENDED, bar, duration, in_line, one_line, status, usage_text, value_of, what
+from tui.widgets.fmt import ENDED, UNENDED, bar, duration, in_line, one_line, status, usage_text, value_of, what
 
 
 def _rows(content: str | Text, width: int) -> int:
@@ -360,7 +360,7 @@ class JobScreen(Screen):
     def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
         status_now = self.job["status"] if self.job else None
         if action == "cancel":
-            return status_now in ACTIVE
+            return status_now in UNENDED
         if action == "retry":
             return status_now in ENDED
         return True

@@ -19,7 +19,7 @@ from tui.screens.dialogs import Confirm, open_tensorboard
 from tui.screens.job import JobScreen
 from tui.screens.sweep import SweepScreen, sweep_of
 from tui.widgets.chrome import chrome
-from tui.widgets.fmt import ACTIVE, ENDED, EtaSmoother, accuracy, human, job_cells, what
+from tui.widgets.fmt import ENDED, UNENDED, EtaSmoother, accuracy, human, job_cells, what
 
 COLUMNS = [
     ("id", "ID"),
@@ -84,7 +84,7 @@ class JobsTable(DataTable):
             self.refresh_row(self.get_row_index(row_key))
 
 
-FACETS = (None, "running", "starting", "queued", "succeeded", "failed", "canceled")
+FACETS = (None, "running", "starting", "queued", *ENDED)
 REFRESH_S = 2.0
 MAX_JOBS = 1000
 """Newest jobs the table holds."""
@@ -389,7 +389,7 @@ class JobsScreen(Screen):
 
     def action_cancel(self) -> None:
         """Cancel the selected jobs that can be (or the current one), after one confirmation that lists them."""
-        active = self._chosen(ACTIVE)
+        active = self._chosen(UNENDED)
         if not active:
             self.notify("nothing to cancel: no queued or running job selected", severity="warning")
             return

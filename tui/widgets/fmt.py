@@ -7,6 +7,7 @@ from typing import Any
 from rich.text import Text
 
 from models.sourcetree import human
+from models.states import ENDED, UNENDED  # noqa: F401 (the screens take them from here)
 
 STATUS_STYLE = {
     "queued": "yellow",
@@ -16,8 +17,6 @@ STATUS_STYLE = {
     "failed": "bold red",
     "canceled": "magenta",
 }
-ENDED = ("succeeded", "failed", "canceled")
-ACTIVE = ("queued", "starting", "running")
 BLOCKS = "▁▂▃▄▅▆▇█"
 NA = "n/a"
 

@@ -1,0 +1,258 @@
+"""Launching one attempt's process, Redis-free: what the worker hands its work-horses (WorkerContext), the argv,
+working dir and environment of a trainer or a command (Launch), the job's own copy of its source, a retried job's
+checkpoints, and the process-level helpers (its log file, limits, signals, the kernel's OOM count).
+
+Everything here reads and writes files and processes only, so it is tested without Redis or RQ
+(tests/jobs/test_launch.py); jobs.runner drives it for an attempt."""
+
+from __future__ import annotations
+
+import errno
+import logging
+import os
+import shutil
+import stat
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from jobs import sources
+from jobs.proc import pdeathsig, python_module
+from jobs.scalars import EVENT_FILE_MARK
+from jobs.settings import Settings
+from models import protocol, sourcetree
+
+log = logging.getLogger(__name__)
+
+RUN_ID_ENV = "GPUDECK_RUN_ID"
+"""Set in every trainer's and command's environment (the RQ id of the attempt or task): processes that carry it
+are swept when the attempt ends, even those that left its process group."""
+HIDDEN_ENV = ("GPUDECK_TOKENS", "GPUDECK_TOKEN", "REDIS_URL")
+"""The worker's own secrets and its Redis, not handed to a command job."""
+NO_SPACE = (errno.ENOSPC, errno.EDQUOT)
+"""A write's errno when the disk (or the user's quota) is full."""
+
+
+@dataclass
+class WorkerContext:
+    """What the worker process hands each of its work-horses, explicitly (jobs.worker passes it with the RQ job)."""
+
+    settings: Settings
+    name: str = ""
+    gpu_ids: list[str] = field(default_factory=list)
+    stop_grace_s: float = protocol.DEFAULT_GRACE_S
+    max_memory: int | None = None
+
+
+class Refused(Exception):
+    """A command job cannot start on this worker (its environment or its source is not here)."""
+
+
+@dataclass
+class Launch:
+    """What an attempt runs: argv in `cwd` with `env`; `injected`: the variables gpudeck set for a command (shown
+    in the job's record), `source`: a command's source copy."""
+
+    argv: list[str]
+    cwd: Path
+    env: dict[str, str]
+    injected: dict[str, str] = field(default_factory=dict)
+    source: Path | None = None
+
+
+@dataclass
+class Attempt:
+    """Who this attempt is: the job, its attempt number, its run mark and its job dir."""
+
+    job_id: int
+    attempt: int
+    run_id: str
+    job_dir: Path
+
+
+def base_env(attempt: Attempt) -> dict[str, str]:
+    """The worker's environment, marked with the job and the run id (what kill_marked sweeps at the end)."""
+    env = dict(os.environ, PYTHONUNBUFFERED="1")
+    env[protocol.JOB_ID_ENV] = str(attempt.job_id)
+    env[RUN_ID_ENV] = attempt.run_id
+    return env
+
+
+def trainer(ctx: WorkerContext, attempt: Attempt, events_w: int, extra_env: dict[str, str]) -> Launch:
+    """`python -m models.train` in the job dir, writing its events to `events_w` (models.protocol)."""
+    env = base_env(attempt)
+    env[protocol.EVENTS_FD_ENV] = str(events_w)
+    env[protocol.STOP_GRACE_ENV] = str(protocol.trainer_grace(ctx.stop_grace_s))
+    env.update(extra_env)
+    return Launch(python_module("models.train", "--spec", "spec.json", "--job-dir", "."), attempt.job_dir, env)
+
+
+def command(
+    ctx: WorkerContext,
+    attempt: Attempt,
+    spec: dict[str, Any],
+    data_dir: Path | None,
+    extra_env: dict[str, str],
+) -> Launch:
+    """A command job's `/bin/sh -c COMMAND` in its own source copy, with the variables of the README's table; none
+    of the worker's secrets. Refused when its environment or source is not on this worker."""
+    env = base_env(attempt)
+    for name in HIDDEN_ENV:
+        env.pop(name, None)
+    src = source_copy(ctx, spec, attempt.job_dir)
+    bin_dir = Path(sys.executable).parent  # `python` is the worker's own, with TensorFlow
+    if spec.get("env_name"):
+        found = ctx.settings.env_python(spec["env_name"])
+        if found is None or not found.is_dir():
+            raise Refused(
+                f"environment {spec['env_name']!r} is not registered on worker {ctx.name} "
+                f"(GPUDECK_ENVS there: {', '.join(n for n, _ in ctx.settings.envs) or 'none'})"
+            )
+        bin_dir = found
+        env["VIRTUAL_ENV"] = str(found.parent)
+    env["PATH"] = f"{bin_dir}{os.pathsep}{env.get('PATH', '')}"
+    job_dir = attempt.job_dir
+    injected = {
+        "GPUDECK_JOB_ID": str(attempt.job_id),
+        "BUILD_ID": str(attempt.job_id),
+        "GPUDECK_ATTEMPT": str(attempt.attempt),
+        RUN_ID_ENV: attempt.run_id,
+        "JOB_DIR": str(job_dir),
+        "TRAINING_DIR": str(job_dir),
+        "TENSORBOARD_DIR": str(job_dir / "tensorboard"),
+        "SRC_DIR": str(src),
+        "GPU_COUNT": str(len(ctx.gpu_ids)),
+        "CUDA_VISIBLE_DEVICES": os.environ.get("CUDA_VISIBLE_DEVICES", ",".join(ctx.gpu_ids)),
+        "PYTHONUNBUFFERED": "1",
+    }
+    if data_dir is not None:
+        injected["DATA_DIR"] = str(data_dir)
+    injected.update(extra_env)  # a task's TF_CONFIG, GPUDECK_TASK_TYPE, GPUDECK_TASK_INDEX
+    env.update(injected)
+    env.update(spec.get("env") or {})
+    cmd = spec["command"]
+    argv = ["/bin/sh", "-c", cmd] if isinstance(cmd, str) else list(cmd)
+    return Launch(argv, src, env, injected, src)
+
+
+def source_copy(ctx: WorkerContext, spec: dict[str, Any], job_dir: Path) -> Path:
+    """`$JOB_DIR/src`: this job's own writable copy of its source snapshot (kept for a later attempt)."""
+    src = job_dir / "src"
+    if src.exists():
+        return src
+    if not spec.get("source"):
+        src.mkdir(exist_ok=True)  # another task of the job on this host may make it at the same moment
+        return src
+    sha = sourcetree.parse_ref(spec["source"]) or ""
+    stored = sources.local_path(ctx.settings, sha)
+    if not stored.is_dir():
+        raise Refused(
+            f"source {spec['source']} is not under {ctx.settings.sources_dir} on worker {ctx.name} "
+            "(workers on other hosts need the API's GPUDECK_HOME on shared storage)"
+        )
+    tmp = job_dir / f".src-{os.getpid()}"
+    shutil.copytree(stored, tmp, symlinks=True)
+    for here, dirs, names in os.walk(tmp):
+        for n in dirs + names:
+            p = os.path.join(here, n)
+            if not os.path.islink(p):
+                os.chmod(p, os.stat(p).st_mode | stat.S_IWUSR)
+    try:
+        os.rename(tmp, src)
+    except OSError:  # another task of the job on this host copied it first
+        if not src.is_dir():
+            raise
+        shutil.rmtree(tmp, ignore_errors=True)
+    return src
+
+
+def _link_or_copy(src: str, dst: str) -> None:
+    try:
+        os.link(src, dst)  # no space taken; the trainer only ever replaces files, never writes into them
+    except OSError:
+        shutil.copy2(src, dst)
+
+
+def _unfinished(folder: str, names: list[str]) -> list[str]:
+    """What copytree leaves out of a checkpoints folder: saves cut short (`ckpt-300_temp…`)."""
+    return [n for n in names if "_temp" in n]
+
+
+def take_checkpoints(settings: Settings, job_dir: Path, resumes: int | None) -> str | None:
+    """A retried model job starts from the last complete checkpoint of the job it retries: its files are linked
+    (copied across filesystems) into this job's checkpoints/, which the trainer resumes from. The log line that
+    says so, or None when there is nothing to say."""
+    if not resumes:
+        return None
+    mine, theirs = job_dir / "checkpoints", settings.job_dir(int(resumes)) / "checkpoints"
+    if (mine / "checkpoint").exists():
+        return None  # an earlier attempt of this job saved its own
+    if not (theirs / "checkpoint").exists():
+        return f"gpudeck: job {resumes} left no checkpoint here; training from the start"
+    shutil.copytree(theirs, mine, copy_function=_link_or_copy, ignore=_unfinished, dirs_exist_ok=True)
+    return f"gpudeck: resuming from the last checkpoint of job {resumes}"
+
+
+def shipped_event_files(src: Path) -> set[str]:
+    """Event files that came with the source: not this job's curves."""
+    return {f"src/{n}" for n in sourcetree.files(src) if EVENT_FILE_MARK in n}
+
+
+class LogFile:
+    """An attempt's log.txt. A full disk stops neither the job nor its log in Redis: a write that finds no space
+    is dropped (noted once, in `full`), and a job that then fails ends as disk_full."""
+
+    def __init__(self, path: Path):
+        self.file = open(path, "ab", buffering=0)
+        self.full = False
+
+    def write(self, text: str) -> None:
+        try:
+            self.file.write(text.encode())
+        except OSError as exc:
+            if exc.errno not in NO_SPACE:
+                raise
+            if not self.full:
+                log.warning("%s: %s; its lines go on to Redis only", self.file.name, exc.strerror)
+            self.full = True
+
+    def __enter__(self) -> LogFile:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.file.close()
+
+
+def preexec(max_memory: int | None):
+    """What runs in the child before it execs: SIGTERM when the work-horse dies (so no trainer outlives it: it
+    checkpoints and exits), and the memory cap."""
+
+    def run() -> None:
+        pdeathsig()
+        if max_memory:
+            import resource
+
+            resource.setrlimit(resource.RLIMIT_DATA, (max_memory, max_memory))
+
+    return run
+
+
+def signal_group(pgid: int, sig: int) -> bool:
+    """Signal a trainer's whole process group; False when it is already gone."""
+    try:
+        os.killpg(pgid, sig)
+        return True
+    except ProcessLookupError:
+        return False
+
+
+def oom_kills() -> int | None:
+    """The kernel's count of OOM kills in this cgroup (cgroup v2), if it can be read."""
+    try:
+        for line in Path("/sys/fs/cgroup/memory.events").read_text().splitlines():
+            if line.startswith("oom_kill "):
+                return int(line.split()[1])
+    except (OSError, ValueError):
+        pass
+    return None

@@ -1,0 +1,285 @@
+"""The I/O of a running attempt: its output and trainer events turned into log lines, metric points and record
+fields (Output), written to Redis in a few batches a second and carried through a Redis outage (Writes), and the
+loop that reads the pipes, beats, and acts on stop requests, timeouts and stray processes (pump)."""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import selectors
+import signal
+import subprocess
+import time
+from collections.abc import Callable
+from typing import IO, Any, Protocol
+
+from redis import Redis
+
+from jobs.launch import RUN_ID_ENV, LogFile, signal_group
+from jobs.proc import kill_marked
+from jobs.scalars import ScalarReader, read_result
+from jobs.store import OUTAGE, JobStore
+from models import protocol
+from models.states import Reason, Status
+
+log = logging.getLogger(__name__)
+
+LOG_TAIL_LINES = 20
+"""Last log lines kept in the record of a failed job."""
+HEARTBEAT_EVERY_S = 3.0
+"""How often the work-horse refreshes its job's heartbeat (the key lives HEARTBEAT_TTL_S)."""
+STOP_POLL_S = 1.0
+"""How often the work-horse looks for a cancel request (the API may be on another host)."""
+COALESCE_S = 0.25
+"""After a read, the work-horse waits this long before the next, so log lines and metric points reach
+Redis in a few batches a second: each wake-up of ours would otherwise preempt a training thread."""
+DISK_EVERY_S = 30.0
+"""How often the work-horse measures its job dir while the job runs (the record's `disk_bytes`)."""
+SCAN_EVERY_S = 1.0
+"""How often the work-horse reads a command job's new TensorBoard scalars and metrics.jsonl lines."""
+EXIT_LINGER_S = 2.0
+"""After the trainer or command exits, how long processes it left holding its output may live before they are
+killed (a background child would otherwise keep the job from ending)."""
+
+
+class Writes:
+    """Pipelines of one attempt's writes. While Redis is away (restarting, a blip) the job goes on: its log lines
+    and points wait in a pipeline of their own (in order, scripts and all) and go in when Redis answers again."""
+
+    def __init__(self, redis: Redis, job_id: int):
+        self.redis, self.job_id = redis, job_id
+        self.carry: Any = None
+        self._away_since: float | None = None
+
+    def pipeline(self) -> Any:
+        """The pipeline this round's writes go into: the one an outage kept back (written first), else a new one."""
+        pipe, self.carry = self.carry, None
+        return pipe if pipe is not None else self.redis.pipeline(transaction=False)
+
+    def flush(self, pipe: Any, strict: bool = False) -> None:
+        """Write `pipe`; on an outage keep it for the next round (`strict`: and raise)."""
+        stack, scripts = list(pipe.command_stack), set(pipe.scripts)
+        if not stack:
+            return
+        try:
+            pipe.execute()
+        except OUTAGE as exc:
+            carry = self.redis.pipeline(transaction=False)
+            carry.command_stack, carry.scripts = stack, scripts
+            self.carry = carry
+            self._away(exc, ", its output waits")
+            if strict:
+                raise
+            return
+        self._back(f"; {len(stack)} writes kept meanwhile went in")
+
+    def reachable(self, fn: Callable[[], Any]) -> Any:
+        """fn() (a heartbeat, a look for a stop request), or None while Redis is away: the job goes on."""
+        try:
+            out = fn()
+        except OUTAGE as exc:
+            self._away(exc, "")
+            return None
+        if self.carry is None:  # else the next flush says so, once it has written what waits
+            self._back("")
+        return out
+
+    def _away(self, exc: Exception, what: str) -> None:
+        """Note (once per outage) that Redis stopped answering."""
+        if self._away_since is None:
+            self._away_since = time.monotonic()
+            log.warning("job %s: redis unreachable (%s); the job goes on%s", self.job_id, exc, what)
+
+    def _back(self, what: str) -> None:
+        if self._away_since is not None:
+            away, self._away_since = time.monotonic() - self._away_since, None
+            log.warning("job %s: redis is back after %.1fs%s", self.job_id, away, what)
+
+
+class Output:
+    """What an attempt has said: its log lines (the file, the stream, the tail a failed job keeps), the trainer's
+    events (running, metric points, the result, divergence) and a command's scalars, as record fields."""
+
+    def __init__(self, store: JobStore, job_id: int, prefix: str = ""):
+        self.store, self.job_id, self.prefix = store, job_id, prefix
+        self.points = 0
+        self.tail: list[str] = []
+        self.progress: dict[str, Any] = {}
+        self.result: dict[str, Any] | None = None
+        self.diverged: dict[str, Any] | None = None
+        self.reader: ScalarReader | None = None
+
+    def handle(self, kind: str, chunks: list[bytes], log_file: LogFile, pipe: Any) -> None:
+        if kind == "log":
+            lines = [self.prefix + c.decode("utf-8", "replace").rstrip("\r") for c in chunks]
+            log_file.write("".join(line + "\n" for line in lines))
+            self.store.append_lines(self.job_id, lines, pipe)
+            self.tail = (self.tail + lines)[-LOG_TAIL_LINES:]
+            return
+        for chunk in chunks:
+            try:
+                event = json.loads(chunk)
+            except ValueError:
+                log.warning("job %s: unreadable event %r", self.job_id, chunk[:200])
+                continue
+            self.on_event(event.pop("event", None), event, pipe)
+
+    def on_event(self, kind: str | None, data: dict[str, Any], pipe: Any) -> None:
+        fields: dict[str, Any] = {}
+        if kind == protocol.EVENT_RUNNING:
+            self.progress = {
+                "step": data["step"],
+                "total_steps": data["total_steps"],
+                "steps_per_epoch": data["steps_per_epoch"],
+                "epochs": data["epochs"],
+                "first_step": data["step"],
+            }
+            fields = {"status": Status.RUNNING.value, "running_at": time.time(), "progress": self.progress}
+        elif kind == protocol.EVENT_METRIC:
+            fields = self.point(data, pipe)
+        elif kind == protocol.EVENT_RESULT:
+            self.result = data
+            fields = {"result": data}
+        elif kind == protocol.EVENT_DIVERGED:
+            self.diverged = data
+        if fields:
+            self.store.update(self.job_id, pipe=pipe, **fields)
+
+    def point(self, data: dict[str, Any], pipe: Any) -> dict[str, Any]:
+        """Store one metric point; the record fields it changes."""
+        self.points += 1
+        self.store.append_point(self.job_id, self.points, data, pipe)
+        if isinstance(data.get("step"), int):
+            self.progress.setdefault("first_step", data["step"])
+            self.progress["step"] = max(data["step"], self.progress.get("step") or 0)
+        fields: dict[str, Any] = {"progress": self.progress}
+        if "loss" in data:
+            fields["metrics"] = data
+        return fields
+
+    def scan(self, pipe: Any) -> None:
+        """A command job's new scalars, as metric points."""
+        assert self.reader is not None
+        fields: dict[str, Any] = {}
+        for point in self.reader.poll():
+            fields.update(self.point(point, pipe))
+        if fields:
+            self.store.update(self.job_id, pipe=pipe, **fields)
+
+    def command_running(self, total_steps: int | None) -> dict[str, Any]:
+        """The record fields of a command that has started: it is running once its process is (no trainer says)."""
+        self.progress = {"step": None, "total_steps": total_steps, "steps_per_epoch": None}
+        return {"status": Status.RUNNING.value, "running_at": time.time(), "progress": self.progress}
+
+    def command_result(self, job_dir: Any) -> None:
+        """A command job's result: its result.json, else the last value of each scalar it logged."""
+        self.result = read_result(job_dir) or dict(self.reader.last if self.reader else {})
+        self.store.update(self.job_id, result=self.result)
+
+
+class Running(Protocol):
+    """What pump() needs of the attempt it serves (jobs.runner.JobRun)."""
+
+    job_id: int
+    run_id: str
+    reports: bool
+    output: Output
+    writes: Writes
+
+    def beat(self) -> None: ...
+    def measure(self) -> None: ...
+    def stop_reason(self) -> str | None: ...
+    def grace(self, reason: str | None) -> float: ...
+    def request_stop(self, reason: str) -> None: ...
+
+
+def _drain(fd: int) -> tuple[bytes, bool]:
+    """Everything a non-blocking pipe holds now, and whether its writer has closed it."""
+    parts = []
+    while True:
+        try:
+            chunk = os.read(fd, 1 << 16)
+        except BlockingIOError:
+            return b"".join(parts), False
+        if not chunk:
+            return b"".join(parts), True
+        parts.append(chunk)
+
+
+def pump(
+    run: Running, proc: subprocess.Popen[bytes], events: IO[bytes], log_file: LogFile, timeout: int | None
+) -> None:
+    """Stream the process's output and events until both pipes close; beat, and act on stop requests (SIGTERM,
+    SIGKILL after the grace), on the job's timeout, and on processes it left holding its output once it exited."""
+    assert proc.stdout is not None
+    for f in (proc.stdout, events):
+        os.set_blocking(f.fileno(), False)
+    sel = selectors.DefaultSelector()
+    sel.register(proc.stdout, selectors.EVENT_READ, "log")
+    sel.register(events, selectors.EVENT_READ, "events")
+    buffers = {"log": b"", "events": b""}
+    out, writes = run.output, run.writes
+    deadline = time.monotonic() + timeout if timeout else None
+    last_beat = last_poll = last_scan = last_disk = time.monotonic()
+    termed_at: float | None = None
+    exited_at: float | None = None
+    grace = run.grace(None)
+    while sel.get_map():
+        ready = sel.select(STOP_POLL_S)
+        if ready:
+            time.sleep(COALESCE_S)  # let more output gather; the pipes hold 64 KiB each meanwhile
+        pipe = writes.pipeline()
+        for key, _ in ready:
+            chunk, eof = _drain(key.fd)
+            if chunk:
+                *complete, buffers[key.data] = (buffers[key.data] + chunk).split(b"\n")
+                out.handle(key.data, complete, log_file, pipe)
+            if eof:
+                sel.unregister(key.fileobj)
+                rest, buffers[key.data] = buffers[key.data], b""
+                if rest:
+                    out.handle(key.data, [rest], log_file, pipe)
+        now = time.monotonic()
+        scanned = out.reader is not None and now - last_scan >= SCAN_EVERY_S
+        if scanned:
+            out.scan(pipe)
+            last_scan = now
+        writes.flush(pipe)
+        if scanned:
+            out.reader.save()  # type: ignore[union-attr]
+        if now - last_beat >= HEARTBEAT_EVERY_S:
+            writes.reachable(run.beat)
+            last_beat = now
+        if run.reports and now - last_disk >= DISK_EVERY_S:
+            writes.reachable(run.measure)
+            last_disk = now
+        if termed_at is None and now - last_poll >= STOP_POLL_S:
+            last_poll = now
+            if deadline is not None and now > deadline:
+                log.warning("job %s: timeout of %ss passed; stopping its trainer", run.job_id, timeout)
+                writes.reachable(lambda: run.request_stop(Reason.TIMEOUT.value))
+            reason = writes.reachable(run.stop_reason)
+            if reason:
+                log.info("job %s: stop requested (%s): SIGTERM to its process group", run.job_id, reason)
+                signal_group(proc.pid, signal.SIGTERM)
+                termed_at, grace = now, run.grace(reason)
+        if termed_at is not None and now - termed_at > grace:
+            log.warning("job %s: still running %.0fs after SIGTERM: SIGKILL", run.job_id, grace)
+            signal_group(proc.pid, signal.SIGKILL)
+            termed_at = float("inf")
+        if exited_at is None and proc.poll() is not None:
+            exited_at = now
+        elif exited_at is not None and now - exited_at > EXIT_LINGER_S and sel.get_map():
+            log.info("job %s: its process exited; ending what it left holding its output", run.job_id)
+            signal_group(proc.pid, signal.SIGKILL)
+            kill_marked(RUN_ID_ENV, run.run_id)
+            exited_at = float("inf")
+    events.close()
+    if out.reader is not None:
+        pipe = writes.pipeline()
+        out.scan(pipe)
+        writes.flush(pipe)
+        out.reader.save()
+    if termed_at is not None:
+        signal_group(proc.pid, signal.SIGKILL)  # anything the trainer left in its group goes with it
