@@ -264,6 +264,9 @@ def _schemas() -> dict[str, Any]:
                 "resumes": _nullable(
                     {**INT, "description": "a retry of a model job: the job whose last checkpoint it starts from"}
                 ),
+                "sweep_id": _nullable(
+                    {**INT, "description": "the sweep that made this job (it also has a sweep:N tag)"}
+                ),
             },
             ["id", "name", "status", "spec", "attempt", "created_at", "progress"],
         ),

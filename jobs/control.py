@@ -11,19 +11,13 @@ from typing import Any
 from redis import Redis
 from redis.exceptions import WatchError
 
-from jobs import archives, disk, gang, lifecycle, queues, taskrecord
+from jobs import archives, disk, gang, lifecycle, queues, views
 from jobs.errors import Conflict, NotFound
 from jobs.keys import (
     INDEX_KEY,
-    arrived_key,
-    go_key,
-    heartbeat_key,
     job_key,
-    log_key,
-    metrics_key,
-    stop_key,
+    job_keys,
     sweep_key,
-    usage_key,
 )
 from jobs.outcome import CANCELED_QUEUED
 from jobs.settings import Settings
@@ -113,9 +107,7 @@ def delete(redis: Redis, settings: Settings, job_ids: list[int]) -> list[dict[st
         recs[job_id] = rec
     out = []
     for job_id, rec in recs.items():
-        sweeps = [
-            sweep_key(int(t[6:])) for t in rec["spec"].get("tags") or [] if t.startswith("sweep:") and t[6:].isdigit()
-        ]
+        sweeps = [sweep_key(s) for s in [views.sweep_id(rec)] if s is not None]
         _forget(redis, job_id, rec, [rec["idempotency"]] if rec.get("idempotency") else [], sweeps)
         aside = settings.jobs_dir / f".deleted-{job_id}-{uuid.uuid4().hex[:8]}"
         out.append({"id": job_id, "bytes_freed": archives.discard(settings.job_dir(job_id), aside)})
@@ -172,11 +164,7 @@ def apply_retention(redis: Redis, settings: Settings, now: float | None = None) 
 def _forget(redis: Redis, job_id: int, rec: dict[str, Any], slots: list[str], sweeps: list[str]) -> None:
     """Everything of one job in Redis, in one transaction that holds only while the job is still ended and the
     sweeps that name it unchanged."""
-    n = int(rec["spec"].get("workers") or 1)
-    gens = range(1, int(rec.get("gen") or 0) + 1)
-    keys = [job_key(job_id), log_key(job_id), metrics_key(job_id), heartbeat_key(job_id), stop_key(job_id)]
-    keys += [usage_key(job_id), *taskrecord.keys(job_id, n)]
-    keys += [k for g in gens for k in (arrived_key(job_id, g), go_key(job_id, g))]
+    keys = job_keys(job_id, int(rec["spec"].get("workers") or 1), int(rec.get("gen") or 0))
     with redis.pipeline() as pipe:
         while True:
             try:

@@ -20,14 +20,12 @@ from __future__ import annotations
 import json
 import logging
 import socket
-import threading
 import time
 import uuid
 from typing import Any
 from urllib.parse import urlparse
 
 from redis import Redis
-from redis.exceptions import RedisError
 from rq import Queue, Worker
 
 from jobs import lifecycle, queues, quota, taskrecord
@@ -47,6 +45,7 @@ from jobs.keys import (
     worker_info_key,
 )
 from jobs.outcome import of_tasks
+from jobs.periodic import Periodic
 from jobs.settings import Settings
 from jobs.spec import command_words, is_command, is_multi_worker
 from jobs.store import JobStore
@@ -345,28 +344,20 @@ def task_lost(redis: Redis, job_id: int, index: int, message: str, finish_job: b
         finish(redis, job_id)
 
 
-class Placer(threading.Thread):
+class Placer(Periodic):
     """In each worker: says the worker is alive for tasks, places waiting multi-worker jobs, and puts jobs that
     waited for their owner's GPU quota back in line when it allows."""
 
-    def __init__(self, redis_url: str, worker: str):
-        super().__init__(name="gpudeck-placer", daemon=True)
-        self.redis = Redis.from_url(redis_url)
-        self.worker = worker
-        self.stopped = threading.Event()
+    what, every_s = "placer", PLACE_EVERY_S
 
-    def run(self) -> None:
-        while not self.stopped.is_set():
-            try:
-                self.redis.set(alive_key(self.worker), "1", ex=ALIVE_TTL_S)
-                place(self.redis)
-                quota.unpark(self.redis)
-            except RedisError as exc:
-                log.warning("placer: redis unavailable (%s)", exc)
-            except Exception:  # noqa: BLE001 - a placer that dies silently would leave jobs waiting forever
-                log.exception("placer: unexpected error")
-            self.stopped.wait(PLACE_EVERY_S)
-        try:
-            self.redis.delete(alive_key(self.worker))
-        except RedisError:
-            pass
+    def __init__(self, redis_url: str, worker: str):
+        super().__init__(redis_url, "gpudeck-placer")
+        self.worker = worker
+
+    def round(self) -> None:
+        self.redis.set(alive_key(self.worker), "1", ex=ALIVE_TTL_S)
+        place(self.redis)
+        quota.unpark(self.redis)
+
+    def closing(self) -> None:
+        self.redis.delete(alive_key(self.worker))

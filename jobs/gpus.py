@@ -8,15 +8,15 @@ import logging
 import re
 import socket
 import subprocess
-import threading
 import time
 from typing import Any
 
 from redis import Redis
-from redis.exceptions import RedisError
 
-from jobs import gang, usage
-from jobs.keys import GPUS_PATTERN, gpus_key
+from jobs import taskrecord, usage
+from jobs.keys import GPUS_PATTERN, gpus_key, gpus_lock_key
+from jobs.periodic import Periodic
+from jobs.spec import is_multi_worker
 from jobs.store import JobStore
 
 log = logging.getLogger(__name__)
@@ -136,14 +136,18 @@ def read_all(redis: Redis) -> list[dict[str, Any]]:
     return [json.loads(v) for v in values if v]
 
 
-class Sampler(threading.Thread):
+class Sampler(Periodic):
     """Samples this host's GPUs into Redis every SAMPLE_EVERY_S, once per host however many workers run."""
 
+    what, every_s, lease_share = "gpu sampler", SAMPLE_EVERY_S, 0.9
+
     def __init__(self, redis_url: str, host: str | None = None):
-        super().__init__(name="gpudeck-gpu-sampler", daemon=True)
-        self.redis = Redis.from_url(redis_url)
+        super().__init__(redis_url, "gpudeck-gpu-sampler")
         self.host = host or socket.gethostname()
-        self.stopped = threading.Event()
+        self.meter = usage.UsageMeter()
+
+    def lease_key(self) -> str:
+        return gpus_lock_key(self.host)
 
     def pid_jobs(self) -> dict[int, int]:
         store = JobStore(self.redis)
@@ -152,26 +156,17 @@ class Sampler(threading.Thread):
             rec = store.get(job_id)
             if rec.get("pid") and str(rec.get("worker", "")).startswith(f"{self.host}."):
                 out[rec["pid"]] = job_id
-            if gang.is_gang(rec["spec"]):
-                for task in gang.tasks(self.redis, job_id, rec["spec"]["workers"]):
+            if is_multi_worker(rec["spec"]):
+                for task in taskrecord.read(self.redis, job_id, rec["spec"]["workers"]):
                     if task.get("pid") and task.get("host") == self.host:
                         out[task["pid"]] = job_id
         return out
 
-    def run(self) -> None:
-        meter = usage.UsageMeter()
-        while not self.stopped.is_set():
-            try:
-                if self.redis.set(f"{gpus_key(self.host)}:lock", "1", nx=True, px=int(SAMPLE_EVERY_S * 900)):
-                    # every process of a job's trainers (a command's python under its shell too) maps to the job
-                    used, members = meter.measure(self.pid_jobs())
-                    gpus = sample(members)
-                    if gpus is not None:
-                        doc = {"host": self.host, "sampled_at": time.time(), "gpus": gpus}
-                        self.redis.set(gpus_key(self.host), json.dumps(doc), ex=SAMPLE_TTL_S)
-                    usage.write(self.redis, self.host, used, gpus)
-            except RedisError as exc:
-                log.warning("gpu sampler: redis unavailable (%s)", exc)
-            except Exception:
-                log.exception("gpu sampler: unexpected error")
-            self.stopped.wait(SAMPLE_EVERY_S)
+    def round(self) -> None:
+        # every process of a job's trainers (a command's python under its shell too) maps to the job
+        used, members = self.meter.measure(self.pid_jobs())
+        gpus = sample(members)
+        if gpus is not None:
+            doc = {"host": self.host, "sampled_at": time.time(), "gpus": gpus}
+            self.redis.set(gpus_key(self.host), json.dumps(doc), ex=SAMPLE_TTL_S)
+        usage.write(self.redis, self.host, used, gpus)

@@ -20,6 +20,15 @@ ACTIVE_KEY = f"{PREFIX}:jobs:active"
 """Ids of jobs a worker has taken (starting or running): what the reaper watches."""
 
 
+def job_keys(job_id: int, workers: int = 1, gens: int = 0) -> list[str]:
+    """Every key of one job: its record, streams, heartbeat, stop and usage; its `workers` tasks' records and
+    heartbeats; the rendezvous of its placements 1..`gens`. What deleting a job removes."""
+    keys = [job_key(job_id), log_key(job_id), metrics_key(job_id), heartbeat_key(job_id), stop_key(job_id)]
+    keys += [usage_key(job_id), *(task_key(job_id, k) for k in range(workers))]
+    keys += [task_beat_key(job_id, k) for k in range(workers)]
+    return keys + [k for g in range(1, gens + 1) for k in (arrived_key(job_id, g), go_key(job_id, g))]
+
+
 def job_key(job_id: int) -> str:
     """The hash of one job record."""
     return f"{PREFIX}:job:{job_id}"
@@ -103,7 +112,13 @@ def gpus_key(host: str) -> str:
     return f"{PREFIX}:gpus:{host}"
 
 
+def gpus_lock_key(host: str) -> str:
+    """Held for a moment by the one process of a host that samples nvidia-smi this round."""
+    return f"{gpus_key(host)}:lock"
+
+
 GPUS_PATTERN = f"{PREFIX}:gpus:*"
+"""Matches every host's sample (and its lock: readers skip keys ending in `:lock`)."""
 
 # -- datasets -------------------------------------------------------------------------------------
 DATASETS_KEY = f"{PREFIX}:datasets"
@@ -143,6 +158,11 @@ def sweep_key(sweep_id: int) -> str:
 def tensorboard_key(host: str) -> str:
     """Hash of one host's TensorBoards: sorted job ids -> {port, pid, jobs, started_at, last_used}."""
     return f"{PREFIX}:tensorboard:{host}"
+
+
+def tensorboard_lock_key(host: str) -> str:
+    """The lock under which one host starts or reuses a TensorBoard."""
+    return f"{tensorboard_key(host)}:lock"
 
 
 # -- queues and RQ ------------------------------------------------------------------------------------

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import logging
-import threading
 from collections.abc import Callable
 
 from redis import Redis
@@ -12,6 +11,7 @@ from redis.exceptions import RedisError
 from jobs import gang
 from jobs.keys import REAPER_LOCK_KEY, RETENTION_LOCK_KEY
 from jobs.lifecycle import worker_lost
+from jobs.periodic import Periodic
 from jobs.store import HEARTBEAT_TTL_S, JobStore, redis_uptime_s
 from models.states import ACTIVE
 
@@ -40,31 +40,25 @@ def reap(redis: Redis) -> list[int]:
     return lost
 
 
-class Reaper(threading.Thread):
-    """A daemon thread running reap() every REAP_EVERY_S, taking turns with other processes via a lock; and
-    `retention(redis)` (jobs.control.apply_retention, handed down by the process that starts it) at most once a
-    RETAIN_EVERY_S among them all."""
+class Reaper(Periodic):
+    """reap() every REAP_EVERY_S, taking turns with other processes via a lease; and `retention(redis)`
+    (jobs.control.apply_retention, handed down by the process that starts it) at most once a RETAIN_EVERY_S among
+    them all."""
+
+    what, every_s, first_wait = "reaper", REAP_EVERY_S, True
 
     def __init__(self, redis_url: str, retention: Callable[[Redis], object] | None = None):
-        super().__init__(name="gpudeck-reaper", daemon=True)
-        self.redis = Redis.from_url(redis_url)
+        super().__init__(redis_url, "gpudeck-reaper")
         self.retention = retention
-        self.stopped = threading.Event()
 
-    def run(self) -> None:
-        while not self.stopped.wait(REAP_EVERY_S):
-            self._retain()
-            try:
-                # Not on a Redis up for less than a heartbeat's lifetime: heartbeats that expired while it was
-                # away (a restart, a failover) are not lost workers until each live work-horse has beaten again.
-                if redis_uptime_s(self.redis) < HEARTBEAT_TTL_S + REAP_EVERY_S:
-                    continue
-                if self.redis.set(REAPER_LOCK_KEY, "1", nx=True, px=int(REAP_EVERY_S * 800)):
-                    reap(self.redis)
-            except RedisError as exc:
-                log.warning("reaper: redis unavailable (%s)", exc)
-            except Exception:  # a reaper that dies silently would leave lost jobs running forever
-                log.exception("reaper: unexpected error")
+    def round(self) -> None:
+        self._retain()
+        # Not on a Redis up for less than a heartbeat's lifetime: heartbeats that expired while it was away (a
+        # restart, a failover) are not lost workers until each live work-horse has beaten again.
+        if redis_uptime_s(self.redis) < HEARTBEAT_TTL_S + REAP_EVERY_S:
+            return
+        if self.redis.set(REAPER_LOCK_KEY, "1", nx=True, px=int(REAP_EVERY_S * 800)):
+            reap(self.redis)
 
     def _retain(self) -> None:
         if self.retention is None:

@@ -75,7 +75,8 @@ def create(redis: Redis, body: Any, settings: Settings | None = None, owner: str
     jobs = []
     for s in specs:
         s = {**s, "tags": [*(s.get("tags") or []), f"sweep:{sweep_id}"], "name": _name(s, body, sweep_id)}
-        jobs.append(queues.submit(redis, s, settings, extra={"owner": owner} if owner else None))
+        extra = {"sweep_id": sweep_id, **({"owner": owner} if owner else {})}
+        jobs.append(queues.submit(redis, s, settings, extra=extra))
     record = {
         "id": sweep_id,
         "grid": body["grid"],

@@ -18,11 +18,6 @@ FLOATS = ("started_at", "spawned_at", "exited_at")
 JSON = ("gpus", "log_tail")
 
 
-def keys(job_id: int, n: int) -> list[str]:
-    """Every key of a job's `n` tasks (records and heartbeats)."""
-    return [*(task_key(job_id, k) for k in range(n)), *(task_beat_key(job_id, k) for k in range(n))]
-
-
 def _encode(fields: dict[str, Any]) -> dict[str, Any]:
     out = {}
     for k, v in fields.items():

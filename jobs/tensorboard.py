@@ -19,10 +19,10 @@ from pathlib import Path
 from typing import Any
 
 from redis import Redis
-from redis.exceptions import RedisError
 
 from jobs.errors import BadRequest, Unavailable, ValidationError
-from jobs.keys import tensorboard_key
+from jobs.keys import tensorboard_key, tensorboard_lock_key
+from jobs.periodic import Periodic
 from jobs.proc import pdeathsig
 from jobs.redis_server import free_port
 from jobs.settings import Settings
@@ -141,7 +141,9 @@ class TensorBoards:
         store = JobStore(self.redis)
         recs = [store.get(i) for i in ids]  # NotFound names the first unknown job
         key = ",".join(map(str, ids))
-        with self.redis.lock(f"{self.key}:lock", timeout=START_TIMEOUT_S + 30, blocking_timeout=START_TIMEOUT_S + 30):
+        with self.redis.lock(
+            tensorboard_lock_key(self.host), timeout=START_TIMEOUT_S + 30, blocking_timeout=START_TIMEOUT_S + 30
+        ):
             found = self.records().get(key)
             if found and _alive(found["pid"]):
                 found["last_used"] = time.time()
@@ -244,20 +246,15 @@ class TensorBoards:
                 self.stop(key)
 
 
-class Sweeper(threading.Thread):
+class Sweeper(Periodic):
     """Runs TensorBoards.sweep() in the API process, every few seconds."""
 
-    def __init__(self, redis_url: str, settings: Settings):
-        super().__init__(name="gpudeck-tensorboard-sweeper", daemon=True)
-        self.boards = TensorBoards(Redis.from_url(redis_url), settings)
-        self.every = max(1.0, min(10.0, settings.tensorboard_idle_s / 3))
+    what, first_wait = "tensorboard sweeper", True
 
-    def run(self) -> None:
-        while True:
-            time.sleep(self.every)
-            try:
-                self.boards.sweep()
-            except RedisError as exc:
-                log.warning("tensorboard sweeper: redis unavailable (%s)", exc)
-            except Exception:
-                log.exception("tensorboard sweeper: unexpected error")
+    def __init__(self, redis_url: str, settings: Settings):
+        super().__init__(redis_url, "gpudeck-tensorboard-sweeper")
+        self.boards = TensorBoards(self.redis, settings)
+        self.every_s = max(1.0, min(10.0, settings.tensorboard_idle_s / 3))
+
+    def round(self) -> None:
+        self.boards.sweep()

@@ -55,7 +55,19 @@ def job_view(
         "usage": usage if status in (Status.STARTING, Status.RUNNING) else None,
         "disk_bytes": rec.get("disk_bytes"),
         "resumes": rec.get("resumes"),
+        "sweep_id": sweep_id(rec),
     }
+
+
+def sweep_id(rec: dict[str, Any]) -> int | None:
+    """The sweep a job belongs to: its record's `sweep_id` (jobs of sweeps made before it was kept: the `sweep:N`
+    tag every sweep also gives its jobs, for filtering)."""
+    if rec.get("sweep_id") is not None:
+        return int(rec["sweep_id"])
+    for tag in rec["spec"].get("tags") or []:
+        if tag.startswith("sweep:") and tag[6:].isdigit():
+            return int(tag[6:])
+    return None
 
 
 def _progress(p: dict[str, Any], running_at: float | None, now: float, status: Status) -> dict[str, Any]:

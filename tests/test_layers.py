@@ -11,7 +11,7 @@ ROOT = Path(__file__).resolve().parents[1]
 PACKAGES = ("api", "jobs", "models", "tui")
 
 JOBS_LAYERS = (
-    ("keys", "errors", "proc", "archives", "tbnotf"),
+    ("keys", "errors", "proc", "archives", "tbnotf", "periodic"),
     ("settings", "spec", "outcome", "redis_server", "scalars", "usage", "tokens", "taskrecord"),
     ("store", "disk"),
     ("datasets", "sources", "views", "artifacts", "quota"),

@@ -300,7 +300,8 @@ def test_what_schemathesis_found_answers_without_a_500(client):
     assert job.status_code == 201 and job.json["name"] == "a\ufffdb", job.json
     sweep = client.post("/api/v1/sweeps", json={"base": {**GOOD, "tags": None}, "grid": {"params.lr": [0.1, 0.2]}})
     assert sweep.status_code == 201 and all(
-        j["spec"]["tags"] == [f"sweep:{sweep.json['id']}"] for j in sweep.json["jobs"]
+        j["spec"]["tags"] == [f"sweep:{sweep.json['id']}"] and j["sweep_id"] == sweep.json["id"]
+        for j in sweep.json["jobs"]
     )
 
 

@@ -25,11 +25,8 @@ COLORS = ("cyan", "orange", "green", "magenta", "red", "blue", "yellow", "white"
 
 
 def sweep_of(job: dict[str, Any]) -> int | None:
-    """The sweep a job belongs to (its `sweep:N` tag), or None."""
-    for tag in (job.get("spec") or {}).get("tags") or []:
-        if tag.startswith("sweep:") and tag[6:].isdigit():
-            return int(tag[6:])
-    return None
+    """The sweep a job belongs to (the API's `sweep_id`), or None."""
+    return job.get("sweep_id")
 
 
 def swept(grid: dict[str, Any]) -> list[str]:
