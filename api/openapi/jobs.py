@@ -1,0 +1,367 @@
+"""The OpenAPI document's part for jobs: a spec, a job, its tasks, logs, files and metrics."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from api.finite import NONFINITE
+from api.jobs import MAX_OFFSET, MAX_PAGE, MAX_WAIT_S
+from api.openapi.base import (
+    INT,
+    JOB_LINKS,
+    NEXT_OFFSET,
+    NOT_SYNTHETIC,
+    NULL_IS_DEFAULT,
+    NUM,
+    OWNER,
+    STR,
+    TIME,
+    _body,
+    _errors,
+    _json,
+    _list_of,
+    _nullable,
+    _obj,
+    _op,
+    _path_id,
+    _q,
+    _ref,
+)
+from api.openapi.base import spec_props as base_spec_props
+from jobs.spec import (
+    COMMAND_ONLY,
+)
+from models.states import Reason, Status
+
+
+def schemas() -> dict[str, Any]:
+    """The components/schemas of jobs: a spec, a job, its tasks, logs, files and metrics."""
+    spec_props = base_spec_props()
+    point = _obj(
+        {
+            **{
+                k: _nullable(NUM)
+                for k in ("step", "epoch", "loss", "accuracy", "lr", "images_per_sec", "val_loss", "val_accuracy")
+            },
+            NONFINITE: _ref("Nonfinite"),
+        }
+    )
+    return {
+        "JobSpecInput": {
+            # null is the default for every optional field
+            **_obj({k: _nullable(v) if k in NULL_IS_DEFAULT else v for k, v in spec_props.items()}, extra=False),
+            "description": "a model job (model, dataset, params) or a command job (command, source, env, ...)",
+            "oneOf": [
+                {
+                    "required": ["model", "dataset"],
+                    "properties": {"dataset": {"type": "string"}},  # a model job's is not null
+                    "not": {"anyOf": [{"required": [k]} for k in ("command", *COMMAND_ONLY)]},
+                },
+                {
+                    "required": ["command"],
+                    "not": {"anyOf": [{"required": ["model"]}, {"required": ["params"]}]},
+                    "properties": {"dataset": NOT_SYNTHETIC},
+                },
+            ],
+            "if": {"required": ["chief"], "properties": {"chief": {"const": True}}},
+            "then": {"required": ["workers"], "properties": {"workers": {"type": "integer", "minimum": 2}}},
+        },
+        "JobSpec": _obj(
+            {
+                k: v if k in ("gpus", "name", "tags", "priority", "max_retries", "workers") else _nullable(v)
+                for k, v in spec_props.items()
+            },
+            ["gpus", "name", "tags", "priority", "timeout", "max_retries", "workers"],
+        ),
+        "Progress": _obj(
+            {
+                "step": _nullable(INT),
+                "total_steps": _nullable(INT),
+                "epoch": _nullable(NUM),
+                "epochs": _nullable(NUM),
+                "fraction": _nullable(NUM),
+            }
+        ),
+        "Nonfinite": {
+            "type": "object",
+            "description": "fields of this object whose value was not a finite number (a diverged loss): JSON has "
+            "no NaN or Infinity, so such a value is answered as null and named here",
+            "additionalProperties": {**STR, "enum": ["nan", "inf", "-inf"]},
+        },
+        "Result": _obj(
+            {
+                **{
+                    k: _nullable(NUM)
+                    for k in (
+                        "test_accuracy",
+                        "test_top5",
+                        "test_loss",
+                        "steps",
+                        "epochs",
+                        "images_per_sec",
+                        "duration_s",
+                    )
+                },
+                NONFINITE: _ref("Nonfinite"),
+            }
+        ),
+        "Job": _obj(
+            {
+                "id": INT,
+                "name": STR,
+                "owner": OWNER,
+                "status": {**STR, "enum": [s.value for s in Status]},
+                "reason": _nullable({**STR, "enum": [r.value for r in Reason]}),
+                "message": _nullable(STR),
+                "spec": _ref("JobSpec"),
+                "queue": STR,
+                "worker": _nullable(STR),
+                "gpu_ids": _nullable({"type": "array", "items": STR}),
+                "attempt": INT,
+                "created_at": TIME,
+                "started_at": _nullable(TIME),
+                "ended_at": _nullable(TIME),
+                "elapsed_s": _nullable(NUM),
+                "eta_s": _nullable(NUM),
+                "progress": _ref("Progress"),
+                "metrics": _nullable(_obj({NONFINITE: _ref("Nonfinite")})),
+                "result": _nullable(_ref("Result")),
+                "log_tail": _nullable({"type": "array", "items": STR}),
+                "tasks": _nullable({"type": "array", "items": _ref("Task")}),
+                "source": _nullable(_ref("Source")),
+                "environment": _nullable({"type": "object", "additionalProperties": STR}),
+                "queue_position": _nullable(
+                    {**INT, "description": "a queued job's place in line: 1 is the next a free worker of its kind runs"}
+                ),
+                "usage": _nullable(_ref("Usage")),
+                "disk_bytes": _nullable(
+                    {**INT, "description": "bytes of the job dir: measured every 30 s while it runs, and at its end"}
+                ),
+                "resumes": _nullable(
+                    {**INT, "description": "a retry of a model job: the job whose last checkpoint it starts from"}
+                ),
+                "sweep_id": _nullable(
+                    {**INT, "description": "the sweep that made this job (it also has a sweep:N tag)"}
+                ),
+            },
+            ["id", "name", "status", "spec", "attempt", "created_at", "progress"],
+        ),
+        "Usage": {
+            **_obj(
+                {
+                    "cpu_percent": _nullable(NUM),
+                    "rss_bytes": INT,
+                    "processes": INT,
+                    "gpus": {
+                        "type": "array",
+                        "items": _obj(
+                            {
+                                "index": _nullable(INT),
+                                "utilization": _nullable(NUM),
+                                "memory_used_mib": _nullable(NUM),
+                                "host": STR,
+                            }
+                        ),
+                    },
+                    "hosts": {"type": "array", "items": STR},
+                    "sampled_at": NUM,
+                },
+                ["cpu_percent", "rss_bytes", "processes", "gpus", "hosts", "sampled_at"],
+            ),
+            "description": "what a starting or running job's processes use, sampled every 2 s on each host it runs "
+            "on: CPU % of one core (summed; null on the first sample), resident memory, and per GPU its "
+            "utilization and the memory the job's processes hold (from nvidia-smi)",
+        },
+        "Deleted": _obj(
+            {"id": INT, "deleted": {"type": "boolean"}, "bytes_freed": INT}, ["id", "deleted", "bytes_freed"]
+        ),
+        "FileList": _obj(
+            {
+                "job_id": INT,
+                "files": {
+                    "type": "array",
+                    "items": _obj({"path": STR, "size": INT, "modified": TIME}, ["path", "size", "modified"]),
+                },
+                "total_bytes": INT,
+                "truncated": {"type": "boolean", "description": "more files than one listing answers (100,000)"},
+            },
+            ["job_id", "files", "total_bytes", "truncated"],
+        ),
+        "Task": _obj(
+            {
+                "index": INT,
+                "type": {**STR, "enum": ["chief", "worker"]},
+                "task_index": INT,
+                "worker": _nullable(STR),
+                "host": _nullable(STR),
+                "gpu_ids": {"type": "array", "items": STR},
+                "address": _nullable(STR),
+                "pid": _nullable(INT),
+                "status": {**STR, "enum": ["placed", "running", "succeeded", "failed", "stopped"]},
+                "reason": _nullable(STR),
+                "message": _nullable(STR),
+            },
+            ["index", "type", "task_index", "worker", "status"],
+        ),
+        "JobList": _obj(
+            {"jobs": {"type": "array", "items": _ref("Job")}, "next_cursor": _nullable(INT)}, ["jobs", "next_cursor"]
+        ),
+        "MetricPoint": point,
+        "Metrics": _obj(
+            {
+                "job_id": INT,
+                "train": {"type": "array", "items": _ref("MetricPoint")},
+                "validation": {"type": "array", "items": _ref("MetricPoint")},
+            },
+            ["job_id", "train", "validation"],
+        ),
+        "RetryInput": _obj(
+            {
+                "resume": {
+                    "type": "boolean",
+                    "description": "a model job starts from the last checkpoint the job left (default true); "
+                    "false trains from the start",
+                }
+            },
+            extra=False,
+        ),
+    }
+
+
+def paths() -> dict[str, Any]:
+    """The paths of jobs: a spec, a job, its tasks, logs, files and metrics."""
+    job = [_path_id()]
+    text = {"text/plain": {"schema": STR}}
+    return {
+        "/api/v1/jobs": {
+            "post": _op(
+                "Submit a job",
+                {
+                    "201": {**_json("Job", "created", {"Location": {"schema": STR}}), "links": JOB_LINKS},
+                    "200": {
+                        **_json("Job", "replayed for an Idempotency-Key seen in the last 24 h"),
+                        "links": JOB_LINKS,
+                    },
+                    **_errors(400, 403, 404, 409, 413, 422, 503, 507),
+                },
+                parameters=[
+                    {
+                        "name": "Idempotency-Key",
+                        "in": "header",
+                        "required": False,
+                        "schema": {**STR, "minLength": 1, "maxLength": 255},
+                    }
+                ],
+                requestBody=_body("JobSpecInput"),
+            ),
+            "get": _op(
+                "List jobs, newest first",
+                {
+                    "200": _json("JobList", "a page, with an ETag", {"ETag": {"schema": STR}}),
+                    "304": {"description": "the page is the same as the one whose ETag the If-None-Match named"},
+                    **_errors(400),
+                },
+                parameters=[
+                    _q("status", {**STR, "pattern": _list_of([s.value for s in Status])}, "comma-separated statuses"),
+                    _q("model", STR, "model name"),
+                    _q("tag", STR, "a tag the job has"),
+                    _q("owner", STR, "jobs of this token name (`me`: this request's)"),
+                    _q("limit", {**INT, "minimum": 1, "maximum": MAX_PAGE}, "page size (50)"),
+                    _q("cursor", {**INT, "minimum": 0, "maximum": MAX_OFFSET}, "next_cursor of the previous page"),
+                ],
+            ),
+        },
+        "/api/v1/jobs/{id}": {
+            "get": _op("One job", {"200": _json("Job"), **_errors(404)}, parameters=job),
+            "delete": _op(
+                "Delete an ended job for good: its record, log, metrics, references and job dir",
+                {"200": _json("Deleted"), **_errors(403, 404, 409)},
+                parameters=job,
+            ),
+        },
+        "/api/v1/jobs/{id}/cancel": {
+            "post": _op("Cancel a job", {"200": _json("Job"), **_errors(403, 404, 409)}, parameters=job)
+        },
+        "/api/v1/jobs/{id}/retry": {
+            "post": _op(
+                "Submit an ended job again; a model job resumes from the last checkpoint the job left",
+                {"201": _json("Job"), **_errors(400, 403, 404, 409, 507)},
+                parameters=job,
+                requestBody={
+                    "required": False,
+                    "content": {"application/json": {"schema": _ref("RetryInput")}},
+                },
+            )
+        },
+        "/api/v1/jobs/{id}/wait": {
+            "get": _op(
+                "Answer when the job ends or the timeout passes",
+                {"200": _json("Job"), **_errors(400, 404)},
+                parameters=[*job, _q("timeout", {**INT, "minimum": 0, "maximum": MAX_WAIT_S}, "seconds (60)")],
+            )
+        },
+        "/api/v1/jobs/{id}/logs": {
+            "get": _op(
+                "Log lines after offset; follow=1 streams until the job ends",
+                {
+                    "200": {"description": "log lines", "headers": NEXT_OFFSET, "content": text},
+                    **_errors(400, 404, 429),
+                },
+                parameters=[
+                    *job,
+                    _q("offset", {**INT, "minimum": 0, "maximum": MAX_OFFSET}, "lines already read"),
+                    _q("follow", {**STR, "enum": ["0", "1", "true", "false", "yes", "no"]}, "stream"),
+                ],
+            )
+        },
+        "/api/v1/jobs/{id}/files": {
+            "get": _op(
+                "The files of a job's dir (recursive, by path)",
+                {"200": _json("FileList"), **_errors(400, 404)},
+                parameters=[*job, _q("prefix", STR, "only paths starting with this, e.g. checkpoints/")],
+            )
+        },
+        "/api/v1/jobs/{id}/files/{path}": {
+            "get": _op(
+                "One file of a job's dir (ranges: a broken download resumes), or a folder as a .tar.gz",
+                {
+                    "200": {
+                        "description": "the file (Content-Length, ETag, Accept-Ranges), or the folder's archive",
+                        # bytes (3.1: no schema), typed by the file's name: application/octet-stream when unknown
+                        "content": {"application/octet-stream": {}, "application/gzip": {}, "*/*": {}},
+                    },
+                    "206": {
+                        "description": "the bytes a Range header asked for",
+                        "content": {"application/octet-stream": {}, "*/*": {}},
+                    },
+                    "304": {"description": "unchanged since the ETag of If-None-Match"},
+                    "416": {"description": "the Range asked for is past the end of the file"},
+                    **_errors(400, 404),
+                },
+                parameters=[
+                    *job,
+                    {
+                        "name": "path",
+                        "in": "path",
+                        "required": True,
+                        "schema": STR,
+                        "description": "relative to the job dir (slashes allowed; no '..', no absolute path)",
+                    },
+                    _q("archive", {**STR, "enum": ["tar.gz"]}, "a folder as one .tar.gz, streamed"),
+                ],
+            )
+        },
+        "/api/v1/jobs/{id}/metrics": {
+            "get": _op(
+                "Metric points (JSON or CSV)",
+                {
+                    "200": {
+                        "description": "metric series",
+                        "content": {"application/json": {"schema": _ref("Metrics")}, "text/csv": {}},
+                    },
+                    **_errors(400, 404),
+                },
+                parameters=[*job, _q("format", {**STR, "enum": ["json", "csv"]}, "json (default) or csv")],
+            )
+        },
+    }

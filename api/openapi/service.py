@@ -1,0 +1,262 @@
+"""The OpenAPI document's part for the service: errors, workers, GPUs, TensorBoards, health, who and the audit."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from api.openapi.base import (
+    BOOL,
+    INT,
+    NUM,
+    OWNER,
+    STR,
+    TIME,
+    _body,
+    _errors,
+    _json,
+    _nullable,
+    _obj,
+    _op,
+    _path_id,
+    _q,
+    _ref,
+)
+from api.users import MAX_AUDIT
+from jobs.settings import AGE
+
+
+def schemas() -> dict[str, Any]:
+    """The components/schemas of the service: errors, workers, GPUs, TensorBoards, health, who and the audit."""
+    return {
+        "Error": _obj(
+            {"error": STR, "message": STR, "details": {"type": "object"}}, ["error", "message", "details"], extra=False
+        ),
+        "Worker": _obj(
+            {
+                "name": STR,
+                "host": STR,
+                "pid": _nullable(INT),
+                "gpus": {"type": "array", "items": STR},
+                "queues": {"type": "array", "items": STR},
+                "state": {**STR, "description": "RQ's state (idle, busy, …), or lost: it stopped beating"},
+                "alive": {**BOOL, "description": "it beat in the last 10 s"},
+                "job_id": _nullable(INT),
+                "draining": BOOL,
+                "last_heartbeat": _nullable(STR),
+            },
+            ["name", "host", "gpus", "queues", "state", "alive", "job_id", "draining"],
+        ),
+        "WorkerList": _obj(
+            {"workers": {"type": "array", "items": _ref("Worker")}, "next_cursor": {"type": "null"}}, ["workers"]
+        ),
+        "Gpu": _obj(
+            {
+                "index": INT,
+                "uuid": STR,
+                "name": STR,
+                **{
+                    k: _nullable(NUM)
+                    for k in (
+                        "utilization",
+                        "memory_used_mib",
+                        "memory_total_mib",
+                        "temperature_c",
+                        "power_draw_w",
+                        "power_limit_w",
+                    )
+                },
+                "processes": {
+                    "type": "array",
+                    "items": _obj(
+                        {"pid": INT, "name": STR, "used_memory_mib": _nullable(NUM), "job_id": _nullable(INT)},
+                        ["pid", "job_id"],
+                    ),
+                },
+                "held_by": _nullable(
+                    {
+                        **_obj({"job_id": INT, "owner": _nullable(STR)}, ["job_id", "owner"]),
+                        "description": "the active job whose worker is pinned to this GPU, and who owns it",
+                    }
+                ),
+            },
+            ["index", "uuid", "name", "utilization", "memory_used_mib", "memory_total_mib", "processes"],
+        ),
+        "GpuHosts": _obj(
+            {
+                "hosts": {
+                    "type": "array",
+                    "items": _obj(
+                        {"host": STR, "sampled_at": NUM, "gpus": {"type": "array", "items": _ref("Gpu")}},
+                        ["host", "sampled_at", "gpus"],
+                    ),
+                },
+                "next_cursor": {"type": "null"},
+            },
+            ["hosts"],
+        ),
+        "TensorBoardInput": _obj(
+            {"jobs": {"type": "array", "items": {**INT, "minimum": 1}, "minItems": 1, "maxItems": 100}},
+            ["jobs"],
+            extra=False,
+        ),
+        "TensorBoard": _obj(
+            {
+                "url": {**STR, "format": "uri"},
+                "port": INT,
+                "host": STR,
+                "jobs": {"type": "array", "items": INT},
+                "runs": {"type": "array", "items": STR},
+                "ssh_tunnel": STR,
+                "started_at": TIME,
+                "last_used_at": TIME,
+                "reused": BOOL,
+                "owner": OWNER,
+            },
+            ["url", "port", "host", "jobs", "runs", "ssh_tunnel"],
+        ),
+        "TensorBoardList": _obj(
+            {"tensorboards": {"type": "array", "items": _ref("TensorBoard")}, "next_cursor": {"type": "null"}},
+            ["tensorboards"],
+        ),
+        "Health": _obj(
+            {
+                "status": {**STR, "enum": ["ok", "degraded", "unavailable"]},
+                "redis": STR,
+                "workers": INT,
+                "workers_alive": INT,
+                "long_polls": {
+                    **_obj(
+                        {"open": INT, "limit": INT, "per_client": INT},
+                        ["open", "limit", "per_client"],
+                    ),
+                    "description": "log follows and waits the answering API process holds, and its limits",
+                },
+                "command_jobs": {
+                    "type": "boolean",
+                    "description": "whether this API accepts command jobs (tokens on, or GPUDECK_COMMAND_JOBS=1)",
+                },
+                "disk": {
+                    **_obj(
+                        {
+                            "path": STR,
+                            "free_bytes": INT,
+                            "total_bytes": INT,
+                            "min_free_bytes": INT,
+                            "low": {"type": "boolean"},
+                        },
+                        ["path", "free_bytes", "total_bytes", "min_free_bytes", "low"],
+                    ),
+                    "description": "space under GPUDECK_HOME; `low`: below GPUDECK_MIN_FREE, new jobs and uploads "
+                    "are refused (507) and workers take no new job",
+                },
+            },
+            ["status", "redis", "workers", "workers_alive", "long_polls", "command_jobs"],
+        ),
+        "WhoAmI": _obj(
+            {
+                "name": _nullable(STR),
+                "role": {**STR, "enum": ["admin", "user"]},
+                "auth": {
+                    **STR,
+                    "enum": ["named", "shared", "none"],
+                    "description": "a named token, a GPUDECK_TOKENS one, or none configured (anyone may do anything)",
+                },
+                "max_gpus": _nullable(INT),
+                "commands": _nullable({"type": "boolean"}),
+            },
+            ["name", "role", "auth"],
+        ),
+        "AuditTrail": _obj(
+            {
+                "entries": {
+                    "type": "array",
+                    "items": _obj(
+                        {
+                            "time": TIME,
+                            "user": STR,
+                            "address": STR,
+                            "method": STR,
+                            "path": STR,
+                            "status": INT,
+                            "detail": STR,
+                        },
+                        ["time", "user", "method", "path", "status"],
+                    ),
+                },
+                "next_cursor": {"type": "null"},
+            },
+            ["entries"],
+        ),
+    }
+
+
+def paths() -> dict[str, Any]:
+    """The paths of the service: errors, workers, GPUs, TensorBoards, health, who and the audit."""
+    text = {"text/plain": {"schema": STR}}
+    return {
+        "/api/v1/workers": {"get": _op("Live workers", {"200": _json("WorkerList")})},
+        "/api/v1/workers/{name}/drain": {
+            "post": _op(
+                "Finish the current job, take no new one, exit",
+                {"200": {"description": "draining", "content": {"application/json": {"schema": {"type": "object"}}}}}
+                | _errors(403, 404),
+                parameters=[{"name": "name", "in": "path", "required": True, "schema": STR}],
+            )
+        },
+        "/api/v1/gpus": {"get": _op("nvidia-smi stats per host and GPU", {"200": _json("GpuHosts")})},
+        "/api/v1/tensorboard": {
+            "post": _op(
+                "Start or reuse a TensorBoard over these jobs",
+                {
+                    "201": _json("TensorBoard", "started"),
+                    "200": _json("TensorBoard", "reused"),
+                    **_errors(400, 404, 503),
+                },
+                requestBody=_body("TensorBoardInput"),
+            ),
+            "get": _op("Running TensorBoards of this host", {"200": _json("TensorBoardList")}),
+        },
+        "/api/v1/tensorboard/{port}": {
+            "delete": _op(
+                "Stop a TensorBoard",
+                {"204": {"description": "stopped"}, **_errors(403, 404)},
+                parameters=[_path_id("port")],
+            )
+        },
+        "/api/v1/whoami": {"get": _op("Who this request's token is", {"200": _json("WhoAmI")})},
+        "/api/v1/audit": {
+            "get": _op(
+                "State-changing requests, newest first (admins; recorded where tokens are configured)",
+                {"200": _json("AuditTrail"), **_errors(400, 403)},
+                parameters=[
+                    _q("user", STR, "only this token name's"),
+                    _q("since", {**STR, "pattern": AGE.pattern}, "only the last 30d, 12h, …"),
+                    _q("limit", {**INT, "minimum": 1, "maximum": MAX_AUDIT}, "most entries (100)"),
+                ],
+            )
+        },
+        "/api/v1/openapi.json": {
+            "get": _op(
+                "This document",
+                {
+                    "200": {
+                        "description": "OpenAPI 3.1",
+                        "content": {"application/json": {"schema": {"type": "object"}}},
+                    }
+                },
+            )
+        },
+        "/healthz": {
+            "get": {
+                "summary": "Redis reachable, workers alive (no token needed)",
+                "security": [],
+                "responses": {"200": _json("Health"), "503": _json("Health", "Redis unreachable")},
+            }
+        },
+        "/metrics": {
+            "get": _op(
+                "Prometheus text: jobs by status, queue lengths, workers, GPU utilization and memory",
+                {"200": {"description": "Prometheus exposition format", "content": text}},
+            )
+        },
+    }
