@@ -8,7 +8,7 @@ STAMP := $(VENV)/.installed-$(TF_EXTRA)
 ARGS ?=
 PYTEST_ARGS ?=
 
-.PHONY: install up test check bench lint format clean
+.PHONY: install up test test-other check bench lint format clean
 
 install: $(STAMP)
 
@@ -34,6 +34,14 @@ TEST_PROCS ?= $(shell $(PYTHON) -c "import os; print(min(4, (os.cpu_count() or 1
 test: install
 	$(BIN)/python -m pytest -n $(TEST_PROCS) --dist loadgroup $(PYTEST_ARGS)
 
+# The suite as another machine of this kind would run it: TensorFlow without oneDNN's custom operations (other float
+# paths, other start-up lines), oneDNN held to AVX2 instructions, and the whole suite on OTHER_CPUS (one core). A test
+# whose verdict changes here depends on the machine. Run it before you stop (it takes about twice `make test`).
+OTHER_MACHINE ?= TF_ENABLE_ONEDNN_OPTS=0 ONEDNN_MAX_CPU_ISA=AVX2
+OTHER_CPUS ?= 0
+test-other: install
+	env $(OTHER_MACHINE) taskset -c $(OTHER_CPUS) $(BIN)/python -m pytest -n 2 --dist loadgroup $(PYTEST_ARGS)
+
 # The quick loop: lint, then every test that starts no stack and trains nothing.
 check: lint
 	$(BIN)/python -m pytest -n auto --maxprocesses 4 --dist loadgroup -m "not slow" $(PYTEST_ARGS)
@@ -41,7 +49,7 @@ check: lint
 bench: install
 	$(UV_INSTALL) -e '.[$(TF_EXTRA),test,bench]' --config-settings editable_mode=compat \
 	  || $(PIP_INSTALL) -e '.[$(TF_EXTRA),test,bench]' --config-settings editable_mode=compat
-	$(BIN)/python -m pytest tests/bench -s $(PYTEST_ARGS)
+	$(BIN)/python -m pytest tests/bench -s --durations=0 $(PYTEST_ARGS)
 
 lint: install
 	$(BIN)/ruff check api jobs models tui tests

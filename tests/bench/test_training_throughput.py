@@ -4,6 +4,9 @@ Run: make bench PYTEST_ARGS="-k throughput"
 1. resnet20 images/s through models.train vs a plain model.fit script (same model, batch size, data). Target >= 0.97x.
 2. images/s with the on-disk CIFAR pipeline plus augmentation vs in-memory tensors. Target >= 0.95x.
 Each side interleaved with the other over GPUDECK_BENCH_PAIRS (5) pairs; the median ratio and its min-max.
+Each run trains 120 steps of 128 images (about 50 s with TensorFlow's start on 2 cores): the first benchmark takes
+about 9 minutes, the second about 12; both within the benchmarks' own budget (tests/bench/conftest.py), not
+pytest's 300 s.
 """
 
 import json
