@@ -150,3 +150,16 @@ def test_logs_offset_counts_lines_as_written_then_folds(api_with_a_log, capsys):
     assert logs("--offset", "4") == lines[4:]  # a run the offset cuts below FOLD_MIN is shown as it is
     assert logs("--tail", "2") == lines[-2:]
     assert logs("--offset", "1", "--tail", "3") == fold(lines[1:])[-3:]
+
+
+def test_run_passes_every_word_after_the_command_to_it():
+    """`gpudeck run python t.py --epochs 3` and `gpudeck run -- …`: gpudeck's options end where the command starts."""
+    from tui.cli.jobs import run
+
+    for argv, words in (
+        (["--no-source", "--", "python", "t.py", "--name", "x"], ("python", "t.py", "--name", "x")),
+        (["--no-source", "python", "t.py", "--epochs", "3"], ("python", "t.py", "--epochs", "3")),
+        (["--name", "n", "--", "sh", "-c", "echo $DATA_DIR"], ("sh", "-c", "echo $DATA_DIR")),
+    ):
+        ctx = run.make_context("run", argv)
+        assert ctx.params["command"] == words, argv

@@ -73,7 +73,7 @@ def submit(model, dataset, params, idempotency_key, wait, min_accuracy, as_json,
 
 
 @click.command(
-    context_settings={"ignore_unknown_options": True},
+    context_settings={"ignore_unknown_options": True, "allow_interspersed_args": False},
     epilog="Exit status: 0 succeeded, 1 failed/canceled/below --min-accuracy, 2 bad input, 3 API unreachable.",
 )
 @connection_options
