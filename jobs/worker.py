@@ -59,7 +59,7 @@ class GpudeckJob(Job):
 class GpudeckWorker(Worker):
     """RQ's forking worker, which also stops its trainer honestly when the worker goes away."""
 
-    def __init__(self, *args: Any, context: WorkerContext, **kwargs: Any):
+    def __init__(self, *args: Any, context: WorkerContext | None = None, **kwargs: Any):
         super().__init__(*args, job_class=GpudeckJob, **kwargs)
         self.context = context
 
@@ -80,9 +80,9 @@ class GpudeckWorker(Worker):
         """While the disk under GPUDECK_HOME is below GPUDECK_MIN_FREE the worker takes no new job: queued jobs
         wait in line (a job started there would soon fail as disk_full) and it says so once in its log. A burst
         worker (timeout None) finds nothing to do instead."""
-        settings = self.context.settings
+        settings = self.context.settings if self.context else None
         waited = False
-        while not self._stop_requested and (free := disk.low(settings)) is not None:
+        while settings is not None and not self._stop_requested and (free := disk.low(settings)) is not None:
             if timeout is None:
                 return None
             if not waited:
