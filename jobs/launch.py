@@ -11,13 +11,14 @@ import errno
 import logging
 import os
 import shutil
+import signal
 import stat
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from jobs import sources
+from jobs import sandbox, sources
 from jobs.proc import pdeathsig, python_module
 from jobs.scalars import EVENT_FILE_MARK
 from jobs.settings import Settings
@@ -29,7 +30,11 @@ RUN_ID_ENV = "GPUDECK_RUN_ID"
 """Set in every trainer's and command's environment (the RQ id of the attempt or task): processes that carry it
 are swept when the attempt ends, even those that left its process group."""
 HIDDEN_ENV = ("GPUDECK_TOKENS", "GPUDECK_TOKEN", "REDIS_URL")
-"""The worker's own secrets and its Redis, not handed to a command job."""
+"""The worker's own secrets and its Redis, handed to no job's process."""
+UNSANDBOXED = (
+    "this worker runs jobs without a sandbox ({why}), so a user's command could act as the service; it runs the "
+    "commands of named users only where the operator accepts that (GPUDECK_COMMAND_JOBS=trusted)"
+)
 NO_SPACE = (errno.ENOSPC, errno.EDQUOT)
 """A write's errno when the disk (or the user's quota) is full."""
 
@@ -59,6 +64,7 @@ class Launch:
     env: dict[str, str]
     injected: dict[str, str] = field(default_factory=dict)
     source: Path | None = None
+    sandboxed: bool = False
 
 
 @dataclass
@@ -72,8 +78,10 @@ class Attempt:
 
 
 def base_env(attempt: Attempt) -> dict[str, str]:
-    """The worker's environment, marked with the job and the run id (what kill_marked sweeps at the end)."""
-    env = dict(os.environ, PYTHONUNBUFFERED="1")
+    """The worker's environment without its secrets, marked with the job and the run id (what kill_marked sweeps
+    at the end)."""
+    env = {k: v for k, v in os.environ.items() if k not in HIDDEN_ENV}
+    env["PYTHONUNBUFFERED"] = "1"
     env[protocol.JOB_ID_ENV] = str(attempt.job_id)
     env[RUN_ID_ENV] = attempt.run_id
     return env
@@ -98,8 +106,6 @@ def command(
     """A command job's `/bin/sh -c COMMAND` in its own source copy, with the variables of the README's table; none
     of the worker's secrets. Refused when its environment or source is not on this worker."""
     env = base_env(attempt)
-    for name in HIDDEN_ENV:
-        env.pop(name, None)
     src = source_copy(ctx, spec, attempt.job_dir)
     bin_dir = Path(sys.executable).parent  # `python` is the worker's own, with TensorFlow
     if spec.get("env_name"):
@@ -134,6 +140,27 @@ def command(
     cmd = spec["command"]
     argv = ["/bin/sh", "-c", cmd] if isinstance(cmd, str) else list(cmd)
     return Launch(argv, src, env, injected, src)
+
+
+def sandboxed(ctx: WorkerContext, how: Launch, job_dir: Path, readable: list[Path], lifeline: int) -> Launch:
+    """`how` run in a sandbox of its own (jobs.sandbox) where this worker makes one; else as it is. `lifeline`:
+    the read end of a pipe whose write end the work-horse holds (the job is stopped when it closes)."""
+    if not sandbox.active(ctx.settings.sandbox):
+        return how
+    s = ctx.settings
+    readable = [*readable, *(path for _, path in s.envs)]
+    argv = sandbox.wrap(
+        how.argv, cwd=how.cwd, job_dir=job_dir, home=s.home, redis_url=s.redis_url, readable=readable, lifeline=lifeline
+    )
+    return Launch(argv, how.cwd, how.env, how.injected, how.source, sandboxed=True)
+
+
+def may_run_unsandboxed(ctx: WorkerContext, owner: str | None) -> None:
+    """Refused: a named user's command where no sandbox can be made, unless the operator trusts them (the API
+    refuses such a job at submission; this is the worker's own check, for workers on other hosts)."""
+    why = sandbox.unavailable() if ctx.settings.sandbox != "off" else "GPUDECK_SANDBOX=off"
+    if owner is not None and why is not None and not ctx.settings.command_jobs_trusted:
+        raise Refused(UNSANDBOXED.format(why=why))
 
 
 def source_copy(ctx: WorkerContext, spec: dict[str, Any], job_dir: Path) -> Path:
@@ -224,12 +251,15 @@ class LogFile:
         self.file.close()
 
 
-def preexec(max_memory: int | None):
+def preexec(max_memory: int | None, sandboxed: bool = False):
     """What runs in the child before it execs: SIGTERM when the work-horse dies (so no trainer outlives it: it
-    checkpoints and exits), and the memory cap."""
+    checkpoints and exits), and the memory cap. `sandboxed`: bubblewrap ignores SIGTERM (the job, which gets its
+    default back, is the one to act on a stop; bubblewrap then hands on its exit status)."""
 
     def run() -> None:
         pdeathsig()
+        if sandboxed:
+            signal.signal(signal.SIGTERM, signal.SIG_IGN)
         if max_memory:
             import resource
 

@@ -1,4 +1,4 @@
-"""Starting gpudeck's own Python modules as child processes."""
+"""Starting gpudeck's own Python modules as child processes, and ending every process a job started."""
 
 from __future__ import annotations
 
@@ -6,6 +6,7 @@ import ctypes
 import os
 import signal
 import sys
+import time
 
 PR_SET_PDEATHSIG = 1
 
@@ -39,3 +40,62 @@ def kill_marked(name: str, value: str, sig: int = signal.SIGKILL) -> list[int]:
         except (OSError, ProcessLookupError):  # gone, or not ours to read
             continue
     return hit
+
+
+PR_SET_CHILD_SUBREAPER = 36
+
+
+def become_subreaper() -> bool:
+    """Make this process the reaper of its orphaned descendants (Linux prctl): a job's process that double-forks
+    or calls setsid still ends up below the work-horse, where end_descendants finds it. False where not possible."""
+    return ctypes.CDLL(None, use_errno=True).prctl(PR_SET_CHILD_SUBREAPER, 1) == 0
+
+
+def _parents() -> dict[int, int]:
+    out = {}
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat", "rb") as f:
+                stat = f.read()
+        except OSError:
+            continue
+        out[int(entry)] = int(stat.rsplit(b")", 1)[1].split()[1])  # (the name may hold spaces and parentheses)
+    return out
+
+
+def descendants(pid: int) -> set[int]:
+    """Every living process below `pid`."""
+    parents = _parents()
+    found: set[int] = set()
+    frontier = {pid}
+    while frontier:
+        frontier = {p for p, parent in parents.items() if parent in frontier and p not in found}
+        found |= frontier
+    return found
+
+
+def end_descendants(keep: frozenset[int] = frozenset(), rounds: int = 50) -> int:
+    """SIGKILL every process below this one but `keep`, again and again until none is left (a process that forks
+    every few milliseconds cannot outrun it: each round kills what the last one missed, and an orphan comes up to
+    this process, a subreaper, to be reaped). `keep` is neither killed nor reaped (a child whose exit status is
+    still to be read). How many were killed."""
+    killed = 0
+    for _ in range(rounds):
+        below = descendants(os.getpid()) - keep
+        if not below:
+            break
+        for pid in below:
+            try:
+                os.kill(pid, signal.SIGKILL)
+                killed += 1
+            except ProcessLookupError:
+                pass
+        time.sleep(0.005)
+        for pid in below:  # our children among them (the others come up to us once their parents are gone)
+            try:
+                os.waitpid(pid, os.WNOHANG)
+            except ChildProcessError:
+                pass
+    return killed

@@ -17,7 +17,7 @@ from typing import IO, Any, Protocol
 from redis import Redis
 
 from jobs.launch import RUN_ID_ENV, LogFile, signal_group
-from jobs.proc import kill_marked
+from jobs.proc import end_descendants, kill_marked
 from jobs.scalars import ScalarReader, read_result
 from jobs.store import OUTAGE, JobStore
 from models import protocol
@@ -224,6 +224,7 @@ def pump(
     last_beat = last_poll = last_scan = last_disk = time.monotonic()
     termed_at: float | None = None
     exited_at: float | None = None
+    ended_strays_at: float | None = None
     grace = run.grace(None)
     while sel.get_map():
         ready = sel.select(STOP_POLL_S)
@@ -271,10 +272,16 @@ def pump(
         if exited_at is None and proc.poll() is not None:
             exited_at = now
         elif exited_at is not None and now - exited_at > EXIT_LINGER_S and sel.get_map():
-            log.info("job %s: its process exited; ending what it left holding its output", run.job_id)
-            signal_group(proc.pid, signal.SIGKILL)
-            kill_marked(RUN_ID_ENV, run.run_id)
-            exited_at = float("inf")
+            if ended_strays_at is None:
+                log.info("job %s: its process exited; ending what it left holding its output", run.job_id)
+                signal_group(proc.pid, signal.SIGKILL)
+                kill_marked(RUN_ID_ENV, run.run_id)
+                end_descendants(keep=frozenset({proc.pid}))
+                ended_strays_at = now
+            elif now - ended_strays_at > EXIT_LINGER_S:  # something out of reach still holds them: stop reading
+                log.warning("job %s: its output is still held open; the attempt ends without it", run.job_id)
+                for key in list(sel.get_map().values()):
+                    sel.unregister(key.fileobj)
     events.close()
     if out.reader is not None:
         pipe = writes.pipeline()

@@ -19,7 +19,7 @@ from jobs import datasets, launch, lifecycle, outcome
 from jobs.archives import tree_bytes
 from jobs.keys import metrics_key, rq_job_id
 from jobs.launch import NO_SPACE, Attempt, LogFile, Refused, WorkerContext
-from jobs.proc import kill_marked
+from jobs.proc import become_subreaper, end_descendants, kill_marked
 from jobs.pump import Output, Writes, pump
 from jobs.scalars import ScalarReader
 from jobs.spec import is_command, masked
@@ -61,6 +61,8 @@ class JobRun:
         self.no_space: str | None = None
         self.log_full = False
         self.resumes: int | None = None
+        self.lifeline: tuple[int, int] = (-1, -1)
+        self.owner: str | None = None
         self._run_id: str | None = None
 
     def run(self) -> str:
@@ -73,6 +75,7 @@ class JobRun:
         self.command = is_command(spec)
         self.attempt = rec.get("attempt", 1)
         self.resumes = rec.get("resumes")
+        self.owner = rec.get("owner")
         try:
             self.job_dir.mkdir(parents=True, exist_ok=True)
             (self.job_dir / "spec.json").write_text(json.dumps(self._trainer_spec(spec), indent=2) + "\n")
@@ -94,7 +97,9 @@ class JobRun:
         if self.stop_reason():  # canceled between dequeue and now
             return self.finish(None, oom_before=None)
         events_r, events_w = os.pipe()
+        self.lifeline = os.pipe()  # (a sandboxed job is stopped when the write end, ours alone, closes)
         oom_before = launch.oom_kills()
+        become_subreaper()  # what the job starts and orphans comes up to this work-horse, which ends it
         try:
             how = self._launch(spec, extra_env, events_w)
         except Refused as exc:
@@ -105,8 +110,8 @@ class JobRun:
             self.output.handle("log", [line.encode() for line in self.preamble], log_file, pipe)
             pipe.execute()
         if self.refused:
-            os.close(events_r)
-            os.close(events_w)
+            for fd in (events_r, events_w, *self.lifeline):
+                os.close(fd)
             return self.finish(None, oom_before=None)
         proc = subprocess.Popen(
             how.argv,
@@ -115,11 +120,13 @@ class JobRun:
             stdout=subprocess.PIPE,
             stderr=subprocess.STDOUT,
             stdin=subprocess.DEVNULL,
-            pass_fds=() if self.command else (events_w,),  # a command has no events to send
+            # a command has no events to send; a sandbox's first process gets the lifeline
+            pass_fds=((self.lifeline[0],) if how.sandboxed else ()) + (() if self.command else (events_w,)),
             start_new_session=True,  # its own process group: cancel and timeout signal the whole tree
-            preexec_fn=launch.preexec(self.ctx.max_memory),
+            preexec_fn=launch.preexec(self.ctx.max_memory, how.sandboxed),
         )
         os.close(events_w)
+        os.close(self.lifeline[0])
         self.started(proc.pid)
         try:
             os.nice(HORSE_NICENESS)
@@ -128,8 +135,12 @@ class JobRun:
         log.info("job %s%s: trainer pid %s in %s", self.job_id, self.prefix.rstrip(), proc.pid, self.job_dir)
         pump(self, proc, os.fdopen(events_r, "rb"), log_file, spec.get("timeout"))
         returncode = proc.wait()
+        os.close(self.lifeline[1])
+        if how.sandboxed and 128 < returncode <= 128 + 64:  # bubblewrap's (and the shim's) 128 + N for signal N
+            returncode = 128 - returncode
         self.log_full = log_file.full
         kill_marked(launch.RUN_ID_ENV, self.run_id)  # what it started and left behind, in its group or not
+        end_descendants()  # and what dropped the mark: below this subreaper still
         if self.writes.carry is not None:  # what the outage kept back goes in before the end
             through_outage(lambda: self.writes.flush(self.writes.pipeline(), strict=True), "the job's output")
         return through_outage(lambda: self.finish(returncode, oom_before), f"the end of job {self.job_id}")
@@ -137,16 +148,19 @@ class JobRun:
     def _launch(self, spec: dict[str, Any], extra_env: dict[str, str], events_w: int) -> launch.Launch:
         """What this attempt runs (Refused when it cannot start here); a command's variables go in its record."""
         attempt = Attempt(self.job_id, self.attempt, self.run_id, self.job_dir)
+        data_dir = self._data_dir(spec["dataset"]) if spec.get("dataset") else None
+        readable = [data_dir] if data_dir is not None and data_dir.is_absolute() else []
         if not self.command:
             said = launch.take_checkpoints(self.ctx.settings, self.job_dir, self.resumes)
             self.preamble += [said] if said else []
-            return launch.trainer(self.ctx, attempt, events_w, extra_env)
-        data_dir = self._data_dir(spec["dataset"]) if spec.get("dataset") else None
+            how = launch.trainer(self.ctx, attempt, events_w, extra_env)
+            return launch.sandboxed(self.ctx, how, self.job_dir, readable, self.lifeline[0])
+        launch.may_run_unsandboxed(self.ctx, self.owner)
         how = launch.command(self.ctx, attempt, spec, data_dir, extra_env)
         if self.reports:
             self.output.reader = ScalarReader(self.job_dir, ignore=launch.shipped_event_files(how.source))
             self.store.update(self.job_id, environment={**how.injected, **masked(spec.get("env") or {})})
-        return how
+        return launch.sandboxed(self.ctx, how, self.job_dir, readable, self.lifeline[0])
 
     @property
     def run_id(self) -> str:

@@ -55,6 +55,22 @@ def _checked(parse, env, name: str):
         raise ConfigError(str(exc) if name in str(exc) else f"{name}: {exc}") from None
 
 
+def _command_jobs(env) -> tuple[bool, bool]:
+    """GPUDECK_COMMAND_JOBS: (command jobs on without tokens, the operator trusts every user who may run commands
+    with the service itself). `trusted` is both: named users run commands even where no sandbox can be made."""
+    raw = (env.get("GPUDECK_COMMAND_JOBS") or "").strip().lower()
+    if raw == "trusted":
+        return True, True
+    return _flag(env, "GPUDECK_COMMAND_JOBS"), False
+
+
+def _choice(env, name: str, choices: tuple[str, ...]) -> str:
+    raw = (env.get(name) or choices[0]).strip().lower()
+    if raw not in choices:
+        raise ConfigError(f"{name} must be one of {', '.join(choices)}, got {raw!r}")
+    return raw
+
+
 def _flag(env, name: str) -> bool:
     raw = (env.get(name) or "0").strip().lower()
     if raw not in ("1", "true", "yes", "on", "0", "false", "no", "off", ""):
@@ -88,6 +104,8 @@ class Settings:
     tensorboard_max: int = 4
     tensorboard_idle_s: int = 3600
     command_jobs: bool = False
+    command_jobs_trusted: bool = False
+    sandbox: str = "auto"
     envs: tuple[tuple[str, Path], ...] = ()
     source_max_bytes: int = 100 << 20
     source_max_files: int = 100_000
@@ -118,7 +136,9 @@ class Settings:
             dataset_max_files=_size(env, "GPUDECK_DATASET_MAX_FILES", cls.dataset_max_files),
             tensorboard_max=_size(env, "GPUDECK_TENSORBOARD_MAX", cls.tensorboard_max),
             tensorboard_idle_s=_size(env, "GPUDECK_TENSORBOARD_IDLE", cls.tensorboard_idle_s),
-            command_jobs=_flag(env, "GPUDECK_COMMAND_JOBS"),
+            command_jobs=_command_jobs(env)[0],
+            command_jobs_trusted=_command_jobs(env)[1],
+            sandbox=_choice(env, "GPUDECK_SANDBOX", ("auto", "bwrap", "off")),
             envs=_envs(env.get("GPUDECK_ENVS", "")),
             source_max_bytes=_size(env, "GPUDECK_SOURCE_MAX_BYTES", cls.source_max_bytes),
             source_max_files=_size(env, "GPUDECK_SOURCE_MAX_FILES", cls.source_max_files),

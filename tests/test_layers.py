@@ -11,8 +11,8 @@ ROOT = Path(__file__).resolve().parents[1]
 PACKAGES = ("api", "jobs", "models", "tui")
 
 JOBS_LAYERS = (
-    ("keys", "errors", "proc", "archives", "tbnotf", "periodic"),
-    ("settings", "spec", "outcome", "redis_server", "scalars", "usage", "tokens", "taskrecord"),
+    ("keys", "errors", "proc", "archives", "tbnotf", "periodic", "shim"),
+    ("settings", "spec", "outcome", "redis_server", "scalars", "usage", "tokens", "taskrecord", "sandbox"),
     ("store", "disk"),
     ("datasets", "sources", "views", "artifacts", "quota"),
     ("queues", "tensorboard", "launch"),

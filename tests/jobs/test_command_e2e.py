@@ -29,7 +29,8 @@ SCRIPTS = Path(__file__).parents[1] / "support" / "scripts"
 
 
 def marked(run_id: str) -> set[int]:
-    """Processes whose environment carries this attempt's mark."""
+    """The job's processes: those whose environment carries this attempt's mark (not the sandbox's own: bwrap
+    and jobs.shim)."""
     mark = f"{RUN_ID_ENV}={run_id}".encode()
     found = set()
     for entry in os.listdir("/proc"):
@@ -38,6 +39,8 @@ def marked(run_id: str) -> set[int]:
                 entry.isdigit()
                 and mark in Path(f"/proc/{entry}/environ").read_bytes().split(b"\0")
                 and alive(int(entry))
+                and Path(f"/proc/{entry}/comm").read_text().strip() != "bwrap"
+                and b"jobs.shim" not in Path(f"/proc/{entry}/cmdline").read_bytes()
             ):
                 found.add(int(entry))
         except OSError:

@@ -212,7 +212,7 @@ case "$*" in
   *--query-gpu*) printf '0, GPU-aaaa, NVIDIA H100 80GB HBM3, 97, 1000, 81559, 55, 300.5, 700.00\n1, GPU-bbbb, NVIDIA H100 80GB HBM3, [N/A], 0, 81559, [N/A], [Not Supported], 700.00\n' ;;
   *--query-compute-apps*)
     # the trainers that really run here, as the real tool would list them on the GPU their job owns
-    for pid in $(pgrep -f 'models.train'); do
+    for pid in $(pgrep -f '^[^ ]*python[^ ]* (-P )?-m models.train'); do
       gpu=$(tr '\0' '\n' < /proc/$pid/environ | sed -n 's/^CUDA_VISIBLE_DEVICES=//p')
       if [ "$gpu" = 0 ]; then printf '%s, python3, 512, GPU-aaaa\n' "$pid"; fi
       if [ "$gpu" = 1 ]; then printf '%s, python3, 512, GPU-bbbb\n' "$pid"; fi

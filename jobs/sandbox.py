@@ -1,0 +1,112 @@
+"""Each attempt's process in a sandbox of its own (bubblewrap, Debian's `bubblewrap` package), so that a job —
+a user's command above all — cannot see or reach the service:
+
+- a PID namespace with its own /proc: no other process (the work-horse, the worker, Redis, the API, other jobs)
+  is visible, so no environment but its own can be read; when the job's main process ends, the namespace's init
+  ends and with it every process the job started, however it forked or whatever it dropped from its environment;
+- a mount namespace: the whole system read-only, as it is for every user; GPUDECK_HOME (the Redis socket and
+  its files, the token store, the sources, other jobs' dirs) and the Redis socket's folder hidden under empty
+  tmpfs; the service user's home hidden too (its keys and credentials), an empty writable one instead; a
+  private /tmp; the job's own dir read-write and its dataset read-only; the Python environments it runs with
+  read-only; the GPUs' device nodes (/dev/nvidia*, /dev/dri) bound in, so CUDA works as outside.
+
+The network is shared (the tasks of a multi-worker job talk to each other, scripts download): `gpudeck up`'s
+Redis listens on a unix socket only, which the sandbox hides; a Redis on TCP (several hosts) must require a
+password, which no job is given (jobs.launch.HIDDEN_ENV).
+
+bubblewrap's own process ignores SIGTERM (so a stop reaches the job through its process group and the job's exit
+status comes back through bubblewrap's); jobs.shim, the first process inside, gives the job SIGTERM's default
+again, and stops it when the work-horse dies (its lifeline pipe closes), as a cancel would.
+"""
+
+from __future__ import annotations
+
+import functools
+import glob
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+from urllib.parse import urlparse
+
+from jobs.proc import python_module
+
+MODES = ("auto", "bwrap", "off")
+"""GPUDECK_SANDBOX: auto (bubblewrap where it works), bwrap (required: a worker without it does not start), off."""
+
+INSTALL_HINT = "install bubblewrap (apt-get install bubblewrap) where the workers run"
+
+
+@functools.lru_cache(maxsize=1)
+def unavailable() -> str | None:
+    """Why no sandbox can be made on this host, or None when bubblewrap works here (tried once per process)."""
+    bwrap = shutil.which("bwrap")
+    if bwrap is None:
+        return f"bubblewrap is not installed: {INSTALL_HINT}"
+    try:
+        out = subprocess.run(
+            [bwrap, "--unshare-pid", "--ro-bind", "/", "/", "--proc", "/proc", "--dev", "/dev", "true"],
+            capture_output=True,
+            text=True,
+            timeout=20,
+        )
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        return f"bubblewrap could not run here: {exc}"
+    if out.returncode != 0:
+        why = (out.stderr.strip().splitlines() or ["no message"])[-1]
+        return f"bubblewrap cannot make namespaces here ({why}): run the workers as root or allow user namespaces"
+    return None
+
+
+def active(mode: str) -> bool:
+    """Whether jobs run sandboxed under GPUDECK_SANDBOX=`mode` on this host."""
+    return mode != "off" and unavailable() is None
+
+
+def runtime_paths() -> list[Path]:
+    """What the job's programs need to read: this Python (the worker's environment and the one it was made from)
+    and the folder gpudeck's own packages are imported from (an editable install, a checkout)."""
+    here = Path(__file__).resolve().parents[1]
+    return [Path(sys.prefix), Path(sys.base_prefix), here]
+
+
+def _socket_dir(redis_url: str | None) -> Path | None:
+    parsed = urlparse(redis_url or "")
+    if parsed.scheme == "unix" and parsed.path:
+        return Path(parsed.path).parent
+    return None
+
+
+def wrap(
+    argv: list[str],
+    *,
+    cwd: Path,
+    job_dir: Path,
+    home: Path,
+    redis_url: str | None = None,
+    readable: list[Path] | tuple[Path, ...] = (),
+    lifeline: int,
+) -> list[str]:
+    """`argv` run by bubblewrap in a sandbox as the module's doc describes: `job_dir` writable, `readable` (a
+    dataset, a registered environment) read-only, `home` (GPUDECK_HOME) and the Redis socket's folder hidden;
+    under jobs.shim, which stops the job when `lifeline` (an inherited pipe's read end) closes."""
+    args = [shutil.which("bwrap") or "bwrap", "--unshare-pid", "--unshare-ipc"]
+    args += ["--ro-bind", "/", "/", "--proc", "/proc", "--dev", "/dev", "--tmpfs", "/dev/shm"]
+    for dev in sorted(glob.glob("/dev/nvidia*") + glob.glob("/dev/dri")):
+        args += ["--dev-bind", dev, dev]
+    args += ["--tmpfs", "/tmp"]
+    user_home = Path(os.path.expanduser("~"))
+    if str(user_home) not in ("/", "") and user_home.is_dir():
+        args += ["--tmpfs", str(user_home)]
+    for path in runtime_paths():  # (again: the tmpfs above may have covered them)
+        if path.exists():
+            args += ["--ro-bind", str(path), str(path)]
+    for hidden in (home, _socket_dir(redis_url)):
+        if hidden is not None and hidden.is_dir() and str(hidden) != "/":
+            args += ["--tmpfs", str(hidden)]
+    for path in readable:
+        if path.exists():
+            args += ["--ro-bind", str(path), str(path)]
+    args += ["--bind", str(job_dir), str(job_dir), "--chdir", str(cwd)]
+    return [*args, "--", *python_module("jobs.shim", str(lifeline), "--"), *argv]
