@@ -16,7 +16,14 @@ install: $(STAMP)
 # ~95 s. If uv cannot be had or fails, pip installs the same.
 PIP_INSTALL = $(BIN)/python -m pip install -q --disable-pip-version-check
 UV_INSTALL = $(BIN)/uv pip install -q --python $(BIN)/python --compile-bytecode
+# bubblewrap (Debian's package) makes each job's sandbox (jobs/sandbox.py): installed here as root where it is
+# missing; without it jobs run unsandboxed and named users may not run commands (the README's security section).
+BWRAP_INSTALL = command -v bwrap >/dev/null 2>&1 || { [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1 && \
+	  { DEBIAN_FRONTEND=noninteractive apt-get install -y -q bubblewrap >/dev/null 2>&1 || \
+	    { apt-get update -q >/dev/null 2>&1 && DEBIAN_FRONTEND=noninteractive apt-get install -y -q bubblewrap >/dev/null 2>&1; }; }; } || \
+	  echo "gpudeck: bubblewrap (bwrap) is not installed and could not be: jobs will run without a sandbox"
 $(STAMP): pyproject.toml
+	@$(BWRAP_INSTALL)
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	@test -x $(BIN)/uv || $(PIP_INSTALL) uv >/dev/null 2>&1 || true
 	$(UV_INSTALL) -e '.[$(TF_EXTRA),test]' --config-settings editable_mode=compat \

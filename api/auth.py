@@ -16,7 +16,7 @@ from redis.exceptions import RedisError
 
 from api import deps
 from api.errors import error_response
-from jobs import tokens
+from jobs import sandbox, tokens
 from jobs.errors import BadRequest, Forbidden
 from jobs.keys import auth_failures_key
 from jobs.settings import Settings
@@ -72,6 +72,14 @@ def settings_for_submit(spec: Any) -> Settings:
             f"token {who.name!r} was created with --no-commands: it may submit model jobs only (an admin can make "
             f"one that may: gpudeck token create NAME)",
             {"rule": "no_commands", "user": who.name},
+        )
+    why = sandbox.missing(settings.sandbox)
+    if isinstance(spec, dict) and is_command(spec) and why is not None and not settings.command_jobs_trusted:
+        raise Forbidden(
+            f"command jobs of named users need a sandbox, and this gpudeck cannot make one ({why}): without it a "
+            "user who may run commands can act as the service. The operator can install bubblewrap, or accept that "
+            "risk with GPUDECK_COMMAND_JOBS=trusted",
+            {"rule": "no_sandbox", "user": who.name},
         )
     return replace(settings, command_jobs=True)
 

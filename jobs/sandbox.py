@@ -64,6 +64,25 @@ def active(mode: str) -> bool:
     return mode != "off" and unavailable() is None
 
 
+def missing(mode: str) -> str | None:
+    """Why jobs run without a sandbox here under GPUDECK_SANDBOX=`mode`, or None when they run in one."""
+    return "GPUDECK_SANDBOX=off" if mode == "off" else unavailable()
+
+
+def describe(mode: str, trusted: bool) -> str:
+    """What `gpudeck up` and a worker say at start about how jobs are isolated."""
+    why = missing(mode)
+    if why is None:
+        return "sandbox  bubblewrap: each job in its own PID and mount namespace, the service out of its sight"
+    who = (
+        "named users run commands anyway (GPUDECK_COMMAND_JOBS=trusted): a user who may run commands can act as the "
+        "service"
+        if trusted
+        else "named users may not run commands (GPUDECK_COMMAND_JOBS=trusted accepts that risk)"
+    )
+    return f"sandbox  NONE ({why}); jobs run as the service itself; {who}"
+
+
 def runtime_paths() -> list[Path]:
     """What the job's programs need to read: this Python (the worker's environment and the one it was made from)
     and the folder gpudeck's own packages are imported from (an editable install, a checkout)."""
@@ -76,6 +95,11 @@ def _socket_dir(redis_url: str | None) -> Path | None:
     if parsed.scheme == "unix" and parsed.path:
         return Path(parsed.path).parent
     return None
+
+
+def _under(path: Path, parent: Path) -> bool:
+    """Whether `path` lies strictly inside `parent` (hidden with it already)."""
+    return path != parent and path.is_relative_to(parent)
 
 
 def wrap(
@@ -103,7 +127,7 @@ def wrap(
         if path.exists():
             args += ["--ro-bind", str(path), str(path)]
     for hidden in (home, _socket_dir(redis_url)):
-        if hidden is not None and hidden.is_dir() and str(hidden) != "/":
+        if hidden is not None and hidden.is_dir() and str(hidden) != "/" and not _under(hidden, home):
             args += ["--tmpfs", str(hidden)]
     for path in readable:
         if path.exists():

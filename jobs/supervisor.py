@@ -12,6 +12,7 @@ import urllib.request
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from jobs import sandbox
 from jobs.errors import ConfigError
 from jobs.gpus import list_gpus
 from jobs.proc import python_module
@@ -157,6 +158,7 @@ class Stack:
             f"  home     {self.settings.home}",
             f"  redis    {self.redis_url}" + (" (embedded)" if self.redis else " (REDIS_URL)"),
             f"  logs     {self.logs_dir}/",
+            f"  {sandbox.describe(self.settings.sandbox, self.settings.command_jobs_trusted)}",
         ]
         for w in self.workers:
             lines.append(f"  {w.name:<12} pid {w.proc.pid if w.proc else '-'}, log {w.log_path}")

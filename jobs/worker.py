@@ -15,8 +15,8 @@ from rq import Worker
 from rq.command import send_shutdown_command
 from rq.job import Job
 
-from jobs import control, disk, gang, launch, quota, taskrecord
-from jobs.errors import NotFound
+from jobs import control, disk, gang, launch, quota, sandbox, taskrecord
+from jobs.errors import ConfigError, NotFound
 from jobs.gpus import Sampler
 from jobs.keys import (
     RUN_JOB,
@@ -229,6 +229,8 @@ def run(
     max_memory: int | None = None,
 ) -> None:
     """Pin to `gpus` ([] = CPU), then serve the queues for that GPU count until stopped."""
+    if settings.sandbox == "bwrap" and sandbox.unavailable():
+        raise ConfigError(f"GPUDECK_SANDBOX=bwrap, but {sandbox.unavailable()}")
     # Before anything can import TensorFlow: the trainers this worker starts inherit it.
     os.environ["CUDA_VISIBLE_DEVICES"] = ",".join(gpus)
     host = socket.gethostname()
@@ -260,6 +262,7 @@ def run(
     log.info(
         "worker %s serving %s with CUDA_VISIBLE_DEVICES=%r", name, ", ".join(queues), os.environ["CUDA_VISIBLE_DEVICES"]
     )
+    log.info("worker %s: %s", name, sandbox.describe(settings.sandbox, settings.command_jobs_trusted))
     try:
         worker.work(burst=burst, logging_level="INFO")
     finally:

@@ -197,3 +197,29 @@ def test_an_api_served_beyond_loopback_asks_for_a_token_even_when_none_is_left(s
     assert client.get("/api/v1/jobs", headers=ops).status_code == 200
     tokens.revoke(redis, "ops")
     assert client.get("/api/v1/jobs").status_code == 401  # (served on loopback it would be open again)
+
+
+def test_without_a_sandbox_named_users_run_no_commands_unless_trusted(settings, redis):
+    """GPUDECK_SANDBOX=off stands for a host where bubblewrap cannot run: a named user's command job is a 403 that
+    says why and how to allow it, a model job is not; GPUDECK_COMMAND_JOBS=trusted accepts the risk."""
+    from dataclasses import replace
+
+    from api import create_app
+    from jobs import tokens
+
+    token = tokens.create(redis, "bob")
+    auth = {"Authorization": f"Bearer {token}"}
+    command = {"command": "true"}
+    plain = create_app({"SETTINGS": replace(settings, sandbox="off", command_jobs=False), "REDIS": redis})
+    refused = plain.test_client().post("/api/v1/jobs", json=command, headers=auth)
+    assert refused.status_code == 403 and refused.json["details"]["rule"] == "no_sandbox", refused.json
+    assert (
+        "GPUDECK_SANDBOX=off" in refused.json["message"] and "GPUDECK_COMMAND_JOBS=trusted" in refused.json["message"]
+    )
+    model = {"model": "lenet", "dataset": "synthetic"}
+    assert plain.test_client().post("/api/v1/jobs", json=model, headers=auth).status_code == 201
+    trusted = replace(settings, sandbox="off", command_jobs=True, command_jobs_trusted=True)
+    ok = (
+        create_app({"SETTINGS": trusted, "REDIS": redis}).test_client().post("/api/v1/jobs", json=command, headers=auth)
+    )
+    assert ok.status_code == 201, ok.json
