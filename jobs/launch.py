@@ -14,6 +14,7 @@ import shutil
 import signal
 import stat
 import sys
+import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -65,6 +66,15 @@ class Launch:
     injected: dict[str, str] = field(default_factory=dict)
     source: Path | None = None
     sandboxed: bool = False
+    files: tuple[Any, ...] = ()
+    """What the process inherits beside its pipes (file objects or descriptors), closed here once it started."""
+
+    def fds(self) -> tuple[int, ...]:
+        return tuple(f if isinstance(f, int) else f.fileno() for f in self.files)
+
+    def close_files(self) -> None:
+        for f in self.files:
+            os.close(f) if isinstance(f, int) else f.close()
 
 
 @dataclass
@@ -149,10 +159,22 @@ def sandboxed(ctx: WorkerContext, how: Launch, job_dir: Path, readable: list[Pat
         return how
     s = ctx.settings
     readable = [*readable, *(path for _, path in s.envs)]
-    argv = sandbox.wrap(
-        how.argv, cwd=how.cwd, job_dir=job_dir, home=s.home, redis_url=s.redis_url, readable=readable, lifeline=lifeline
+    options = tempfile.TemporaryFile()  # noqa: SIM115 (its descriptor outlives this call: the runner closes it)
+    argv, args = sandbox.wrap(
+        how.argv,
+        cwd=how.cwd,
+        job_dir=job_dir,
+        home=s.home,
+        redis_url=s.redis_url,
+        readable=readable,
+        lifeline=lifeline,
+        env=how.env,
+        options_fd=options.fileno(),
     )
-    return Launch(argv, how.cwd, how.env, how.injected, how.source, sandboxed=True)
+    options.write(b"".join(a.encode() + b"\0" for a in args))
+    options.seek(0)
+    outside = {k: v for k, v in os.environ.items() if k in sandbox.BWRAP_ENV}
+    return Launch(argv, how.cwd, outside, how.injected, how.source, sandboxed=True, files=(options, lifeline))
 
 
 def may_run_unsandboxed(ctx: WorkerContext, owner: str | None) -> None:

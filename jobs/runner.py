@@ -120,13 +120,15 @@ class JobRun:
             stdout=subprocess.PIPE,
             stderr=subprocess.STDOUT,
             stdin=subprocess.DEVNULL,
-            # a command has no events to send; a sandbox's first process gets the lifeline
-            pass_fds=((self.lifeline[0],) if how.sandboxed else ()) + (() if self.command else (events_w,)),
+            # a command has no events to send; a sandbox gets its options and the lifeline
+            pass_fds=how.fds() + (() if self.command else (events_w,)),
             start_new_session=True,  # its own process group: cancel and timeout signal the whole tree
             preexec_fn=launch.preexec(self.ctx.max_memory, how.sandboxed),
         )
         os.close(events_w)
-        os.close(self.lifeline[0])
+        how.close_files()
+        if not how.sandboxed:
+            os.close(self.lifeline[0])
         self.started(proc.pid)
         try:
             os.nice(HORSE_NICENESS)

@@ -111,11 +111,17 @@ def wrap(
     redis_url: str | None = None,
     readable: list[Path] | tuple[Path, ...] = (),
     lifeline: int,
-) -> list[str]:
+    env: dict[str, str],
+    options_fd: int,
+) -> tuple[list[str], list[str]]:
     """`argv` run by bubblewrap in a sandbox as the module's doc describes: `job_dir` writable, `readable` (a
     dataset, a registered environment) read-only, `home` (GPUDECK_HOME) and the Redis socket's folder hidden;
-    under jobs.shim, which stops the job when `lifeline` (an inherited pipe's read end) closes."""
-    args = [shutil.which("bwrap") or "bwrap", "--unshare-pid", "--unshare-ipc"]
+    under jobs.shim, which stops the job when `lifeline` (an inherited pipe's read end) closes; with exactly
+    `env`. Returns (the command line, bubblewrap's options): the options, `env` among them, are read from
+    `options_fd` (`--args`), so no value shows in a process listing, and bubblewrap itself runs with the
+    environment of BWRAP_ENV, not the job's (a job's LD_PRELOAD or LD_LIBRARY_PATH never reaches a process
+    outside its sandbox)."""
+    args = ["--unshare-pid", "--unshare-ipc"]
     args += ["--ro-bind", "/", "/", "--proc", "/proc", "--dev", "/dev", "--tmpfs", "/dev/shm"]
     for dev in sorted(glob.glob("/dev/nvidia*") + glob.glob("/dev/dri")):
         args += ["--dev-bind", dev, dev]
@@ -132,5 +138,12 @@ def wrap(
     for path in readable:
         if path.exists():
             args += ["--ro-bind", str(path), str(path)]
-    args += ["--bind", str(job_dir), str(job_dir), "--chdir", str(cwd)]
-    return [*args, "--", *python_module("jobs.shim", str(lifeline), "--"), *argv]
+    args += ["--bind", str(job_dir), str(job_dir), "--chdir", str(cwd), "--clearenv"]
+    for name, value in env.items():
+        args += ["--setenv", name, value]
+    command = [shutil.which("bwrap") or "bwrap", "--args", str(options_fd), "--"]
+    return [*command, *python_module("jobs.shim", str(lifeline), "--"), *argv], args
+
+
+BWRAP_ENV = ("PATH", "LANG", "LC_ALL")
+"""The only variables bubblewrap itself runs with (the job's are set inside, by --setenv)."""

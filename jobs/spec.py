@@ -57,6 +57,11 @@ INJECTED = (
 )
 """What the work-horse sets for a command job (README: "Your own training code"); a job's `env` cannot override
 them."""
+RESERVED_ENV = ("PATH", "VIRTUAL_ENV", "HOME", "REDIS_URL")
+RESERVED_PREFIX = "GPUDECK_"
+"""Also refused in a job's `env`: what gpudeck sets otherwise (PATH and VIRTUAL_ENV from `env_name`, HOME in the
+sandbox), the service's own settings (REDIS_URL, GPUDECK_*). Everything else, LD_* and PYTHONPATH included, is
+the job's: it reaches only the job's own processes, inside its sandbox."""
 ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 NAME_MAX = 200
 """Longest job name."""
@@ -169,6 +174,8 @@ def _env(value: Any) -> str | None:
             return f"{name!r} is not a valid variable name (letters, digits and _, not starting with a digit)"
         if name in INJECTED:
             return f"{name} is set by gpudeck for every command job and cannot be overridden"
+        if name in RESERVED_ENV or name.startswith(RESERVED_PREFIX):
+            return f"{name} is gpudeck's to set (PATH, VIRTUAL_ENV, HOME, REDIS_URL, GPUDECK_*): not in a job's env"
         if not isinstance(v, str):
             return f"{name}: values must be strings, got {type(v).__name__} {v!r}"
         if "\x00" in v or len(v) > 32_768:

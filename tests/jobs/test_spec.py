@@ -49,3 +49,16 @@ def test_queue_names_by_gpus_and_priority():
     assert keys.queue_name(0, "normal") == "cpu"
     assert keys.queue_name(1, "high") == "gpus-1-high"
     assert keys.worker_queues(2) == ["gpus-2-high", "gpus-2", "gpus-2-low"]
+
+
+@pytest.mark.parametrize("name", ["PATH", "VIRTUAL_ENV", "HOME", "REDIS_URL", "GPUDECK_TOKENS", "GPUDECK_JOB_ID"])
+def test_a_job_env_may_not_set_what_gpudeck_sets_or_owns(name):
+    """Issue 23 #10: the variables gpudeck sets and the service's own settings are refused by name."""
+    with pytest.raises(ValidationError) as err:
+        spec.validate({"command": "true", "env": {name: "x"}}, default_gpus=0, commands_allowed=True)
+    assert "env" in err.value.fields and name in err.value.fields["env"]
+
+
+def test_a_job_env_may_set_what_reaches_only_its_own_processes():
+    ok = {"LD_PRELOAD": "/x.so", "LD_LIBRARY_PATH": "/opt/lib", "PYTHONPATH": "src", "MY_SETTING": "1"}
+    assert spec.validate({"command": "true", "env": ok}, default_gpus=0, commands_allowed=True)["env"] == ok
