@@ -27,6 +27,10 @@ log = logging.getLogger(__name__)
 
 OPEN_PATHS = ("/healthz",)
 AUTH_FAILURES_MAX = 10
+AUTH_FAILURES_TOTAL_MAX = 100
+"""Bad tokens a minute from all addresses together before every further one is answered 429."""
+TOKEN_PREFIX = 12
+"""Characters of a bad token that count it with others alike (`gpd_` and 8 more)."""
 """Bad tokens one address may send a minute before it is answered 429."""
 
 
@@ -132,21 +136,32 @@ def register(app: Flask) -> None:
             return _unauthorized("no bearer token")
         found, why = tokens.identify(deps.redis(), given) if named else (None, "unknown token")
         if found is None:
-            return _refuse(why)
+            return _refuse(why, given)
         g.user = found
         return None
 
 
-def _refuse(why: str):
-    """A wrong token: counted per address (a guess), 429 past AUTH_FAILURES_MAX a minute."""
+def _refuse(why: str, given: str = ""):
+    """A wrong token: a guess, counted per address, per token prefix (guesses spread over many addresses) and in
+    all; 429 past AUTH_FAILURES_MAX a minute for one address or prefix, or AUTH_FAILURES_TOTAL_MAX in all."""
     address = request.remote_addr or "?"
     redis = deps.redis()
-    key = auth_failures_key(address)
+    scopes = {
+        f"address {address}": (auth_failures_key(f"address:{address}"), AUTH_FAILURES_MAX),
+        "tokens starting like this one": (auth_failures_key(f"prefix:{given[:TOKEN_PREFIX]}"), AUTH_FAILURES_MAX),
+        "all addresses": (auth_failures_key("total"), AUTH_FAILURES_TOTAL_MAX),
+    }
     with redis.pipeline() as pipe:
-        pipe.set(key, 0, ex=60, nx=True)  # a minute from the first
-        pipe.incr(key)
-        pipe.ttl(key)
-        _, failures, ttl = pipe.execute()
+        for key, _ in scopes.values():
+            pipe.set(key, 0, ex=60, nx=True)  # a minute from the first
+            pipe.incr(key)
+            pipe.ttl(key)
+        answers = pipe.execute()
+    counts = {
+        scope: (answers[3 * i + 1], answers[3 * i + 2], limit) for i, (scope, (_, limit)) in enumerate(scopes.items())
+    }
+    over = [(scope, ttl) for scope, (n, ttl, limit) in counts.items() if n > limit]
+    failures, ttl = counts[f"address {address}"][:2]
     log.warning(
         "refused a request from %s to %s %s: %s (%d in the last minute)",
         address,
@@ -155,12 +170,14 @@ def _refuse(why: str):
         why,
         failures,
     )
-    if failures > AUTH_FAILURES_MAX:
+    if over:
+        scope, ttl = over[0]
+        where = f"from {address}" if scope.startswith("address") else f"for {scope}"
         resp, status = error_response(
             429,
             "too_many_requests",
-            f"too many bad tokens from {address} in a minute: try again in {max(ttl, 1)} s",
-            {"retry_after_s": max(ttl, 1)},
+            f"too many bad tokens {where} in a minute: try again in {max(ttl, 1)} s",
+            {"retry_after_s": max(ttl, 1), "scope": scope.split()[0]},
         )
         resp.headers["Retry-After"] = str(max(ttl, 1))
         return resp, status

@@ -51,9 +51,10 @@ def error_response(status: int, code: str, message: str, details: dict | None = 
 
 
 def cannot_write(exc: Exception) -> bool:
-    """Redis refuses writes because its last save to disk failed (RDB: MISCONF; AOF: its write error)."""
+    """Redis refuses writes because its last save to disk failed (RDB: MISCONF; AOF: its write error), also when
+    the refusal comes from inside a pipeline (redis-py then says `Command # N (…) of pipeline caused error: …`)."""
     text = str(exc)
-    return text.startswith("MISCONF") or "Errors writing to the AOF file" in text
+    return "MISCONF" in text or "Errors writing to the AOF file" in text
 
 
 def register(app: Flask) -> None:

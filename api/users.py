@@ -44,6 +44,8 @@ def audit():
             age = parse_age(request.args["since"])
         except ValueError as exc:
             raise BadRequest(f"since: {exc}", {"field": "since"}) from None
+        if age >= time.time():
+            raise BadRequest(f"since: {request.args['since']} goes back before 1970", {"field": "since"})
         low = str(int((time.time() - age) * 1000))
     entries = []
     high = "+"

@@ -231,9 +231,9 @@ def token_hash_key(sha256: str) -> str:
     return f"{PREFIX}:token:{sha256}"
 
 
-def auth_failures_key(address: str) -> str:
-    """Bad tokens from one address in the last minute (past a few, it is answered 429)."""
-    return f"{PREFIX}:authfail:{address}"
+def auth_failures_key(scope: str) -> str:
+    """Bad tokens of one scope in the last minute (`address:A`, `prefix:P`, `total`; past a few: 429)."""
+    return f"{PREFIX}:authfail:{scope}"
 
 
 QUOTA_CLAIMS_KEY = f"{PREFIX}:quota:claims"

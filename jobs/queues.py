@@ -152,9 +152,10 @@ def submit_once(
     redis: Redis, body: Any, key: str, settings: Settings | None = None, extra: dict[str, Any] | None = None
 ) -> tuple[dict[str, Any], bool]:
     """submit() under an Idempotency-Key: the same key within 24 h returns the first job and creates nothing.
-    Returns (record, replayed)."""
+    Keys are the owner's own (`extra["owner"]`): bob's key sent by alice is a new key. Returns (record, replayed)."""
     digest = hashlib.sha256(json.dumps(body, sort_keys=True).encode()).hexdigest()
-    slot = idempotency_key(hashlib.sha256(key.encode()).hexdigest())
+    owner = (extra or {}).get("owner") or ""
+    slot = idempotency_key(hashlib.sha256(json.dumps([owner, key]).encode()).hexdigest())
     deadline = time.monotonic() + 10
     while time.monotonic() < deadline:
         if redis.set(slot, json.dumps({"body": digest}), nx=True, ex=IDEMPOTENCY_TTL_S):

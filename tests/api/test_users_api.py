@@ -150,7 +150,25 @@ def test_guesses_are_slowed_down_per_address_and_a_good_token_is_not(client, use
     assert 0 < int(slowed.headers["Retry-After"]) <= 60 and "too many bad tokens" in slowed.json["message"]
     assert client.get("/api/v1/jobs", headers=users["bob"]).status_code == 200
     other = client.get("/api/v1/jobs", headers=bad, environ_base={"REMOTE_ADDR": "10.0.0.9"})
-    assert other.status_code == 401  # another address has its own count
+    assert other.status_code == 429 and other.json["details"]["scope"] == "tokens"  # the same guess elsewhere
+    fresh = {"Authorization": "Bearer gpd_another_guess"}
+    assert client.get("/api/v1/jobs", headers=fresh, environ_base={"REMOTE_ADDR": "10.0.0.9"}).status_code == 401
+
+
+def test_guesses_from_many_addresses_are_slowed_down_in_all(client, users):
+    """Issue 23 #11: every address of a host gets no 10 more guesses a minute each: past 100 in all, 429."""
+    from api.auth import AUTH_FAILURES_TOTAL_MAX
+
+    codes = [
+        client.get(
+            "/api/v1/jobs",
+            headers={"Authorization": f"Bearer gpd_{i:08d}guess"},
+            environ_base={"REMOTE_ADDR": f"10.1.{i // 250}.{i % 250}"},
+        ).status_code
+        for i in range(AUTH_FAILURES_TOTAL_MAX + 3)
+    ]
+    assert codes[:AUTH_FAILURES_TOTAL_MAX] == [401] * AUTH_FAILURES_TOTAL_MAX and codes[-3:] == [429] * 3
+    assert client.get("/api/v1/jobs", headers=users["alice"]).status_code == 200  # a good token still passes
 
 
 def test_the_audit_trail_holds_every_state_change_newest_first(client, redis, users):
@@ -170,6 +188,8 @@ def test_the_audit_trail_holds_every_state_change_newest_first(client, redis, us
     assert client.get("/api/v1/audit?since=1h", headers=users["root"]).json["entries"] == entries
     bad = client.get("/api/v1/audit?since=soon", headers=users["root"])
     assert bad.status_code == 400 and bad.json["details"]["field"] == "since"
+    ancient = client.get("/api/v1/audit?since=24280d", headers=users["root"])  # issue 23 #12: before 1970
+    assert ancient.status_code == 400 and "before 1970" in ancient.json["message"], ancient.json
 
 
 def test_gpudeck_tokens_keep_working_as_anonymous_admins_beside_named_ones(settings, redis, users):
@@ -223,3 +243,14 @@ def test_without_a_sandbox_named_users_run_no_commands_unless_trusted(settings, 
         create_app({"SETTINGS": trusted, "REDIS": redis}).test_client().post("/api/v1/jobs", json=command, headers=auth)
     )
     assert ok.status_code == 201, ok.json
+
+
+def test_an_idempotency_key_is_its_owners_own(client, users):
+    """Issue 23 #9: bob's key sent by alice is a new key, not bob's job."""
+    key = {"Idempotency-Key": "ci-run-42"}
+    bobs = client.post("/api/v1/jobs", json=MODEL, headers={**users["bob"], **key})
+    assert bobs.status_code == 201
+    again = client.post("/api/v1/jobs", json=MODEL, headers={**users["bob"], **key})
+    assert again.status_code == 200 and again.json["id"] == bobs.json["id"]
+    alices = client.post("/api/v1/jobs", json=MODEL, headers={**users["alice"], **key})
+    assert alices.status_code == 201 and alices.json["id"] != bobs.json["id"] and alices.json["owner"] == "alice"

@@ -143,6 +143,21 @@ def test_a_redis_that_cannot_save_refuses_writes_with_a_clear_503_and_health_say
     assert client.get("/api/v1/jobs").status_code == 200  # reads still answer
 
 
+def test_a_write_refused_inside_a_pipeline_reads_as_cannot_write(failing_redis):
+    """Issue 23 #12: redis-py names a refusal inside a transaction `Command # N (…) of pipeline caused error:
+    MISCONF …`; that is still Redis that cannot save, not Redis that is away."""
+    from redis.exceptions import RedisError
+
+    from api.errors import cannot_write
+
+    with failing_redis.pipeline() as pipe:
+        pipe.set("gpudeck:x", 1)
+        pipe.incr("gpudeck:y")
+        with pytest.raises(RedisError) as refused:
+            pipe.execute()
+    assert "pipeline caused error" in str(refused.value) and cannot_write(refused.value)
+
+
 def test_a_log_that_finds_the_disk_full_drops_lines_instead_of_failing_the_job(tmp_path):
     with LogFile(Path("/dev/full")) as log_file:  # every write: ENOSPC
         log_file.write("a line\n")
