@@ -38,4 +38,5 @@ def get_file(job_id: int, path: str):
         )
     if archive is not None:
         raise BadRequest(f"{path} is a file: archive applies to folders only", {"field": "archive"})
+    artifacts.regular(found, path)
     return send_file(found, conditional=True, etag=True, download_name=found.name, as_attachment=True)

@@ -4,6 +4,7 @@ No path leaves the job dir: `..`, absolute paths and symlinks that point out of 
 from __future__ import annotations
 
 import os
+import stat
 import queue
 import socket
 import tarfile
@@ -55,6 +56,17 @@ def inside(root: Path, rel: str) -> Path:
     return path
 
 
+def regular(path: Path, rel: str) -> None:
+    """NotFound unless `path` is a regular file (through a link inside the job dir, if one): a FIFO would block the
+    server's thread for good, a socket or a device cannot be read, a link loop cannot be followed."""
+    try:
+        mode = os.stat(path).st_mode
+    except OSError as exc:
+        raise NotFound(f"path {rel!r} cannot be read ({exc.strerror.lower()})", {"field": "path"}) from None
+    if not stat.S_ISREG(mode):
+        raise NotFound(f"path {rel!r} is not a regular file (a FIFO, a socket or a device)", {"field": "path"})
+
+
 def listing(root: Path, prefix: str = "") -> dict[str, Any]:
     """Every file under `root` (recursive, sorted by path): path, size, modified time; only paths starting with
     `prefix` (folders that cannot hold one are not read). Symlinks are listed only when they point to a file
@@ -70,8 +82,11 @@ def listing(root: Path, prefix: str = "") -> dict[str, Any]:
             continue  # gone, or not readable
         for entry in entries:
             rel = above + entry.name
-            link = entry.is_symlink()
-            if entry.is_dir():
+            try:
+                link, folder_here = entry.is_symlink(), entry.is_dir()
+            except OSError:
+                continue  # a link loop, or gone
+            if folder_here:
                 if not link and (rel + "/").startswith(prefix[: len(rel) + 1]):
                     folders.append((entry.path, rel + "/"))
                 continue
@@ -80,7 +95,9 @@ def listing(root: Path, prefix: str = "") -> dict[str, Any]:
             try:
                 st = entry.stat()
             except OSError:
-                continue  # gone since the folder was read, or a link to nothing
+                continue  # gone since the folder was read, a link to nothing, a link loop
+            if not stat.S_ISREG(st.st_mode):
+                continue  # a FIFO, a socket, a device: nothing to download
             files.append({"path": rel, "size": st.st_size, "modified": _iso(st.st_mtime)})
     truncated = len(files) > MAX_LISTED
     files.sort(key=lambda f: f["path"])
