@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
+import errno
 import logging
 
-from flask import Flask, jsonify
+from flask import Flask, jsonify, request
 from redis.exceptions import RedisError
 from werkzeug.exceptions import HTTPException
 
@@ -87,6 +88,19 @@ def register(app: Flask) -> None:
                 "writes again by itself once it can save",
             )
         return error_response(503, "redis_unavailable", f"the job store (Redis) is unavailable: {exc}")
+
+    @app.errorhandler(OSError)
+    def no_space(exc: OSError):
+        """The disk filled up during the request (an upload above the floor when it began): 507, as below it."""
+        if exc.errno not in (errno.ENOSPC, errno.EDQUOT):
+            return unexpected(exc)
+        log.error("no space left during %s %s: %s", request.method, request.path, exc)
+        return error_response(
+            507,
+            "insufficient_storage",
+            "the disk under GPUDECK_HOME filled up during this request; nothing of it was kept. Delete ended jobs "
+            "(gpudeck rm --status failed,canceled --older-than 7d) or datasets, then try again",
+        )
 
     @app.errorhandler(Exception)
     def unexpected(exc: Exception):

@@ -5,6 +5,7 @@ retention policy (time given through `now`, not slept), what a retry resumes fro
 from __future__ import annotations
 
 import io
+import os
 import shutil
 import threading
 import time
@@ -258,3 +259,32 @@ def test_storage_settings_read_as_documented():
     s = Settings.from_env({"GPUDECK_KEEP_CHECKPOINTS": "5", "GPUDECK_MIN_FREE": "10G"})
     assert (s.keep_checkpoints, s.min_free) == (5, 10 << 30)
     assert Settings.from_env({}).min_free == 2 << 30 and Settings.from_env({}).keep_checkpoints == 2
+
+
+def test_an_upload_that_fills_the_disk_part_way_is_a_507_and_leaves_nothing(settings, redis, tmp_path):
+    """Issue 23 #7: above the floor when it began, out of space part-way: 507 (not 500), nothing of it kept."""
+    import subprocess
+    import tarfile
+
+    home = tmp_path / "small-home"
+    home.mkdir()
+    mounted = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=256k", "gpudeck-507", str(home)], capture_output=True)
+    if mounted.returncode != 0:
+        pytest.skip(f"cannot mount a small filesystem to fill here ({mounted.stderr.decode().strip()}); needs root")
+    try:
+        small = replace(settings, home=home, min_free=0)
+        client = create_app({"SETTINGS": small, "REDIS": redis}).test_client()
+        archive = io.BytesIO()
+        with tarfile.open(fileobj=archive, mode="w:gz") as tar:
+            blob = os.urandom(400 << 10)  # 400 KiB that do not compress, into 256
+            info = tarfile.TarInfo("data/big.bin")
+            info.size = len(blob)
+            tar.addfile(info, io.BytesIO(blob))
+        archive.seek(0)
+        with client.post("/api/v1/sources", data={"file": (archive, "src.tar.gz")}) as answer:
+            assert answer.status_code == 507 and answer.json["error"] == "insufficient_storage", answer.json
+            assert "filled up during this request" in answer.json["message"]
+        left = [p for p in home.rglob("*") if p.is_file()]
+        assert left == [], left  # the staging folder went with it
+    finally:
+        subprocess.run(["umount", "-l", str(home)], check=False)
