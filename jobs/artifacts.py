@@ -4,9 +4,9 @@ No path leaves the job dir: `..`, absolute paths and symlinks that point out of 
 from __future__ import annotations
 
 import os
-import stat
 import queue
 import socket
+import stat
 import tarfile
 import threading
 import time
