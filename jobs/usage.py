@@ -54,7 +54,7 @@ class UsageMeter:
                 continue
             pid, group, cpu, rss = st
             job_id = roots.get(group, roots.get(pid))
-            if job_id is None:
+            if job_id is None or _sandbox_machinery(entry):
                 continue
             members[pid] = job_id
             seen[pid] = (cpu, now)
@@ -69,6 +69,17 @@ class UsageMeter:
             if u["cpu_percent"] is not None:
                 u["cpu_percent"] = round(u["cpu_percent"], 1)
         return usage, members
+
+
+def _sandbox_machinery(pid: str) -> bool:
+    """bubblewrap's processes and jobs.shim (jobs.sandbox): around a job, not of it; not counted as its own."""
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as f:
+            cmd = f.read(4096)
+    except OSError:
+        return False
+    first = cmd.split(b"\0", 1)[0]
+    return first.endswith(b"bwrap") or b"\0-m\0jobs.shim\0" in cmd
 
 
 def gpu_usage(gpus: list[dict[str, Any]] | None, job_id: int) -> list[dict[str, Any]]:
