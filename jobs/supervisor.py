@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import fcntl
 import logging
 import os
 import signal
@@ -11,11 +12,12 @@ import time
 import urllib.request
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import IO
 
 from jobs import sandbox
 from jobs.errors import ConfigError
 from jobs.gpus import list_gpus
-from jobs.proc import python_module
+from jobs.proc import pdeathsig, python_module
 from jobs.redis_server import EmbeddedRedis
 from jobs.settings import DEFAULT_PORT, Settings
 
@@ -56,7 +58,9 @@ class Child:
         self.started_at = time.monotonic()
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
         with open(self.log_path, "ab") as out:
-            # Its own session: a Ctrl-C reaches only the supervisor, which stops things in order.
+            # Its own session: a Ctrl-C reaches only the supervisor, which stops things in order. SIGTERM when the
+            # supervisor dies (kill -9): an API or a worker never runs on unsupervised (a worker's warm stop lets
+            # its trainer checkpoint; Redis, which they need for that, stays until a next `up` finds it).
             self.proc = subprocess.Popen(
                 self.argv,
                 stdout=out,
@@ -64,6 +68,7 @@ class Child:
                 stdin=subprocess.DEVNULL,
                 env={**os.environ, **self.env},
                 start_new_session=True,
+                preexec_fn=pdeathsig,
             )
 
     def alive(self) -> bool:
@@ -94,6 +99,7 @@ class Stack:
         self._redis_deaths = 0
         self._redis_started = 0.0
         self._redis_restart_at: float | None = None
+        self._lock: IO[str] | None = None
 
     @property
     def logs_dir(self) -> Path:
@@ -107,8 +113,10 @@ class Stack:
     def start(self) -> None:
         home = self.settings.home
         home.mkdir(parents=True, exist_ok=True)
+        self._lock = lock_home(home)
         _check_port_free(self.host, self.port)
         if self.redis_url is None:
+            refuse_leftover_redis(home / "redis")
             self.redis = EmbeddedRedis(home / "redis")
             self.redis_url = self.redis.start()
             self._redis_started = time.monotonic()
@@ -243,6 +251,50 @@ class Stack:
     def _wait(children: list[Child], until: float) -> None:
         while time.monotonic() < until and any(c.alive() for c in children):
             time.sleep(0.05)
+
+
+LOCK_NAME = "up.lock"
+"""`gpudeck up` holds an exclusive lock on this file of its home, which names its pid, while it runs."""
+
+
+def lock_home(home: Path) -> IO[str]:
+    """One `gpudeck up` per home: the lock (held until this process exits, however it exits), or ConfigError naming
+    the pid of the one that holds it."""
+    lock = open(home / LOCK_NAME, "a+")  # noqa: SIM115 (held for the life of the process)
+    try:
+        fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        lock.seek(0)
+        pid = lock.read().strip() or "?"
+        lock.close()
+        raise ConfigError(
+            f"another gpudeck up (pid {pid}) runs with this home ({home}): one stack per home. Stop it (kill {pid}), "
+            "or give this one another --home"
+        ) from None
+    lock.seek(0)
+    lock.truncate()
+    lock.write(f"{os.getpid()}\n")
+    lock.flush()
+    return lock
+
+
+def refuse_leftover_redis(data_dir: Path) -> None:
+    """ConfigError when a Redis of this home still answers though no `gpudeck up` holds it (one was killed with
+    SIGKILL): a second redis-server on the same socket and append-only file would corrupt it."""
+    sock = EmbeddedRedis.running_socket(data_dir)
+    if sock is None:
+        return
+    from redis import Redis
+    from redis.exceptions import RedisError
+
+    try:
+        pid = Redis(unix_socket_path=str(sock), socket_timeout=2).info("server")["process_id"]
+    except RedisError:
+        return  # a socket file nobody listens on: the new one replaces it
+    raise ConfigError(
+        f"a Redis left by an earlier gpudeck up (killed?) still runs on this home: pid {pid}, socket {sock}. Stop it "
+        f"(kill {pid}: it saves its data first), then run gpudeck up again"
+    )
 
 
 def _check_port_free(host: str, port: int) -> None:

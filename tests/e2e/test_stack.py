@@ -11,6 +11,7 @@ import pytest
 import requests
 
 from jobs.proc import python_module
+from jobs.redis_server import free_port
 from tests.support.live import alive, cmdline, descendants, parent, until
 from tests.support.stack import Up
 
@@ -126,6 +127,44 @@ def test_a_second_up_on_a_taken_port_says_so(tmp_path, child_env):
         )
         assert run.returncode == 2
         assert f"cannot listen on 127.0.0.1:{stack.port}" in run.stderr and "Traceback" not in run.stderr
+    finally:
+        stack.kill()
+
+
+def test_one_stack_per_home_and_nothing_runs_on_after_a_kill_9(tmp_path, child_env):
+    """Issue 23 #13: a second `up` on the same home is refused naming the first's pid; after `kill -9` of `up` its
+    API and workers end (they get SIGTERM when it dies); the Redis it left is found by the next `up`, which names
+    its pid instead of starting a second redis-server on the same socket and append-only file."""
+    from redis import Redis
+
+    from jobs.redis_server import EmbeddedRedis
+
+    home = tmp_path / "home"
+    env = {k: v for k, v in child_env.items() if k != "REDIS_URL"}
+    stack = Up(home, child_env, tmp_path / "up.log")
+    try:
+
+        def up_again() -> subprocess.CompletedProcess:
+            argv = python_module("tui.cli", "up", "--port", str(free_port()), "--home", str(home))
+            return subprocess.run(argv, env=env, capture_output=True, text=True, timeout=60)
+
+        second = up_again()
+        assert second.returncode == 2 and "Traceback" not in second.stderr, second.stderr
+        assert f"another gpudeck up (pid {stack.proc.pid}) runs with this home" in second.stderr
+        family = descendants(stack.proc.pid)
+        sock = EmbeddedRedis.running_socket(home / "redis")
+        redis_pid = Redis(unix_socket_path=str(sock)).info("server")["process_id"]
+        others = [p for p in family if p != redis_pid and parent(p) == stack.proc.pid]  # the API, the worker
+        assert len(others) >= 2
+        os.kill(stack.proc.pid, signal.SIGKILL)
+        stack.proc.wait()
+        until(lambda: not any(alive(p) for p in others), 30, "the API and the workers ended with their `up`")
+        third = up_again()
+        assert third.returncode == 2 and f"still runs on this home: pid {redis_pid}" in third.stderr, third.stderr
+        os.kill(redis_pid, signal.SIGTERM)
+        until(lambda: not alive(redis_pid), 15, "the old Redis stopped")
+        again = Up(home, child_env, tmp_path / "up2.log")  # now it starts, on the same data
+        again.stop()
     finally:
         stack.kill()
 
