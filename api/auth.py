@@ -101,6 +101,13 @@ def may(owner: str | None, action: str, what: str) -> None:
     )
 
 
+def names_only(owner: str | None) -> bool:
+    """Whether this request sees only the names of a job's (or a sweep's) env, not its values: a user who is not
+    its owner nor an admin (values of secret-looking names and `secret_env` are hidden from everybody)."""
+    who = user()
+    return not (who is None or who.admin or (owner is not None and owner == who.name))
+
+
 def admin_only(action: str) -> None:
     who = user()
     if who is not None and not who.admin:

@@ -6,6 +6,7 @@ from flask import Blueprint
 
 from api import auth, deps
 from jobs import disk, gpus, quota, sweeps, worker
+from jobs.spec import shown
 from jobs.views import job_view
 
 bp = Blueprint("cluster", __name__)
@@ -42,9 +43,11 @@ def create_sweep():
             settings = auth.settings_for_submit(spec)
     sweep = sweeps.create(deps.redis(), body, settings, owner=auth.owner_name())
     sweep["jobs"] = [job_view(j) for j in sweep["jobs"]]
+    sweep["base"] = shown(sweep["base"])
     return sweep, 201, {"Location": f"/api/v1/sweeps/{sweep['id']}"}
 
 
 @bp.get("/sweeps/<int:sweep_id>")
 def show_sweep(sweep_id: int):
-    return sweeps.summary(deps.redis(), sweep_id)
+    summary = sweeps.summary(deps.redis(), sweep_id)
+    return {**summary, "base": shown(summary["base"], auth.names_only(summary.get("owner")))}

@@ -116,6 +116,7 @@ def views(recs: list[dict], with_tasks: bool = False) -> list[dict]:
             tasks=gang.view(redis, r) if with_tasks else None,
             queue_position=line.get(r["id"]),
             usage=used.get(r["id"]),
+            names_only=auth.names_only(r.get("owner")),
         )
         for r in recs
     ]

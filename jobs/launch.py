@@ -147,6 +147,7 @@ def command(
     injected.update(extra_env)  # a task's TF_CONFIG, GPUDECK_TASK_TYPE, GPUDECK_TASK_INDEX
     env.update(injected)
     env.update(spec.get("env") or {})
+    env.update(spec.get("secret_env") or {})
     cmd = spec["command"]
     argv = ["/bin/sh", "-c", cmd] if isinstance(cmd, str) else list(cmd)
     return Launch(argv, src, env, injected, src)

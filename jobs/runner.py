@@ -22,7 +22,7 @@ from jobs.launch import NO_SPACE, Attempt, LogFile, Refused, WorkerContext
 from jobs.proc import become_subreaper, end_descendants, kill_marked
 from jobs.pump import Output, Writes, pump
 from jobs.scalars import ScalarReader
-from jobs.spec import is_command, masked
+from jobs.spec import is_command, masked, shown
 from jobs.store import JobStore, through_outage
 from models import protocol
 from models.catalog import parse_dataset
@@ -78,7 +78,9 @@ class JobRun:
         self.owner = rec.get("owner")
         try:
             self.job_dir.mkdir(parents=True, exist_ok=True)
-            (self.job_dir / "spec.json").write_text(json.dumps(self._trainer_spec(spec), indent=2) + "\n")
+            # (every user may read a job dir's files: a command's env values and secrets stay out of it)
+            written = self._trainer_spec(spec) if not self.command else shown(spec, names_only=True)
+            (self.job_dir / "spec.json").write_text(json.dumps(written, indent=2) + "\n")
             log_file = LogFile(self.job_dir / "log.txt")
         except OSError as exc:
             if exc.errno not in NO_SPACE:
@@ -161,7 +163,8 @@ class JobRun:
         how = launch.command(self.ctx, attempt, spec, data_dir, extra_env)
         if self.reports:
             self.output.reader = ScalarReader(self.job_dir, ignore=launch.shipped_event_files(how.source))
-            self.store.update(self.job_id, environment={**how.injected, **masked(spec.get("env") or {})})
+            env_shown = {**masked(spec.get("env") or {}), **dict.fromkeys(spec.get("secret_env") or {}, "***")}
+            self.store.update(self.job_id, environment={**how.injected, **env_shown})
         return launch.sandboxed(self.ctx, how, self.job_dir, readable, self.lifeline[0])
 
     @property

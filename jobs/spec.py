@@ -34,6 +34,7 @@ FIELDS = (
     "command",
     "source",
     "env",
+    "secret_env",
     "env_name",
     "total_steps",
 )
@@ -71,7 +72,7 @@ MAX_TIMEOUT_S = 30 * 24 * 3600
 """Longest `timeout` a job may ask for (30 days)."""
 MAX_TOTAL_STEPS = 10**12
 """Largest `total_steps` of a command job."""
-COMMAND_ONLY = ("source", "env", "env_name", "total_steps")
+COMMAND_ONLY = ("source", "env", "secret_env", "env_name", "total_steps")
 """Spec fields only a command job has (besides `command` itself)."""
 
 COMMANDS_OFF = (
@@ -84,9 +85,30 @@ SECRET_WORDS = ("KEY", "TOKEN", "SECRET", "PASSWORD", "PASSWD", "CREDENTIAL", "A
 """A job env variable whose name holds one of these is shown as *** wherever a client can read it."""
 
 
-def masked(env: dict[str, str]) -> dict[str, str]:
-    """A job's env as clients see it: the values of names that look like secrets hidden."""
-    return {k: "***" if any(w in k.upper() for w in SECRET_WORDS) else v for k, v in env.items()}
+def masked(env: dict[str, str], names_only: bool = False) -> dict[str, str]:
+    """A job's env as clients see it: the values of names that look like secrets hidden (`names_only`: every
+    value, for a user who does not own the job)."""
+    return {k: "***" if names_only or any(w in k.upper() for w in SECRET_WORDS) else v for k, v in env.items()}
+
+
+def shown(spec: dict[str, Any], names_only: bool = False) -> dict[str, Any]:
+    """A spec as a client (or a file of the job dir) may show it: `secret_env` values never, `env` values masked
+    by name (`names_only`: all of them, for a user who is not the job's owner)."""
+    out = dict(spec)
+    if out.get("env"):
+        out["env"] = masked(out["env"], names_only)
+    if out.get("secret_env"):
+        out["secret_env"] = dict.fromkeys(out["secret_env"], "***")
+    return out
+
+
+def _secret_env(body: dict[str, Any]) -> str | None:
+    """`secret_env`: variables like `env` whose values are never shown or written to the job dir."""
+    problem = _env(body["secret_env"])
+    if problem:
+        return problem
+    both = sorted(set(body["secret_env"]) & set(body.get("env") or {}))
+    return f"{both[0]} is in env too: give each variable once" if both else None
 
 
 def is_command(spec: dict[str, Any]) -> bool:
@@ -266,6 +288,7 @@ def validate(
         for key, problem in (
             ("command", _command(body["command"])),
             ("env", _env(body["env"]) if body.get("env") is not None else None),
+            ("secret_env", _secret_env(body) if body.get("secret_env") is not None else None),
             ("source", source_problem),
             (
                 "env_name",
@@ -334,6 +357,7 @@ def validate(
             "source": body.get("source"),
             "dataset": dataset,
             "env": dict(body.get("env") or {}),
+            **({"secret_env": dict(body["secret_env"])} if body.get("secret_env") else {}),
             "env_name": body.get("env_name"),
             "total_steps": body.get("total_steps"),
             "name": body.get("name") or command_words(body)[:NAME_MAX],

@@ -80,7 +80,7 @@ def create(redis: Redis, body: Any, settings: Settings | None = None, owner: str
     record = {
         "id": sweep_id,
         "grid": body["grid"],
-        "base": body["base"],
+        "base": spec_mod.shown(body["base"]) if isinstance(body["base"], dict) else body["base"],  # no secret kept
         "job_ids": [j["id"] for j in jobs],
         "created_at": time.time(),
         "owner": owner,

@@ -5,7 +5,7 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from jobs.spec import masked
+from jobs.spec import shown
 from jobs.store import iso
 from models.states import Status
 
@@ -16,17 +16,17 @@ def job_view(
     tasks: list[dict[str, Any]] | None = None,
     queue_position: int | None = None,
     usage: dict[str, Any] | None = None,
+    names_only: bool = False,
 ) -> dict[str, Any]:
     """The JSON object GET /api/v1/jobs/ID answers (`tasks`: a multi-worker job's, from gang.view; a queued job's
-    place in line, from queues.positions; a running job's usage, from jobs.usage)."""
+    place in line, from queues.positions; a running job's usage, from jobs.usage). `names_only`: for a user who is
+    not the job's owner (nor an admin), its env values are all hidden; `secret_env` values are for nobody."""
     now = time.time() if now is None else now
     status = Status(rec["status"])
     started, running, ended = rec.get("started_at"), rec.get("running_at"), rec.get("ended_at")
     elapsed = ((ended or now) - started) if started else None
     progress = _progress(rec.get("progress") or {}, running, ended or now, status)
-    spec = rec["spec"]
-    if spec.get("env"):
-        spec = dict(spec, env=masked(spec["env"]))
+    spec = shown(rec["spec"], names_only)
     return {
         "id": rec["id"],
         "name": spec.get("name"),
@@ -50,13 +50,22 @@ def job_view(
         "log_tail": rec.get("log_tail") if status == Status.FAILED else None,
         "tasks": tasks,
         "source": rec.get("source"),
-        "environment": rec.get("environment"),
+        "environment": _environment(rec.get("environment"), names_only),
         "queue_position": queue_position if status == Status.QUEUED else None,
         "usage": usage if status in (Status.STARTING, Status.RUNNING) else None,
         "disk_bytes": rec.get("disk_bytes"),
         "resumes": rec.get("resumes"),
         "sweep_id": sweep_id(rec),
     }
+
+
+def _environment(env: dict[str, str] | None, names_only: bool) -> dict[str, str] | None:
+    """What a command job got: gpudeck's variables as they are, the job's own masked (all of them: names_only)."""
+    if env is None or not names_only:
+        return env
+    from jobs.spec import INJECTED
+
+    return {k: v if k in INJECTED else "***" for k, v in env.items()}
 
 
 def sweep_id(rec: dict[str, Any]) -> int | None:

@@ -67,7 +67,18 @@ DATASET_PATTERN = (
 NOT_SYNTHETIC = {"not": {"pattern": "^synthetic(:|$)"}}
 """A command job's dataset: its DATA_DIR is a folder, never generated data."""
 
-NULL_IS_DEFAULT = ("gpus", "name", "tags", "priority", "max_retries", "workers", "chief", "env", "dataset")
+NULL_IS_DEFAULT = (
+    "gpus",
+    "name",
+    "tags",
+    "priority",
+    "max_retries",
+    "workers",
+    "chief",
+    "env",
+    "secret_env",
+    "dataset",
+)
 """Optional spec fields a null stands for the default of (the others are nullable in the spec itself)."""
 
 STR, INT, NUM, BOOL = {"type": "string"}, {"type": "integer"}, {"type": "number"}, {"type": "boolean"}
@@ -204,6 +215,13 @@ def spec_props() -> dict[str, Any]:
         "env": {
             "type": "object",
             "description": f"variables for the command; not one of {', '.join(INJECTED)}",
+            "propertyNames": {"pattern": f"^{ENV_NAME.pattern}$"},
+            "additionalProperties": STR,
+        },
+        "secret_env": {
+            "type": "object",
+            "description": "variables like env whose values are never shown (names only, values ***) nor written "
+            "to the job dir",
             "propertyNames": {"pattern": f"^{ENV_NAME.pattern}$"},
             "additionalProperties": STR,
         },

@@ -82,12 +82,19 @@ def submit(model, dataset, params, idempotency_key, wait, min_accuracy, as_json,
 @click.option("--dataset", help="an uploaded NAME[:VERSION] or a server folder: the job's $DATA_DIR")
 @spec_options
 @click.option("--env", "env", multiple=True, type=Pair("NAME=VALUE"), help="a variable (repeatable)")
+@click.option(
+    "--secret-env",
+    "secret_env",
+    multiple=True,
+    type=Pair("NAME=VALUE"),
+    help="a variable whose value is never shown nor written to the job dir (repeatable)",
+)
 @click.option("--env-name", help="a Python environment the operator registered (GPUDECK_ENVS)")
 @click.option("--total-steps", type=int, help="the steps your script will log, for progress and ETA")
 @min_accuracy_option
 @click.option("--detach", is_flag=True, help="print the job id and return")
 @click.argument("command", nargs=-1, type=click.UNPROCESSED)
-def run(source, no_source, env, min_accuracy, detach, command, **options) -> int:
+def run(source, no_source, env, secret_env, min_accuracy, detach, command, **options) -> int:
     """Run your own command as a job: pack a folder, upload it, follow the log.
 
     Packs --source (default .) without what .gitignore/.gpudeckignore leave out, uploads it unless the server
@@ -126,6 +133,8 @@ def run(source, no_source, env, min_accuracy, detach, command, **options) -> int
     spec_fields(spec, options, (*SPEC_OPTIONS, "dataset", "total_steps", "env_name"))
     if env:
         spec["env"] = dict(env)
+    if secret_env:
+        spec["secret_env"] = dict(secret_env)
     job = api.submit(spec)
     if detach:
         click.echo(job["id"])
