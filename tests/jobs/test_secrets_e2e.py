@@ -14,7 +14,9 @@ from tests.support.live import until
 
 pytestmark = pytest.mark.slow
 
-CHECK = 'test ${#CREDS} = 7 && case "$DATABASE_URL" in postgres://u:*@db/x) echo the job got its secrets;; *) exit 1;; esac'
+CHECK = (
+    'test ${#CREDS} = 7 && case "$DATABASE_URL" in postgres://u:*@db/x) echo the job got its secrets;; *) exit 1;; esac'
+)
 """Checks the values the job got without naming them (a command is shown to every user)."""
 
 
