@@ -3,9 +3,9 @@
 
 from __future__ import annotations
 
-from flask import Blueprint, Response, request, send_file
+from flask import Blueprint, Response, current_app, request, send_file
 
-from api import deps
+from api import deps, longpoll
 from jobs import artifacts
 from jobs.errors import BadRequest
 
@@ -31,12 +31,21 @@ def get_file(job_id: int, path: str):
         if archive != "tar.gz":
             raise BadRequest(f"{path} is a folder: add ?archive=tar.gz to download it as a file", {"field": "archive"})
         name = found.name if found != root else f"job-{job_id}"
-        return Response(
-            artifacts.tar_stream(found, name),
-            mimetype="application/gzip",
-            headers={"Content-Disposition": f'attachment; filename="{name}.tar.gz"'},
+        return _streamed(
+            Response(
+                artifacts.tar_stream(found, name),
+                mimetype="application/gzip",
+                headers={"Content-Disposition": f'attachment; filename="{name}.tar.gz"'},
+            )
         )
     if archive is not None:
         raise BadRequest(f"{path} is a file: archive applies to folders only", {"field": "archive"})
     artifacts.regular(found, path)
-    return send_file(found, conditional=True, etag=True, download_name=found.name, as_attachment=True)
+    return _streamed(send_file(found, conditional=True, etag=True, download_name=found.name, as_attachment=True))
+
+
+def _streamed(response: Response) -> Response:
+    """A download holds a server thread while it is sent: it takes one of the slots long polls take, so clients
+    that never read cannot take every thread (api.longpoll, api.guard)."""
+    slots = current_app.extensions["gpudeck.longpolls"]
+    return longpoll.held_while_sent(response, slots, request.remote_addr or "unknown")

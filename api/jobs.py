@@ -188,18 +188,9 @@ def logs(job_id: int):
         body = "".join(line + "\n" for line in lines)
         return Response(body, mimetype="text/plain", headers={"X-Next-Offset": str(next_offset)})
     slots, client, environ = _long_poll_slots()
-    slots.acquire(client)
-    released = threading.Event()
-
-    def release() -> None:  # once, whether the stream ran to its end, was closed, or never started
-        if not released.is_set():
-            released.set()
-            slots.release(client)
-
     headers = {"X-Next-Offset": str(offset), "Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
     response = Response(_follow(store, job_id, offset, environ), mimetype="text/plain", headers=headers)
-    response.call_on_close(release)
-    return response
+    return longpoll.held_while_sent(response, slots, client)
 
 
 def _follow(store, job_id: int, offset: int, environ: dict):

@@ -44,14 +44,18 @@ class Slots:
         """Take a slot for `client`, or TooMany saying which limit was hit and what to do instead."""
         with self._lock:
             if sum(self._held.values()) >= self.total:
-                why = f"this API process already serves {self.total} long polls (log follows and waits)"
+                why = f"this API process already serves {self.total} long polls (log follows, waits and downloads)"
             elif self._held[client] >= self.per_client:
-                why = f"{client} already holds {self.per_client} long polls (log follows and waits) of this API process"
+                why = (
+                    f"{client} already holds {self.per_client} long polls (log follows, waits and downloads) of this "
+                    "API process"
+                )
             else:
                 self._held[client] += 1
                 return
         raise TooMany(
-            f"{why}; poll with offset= or a shorter wait, close the ones you no longer read, or try again later",
+            f"{why}; poll with offset= or a shorter wait, close the ones you no longer read, or try again later "
+            "(a download resumes with a Range)",
             {"retry_after_s": RETRY_AFTER_S},
         )
 
@@ -64,6 +68,21 @@ class Slots:
     def held(self) -> int:
         with self._lock:
             return sum(self._held.values())
+
+
+def held_while_sent(response, slots: Slots, client: str):
+    """`response` with a slot of `slots` taken for `client` until it has been sent (or its client went): a
+    download or a follow holds a thread that long (TooMany when no slot is free)."""
+    slots.acquire(client)
+    released = threading.Event()
+
+    def release() -> None:  # once, whether the body ran to its end, was closed, or never started
+        if not released.is_set():
+            released.set()
+            slots.release(client)
+
+    response.call_on_close(release)
+    return response
 
 
 def client_gone(environ: dict) -> bool:

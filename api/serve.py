@@ -75,7 +75,8 @@ def serve(
         "workers": workers,
         # A thread per request: long polls (wait, log follow) wait in theirs; api.longpoll keeps a reserve of
         # threads they never take and ends the ones whose client has gone.
-        "worker_class": "gthread",
+        # (gthread's, with request heads gathered by its event loop and slow readers timed out: api.guard)
+        "worker_class": "api.guard.GuardedThreadWorker",
         "threads": threads,
         "timeout": 60,
         "graceful_timeout": 5,
