@@ -9,6 +9,7 @@ from flask import Flask, jsonify, request
 from redis.exceptions import RedisError
 from werkzeug.exceptions import HTTPException
 
+from jobs import store
 from jobs.errors import (
     BadRequest,
     ConfigError,
@@ -51,11 +52,8 @@ def error_response(status: int, code: str, message: str, details: dict | None = 
     return jsonify({"error": code, "message": message, "details": details or {}}), status
 
 
-def cannot_write(exc: Exception) -> bool:
-    """Redis refuses writes because its last save to disk failed (RDB: MISCONF; AOF: its write error), also when
-    the refusal comes from inside a pipeline (redis-py then says `Command # N (…) of pipeline caused error: …`)."""
-    text = str(exc)
-    return "MISCONF" in text or "Errors writing to the AOF file" in text
+cannot_write = store.cannot_write
+"""(one definition, jobs.store's, which the work-horse rides out as it rides out a Redis that is away)"""
 
 
 def register(app: Flask) -> None:

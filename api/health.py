@@ -12,7 +12,7 @@ from rq import Queue
 
 from api import deps
 from api.errors import cannot_write
-from jobs import disk, tokens
+from jobs import disk, store, tokens
 from jobs import gpus as gpus_mod
 from jobs import worker as worker_mod
 from jobs.keys import PRIORITIES, queue_name, worker_queues
@@ -57,14 +57,7 @@ def healthz():
     }
 
 
-def redis_write_error(redis) -> str | None:
-    """Why Redis refuses writes (its last save to disk failed: the AOF's write or an RDB snapshot), or None."""
-    info = redis.info("persistence")
-    if info.get("aof_enabled") and info.get("aof_last_write_status") == "err":
-        return "its append-only file could not be written (is the disk full?)"
-    if info.get("rdb_last_bgsave_status") == "err":
-        return "its last snapshot could not be saved (is the disk full?)"
-    return None
+redis_write_error = store.write_refusal
 
 
 class _Collector:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import json
 import logging
 import time
@@ -9,7 +10,7 @@ import uuid
 from typing import Any
 
 from redis import Redis
-from redis.exceptions import WatchError
+from redis.exceptions import RedisError, WatchError
 
 from jobs import archives, disk, gang, lifecycle, queues, views
 from jobs.errors import Conflict, NotFound
@@ -22,7 +23,7 @@ from jobs.keys import (
 from jobs.outcome import CANCELED_QUEUED
 from jobs.settings import Settings
 from jobs.spec import is_command, is_multi_worker
-from jobs.store import JobStore
+from jobs.store import JobStore, cannot_write, through_outage
 from models.states import Reason, Status
 
 log = logging.getLogger(__name__)
@@ -108,11 +109,27 @@ def delete(redis: Redis, settings: Settings, job_ids: list[int]) -> list[dict[st
     out = []
     for job_id, rec in recs.items():
         sweeps = [sweep_key(s) for s in [views.sweep_id(rec)] if s is not None]
-        _forget(redis, job_id, rec, [rec["idempotency"]] if rec.get("idempotency") else [], sweeps)
+        slots = [rec["idempotency"]] if rec.get("idempotency") else []
         aside = settings.jobs_dir / f".deleted-{job_id}-{uuid.uuid4().hex[:8]}"
-        out.append({"id": job_id, "bytes_freed": archives.discard(settings.job_dir(job_id), aside)})
+        try:
+            _forget(redis, job_id, rec, slots, sweeps)
+            freed = archives.discard(settings.job_dir(job_id), aside)
+        except RedisError as exc:
+            if not cannot_write(exc):
+                raise
+            # Redis's disk is full: the job's files go first (that is the room Redis needs to write again), then
+            # its records, once Redis takes writes again (it retries its own save every second)
+            freed = archives.discard(settings.job_dir(job_id), aside)
+            log.warning("job %s: Redis cannot write (%s); its %d bytes of files freed first", job_id, exc, freed)
+            forget = functools.partial(_forget, redis, job_id, rec, slots, sweeps)
+            through_outage(forget, f"deleting job {job_id}", FULL_WAIT_S)
+        out.append({"id": job_id, "bytes_freed": freed})
         log.info("job %s deleted (%s, ended %s)", job_id, rec["status"], rec.get("ended_at"))
     return out
+
+
+FULL_WAIT_S = 15.0
+"""How long a delete that freed space waits for Redis to take writes again."""
 
 
 def expired(redis: Redis, settings: Settings, now: float | None = None) -> list[tuple[int, str, float]]:

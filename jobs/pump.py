@@ -15,11 +15,12 @@ from collections.abc import Callable
 from typing import IO, Any, Protocol
 
 from redis import Redis
+from redis.exceptions import RedisError
 
 from jobs.launch import RUN_ID_ENV, LogFile, signal_group
 from jobs.proc import end_descendants, kill_marked
 from jobs.scalars import ScalarReader, read_result
-from jobs.store import OUTAGE, JobStore
+from jobs.store import JobStore, passing
 from models import protocol
 from models.states import Reason, Status
 
@@ -44,8 +45,9 @@ killed (a background child would otherwise keep the job from ending)."""
 
 
 class Writes:
-    """Pipelines of one attempt's writes. While Redis is away (restarting, a blip) the job goes on: its log lines
-    and points wait in a pipeline of their own (in order, scripts and all) and go in when Redis answers again."""
+    """Pipelines of one attempt's writes. While Redis is away (restarting, a blip) or cannot write (its disk is
+    full) the job goes on: its log lines and points wait in a pipeline of their own (in order, scripts and all)
+    and go in when Redis takes them again."""
 
     def __init__(self, redis: Redis, job_id: int):
         self.redis, self.job_id = redis, job_id
@@ -64,7 +66,9 @@ class Writes:
             return
         try:
             pipe.execute()
-        except OUTAGE as exc:
+        except RedisError as exc:
+            if not passing(exc):
+                raise
             carry = self.redis.pipeline(transaction=False)
             carry.command_stack, carry.scripts = stack, scripts
             self.carry = carry
@@ -78,7 +82,9 @@ class Writes:
         """fn() (a heartbeat, a look for a stop request), or None while Redis is away: the job goes on."""
         try:
             out = fn()
-        except OUTAGE as exc:
+        except RedisError as exc:
+            if not passing(exc):
+                raise
             self._away(exc, "")
             return None
         if self.carry is None:  # else the next flush says so, once it has written what waits

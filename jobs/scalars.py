@@ -9,6 +9,7 @@ retried attempt (same job dir) does not send the first attempt's points again.
 
 from __future__ import annotations
 
+import errno
 import importlib
 import json
 import logging
@@ -119,10 +120,14 @@ class ScalarReader:
 
     def save(self) -> None:
         """Remember what was read (after its points are stored), for a later attempt in the same job dir."""
-        self.state_path.parent.mkdir(exist_ok=True)
-        tmp = self.state_path.with_suffix(".tmp")
-        tmp.write_text(json.dumps(self.state))
-        os.replace(tmp, self.state_path)
+        try:
+            self.state_path.parent.mkdir(exist_ok=True)
+            tmp = self.state_path.with_suffix(".tmp")
+            tmp.write_text(json.dumps(self.state))
+            os.replace(tmp, self.state_path)
+        except OSError as exc:  # a full disk: the state stays in memory (a later attempt rereads a little more)
+            if exc.errno not in (errno.ENOSPC, errno.EDQUOT):
+                raise
 
     def _read_events(self, path: Path) -> list[dict[str, Any]]:
         rel = str(path.relative_to(self.job_dir))

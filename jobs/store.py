@@ -11,8 +11,8 @@ from typing import Any, TypeVar
 
 from redis import Redis
 from redis.exceptions import ConnectionError as RedisConnectionError
+from redis.exceptions import RedisError, WatchError
 from redis.exceptions import TimeoutError as RedisTimeoutError
-from redis.exceptions import WatchError
 
 from jobs.errors import NotFound
 from jobs.keys import ACTIVE_KEY, COUNTER_KEY, INDEX_KEY, heartbeat_key, job_key, log_key, metrics_key, stop_key
@@ -33,20 +33,47 @@ log = logging.getLogger(__name__)
 
 OUTAGE = (RedisConnectionError, RedisTimeoutError)
 """What a Redis that is away (restarting, a network blip) raises, as opposed to one that refused a command."""
+
+
+def cannot_write(exc: BaseException) -> bool:
+    """Redis refuses writes because it cannot save to its disk (its last snapshot failed: MISCONF; its append-only
+    file cannot be written: `MISCONF Errors writing to the AOF file`), also when the refusal comes from inside a
+    pipeline (redis-py then says `Command # N (…) of pipeline caused error: …`). It takes writes again by itself
+    once it can save."""
+    text = str(exc)
+    return isinstance(exc, RedisError) and ("MISCONF" in text or "Errors writing to the AOF file" in text)
+
+
+def write_refusal(redis: Redis) -> str | None:
+    """Why Redis refuses writes now (its last save to disk failed: the AOF's write or an RDB snapshot), or None."""
+    info = redis.info("persistence")
+    if info.get("aof_enabled") and info.get("aof_last_write_status") == "err":
+        return "its append-only file could not be written (is the disk full?)"
+    if info.get("rdb_last_bgsave_status") == "err":
+        return "its last snapshot could not be saved (is the disk full?)"
+    return None
+
+
+def passing(exc: BaseException) -> bool:
+    """A Redis trouble that passes by itself and is ridden out: away (OUTAGE) or unable to write for now."""
+    return isinstance(exc, OUTAGE) or cannot_write(exc)
+
+
 OUTAGE_LIMIT_S = 600.0
 """How long a work-horse waits for Redis to come back to record how its job ended, before it gives up."""
 T = TypeVar("T")
 
 
 def through_outage(fn: Callable[[], T], what: str, limit_s: float = OUTAGE_LIMIT_S) -> T:
-    """fn(), called again every second while Redis is unreachable, for up to `limit_s`; logs the wait once."""
+    """fn(), called again every second while Redis is unreachable or cannot write (passing), for up to `limit_s`;
+    logs the wait once."""
     deadline = time.monotonic() + limit_s
     waited = False
     while True:
         try:
             out = fn()
-        except OUTAGE as exc:
-            if time.monotonic() > deadline:
+        except RedisError as exc:
+            if not passing(exc) or time.monotonic() > deadline:
                 raise
             if not waited:
                 log.warning("redis unreachable (%s): %s waits for it", exc, what)

@@ -11,6 +11,7 @@ import time
 from typing import Any
 
 from redis import Redis
+from redis.exceptions import RedisError
 from rq import Worker
 from rq.command import send_shutdown_command
 from rq.job import Job
@@ -33,7 +34,7 @@ from jobs.launch import WorkerContext
 from jobs.lifecycle import worker_lost
 from jobs.reaper import Reaper
 from jobs.settings import Settings
-from jobs.store import OUTAGE, JobStore
+from jobs.store import JobStore, passing, write_refusal
 from models.protocol import DEFAULT_GRACE_S
 from models.sourcetree import human
 from models.states import Reason, Status
@@ -100,6 +101,18 @@ class GpudeckWorker(Worker):
             if self._stop_requested:
                 return None  # asked to stop while it waited: no job now
             log.warning("worker %s: there is room again under %s; it takes jobs", self.name, settings.home)
+        refusing = False  # Redis cannot save (its disk is full): a job taken now could not even be recorded
+        while not self._stop_requested and (why := self._redis_refusal()) is not None:
+            if timeout is None:
+                return None
+            if not refusing:
+                log.warning("worker %s takes no new job: Redis refuses writes (%s)", self.name, why)
+                refusing = True
+            time.sleep(LOW_DISK_POLL_S)
+        if refusing:
+            if self._stop_requested:
+                return None
+            log.warning("worker %s: Redis takes writes again; it takes jobs", self.name)
         while True:
             result = super().dequeue_job_and_maintain_ttl(timeout, max_idle_time)
             if result is None:
@@ -111,12 +124,52 @@ class GpudeckWorker(Worker):
                 return result
             log.info("worker %s: job %s waits for its owner's GPU quota", self.name, job_id)
 
+    def _redis_refusal(self) -> str | None:
+        try:
+            return write_refusal(self.connection)
+        except RedisError as exc:
+            if not passing(exc):
+                raise
+            return None  # away: RQ's own loop waits for it as before
+
+    def set_state(self, state: Any, pipeline: Any = None) -> None:
+        """RQ's state of the worker (busy, idle): while Redis cannot write, not recorded; the worker goes on."""
+        self._tolerant(f"its state {state}", super().set_state, state, pipeline)
+
+    def run_maintenance_tasks(self) -> None:
+        """RQ's cleaning of its registries: while Redis cannot write, put off to the next round."""
+        self._tolerant("maintenance", super().run_maintenance_tasks)
+
+    def check_for_suspension(self, burst: bool) -> None:
+        """RQ's look for `rq suspend` (which writes a heartbeat too): while Redis cannot write, not suspended."""
+        self._tolerant("suspension check", super().check_for_suspension, burst)
+
+    def register_death(self) -> None:
+        """RQ's record of this worker's exit: while Redis cannot write, left to the worker's key expiring."""
+        self._tolerant("exit record", super().register_death)
+
+    def _tolerant(self, what: str, fn: Any, *args: Any) -> None:
+        """fn(*args); a Redis that is away or cannot write (its disk is full) is logged and ridden out, so the
+        worker never quits (and crash-loops) on it."""
+        try:
+            fn(*args)
+        except RedisError as exc:
+            if not passing(exc):
+                raise
+            log.warning("worker %s: %s put off (%s)", self.name, what, exc)
+
+    def heartbeat(self, timeout: Any = None, pipeline: Any = None) -> None:
+        """RQ's heartbeat of the worker: while Redis cannot write, skipped; the worker goes on."""
+        self._tolerant("heartbeat", super().heartbeat, timeout, pipeline)
+
     def maintain_heartbeats(self, job: Any, execution: Any) -> None:
         """RQ's heartbeats while a work-horse runs; while Redis is away (restarting, a blip) they wait, and the
         worker and its job ride the outage out instead of the worker quitting on the error."""
         try:
             super().maintain_heartbeats(job, execution)
-        except OUTAGE as exc:
+        except RedisError as exc:
+            if not passing(exc):
+                raise
             log.warning("worker %s: redis unreachable (%s); its job goes on", self.name, exc)
 
     def _stop_trainer(self, job: Any) -> None:
@@ -141,7 +194,10 @@ def trainer_of(job: Any) -> tuple[int, int | None]:
 def on_horse_killed(job: Any, retpid: int, ret_val: int, rusage: Any) -> None:
     """The work-horse died under a job (cold shutdown, a crash): its trainer goes too, the job is worker_lost
     (for a task of a multi-worker job: the other tasks stop, and the job is retried or fails as worker_lost)."""
-    _horse_lost(job, f"the work-horse died (wait status {ret_val})")
+    try:
+        _horse_lost(job, f"the work-horse died (wait status {ret_val})")
+    except RedisError as exc:  # away, or its disk full: the worker goes on; the reaper ends the job later
+        log.warning("job %s: could not record that its work-horse died (%s); the reaper will", job.id, exc)
 
 
 def on_job_error(job: Any, exc_type: type, exc: BaseException, tb: Any) -> None:

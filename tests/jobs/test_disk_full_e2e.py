@@ -6,10 +6,12 @@ from __future__ import annotations
 import os
 import shutil
 import subprocess
+import time
 
 import pytest
 import requests
 
+from jobs.proc import python_module
 from tests.support.live import start_api
 
 pytestmark = pytest.mark.slow
@@ -79,3 +81,52 @@ def test_a_job_that_fills_the_disk_ends_disk_full_keeps_its_checkpoint_and_its_r
     assert "resumed from checkpoints/ckpt-32 at step 32" in text  # the trainer restored it: it loads
     health = requests.get(f"{api}/healthz", timeout=10).json()  # the stack stayed up through it all
     assert (health["redis"], health["workers"], health["workers_alive"]) == ("ok", 1, 1), health
+
+
+FILL = (
+    "import os\n"
+    "with open(os.path.join(os.environ['JOB_DIR'], 'fill'), 'wb') as f:\n"
+    "    try:\n"
+    "        while True:\n"
+    "            f.write(b'x' * (1 << 20)); f.flush()\n"
+    "    except OSError as exc:\n"
+    "        print('filled:', exc.strerror, flush=True); raise SystemExit(1)\n"
+)
+"""A script that fills the disk, then fails with ENOSPC's words."""
+
+
+def test_a_full_disk_under_the_default_up_with_redis_on_it_is_ridden_out_and_rm_frees_it(
+    small_home, tmp_path, child_env
+):
+    """Issue 23 #6: `gpudeck up` with its Redis (and its append-only file) on the full disk too. Redis refuses
+    writes; the worker rides it out (no crash, no restart), the filling job waits to be recorded; `gpudeck rm` of an
+    ended job frees its files first, Redis writes again, and the job ends disk_full, once, not retried."""
+    from tests.support.stack import Up
+
+    env = {k: v for k, v in child_env.items() if k != "REDIS_URL"}
+    env.update(GPUDECK_MIN_FREE="0", GPUDECK_COMMAND_JOBS="1")
+    stack = Up(small_home, env, tmp_path / "up.log")
+    try:
+        api = stack.url
+        big = requests.post(f"{api}/api/v1/jobs", json={"command": "head -c 12000000 /dev/zero > $JOB_DIR/big"}).json()
+        assert (
+            requests.get(f"{api}/api/v1/jobs/{big['id']}/wait?timeout=60", timeout=70).json()["status"] == "succeeded"
+        )
+        filling = requests.post(f"{api}/api/v1/jobs", json={"command": ["python", "-c", FILL]}, timeout=10).json()
+        deadline = time.monotonic() + 60
+        while shutil.disk_usage(small_home).free > (1 << 20):
+            assert time.monotonic() < deadline, "the disk did not fill"
+            time.sleep(0.2)
+        time.sleep(5)  # Redis cannot write its append-only file now: the worker rides it out
+        assert requests.get(f"{api}/api/v1/jobs/{filling['id']}", timeout=10).status_code == 200  # reads answer
+        gone = subprocess.run(
+            [*python_module("tui.cli", "rm", str(big["id"])), "--api", api], env=env, capture_output=True, text=True
+        )
+        assert gone.returncode == 0 and "deleted 1 job" in gone.stdout, gone.stdout + gone.stderr
+        job = requests.get(f"{api}/api/v1/jobs/{filling['id']}/wait?timeout=60", timeout=70).json()
+        worker_log = (small_home / "logs" / "worker-cpu0.log").read_text(errors="replace")
+        assert (job["status"], job["reason"], job["attempt"]) == ("failed", "disk_full", 1), (job, worker_log[-4000:])
+        assert "restarting" not in stack.output() and "exited (" not in stack.output(), stack.output()[-3000:]
+    finally:
+        stack.kill()
+        shutil.copytree(small_home / "logs", tmp_path / "logs", dirs_exist_ok=True)  # (the tmpfs goes: keep them)
