@@ -178,7 +178,8 @@ def test_tokens_guard_every_route_but_healthz(settings, redis):
         assert resp.status_code == 401 and resp.json["error"] == "unauthorized"
         assert resp.headers["WWW-Authenticate"].startswith("Bearer")
     resp = client.post("/api/v1/jobs", json=GOOD)
-    assert resp.status_code == 401 and redis.keys("*") == [b"gpudeck:authfail:127.0.0.1"]  # (guesses, counted)
+    counted = {b"gpudeck:authfail:address:127.0.0.1", b"gpudeck:authfail:prefix:wrong", b"gpudeck:authfail:total"}
+    assert resp.status_code == 401 and set(redis.keys("*")) == counted  # (guesses, counted; nothing else)
     assert client.get("/api/v1/jobs", headers={"Authorization": "Bearer other"}).status_code == 200
 
 
