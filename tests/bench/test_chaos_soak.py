@@ -8,9 +8,9 @@ judges:
   outages) and has ended as what was done to it says: canceled when a cancel was accepted; failed
   `exit_nonzero` when its trainer was killed or it failed by design; otherwise succeeded, retried no more often
   than its worker or work-horse was killed (failed `worker_lost` only once more kills hit it than it may retry);
-- no job ran twice at the same time (each command task holds an flock on `locks/JOB-TASK` while it runs and
-  writes `double` to the ledger when it finds it taken; no two live processes carry different attempt marks
-  of one job at any scan);
+- no job ran twice at the same time (each command task holds an flock on `$JOB_DIR/soak-lock-TASK` while it
+  runs and writes `double` to its job's ledger when it finds it taken; no two live processes carry different
+  attempt marks of one job at any scan);
 - steps never go backwards: a command job's metric stream only climbs, the progress the API shows never
   falls, and a resumed zoo job starts no more than an epoch before where it had been seen;
 - no process is left behind, while the stack runs (nothing of an ended job) and after it stops (nothing at all);
@@ -57,14 +57,14 @@ QUEUE_DEPTH = 3
 
 SCRIPT = r"""
 import fcntl, json, os, sys, time
-soak, job, task = os.environ["SOAK_DIR"], os.environ["GPUDECK_JOB_ID"], os.environ.get("GPUDECK_TASK_INDEX", "0")
+soak, job, task = os.environ["JOB_DIR"], os.environ["GPUDECK_JOB_ID"], os.environ.get("GPUDECK_TASK_INDEX", "0")
 steps, pause, fail_at = int(sys.argv[1]), float(sys.argv[2]), int(sys.argv[3])
 def ledger(**event):
     attempt = int(os.environ["GPUDECK_ATTEMPT"])
     event.update(job=int(job), task=int(task), attempt=attempt, pid=os.getpid(), t=time.time())
-    with open(os.path.join(soak, "ledger.jsonl"), "a") as f:
+    with open(os.path.join(soak, "soak-ledger.jsonl"), "a") as f:
         f.write(json.dumps(event) + "\n")
-lock = open(os.path.join(soak, "locks", job + "-" + task), "a")
+lock = open(os.path.join(soak, "soak-lock-" + task), "a")
 try:
     fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
 except OSError:
@@ -410,7 +410,11 @@ def test_chaos_soak(tmp_path, child_env):
         problems += [f"job {j['id']} ({j['name']}) was never acknowledged" for j in listed if j["id"] not in soak.by_id]
 
         outcomes: collections.Counter = collections.Counter()
-        ledger = [json.loads(line) for line in (soak_dir / "ledger.jsonl").read_text().splitlines()]
+        ledger = [  # each job's own (a job writes only inside its job dir: its sandbox)
+            json.loads(line)
+            for path in sorted(home.glob("jobs/*/soak-ledger.jsonl"))
+            for line in path.read_text().splitlines()
+        ]
         ended = {e["job"]: e["t"] for e in ledger if e["event"] == "end" and e["task"] == 0}
         for job in soak.jobs:
             rec = soak.call("GET", f"/api/v1/jobs/{job.id}").json()
