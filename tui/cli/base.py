@@ -101,6 +101,9 @@ def connection_options(f: Callable) -> Callable:
 
 json_option = click.option("--json", "as_json", is_flag=True, help="print JSON instead of text")
 
+job_id_argument = click.argument("job_id", metavar="ID", type=int)
+"""The job a command acts on (`gpudeck show ID`, `logs ID`, `files ID`, …)."""
+
 min_accuracy_option = click.option(
     "--min-accuracy",
     type=float,

@@ -10,12 +10,12 @@ import click
 
 from models.common import EXIT_OK, EXIT_USAGE
 from models.sourcetree import human
-from tui.cli.base import client, connection_options, echo_json, json_option, print_table
+from tui.cli.base import client, connection_options, echo_json, job_id_argument, json_option, print_table
 
 
 @click.command()
 @connection_options
-@click.argument("job_id", metavar="ID", type=int)
+@job_id_argument
 @click.argument("path", required=False)
 @json_option
 def files(job_id, path, as_json) -> int:
@@ -37,7 +37,7 @@ def files(job_id, path, as_json) -> int:
 
 @click.command()
 @connection_options
-@click.argument("job_id", metavar="ID", type=int)
+@job_id_argument
 @click.argument("path", required=False)
 @click.option("-o", "--output", metavar="DEST", help="where to write it (default: its name here)")
 def download(job_id, path, output) -> int:

@@ -25,6 +25,7 @@ from tui.cli.base import (
     connection_options,
     echo_json,
     fmt,
+    job_id_argument,
     json_option,
     min_accuracy_option,
     print_jobs,
@@ -227,7 +228,7 @@ def _what_rows(job: dict[str, Any]) -> list[tuple[str, Any]]:
 
 @click.command()
 @connection_options
-@click.argument("job_id", metavar="ID", type=int)
+@job_id_argument
 @json_option
 def show(job_id, as_json) -> int:
     """One job: status, progress, metrics, result."""
@@ -270,7 +271,7 @@ def show(job_id, as_json) -> int:
 
 @click.command()
 @connection_options
-@click.argument("job_id", metavar="ID", type=int)
+@job_id_argument
 @min_accuracy_option
 @click.option("--timeout", type=Natural(), metavar="S", help=f"give up after S seconds (exit {EXIT_WAIT_TIMEOUT})")
 @json_option
@@ -286,7 +287,7 @@ def wait(job_id, min_accuracy, timeout, as_json) -> int:
 
 @click.command()
 @connection_options
-@click.argument("job_id", metavar="ID", type=int)
+@job_id_argument
 @json_option
 def cancel(job_id, as_json) -> int:
     """Cancel a queued or running job."""
@@ -298,7 +299,7 @@ def cancel(job_id, as_json) -> int:
 
 @click.command()
 @connection_options
-@click.argument("job_id", metavar="ID", type=int)
+@job_id_argument
 @click.option("--fresh", is_flag=True, help="train from the start, not from its last checkpoint")
 @json_option
 def retry(job_id, fresh, as_json) -> int:
@@ -311,7 +312,7 @@ def retry(job_id, fresh, as_json) -> int:
 
 @click.command()
 @connection_options
-@click.argument("job_id", metavar="ID", type=int)
+@job_id_argument
 @click.option("-f", "--follow", is_flag=True, help="keep printing until the job ends")
 @click.option("--offset", type=Natural(), default=0, help="skip this many lines of the log as written (before folding)")
 @click.option("--tail", type=Natural(), metavar="N", help="only the last N lines (with -f: then follow)")
