@@ -1,0 +1,99 @@
+"""What an attempt runs, without Redis or RQ (jobs.launch): a command's environment (gpudeck's variables, the job's
+own, its secrets; none of the worker's), the trainer's, a retry's checkpoints, refusals, and the sandbox's
+command line and options."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+from jobs import launch, sandbox
+from jobs.settings import Settings
+from models import protocol
+
+
+@pytest.fixture
+def ctx(tmp_path: Path) -> launch.WorkerContext:
+    venv = tmp_path / "venvs" / "tf"
+    (venv / "bin").mkdir(parents=True)
+    settings = Settings(home=tmp_path / "home", envs=(("tf", venv),), redis_url="unix:///run/gpudeck/redis.sock")
+    return launch.WorkerContext(settings, "w1", gpu_ids=["0", "1"], stop_grace_s=20.0)
+
+
+@pytest.fixture
+def attempt(ctx: launch.WorkerContext) -> launch.Attempt:
+    job_dir = ctx.settings.job_dir(7)
+    job_dir.mkdir(parents=True)
+    return launch.Attempt(job_id=7, attempt=2, run_id="gpudeck-7-2.abc", job_dir=job_dir)
+
+
+def test_a_command_gets_gpudecks_variables_its_own_and_none_of_the_workers(ctx, attempt, monkeypatch):
+    monkeypatch.setenv("REDIS_URL", "redis://secret-host:6379/0")
+    monkeypatch.setenv("GPUDECK_TOKENS", "s3cret")
+    spec = {"command": "python train.py", "env": {"LR": "0.1"}, "secret_env": {"API_KEY": "k"}, "env_name": "tf"}
+    how = launch.command(ctx, attempt, spec, data_dir=Path("/data/cifar"), extra_env={"TF_CONFIG": "{}"})
+    assert how.argv == ["/bin/sh", "-c", "python train.py"] and how.cwd == attempt.job_dir / "src"
+    env = how.env
+    assert "REDIS_URL" not in env and "GPUDECK_TOKENS" not in env
+    assert env["GPUDECK_JOB_ID"] == "7" and env["GPUDECK_ATTEMPT"] == "2" and env[launch.RUN_ID_ENV] == attempt.run_id
+    assert env["GPU_COUNT"] == "2" and env["DATA_DIR"] == "/data/cifar" and env["TF_CONFIG"] == "{}"
+    assert env["LR"] == "0.1" and env["API_KEY"] == "k"  # the job's own, its secret too
+    assert env["PATH"].startswith(str(ctx.settings.env_python("tf"))) and env["VIRTUAL_ENV"].endswith("tf")
+    assert "API_KEY" not in how.injected and how.injected["SRC_DIR"] == str(attempt.job_dir / "src")
+
+
+def test_the_trainer_writes_its_events_to_the_descriptor_it_is_given(ctx, attempt, monkeypatch):
+    monkeypatch.setenv("GPUDECK_TOKEN", "t")
+    how = launch.trainer(ctx, attempt, events_w=9, extra_env={"X": "1"})
+    assert how.argv[-6:] == ["-m", "models.train", "--spec", "spec.json", "--job-dir", "."]
+    assert how.env[protocol.EVENTS_FD_ENV] == "9" and how.env["X"] == "1" and "GPUDECK_TOKEN" not in how.env
+    assert float(how.env[protocol.STOP_GRACE_ENV]) < ctx.stop_grace_s  # its own deadline comes first
+
+
+def test_a_command_that_cannot_start_here_is_refused_by_name(ctx, attempt):
+    with pytest.raises(launch.Refused, match="environment 'torch' is not registered on worker w1"):
+        launch.command(ctx, attempt, {"command": "true", "env_name": "torch"}, None, {})
+    fresh = launch.Attempt(8, 1, "r", ctx.settings.job_dir(8))  # (no source copy made yet)
+    fresh.job_dir.mkdir(parents=True)
+    with pytest.raises(launch.Refused, match="source src:.* is not under"):
+        launch.command(ctx, fresh, {"command": "true", "source": "src:" + "a" * 64}, None, {})
+
+
+def test_a_retry_links_the_last_whole_checkpoint_of_the_job_it_retries(ctx, attempt):
+    theirs = ctx.settings.job_dir(3) / "checkpoints"
+    theirs.mkdir(parents=True)
+    for name in ("checkpoint", "ckpt-10.index", "ckpt-10.data-00000-of-00001", "ckpt-12_temp"):
+        (theirs / name).write_text(name)
+    said = launch.take_checkpoints(ctx.settings, attempt.job_dir, resumes=3)
+    assert said == "gpudeck: resuming from the last checkpoint of job 3"
+    mine = sorted(p.name for p in (attempt.job_dir / "checkpoints").iterdir())
+    assert mine == ["checkpoint", "ckpt-10.data-00000-of-00001", "ckpt-10.index"]  # the cut-short save left out
+    assert launch.take_checkpoints(ctx.settings, attempt.job_dir, resumes=3) is None  # its own now
+    assert "left no checkpoint" in launch.take_checkpoints(ctx.settings, ctx.settings.job_dir(8), resumes=4)
+
+
+def test_the_sandbox_gets_the_environment_through_a_descriptor_and_bwrap_runs_with_path_alone(ctx, attempt):
+    if sandbox.unavailable():
+        pytest.skip(sandbox.unavailable())
+    how = launch.command(ctx, attempt, {"command": "true", "secret_env": {"API_KEY": "k"}}, None, {})
+    lifeline, held = os.pipe()
+    boxed = launch.sandboxed(ctx, how, attempt.job_dir, [Path("/data")], lifeline=lifeline)
+    try:
+        assert boxed.sandboxed and boxed.argv[0].endswith("bwrap") and "--args" in boxed.argv
+        inside = boxed.argv[boxed.argv.index("--") + 1 :]  # what bubblewrap runs: the shim, then the command
+        assert inside[-7:] == ["-m", "jobs.shim", str(lifeline), "--", "/bin/sh", "-c", "true"], inside
+        assert "k" not in boxed.argv and set(boxed.env) <= set(sandbox.BWRAP_ENV)  # the secret is not on its line
+        options_fd = boxed.fds()[0]
+        options = os.pread(options_fd, 1 << 20, 0).split(b"\0")
+        assert b"--clearenv" in options and options[options.index(b"API_KEY") - 1] == b"--setenv"
+        for hidden in (ctx.settings.home, Path("/run/gpudeck")):
+            if hidden.is_dir():
+                assert options[options.index(str(hidden).encode()) - 1] == b"--tmpfs"
+        assert options[options.index(str(attempt.job_dir).encode()) - 1] == b"--bind"
+    finally:
+        boxed.close_files()  # (the lifeline's read end with it: the sandbox's now)
+        os.close(held)
+    off = launch.WorkerContext(Settings(home=ctx.settings.home, sandbox="off"), "w1")
+    assert launch.sandboxed(off, how, attempt.job_dir, [], lifeline=-1) is how
