@@ -77,8 +77,8 @@ def settings_for_submit(spec: Any) -> Settings:
             f"one that may: gpudeck token create NAME)",
             {"rule": "no_commands", "user": who.name},
         )
-    why = sandbox.missing(settings.sandbox)
-    if isinstance(spec, dict) and is_command(spec) and why is not None and not settings.command_jobs_trusted:
+    why = sandbox.command_refusal(settings.sandbox, settings.command_jobs_trusted)
+    if isinstance(spec, dict) and is_command(spec) and why is not None:
         raise Forbidden(
             f"command jobs of named users need a sandbox, and this gpudeck cannot make one ({why}): without it a "
             "user who may run commands can act as the service. The operator can install bubblewrap, or accept that "

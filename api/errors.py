@@ -52,10 +52,6 @@ def error_response(status: int, code: str, message: str, details: dict | None = 
     return jsonify({"error": code, "message": message, "details": details or {}}), status
 
 
-cannot_write = store.cannot_write
-"""(one definition, jobs.store's, which the work-horse rides out as it rides out a Redis that is away)"""
-
-
 def register(app: Flask) -> None:
     """Install the handlers that turn every exception into the one error shape."""
 
@@ -77,7 +73,7 @@ def register(app: Flask) -> None:
     @app.errorhandler(RedisError)
     def redis_down(exc: RedisError):
         log.error("redis error: %s", exc)
-        if cannot_write(exc):
+        if store.cannot_write(exc):
             return error_response(
                 503,
                 "redis_cannot_write",

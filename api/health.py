@@ -11,7 +11,6 @@ from redis.exceptions import RedisError
 from rq import Queue
 
 from api import deps
-from api.errors import cannot_write
 from jobs import disk, store, tokens
 from jobs import gpus as gpus_mod
 from jobs import worker as worker_mod
@@ -32,10 +31,10 @@ def healthz():
             deps.redis().ping()
             workers = worker_mod.describe(deps.redis())
         except RedisError as exc:
-            if not cannot_write(exc):
+            if not store.cannot_write(exc):
                 raise
             workers = []  # (a Redis that cannot save refuses PING too, and RQ tidies its registry as it reads)
-        writes = redis_write_error(deps.redis())
+        writes = store.write_refusal(deps.redis())
     except RedisError as exc:
         down = {"status": "unavailable", "redis": f"unreachable: {exc}", "workers": 0, "workers_alive": 0}
         return {**down, "long_polls": long_polls, "command_jobs": deps.settings().command_jobs_allowed}, 503
@@ -55,9 +54,6 @@ def healthz():
         "command_jobs": settings.command_jobs_allowed or tokens.any_named(deps.redis()),
         "disk": space,
     }
-
-
-redis_write_error = store.write_refusal
 
 
 class _Collector:

@@ -13,10 +13,10 @@ from redis.exceptions import RedisError
 
 from api.longpoll import RESERVED_THREADS, THREADS
 from jobs import tokens
-from jobs.cli import settings_from_env, setup_logging
-from jobs.errors import ConfigError, GpudeckError
+from jobs.cli import ServerCommand, settings_from_env, setup_logging
+from jobs.errors import ConfigError
 from jobs.settings import DEFAULT_PORT, Settings
-from models.common import EXIT_OK, EXIT_USAGE
+from models.common import EXIT_OK
 
 log = logging.getLogger(__name__)
 
@@ -88,7 +88,7 @@ def serve(
     _Gunicorn(app, options).run()
 
 
-@click.command()
+@click.command(cls=ServerCommand)
 @click.option("--host", default="127.0.0.1", show_default=True, help="address to bind")
 @click.option("--port", type=int, default=DEFAULT_PORT, show_default=True, help="port to bind")
 @click.option("--workers", type=int, default=2, show_default=True, help="gunicorn worker processes")
@@ -116,10 +116,7 @@ def main(argv: list[str] | None = None) -> int:
         return exc.exit_code
     except click.ClickException as exc:
         exc.show()
-        return EXIT_USAGE
-    except GpudeckError as exc:
-        print(f"gpudeck: {exc.message}", file=sys.stderr)
-        return EXIT_USAGE
+        return exc.exit_code
 
 
 if __name__ == "__main__":

@@ -48,12 +48,32 @@ class Parsed(click.ParamType):
             self.fail(f"expected {self.example}, got {value!r}", param, ctx)
 
 
+class Refusal(click.ClickException):
+    """A server command's refusal (ConfigError and the other GpudeckErrors): one line, `gpudeck: …`, exit 2, the
+    same wherever the command runs (`gpudeck`, `python -m jobs.cli`, click's CliRunner)."""
+
+    exit_code = EXIT_USAGE
+
+    def show(self, file=None) -> None:
+        click.echo(f"gpudeck: {self.message}", err=True, file=file)
+
+
+class ServerCommand(click.Command):
+    """A click command whose GpudeckError is a Refusal."""
+
+    def invoke(self, ctx: click.Context):
+        try:
+            return super().invoke(ctx)
+        except GpudeckError as exc:
+            raise Refusal(exc.message) from None
+
+
 home_option = click.option(
     "--home", type=click.Path(path_type=Path), help="data root (default $GPUDECK_HOME or ~/.local/share/gpudeck)"
 )
 
 
-@click.command()
+@click.command(cls=ServerCommand)
 @click.option("--host", default="127.0.0.1", show_default=True, help="address the API binds")
 @click.option("--port", type=int, default=DEFAULT_PORT, show_default=True, help="API port")
 @home_option
@@ -68,7 +88,7 @@ def up(host, port, home, gpus, cpu_workers) -> int:
     return run_stack(settings_from_env(home), host=host, port=port, gpus=chosen, cpu_workers=cpu_workers)
 
 
-@click.command()
+@click.command(cls=ServerCommand)
 @click.option("--gpus", help="GPU indices this worker owns, e.g. 0 or 2,3")
 @click.option("--cpu", is_flag=True, help="a CPU-only worker")
 @click.option("--drain", metavar="NAME", help="ask worker NAME (see GET /api/v1/workers) to finish its job and exit")
@@ -155,7 +175,7 @@ def token() -> None:
     """Named tokens, on the server against its Redis: create (printed once), ls, revoke."""
 
 
-@token.command(name="create")
+@token.command(name="create", cls=ServerCommand)
 @click.argument("name", required=False)
 @click.option("--admin", is_flag=True, help="may do anything: others' jobs, draining workers, the audit")
 @click.option("--max-gpus", type=int, metavar="N", help="the most GPUs this user's running jobs hold at once")
@@ -182,7 +202,7 @@ def token_create(name, admin, max_gpus, no_commands, expires, home) -> int:
     return EXIT_OK
 
 
-@token.command(name="ls")
+@token.command(name="ls", cls=ServerCommand)
 @home_option
 @click.option("--json", "as_json", is_flag=True, help="print JSON instead of text")
 def token_ls(home, as_json) -> int:
@@ -211,7 +231,7 @@ def token_ls(home, as_json) -> int:
     return EXIT_OK
 
 
-@token.command(name="revoke")
+@token.command(name="revoke", cls=ServerCommand)
 @click.argument("name", required=False)
 @home_option
 def token_revoke(name, home) -> int:
@@ -245,10 +265,7 @@ def main(argv: list[str] | None = None) -> int:
         return exc.exit_code
     except click.ClickException as exc:
         exc.show()
-        return EXIT_USAGE
-    except GpudeckError as exc:
-        click.echo(f"gpudeck: {exc.message}", err=True)
-        return EXIT_USAGE
+        return exc.exit_code
     except (KeyboardInterrupt, click.exceptions.Abort):
         return EXIT_INTERRUPTED
     return int(code or 0)

@@ -181,8 +181,8 @@ def sandboxed(ctx: WorkerContext, how: Launch, job_dir: Path, readable: list[Pat
 def may_run_unsandboxed(ctx: WorkerContext, owner: str | None) -> None:
     """Refused: a named user's command where no sandbox can be made, unless the operator trusts them (the API
     refuses such a job at submission; this is the worker's own check, for workers on other hosts)."""
-    why = sandbox.missing(ctx.settings.sandbox)
-    if owner is not None and why is not None and not ctx.settings.command_jobs_trusted:
+    why = sandbox.command_refusal(ctx.settings.sandbox, ctx.settings.command_jobs_trusted)
+    if owner is not None and why is not None:
         raise Refused(UNSANDBOXED.format(why=why))
 
 

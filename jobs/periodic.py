@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import logging
 import threading
+from abc import ABC, abstractmethod
 
 from redis import Redis
 from redis.exceptions import RedisError
@@ -14,7 +15,7 @@ from redis.exceptions import RedisError
 log = logging.getLogger(__name__)
 
 
-class Periodic(threading.Thread):
+class Periodic(threading.Thread, ABC):
     """Subclasses set `what` (for the log) and `every_s`, and write `round()`; `lease_key()` (a key, or None) makes
     one process at a time do the round, for `lease_share` of the interval; `first_wait`: wait before the first."""
 
@@ -31,8 +32,9 @@ class Periodic(threading.Thread):
     def lease_key(self) -> str | None:
         return None
 
+    @abstractmethod
     def round(self) -> None:
-        raise NotImplementedError
+        """One round of the thread's work (the reaper's reap, the placer's placing, …)."""
 
     def closing(self) -> None:
         """After the last round, once stopped (a placer says its worker is gone)."""

@@ -63,6 +63,7 @@ class JobRun:
         self.resumes: int | None = None
         self.lifeline: tuple[int, int] = (-1, -1)
         self.owner: str | None = None
+        self.data_dir: Path | None = None
         self._run_id: str | None = None
 
     def run(self) -> str:
@@ -77,6 +78,7 @@ class JobRun:
         self.resumes = rec.get("resumes")
         self.owner = rec.get("owner")
         try:
+            self.data_dir = self._data_dir(spec.get("dataset"))
             self.job_dir.mkdir(parents=True, exist_ok=True)
             # (every user may read a job dir's files: a command's env values and secrets stay out of it)
             written = self._trainer_spec(spec) if not self.command else shown(spec, names_only=True)
@@ -152,15 +154,14 @@ class JobRun:
     def _launch(self, spec: dict[str, Any], extra_env: dict[str, str], events_w: int) -> launch.Launch:
         """What this attempt runs (Refused when it cannot start here); a command's variables go in its record."""
         attempt = Attempt(self.job_id, self.attempt, self.run_id, self.job_dir)
-        data_dir = self._data_dir(spec["dataset"]) if spec.get("dataset") else None
-        readable = [data_dir] if data_dir is not None and data_dir.is_absolute() else []
+        readable = [self.data_dir] if self.data_dir is not None else []
         if not self.command:
             said = launch.take_checkpoints(self.ctx.settings, self.job_dir, self.resumes)
             self.preamble += [said] if said else []
             how = launch.trainer(self.ctx, attempt, events_w, extra_env)
             return launch.sandboxed(self.ctx, how, self.job_dir, readable, self.lifeline[0])
         launch.may_run_unsandboxed(self.ctx, self.owner)
-        how = launch.command(self.ctx, attempt, spec, data_dir, extra_env)
+        how = launch.command(self.ctx, attempt, spec, self.data_dir, extra_env)
         if self.reports:
             self.output.reader = ScalarReader(self.job_dir, ignore=launch.shipped_event_files(how.source))
             env_shown = {**masked(spec.get("env") or {}), **dict.fromkeys(spec.get("secret_env") or {}, "***")}
@@ -185,8 +186,13 @@ class JobRun:
     def request_stop(self, reason: str) -> None:
         self.store.request_stop(self.job_id, reason)
 
-    def _data_dir(self, dataset: str) -> Path:
+    def _data_dir(self, dataset: str | None) -> Path | None:
+        """Where the job's dataset lies on this host (None: it names none, or generated data)."""
+        if not dataset:
+            return None
         ref = parse_dataset(dataset)
+        if ref.kind == "synthetic":
+            return None
         if ref.kind == "stored":
             return datasets.local_path(self.redis, self.ctx.settings, dataset)
         return Path(ref.path or dataset)
@@ -195,7 +201,7 @@ class JobRun:
         """The spec the trainer reads: an uploaded dataset's folder on this host is filled in."""
         if is_command(spec) or parse_dataset(spec["dataset"]).kind != "stored":
             return spec
-        return dict(spec, dataset_path=str(self._data_dir(spec["dataset"])))
+        return dict(spec, dataset_path=str(self.data_dir))
 
     # -- hooks -------------------------------------------------------------------------------
     def claim(self) -> bool:

@@ -59,14 +59,22 @@ def unavailable() -> str | None:
     return None
 
 
-def active(mode: str) -> bool:
-    """Whether jobs run sandboxed under GPUDECK_SANDBOX=`mode` on this host."""
-    return mode != "off" and unavailable() is None
-
-
 def missing(mode: str) -> str | None:
     """Why jobs run without a sandbox here under GPUDECK_SANDBOX=`mode`, or None when they run in one."""
     return "GPUDECK_SANDBOX=off" if mode == "off" else unavailable()
+
+
+def active(mode: str) -> bool:
+    """Whether jobs run sandboxed under GPUDECK_SANDBOX=`mode` on this host."""
+    return missing(mode) is None
+
+
+def command_refusal(mode: str, trusted: bool) -> str | None:
+    """Why a named user's command may not run here (no sandbox, and the operator does not accept the risk with
+    GPUDECK_COMMAND_JOBS=trusted), or None when it may. The one rule the API (at submission) and each worker (for
+    workers on other hosts) apply."""
+    why = missing(mode)
+    return None if trusted else why
 
 
 def describe(mode: str, trusted: bool) -> str:

@@ -149,7 +149,7 @@ def test_a_write_refused_inside_a_pipeline_reads_as_cannot_write(failing_redis):
     MISCONF …`; that is still Redis that cannot save, not Redis that is away."""
     from redis.exceptions import RedisError
 
-    from api.errors import cannot_write
+    from jobs.store import cannot_write
 
     with failing_redis.pipeline() as pipe:
         pipe.set("gpudeck:x", 1)

@@ -1,6 +1,6 @@
 """What the table and `gpudeck ls` print for a job's numbers (no stack needed)."""
 
-from tui.cli import _row
+from tui.cli.base import job_lines, status_line
 from tui.widgets.fmt import accuracy_text, job_cells
 
 RUNNING = {
@@ -21,13 +21,13 @@ def test_accuracy_says_which_it_is_batch_while_running_then_validation_or_test()
     assert accuracy_text(done) == "0.9100 test"
     assert accuracy_text({**RUNNING, "metrics": {"loss": 1.0}}) == ""
     assert job_cells(done)["acc"] == "0.9100 test"
-    assert _row(done).endswith("0.5000  0.9100 test") and _row(RUNNING).endswith("0.8750 batch")
+    assert job_lines([done])[1].endswith("0.5000  0.9100 test") and job_lines([RUNNING])[1].endswith("0.8750 batch")
 
 
 def test_a_nonfinite_loss_reads_nan_not_blank():
     diverged = {**RUNNING, "metrics": {"step": 5, "loss": None, "nonfinite": {"loss": "nan"}}}
     assert job_cells(diverged)["loss"] == "nan"
-    assert "nan" in _row(diverged).split()
+    assert "nan" in job_lines([diverged])[1].split()
     assert job_cells({**RUNNING, "metrics": {}})["loss"] == ""
 
 
@@ -39,10 +39,8 @@ def test_the_table_marks_why_a_job_failed():
 
 
 def test_the_live_wait_line_says_state_step_loss_and_eta():
-    from tui.cli import _status_line
-
-    assert _status_line({**RUNNING, "eta_s": 62.0}) == "job 7 running  step 5/10  loss 0.5000  eta 1m02s"
-    assert _status_line({"id": 8, "status": "queued", "progress": {"step": None}}) == "job 8 queued"
+    assert status_line({**RUNNING, "eta_s": 62.0}) == "job 7 running  step 5/10  loss 0.5000  eta 1m02s"
+    assert status_line({"id": 8, "status": "queued", "progress": {"step": None}}) == "job 8 queued"
 
 
 def test_an_eta_moves_a_third_of_the_way_to_each_new_estimate_and_counts_down_between():

@@ -15,7 +15,7 @@ import click
 
 from models.common import EXIT_INTERRUPTED, EXIT_JOB_FAILED, EXIT_OK, EXIT_UNREACHABLE, EXIT_USAGE
 from tui.cli import admin, data, jobs, sweeps
-from tui.cli.base import _row, _status_line, connection_options  # noqa: F401 (the names tests and callers use)
+from tui.cli.base import connection_options
 
 SERVER_COMMANDS = {
     "up": ("jobs.cli", "up", "Start Redis, the API and one worker per GPU; Ctrl-C stops all."),
@@ -39,10 +39,7 @@ def report(exc: BaseException) -> int | None:
     if isinstance(exc, Unreachable):
         click.echo(f"gpudeck: {exc}", err=True)
         return EXIT_UNREACHABLE
-    if any(f"{k.__module__}.{k.__name__}" == "jobs.errors.GpudeckError" for k in type(exc).__mro__):
-        click.echo(f"gpudeck: {exc.message}", err=True)  # a server command's refusal (ConfigError, …)
-        return EXIT_USAGE
-    return None
+    return None  # (a server command's refusal is a click exception of its own: jobs.cli.Refusal)
 
 
 class Gpudeck(click.Group):

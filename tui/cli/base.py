@@ -260,11 +260,6 @@ def job_lines(jobs: Sequence[dict[str, Any]], owners: bool = False) -> list[str]
     return table_lines(head, [job_row(j, owners) for j in jobs], right)
 
 
-def _row(job: dict[str, Any], owners: bool = False) -> str:
-    """One job as `ls` prints it (the table's second line)."""
-    return job_lines([job], owners)[1]
-
-
 def print_jobs(jobs: Sequence[dict[str, Any]], owners: bool = False, err: bool = False) -> None:
     for line in job_lines(jobs, owners):
         click.echo(line, err=err)
@@ -284,9 +279,6 @@ def status_line(job: dict[str, Any]) -> str:
     if job.get("eta_s") is not None and job["status"] == "running":
         parts.append(f"eta {duration(job['eta_s'])}")
     return "  ".join(parts)
-
-
-_status_line = status_line  # (the name tests and older callers use)
 
 
 def wait_for(api, job_id: int, timeout: float | None = None, live: bool = False) -> dict[str, Any]:
