@@ -2,20 +2,19 @@
 
 from __future__ import annotations
 
+from collections import Counter
 from pathlib import Path
 
 from flask import Blueprint, Response, current_app
 from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.core import GaugeMetricFamily
 from redis.exceptions import RedisError
-from rq import Queue
 
 from api import deps
-from jobs import disk, store, tokens
+from jobs import disk, queues, store, tokens
 from jobs import gpus as gpus_mod
 from jobs import worker as worker_mod
-from jobs.keys import PRIORITIES, queue_name, worker_queues
-from jobs.spec import MAX_GPUS
+from jobs.keys import AFTER_KEY, PRIORITIES, job_key, queue_name
 from jobs.store import JobStore
 
 bp = Blueprint("health", __name__)
@@ -67,14 +66,17 @@ class _Collector:
         for status, n in JobStore(self.redis).count_by_status().items():
             jobs.add_metric([status], n)
         yield jobs
-        queued = GaugeMetricFamily("gpudeck_queue_length", "Jobs waiting in each RQ queue.", labels=["queue"])
-        names = [queue_name(g, p) for g in range(MAX_GPUS + 1) for p in PRIORITIES]
+        queued = GaugeMetricFamily(
+            "gpudeck_queue_length", "Queued jobs by kind (cpu, gpus-N, with -high/-low).", labels=["queue"]
+        )
+        ids = [i for members in queues.lines(self.redis).values() for i, _ in members]
+        ids += [int(i) for i in self.redis.smembers(AFTER_KEY)]
         pipe = self.redis.pipeline(transaction=False)
-        for name in names:
-            pipe.llen(Queue(name, connection=self.redis).key)
-        for name, n in zip(names, pipe.execute()):
-            if n or not name.startswith("gpus-") or name in worker_queues(1):
-                queued.add_metric([name], n)
+        for job_id in ids:
+            pipe.hget(job_key(job_id), "queue")
+        counts = Counter(q.decode() for q in pipe.execute() if q)
+        for name in sorted({"cpu", *worker_kinds(1), *counts}):
+            queued.add_metric([name], counts.get(name, 0))
         yield queued
         workers = GaugeMetricFamily("gpudeck_workers", "Workers by state.", labels=["state"])
         states: dict[str, int] = {"idle": 0, "busy": 0, "lost": 0}
@@ -125,3 +127,8 @@ def metrics():
     registry = CollectorRegistry(auto_describe=False)
     registry.register(_Collector(deps.redis()))
     return Response(generate_latest(registry), mimetype="text/plain; version=0.0.4; charset=utf-8")
+
+
+def worker_kinds(gpus: int) -> list[str]:
+    """The queue labels of jobs of one GPU count, by priority."""
+    return [queue_name(gpus, p) for p in PRIORITIES]

@@ -12,7 +12,7 @@ from typing import Any
 from redis import Redis
 from redis.exceptions import RedisError, WatchError
 
-from jobs import archives, disk, gang, lifecycle, queues, views
+from jobs import archives, disk, gang, lifecycle, queues, schedule, views
 from jobs.errors import Conflict, NotFound
 from jobs.keys import (
     INDEX_KEY,
@@ -36,8 +36,8 @@ def submit(
     idempotency_key: str | None = None,
     extra: dict[str, Any] | None = None,
 ) -> tuple[dict[str, Any], bool]:
-    """Validate and queue a job (once per Idempotency-Key when one is given); a multi-worker job is placed right
-    away when its N workers are idle. Returns (record, replayed). Refused while the disk is below
+    """Validate and queue a job (once per Idempotency-Key when one is given); it is placed right away when it can
+    start. Returns (record, replayed). Refused while the disk is below
     GPUDECK_MIN_FREE."""
     if settings is not None:
         disk.ensure_room(settings, "a new job")
@@ -45,8 +45,8 @@ def submit(
         rec, replayed = queues.submit(redis, body, settings, extra=extra), False
     else:
         rec, replayed = queues.submit_once(redis, body, idempotency_key, settings, extra=extra)
-    if not replayed and is_multi_worker(rec["spec"]):
-        gang.place(redis)
+    if not replayed:
+        schedule.place(redis, settings)  # it starts now when it can
         rec = JobStore(redis).get(rec["id"])
     return rec, replayed
 

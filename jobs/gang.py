@@ -1,12 +1,5 @@
-"""Multi-worker jobs: N tasks placed at once on N different idle workers (gang scheduling), their
-rendezvous through Redis, and the one decision of how the whole job ended.
-
-A job with `workers > 1` never waits in an RQ queue, where workers would each take one task and hold it
-while waiting for the others (two such jobs could then hold half of the workers each and wait forever).
-It waits in a sorted set instead. `place()` runs under a lock (every worker calls it each second, the API
-after a submit) and hands a job out only when N idle workers serve its queue: then each chosen worker gets
-one task on its private queue, which it serves before any other. Nothing is ever held partially, so
-competing multi-worker jobs cannot deadlock; within a queue the oldest (highest-priority) one goes first.
+"""Multi-worker jobs: the tasks of a placement (jobs.schedule hands out all of a job's places at once, each task
+on its place's first worker), their rendezvous through Redis, and the one decision of how the whole job ended.
 
 Each task then runs like a single job (jobs.taskrun.TaskRun): it publishes host:port, waits for the other
 tasks' addresses, and starts its trainer with TF_CONFIG. When one task fails, is canceled or its worker
@@ -17,37 +10,26 @@ reaper put the job back in line after RENDEZVOUS_S.
 
 from __future__ import annotations
 
-import json
 import logging
 import socket
 import time
-import uuid
 from typing import Any
 from urllib.parse import urlparse
 
 from redis import Redis
-from rq import Queue, Worker
+from rq import Queue
 
-from jobs import lifecycle, queues, quota, taskrecord
-from jobs.errors import NotFound
+from jobs import lifecycle, queues, taskrecord
 from jobs.keys import (
-    GANGS_KEY,
-    GANGS_LOCK_KEY,
-    RUN_TASK,
-    alive_key,
     arrived_key,
-    base_queue,
-    drain_key,
     go_key,
     job_key,
     private_queue,
     rq_task_id,
-    worker_info_key,
 )
 from jobs.outcome import of_tasks
-from jobs.periodic import Periodic
 from jobs.settings import Settings
-from jobs.spec import command_words, is_command, is_multi_worker
+from jobs.spec import is_command, is_multi_worker
 from jobs.store import JobStore
 from models.states import ACTIVE, TASK_ENDED, Reason, Status, TaskStatus
 
@@ -75,134 +57,6 @@ def label(spec: dict[str, Any], index: int) -> str:
     """`worker1`, `chief0`: how the task prefixes its log lines (the trainer names itself the same way)."""
     kind, i = task_name(spec, index)
     return f"{kind}{i}"
-
-
-# -- placement ---------------------------------------------------------------------------------
-def idle_workers(redis: Redis) -> dict[str, list[dict[str, Any]]]:
-    """Workers that could start a task now, by the queue they serve (`cpu`, `gpus-1`, …): idle in RQ,
-    alive (gpudeck's own key, RQ's heartbeat is minutes apart when idle), not draining, no task waiting."""
-    out: dict[str, list[dict[str, Any]]] = {}
-    for w in Worker.all(connection=redis):
-        if w.get_state() != "idle" or w.get_current_job_id():
-            continue
-        pipe = redis.pipeline(transaction=False)
-        pipe.exists(alive_key(w.name))
-        pipe.exists(drain_key(w.name))
-        pipe.llen(Queue(private_queue(w.name), connection=redis).key)
-        pipe.get(worker_info_key(w.name))
-        alive, draining, waiting, raw = pipe.execute()
-        if not alive or draining or waiting or raw is None:
-            continue
-        info = json.loads(raw)
-        base = base_queue(len(info.get("gpus", [])))
-        out.setdefault(base, []).append({"name": w.name, "host": info.get("host", w.hostname), **info})
-    return out
-
-
-def _spread(free: list[dict[str, Any]], n: int) -> list[dict[str, Any]]:
-    """N workers, taking one per host in turn so the tasks spread over hosts first."""
-    by_host: dict[str, list[dict[str, Any]]] = {}
-    for w in sorted(free, key=lambda w: w["name"]):
-        by_host.setdefault(w["host"], []).append(w)
-    chosen: list[dict[str, Any]] = []
-    while len(chosen) < n:
-        for host in sorted(by_host):
-            if by_host[host] and len(chosen) < n:
-                chosen.append(by_host[host].pop(0))
-    return chosen
-
-
-def place(redis: Redis) -> list[int]:
-    """Hand out every waiting multi-worker job whose N workers are idle now; returns the ids placed."""
-    token = uuid.uuid4().hex
-    if not redis.set(GANGS_LOCK_KEY, token, nx=True, px=10_000):
-        return []
-    placed: list[int] = []
-    try:
-        pending = [int(i) for i in redis.zrange(GANGS_KEY, 0, -1)]
-        if not pending:
-            return placed
-        store = JobStore(redis)
-        idle = idle_workers(redis)
-        heads: set[str] = set()
-        for job_id in pending:
-            try:
-                rec = store.get(job_id)
-            except NotFound:  # a record that is gone leaves the line too
-                redis.zrem(GANGS_KEY, job_id)
-                continue
-            if rec["status"] != Status.QUEUED.value:
-                redis.zrem(GANGS_KEY, job_id)
-                continue
-            spec = rec["spec"]
-            base = base_queue(spec["gpus"])
-            if base in heads:
-                continue  # only the first in line of each queue may take workers: no starvation among them
-            owner, gpus = rec.get("owner"), quota.job_gpus(spec)
-            limit = quota.limit_for(redis, owner, gpus)
-            if limit is not None and (holds := quota.held(redis, owner)) + gpus > limit:
-                _waiting(store, rec, quota.waiting(owner, holds, limit))
-                continue  # (over its owner's quota, it does not hold up other users' jobs behind it)
-            heads.add(base)
-            free, n = idle.get(base, []), spec["workers"]
-            if len(free) < n:
-                _waiting(store, rec, f"waiting for {n} idle workers serving {base}; {len(free)} idle now")
-                continue
-            if limit is not None and not (claimed := quota.claim(redis, owner, job_id, gpus, limit))[0]:
-                _waiting(store, rec, quota.waiting(owner, claimed[1], limit))
-                heads.discard(base)
-                continue
-            chosen = _spread(free, n)
-            if _assign(redis, store, rec, chosen):
-                placed.append(job_id)
-                idle[base] = [w for w in free if w not in chosen]
-    finally:
-        if redis.get(GANGS_LOCK_KEY) == token.encode():
-            redis.delete(GANGS_LOCK_KEY)
-    return placed
-
-
-def _waiting(store: JobStore, rec: dict[str, Any], message: str) -> None:
-    if rec.get("message") != message:
-        store.transition(rec["id"], (Status.QUEUED.value,), message=message)
-
-
-def _assign(redis: Redis, store: JobStore, rec: dict[str, Any], chosen: list[dict[str, Any]]) -> bool:
-    """queued -> starting with a new placement generation, then one task on each chosen worker's queue."""
-    job_id, spec = rec["id"], rec["spec"]
-    gen = int(rec.get("gen", 0)) + 1
-    now = time.time()
-    pipe = redis.pipeline()
-    for index, w in enumerate(chosen):
-        taskrecord.place(pipe, job_id, index, gen, w["name"], w["host"], w.get("gpus", []))
-    pipe.execute()
-    if not store.transition(
-        job_id,
-        (Status.QUEUED.value,),
-        status=Status.STARTING.value,
-        gen=gen,
-        placed_at=now,
-        started_at=now,
-        worker=", ".join(w["name"] for w in chosen),
-        gpu_ids=[g for w in chosen for g in w.get("gpus", [])],
-        reason=None,
-        message=None,
-    ):
-        redis.zrem(GANGS_KEY, job_id)
-        return False
-    redis.zrem(GANGS_KEY, job_id)
-    for index, w in enumerate(chosen):
-        Queue(private_queue(w["name"]), connection=redis).enqueue_call(
-            RUN_TASK,
-            args=(job_id, index, gen),
-            job_id=rq_task_id(job_id, gen, index),
-            timeout=-1,
-            result_ttl=queues.RQ_JOB_TTL,
-            failure_ttl=queues.RQ_JOB_TTL,
-            description=f"gpudeck job {job_id} task {label(spec, index)}: {command_words(spec)}",
-        )
-    log.info("job %s placed (gen %d) on %s", job_id, gen, ", ".join(w["name"] for w in chosen))
-    return True
 
 
 # -- tasks -------------------------------------------------------------------------------------
@@ -313,7 +167,7 @@ def unplace(redis: Redis, job_id: int, gen: int, why: str) -> bool:
     ):
         return False
     _cleanup(redis, job_id, gen, rec["spec"]["workers"])
-    queues.enqueue_attempt(redis, rec["queue"], job_id, rec.get("attempt", 1), rec["spec"])
+    queues.enqueue(redis, job_id, rec["spec"], rec.get("owner"), rec.get("seq"))
     log.warning("job %s: %s; back in line", job_id, why)
     return True
 
@@ -342,22 +196,3 @@ def task_lost(redis: Redis, job_id: int, index: int, message: str, finish_job: b
     JobStore(redis).request_stop(job_id, Reason.WORKER_LOST.value, only_first=True)
     if finish_job:
         finish(redis, job_id)
-
-
-class Placer(Periodic):
-    """In each worker: says the worker is alive for tasks, places waiting multi-worker jobs, and puts jobs that
-    waited for their owner's GPU quota back in line when it allows."""
-
-    what, every_s = "placer", PLACE_EVERY_S
-
-    def __init__(self, redis_url: str, worker: str):
-        super().__init__(redis_url, "gpudeck-placer")
-        self.worker = worker
-
-    def round(self) -> None:
-        self.redis.set(alive_key(self.worker), "1", ex=ALIVE_TTL_S)
-        place(self.redis)
-        quota.unpark(self.redis)
-
-    def closing(self) -> None:
-        self.redis.delete(alive_key(self.worker))

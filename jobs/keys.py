@@ -7,7 +7,7 @@ A new key is added here and nowhere else; docs/architecture.md lists the layout.
 
 from __future__ import annotations
 
-from models.states import PRIORITIES
+from models.states import PRIORITIES  # noqa: F401 (the name jobs/ imports it by)
 
 PREFIX = "gpudeck"
 
@@ -84,10 +84,36 @@ def idempotency_key(digest: str) -> str:
     return f"{PREFIX}:idempotency:{digest}"
 
 
-# -- placement of multi-worker jobs, workers and locks ---------------------------------------------
-GANGS_KEY = f"{PREFIX}:gangs"
-"""Sorted set of multi-worker jobs waiting for workers: score = priority rank, then id."""
-GANGS_LOCK_KEY = f"{PREFIX}:gangs:lock"
+# -- the line, placement, workers and locks ------------------------------------------------------
+LINES_KEY = f"{PREFIX}:lines"
+"""Set of the non-empty lines, each `PRIORITY:OWNER` (`-` for jobs without an owner)."""
+AFTER_KEY = f"{PREFIX}:after"
+"""Set of queued jobs waiting for their dependencies (`after`) before they join their line."""
+SCHEDULE_LOCK_KEY = f"{PREFIX}:schedule:lock"
+"""Held by the one process that runs a scheduling round."""
+SHARE_KEY = f"{PREFIX}:share"
+"""Hash owner -> JSON {usage, at}: the owner's decayed GPU-seconds as of `at` (fair share)."""
+NO_OWNER = "-"
+"""The owner part of a line's name for jobs without an owner (no named tokens)."""
+
+
+def line_key(priority: str, owner: str | None) -> str:
+    """Sorted set of one owner's queued jobs of one priority: score = the job's place (its id, or where it was
+    moved)."""
+    return f"{PREFIX}:line:{priority}:{owner or NO_OWNER}"
+
+
+def line_name(priority: str, owner: str | None) -> str:
+    """A line's member of LINES_KEY."""
+    return f"{priority}:{owner or NO_OWNER}"
+
+
+def parse_line_name(name: str) -> tuple[str, str | None]:
+    """(priority, owner or None) of a LINES_KEY member."""
+    priority, _, owner = name.partition(":")
+    return priority, (None if owner == NO_OWNER else owner)
+
+
 REAPER_LOCK_KEY = f"{PREFIX}:reaper:lock"
 RETENTION_LOCK_KEY = f"{PREFIX}:retention:lock"
 
@@ -100,6 +126,11 @@ def worker_info_key(name: str) -> str:
 def drain_key(name: str) -> str:
     """Set while a worker is draining: it finishes its job, takes no new one, and exits."""
     return f"{PREFIX}:worker:{name}:drain"
+
+
+def waiting_key(name: str) -> str:
+    """Why a free worker takes no job now (a foreign process on its GPU), with a short TTL."""
+    return f"{PREFIX}:worker:{name}:waiting"
 
 
 def alive_key(name: str) -> str:
@@ -172,6 +203,8 @@ RUN_JOB = "jobs.task.run_job"
 """The RQ function of a single job (already-queued RQ jobs name it: keep it importable)."""
 RUN_TASK = "jobs.task.run_task"
 """The RQ function of one task of a multi-worker job."""
+RUN_HOLD = "jobs.task.hold"
+"""The RQ function that keeps a worker (its GPUs) for a job another worker runs: a place of several workers."""
 
 
 def base_queue(gpus: int) -> str:
@@ -185,20 +218,14 @@ def queue_name(gpus: int, priority: str) -> str:
     return base if priority == "normal" else f"{base}-{priority}"
 
 
-def worker_queues(gpus: int) -> list[str]:
-    """The queues a worker with `gpus` GPUs serves, highest priority first."""
-    return [queue_name(gpus, p) for p in PRIORITIES]
-
-
 def private_queue(worker: str) -> str:
     """The queue only worker `worker` serves, first of all its queues: tasks placed on it."""
     return f"tasks@{worker}"
 
 
-def worker_listens(worker: str, gpus: int) -> list[str]:
-    """What a worker serving `gpus` GPUs listens on, in RQ's order: its private queue first (a task of a
-    multi-worker job placed on it goes before anything else), then high, normal and low priority."""
-    return [private_queue(worker), *worker_queues(gpus)]
+def rq_hold_id(job_id: int, gen: int, worker: str) -> str:
+    """RQ's id for a worker kept for placement `gen` of a job another worker of its place runs."""
+    return f"{PREFIX}-{job_id}-g{gen}-h-{worker}"
 
 
 def rq_job_id(job_id: int, attempt: int) -> str:
@@ -234,10 +261,3 @@ def token_hash_key(sha256: str) -> str:
 def auth_failures_key(scope: str) -> str:
     """Bad tokens of one scope in the last minute (`address:A`, `prefix:P`, `total`; past a few: 429)."""
     return f"{PREFIX}:authfail:{scope}"
-
-
-QUOTA_CLAIMS_KEY = f"{PREFIX}:quota:claims"
-"""Hash job id -> JSON {owner, gpus, expires}: jobs a worker took for an owner with a GPU quota, not yet started."""
-QUOTA_PARKED_KEY = f"{PREFIX}:quota:parked"
-"""Sorted set (score: job id) of JSON {job, rq, queue, owner, gpus}: jobs taken off their queue to wait for their
-owner's GPU quota (jobs.quota puts them back)."""

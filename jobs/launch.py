@@ -10,6 +10,7 @@ from __future__ import annotations
 import errno
 import logging
 import os
+import re
 import shutil
 import signal
 import stat
@@ -102,6 +103,7 @@ def trainer(ctx: WorkerContext, attempt: Attempt, events_w: int, extra_env: dict
     env = base_env(attempt)
     env[protocol.EVENTS_FD_ENV] = str(events_w)
     env[protocol.STOP_GRACE_ENV] = str(protocol.trainer_grace(ctx.stop_grace_s))
+    env["CUDA_VISIBLE_DEVICES"] = ",".join(ctx.gpu_ids)  # every GPU of the job's place
     env.update(extra_env)
     return Launch(python_module("models.train", "--spec", "spec.json", "--job-dir", "."), attempt.job_dir, env)
 
@@ -139,7 +141,7 @@ def command(
         "TENSORBOARD_DIR": str(job_dir / "tensorboard"),
         "SRC_DIR": str(src),
         "GPU_COUNT": str(len(ctx.gpu_ids)),
-        "CUDA_VISIBLE_DEVICES": os.environ.get("CUDA_VISIBLE_DEVICES", ",".join(ctx.gpu_ids)),
+        "CUDA_VISIBLE_DEVICES": ",".join(ctx.gpu_ids),  # the GPUs of the job's place, not only its worker's
         "PYTHONUNBUFFERED": "1",
     }
     if data_dir is not None:
@@ -242,6 +244,16 @@ def take_checkpoints(settings: Settings, job_dir: Path, resumes: int | None) -> 
         return f"gpudeck: job {resumes} left no checkpoint here; training from the start"
     shutil.copytree(theirs, mine, copy_function=_link_or_copy, ignore=_unfinished, dirs_exist_ok=True)
     return f"gpudeck: resuming from the last checkpoint of job {resumes}"
+
+
+def newest_checkpoint(job_dir: Path) -> int | None:
+    """The step of the newest complete checkpoint in a job dir (what a zoo job resumes from), or None."""
+    try:
+        text = (job_dir / "checkpoints" / "checkpoint").read_text()
+    except OSError:
+        return None
+    found = re.search(r'^model_checkpoint_path: "ckpt-(\d+)"', text, re.M)
+    return int(found.group(1)) if found else None
 
 
 def shipped_event_files(src: Path) -> set[str]:

@@ -8,8 +8,9 @@ from typing import Any
 
 from redis import Redis
 
-from jobs import queues
+from jobs import queues, share
 from jobs.outcome import End, lost
+from jobs.spec import is_command
 from jobs.store import JobStore
 from models.states import ACTIVE, Reason, Status
 
@@ -23,12 +24,19 @@ def end(
     the next attempt instead, while `max_retries` lasts; it resumes from the newest checkpoint. Returns the
     status set, or None when the job had already moved on (another path decided first)."""
     store = JobStore(redis)
+    checkpoint = fields.pop("checkpoint_step", None)
+    if outcome.requeue:
+        rec = rec or store.get(job_id)
+        return Status.QUEUED.value if preempted(redis, job_id, rec, checkpoint, **fields) else None
     if outcome.retry:
         rec = rec or store.get(job_id)
-        if rec.get("attempt", 1) <= rec["spec"].get("max_retries", 0):
+        retries = rec.get("attempt", 1) - int(rec.get("preemptions") or 0)  # (a preemption is not a retry)
+        if retries <= rec["spec"].get("max_retries", 0):
             return Status.QUEUED.value if requeue(redis, job_id, rec, outcome.message or "", **fields) else None
+    before = rec if rec is not None else store.get(job_id)
     if not store.transition(job_id, allowed, ended_at=time.time(), **outcome.fields(), **fields):
         return None
+    _charge(redis, before)
     if outcome.status != Status.SUCCEEDED:
         what = outcome.reason.value if outcome.reason else ""
         extra = "; no retries left" if outcome.retry else ""
@@ -41,8 +49,17 @@ def worker_lost(redis: Redis, job_id: int, rec: dict[str, Any], message: str, **
     return end(redis, job_id, lost(message), rec, **fields)
 
 
-def requeue(redis: Redis, job_id: int, rec: dict[str, Any], message: str, **fields: Any) -> bool:
-    """Put a lost job back on its queue as its next attempt; the trainer resumes from the newest checkpoint."""
+def _charge(redis: Redis, rec: dict[str, Any]) -> None:
+    """An attempt ended: what it held, for how long, goes to its owner's usage (fair share)."""
+    if rec.get("started_at") and rec["status"] in ACTIVE:
+        share.charge(redis, rec.get("owner"), share.attempt_seconds(rec))
+
+
+def requeue(
+    redis: Redis, job_id: int, rec: dict[str, Any], message: str, reason: Reason = Reason.WORKER_LOST, **fields: Any
+) -> bool:
+    """Put a job back in its line as its next attempt (at its old place); a trainer resumes from the newest
+    checkpoint, a command from its own (GPUDECK_ATTEMPT tells it which attempt it is)."""
     store = JobStore(redis)
     attempt = rec.get("attempt", 1) + 1
     ok = store.transition(
@@ -50,12 +67,33 @@ def requeue(redis: Redis, job_id: int, rec: dict[str, Any], message: str, **fiel
         ACTIVE,
         status=Status.QUEUED.value,
         attempt=attempt,
-        reason=Reason.WORKER_LOST.value,
-        message=f"{message}; retrying",
+        reason=reason.value,
+        message=message if reason == Reason.PREEMPTED else f"{message}; retrying",
+        slots=None,
+        pid=None,
         **fields,
     )
     if ok:
+        _charge(redis, rec)
         store.clear_stop(job_id)
-        queues.enqueue_attempt(redis, rec["queue"], job_id, attempt, rec["spec"])
-        log.warning("job %s: worker_lost (%s); queued again as attempt %d", job_id, message, attempt)
+        queues.enqueue(redis, job_id, rec["spec"], rec.get("owner"), rec.get("seq"))
+        log.warning("job %s: %s (%s); queued again as attempt %d", job_id, reason.value, message, attempt)
     return ok
+
+
+def preempted(redis: Redis, job_id: int, rec: dict[str, Any], checkpoint: int | None, **fields: Any) -> bool:
+    """A job stopped to make room: back in line (not a retry), `preemptions` counted, and a message that says by
+    whom, where it was, and where it resumes."""
+    by = rec.get("preempted_by") or {}
+    step = by.get("step") if by.get("step") is not None else (rec.get("progress") or {}).get("step")
+    message = f"preempted by job {by.get('id', '?')} ({by.get('priority', '?')})"
+    if step is not None:
+        message += f" at step {step:,}"
+    if is_command(rec["spec"]):
+        message += f"; it starts again as attempt {rec.get('attempt', 1) + 1} (GPUDECK_ATTEMPT) from its own checkpoint"
+    elif checkpoint is not None:
+        message += f"; resumes from the checkpoint of step {checkpoint:,}"
+    else:
+        message += "; no checkpoint yet: it starts over"
+    preemptions = int(rec.get("preemptions") or 0) + 1
+    return requeue(redis, job_id, rec, message, Reason.PREEMPTED, preemptions=preemptions, **fields)

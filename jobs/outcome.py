@@ -24,6 +24,8 @@ class End:
     reason: Reason | None = None
     message: str | None = None
     retry: bool = False
+    requeue: bool = False
+    """Preempted: back in line at once, not a retry (max_retries is not used)."""
 
     def fields(self) -> dict[str, Any]:
         """The record fields this end sets (None removes a field)."""
@@ -41,6 +43,7 @@ STOPPED: dict[str, End] = {
     Reason.CANCELED.value: End(Status.CANCELED, Reason.CANCELED, "canceled on request"),
     Reason.TIMEOUT.value: End(Status.FAILED, Reason.TIMEOUT, "the job ran past its timeout"),
     Reason.WORKER_LOST.value: End(Status.FAILED, Reason.WORKER_LOST, "its worker shut down while it ran", retry=True),
+    Reason.PREEMPTED.value: End(Status.QUEUED, Reason.PREEMPTED, "preempted", requeue=True),
 }
 """A stop somebody asked for (the job's stop key) -> how the job ends, whatever the trainer's exit status."""
 

@@ -115,6 +115,9 @@ class Output:
         self.result: dict[str, Any] | None = None
         self.diverged: dict[str, Any] | None = None
         self.reader: ScalarReader | None = None
+        self.seen_step: int | None = None
+        """The last step an earlier attempt recorded: a resumed attempt's points up to it are not stored again (the
+        curve goes on with no step twice; what was redone since the checkpoint was recorded once already)."""
 
     def handle(self, kind: str, chunks: list[bytes], log_file: LogFile, pipe: Any) -> None:
         if kind == "log":
@@ -154,6 +157,9 @@ class Output:
 
     def point(self, data: dict[str, Any], pipe: Any) -> dict[str, Any]:
         """Store one metric point; the record fields it changes."""
+        step = data.get("step")
+        if self.seen_step is not None and isinstance(step, int) and step <= self.seen_step:
+            return {}
         self.points += 1
         self.store.append_point(self.job_id, self.points, data, pipe)
         if isinstance(data.get("step"), int):

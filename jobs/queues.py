@@ -1,33 +1,92 @@
-"""RQ queues by GPU count and priority, and submitting a validated spec onto them."""
+"""Submitting a validated spec, and the line queued jobs wait in: one sorted set per priority and owner, and the
+order the scheduler (jobs.schedule) reads them in."""
 
 from __future__ import annotations
 
 import hashlib
+import heapq
 import json
 import time
+from collections.abc import Iterator
 from typing import Any
 
 from redis import Redis
-from rq import Queue, Worker
-from rq.exceptions import NoSuchJobError
-from rq.job import Job
 
 from jobs import datasets, quota, sources
 from jobs import spec as spec_mod
-from jobs.errors import Conflict, Unprocessable
-from jobs.keys import GANGS_KEY, PRIORITIES, RUN_JOB, idempotency_key, queue_name, rq_job_id, worker_queues
+from jobs.errors import Conflict, ReferenceNotFound, Unprocessable, ValidationError
+from jobs.keys import (
+    AFTER_KEY,
+    LINES_KEY,
+    PRIORITIES,
+    alive_key,
+    idempotency_key,
+    job_key,
+    line_key,
+    line_name,
+    parse_line_name,
+    queue_name,
+    worker_info_key,
+)
 from jobs.settings import Settings
-from jobs.spec import command_words, is_multi_worker
+from jobs.share import owner_of, usage
+from jobs.spec import is_multi_worker
 from jobs.store import JobStore
 from models import sourcetree
+from models.states import Status
+
+RQ_WORKERS_KEY = "rq:workers"
+"""RQ's set of registered workers' keys (`rq:worker:NAME`)."""
 
 RQ_JOB_TTL = 7 * 24 * 3600
 """How long RQ keeps its own job objects and results; gpudeck's job records are kept for good."""
 
 
+def host_gpus(redis: Redis) -> dict[str, int]:
+    """GPUs per host, from the live workers (their info and alive keys); hosts with CPU workers only count 0."""
+    names = [k.decode().rsplit(":", 1)[1] for k in redis.smembers(RQ_WORKERS_KEY)]
+    with redis.pipeline(transaction=False) as pipe:
+        for name in names:
+            pipe.get(worker_info_key(name))
+            pipe.exists(alive_key(name))
+        answers = pipe.execute()
+    out: dict[str, int] = {}
+    for raw, alive in zip(answers[::2], answers[1::2]):
+        if raw is None or not alive:
+            continue
+        info = json.loads(raw)
+        out[info.get("host", "?")] = out.get(info.get("host", "?"), 0) + len(info.get("gpus", []))
+    return out
+
+
 def live_gpu_workers(redis: Redis) -> int:
-    """How many live workers serve a GPU queue."""
-    return sum(1 for w in Worker.all(connection=redis) if any(q.startswith("gpus-") for q in w.queue_names()))
+    """How many GPUs the live workers serve, on all hosts."""
+    return sum(host_gpus(redis).values())
+
+
+def check_hosts(redis: Redis, spec: dict[str, Any]) -> None:
+    """ValidationError for a job that asks more GPUs (per worker) than any live host has: it could never start.
+    With no live GPU worker (a stack still starting, a host away) nothing is refused."""
+    hosts = host_gpus(redis)
+    if not any(hosts.values()) or spec["gpus"] <= max(hosts.values()):
+        return
+    host, most = max(hosts.items(), key=lambda kv: (kv[1], kv[0]))
+    per = " per worker" if is_multi_worker(spec) else ""
+    raise ValidationError({"gpus": f"needs {spec['gpus']} GPUs on one host{per}; the largest host, {host}, has {most}"})
+
+
+def check_after(redis: Redis, after: list[int]) -> None:
+    """ReferenceNotFound naming `after` for a dependency on a job that does not exist."""
+    if not after:
+        return
+    with redis.pipeline(transaction=False) as pipe:
+        for job_id in after:
+            pipe.exists(job_key(job_id))
+        missing = [i for i, there in zip(after, pipe.execute()) if not there]
+    if missing:
+        raise ReferenceNotFound(
+            {"after": f"no job {', '.join(map(str, missing))}: a job may depend only on jobs that exist"}
+        )
 
 
 def validate(redis: Redis, body: Any, settings: Settings | None = None, default_gpus: int | None = None) -> dict:
@@ -36,7 +95,7 @@ def validate(redis: Redis, body: Any, settings: Settings | None = None, default_
     s = settings or Settings.from_env({})
     if default_gpus is None:
         default_gpus = 1 if live_gpu_workers(redis) else 0
-    return spec_mod.validate(
+    spec = spec_mod.validate(
         body,
         default_gpus=default_gpus,
         data_roots=s.data_roots,
@@ -45,6 +104,9 @@ def validate(redis: Redis, body: Any, settings: Settings | None = None, default_
         source_known=lambda sha: sources.exists(redis, sha),
         envs=tuple(name for name, _ in s.envs),
     )
+    check_after(redis, spec.get("after") or [])
+    check_hosts(redis, spec)
+    return spec
 
 
 def submit(
@@ -64,84 +126,119 @@ def submit(
     store = JobStore(redis)
     job_id = store.next_id()
     name = queue_name(spec["gpus"], spec["priority"])
+    owner = (extra or {}).get("owner")
+    if spec.get("after"):
+        extra = {**(extra or {}), "message": waiting_for(spec["after"])}
     with redis.pipeline() as pipe:
-        # RQ starts the MULTI itself when handed a pipeline, so it goes first; the record joins it.
-        enqueue_attempt(redis, name, job_id, 1, spec, pipe)
         rec = store.create(job_id, spec, name, pipe=pipe, source=source, extra=extra)
+        enqueue(pipe, job_id, spec, owner, waiting=bool(spec.get("after")))
         pipe.execute()
     return rec
 
 
-def positions(redis: Redis, recs: list[dict[str, Any]]) -> dict[int, int]:
-    """Each queued job's place in line (1: the next a free worker of its kind takes): the jobs ahead of it in
-    its own queue and in the higher-priority queues of its GPU count, or, for a multi-worker job, in the line of
-    multi-worker jobs."""
-    queued = [r for r in recs if r["status"] == "queued"]
-    if not queued:
-        return {}
-    singles = [r for r in queued if not is_multi_worker(r["spec"])]
-    counts = sorted({int(r["spec"].get("gpus") or 0) for r in singles})
+def waiting_for(after: list[int]) -> str:
+    """The message of a job whose dependencies have not all succeeded yet."""
+    return f"waiting for job{'s' if len(after) > 1 else ''} {', '.join(map(str, after))}"
+
+
+# -- the line ---------------------------------------------------------------------------------
+def enqueue(
+    target: Any, job_id: int, spec: dict[str, Any], owner: str | None, seq: float | None = None, waiting: bool = False
+) -> None:
+    """Put a job in its line (its priority's, its owner's), at `seq` (default: its id: the order of submission);
+    `waiting`: it waits for its dependencies first (the scheduler moves it into its line when they succeed).
+    `target`: Redis or a pipeline."""
+    if waiting:
+        target.sadd(AFTER_KEY, job_id)
+        return
+    priority = spec.get("priority", "normal")
+    target.zadd(line_key(priority, owner), {str(job_id): job_id if seq is None else seq})
+    target.sadd(LINES_KEY, line_name(priority, owner))
+
+
+def withdraw(redis: Redis, rec: dict[str, Any], target: Any = None) -> None:
+    """Take a queued job out of its line (or out of the jobs waiting for dependencies)."""
+    pipe = target if target is not None else redis.pipeline(transaction=False)
+    pipe.zrem(line_key(rec["spec"].get("priority", "normal"), rec.get("owner")), rec["id"])
+    pipe.srem(AFTER_KEY, rec["id"])
+    if target is None:
+        pipe.execute()
+
+
+Line = tuple[str, "str | None"]
+"""(priority, owner) of a line."""
+
+
+def lines(redis: Redis, limit: int = -1) -> dict[Line, list[tuple[int, float]]]:
+    """Every non-empty line's first `limit` jobs (all with -1), as (id, place), in order."""
+    names = sorted(n.decode() for n in redis.smembers(LINES_KEY))
     with redis.pipeline(transaction=False) as pipe:
-        for gpus in counts:
-            for name in worker_queues(gpus):
-                pipe.lrange(Queue(name, connection=redis).key, 0, -1)
-        for r in queued:
-            if is_multi_worker(r["spec"]):
-                pipe.zrank(GANGS_KEY, str(r["id"]))
+        for name in names:
+            pipe.zrange(line_key(*parse_line_name(name)), 0, limit if limit < 0 else limit - 1, withscores=True)
         answers = pipe.execute()
-    line: dict[str, int] = {}
-    for i in range(len(counts)):
-        waiting = [rq_id for lst in answers[i * len(PRIORITIES) : (i + 1) * len(PRIORITIES)] for rq_id in lst]
-        line.update({rq_id.decode(): n for n, rq_id in enumerate(waiting, 1)})
-    ranks = iter(answers[len(counts) * len(PRIORITIES) :])
-    out = {}
-    for r in queued:
-        if is_multi_worker(r["spec"]):
-            rank = next(ranks)
-            if rank is not None:
-                out[r["id"]] = rank + 1
-        elif (n := line.get(rq_job_id(r["id"], r.get("attempt", 1)))) is not None:
-            out[r["id"]] = n
+    out: dict[Line, list[tuple[int, float]]] = {}
+    for name, members in zip(names, answers):
+        if members:
+            out[parse_line_name(name)] = [(int(m), score) for m, score in members]
+        else:  # emptied: forgotten, unless a job came into it meanwhile
+            redis.register_script(_FORGET_EMPTY)(keys=[LINES_KEY, line_key(*parse_line_name(name))], args=[name])
     return out
 
 
-def gang_score(spec: dict[str, Any], job_id: int) -> float:
-    """A multi-worker job's place in line: priority rank first, then id."""
-    return PRIORITIES.index(spec.get("priority", "normal")) * 1e12 + job_id
+_FORGET_EMPTY = "if redis.call('ZCARD', KEYS[2]) == 0 then redis.call('SREM', KEYS[1], ARGV[1]) end"
 
 
-def enqueue_attempt(
-    redis: Redis, queue: str, job_id: int, attempt: int, spec: dict[str, Any], pipe: Any = None
-) -> None:
-    """Put one attempt of a job on its queue as an ordinary RQ job (`rq info` and rq-dashboard show it); a
-    multi-worker job instead goes in line for N idle workers at once (jobs.gang places it), never on an RQ
-    queue. `pipe`, when given, takes the writes (RQ starts its MULTI)."""
-    if is_multi_worker(spec):
-        (pipe if pipe is not None else redis).zadd(GANGS_KEY, {str(job_id): gang_score(spec, job_id)})
-        return
-    Queue(queue, connection=redis).enqueue_call(
-        RUN_JOB,
-        args=(job_id,),
-        job_id=rq_job_id(job_id, attempt),
-        timeout=-1,  # the work-horse enforces the spec's timeout itself, stopping the trainer's group
-        result_ttl=RQ_JOB_TTL,
-        failure_ttl=RQ_JOB_TTL,
-        description=f"gpudeck job {job_id}: {command_words(spec)} on {spec.get('dataset') or '-'}",
-        pipeline=pipe,
-    )
+PICK_CHARGE_S = 600.0
+"""What taking one job adds to its owner's usage while the line is ordered (GPU-seconds), so that owners who used
+the same take turns rather than one of them taking every free GPU at once."""
 
 
-def withdraw(redis: Redis, rec: dict[str, Any]) -> None:
-    """Take a job's queued attempt off wherever it waits: its RQ queue, or the line of multi-worker jobs."""
-    if is_multi_worker(rec["spec"]):
-        redis.zrem(GANGS_KEY, rec["id"])
-        return
-    rq_id = rq_job_id(rec["id"], rec.get("attempt", 1))
-    Queue(rec["queue"], connection=redis).remove(rq_id)
-    try:
-        Job.fetch(rq_id, connection=redis).cancel()
-    except (NoSuchJobError, Exception):  # noqa: B014 - RQ raises several kinds for a job already gone
-        pass
+def order(
+    found: dict[Line, list[tuple[int, float]]], used: dict[str, float], fair: bool = True
+) -> Iterator[tuple[int, str, str | None]]:
+    """The order the scheduler considers queued jobs in: (id, priority, owner). Priorities first (high, normal,
+    low); within one, with `fair`, the next job is the oldest of the owner who has used least so far (decayed
+    usage plus PICK_CHARGE_S a job taken); without, the order of submission (place) over all owners."""
+    for priority in PRIORITIES:
+        heap: list[tuple[float, float, int, str | None]] = []
+        queues = {}
+        for (p, owner), members in found.items():
+            if p != priority or not members:
+                continue
+            queues[owner] = list(reversed(members))
+            job_id, place = queues[owner].pop()
+            weight = used.get(owner_of(owner), 0.0) if fair else 0.0
+            heapq.heappush(heap, (weight, place, job_id, owner))
+        while heap:
+            weight, _, job_id, owner = heapq.heappop(heap)
+            yield job_id, priority, owner
+            if queues[owner]:
+                nxt, place = queues[owner].pop()
+                heapq.heappush(heap, (weight + PICK_CHARGE_S if fair else 0.0, place, nxt, owner))
+
+
+def positions(
+    redis: Redis, recs: list[dict[str, Any]], settings: Settings | None = None, running: list[dict[str, Any]] = ()
+) -> dict[int, int]:
+    """Each queued job's place in line (1: the next the scheduler considers), in the scheduler's own order
+    (jobs.queues.order). A job waiting for its dependencies has none."""
+    wanted = {r["id"] for r in recs if r["status"] == Status.QUEUED.value}
+    if not wanted:
+        return {}
+    s = settings or Settings.from_env({})
+    used = usage(redis, s.fairshare_halflife_s, running) if s.fairshare else {}
+    out = {}
+    for n, (job_id, _, _) in enumerate(order(lines(redis), used, s.fairshare), 1):
+        if job_id in wanted:
+            out[job_id] = n
+            if len(out) == len(wanted):
+                break
+    return out
+
+
+def move(redis: Redis, rec: dict[str, Any], place: float) -> None:
+    """Give a queued job another place in its line."""
+    redis.zadd(line_key(rec["spec"].get("priority", "normal"), rec.get("owner")), {str(rec["id"]): place}, xx=True)
 
 
 IDEMPOTENCY_TTL_S = 24 * 3600

@@ -10,12 +10,13 @@ import os
 import subprocess
 import time
 import uuid
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 from redis import Redis
 
-from jobs import datasets, launch, lifecycle, outcome
+from jobs import datasets, gang, launch, lifecycle, outcome
 from jobs.archives import tree_bytes
 from jobs.keys import metrics_key, rq_job_id
 from jobs.launch import NO_SPACE, Attempt, LogFile, Refused, WorkerContext
@@ -45,8 +46,9 @@ class JobRun:
     """Whether this run reports for the job: a command's scalars, environment and result (a multi-worker job's
     task 0 only, as the chief reports for a zoo job)."""
 
-    def __init__(self, job_id: int, redis: Redis, ctx: WorkerContext):
+    def __init__(self, job_id: int, redis: Redis, ctx: WorkerContext, gen: int | None = None):
         self.job_id = job_id
+        self.gen = gen
         self.redis = redis
         self.ctx = ctx
         self.store = JobStore(redis)
@@ -77,6 +79,8 @@ class JobRun:
         self.attempt = rec.get("attempt", 1)
         self.resumes = rec.get("resumes")
         self.owner = rec.get("owner")
+        if self.attempt > 1 and self.reports:  # (an earlier attempt's points stay; this one goes on after them)
+            self.output.seen_step = (rec.get("progress") or {}).get("step")
         try:
             self.data_dir = self._data_dir(spec.get("dataset"))
             self.job_dir.mkdir(parents=True, exist_ok=True)
@@ -205,19 +209,29 @@ class JobRun:
 
     # -- hooks -------------------------------------------------------------------------------
     def claim(self) -> bool:
-        """Take the job: queued -> starting on this worker; False when it is not queued any more."""
+        """Take the job the scheduler placed on this worker (placement `gen`, jobs.schedule): it runs on every GPU
+        of its place; False when it was canceled or placed elsewhere meanwhile. Without a placement (an attempt
+        queued by hand on a worker's queue), take a queued job: queued -> starting on this worker."""
+        if self.gen is None:
+            self.store.beat(self.job_id, self.ctx.name)
+            return self.store.transition(
+                self.job_id,
+                (Status.QUEUED.value,),
+                status=Status.STARTING.value,
+                worker=self.ctx.name,
+                gpu_ids=self.ctx.gpu_ids,
+                slots=[self.ctx.name],
+                started_at=time.time(),
+                reason=None,
+                message=None,
+                pid=None,
+            )
+        rec = self.store.get(self.job_id)
+        if not gang.current(self.redis, self.job_id, self.gen) or rec.get("worker") != self.ctx.name:
+            return False
+        self.ctx = replace(self.ctx, gpu_ids=[str(g) for g in rec.get("gpu_ids") or []])
         self.store.beat(self.job_id, self.ctx.name)
-        return self.store.transition(
-            self.job_id,
-            (Status.QUEUED.value,),
-            status=Status.STARTING.value,
-            worker=self.ctx.name,
-            gpu_ids=self.ctx.gpu_ids,
-            started_at=time.time(),
-            reason=None,
-            message=None,
-            pid=None,
-        )
+        return self.store.transition(self.job_id, (Status.STARTING.value,), claimed_at=time.time())
 
     def prepare(self, spec: dict[str, Any]) -> dict[str, str] | None:
         """Extra environment for the trainer; None when the attempt must stand down without training."""
@@ -269,5 +283,8 @@ class JobRun:
         facts = self.facts(returncode, oom_before)
         end = outcome.of_job(stop, returncode, self.output.result is not None, **facts)
         size = tree_bytes(self.job_dir)
-        status = lifecycle.end(self.redis, self.job_id, end, log_tail=self.output.tail, disk_bytes=size)
+        kept = launch.newest_checkpoint(self.job_dir) if end.requeue and not self.command else None
+        status = lifecycle.end(
+            self.redis, self.job_id, end, log_tail=self.output.tail, disk_bytes=size, checkpoint_step=kept
+        )
         return status or self.store.get(self.job_id)["status"]

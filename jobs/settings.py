@@ -71,6 +71,24 @@ def _choice(env, name: str, choices: tuple[str, ...]) -> str:
     return raw
 
 
+def _switch(env, name: str, default: bool) -> bool:
+    """An on/off setting with a default (`on`, `off`, 1, 0, true, false)."""
+    raw = (env.get(name) or "").strip().lower()
+    if not raw:
+        return default
+    return _flag(env, name)
+
+
+def _duration(raw: str) -> int:
+    """`0`, `90s`, `5m`, `7d` as seconds."""
+    if raw.strip() == "0":
+        return 0
+    try:
+        return parse_age(raw)
+    except ValueError:
+        raise ValueError(f"write a duration such as 0, 90s, 5m or 7d, got {raw!r}") from None
+
+
 def _flag(env, name: str) -> bool:
     raw = (env.get(name) or "0").strip().lower()
     if raw not in ("1", "true", "yes", "on", "0", "false", "no", "off", ""):
@@ -113,6 +131,12 @@ class Settings:
     retention: tuple[tuple[str, int], ...] = ()
     keep_checkpoints: int | None = 2
     advertise_host: str | None = None
+    preempt: bool = True
+    preempt_after_s: int = 300
+    fairshare: bool = True
+    fairshare_halflife_s: int = 7 * 86400
+    backfill: bool = False
+    foreign_memory: int = 1 << 30
 
     @property
     def command_jobs_allowed(self) -> bool:
@@ -148,6 +172,16 @@ class Settings:
             retention=_checked(parse_retention, env, "GPUDECK_RETENTION"),
             keep_checkpoints=_checked(keep_checkpoints, env, KEEP_CHECKPOINTS_ENV),
             advertise_host=(env.get("GPUDECK_ADVERTISE_HOST") or "").strip() or None,
+            preempt=_switch(env, "GPUDECK_PREEMPT", True),
+            preempt_after_s=_checked(_duration, env, "GPUDECK_PREEMPT_AFTER")
+            if env.get("GPUDECK_PREEMPT_AFTER")
+            else 300,
+            fairshare=_switch(env, "GPUDECK_FAIRSHARE", True),
+            fairshare_halflife_s=_checked(_duration, env, "GPUDECK_FAIRSHARE_HALFLIFE")
+            if env.get("GPUDECK_FAIRSHARE_HALFLIFE")
+            else 7 * 86400,
+            backfill=_switch(env, "GPUDECK_BACKFILL", False),
+            foreign_memory=_size(env, "GPUDECK_FOREIGN_MEMORY", cls.foreign_memory, zero=True),
         )
 
     def env_python(self, name: str | None) -> Path | None:

@@ -13,6 +13,7 @@ from jobs.keys import PRIORITIES
 from models import params as params_mod
 from models import sourcetree
 from models.catalog import MODELS, model_info, parse_dataset
+from models.common import parse_age
 
 MAX_GPUS = 16
 """Most GPUs one job (one worker) may ask for."""
@@ -37,6 +38,9 @@ FIELDS = (
     "secret_env",
     "env_name",
     "total_steps",
+    "after",
+    "preemptible",
+    "checkpoint_every",
 )
 
 INJECTED = (
@@ -227,6 +231,32 @@ def _source(value: Any, data_roots: tuple[Path, ...], known: SourceKnown | None)
     return None, ValidationError
 
 
+MAX_AFTER = 100
+"""Most jobs one job may depend on."""
+
+
+def _after(value: Any) -> str | None:
+    if not isinstance(value, list) or len(value) > MAX_AFTER:
+        return f"must be a list of at most {MAX_AFTER} job ids, got {value!r}"
+    if not all(isinstance(v, int) and not isinstance(v, bool) and v > 0 for v in value):
+        return f"must be job ids (positive whole numbers), got {value!r}"
+    return None
+
+
+def _checkpoint_every(value: Any) -> tuple[dict[str, int] | None, str | None]:
+    """`checkpoint_every`: a number of steps (200) or a duration ("90s", "5m") -> ({steps: N} | {seconds: N})."""
+    if isinstance(value, int) and not isinstance(value, bool) and value >= 1:
+        return {"steps": value}, None
+    if isinstance(value, str):
+        try:
+            seconds = parse_age(value)
+        except ValueError:
+            seconds = 0
+        if seconds >= 1:
+            return {"seconds": seconds}, None
+    return None, f"must be a number of steps (200) or a duration (90s, 5m), got {value!r}"
+
+
 def validate(
     body: Any,
     *,
@@ -319,6 +349,11 @@ def validate(
             else None
         ),
         "priority": lambda v: None if v in PRIORITIES else f"must be one of {', '.join(PRIORITIES)}, got {v!r}",
+        "after": _after,
+        "preemptible": lambda v: None if isinstance(v, bool) else f"must be true or false, got {v!r}",
+        "checkpoint_every": lambda v: (
+            "belongs to model jobs (a command checkpoints itself)" if command else _checkpoint_every(v)[1]
+        ),
         "name": lambda v: (
             None
             if isinstance(v, str) and 0 < len(v) <= NAME_MAX
@@ -350,6 +385,8 @@ def validate(
         "max_retries": body.get("max_retries") if body.get("max_retries") is not None else 1,
         "workers": body.get("workers") or 1,
         "chief": bool(body.get("chief")),
+        "after": list(body.get("after") or []),
+        "preemptible": body.get("preemptible") is not False,
     }
     if command:
         return {
@@ -367,6 +404,7 @@ def validate(
         "model": model,
         "dataset": dataset,
         "params": dict(body.get("params") or {}),
+        **({"checkpoint_every": body["checkpoint_every"]} if body.get("checkpoint_every") else {}),
         "name": body.get("name") or model,
         **common,
     }

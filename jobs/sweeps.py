@@ -60,8 +60,13 @@ def expand(base: Any, grid: Any) -> list[dict[str, Any]]:
 def create(redis: Redis, body: Any, settings: Settings | None = None, owner: str | None = None) -> dict[str, Any]:
     """Validate every combination first (all or nothing), then submit one job each (all `owner`'s) under a new
     sweep id."""
-    if not isinstance(body, dict) or set(body) - {"base", "grid"}:
-        raise ValidationError({"body": 'must be {"base": <job spec>, "grid": {field: [values]}}'})
+    if not isinstance(body, dict) or set(body) - {"base", "grid", "max_concurrent"}:
+        raise ValidationError(
+            {"body": 'must be {"base": <job spec>, "grid": {field: [values]}} (and optionally "max_concurrent": N)'}
+        )
+    cap = body.get("max_concurrent")
+    if cap is not None and (not isinstance(cap, int) or isinstance(cap, bool) or cap < 1):
+        raise ValidationError({"max_concurrent": f"must be a whole number of 1 or more, got {cap!r}"})
     specs = expand(body.get("base"), body.get("grid"))
     for i, s in enumerate(specs):
         try:
@@ -72,19 +77,23 @@ def create(redis: Redis, body: Any, settings: Settings | None = None, owner: str
                 {f"combination {i + 1} {json.dumps(combo)}: {k}": v for k, v in exc.fields.items()}
             ) from None
     sweep_id = int(redis.incr(SWEEP_COUNTER_KEY))
+    record = {
+        "id": sweep_id,
+        "grid": body["grid"],
+        "base": spec_mod.shown(body["base"]) if isinstance(body["base"], dict) else body["base"],  # no secret kept
+        "job_ids": [],
+        "created_at": time.time(),
+        "owner": owner,
+        "max_concurrent": cap,
+    }
+    # (written first: the scheduler may place the first jobs while the others are submitted, by max_concurrent)
+    redis.set(sweep_key(sweep_id), json.dumps(record))
     jobs = []
     for s in specs:
         s = {**s, "tags": [*(s.get("tags") or []), f"sweep:{sweep_id}"], "name": _name(s, body, sweep_id)}
         extra = {"sweep_id": sweep_id, **({"owner": owner} if owner else {})}
         jobs.append(queues.submit(redis, s, settings, extra=extra))
-    record = {
-        "id": sweep_id,
-        "grid": body["grid"],
-        "base": spec_mod.shown(body["base"]) if isinstance(body["base"], dict) else body["base"],  # no secret kept
-        "job_ids": [j["id"] for j in jobs],
-        "created_at": time.time(),
-        "owner": owner,
-    }
+    record["job_ids"] = [j["id"] for j in jobs]
     redis.set(sweep_key(sweep_id), json.dumps(record))
     return {**record, "jobs": jobs}
 
@@ -110,6 +119,12 @@ def _get(spec: dict[str, Any], key: str) -> Any:
 def _fraction(rec: dict[str, Any]) -> float | None:
     p = rec.get("progress") or {}
     return round(p["step"] / p["total_steps"], 4) if p.get("step") is not None and p.get("total_steps") else None
+
+
+def max_concurrent(redis: Redis, sweep_id: int) -> int | None:
+    """How many of a sweep's jobs may hold workers at once (None: no limit, or the sweep is gone)."""
+    raw = redis.get(sweep_key(sweep_id))
+    return json.loads(raw).get("max_concurrent") if raw else None
 
 
 def summary(redis: Redis, sweep_id: int) -> dict[str, Any]:
@@ -145,6 +160,7 @@ def summary(redis: Redis, sweep_id: int) -> dict[str, Any]:
         "grid": record["grid"],
         "base": record["base"],
         "owner": record.get("owner"),
+        "max_concurrent": record.get("max_concurrent"),
         "jobs": rows,
         "ended": done,
         "total": len(rows),

@@ -6,9 +6,11 @@ run elsewhere, a task builds one from the environment."""
 
 from __future__ import annotations
 
+import time
+
 from rq import get_current_job
 
-from jobs import runner, taskrun
+from jobs import runner, schedule, taskrun
 from jobs.launch import WorkerContext
 from jobs.settings import Settings
 
@@ -19,13 +21,26 @@ def _where(context: WorkerContext | None):
     return ctx, current.connection if current is not None else ctx.settings.redis()
 
 
-def run_job(job_id: int, context: WorkerContext | None = None) -> str:
-    """Run gpudeck job `job_id` in this work-horse; returns its final status."""
+def run_job(job_id: int, gen: int | None = None, context: WorkerContext | None = None) -> str:
+    """Run placement `gen` of gpudeck job `job_id` in this work-horse; returns its final status."""
     ctx, redis = _where(context)
-    return runner.JobRun(job_id, redis, ctx).run()
+    return runner.JobRun(job_id, redis, ctx, gen).run()
 
 
 def run_task(job_id: int, index: int, gen: int, context: WorkerContext | None = None) -> str:
     """Run task `index` of placement `gen` of multi-worker job `job_id`; returns the task's or job's status."""
     ctx, redis = _where(context)
     return taskrun.TaskRun(job_id, index, gen, redis, ctx).run()
+
+
+HOLD_POLL_S = 0.5
+"""How often a held worker looks whether the job it holds for has ended."""
+
+
+def hold(job_id: int, gen: int, context: WorkerContext | None = None) -> str:
+    """Keep this worker (its GPUs) for placement `gen` of job `job_id`, which another worker of its place runs
+    with every GPU of the place, until that placement ends."""
+    _, redis = _where(context)
+    while schedule.holding(redis, job_id, gen):
+        time.sleep(HOLD_POLL_S)
+    return "released"

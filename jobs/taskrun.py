@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import logging
 import time
+from dataclasses import replace
 from typing import Any
 
 from redis import Redis
@@ -27,8 +28,8 @@ class TaskRun(JobRun):
     """Task `index` of placement `gen` of a multi-worker job."""
 
     def __init__(self, job_id: int, index: int, gen: int, redis: Redis, ctx: WorkerContext):
-        super().__init__(job_id, redis, ctx)
-        self.index, self.gen = index, gen
+        super().__init__(job_id, redis, ctx, gen)
+        self.index = index
         self.reports = index == 0
         self.spec = self.store.get(job_id)["spec"]
         self.prefix = self.output.prefix = f"[{gang.label(self.spec, index)}] "
@@ -36,6 +37,8 @@ class TaskRun(JobRun):
     def claim(self) -> bool:
         if not gang.current(self.redis, self.job_id, self.gen) or self.store.stop_reason(self.job_id):
             return False
+        placed = taskrecord.read(self.redis, self.job_id, self.spec["workers"])[self.index]
+        self.ctx = replace(self.ctx, gpu_ids=[str(g) for g in placed.get("gpus") or self.ctx.gpu_ids])
         taskrecord.update(self.redis, self.job_id, self.index, started_at=time.time(), worker=self.ctx.name)
         self.beat()
         return True

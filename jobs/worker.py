@@ -16,19 +16,20 @@ from rq import Worker
 from rq.command import send_shutdown_command
 from rq.job import Job
 
-from jobs import control, disk, gang, launch, quota, sandbox, taskrecord
+from jobs import control, disk, gang, launch, sandbox, schedule, taskrecord
 from jobs.errors import ConfigError, NotFound
 from jobs.gpus import Sampler
 from jobs.keys import (
+    RUN_HOLD,
     RUN_JOB,
     RUN_TASK,
     alive_key,
+    base_queue,
     drain_key,
     job_id_of,
     private_queue,
+    waiting_key,
     worker_info_key,
-    worker_listens,
-    worker_queues,
 )
 from jobs.launch import WorkerContext
 from jobs.lifecycle import worker_lost
@@ -52,7 +53,7 @@ class GpudeckJob(Job):
     context: WorkerContext | None = None
 
     def _execute(self) -> Any:
-        if self.context is None or self.func_name not in (RUN_JOB, RUN_TASK):
+        if self.context is None or self.func_name not in (RUN_JOB, RUN_TASK, RUN_HOLD):
             return super()._execute()
         return self.func(*self.args, context=self.context, **self.kwargs)
 
@@ -73,7 +74,12 @@ class GpudeckWorker(Worker):
         """Warm shutdown: the running trainer checkpoints and stops (its job is retried as worker_lost);
         a draining worker instead lets the job finish (RQ's warm shutdown waits for it)."""
         job = self.get_current_job()
-        if job is not None and job_id_of(job.id) is not None and not self.connection.exists(drain_key(self.name)):
+        if (
+            job is not None
+            and job_id_of(job.id) is not None
+            and job.func_name != RUN_HOLD  # (a held worker leaves; the job it held GPUs for runs on)
+            and not self.connection.exists(drain_key(self.name))
+        ):
             self._stop_trainer(job)
         super().request_stop(signum, frame)
 
@@ -113,16 +119,14 @@ class GpudeckWorker(Worker):
             if self._stop_requested:
                 return None
             log.warning("worker %s: Redis takes writes again; it takes jobs", self.name)
-        while True:
-            result = super().dequeue_job_and_maintain_ttl(timeout, max_idle_time)
-            if result is None:
-                return None
-            job, queue = result
-            job_id = job_id_of(job.id)
-            # a job over its owner's GPU quota is parked, and the next in line is taken instead
-            if job_id is None or quota.admit(self.connection, job_id, job.id, queue.name):
-                return result
-            log.info("worker %s: job %s waits for its owner's GPU quota", self.name, job_id)
+        # A scheduling round now, with this worker free (and alive for it): what it may run comes at once, and a
+        # burst worker finds the jobs it may take placed on it before it looks.
+        self._tolerant("scheduling round", self._place)
+        return super().dequeue_job_and_maintain_ttl(timeout, max_idle_time)
+
+    def _place(self) -> None:
+        self.connection.set(alive_key(self.name), "1", ex=schedule.ALIVE_TTL_S)
+        schedule.place(self.connection, self.context.settings if self.context else None)
 
     def _redis_refusal(self) -> str | None:
         try:
@@ -214,7 +218,7 @@ def on_job_error(job: Any, exc_type: type, exc: BaseException, tb: Any) -> None:
 
 
 def _horse_lost(job: Any, why: str) -> None:
-    if job_id_of(job.id) is None:
+    if job_id_of(job.id) is None or job.func_name == RUN_HOLD:
         return
     job_id, pid = trainer_of(job)
     if pid is not None:
@@ -257,15 +261,18 @@ def describe(redis: Redis) -> list[dict[str, Any]]:
         raw = redis.get(worker_info_key(w.name))
         info = json.loads(raw) if raw else {}
         current = job_id_of(w.get_current_job_id())
-        queues = [q for q in w.queue_names() if q != private_queue(w.name)]
+        waiting = redis.get(waiting_key(w.name))
+        state = w.get_state() if beating else "lost"
+        if waiting is not None and state == "idle":
+            state = waiting.decode()  # e.g. a foreign process uses its GPU
         out.append(
             {
                 "name": w.name,
                 "host": info.get("host", w.hostname),
                 "pid": w.pid,
                 "gpus": info.get("gpus", []),
-                "queues": queues,
-                "state": w.get_state() if beating else "lost",
+                "queues": [base_queue(len(info.get("gpus", [])))],
+                "state": state,
                 "alive": beating,
                 "job_id": current if beating else None,
                 "draining": bool(redis.exists(drain_key(w.name))),
@@ -297,9 +304,8 @@ def run(
     )
     redis = settings.redis()
     redis.set(worker_info_key(name), json.dumps({"host": host, "gpus": gpus}), ex=7 * 24 * 3600)
-    queues = worker_queues(len(gpus))
     worker = GpudeckWorker(
-        worker_listens(name, len(gpus)),
+        [private_queue(name)],
         name=name,
         connection=redis,
         work_horse_killed_handler=on_horse_killed,
@@ -311,12 +317,16 @@ def run(
     helpers = [
         Reaper(settings.redis_url, retention),
         Sampler(settings.redis_url, host),
-        gang.Placer(settings.redis_url, name),
+        schedule.Placer(settings.redis_url, name, settings),
     ]
     for helper in helpers:
         helper.start()
     log.info(
-        "worker %s serving %s with CUDA_VISIBLE_DEVICES=%r", name, ", ".join(queues), os.environ["CUDA_VISIBLE_DEVICES"]
+        "worker %s serving %s jobs (the scheduler places them on %s) with CUDA_VISIBLE_DEVICES=%r",
+        name,
+        base_queue(len(gpus)),
+        private_queue(name),
+        os.environ["CUDA_VISIBLE_DEVICES"],
     )
     log.info("worker %s: %s", name, sandbox.describe(settings.sandbox, settings.command_jobs_trusted))
     try:

@@ -35,6 +35,8 @@ class Reason(str, Enum):
     BAD_INPUT = "bad_input"
     DIVERGED = "diverged"
     DISK_FULL = "disk_full"
+    PREEMPTED = "preempted"
+    DEPENDENCY_FAILED = "dependency_failed"
 
 
 ACTIVE = (Status.STARTING.value, Status.RUNNING.value)

@@ -21,6 +21,7 @@ import tensorflow as tf
 from models import datasets, protocol, zoo
 from models import params as params_mod
 from models.catalog import model_info
+from models.common import parse_age
 from models.pipeline import Preprocess, eval_dataset, target_shape, train_dataset
 from models.protocol import (
     DEFAULT_GRACE_S,
@@ -97,6 +98,27 @@ def make_optimizer(p: dict[str, Any], lr: Any) -> keras.optimizers.Optimizer:
 def default_log_every(total_steps: int) -> int:
     """About 100 points a run, but at least one every 50 steps."""
     return max(1, min(50, total_steps // 100))
+
+
+class CheckpointEvery:
+    """A job's `checkpoint_every`: a number of steps (200) or a duration ("90s"), besides the checkpoint at the end
+    of each epoch; a preempted job loses at most that much."""
+
+    def __init__(self, steps: int | None = None, seconds: int | None = None):
+        self.steps, self.seconds = steps, seconds
+
+    @classmethod
+    def of(cls, value: Any) -> CheckpointEvery:
+        if isinstance(value, int) and value > 0:
+            return cls(steps=value)
+        if isinstance(value, str) and value:
+            return cls(seconds=parse_age(value))
+        return cls()
+
+    def due(self, step: int, last_save: float) -> bool:
+        if self.steps:
+            return step % self.steps == 0
+        return bool(self.seconds) and time.monotonic() - last_save >= self.seconds
 
 
 class Trainer:
@@ -283,6 +305,7 @@ class Trainer:
         try:
             # A window runs from one metric point to the next; evaluation time inside it is left out.
             window_start, window_step, paused = time.perf_counter(), step, 0.0
+            every, last_save = CheckpointEvery.of(self.spec.get("checkpoint_every")), time.monotonic()
             while step < total_steps:
                 if self._stop_requested:
                     raise Stopped()
@@ -325,7 +348,14 @@ class Trainer:
                         split="validation",
                     )
                     manager.save(checkpoint_number=step)
+                    last_save = time.monotonic()
                     paused += time.perf_counter() - eval_start
+                elif every.due(step, last_save):
+                    check_finite()
+                    save_start = time.perf_counter()
+                    manager.save(checkpoint_number=step)
+                    last_save = time.monotonic()
+                    paused += time.perf_counter() - save_start
         except Stopped:
             try:
                 check_finite()

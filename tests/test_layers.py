@@ -12,13 +12,14 @@ PACKAGES = ("api", "jobs", "models", "tui")
 
 JOBS_LAYERS = (
     ("keys", "errors", "proc", "archives", "tbnotf", "periodic", "shim"),
-    ("settings", "spec", "outcome", "redis_server", "scalars", "usage", "tokens", "taskrecord", "sandbox"),
+    ("settings", "spec", "outcome", "redis_server", "scalars", "usage", "tokens", "taskrecord", "sandbox", "share"),
     ("store", "disk"),
     ("datasets", "sources", "views", "artifacts", "quota"),
     ("queues", "tensorboard", "launch"),
     ("pump",),
     ("lifecycle", "sweeps"),
     ("gang",),
+    ("schedule",),
     ("control", "runner", "reaper", "gpus"),
     ("taskrun",),
     ("worker", "task", "supervisor"),

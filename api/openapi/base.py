@@ -10,6 +10,7 @@ from jobs.keys import PRIORITIES
 from jobs.spec import (
     ENV_NAME,
     INJECTED,
+    MAX_AFTER,
     MAX_COMMAND,
     MAX_GPUS,
     MAX_TIMEOUT_S,
@@ -78,6 +79,8 @@ NULL_IS_DEFAULT = (
     "env",
     "secret_env",
     "dataset",
+    "after",
+    "preemptible",
 )
 """Optional spec fields a null stands for the default of (the others are nullable in the spec itself)."""
 
@@ -229,4 +232,21 @@ def spec_props() -> dict[str, Any]:
         "total_steps": _nullable(
             {**INT, "minimum": 1, "maximum": MAX_TOTAL_STEPS, "description": "for progress and ETA of a command job"}
         ),
+        "after": {
+            "type": "array",
+            "maxItems": MAX_AFTER,
+            "items": {**INT, "minimum": 1},
+            "description": "job ids this job waits for: it starts once all succeeded, and is canceled "
+            "(dependency_failed) when one fails or is canceled",
+        },
+        "preemptible": {
+            **BOOL,
+            "description": "false: never stopped to make room for a higher-priority job (only an admin may say so "
+            "when tokens are configured); default true",
+        },
+        "checkpoint_every": {
+            "description": "a model job also checkpoints every N steps, or every duration (90s, 5m): a preempted "
+            "job loses at most that much",
+            "anyOf": [{**INT, "minimum": 1}, {**STR, "pattern": "^[0-9]+[smhdw]$"}],
+        },
     }

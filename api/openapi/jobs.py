@@ -59,7 +59,7 @@ def schemas() -> dict[str, Any]:
                 },
                 {
                     "required": ["command"],
-                    "not": {"anyOf": [{"required": ["model"]}, {"required": ["params"]}]},
+                    "not": {"anyOf": [{"required": [k]} for k in ("model", "params", "checkpoint_every")]},
                     "properties": {"dataset": NOT_SYNTHETIC},
                 },
             ],
@@ -68,10 +68,12 @@ def schemas() -> dict[str, Any]:
         },
         "JobSpec": _obj(
             {
-                k: v if k in ("gpus", "name", "tags", "priority", "max_retries", "workers") else _nullable(v)
+                k: v
+                if k in ("gpus", "name", "tags", "priority", "max_retries", "workers", "after", "preemptible")
+                else _nullable(v)
                 for k, v in spec_props.items()
             },
-            ["gpus", "name", "tags", "priority", "timeout", "max_retries", "workers"],
+            ["gpus", "name", "tags", "priority", "timeout", "max_retries", "workers", "after", "preemptible"],
         ),
         "Progress": _obj(
             {

@@ -49,6 +49,9 @@ def schemas() -> dict[str, Any]:
                     },
                     "additionalProperties": False,
                 },
+                "max_concurrent": _nullable(
+                    {**INT, "minimum": 1, "description": "at most this many of the sweep's jobs hold workers at once"}
+                ),
             },
             ["base", "grid"],
             extra=False,
@@ -112,6 +115,7 @@ def schemas() -> dict[str, Any]:
                 "job_ids": {"type": "array", "items": INT},
                 "jobs": {"type": "array", "items": _ref("Job")},
                 "owner": OWNER,
+                "max_concurrent": _nullable(INT),
             },
             ["id", "job_ids", "jobs"],
         ),
@@ -121,6 +125,7 @@ def schemas() -> dict[str, Any]:
                 "grid": {"type": "object"},
                 "base": {"type": "object"},
                 "owner": OWNER,
+                "max_concurrent": _nullable(INT),
                 "jobs": {
                     "type": "array",
                     "items": _obj(

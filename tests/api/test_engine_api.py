@@ -1,7 +1,8 @@
 """Idempotency, cancel of queued jobs, retry, sweeps: through Flask's test client on a real Redis."""
 
 import pytest
-from rq import Queue
+
+from jobs.keys import line_key
 
 GOOD = {"model": "resnet20", "dataset": "synthetic", "params": {"steps": 20, "batch_size": 32}}
 
@@ -12,7 +13,7 @@ def test_idempotency_key_returns_the_first_job_and_creates_nothing(client, redis
     again = client.post("/api/v1/jobs", json=GOOD, headers=h)
     assert first.status_code == 201 and again.status_code == 200
     assert again.json["id"] == first.json["id"] == 1 and again.headers["Idempotent-Replayed"] == "true"
-    assert Queue("cpu", connection=redis).count == 1 and redis.get("gpudeck:next_id") == b"1"
+    assert redis.zcard(line_key("normal", None)) == 1 and redis.get("gpudeck:next_id") == b"1"
     other = client.post("/api/v1/jobs", json={**GOOD, "name": "x"}, headers=h)
     assert other.status_code == 422 and other.json["error"] == "unprocessable"
     assert client.post("/api/v1/jobs", json=GOOD, headers={"Idempotency-Key": "other"}).json["id"] == 2
@@ -28,7 +29,7 @@ def test_cancel_a_queued_job_takes_it_off_the_queue(client, redis):
     client.post("/api/v1/jobs", json=GOOD)
     resp = client.post("/api/v1/jobs/1/cancel")
     assert resp.status_code == 200 and resp.json["status"] == "canceled" and resp.json["reason"] == "canceled"
-    assert Queue("cpu", connection=redis).count == 0
+    assert redis.zcard(line_key("normal", None)) == 0
     again = client.post("/api/v1/jobs/1/cancel")
     assert (
         again.status_code == 409 and again.json["error"] == "conflict" and "already canceled" in again.json["message"]

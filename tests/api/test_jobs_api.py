@@ -3,7 +3,8 @@
 import shutil
 
 import pytest
-from rq import Queue
+
+from jobs.keys import line_key
 
 GOOD = {"model": "resnet20", "dataset": "synthetic", "params": {"steps": 20, "batch_size": 32}}
 
@@ -18,12 +19,12 @@ def test_submit_answers_201_with_sequential_ids_and_queues_the_job(client, redis
     assert job["status"] == "queued" and job["spec"]["model"] == "resnet20"
     assert job["spec"]["gpus"] == 0  # no live GPU worker: the job runs on a CPU worker
     assert job["queue"] == "cpu" and job["name"] == "resnet20"
-    assert Queue("cpu", connection=redis).job_ids == ["gpudeck-1", "gpudeck-2"]
+    assert redis.zrange(line_key("normal", None), 0, -1) == [b"1", b"2"]  # in line, in order
 
 
-def test_priority_picks_the_queue(client, redis):
-    client.post("/api/v1/jobs", json={**GOOD, "priority": "high", "gpus": 2})
-    assert Queue("gpus-2-high", connection=redis).job_ids == ["gpudeck-1"]
+def test_priority_picks_the_line(client, redis):
+    job = client.post("/api/v1/jobs", json={**GOOD, "priority": "high", "gpus": 2}).json
+    assert redis.zrange(line_key("high", None), 0, -1) == [b"1"] and job["queue"] == "gpus-2-high"
 
 
 def test_get_and_list_newest_first_with_a_cursor(client):

@@ -24,6 +24,7 @@ from jobs.redis_server import EmbeddedRedis, free_port
 from jobs.settings import Settings
 from jobs.store import JobStore
 from models.states import Reason, Status
+from tests.support.workers import register
 
 GOOD = {"model": "lenet", "dataset": "synthetic", "params": {"steps": 20}}
 DAY = 86400.0
@@ -77,14 +78,15 @@ def test_below_the_floor_new_jobs_and_uploads_are_507_and_nothing_is_stored(sett
 
 def test_a_worker_takes_no_job_while_the_disk_is_below_the_floor(settings, redis, monkeypatch, caplog):
     from jobs import worker
-    from jobs.keys import worker_listens
+    from jobs.keys import private_queue
     from jobs.launch import WorkerContext
 
     rec, _ = control.submit(redis, GOOD)
     free, _ = disk.space(settings.home)
     monkeypatch.setattr(worker, "LOW_DISK_POLL_S", 0.05)
     low = WorkerContext(replace(settings, min_free=free + (1 << 40)), "w")
-    w = worker.GpudeckWorker(worker_listens("w", 0), name="w", connection=redis, context=low)
+    register(redis, "w")  # (as `gpudeck worker` registers itself: the scheduler hands it jobs)
+    w = worker.GpudeckWorker([private_queue("w")], name="w", connection=redis, context=low)
     assert w.dequeue_job_and_maintain_ttl(None) is None  # a burst worker: nothing it may take
     stop = threading.Timer(0.5, lambda: setattr(w, "_stop_requested", True))
     stop.start()

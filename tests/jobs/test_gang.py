@@ -7,18 +7,12 @@ is consumed."""
 import time
 
 import pytest
-from rq import Queue
 
-from jobs import control, gang
+from jobs import control, gang, keys, schedule
 from jobs.reaper import reap
-from tests.support.workers import register
+from tests.support.workers import placed_on, register
 
 BASE = {"model": "resnet20", "dataset": "synthetic:8x8x3", "params": {"steps": 2}, "gpus": 0}
-
-
-def placed_on(redis, names) -> dict[str, list[str]]:
-    """RQ job ids waiting on each worker's private queue."""
-    return {n: Queue(gang.private_queue(n), connection=redis).get_job_ids() for n in names}
 
 
 def test_a_job_takes_all_its_workers_at_once_or_none(redis, client):
@@ -37,11 +31,11 @@ def test_a_job_takes_all_its_workers_at_once_or_none(redis, client):
     assert {t["host"] for t in job_a["tasks"]} == {"h0", "h1"}  # spread over hosts first
     job_b = client.get(f"/api/v1/jobs/{b['id']}").json
     assert job_b["status"] == "queued" and job_b["tasks"] is None
-    assert job_b["message"] == "waiting for 2 idle workers serving cpu; 1 idle now"
+    assert job_b["message"] == "waiting for 2 free CPU workers; 1 free now"
 
     # Canceling a placed job whose tasks have not started ends it at once and frees its workers for b.
     assert client.post(f"/api/v1/jobs/{a['id']}/cancel").json["status"] == "canceled"
-    assert gang.place(redis) == [b["id"]]
+    assert schedule.place(redis) == [b["id"]]
     assert sorted(i for ids in placed_on(redis, names).values() for i in ids) == [
         f"gpudeck-{b['id']}-g1-t0",
         f"gpudeck-{b['id']}-g1-t1",
@@ -77,7 +71,7 @@ def test_a_placement_that_does_not_gather_goes_back_in_line(redis, client):
     assert rec["status"] == "queued"
     assert rec["message"] == "placement 1 did not gather its 2 tasks in 60s; waiting again"
     assert placed_on(redis, names) == {"w0": [], "w1": []}
-    assert gang.place(redis) == [job["id"]]  # placed again, as a new generation
+    assert schedule.place(redis) == [job["id"]]  # placed again, as a new generation
     assert sorted(i for ids in placed_on(redis, names).values() for i in ids) == [
         f"gpudeck-{job['id']}-g3-t0",
         f"gpudeck-{job['id']}-g3-t1",
@@ -91,7 +85,7 @@ def test_busy_draining_or_silent_workers_get_no_task(redis, draining):
     if draining:
         redis.set("gpudeck:worker:w1:drain", "1")
     else:
-        redis.delete(gang.alive_key("w1"))  # its process stopped saying it is alive
+        redis.delete(keys.alive_key("w1"))  # its process stopped saying it is alive
     job = control.submit(redis, {**BASE, "workers": 2})[0]
     assert redis.hget(f"gpudeck:job:{job['id']}", "status") == b"queued"
     assert placed_on(redis, ["w0", "w1"]) == {"w0": [], "w1": []}

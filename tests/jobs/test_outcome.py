@@ -5,7 +5,7 @@ import signal
 import pytest
 
 from jobs import control, lifecycle, outcome
-from jobs.keys import GANGS_KEY
+from jobs.keys import line_key
 from jobs.store import JobStore
 from models.protocol import EXIT_BAD_INPUT, EXIT_DIVERGED, EXIT_STOPPED
 from models.states import Reason, Status
@@ -116,7 +116,7 @@ def test_worker_lost_is_retried_while_retries_last_then_fails(redis):
     assert lifecycle.end(redis, rec["id"], outcome.lost("no heartbeat"), log_tail=["x"]) == "queued"
     again = store.get(rec["id"])
     assert (again["status"], again["attempt"], again["message"]) == ("queued", 2, "no heartbeat; retrying")
-    assert redis.llen("rq:queue:cpu") == 2  # attempt 1 and attempt 2 are both RQ jobs on the cpu queue
+    assert redis.zscore(line_key("normal", None), rec["id"]) == rec["id"]  # back in line, at its old place
     store.transition(rec["id"], (Status.QUEUED.value,), status=Status.RUNNING.value)
     assert lifecycle.end(redis, rec["id"], outcome.lost("no heartbeat")) == "failed"
     final = store.get(rec["id"])
@@ -133,16 +133,16 @@ def test_an_end_applies_once(redis):
     assert (final["status"], final["log_tail"]) == ("canceled", ["bye"])
 
 
-def test_a_multi_worker_job_retried_goes_back_in_line_not_on_a_queue(redis):
+def test_a_job_retried_goes_back_in_line_at_its_old_place(redis):
     rec = _running(redis, workers=2, max_retries=1)
-    redis.zrem(GANGS_KEY, rec["id"])  # as placement takes it out of line
+    line = line_key("normal", None)
+    redis.zrem(line, rec["id"])  # as placement takes it out of line
     assert lifecycle.end(redis, rec["id"], outcome.lost("task worker1 lost worker w1")) == "queued"
-    assert redis.zscore(GANGS_KEY, rec["id"]) is not None
-    assert redis.llen("rq:queue:cpu") == 0
+    assert redis.zscore(line, rec["id"]) == rec["id"]
 
 
 def test_cancel_while_queued_leaves_the_queue(redis):
     rec, _ = control.submit(redis, BASE)
     job = control.cancel(redis, rec["id"])
     assert (job["status"], job["reason"], job["message"]) == ("canceled", "canceled", "canceled while queued")
-    assert redis.llen("rq:queue:cpu") == 0
+    assert redis.zcard(line_key("normal", None)) == 0

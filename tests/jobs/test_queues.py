@@ -1,52 +1,29 @@
-"""Which job a worker takes next, and how a sweep ranks its jobs: engine logic against a real Redis and RQ's
-real worker class, with nothing trained (the lifecycle end-to-end tests run real jobs)."""
+"""The order of the line, and how a sweep ranks its jobs: engine logic against a real Redis, with nothing trained
+(the lifecycle end-to-end tests run real jobs; tests/jobs/test_schedule.py places jobs on GPUs)."""
 
 import time
 
 import pytest
-from rq import Queue
 
-from jobs import control, keys, lifecycle, outcome, queues, sweeps
+from jobs import control, lifecycle, outcome, queues, sweeps
 from jobs.errors import Conflict, NotFound
 from jobs.store import JobStore
-from jobs.worker import GpudeckWorker
 from models.states import Status
+from tests.support.workers import register, take_all
 
 TINY = {"model": "lenet", "dataset": "synthetic:28x28x1", "params": {"steps": 2, "batch_size": 8}}
 
 
-def next_jobs(redis, gpus: int = 0) -> list[int]:
-    """The gpudeck job ids a worker serving `gpus` GPUs takes, in order, until its queues are empty (RQ's own
-    dequeue over the queues `gpudeck worker` listens on)."""
-    worker = GpudeckWorker(keys.worker_listens("w", gpus), name="w", connection=redis)
-    taken = []
-    while any(Queue(q, connection=redis).count for q in worker.queue_names()):
-        job, _queue = worker.dequeue_job_and_maintain_ttl(timeout=1)
-        taken.append(keys.job_id_of(job.id))
-    return taken
-
-
-def test_a_worker_takes_high_then_normal_then_low_and_first_come_first_served_within_one(redis):
+def test_the_line_is_high_then_normal_then_low_and_first_come_first_served_within_one(redis):
     ids = {}
     for name, priority in (("low", "low"), ("normal-1", "normal"), ("high", "high"), ("normal-2", None)):
         body = {**TINY, "priority": priority} if priority else TINY
         ids[name] = control.submit(redis, body)[0]["id"]
     two_gpus = control.submit(redis, {**TINY, "gpus": 2, "priority": "high"})[0]["id"]
-    assert next_jobs(redis) == [ids["high"], ids["normal-1"], ids["normal-2"], ids["low"]]
-    assert next_jobs(redis, gpus=2) == [two_gpus]  # another line: a CPU worker never takes a GPU job
-
-
-def test_a_placed_task_goes_before_anything_queued(redis):
-    queued = control.submit(redis, {**TINY, "priority": "high"})[0]["id"]
-    Queue(keys.private_queue("w"), connection=redis).enqueue_call(
-        keys.RUN_TASK,
-        args=(99, 0, 1),
-        job_id=keys.rq_task_id(99, 1, 0),  # task 0 of placement 1
-    )
-    worker = GpudeckWorker(keys.worker_listens("w", 0), name="w", connection=redis)
-    first, _ = worker.dequeue_job_and_maintain_ttl(timeout=1)
-    assert keys.job_id_of(first.id) == 99
-    assert next_jobs(redis) == [queued]
+    register(redis, "cpu")
+    assert take_all(redis, "cpu") == [ids["high"], ids["normal-1"], ids["normal-2"], ids["low"]]
+    register(redis, "gpus", gpus=("0", "1"))
+    assert take_all(redis, "gpus") == [two_gpus]  # a CPU worker never takes a GPU job
 
 
 def test_a_sweep_ranks_ended_jobs_by_test_accuracy_unfinished_last(redis):
@@ -75,8 +52,8 @@ def test_the_jobs_of_a_sweep_are_named_by_their_swept_values(redis):
     assert [JobStore(redis).get(i)["spec"]["name"] for i in named["job_ids"]] == ["a", "b"]
 
 
-def test_each_queued_job_knows_its_place_in_the_line_a_worker_takes(redis):
-    """queues.positions agrees with the order RQ's worker really takes the jobs in."""
+def test_each_queued_job_knows_its_place_in_the_line_the_scheduler_takes(redis):
+    """queues.positions agrees with the order the scheduler really hands the jobs out in."""
     low = control.submit(redis, {**TINY, "priority": "low"})[0]["id"]
     normal = [control.submit(redis, TINY)[0]["id"] for _ in range(2)]
     high = control.submit(redis, {**TINY, "priority": "high"})[0]["id"]
@@ -84,8 +61,9 @@ def test_each_queued_job_knows_its_place_in_the_line_a_worker_takes(redis):
     store = JobStore(redis)
     recs = [store.get(i) for i in (low, *normal, high, two_gpus)]
     line = queues.positions(redis, recs)
-    assert line == {high: 1, normal[0]: 2, normal[1]: 3, low: 4, two_gpus: 1}
-    assert sorted(line, key=lambda i: (i == two_gpus, line[i])) == [*next_jobs(redis), two_gpus]
+    assert line == {high: 1, normal[0]: 2, normal[1]: 3, two_gpus: 4, low: 5}  # one line over every kind of job
+    register(redis, "cpu")
+    assert sorted(line, key=lambda i: (i == two_gpus, line[i])) == [*take_all(redis, "cpu"), two_gpus]
     assert queues.positions(redis, [store.get(i) for i in (low, high)]) == {}  # taken: no longer in line
 
 

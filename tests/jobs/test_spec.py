@@ -20,6 +20,8 @@ def test_defaults_are_filled_in():
         "max_retries": 1,
         "workers": 1,
         "chief": False,
+        "after": [],
+        "preemptible": True,
     }
 
 
@@ -48,7 +50,6 @@ def test_multi_worker_fields_are_checked():
 def test_queue_names_by_gpus_and_priority():
     assert keys.queue_name(0, "normal") == "cpu"
     assert keys.queue_name(1, "high") == "gpus-1-high"
-    assert keys.worker_queues(2) == ["gpus-2-high", "gpus-2", "gpus-2-low"]
 
 
 @pytest.mark.parametrize("name", ["PATH", "VIRTUAL_ENV", "HOME", "REDIS_URL", "GPUDECK_TOKENS", "GPUDECK_JOB_ID"])

@@ -71,7 +71,7 @@ def test_a_worker_that_stopped_beating_is_lost_and_health_degraded(client, redis
     from jobs import keys
 
     for name in ("w1", "w2"):
-        w = Worker(keys.worker_queues(0), name=name, connection=redis)
+        w = Worker([keys.private_queue(name)], name=name, connection=redis)
         w.register_birth()  # what RQ keeps for minutes after a kill -9
         w.set_state("busy")
     redis.set(keys.alive_key("w1"), "1", ex=10)  # w1's own thread beats; w2 was killed

@@ -5,16 +5,37 @@ from __future__ import annotations
 
 import json
 
-from rq import Worker
+from rq import Queue, Worker
 
-from jobs import gang, keys
+from jobs import keys, lifecycle, outcome, schedule
 from jobs.keys import worker_info_key as info_key
 
 
 def register(redis, name: str, host: str = "box", gpus: tuple[str, ...] = ()) -> str:
-    w = Worker([gang.private_queue(name), *keys.worker_queues(len(gpus))], name=name, connection=redis)
+    w = Worker([keys.private_queue(name)], name=name, connection=redis)
     w.register_birth()
     w.set_state("idle")
     redis.set(info_key(name), json.dumps({"host": host, "gpus": list(gpus)}))
-    redis.set(gang.alive_key(name), "1")
+    redis.set(keys.alive_key(name), "1")
     return name
+
+
+def placed_on(redis, names) -> dict[str, list[str]]:
+    """RQ ids waiting on each worker's private queue (what the scheduler handed it)."""
+    return {n: Queue(keys.private_queue(n), connection=redis).get_job_ids() for n in names}
+
+
+def take_all(redis, worker: str) -> list[int]:
+    """The gpudeck job ids the scheduler hands `worker`, in order, each ended (succeeded) as soon as it is handed
+    out, until it hands out no more: the order a lone worker runs the line in."""
+    taken: list[int] = []
+    while True:
+        schedule.place(redis)
+        ids = placed_on(redis, [worker])[worker]
+        if not ids:
+            return taken
+        for rq_id in ids:
+            Queue(keys.private_queue(worker), connection=redis).remove(rq_id)
+            job_id = keys.job_id_of(rq_id)
+            taken.append(job_id)
+            assert lifecycle.end(redis, job_id, outcome.SUCCEEDED)

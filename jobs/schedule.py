@@ -1,0 +1,541 @@
+"""The scheduler: which queued job starts where, and which running jobs make room for it.
+
+Every queued job waits in a line (jobs.queues: one sorted set per priority and owner); workers serve only their
+private queues (`tasks@NAME`). A round (`place`) runs under a lock, from every worker's Placer each second, after a
+submission and when a worker asks for work. It reads the free workers, orders the line (priorities first; within
+one, the owner who has used least, FIFO within an owner: jobs.queues.order), and walks it:
+
+- A job needs `workers` places (1 for a single job), each place `gpus` GPUs on one host: that many 1-GPU workers of
+  the host (or fewer workers with more GPUs each), or one CPU worker for `gpus: 0`. Single-host multi-GPU jobs and
+  multi-worker jobs are the same thing here: a set of places handed out together or not at all, so nothing is held
+  partially and no two jobs deadlock. A place's first worker runs the job (or the task), with CUDA_VISIBLE_DEVICES
+  naming every GPU of the place; the place's other workers run `jobs.task.hold` until the job ends.
+- Hosts are chosen best-fit (the host with the fewest free GPUs that still fits), so a 1-GPU job does not split the
+  free pair a 2-GPU job needs; multi-worker jobs spread their places over hosts first.
+- A job that does not fit keeps the free workers it could use (a reservation, recomputed each round), so a stream
+  of 1-GPU jobs behind it cannot starve a 4-GPU job (GPUDECK_BACKFILL=on lets them use those workers instead).
+- A job that does not fit and outranks running jobs (strictly higher priority) preempts the fewest of them (lowest
+  priority first, then the most recently started) that have run at least GPUDECK_PREEMPT_AFTER and are
+  preemptible: each is stopped as a cancel stops (SIGTERM, checkpoint) and goes back in line (jobs.lifecycle); the
+  workers it frees are kept for the job that preempted it by the reservation above.
+- Skipped without holding anything up: a job over its owner's GPU quota, a job of a sweep at its `max_concurrent`.
+  A job waiting for its dependencies (`after`) is not in the line until they succeed.
+- A worker whose GPU holds a process that is not a gpudeck job's and uses more than GPUDECK_FOREIGN_MEMORY takes no
+  job while it does.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+import uuid
+from collections import Counter
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from typing import Any
+
+from redis import Redis
+from rq import Queue
+
+from jobs import gang, lifecycle, queues, quota, share, sweeps, taskrecord
+from jobs.errors import NotFound
+from jobs.keys import (
+    AFTER_KEY,
+    RUN_HOLD,
+    RUN_JOB,
+    RUN_TASK,
+    SCHEDULE_LOCK_KEY,
+    alive_key,
+    drain_key,
+    gpus_key,
+    heartbeat_key,
+    job_key,
+    private_queue,
+    rq_hold_id,
+    rq_job_id,
+    rq_task_id,
+    stop_key,
+    waiting_key,
+    worker_info_key,
+)
+from jobs.outcome import End
+from jobs.periodic import Periodic
+from jobs.queues import RQ_WORKERS_KEY, waiting_for
+from jobs.settings import Settings
+from jobs.spec import command_words, is_multi_worker
+from jobs.store import JobStore
+from models.states import PRIORITIES, Reason, Status
+
+log = logging.getLogger(__name__)
+
+PLACE_EVERY_S = 1.0
+"""How often each worker runs a scheduling round (and says it is alive)."""
+ALIVE_TTL_S = 10
+"""A worker counts as available while its alive key (refreshed every PLACE_EVERY_S) exists."""
+CLAIM_WITHIN_S = 60
+"""A placed single job's heartbeat lasts this long until its work-horse beats itself (a worker that died between
+placement and start: the reaper retries the job then)."""
+SCAN_MAX = 2000
+"""Most queued jobs one round looks at (it stops earlier once nothing is free and nothing can be preempted)."""
+SAYS_WHY = 64
+"""However full the box, a round looks at the first this many jobs of the line, to keep their messages current."""
+PREEMPTED = "preempted"
+"""The stop reason of a job stopped to make room."""
+
+
+@dataclass(frozen=True)
+class Slot:
+    """A live worker: its name, host and GPUs."""
+
+    name: str
+    host: str
+    gpus: tuple[str, ...]
+
+
+@dataclass
+class Round:
+    """What one round knows: the free workers, who holds what, and the policy."""
+
+    redis: Redis
+    settings: Settings
+    now: float
+    slots: dict[str, Slot]
+    free: list[Slot]
+    active: list[dict[str, Any]]
+    holders: dict[str, int] = field(default_factory=dict)
+    """worker name -> the active job holding it."""
+    placed: list[int] = field(default_factory=list)
+
+
+def policy_of(settings: Settings | None) -> Settings:
+    return settings or Settings.from_env({})
+
+
+# -- workers -------------------------------------------------------------------------------------
+def live_slots(redis: Redis) -> tuple[dict[str, Slot], set[str]]:
+    """Every live worker (alive key, info), and the names of those that take no new job now (draining, or a job
+    already waiting on their private queue)."""
+    names = sorted(k.decode().rsplit(":", 1)[1] for k in redis.smembers(RQ_WORKERS_KEY))
+    with redis.pipeline(transaction=False) as pipe:
+        for name in names:
+            pipe.get(worker_info_key(name))
+            pipe.exists(alive_key(name))
+            pipe.exists(drain_key(name))
+            pipe.llen(Queue(private_queue(name), connection=redis).key)
+        answers = pipe.execute()
+    slots, unavailable = {}, set()
+    for i, name in enumerate(names):
+        raw, alive, draining, waiting = answers[4 * i : 4 * i + 4]
+        if raw is None or not alive:
+            continue
+        info = json.loads(raw)
+        slots[name] = Slot(name, str(info.get("host", "?")), tuple(str(g) for g in info.get("gpus", [])))
+        if draining or waiting:
+            unavailable.add(name)
+    return slots, unavailable
+
+
+def foreign(redis: Redis, slots: Iterable[Slot], limit_bytes: int) -> dict[str, str]:
+    """Workers whose GPU holds a process that is no gpudeck job's and uses more than `limit_bytes`: name -> why,
+    from each host's newest nvidia-smi sample (jobs.gpus)."""
+    if limit_bytes <= 0:
+        return {}
+    by_host: dict[str, list[Slot]] = {}
+    for s in slots:
+        if s.gpus:
+            by_host.setdefault(s.host, []).append(s)
+    out: dict[str, str] = {}
+    for host, members in by_host.items():
+        raw = redis.get(gpus_key(host))
+        if raw is None:
+            continue
+        for gpu in json.loads(raw).get("gpus", []):
+            for p in gpu.get("processes", []):
+                used = (p.get("used_memory_mib") or 0) * (1 << 20)
+                if p.get("job_id") is None and used > limit_bytes:
+                    user = f" ({p['user']})" if p.get("user") else ""
+                    why = f"waiting: pid {p['pid']}{user} uses {used / (1 << 30):.1f} GiB of GPU {gpu.get('index')}"
+                    for s in members:
+                        if str(gpu.get("index")) in s.gpus and s.name not in out:
+                            out[s.name] = why
+    return out
+
+
+def slots_of(rec: dict[str, Any]) -> list[str]:
+    """The workers an active job holds (every place's, holders included)."""
+    return list(rec.get("slots") or ([rec["worker"]] if rec.get("worker") and "," not in rec["worker"] else []))
+
+
+# -- fitting -------------------------------------------------------------------------------------
+def fit(pool: list[Slot], places: int, gpus: int) -> list[list[Slot]] | None:
+    """`places` places of `gpus` GPUs each (a CPU worker each for 0) out of `pool`, or None. Best fit: each place
+    on the host with the fewest free GPUs that still has enough; a job of several places spreads over hosts first."""
+    left = sorted(pool, key=lambda s: (s.host, [int(g) if g.isdigit() else g for g in s.gpus], s.name))
+    chosen: list[list[Slot]] = []
+    used_hosts: set[str] = set()
+    for _ in range(places):
+        by_host: dict[str, list[Slot]] = {}
+        for s in left:
+            if (gpus == 0) == (not s.gpus):
+                by_host.setdefault(s.host, []).append(s)
+        options = []
+        for host, members in by_host.items():
+            take = _sum_to(members, gpus) if gpus else members[:1]
+            if take:
+                capacity = sum(len(s.gpus) for s in members) if gpus else len(members)
+                options.append((host in used_hosts, capacity, host, take))
+        if not options:
+            return None
+        _, _, host, take = min(options, key=lambda o: o[:3])
+        chosen.append(take)
+        used_hosts.add(host)
+        left = [s for s in left if s not in take]
+    return chosen
+
+
+def _sum_to(members: list[Slot], gpus: int) -> list[Slot] | None:
+    """Workers of one host whose GPUs add up to exactly `gpus` (the fewest workers first), or None."""
+    take, need = [], gpus
+    for s in sorted(members, key=lambda s: -len(s.gpus)):
+        if len(s.gpus) <= need:
+            take.append(s)
+            need -= len(s.gpus)
+        if need == 0:
+            return take
+    return None
+
+
+def _partial(pool: list[Slot], places: int, gpus: int) -> list[Slot]:
+    """The workers a job that does not fit yet keeps for itself: on the hosts where most of what it needs is
+    free, up to what it needs."""
+    if gpus == 0:
+        return [s for s in pool if not s.gpus][:places]
+    by_host: dict[str, list[Slot]] = {}
+    for s in pool:
+        if s.gpus:
+            by_host.setdefault(s.host, []).append(s)
+    kept: list[Slot] = []
+    for host in sorted(by_host, key=lambda h: -sum(len(s.gpus) for s in by_host[h]))[:places]:
+        need = gpus
+        for s in sorted(by_host[host], key=lambda s: len(s.gpus)):
+            if len(s.gpus) <= need:
+                kept.append(s)
+                need -= len(s.gpus)
+    return kept
+
+
+# -- the round -------------------------------------------------------------------------------------
+def place(redis: Redis, settings: Settings | None = None) -> list[int]:
+    """One scheduling round (see the module's docstring); returns the ids placed. Runs under a lock: a round that
+    finds another running does nothing."""
+    token = uuid.uuid4().hex
+    if not redis.set(SCHEDULE_LOCK_KEY, token, nx=True, px=10_000):
+        return []
+    try:
+        return _round(redis, policy_of(settings))
+    finally:
+        if redis.get(SCHEDULE_LOCK_KEY) == token.encode():
+            redis.delete(SCHEDULE_LOCK_KEY)
+
+
+def _round(redis: Redis, s: Settings) -> list[int]:
+    store = JobStore(redis)
+    release_dependencies(redis, store)
+    slots, unavailable = live_slots(redis)
+    active = []
+    for job_id in store.active_ids():
+        try:
+            active.append(store.get(job_id))
+        except NotFound:
+            continue
+    holders = {name: rec["id"] for rec in active for name in slots_of(rec)}
+    blocked = foreign(redis, [slots[n] for n in slots if n not in holders], s.foreign_memory)
+    _say_waiting(redis, blocked)
+    free = [x for n, x in slots.items() if n not in holders and n not in unavailable and n not in blocked]
+    r = Round(redis, s, time.time(), slots, free, active, holders)
+    found = queues.lines(redis, SCAN_MAX)
+    if not found:
+        return []
+    used = share.usage(redis, s.fairshare_halflife_s, active, r.now) if s.fairshare else {}
+    held = Counter()
+    for rec in active:
+        held[rec.get("owner")] += quota.job_gpus(rec["spec"])
+    sweep_running = Counter(rec.get("sweep_id") for rec in active if rec.get("sweep_id") is not None)
+    limits: dict[int, int | None] = {}
+    lowest_running = max((PRIORITIES.index(rec["spec"].get("priority", "normal")) for rec in active), default=-1)
+    stopping = _stopping(redis, active)
+    for n, (job_id, priority, owner) in enumerate(queues.order(found, used, s.fairshare)):
+        can_preempt = s.preempt and PRIORITIES.index(priority) < lowest_running
+        if n >= SCAN_MAX or (not r.free and not can_preempt and n >= SAYS_WHY):
+            break
+        try:
+            rec = store.get(job_id)
+        except NotFound:
+            redis.zrem(queues.line_key(priority, owner), job_id)
+            continue
+        if rec["status"] != Status.QUEUED.value:
+            queues.withdraw(redis, rec)
+            continue
+        spec = rec["spec"]
+        sweep_id = rec.get("sweep_id")
+        if sweep_id is not None:
+            if sweep_id not in limits:
+                limits[sweep_id] = sweeps.max_concurrent(redis, sweep_id)
+            cap = limits[sweep_id]
+            if cap is not None and sweep_running[sweep_id] >= cap:
+                _waiting(store, rec, f"waiting: sweep {sweep_id} runs {sweep_running[sweep_id]} of {cap} at once")
+                continue
+        gpus = quota.job_gpus(spec)
+        limit = quota.limit_for(redis, owner, gpus)
+        if limit is not None and held[owner] + gpus > limit:
+            _waiting(store, rec, quota.waiting(owner or "", held[owner], limit))
+            continue  # (over its owner's quota, it holds nobody else up, and preempts nobody)
+        places, k = int(spec.get("workers") or 1), int(spec.get("gpus") or 0)
+        chosen = fit(r.free, places, k)
+        if chosen is not None and _assign(r, store, rec, chosen):
+            r.placed.append(job_id)
+            taken = {x.name for p in chosen for x in p}
+            r.free = [x for x in r.free if x.name not in taken]
+            held[owner] += gpus
+            if sweep_id is not None:
+                sweep_running[sweep_id] += 1
+            continue
+        message = _need(places, k, r.free)
+        if can_preempt:
+            said = _preempt(r, store, rec, places, k, stopping)
+            message = said or message
+        if not s.backfill:  # what it could use stays free for it
+            kept = {x.name for x in _partial(r.free, places, k)}
+            r.free = [x for x in r.free if x.name not in kept]
+        _waiting(store, rec, message)
+    return r.placed
+
+
+def _need(places: int, k: int, free: list[Slot]) -> str:
+    if k == 0:
+        cpus = sum(1 for x in free if not x.gpus)
+        return f"waiting for {places} free CPU worker{'s' if places > 1 else ''}; {cpus} free now"
+    on = f"{k} GPU{'s' if k > 1 else ''} on one host" + (f", on each of {places} workers" if places > 1 else "")
+    most: Counter[str] = Counter()
+    for x in free:
+        most[x.host] += len(x.gpus)
+    return f"waiting for {on}; {max(most.values(), default=0)} free on one host now"
+
+
+def _waiting(store: JobStore, rec: dict[str, Any], message: str) -> None:
+    if rec.get("message") != message:
+        store.transition(rec["id"], (Status.QUEUED.value,), message=message)
+
+
+def _say_waiting(redis: Redis, blocked: dict[str, str]) -> None:
+    if blocked:
+        with redis.pipeline(transaction=False) as pipe:
+            for name, why in blocked.items():
+                pipe.set(waiting_key(name), why, ex=int(3 * PLACE_EVERY_S) + 2)
+            pipe.execute()
+
+
+# -- placing ---------------------------------------------------------------------------------------
+def _assign(r: Round, store: JobStore, rec: dict[str, Any], chosen: list[list[Slot]]) -> bool:
+    """queued -> starting with a new placement generation; then the job (or each task) on its place's first
+    worker's private queue, and a hold on each other worker of the place."""
+    redis, job_id, spec = r.redis, rec["id"], rec["spec"]
+    gen = int(rec.get("gen", 0)) + 1
+    multi = is_multi_worker(spec)
+    leads = [p[0] for p in chosen]
+    gpu_ids = [[g for x in p for g in x.gpus] for p in chosen]
+    if multi:
+        pipe = redis.pipeline()
+        for index, (lead, ids) in enumerate(zip(leads, gpu_ids)):
+            taskrecord.place(pipe, job_id, index, gen, lead.name, lead.host, ids)
+        pipe.execute()
+    fields = {
+        "status": Status.STARTING.value,
+        "gen": gen,
+        "placed_at": r.now,
+        "started_at": r.now,
+        "worker": ", ".join(x.name for x in leads),
+        "gpu_ids": [g for ids in gpu_ids for g in ids],
+        "slots": [x.name for p in chosen for x in p],
+        "reason": None,
+        "message": None,
+        "pid": None,
+    }
+    with redis.pipeline() as pipe:
+        queues.withdraw(redis, rec, pipe)
+        pipe.execute()
+    if not store.transition(job_id, (Status.QUEUED.value,), **fields):
+        return False
+    if not multi:
+        redis.set(heartbeat_key(job_id), leads[0].name, ex=CLAIM_WITHIN_S)
+    what = command_words(spec)
+    for index, p in enumerate(chosen):
+        lead = p[0]
+        if multi:
+            _push(
+                redis,
+                lead.name,
+                RUN_TASK,
+                (job_id, index, gen),
+                rq_task_id(job_id, gen, index),
+                f"task {index}: {what}",
+            )
+        else:
+            _push(redis, lead.name, RUN_JOB, (job_id, gen), rq_job_id(job_id, int(rec.get("attempt", 1))), what)
+        for x in p[1:]:
+            _push(redis, x.name, RUN_HOLD, (job_id, gen), rq_hold_id(job_id, gen, x.name), f"holds GPUs for {what}")
+    where = "; ".join(f"{p[0].host}: {', '.join(x.name for x in p)}" for p in chosen)
+    log.info("job %s placed (gen %d) on %s", job_id, gen, where)
+    return True
+
+
+def _push(redis: Redis, worker: str, func: str, args: tuple, rq_id: str, what: str) -> None:
+    Queue(private_queue(worker), connection=redis).enqueue_call(
+        func,
+        args=args,
+        job_id=rq_id,
+        timeout=-1,  # the work-horse enforces the spec's timeout itself
+        result_ttl=queues.RQ_JOB_TTL,
+        failure_ttl=queues.RQ_JOB_TTL,
+        description=f"gpudeck job {args[0]}: {what}",
+    )
+
+
+# -- preemption ------------------------------------------------------------------------------------
+def _stopping(redis: Redis, active: list[dict[str, Any]]) -> dict[int, str]:
+    """Active jobs with a stop requested: id -> reason."""
+    if not active:
+        return {}
+    with redis.pipeline(transaction=False) as pipe:
+        for rec in active:
+            pipe.get(stop_key(rec["id"]))
+        return {rec["id"]: raw.decode() for rec, raw in zip(active, pipe.execute()) if raw}
+
+
+def victims_for(
+    r: Round, rec: dict[str, Any], places: int, k: int, stopping: dict[int, str]
+) -> tuple[list[dict[str, Any]], bool]:
+    """(the fewest running jobs to stop so that `rec` fits, whether what is already being stopped suffices)."""
+    rank = PRIORITIES.index(rec["spec"].get("priority", "normal"))
+    coming = [r.slots[n] for v in r.active if stopping.get(v["id"]) for n in slots_of(v) if n in r.slots]
+    pool = list(r.free) + coming
+    if fit(pool, places, k) is not None:
+        return [], True
+    candidates = [
+        v
+        for v in r.active
+        if PRIORITIES.index(v["spec"].get("priority", "normal")) > rank
+        and v["spec"].get("preemptible", True) is not False
+        and v["id"] not in stopping
+        and r.now - float(v.get("running_at") or v.get("started_at") or r.now) >= r.settings.preempt_after_s
+        and slots_of(v)
+    ]
+    candidates.sort(
+        key=lambda v: (-PRIORITIES.index(v["spec"].get("priority", "normal")), -float(v.get("started_at") or 0))
+    )
+    chosen: list[dict[str, Any]] = []
+    for v in candidates:
+        chosen.append(v)
+        if fit(pool + _freed(r, chosen), places, k) is not None:
+            break
+    else:
+        return [], False
+    for v in list(reversed(chosen[:-1])):  # drop any the others make unnecessary
+        rest = [c for c in chosen if c is not v]
+        if fit(pool + _freed(r, rest), places, k) is not None:
+            chosen = rest
+    return chosen, False
+
+
+def _freed(r: Round, jobs: list[dict[str, Any]]) -> list[Slot]:
+    return [r.slots[n] for v in jobs for n in slots_of(v) if n in r.slots]
+
+
+def _preempt(
+    r: Round, store: JobStore, rec: dict[str, Any], places: int, k: int, stopping: dict[int, str]
+) -> str | None:
+    """Stop the victims `rec` needs (see victims_for); the message `rec` shows meanwhile, or None when no set of
+    running jobs would make room."""
+    victims, enough = victims_for(r, rec, places, k, stopping)
+    if enough:
+        ids = [v["id"] for v in r.active if stopping.get(v["id"]) == PREEMPTED]
+        return (
+            f"waiting for preempted job{'s' if len(ids) > 1 else ''} {', '.join(map(str, ids))} to stop"
+            if ids
+            else None
+        )
+    if not victims:
+        return None
+    priority = rec["spec"].get("priority", "normal")
+    for v in victims:
+        step = (v.get("progress") or {}).get("step")
+        store.update(v["id"], preempted_by={"id": rec["id"], "priority": priority, "step": step, "at": r.now})
+        store.request_stop(v["id"], PREEMPTED, only_first=True)
+        stopping[v["id"]] = PREEMPTED
+        log.warning("job %s (%s) preempts job %s (%s)", rec["id"], priority, v["id"], v["spec"].get("priority"))
+    names = ", ".join(f"{v['id']} ({v['spec'].get('priority', 'normal')})" for v in victims)
+    return f"preempting job{'s' if len(victims) > 1 else ''} {names}"
+
+
+# -- dependencies ----------------------------------------------------------------------------------
+def release_dependencies(redis: Redis, store: JobStore) -> None:
+    """Jobs waiting for their dependencies: into their line once all succeeded; canceled as dependency_failed
+    once one failed or was canceled (or was deleted)."""
+    for raw in redis.smembers(AFTER_KEY):
+        job_id = int(raw)
+        try:
+            rec = store.get(job_id)
+        except NotFound:
+            redis.srem(AFTER_KEY, job_id)
+            continue
+        if rec["status"] != Status.QUEUED.value:
+            redis.srem(AFTER_KEY, job_id)
+            continue
+        after = rec["spec"].get("after") or []
+        with redis.pipeline(transaction=False) as pipe:
+            for dep in after:
+                pipe.hget(job_key(dep), "status")
+            statuses = [s.decode() if s else None for s in pipe.execute()]
+        bad = next(
+            ((d, st) for d, st in zip(after, statuses) if st is None or (Status(st).ended and st != "succeeded")), None
+        )
+        if bad is not None:
+            dep, st = bad
+            what = "was deleted" if st is None else st
+            end = End(Status.CANCELED, Reason.DEPENDENCY_FAILED, f"job {dep} it depends on {what}")
+            if lifecycle.end(redis, job_id, end, rec, allowed=(Status.QUEUED.value,)):
+                redis.srem(AFTER_KEY, job_id)
+            continue
+        if all(st == Status.SUCCEEDED.value for st in statuses):
+            with redis.pipeline() as pipe:
+                pipe.srem(AFTER_KEY, job_id)
+                queues.enqueue(pipe, job_id, rec["spec"], rec.get("owner"), rec.get("seq"))
+                pipe.execute()
+            store.transition(job_id, (Status.QUEUED.value,), message=None)
+        elif rec.get("message") != waiting_for(after):
+            store.transition(job_id, (Status.QUEUED.value,), message=waiting_for(after))
+
+
+# -- holds -----------------------------------------------------------------------------------------
+def holding(redis: Redis, job_id: int, gen: int) -> bool:
+    """Whether placement `gen` of the job still holds its workers."""
+    return gang.current(redis, job_id, gen)
+
+
+class Placer(Periodic):
+    """In each worker: says the worker is alive for placement and runs a scheduling round."""
+
+    what, every_s = "placer", PLACE_EVERY_S
+
+    def __init__(self, redis_url: str, worker: str, settings: Settings | None = None):
+        super().__init__(redis_url, "gpudeck-placer")
+        self.worker = worker
+        self.settings = settings
+
+    def round(self) -> None:
+        self.redis.set(alive_key(self.worker), "1", ex=ALIVE_TTL_S)
+        place(self.redis, self.settings)
+
+    def closing(self) -> None:
+        self.redis.delete(alive_key(self.worker))
