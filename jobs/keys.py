@@ -223,9 +223,9 @@ def private_queue(worker: str) -> str:
     return f"tasks@{worker}"
 
 
-def rq_hold_id(job_id: int, gen: int, worker: str) -> str:
-    """RQ's id for a worker kept for placement `gen` of a job another worker of its place runs."""
-    return f"{PREFIX}-{job_id}-g{gen}-h-{worker}"
+def rq_hold_id(job_id: int, gen: int, index: int) -> str:
+    """RQ's id for the `index`-th worker kept for placement `gen` of a job other workers of its places run."""
+    return f"{PREFIX}-{job_id}-g{gen}-h{index}"
 
 
 def rq_job_id(job_id: int, attempt: int) -> str:

@@ -370,6 +370,7 @@ def _assign(r: Round, store: JobStore, rec: dict[str, Any], chosen: list[list[Sl
     if not multi:
         redis.set(heartbeat_key(job_id), leads[0].name, ex=CLAIM_WITHIN_S)
     what = command_words(spec)
+    held = 0
     for index, p in enumerate(chosen):
         lead = p[0]
         if multi:
@@ -384,7 +385,8 @@ def _assign(r: Round, store: JobStore, rec: dict[str, Any], chosen: list[list[Sl
         else:
             _push(redis, lead.name, RUN_JOB, (job_id, gen), rq_job_id(job_id, int(rec.get("attempt", 1))), what)
         for x in p[1:]:
-            _push(redis, x.name, RUN_HOLD, (job_id, gen), rq_hold_id(job_id, gen, x.name), f"holds GPUs for {what}")
+            _push(redis, x.name, RUN_HOLD, (job_id, gen), rq_hold_id(job_id, gen, held), f"holds GPUs for {what}")
+            held += 1
     where = "; ".join(f"{p[0].host}: {', '.join(x.name for x in p)}" for p in chosen)
     log.info("job %s placed (gen %d) on %s", job_id, gen, where)
     return True
@@ -434,6 +436,9 @@ def victims_for(
     candidates.sort(
         key=lambda v: (-PRIORITIES.index(v["spec"].get("priority", "normal")), -float(v.get("started_at") or 0))
     )
+    alone = next((v for v in candidates if fit(pool + _freed(r, [v]), places, k) is not None), None)
+    if alone is not None:  # one job makes room: the first such in the order of preference
+        return [alone], False
     chosen: list[dict[str, Any]] = []
     for v in candidates:
         chosen.append(v)

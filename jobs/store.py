@@ -23,9 +23,20 @@ LOG_MAXLEN = 100_000
 METRICS_MAXLEN = 100_000
 """Metric points kept in a job's Redis stream."""
 
-JSON_FIELDS = ("spec", "gpu_ids", "progress", "metrics", "result", "log_tail", "source", "environment")
-FLOAT_FIELDS = ("created_at", "started_at", "spawned_at", "running_at", "ended_at", "placed_at")
-INT_FIELDS = ("id", "pid", "attempt", "gen", "disk_bytes", "resumes")
+JSON_FIELDS = (
+    "spec",
+    "gpu_ids",
+    "progress",
+    "metrics",
+    "result",
+    "log_tail",
+    "source",
+    "environment",
+    "slots",
+    "preempted_by",
+)
+FLOAT_FIELDS = ("created_at", "started_at", "spawned_at", "running_at", "ended_at", "placed_at", "claimed_at", "seq")
+INT_FIELDS = ("id", "pid", "attempt", "gen", "disk_bytes", "resumes", "preemptions")
 HEARTBEAT_TTL_S = 15
 """A running job's heartbeat key lives this long; the work-horse refreshes it every few seconds."""
 
