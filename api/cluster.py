@@ -5,7 +5,7 @@ from __future__ import annotations
 from flask import Blueprint
 
 from api import auth, deps
-from jobs import disk, gpus, quota, sweeps, worker
+from jobs import disk, gpus, quota, schedule, sweeps, worker
 from jobs.spec import shown
 from jobs.views import job_view
 
@@ -31,6 +31,19 @@ def gpu_stats():
         for gpu in host.get("gpus", []):
             gpu["held_by"] = held.get((host["host"], str(gpu.get("index"))))
     return {"hosts": hosts, "next_cursor": None}
+
+
+@bp.get("/share")
+def fair_share():
+    """What each owner has used (decayed GPU-hours), their share of it, and what they run and wait for now."""
+    settings = deps.settings()
+    return {
+        "fairshare": settings.fairshare,
+        "halflife_s": settings.fairshare_halflife_s,
+        "preempt": settings.preempt,
+        "preempt_after_s": settings.preempt_after_s,
+        "owners": schedule.share_table(deps.redis(), settings),
+    }
 
 
 @bp.post("/sweeps")

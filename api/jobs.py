@@ -11,10 +11,10 @@ from flask import Blueprint, Response, current_app, request
 
 from api import auth, deps, longpoll
 from api.finite import finite
-from jobs import control, gang, queues, usage
-from jobs.errors import BadRequest
+from jobs import control, gang, queues, schedule, usage
+from jobs.errors import BadRequest, NotFound
 from jobs.views import job_view
-from models.states import Status
+from models.states import PRIORITIES, Status
 
 bp = Blueprint("jobs", __name__)
 
@@ -48,6 +48,44 @@ def submit():
 def cancel(job_id: int):
     auth.may(deps.store().get(job_id).get("owner"), "cancel", f"job {job_id}")
     return job_view(control.cancel(deps.redis(), job_id))
+
+
+@bp.patch("/<int:job_id>")
+def update(job_id: int):
+    """A queued job's priority: {"priority": "high" | "normal" | "low"} (409 once it has left the line)."""
+    body = deps.json_body()
+    if not isinstance(body, dict) or set(body) != {"priority"}:
+        raise BadRequest('the body is {"priority": "high" | "normal" | "low"}', {"field": "body"})
+    priority = body["priority"]
+    if priority not in PRIORITIES:
+        raise BadRequest(
+            f"priority must be one of {', '.join(PRIORITIES)}, got {json.dumps(priority)}", {"field": "priority"}
+        )
+    auth.may(deps.store().get(job_id).get("owner"), "change the priority of", f"job {job_id}")
+    auth.may_priority(priority)
+    rec = schedule.reprioritize(deps.redis(), job_id, priority, deps.settings())
+    return views([rec], with_tasks=True)[0]
+
+
+@bp.post("/<int:job_id>/move")
+def move(job_id: int):
+    """A queued job's place in its line: {"before": ID}, {"after": ID} or {"top": true}."""
+    body = deps.json_body()
+    if not isinstance(body, dict) or len(body) != 1 or not set(body) <= {"before", "after", "top"}:
+        raise BadRequest('the body is one of {"before": ID}, {"after": ID}, {"top": true}', {"field": "body"})
+    ((field, value),) = body.items()
+    if field == "top":
+        if value is not True:
+            raise BadRequest(f"top must be true, got {json.dumps(value)}", {"field": "top"})
+    elif not isinstance(value, int) or isinstance(value, bool) or value < 1:
+        raise BadRequest(f"{field} must be a job id, got {json.dumps(value)}", {"field": field})
+    store = deps.store()
+    auth.may(store.get(job_id).get("owner"), "move", f"job {job_id}")
+    if field != "top" and not store.exists(value):
+        raise NotFound(f"job {value} does not exist", {"field": field, "id": value})
+    target = {field: value} if field != "top" else {}
+    rec = schedule.move(deps.redis(), job_id, **target)
+    return views([rec], with_tasks=True)[0]
 
 
 @bp.delete("/<int:job_id>")
@@ -105,16 +143,18 @@ def list_jobs():
 
 
 def views(recs: list[dict], with_tasks: bool = False) -> list[dict]:
-    """Job records as the API answers them, with each queued job's place in line and each running job's usage
-    (CPU, memory, GPU) read in two round trips for the whole list."""
+    """Job records as the API answers them, with each queued job's place in line and expected start, and each
+    running job's usage (CPU, memory, GPU)."""
     redis = deps.redis()
-    line = queues.positions(redis, recs)
+    line = queues.positions(redis, recs, deps.settings())
+    starts = schedule.estimate(redis, deps.settings()) if any(r["status"] == "queued" for r in recs) else {}
     used = usage.read(redis, [r["id"] for r in recs if r["status"] in ("starting", "running")])
     return [
         job_view(
             r,
             tasks=gang.view(redis, r) if with_tasks else None,
             queue_position=line.get(r["id"]),
+            expected_start=starts.get(r["id"], (None, None)),
             usage=used.get(r["id"]),
             names_only=auth.names_only(r.get("owner")),
         )

@@ -21,13 +21,14 @@ MAX_AUDIT = 1000
 def whoami():
     who = auth.user()
     if who is None:
-        return {"name": None, "role": "admin", "auth": "none", "max_gpus": None, "commands": None}
+        return {"name": None, "role": "admin", "auth": "none", "max_gpus": None, "commands": None, "max_priority": None}
     return {
         "name": who.name if who.named else None,
         "role": who.role,
         "auth": "named" if who.named else "shared",
         "max_gpus": who.max_gpus,
         "commands": who.commands if who.named else None,
+        "max_priority": who.max_priority,
     }
 
 

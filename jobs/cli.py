@@ -180,9 +180,14 @@ def token() -> None:
 @click.option("--admin", is_flag=True, help="may do anything: others' jobs, draining workers, the audit")
 @click.option("--max-gpus", type=int, metavar="N", help="the most GPUs this user's running jobs hold at once")
 @click.option("--no-commands", is_flag=True, help="may not submit command jobs (your own code)")
+@click.option(
+    "--max-priority",
+    type=click.Choice(["high", "normal", "low"]),
+    help="the highest priority this user may give a job (high jobs preempt lower ones)",
+)
 @click.option("--expires", type=Parsed("AGE", parse_age, "an age such as 90d, 12h or 2w"), help="refused after this")
 @home_option
-def token_create(name, admin, max_gpus, no_commands, expires, home) -> int:
+def token_create(name, admin, max_gpus, no_commands, max_priority, expires, home) -> int:
     """Create the token NAME and print it (only its hash is kept: it is shown this once)."""
     from jobs import tokens
 
@@ -190,7 +195,15 @@ def token_create(name, admin, max_gpus, no_commands, expires, home) -> int:
         click.echo("gpudeck token create NAME", err=True)
         return EXIT_USAGE
     redis, who = _token_store(home)
-    made = tokens.create(redis, name, admin=admin, max_gpus=max_gpus, commands=not no_commands, expires_s=expires)
+    made = tokens.create(
+        redis,
+        name,
+        admin=admin,
+        max_gpus=max_gpus,
+        commands=not no_commands,
+        expires_s=expires,
+        max_priority=max_priority,
+    )
     role = "admin" if admin else "user"
     tokens.audit(redis, who, "local", "TOKEN", f"create {name}", 0, detail=role)
     click.echo(made)
@@ -221,13 +234,16 @@ def token_ls(home, as_json) -> int:
             t["role"],
             "-" if t["max_gpus"] is None else t["max_gpus"],
             "yes" if t["commands"] else "no",
+            t.get("max_priority") or "-",
             _when(t["created_at"]),
             _when(t["last_used_at"]),
             _when(t["expires_at"]),
         )
         for t in listed
     ]
-    print_table(("NAME", "ROLE", "MAX GPUS", "COMMANDS", "CREATED", "LAST USED", "EXPIRES"), rows, right=[2])
+    print_table(
+        ("NAME", "ROLE", "MAX GPUS", "COMMANDS", "MAX PRIORITY", "CREATED", "LAST USED", "EXPIRES"), rows, right=[2]
+    )
     return EXIT_OK
 
 

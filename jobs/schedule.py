@@ -26,12 +26,13 @@ one, the owner who has used least, FIFO within an owner: jobs.queues.order), and
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import time
 import uuid
 from collections import Counter
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -39,9 +40,10 @@ from redis import Redis
 from rq import Queue
 
 from jobs import gang, lifecycle, queues, quota, share, sweeps, taskrecord
-from jobs.errors import NotFound
+from jobs.errors import Conflict, NotFound
 from jobs.keys import (
     AFTER_KEY,
+    INDEX_KEY,
     RUN_HOLD,
     RUN_JOB,
     RUN_TASK,
@@ -52,6 +54,7 @@ from jobs.keys import (
     heartbeat_key,
     job_key,
     private_queue,
+    queue_name,
     rq_hold_id,
     rq_job_id,
     rq_task_id,
@@ -544,3 +547,217 @@ class Placer(Periodic):
 
     def closing(self) -> None:
         self.redis.delete(alive_key(self.worker))
+
+
+# -- steering the line -----------------------------------------------------------------------------
+@contextlib.contextmanager
+def locked(redis: Redis, wait_s: float = 10.0) -> Iterator[None]:
+    """Hold the scheduler's lock (waiting for a round to end): the line does not change under a round."""
+    token = uuid.uuid4().hex
+    deadline = time.monotonic() + wait_s
+    while not redis.set(SCHEDULE_LOCK_KEY, token, nx=True, px=10_000):
+        if time.monotonic() > deadline:
+            raise Conflict("the scheduler is busy; try again", {"retry_after_s": 1})
+        time.sleep(0.02)
+    try:
+        yield
+    finally:
+        if redis.get(SCHEDULE_LOCK_KEY) == token.encode():
+            redis.delete(SCHEDULE_LOCK_KEY)
+
+
+def _queued(store: JobStore, job_id: int, what: str) -> dict[str, Any]:
+    rec = store.get(job_id)
+    if rec["status"] != Status.QUEUED.value:
+        raise Conflict(
+            f"job {job_id} is {rec['status']}: only a queued job's {what} can be changed",
+            {"id": job_id, "status": rec["status"]},
+        )
+    return rec
+
+
+def reprioritize(redis: Redis, job_id: int, priority: str, settings: Settings | None = None) -> dict[str, Any]:
+    """A queued job goes to the line of another priority, keeping its place in submission order."""
+    store = JobStore(redis)
+    with locked(redis):
+        rec = _queued(store, job_id, "priority")
+        spec = {**rec["spec"], "priority": priority}
+        waiting = bool(redis.sismember(AFTER_KEY, job_id))
+        with redis.pipeline() as pipe:
+            queues.withdraw(redis, rec, pipe)
+            store.update(job_id, pipe=pipe, spec=spec, queue=queue_name(int(spec.get("gpus") or 0), priority))
+            queues.enqueue(pipe, job_id, spec, rec.get("owner"), rec.get("seq"), waiting=waiting)
+            pipe.execute()
+    place(redis, settings)
+    return store.get(job_id)
+
+
+def move(redis: Redis, job_id: int, before: int | None = None, after: int | None = None) -> dict[str, Any]:
+    """A queued job's new place in its line (its owner's, at its priority: between people, fair share decides):
+    just before or after another queued job of that line, or first of it (neither given)."""
+    store = JobStore(redis)
+    with locked(redis):
+        rec = _queued(store, job_id, "place")
+        key = queues.line_key(rec["spec"].get("priority", "normal"), rec.get("owner"))
+        if redis.zscore(key, job_id) is None:
+            raise Conflict(f"job {job_id} waits for its dependencies: it has no place in line yet", {"id": job_id})
+        target = before if before is not None else after
+        if target is None:
+            first = redis.zrange(key, 0, 0, withscores=True)
+            place_at = first[0][1] - 1.0 if first and int(first[0][0]) != job_id else redis.zscore(key, job_id)
+        else:
+            field = "before" if before is not None else "after"
+            score = redis.zscore(key, target)
+            if score is None or target == job_id:
+                who = rec.get("owner") or "no owner"
+                raise Conflict(
+                    f"job {target} is not another queued job of the same line as job {job_id} "
+                    f"({rec['spec'].get('priority', 'normal')}, {who}): a job moves only among those",
+                    {"field": field, "id": target},
+                )
+            rank = redis.zrank(key, target)
+            if before is not None:
+                nxt = redis.zrange(key, rank - 1, rank - 1, withscores=True) if rank > 0 else []
+                other = nxt[0][1] if nxt and int(nxt[0][0]) != job_id else score - 2.0
+            else:
+                nxt = redis.zrange(key, rank + 1, rank + 1, withscores=True)
+                other = nxt[0][1] if nxt and int(nxt[0][0]) != job_id else score + 2.0
+            place_at = (score + other) / 2
+        redis.zadd(key, {str(job_id): place_at}, xx=True)
+        store.update(job_id, seq=place_at)
+    return store.get(job_id)
+
+
+# -- what people use, and when a job will start ---------------------------------------------------
+def share_table(redis: Redis, settings: Settings | None = None) -> list[dict[str, Any]]:
+    """Per owner (like Slurm's sshare): decayed usage in GPU-hours, its share of everybody's, GPUs held now,
+    running and queued jobs."""
+    s = policy_of(settings)
+    store = JobStore(redis)
+    active = []
+    for job_id in store.active_ids():
+        try:
+            active.append(store.get(job_id))
+        except NotFound:
+            continue
+    used = share.usage(redis, s.fairshare_halflife_s, active)
+    queued: Counter[str] = Counter()
+    for (_, owner), members in queues.lines(redis).items():
+        queued[share.owner_of(owner)] += len(members)
+    for raw in redis.smembers(AFTER_KEY):
+        owner = redis.hget(job_key(int(raw)), "owner")
+        queued[share.owner_of(owner.decode() if owner else None)] += 1
+    running: Counter[str] = Counter(share.owner_of(r.get("owner")) for r in active)
+    gpus: Counter[str] = Counter()
+    for r in active:
+        gpus[share.owner_of(r.get("owner"))] += quota.job_gpus(r["spec"])
+    total = sum(used.values()) or 1.0
+    owners = sorted(set(used) | set(queued) | set(running), key=lambda o: (used.get(o, 0.0), o))
+    return [
+        {
+            "owner": None if o == share.owner_of(None) else o,
+            "usage_gpu_hours": round(used.get(o, 0.0) / 3600, 3),
+            "share": round(used.get(o, 0.0) / total, 4),
+            "gpus": gpus[o],
+            "running": running[o],
+            "queued": queued[o],
+        }
+        for o in owners
+    ]
+
+
+HISTORY = 100
+"""How many of the newest jobs an estimate learns typical durations from."""
+
+
+def _typical_s(redis: Redis) -> float | None:
+    """The mean run time of the newest succeeded jobs (None: none yet)."""
+    ids = [int(i) for i in redis.zrevrange(INDEX_KEY, 0, HISTORY - 1)]
+    with redis.pipeline(transaction=False) as pipe:
+        for job_id in ids:
+            pipe.hmget(job_key(job_id), "status", "started_at", "ended_at")
+        rows = pipe.execute()
+    took = [float(e) - float(b) for st, b, e in rows if st == b"succeeded" and b and e]
+    return sum(took) / len(took) if took else None
+
+
+def _duration(rec: dict[str, Any], typical: float | None) -> float | None:
+    timeout = rec["spec"].get("timeout")
+    return float(timeout) if timeout else typical
+
+
+def _remaining(rec: dict[str, Any], now: float, typical: float | None) -> float | None:
+    """How long a running job still holds its workers: from its progress rate, else its timeout or the typical
+    run time."""
+    p = rec.get("progress") or {}
+    step, total, first = p.get("step"), p.get("total_steps"), p.get("first_step") or 0
+    since = rec.get("running_at")
+    if step and total and since and step > first:
+        return max(0.0, (now - float(since)) / (step - first) * (total - step))
+    whole = _duration(rec, typical)
+    if whole is None:
+        return None
+    return max(0.0, float(rec.get("started_at") or now) + whole - now)
+
+
+NO_ESTIMATE = (
+    "nothing to estimate from: the jobs ahead of it report no progress and give no timeout, and no job has "
+    "succeeded yet"
+)
+
+
+def estimate(redis: Redis, settings: Settings | None = None) -> dict[int, tuple[float | None, str | None]]:
+    """Every queued job's expected start (like `squeue --start`): the scheduler's order played forward over the
+    workers, each running job freeing its workers when its progress (else its timeout, else the typical run time
+    of recent jobs) says it ends, each job ahead taking its timeout or that typical time. (time, None) or
+    (None, why there is no estimate)."""
+    s = policy_of(settings)
+    now = time.time()
+    store = JobStore(redis)
+    slots, _ = live_slots(redis)
+    active = []
+    for job_id in store.active_ids():
+        try:
+            active.append(store.get(job_id))
+        except NotFound:
+            continue
+    typical = _typical_s(redis)
+    free_at: dict[str, float | None] = {n: now for n in slots}
+    for rec in active:
+        left = _remaining(rec, now, typical)
+        for n in slots_of(rec):
+            if n in free_at:
+                free_at[n] = None if left is None else now + left
+    used = share.usage(redis, s.fairshare_halflife_s, active, now) if s.fairshare else {}
+    out: dict[int, tuple[float | None, str | None]] = {}
+    hosts: Counter[str] = Counter()
+    for x in slots.values():
+        hosts[x.host] += len(x.gpus)
+    for n, (job_id, _, _) in enumerate(queues.order(queues.lines(redis), used, s.fairshare)):
+        if n >= SCAN_MAX:
+            break
+        try:
+            rec = store.get(job_id)
+        except NotFound:
+            continue
+        places, k = int(rec["spec"].get("workers") or 1), int(rec["spec"].get("gpus") or 0)
+        known = sorted({t for t in free_at.values() if t is not None})
+        start, chosen = None, None
+        for t in known:
+            chosen = fit([slots[name] for name, f in free_at.items() if f is not None and f <= t], places, k)
+            if chosen is not None:
+                start = t
+                break
+        if start is None or chosen is None:
+            why = NO_ESTIMATE if any(f is None for f in free_at.values()) else "no live workers can run it"
+            out[job_id] = (None, why)
+            continue
+        out[job_id] = (start, None)
+        took = _duration(rec, typical)
+        for x in (x for p in chosen for x in p):
+            free_at[x.name] = None if took is None else start + took
+    for raw in redis.smembers(AFTER_KEY):
+        job_id = int(raw)
+        after = (store.get(job_id)["spec"].get("after") or []) if redis.exists(job_key(job_id)) else []
+        out[job_id] = (None, waiting_for(after) if after else "waiting for its dependencies")
+    return out

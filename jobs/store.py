@@ -188,6 +188,10 @@ class JobStore:
             raise NotFound(f"job {job_id} does not exist", {"id": job_id})
         return _decode(raw)
 
+    def exists(self, job_id: int) -> bool:
+        """Whether job `job_id` has a record."""
+        return bool(self.redis.exists(job_key(job_id)))
+
     def update(self, job_id: int, pipe: Any = None, **fields: Any) -> None:
         """Set fields of an existing record (into `pipe` when given); a field given as None is removed."""
         self._write(pipe if pipe is not None else self.redis, job_id, fields)

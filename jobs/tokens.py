@@ -16,6 +16,7 @@ from redis import Redis
 
 from jobs.errors import BadRequest, Conflict, NotFound
 from jobs.keys import AUDIT_KEY, TOKENS_KEY, token_hash_key
+from models.states import PRIORITIES
 
 AUDIT_MAXLEN = 100_000
 """State changes the audit stream keeps (the oldest go first)."""
@@ -34,6 +35,7 @@ class User:
     max_gpus: int | None = None
     commands: bool = True
     named: bool = True
+    max_priority: str | None = None
 
     @property
     def role(self) -> str:
@@ -57,12 +59,17 @@ def create(
     commands: bool = True,
     expires_s: int | None = None,
     now: float | None = None,
+    max_priority: str | None = None,
 ) -> str:
     """Store a new named token and return it (the only time it is seen)."""
     if not NAME.match(name or ""):
         raise BadRequest(f"token name {name!r}: 1 to 32 of a-z 0-9 _ . -, starting with a letter", {"field": "name"})
     if max_gpus is not None and max_gpus < 0:
         raise BadRequest(f"--max-gpus must be 0 or more, got {max_gpus}", {"field": "max_gpus"})
+    if max_priority is not None and max_priority not in PRIORITIES:
+        raise BadRequest(
+            f"--max-priority must be one of {', '.join(PRIORITIES)}, got {max_priority!r}", {"field": "max_priority"}
+        )
     now = time.time() if now is None else now
     token = "gpd_" + secrets.token_urlsafe(32)
     meta = {
@@ -71,6 +78,7 @@ def create(
         "role": "admin" if admin else "user",
         "max_gpus": max_gpus,
         "commands": commands,
+        "max_priority": max_priority,
         "created_at": now,
         "expires_at": now + expires_s if expires_s else None,
         "last_used_at": None,
@@ -125,7 +133,13 @@ def identify(redis: Redis, token: str, now: float | None = None) -> tuple[User |
     if not meta.get("last_used_at") or now - meta["last_used_at"] > LAST_USED_EVERY_S:
         meta["last_used_at"] = now  # (only while it still exists: a revoke meanwhile is not undone)
         redis.eval(TOUCH, 1, TOKENS_KEY, meta["name"], json.dumps(meta))
-    user = User(meta["name"], meta["role"] == "admin", meta.get("max_gpus"), bool(meta.get("commands", True)))
+    user = User(
+        meta["name"],
+        meta["role"] == "admin",
+        meta.get("max_gpus"),
+        bool(meta.get("commands", True)),
+        max_priority=meta.get("max_priority"),
+    )
     return user, ""
 
 

@@ -17,16 +17,18 @@ def job_view(
     queue_position: int | None = None,
     usage: dict[str, Any] | None = None,
     names_only: bool = False,
+    expected_start: tuple[float | None, str | None] = (None, None),
 ) -> dict[str, Any]:
     """The JSON object GET /api/v1/jobs/ID answers (`tasks`: a multi-worker job's, from gang.view; a queued job's
-    place in line, from queues.positions; a running job's usage, from jobs.usage). `names_only`: for a user who is
+    place in line, from queues.positions, and its expected start with why there is none, from
+    jobs.schedule.estimate; a running job's usage, from jobs.usage). `names_only`: for a user who is
     not the job's owner (nor an admin), its env values are all hidden; `secret_env` values are for nobody."""
     now = time.time() if now is None else now
     status = Status(rec["status"])
     started, running, ended = rec.get("started_at"), rec.get("running_at"), rec.get("ended_at")
     elapsed = ((ended or now) - started) if started else None
     progress = _progress(rec.get("progress") or {}, running, ended or now, status)
-    spec = shown(rec["spec"], names_only)
+    spec = {"after": [], "preemptible": True, **shown(rec["spec"], names_only)}  # (records made before they were)
     return {
         "id": rec["id"],
         "name": spec.get("name"),
@@ -52,6 +54,9 @@ def job_view(
         "source": rec.get("source"),
         "environment": _environment(rec.get("environment"), names_only),
         "queue_position": queue_position if status == Status.QUEUED else None,
+        "expected_start": iso(expected_start[0]) if status == Status.QUEUED else None,
+        "expected_start_reason": expected_start[1] if status == Status.QUEUED else None,
+        "preemptions": rec.get("preemptions", 0),
         "usage": usage if status in (Status.STARTING, Status.RUNNING) else None,
         "disk_bytes": rec.get("disk_bytes"),
         "resumes": rec.get("resumes"),

@@ -98,6 +98,16 @@ class Client:
     def cancel(self, job_id: int) -> dict[str, Any]:
         return self.request("POST", f"/api/v1/jobs/{job_id}/cancel").json()
 
+    def set_priority(self, job_id: int, priority: str) -> dict[str, Any]:
+        return self.request("PATCH", f"/api/v1/jobs/{job_id}", json={"priority": priority}).json()
+
+    def move(self, job_id: int, **where: Any) -> dict[str, Any]:
+        """`before=ID`, `after=ID` or `top=True`."""
+        return self.request("POST", f"/api/v1/jobs/{job_id}/move", json=where).json()
+
+    def share(self) -> dict[str, Any]:
+        return self.request("GET", "/api/v1/share").json()
+
     def delete(self, job_id: int) -> dict[str, Any]:
         return self.request("DELETE", f"/api/v1/jobs/{job_id}").json()
 

@@ -31,7 +31,7 @@ from api.openapi.base import spec_props as base_spec_props
 from jobs.spec import (
     COMMAND_ONLY,
 )
-from models.states import Reason, Status
+from models.states import PRIORITIES, Reason, Status
 
 
 def schemas() -> dict[str, Any]:
@@ -133,7 +133,18 @@ def schemas() -> dict[str, Any]:
                 "source": _nullable(_ref("Source")),
                 "environment": _nullable({"type": "object", "additionalProperties": STR}),
                 "queue_position": _nullable(
-                    {**INT, "description": "a queued job's place in line: 1 is the next a free worker of its kind runs"}
+                    {**INT, "description": "a queued job's place in the scheduler's line: 1 is the next it considers"}
+                ),
+                "expected_start": _nullable(
+                    {
+                        **TIME,
+                        "description": "when a queued job is expected to start, from the running jobs' progress and "
+                        "the expected durations of the jobs ahead (null: expected_start_reason says why)",
+                    }
+                ),
+                "expected_start_reason": _nullable(STR),
+                "preemptions": _nullable(
+                    {**INT, "description": "how often the job was stopped to make room for a higher-priority one"}
                 ),
                 "usage": _nullable(_ref("Usage")),
                 "disk_bytes": _nullable(
@@ -217,6 +228,20 @@ def schemas() -> dict[str, Any]:
             },
             ["job_id", "train", "validation"],
         ),
+        "PriorityInput": _obj({"priority": {**STR, "enum": list(PRIORITIES)}}, ["priority"], extra=False),
+        "MoveInput": {
+            "type": "object",
+            "description": "one of: before or after another queued job of the same line (priority and owner), or "
+            "top: first of that line",
+            "minProperties": 1,
+            "maxProperties": 1,
+            "properties": {
+                "before": {**INT, "minimum": 1},
+                "after": {**INT, "minimum": 1},
+                "top": {"type": "boolean", "const": True},
+            },
+            "additionalProperties": False,
+        },
         "RetryInput": _obj(
             {
                 "resume": {
@@ -275,11 +300,25 @@ def paths() -> dict[str, Any]:
         },
         "/api/v1/jobs/{id}": {
             "get": _op("One job", {"200": _json("Job"), **_errors(404)}, parameters=job),
+            "patch": _op(
+                "Change a queued job's priority (its owner or an admin; a token's --max-priority caps it)",
+                {"200": _json("Job"), **_errors(400, 403, 404, 409)},
+                parameters=job,
+                requestBody=_body("PriorityInput"),
+            ),
             "delete": _op(
                 "Delete an ended job for good: its record, log, metrics, references and job dir",
                 {"200": _json("Deleted"), **_errors(403, 404, 409)},
                 parameters=job,
             ),
+        },
+        "/api/v1/jobs/{id}/move": {
+            "post": _op(
+                "Move a queued job within its line (its owner's jobs of its priority)",
+                {"200": _json("Job"), **_errors(400, 403, 404, 409)},
+                parameters=job,
+                requestBody=_body("MoveInput"),
+            )
         },
         "/api/v1/jobs/{id}/cancel": {
             "post": _op("Cancel a job", {"200": _json("Job"), **_errors(403, 404, 409)}, parameters=job)

@@ -22,6 +22,7 @@ from api.openapi.base import (
     _ref,
 )
 from api.users import MAX_AUDIT
+from jobs.keys import PRIORITIES
 from jobs.settings import AGE
 
 
@@ -152,6 +153,29 @@ def schemas() -> dict[str, Any]:
             },
             ["status", "redis", "workers", "workers_alive", "long_polls", "command_jobs"],
         ),
+        "Share": _obj(
+            {
+                "fairshare": {"type": "boolean", "description": "GPUDECK_FAIRSHARE: the line is ordered by usage"},
+                "halflife_s": {**INT, "description": "GPUDECK_FAIRSHARE_HALFLIFE in seconds"},
+                "preempt": {"type": "boolean", "description": "GPUDECK_PREEMPT"},
+                "preempt_after_s": {**INT, "description": "GPUDECK_PREEMPT_AFTER in seconds"},
+                "owners": {
+                    "type": "array",
+                    "items": _obj(
+                        {
+                            "owner": _nullable(STR),
+                            "usage_gpu_hours": {"type": "number", "description": "decayed GPU-hours"},
+                            "share": {"type": "number", "description": "of everybody's decayed usage"},
+                            "gpus": INT,
+                            "running": INT,
+                            "queued": INT,
+                        },
+                        ["owner", "usage_gpu_hours", "share", "gpus", "running", "queued"],
+                    ),
+                },
+            },
+            ["fairshare", "halflife_s", "owners"],
+        ),
         "WhoAmI": _obj(
             {
                 "name": _nullable(STR),
@@ -162,6 +186,7 @@ def schemas() -> dict[str, Any]:
                     "description": "a named token, a GPUDECK_TOKENS one, or none configured (anyone may do anything)",
                 },
                 "max_gpus": _nullable(INT),
+                "max_priority": _nullable({**STR, "enum": list(PRIORITIES)}),
                 "commands": _nullable({"type": "boolean"}),
             },
             ["name", "role", "auth"],
@@ -204,6 +229,9 @@ def paths() -> dict[str, Any]:
             )
         },
         "/api/v1/gpus": {"get": _op("nvidia-smi stats per host and GPU", {"200": _json("GpuHosts")})},
+        "/api/v1/share": {
+            "get": _op("Fair share: each owner's decayed usage and what they hold", {"200": _json("Share")})
+        },
         "/api/v1/tensorboard": {
             "post": _op(
                 "Start or reuse a TensorBoard over these jobs",

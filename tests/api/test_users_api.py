@@ -35,6 +35,7 @@ def test_without_named_tokens_nobody_is_asked_and_nothing_has_an_owner(client, r
         "auth": "none",
         "max_gpus": None,
         "commands": None,
+        "max_priority": None,
     }
     job = client.post("/api/v1/jobs", json=MODEL).json
     assert job["owner"] is None and client.post(f"/api/v1/jobs/{job['id']}/cancel").status_code == 200
@@ -53,6 +54,7 @@ def test_owners_are_recorded_shown_and_filtered(client, users):
         "auth": "named",
         "max_gpus": 1,
         "commands": True,
+        "max_priority": None,
     }
     mine = client.get("/api/v1/jobs?owner=me", headers=users["alice"]).json["jobs"]
     assert [j["id"] for j in mine] == [a["id"]]

@@ -103,4 +103,32 @@ def tui(job) -> int:
     return EXIT_OK
 
 
-COMMANDS = (whoami, audit, tf_config, tui)
+@click.command()
+@connection_options
+@json_option
+def share(as_json) -> int:
+    """Fair share per person, like Slurm's sshare: decayed GPU-hours used, share, GPUs held, running, queued."""
+    doc = client().share()
+    if as_json:
+        echo_json(doc)
+        return EXIT_OK
+    rows = [
+        (
+            o["owner"] or "-",
+            f"{o['usage_gpu_hours']:.2f}",
+            f"{100 * o['share']:.1f}%",
+            o["gpus"],
+            o["running"],
+            o["queued"],
+        )
+        for o in doc["owners"]
+    ]
+    print_table(("OWNER", "GPU-HOURS", "SHARE", "GPUS", "RUNNING", "QUEUED"), rows, right=[1, 2, 3, 4, 5])
+    days = doc["halflife_s"] / 86400
+    order = f"least used first (half-life {days:g} days)" if doc["fairshare"] else "first come, first served"
+    preempt = f"after {doc['preempt_after_s']}s of running" if doc.get("preempt") else "off"
+    click.echo(f"(within a priority: {order}; preemption of lower priorities: {preempt})", err=True)
+    return EXIT_OK
+
+
+COMMANDS = (whoami, audit, tf_config, share, tui)

@@ -19,7 +19,7 @@ from rich.table import Table
 
 from models.common import DEFAULT_API, EXIT_JOB_FAILED, EXIT_OK, parse_age, parse_size
 from models.states import ENDED, PRIORITIES
-from tui.widgets.fmt import accuracy_text, duration, one_line, value_of, what
+from tui.widgets.fmt import accuracy_text, duration, in_line, one_line, value_of, what
 
 # -- settings ----------------------------------------------------------------------------------
 
@@ -174,6 +174,14 @@ def spec_options(f: Callable) -> Callable:
         click.option("--tag", "tags", multiple=True, help="a tag (repeatable)"),
         click.option("--timeout", type=int, help="seconds before the job is stopped"),
         click.option("--max-retries", type=int, help="automatic retries after worker_lost (1)"),
+        click.option(
+            "--after",
+            "after",
+            type=Natural(),
+            multiple=True,
+            metavar="ID",
+            help="start only once job ID has succeeded (repeatable); canceled if it fails",
+        ),
     ]
     for option in reversed(options):
         f = option(f)
@@ -187,6 +195,8 @@ def spec_fields(spec: dict[str, Any], options: dict[str, Any], keys: Iterable[st
         spec["chief"] = True
     if options.get("tags"):
         spec["tags"] = list(options["tags"])
+    if options.get("after"):
+        spec["after"] = list(options["after"])
     return spec
 
 
@@ -241,7 +251,7 @@ def job_row(job: dict[str, Any], owners: bool = False) -> list[str]:
         job["status"],
         one_line(job.get("name"), 20),
         one_line(what(job["spec"]), 14),
-        f"{p['step']}/{p['total_steps']}" if p.get("total_steps") else "-",
+        f"{p['step']}/{p['total_steps']}" if p.get("total_steps") else in_line(job) or "-",
         value_of(job.get("metrics"), "loss") or "-",
         accuracy_text(job) or "-",
     ]

@@ -15,7 +15,7 @@ import click
 
 from models.common import EXIT_INTERRUPTED, EXIT_OK, EXIT_USAGE, EXIT_WAIT_TIMEOUT
 from models.sourcetree import human
-from models.states import ENDED
+from models.states import ENDED, PRIORITIES
 from tui.cli.base import (
     SPEC_OPTIONS,
     Age,
@@ -36,7 +36,7 @@ from tui.cli.base import (
     wait_for,
 )
 from tui.logtext import Folder
-from tui.widgets.fmt import duration, usage_text, value_of
+from tui.widgets.fmt import duration, in_line, starts_in, usage_text, value_of
 
 RM_THREADS = 4
 """DELETE requests `gpudeck rm` has in flight at once."""
@@ -193,6 +193,17 @@ def _ordered(obj: dict[str, Any]) -> list[str]:
     return sorted(names, key=lambda k: (FIRST.index(k) if k in FIRST else len(FIRST), k))
 
 
+def _starts(job: dict[str, Any]) -> str | None:
+    """A queued job's expected start, `14:05 (in 3m10s)`, or why there is none."""
+    if job["status"] != "queued":
+        return None
+    left = starts_in(job)
+    if left is None:
+        return f"unknown: {job['expected_start_reason']}" if job.get("expected_start_reason") else None
+    at = datetime.fromtimestamp(time.time() + left).strftime("%H:%M")
+    return f"{at} (in {duration(left)})" if left > 0 else "now"
+
+
 def _pairs(point: dict[str, Any] | None) -> str | None:
     """The newest metric point as `step 120  epoch 3.2  loss 0.5310  accuracy 0.8750 …` (nan where not finite)."""
     if not point:
@@ -245,6 +256,8 @@ def show(job_id, as_json) -> int:
         *_what_rows(job),
         ("gpus", f"{spec['gpus']} on {job.get('worker') or '-'} {job.get('gpu_ids') or ''}".rstrip()),
         ("in line", f"#{job['queue_position']} in {job['queue']}" if job.get("queue_position") else None),
+        ("starts", _starts(job)),
+        ("preempted", f"{job['preemptions']} times" if job.get("preemptions") else None),
         ("uses", usage_text(job.get("usage")) or None),
         ("progress", f"step {p.get('step')}/{p.get('total_steps')}" if p.get("total_steps") else None),
         ("elapsed", duration(job["elapsed_s"]) if job.get("elapsed_s") is not None else None),
@@ -294,6 +307,36 @@ def cancel(job_id, as_json) -> int:
     job = client().cancel(job_id)
     stopping = " (stopping)" if job["status"] in ("starting", "running") else ""
     echo_json(job) if as_json else click.echo(f"job {job['id']}: {job['status']}{stopping}")
+    return EXIT_OK
+
+
+@click.command()
+@connection_options
+@job_id_argument
+@click.argument("level", type=click.Choice(PRIORITIES), metavar="{high|normal|low}")
+@json_option
+def priority(job_id, level, as_json) -> int:
+    """Give a queued job another priority (a high job may preempt lower ones that run)."""
+    job = client().set_priority(job_id, level)
+    echo_json(job) if as_json else click.echo(f"job {job['id']}: {level}, {in_line(job) or job['status']}")
+    return EXIT_OK
+
+
+@click.command()
+@connection_options
+@job_id_argument
+@click.option("--before", type=Natural(), metavar="ID", help="just before queued job ID of the same line")
+@click.option("--after", type=Natural(), metavar="ID", help="just after queued job ID of the same line")
+@click.option("--top", is_flag=True, help="first of its line")
+@json_option
+def move(job_id, before, after, top, as_json) -> int:
+    """Move a queued job within its line (your jobs of its priority; between people, fair share decides)."""
+    given = [w for w, v in (("before", before), ("after", after), ("top", top or None)) if v is not None]
+    if len(given) != 1:
+        raise click.UsageError("give one of --before ID, --after ID, --top")
+    where = {"top": True} if top else {given[0]: before if before is not None else after}
+    job = client().move(job_id, **where)
+    echo_json(job) if as_json else click.echo(f"job {job['id']}: {in_line(job) or job['status']}")
     return EXIT_OK
 
 
@@ -389,4 +432,4 @@ def rm(ids, status, older_than, dry_run) -> int:
     return EXIT_OK
 
 
-COMMANDS = (submit, run, ls, show, wait, cancel, retry, logs, rm)
+COMMANDS = (submit, run, ls, show, wait, cancel, retry, priority, move, logs, rm)

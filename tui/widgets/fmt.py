@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import time
+from datetime import datetime
 from typing import Any
 
 from rich.text import Text
@@ -166,12 +168,32 @@ def usage_text(usage: dict[str, Any] | None) -> str:
 
 
 def in_line(job: dict[str, Any]) -> str:
-    """`#3 in line` for a queued job whose place the API knows, `quota` for one that waits for its owner's GPU
-    quota (off the line: `waiting: alice holds 2 of 2 GPUs`); else empty."""
+    """`#3 in line, ~4m00s` for a queued job whose place (and expected start) the API knows, `quota` for one that
+    waits for its owner's GPU quota (`waiting: alice holds 2 of 2 GPUs`), `after 12` for one that waits for its
+    dependencies; else empty."""
     n = job.get("queue_position")
-    if job.get("status") == "queued" and " holds " in (job.get("message") or ""):
+    if job.get("status") != "queued":
+        return ""
+    if " holds " in (job.get("message") or ""):
         return "quota"
-    return f"#{n} in line" if job.get("status") == "queued" and n else ""
+    if not n and (job.get("spec") or {}).get("after"):
+        return "after " + ",".join(map(str, job["spec"]["after"]))
+    if not n:
+        return ""
+    left = starts_in(job)
+    return f"#{n} in line" + (f", ~{duration(left)}" if left is not None else "")
+
+
+def starts_in(job: dict[str, Any], now: float | None = None) -> float | None:
+    """Seconds until a queued job's expected start (0 when it is due), or None without an estimate."""
+    raw = job.get("expected_start")
+    if not raw:
+        return None
+    try:
+        at = datetime.fromisoformat(raw.replace("Z", "+00:00")).timestamp()
+    except ValueError:
+        return None
+    return max(0.0, at - (time.time() if now is None else now))
 
 
 class EtaSmoother:
