@@ -187,6 +187,33 @@ def test_c_cancels_every_selected_job_after_one_confirmation_and_S_reverses_the_
     run(scenario())
 
 
+def test_plus_minus_and_T_steer_the_queued_jobs_in_line(stack):
+    waiting = [post(stack, {**QUICK, "gpus": 1}) for _ in range(2)]  # no GPU worker: they stay queued
+
+    async def scenario():
+        app = GpudeckApp(stack)
+        async with app.run_test(size=(80, 24)) as pilot:
+            table = app.screen.query_one("#jobs", DataTable)
+            await until(pilot, lambda: table.row_count == 2)
+            assert job(stack, waiting[1])["queue_position"] == 2  # the newest, under the cursor
+            await pilot.press("T")
+            await until(pilot, lambda: job(stack, waiting[1])["queue_position"] == 1, 10)
+            await pilot.press("plus")
+            await until(pilot, lambda: job(stack, waiting[1])["spec"]["priority"] == "high", 10)
+            await pilot.press("minus", "minus")
+            await until(pilot, lambda: job(stack, waiting[1])["spec"]["priority"] == "normal", 10)
+            await until(pilot, lambda: app.screen.jobs[waiting[1]]["spec"]["priority"] == "normal", 10)
+            await pilot.press("minus")
+            await until(pilot, lambda: job(stack, waiting[1])["spec"]["priority"] == "low", 10)
+            assert job(stack, waiting[0])["spec"]["priority"] == "normal"
+            await pilot.press("question_mark")
+            help_ = await on_screen(pilot, app, KeysHelp)
+            shown = "\n".join(text_of(w) for w in help_.query("Label, Static"))
+            assert "raise or lower the priority" in shown and "top of their line" in shown
+
+    run(scenario())
+
+
 def test_job_screen_follows_the_log_draws_curves_and_guards_cancel_and_retry(stack):
     done = post(stack, {**TINY, "params": {"steps": 6, "batch_size": 8, "log_every": 1}})
     requests.get(f"{stack}/api/v1/jobs/{done}/wait?timeout=240", timeout=260)

@@ -175,6 +175,11 @@ def spec_options(f: Callable) -> Callable:
         click.option("--timeout", type=int, help="seconds before the job is stopped"),
         click.option("--max-retries", type=int, help="automatic retries after worker_lost (1)"),
         click.option(
+            "--not-preemptible",
+            is_flag=True,
+            help="never stopped to make room for a higher-priority job (admins only, where there are tokens)",
+        ),
+        click.option(
             "--after",
             "after",
             type=Natural(),
@@ -197,6 +202,8 @@ def spec_fields(spec: dict[str, Any], options: dict[str, Any], keys: Iterable[st
         spec["tags"] = list(options["tags"])
     if options.get("after"):
         spec["after"] = list(options["after"])
+    if options.get("not_preemptible"):
+        spec["preemptible"] = False
     return spec
 
 

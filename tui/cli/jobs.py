@@ -54,13 +54,20 @@ def fail(command: str, message: str) -> int:
 @click.option("--dataset", required=True, help="synthetic, a dataset name[:version] or a server folder")
 @click.option("--param", "params", multiple=True, type=Pair("KEY=VALUE", as_json=True), help="a training param")
 @spec_options
+@click.option(
+    "--checkpoint-every",
+    metavar="N|AGE",
+    help="also checkpoint every N steps or every AGE (90s, 5m): a preempted job loses at most that much",
+)
 @click.option("--idempotency-key", help="submitting again with the same key returns the first job (CI)")
 @click.option("--wait", is_flag=True, help="wait for the job; exit 1 unless it succeeded")
 @min_accuracy_option
 @json_option
-def submit(model, dataset, params, idempotency_key, wait, min_accuracy, as_json, **options) -> int:
+def submit(model, dataset, params, checkpoint_every, idempotency_key, wait, min_accuracy, as_json, **options) -> int:
     """Submit a training job of the zoo."""
     spec = spec_fields({"model": model, "dataset": dataset, "params": dict(params)}, options)
+    if checkpoint_every:
+        spec["checkpoint_every"] = int(checkpoint_every) if checkpoint_every.isdigit() else checkpoint_every
     api = client()
     job = api.submit(spec, idempotency_key=idempotency_key)
     if not (wait or min_accuracy is not None):

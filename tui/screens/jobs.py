@@ -123,6 +123,8 @@ KEYS = [
         "Act",
         [
             ("c", "cancel the selected jobs (or this one), after one confirmation"),
+            ("+  -", "raise or lower the priority of the selected queued jobs (or this one)"),
+            ("T", "move the selected queued jobs (or this one) to the top of their line"),
             ("D", "delete the selected ended jobs (or this one) for good: record, log, job dir"),
             ("t", "TensorBoard on the selected jobs (or this one)"),
             ("w", "the sweep of this job: its runs ranked, their curves overlaid"),
@@ -149,6 +151,9 @@ class JobsScreen(Screen):
         Binding("t", "tensorboard", "TensorBoard", show=False),
         Binding("w", "sweep", "Sweep", show=False),
         Binding("D", "delete", "Delete", show=False),
+        Binding("plus", "priority(-1)", "Priority up", show=False),
+        Binding("minus", "priority(1)", "Priority down", show=False),
+        Binding("T", "top", "Top of line", show=False),
         Binding("escape", "clear_filter", "Clear filter", show=False),
     ]
 
@@ -403,6 +408,40 @@ class JobsScreen(Screen):
         listed = ", ".join(map(str, active))
         question = f"Cancel job{'s' if len(active) > 1 else ''} {listed}?"
         self._confirm_then(question, lambda client: self._each(active, client.cancel), said)
+
+    def action_priority(self, step: int) -> None:
+        """The selected queued jobs (or the current one) one priority up (step -1) or down (+1)."""
+        queued = self._chosen(("queued",))
+        if not queued:
+            self.notify("only a queued job's priority can change", severity="warning")
+            return
+        levels = ("high", "normal", "low")
+
+        def shifted(job_id: int) -> str:
+            now = levels.index(self.jobs[job_id]["spec"].get("priority", "normal"))
+            return levels[min(len(levels) - 1, max(0, now + step))]
+
+        def said(done: list[dict]) -> None:
+            if done:
+                self.notify(", ".join(f"job {d['id']}: {d['spec']['priority']}" for d in done))
+
+        wanted = {i: shifted(i) for i in queued}
+        call = lambda client: self._each(queued, lambda i: client.set_priority(i, wanted[i]))  # noqa: E731
+        self.app.call_api(call, lambda done: (said(done), self.refresh_jobs()))
+
+    def action_top(self) -> None:
+        """The selected queued jobs (or the current one) first of their lines."""
+        queued = self._chosen(("queued",))
+        if not queued:
+            self.notify("only a queued job can move in line", severity="warning")
+            return
+
+        def said(done: list[dict]) -> None:
+            if done:
+                self.notify(", ".join(f"job {d['id']}: #{d.get('queue_position') or '?'} in line" for d in done))
+
+        call = lambda client: self._each(list(reversed(queued)), lambda i: client.move(i, top=True))  # noqa: E731
+        self.app.call_api(call, lambda done: (said(done), self.refresh_jobs()))
 
     def action_delete(self) -> None:
         """Delete the selected ended jobs (or the current one) for good, after one confirmation that lists them."""
