@@ -96,4 +96,5 @@ def preempted(redis: Redis, job_id: int, rec: dict[str, Any], checkpoint: int | 
     else:
         message += "; no checkpoint yet: it starts over"
     preemptions = int(rec.get("preemptions") or 0) + 1
-    return requeue(redis, job_id, rec, message, Reason.PREEMPTED, preemptions=preemptions, **fields)
+    by = {**by, "message": message, "checkpoint_step": checkpoint}
+    return requeue(redis, job_id, rec, message, Reason.PREEMPTED, preemptions=preemptions, preempted_by=by, **fields)

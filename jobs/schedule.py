@@ -327,7 +327,8 @@ def _need(places: int, k: int, free: list[Slot]) -> str:
 
 
 def _waiting(store: JobStore, rec: dict[str, Any], message: str) -> None:
-    if rec.get("message") != message:
+    """A queued job's message says why it waits (a preempted one keeps saying so until it starts again)."""
+    if rec.get("message") != message and rec.get("reason") != Reason.PREEMPTED.value:
         store.transition(rec["id"], (Status.QUEUED.value,), message=message)
 
 

@@ -57,6 +57,7 @@ def job_view(
         "expected_start": iso(expected_start[0]) if status == Status.QUEUED else None,
         "expected_start_reason": expected_start[1] if status == Status.QUEUED else None,
         "preemptions": rec.get("preemptions", 0),
+        "preempted_by": rec.get("preempted_by") if rec.get("preemptions") else None,
         "usage": usage if status in (Status.STARTING, Status.RUNNING) else None,
         "disk_bytes": rec.get("disk_bytes"),
         "resumes": rec.get("resumes"),

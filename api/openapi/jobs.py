@@ -146,6 +146,19 @@ def schemas() -> dict[str, Any]:
                 "preemptions": _nullable(
                     {**INT, "description": "how often the job was stopped to make room for a higher-priority one"}
                 ),
+                "preempted_by": _nullable(
+                    _obj(
+                        {
+                            "id": INT,
+                            "priority": STR,
+                            "step": _nullable(INT),
+                            "checkpoint_step": _nullable(INT),
+                            "at": NUM,
+                            "message": STR,
+                        }
+                    )
+                    | {"description": "the last preemption: by which job, at which step, from which checkpoint"}
+                ),
                 "usage": _nullable(_ref("Usage")),
                 "disk_bytes": _nullable(
                     {**INT, "description": "bytes of the job dir: measured every 30 s while it runs, and at its end"}

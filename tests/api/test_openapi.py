@@ -114,11 +114,13 @@ def test_real_answers_conform_to_the_document(gpu_api, spawn, gpu_env, tmp_path,
     call("GET", f"/api/v1/sweeps/{sweep['id']}", 200)
     call("GET", "/api/v1/sweeps/999", 404)
     call("DELETE", f"/api/v1/jobs/{sweep['job_ids'][0]}", 409)  # queued: not ended
-    call("PATCH", f"/api/v1/jobs/{sweep['job_ids'][1]}", 200, json={"priority": "low"})
-    call("PATCH", f"/api/v1/jobs/{sweep['job_ids'][1]}", 400, json={"priority": "urgent"})
+    parked = call("POST", "/api/v1/jobs", 201, json={**TINY, "gpus": 2}).json()["id"]  # no taker: it stays queued
+    call("PATCH", f"/api/v1/jobs/{parked}", 200, json={"priority": "low"})
+    call("PATCH", f"/api/v1/jobs/{parked}", 400, json={"priority": "urgent"})
     call("PATCH", f"/api/v1/jobs/{job}", 409, json={"priority": "low"})
-    call("POST", f"/api/v1/jobs/{sweep['job_ids'][1]}/move", 200, json={"top": True})
-    call("POST", f"/api/v1/jobs/{sweep['job_ids'][1]}/move", 404, json={"before": 999})
+    call("POST", f"/api/v1/jobs/{parked}/move", 200, json={"top": True})
+    call("POST", f"/api/v1/jobs/{parked}/move", 404, json={"before": 999})
+    call("POST", f"/api/v1/jobs/{parked}/cancel", 200)
     call("GET", "/api/v1/share", 200)
     for job_id in sweep["job_ids"]:
         call("POST", f"/api/v1/jobs/{job_id}/cancel", 200)

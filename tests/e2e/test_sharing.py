@@ -5,9 +5,10 @@ preempts low ones, which resume from their checkpoints with curves that neither 
 import os
 import sys
 import time
+from urllib.parse import urlparse
 
-import httpx
 import pytest
+import requests
 
 from tests.support.live import fake_nvidia_smi, until
 from tests.support.readme import run_block
@@ -28,11 +29,24 @@ exit 0
 """
 
 
+class Api:
+    """The stack's API over HTTP, as a client would call it."""
+
+    def __init__(self, url: str):
+        self.url, self.session = url, requests.Session()
+
+    def get(self, path: str) -> requests.Response:
+        return self.session.get(self.url + path, timeout=30)
+
+    def post(self, path: str, json: dict | None = None) -> requests.Response:
+        return self.session.post(self.url + path, json=json, timeout=30)
+
+
 @pytest.fixture
 def stack_of(tmp_path, child_env):
     made = []
 
-    def start(gpus: int, **env: str) -> httpx.Client:
+    def start(gpus: int, **env: str) -> Api:
         fake_nvidia_smi(tmp_path / "bin", fake_gpus(gpus))
         environ = {
             **child_env,
@@ -42,7 +56,7 @@ def stack_of(tmp_path, child_env):
         }
         up = Up(tmp_path / "home", environ, tmp_path / "up.log")
         made.append(up)
-        client = httpx.Client(base_url=up.url, timeout=30)
+        client = Api(up.url)
         until(lambda: len(client.get("/api/v1/workers").json()["workers"]) == gpus, 60, "a worker per GPU")
         return client
 
@@ -161,11 +175,11 @@ def test_the_readme_section_as_written(stack_of, child_env, tmp_path):
     client = stack_of(2, GPUDECK_PREEMPT_AFTER="0")
     env = {
         **child_env,
-        "GPUDECK_API": str(client.base_url).rstrip("/"),
+        "GPUDECK_API": client.url,
         "PATH": f"{os.path.dirname(sys.executable)}:{child_env['PATH']}",
     }
     (tmp_path / "readme").mkdir()
-    out = run_block("walkthrough-sharing", client.base_url.port, tmp_path / "readme", env)
+    out = run_block("walkthrough-sharing", urlparse(client.url).port, tmp_path / "readme", env)
     listed, shown, reprioritized, first, share = out[5], out[6], out[7], out[10], out[11]
     assert "after 2" in listed and "#1 in line" in listed, listed
     assert "#1 in" in shown and "starts" in shown, shown

@@ -200,6 +200,14 @@ def _ordered(obj: dict[str, Any]) -> list[str]:
     return sorted(names, key=lambda k: (FIRST.index(k) if k in FIRST else len(FIRST), k))
 
 
+def _preempted(job: dict[str, Any]) -> str | None:
+    """`2 times; last: preempted by job 9 (high) at step 3,400; …`."""
+    if not job.get("preemptions"):
+        return None
+    last = (job.get("preempted_by") or {}).get("message")
+    return f"{job['preemptions']} times" + (f"; last: {last}" if last else "")
+
+
 def _starts(job: dict[str, Any]) -> str | None:
     """A queued job's expected start, `14:05 (in 3m10s)`, or why there is none."""
     if job["status"] != "queued":
@@ -264,7 +272,7 @@ def show(job_id, as_json) -> int:
         ("gpus", f"{spec['gpus']} on {job.get('worker') or '-'} {job.get('gpu_ids') or ''}".rstrip()),
         ("in line", f"#{job['queue_position']} in {job['queue']}" if job.get("queue_position") else None),
         ("starts", _starts(job)),
-        ("preempted", f"{job['preemptions']} times" if job.get("preemptions") else None),
+        ("preempted", _preempted(job)),
         ("uses", usage_text(job.get("usage")) or None),
         ("progress", f"step {p.get('step')}/{p.get('total_steps')}" if p.get("total_steps") else None),
         ("elapsed", duration(job["elapsed_s"]) if job.get("elapsed_s") is not None else None),

@@ -417,16 +417,17 @@ class JobsScreen(Screen):
             return
         levels = ("high", "normal", "low")
 
-        def shifted(job_id: int) -> str:
-            now = levels.index(self.jobs[job_id]["spec"].get("priority", "normal"))
+        def shifted(job: dict) -> str:  # from the job as the API has it now, not as the table last showed it
+            now = levels.index(job["spec"].get("priority", "normal"))
             return levels[min(len(levels) - 1, max(0, now + step))]
 
         def said(done: list[dict]) -> None:
+            for d in done:
+                self.jobs[d["id"]] = d
             if done:
                 self.notify(", ".join(f"job {d['id']}: {d['spec']['priority']}" for d in done))
 
-        wanted = {i: shifted(i) for i in queued}
-        call = lambda client: self._each(queued, lambda i: client.set_priority(i, wanted[i]))  # noqa: E731
+        call = lambda client: self._each(queued, lambda i: client.set_priority(i, shifted(client.job(i))))  # noqa: E731
         self.app.call_api(call, lambda done: (said(done), self.refresh_jobs()))
 
     def action_top(self) -> None:
