@@ -147,7 +147,8 @@ def views(recs: list[dict], with_tasks: bool = False) -> list[dict]:
     running job's usage (CPU, memory, GPU)."""
     redis = deps.redis()
     line = queues.positions(redis, recs, deps.settings())
-    starts = schedule.estimate(redis, deps.settings()) if any(r["status"] == "queued" for r in recs) else {}
+    queued = [r["id"] for r in recs if r["status"] == "queued"]
+    starts = schedule.estimate(redis, deps.settings(), queued) if queued else {}
     used = usage.read(redis, [r["id"] for r in recs if r["status"] in ("starting", "running")])
     return [
         job_view(

@@ -133,6 +133,11 @@ def waiting_key(name: str) -> str:
     return f"{PREFIX}:worker:{name}:waiting"
 
 
+def paused_key(name: str) -> str:
+    """Set (with a short TTL, refreshed) while a worker takes no new job: its disk or Redis's is full."""
+    return f"{PREFIX}:worker:{name}:paused"
+
+
 def alive_key(name: str) -> str:
     """Refreshed every second by a worker's placer: the worker may be handed a task."""
     return f"{PREFIX}:worker:{name}:alive"

@@ -7,7 +7,7 @@ import hashlib
 import heapq
 import json
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 from redis import Redis
@@ -193,28 +193,48 @@ PICK_CHARGE_S = 600.0
 the same take turns rather than one of them taking every free GPU at once."""
 
 
+More = Callable[[Line, int], list[tuple[int, float]]]
+"""(line, how many of it were read) -> its next jobs: a line read a little at a time."""
+
+
+def reader(redis: Redis, chunk: int) -> More:
+    """What `order` calls when it has used up what it read of a line: the line's next `chunk` jobs."""
+
+    def more(line: Line, start: int) -> list[tuple[int, float]]:
+        members = redis.zrange(line_key(*line), start, start + chunk - 1, withscores=True)
+        return [(int(m), score) for m, score in members]
+
+    return more
+
+
 def order(
-    found: dict[Line, list[tuple[int, float]]], used: dict[str, float], fair: bool = True
+    found: dict[Line, list[tuple[int, float]]], used: dict[str, float], fair: bool = True, more: More | None = None
 ) -> Iterator[tuple[int, str, str | None]]:
     """The order the scheduler considers queued jobs in: (id, priority, owner). Priorities first (high, normal,
     low); within one, with `fair`, the next job is the oldest of the owner who has used least so far (decayed
-    usage plus PICK_CHARGE_S a job taken); without, the order of submission (place) over all owners."""
+    usage plus PICK_CHARGE_S a job taken); without, the order of submission (place) over all owners. `found`: the
+    head of each line; `more`: where the rest of a line is read from as the order reaches it (else only `found`)."""
     for priority in PRIORITIES:
         heap: list[tuple[float, float, int, str | None]] = []
-        queues = {}
+        queues: dict[str | None, list[tuple[int, float]]] = {}
+        read: dict[str | None, int] = {}
         for (p, owner), members in found.items():
             if p != priority or not members:
                 continue
-            queues[owner] = list(reversed(members))
+            queues[owner], read[owner] = list(reversed(members)), len(members)
             job_id, place = queues[owner].pop()
             weight = used.get(owner_of(owner), 0.0) if fair else 0.0
             heapq.heappush(heap, (weight, place, job_id, owner))
         while heap:
             weight, _, job_id, owner = heapq.heappop(heap)
             yield job_id, priority, owner
+            if not queues[owner] and more is not None:
+                nxt = [m for m in more((priority, owner), read[owner]) if m[0] != job_id]
+                read[owner] += len(nxt)
+                queues[owner] = list(reversed(nxt))
             if queues[owner]:
-                nxt, place = queues[owner].pop()
-                heapq.heappush(heap, (weight + PICK_CHARGE_S if fair else 0.0, place, nxt, owner))
+                nxt_id, place = queues[owner].pop()
+                heapq.heappush(heap, (weight + PICK_CHARGE_S if fair else 0.0, place, nxt_id, owner))
 
 
 def positions(

@@ -27,6 +27,7 @@ one, the owner who has used least, FIFO within an owner: jobs.queues.order), and
 from __future__ import annotations
 
 import contextlib
+import itertools
 import json
 import logging
 import time
@@ -39,7 +40,7 @@ from typing import Any
 from redis import Redis
 from rq import Queue
 
-from jobs import gang, lifecycle, queues, quota, share, sweeps, taskrecord
+from jobs import disk, gang, lifecycle, queues, quota, share, sweeps, taskrecord
 from jobs.errors import Conflict, NotFound
 from jobs.keys import (
     AFTER_KEY,
@@ -53,6 +54,7 @@ from jobs.keys import (
     gpus_key,
     heartbeat_key,
     job_key,
+    paused_key,
     private_queue,
     queue_name,
     rq_hold_id,
@@ -117,8 +119,8 @@ def policy_of(settings: Settings | None) -> Settings:
 
 # -- workers -------------------------------------------------------------------------------------
 def live_slots(redis: Redis) -> tuple[dict[str, Slot], set[str]]:
-    """Every live worker (alive key, info), and the names of those that take no new job now (draining, or a job
-    already waiting on their private queue)."""
+    """Every live worker (alive key, info), and the names of those that take no new job now (draining, paused
+    (its disk, or Redis's, is full), or a job already waiting on their private queue)."""
     names = sorted(k.decode().rsplit(":", 1)[1] for k in redis.smembers(RQ_WORKERS_KEY))
     with redis.pipeline(transaction=False) as pipe:
         for name in names:
@@ -126,15 +128,16 @@ def live_slots(redis: Redis) -> tuple[dict[str, Slot], set[str]]:
             pipe.exists(alive_key(name))
             pipe.exists(drain_key(name))
             pipe.llen(Queue(private_queue(name), connection=redis).key)
+            pipe.exists(paused_key(name))
         answers = pipe.execute()
     slots, unavailable = {}, set()
     for i, name in enumerate(names):
-        raw, alive, draining, waiting = answers[4 * i : 4 * i + 4]
+        raw, alive, draining, waiting, paused = answers[5 * i : 5 * i + 5]
         if raw is None or not alive:
             continue
         info = json.loads(raw)
         slots[name] = Slot(name, str(info.get("host", "?")), tuple(str(g) for g in info.get("gpus", [])))
-        if draining or waiting:
+        if draining or waiting or paused:
             unavailable.add(name)
     return slots, unavailable
 
@@ -257,7 +260,7 @@ def _round(redis: Redis, s: Settings) -> list[int]:
     _say_waiting(redis, blocked)
     free = [x for n, x in slots.items() if n not in holders and n not in unavailable and n not in blocked]
     r = Round(redis, s, time.time(), slots, free, active, holders)
-    found = queues.lines(redis, SCAN_MAX)
+    found = queues.lines(redis, LINE_HEAD)  # each line's head; the rest as the round reaches it
     if not found:
         return []
     used = share.usage(redis, s.fairshare_halflife_s, active, r.now) if s.fairshare else {}
@@ -268,13 +271,13 @@ def _round(redis: Redis, s: Settings) -> list[int]:
     limits: dict[int, int | None] = {}
     lowest_running = max((PRIORITIES.index(rec["spec"].get("priority", "normal")) for rec in active), default=-1)
     stopping = _stopping(redis, active)
-    for n, (job_id, priority, owner) in enumerate(queues.order(found, used, s.fairshare)):
+    ordered = queues.order(found, used, s.fairshare, queues.reader(redis, LINE_HEAD * 4))
+    limit_of: dict[str | None, int | None] = {}
+    for n, (job_id, priority, owner, rec) in enumerate(_with_records(store, ordered)):
         can_preempt = s.preempt and PRIORITIES.index(priority) < lowest_running
         if n >= SCAN_MAX or (not r.free and not can_preempt and n >= SAYS_WHY):
             break
-        try:
-            rec = store.get(job_id)
-        except NotFound:
+        if rec is None:  # (deleted meanwhile)
             redis.zrem(queues.line_key(priority, owner), job_id)
             continue
         if rec["status"] != Status.QUEUED.value:
@@ -290,7 +293,9 @@ def _round(redis: Redis, s: Settings) -> list[int]:
                 _waiting(store, rec, f"waiting: sweep {sweep_id} runs {sweep_running[sweep_id]} of {cap} at once")
                 continue
         gpus = quota.job_gpus(spec)
-        limit = quota.limit_for(redis, owner, gpus)
+        if owner not in limit_of:
+            limit_of[owner] = quota.limit_for(redis, owner, 1)
+        limit = limit_of[owner] if gpus else None
         if limit is not None and held[owner] + gpus > limit:
             _waiting(store, rec, quota.waiting(owner or "", held[owner], limit))
             continue  # (over its owner's quota, it holds nobody else up, and preempts nobody)
@@ -313,6 +318,22 @@ def _round(redis: Redis, s: Settings) -> list[int]:
             r.free = [x for x in r.free if x.name not in kept]
         _waiting(store, rec, message)
     return r.placed
+
+
+BATCH = 32
+"""Records read in one round trip while a round walks the line."""
+LINE_HEAD = 8
+"""Jobs of each line a round reads at first (then four times as many at a time, as far as it goes)."""
+
+
+def _with_records(
+    store: JobStore, ordered: Iterator[tuple[int, str, str | None]]
+) -> Iterator[tuple[int, str, str | None, dict[str, Any] | None]]:
+    """The line in order, each job with its record, read BATCH at a time."""
+    while batch := list(itertools.islice(ordered, BATCH)):
+        recs = store.get_many([job_id for job_id, _, _ in batch])
+        for (job_id, priority, owner), rec in zip(batch, recs):
+            yield job_id, priority, owner, rec
 
 
 def _need(places: int, k: int, free: list[Slot]) -> str:
@@ -362,6 +383,7 @@ def _assign(r: Round, store: JobStore, rec: dict[str, Any], chosen: list[list[Sl
         "worker": ", ".join(x.name for x in leads),
         "gpu_ids": [g for ids in gpu_ids for g in ids],
         "slots": [x.name for p in chosen for x in p],
+        "first_started_at": rec.get("first_started_at") or r.now,
         "reason": None,
         "message": None,
         "pid": None,
@@ -544,6 +566,11 @@ class Placer(Periodic):
 
     def round(self) -> None:
         self.redis.set(alive_key(self.worker), "1", ex=ALIVE_TTL_S)
+        low = disk.low(self.settings) if self.settings is not None else None
+        if low is not None:  # its work-horse would take no job: none is placed on it
+            self.redis.set(paused_key(self.worker), f"the disk is below GPUDECK_MIN_FREE ({low} bytes free)", ex=10)
+        else:
+            self.redis.delete(paused_key(self.worker))
         place(self.redis, self.settings)
 
     def closing(self) -> None:
@@ -707,11 +734,13 @@ NO_ESTIMATE = (
 )
 
 
-def estimate(redis: Redis, settings: Settings | None = None) -> dict[int, tuple[float | None, str | None]]:
+def estimate(
+    redis: Redis, settings: Settings | None = None, wanted: Iterable[int] | None = None
+) -> dict[int, tuple[float | None, str | None]]:
     """Every queued job's expected start (like `squeue --start`): the scheduler's order played forward over the
     workers, each running job freeing its workers when its progress (else its timeout, else the typical run time
     of recent jobs) says it ends, each job ahead taking its timeout or that typical time. (time, None) or
-    (None, why there is no estimate)."""
+    (None, why there is no estimate). `wanted`: the jobs asked about (it stops once it has them all)."""
     s = policy_of(settings)
     now = time.time()
     store = JobStore(redis)
@@ -734,13 +763,15 @@ def estimate(redis: Redis, settings: Settings | None = None) -> dict[int, tuple[
     hosts: Counter[str] = Counter()
     for x in slots.values():
         hosts[x.host] += len(x.gpus)
-    for n, (job_id, _, _) in enumerate(queues.order(queues.lines(redis), used, s.fairshare)):
-        if n >= SCAN_MAX:
+    ordered = queues.order(queues.lines(redis, LINE_HEAD), used, s.fairshare, queues.reader(redis, BATCH))
+    left = None if wanted is None else set(wanted)
+    for n, (job_id, _, _, rec) in enumerate(_with_records(store, ordered)):
+        if n >= SCAN_MAX or left == set():
             break
-        try:
-            rec = store.get(job_id)
-        except NotFound:
+        if rec is None:
             continue
+        if left is not None:
+            left.discard(job_id)
         places, k = int(rec["spec"].get("workers") or 1), int(rec["spec"].get("gpus") or 0)
         known = sorted({t for t in free_at.values() if t is not None})
         start, chosen = None, None

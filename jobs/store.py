@@ -35,7 +35,17 @@ JSON_FIELDS = (
     "slots",
     "preempted_by",
 )
-FLOAT_FIELDS = ("created_at", "started_at", "spawned_at", "running_at", "ended_at", "placed_at", "claimed_at", "seq")
+FLOAT_FIELDS = (
+    "created_at",
+    "started_at",
+    "first_started_at",
+    "spawned_at",
+    "running_at",
+    "ended_at",
+    "placed_at",
+    "claimed_at",
+    "seq",
+)
 INT_FIELDS = ("id", "pid", "attempt", "gen", "disk_bytes", "resumes", "preemptions")
 HEARTBEAT_TTL_S = 15
 """A running job's heartbeat key lives this long; the work-horse refreshes it every few seconds."""
@@ -187,6 +197,13 @@ class JobStore:
         if not raw:
             raise NotFound(f"job {job_id} does not exist", {"id": job_id})
         return _decode(raw)
+
+    def get_many(self, job_ids: list[int]) -> list[dict[str, Any] | None]:
+        """Records in one round trip (None for one that does not exist)."""
+        with self.redis.pipeline(transaction=False) as pipe:
+            for job_id in job_ids:
+                pipe.hgetall(job_key(job_id))
+            return [_decode(raw) if raw else None for raw in pipe.execute()]
 
     def exists(self, job_id: int) -> bool:
         """Whether job `job_id` has a record."""

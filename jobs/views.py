@@ -43,6 +43,7 @@ def job_view(
         "attempt": rec.get("attempt", 1),
         "created_at": iso(rec.get("created_at")),
         "started_at": iso(started),
+        "first_started_at": iso(rec.get("first_started_at")),
         "ended_at": iso(ended),
         "elapsed_s": round(elapsed, 2) if elapsed is not None else None,
         "eta_s": progress.pop("eta_s"),

@@ -122,6 +122,9 @@ def schemas() -> dict[str, Any]:
                 "attempt": INT,
                 "created_at": TIME,
                 "started_at": _nullable(TIME),
+                "first_started_at": _nullable(
+                    {**TIME, "description": "when its first attempt started (started_at: the current attempt's)"}
+                ),
                 "ended_at": _nullable(TIME),
                 "elapsed_s": _nullable(NUM),
                 "eta_s": _nullable(NUM),

@@ -1,0 +1,345 @@
+"""Replay a cluster trace on a box of eight FAKE GPUs (a fake nvidia-smi on PATH: none exist here), once with
+gpudeck's policy (priorities with preemption, fair share, reservations) and once as plain FIFO
+(`GPUDECK_PREEMPT=off`, `GPUDECK_FAIRSHARE=off`), in the same run, and compare.
+
+The trace is CSV, `submit_s,gpus,duration_s,owner,priority[,workers]`, in real seconds; the replay compresses
+time by GPUDECK_REPLAY_FACTOR (60: an hour of trace is a minute here). GPUDECK_REPLAY_TRACE names a trace file;
+by default one is made from published shapes (most jobs one GPU, heavy-tailed log-normal durations, sweeps
+submitted in bursts at low priority, a CI job every few minutes at high priority) with two researchers of equal
+demand, seeded by GPUDECK_REPLAY_SEED. Each entry runs as a command job that "trains" in steps of 0.25 s,
+checkpoints every step in $JOB_DIR and resumes from it (GPUDECK_ATTEMPT), so a preemption redoes at most the
+step it was in.
+
+Reported for both policies: mean and p95 job completion time, p95 queueing delay per priority, Jain's fairness
+index of the GPU-time the two equal researchers got while both had work queued, GPU utilization over the
+replay, preemptions and steps redone per preemption; and how long a scheduling round (a free worker's choice of
+its next job) takes with 10,000 jobs queued, against one with 100.
+
+    make bench PYTEST_ARGS="-k sharing_replay -s"
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import math
+import os
+import random
+import statistics
+import subprocess
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pytest
+import requests
+
+from jobs import queues, schedule
+from jobs.proc import python_module
+from tests.support.live import fake_nvidia_smi
+from tests.support.stack import Up
+from tests.support.workers import register
+
+GPUS = 8
+FACTOR = float(os.environ.get("GPUDECK_REPLAY_FACTOR", "60"))
+SEED = int(os.environ.get("GPUDECK_REPLAY_SEED", "7"))
+STEP_S = 0.25
+"""How long one step of a replayed job takes (it checkpoints after each)."""
+GRACE_S = 30.0
+"""The workers' stop grace (gpudeck up's default): the high-priority wait target is this plus 5 s."""
+
+STEPPER = r"""
+import json, os, signal, sys, time
+job = os.environ["JOB_DIR"]
+ckpt, attempts = os.path.join(job, "ckpt.txt"), os.path.join(job, "attempts.jsonl")
+step = int(open(ckpt).read()) if os.path.exists(ckpt) else 0
+with open(attempts, "a") as f:
+    f.write(json.dumps({"attempt": int(os.environ["GPUDECK_ATTEMPT"]), "from": step}) + "\n")
+def stopped(*_):  # SIGTERM (a preemption): say how far this attempt got, checkpointed or not
+    with open(attempts, "a") as f:
+        f.write(json.dumps({"reached": step}) + "\n")
+    sys.exit(143)
+signal.signal(signal.SIGTERM, stopped)
+total = int(sys.argv[1])
+while step < total:
+    time.sleep(STEP_S)
+    step += 1
+    with open(ckpt + ".tmp", "w") as f:
+        f.write(str(step))
+    os.replace(ckpt + ".tmp", ckpt)
+""".replace("STEP_S", str(STEP_S))
+
+
+def fake_gpus(n: int) -> str:
+    listing = "".join(f"GPU {i}: NVIDIA H100 80GB HBM3 (UUID: GPU-{i:04d})\\n" for i in range(n))
+    rows = "".join(f"{i}, GPU-{i:04d}, NVIDIA H100 80GB HBM3, 0, 0, 81559, 40, 70.0, 700.00\\n" for i in range(n))
+    return f"case \"$*\" in\n  *-L*) printf '{listing}' ;;\n  *--query-gpu*) printf '{rows}' ;;\nesac\nexit 0\n"
+
+
+# -- the trace -------------------------------------------------------------------------------------
+@dataclass
+class Entry:
+    submit_s: float
+    gpus: int
+    duration_s: float
+    owner: str
+    priority: str
+    workers: int = 1
+
+
+def make_trace(seed: int = SEED) -> list[Entry]:
+    """Two researchers with the same demand (an interactive stream each, in real seconds), one sweep burst of a
+    third person at low priority, and a CI job every ~4 minutes at high priority: 2.5 hours of a busy box."""
+    rng = random.Random(seed)
+    out: list[Entry] = []
+
+    def duration(median_s: float) -> float:  # heavy-tailed, as Philly's and Helios's job durations are
+        return min(4 * 3600.0, max(120.0, rng.lognormvariate(math.log(median_s), 0.9)))
+
+    def gpus() -> int:
+        return rng.choices((1, 2, 4, 8), weights=(70, 20, 8, 2))[0]
+
+    # the two researchers: the same jobs (sizes, durations), bob's 10 minutes after alice's
+    stream = []
+    t = 0.0
+    for _ in range(14):
+        t += rng.expovariate(1 / 300)
+        stream.append((t, gpus(), duration(1200)))
+    for owner, offset in (("alice", 0.0), ("bob", 600.0)):
+        out += [Entry(s + offset, g, d, owner, "normal") for s, g, d in stream]
+    # a sweep: 16 one-GPU runs at once, low priority
+    out += [Entry(1800.0, 1, duration(900), "carol", "low") for _ in range(16)]
+    # CI: a short high-priority job every ~4 minutes
+    t = 900.0
+    while t < 9000:
+        out.append(Entry(t, 1, 240.0, "ci", "high"))
+        t += rng.uniform(180, 300)
+    return sorted(out, key=lambda e: e.submit_s)
+
+
+def read_trace(text: str) -> list[Entry]:
+    rows = csv.DictReader(io.StringIO(text))
+    return [
+        Entry(
+            float(r["submit_s"]),
+            int(r["gpus"]),
+            float(r["duration_s"]),
+            r["owner"],
+            r["priority"],
+            int(r.get("workers") or 1),
+        )
+        for r in rows
+    ]
+
+
+def write_trace(entries: list[Entry]) -> str:
+    out = io.StringIO()
+    w = csv.writer(out)
+    w.writerow(["submit_s", "gpus", "duration_s", "owner", "priority", "workers"])
+    for e in entries:
+        w.writerow([round(e.submit_s, 1), e.gpus, round(e.duration_s, 1), e.owner, e.priority, e.workers])
+    return out.getvalue()
+
+
+# -- one replay --------------------------------------------------------------------------------------
+@dataclass
+class Replay:
+    jobs: dict[int, Entry] = field(default_factory=dict)
+    submitted: dict[int, float] = field(default_factory=dict)
+    samples: list[tuple[float, dict[str, int]]] = field(default_factory=list)
+    """(time, GPUs held per owner) every half second."""
+    records: dict[int, dict] = field(default_factory=dict)
+    redone: list[int] = field(default_factory=list)
+    t0: float = 0.0
+    t1: float = 0.0
+
+
+def replay(tmp: Path, env: dict[str, str], entries: list[Entry], policy: dict[str, str]) -> Replay:
+    fake_nvidia_smi(tmp / "bin", fake_gpus(GPUS))
+    environ = {**env, "PATH": f"{tmp / 'bin'}:{env['PATH']}", "GPUDECK_PREEMPT_AFTER": "0", **policy}
+    up = Up(tmp / "home", environ, tmp / "up.log")
+    out = Replay()
+    try:
+        base = up.url
+        tokens = {}
+        for owner in sorted({e.owner for e in entries}):
+            made = subprocess.run(
+                python_module("tui.cli", "token", "create", owner, "--home", str(tmp / "home")),
+                env={k: v for k, v in environ.items() if k != "REDIS_URL"},
+                capture_output=True,
+                text=True,
+                check=True,
+            )
+            tokens[owner] = {"Authorization": f"Bearer {made.stdout.strip()}"}
+        admin = subprocess.run(
+            python_module("tui.cli", "token", "create", "root", "--admin", "--home", str(tmp / "home")),
+            env={k: v for k, v in environ.items() if k != "REDIS_URL"},
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout.strip()
+        root = {"Authorization": f"Bearer {admin}"}
+        deadline = time.monotonic() + 60
+        while len(requests.get(f"{base}/api/v1/workers", headers=root, timeout=10).json()["workers"]) < GPUS:
+            assert time.monotonic() < deadline
+            time.sleep(0.2)
+        done = threading.Event()
+
+        def sample() -> None:
+            while not done.is_set():
+                now = time.time()
+                page = requests.get(f"{base}/api/v1/jobs?status=starting,running&limit=500", headers=root, timeout=30)
+                held: dict[str, int] = {}
+                for j in page.json()["jobs"]:
+                    held[j["owner"]] = held.get(j["owner"], 0) + len(j.get("gpu_ids") or [])
+                out.samples.append((now, held))
+                done.wait(0.5)
+
+        sampler = threading.Thread(target=sample, daemon=True)
+        out.t0 = time.time()
+        sampler.start()
+        for e in entries:
+            at = out.t0 + e.submit_s / FACTOR
+            time.sleep(max(0.0, at - time.time()))
+            steps = max(1, round(e.duration_s / FACTOR / STEP_S))
+            body = {
+                "command": ["python", "-c", STEPPER, str(steps)],
+                "gpus": e.gpus,
+                "workers": e.workers,
+                "priority": e.priority,
+                "total_steps": steps,
+                "name": f"{e.owner}-{e.priority}-{e.gpus}g",
+            }
+            resp = requests.post(f"{base}/api/v1/jobs", json=body, headers=tokens[e.owner], timeout=30)
+            assert resp.status_code == 201, resp.text
+            job_id = resp.json()["id"]
+            out.jobs[job_id] = e
+            out.submitted[job_id] = time.time()
+        while True:
+            page = requests.get(f"{base}/api/v1/jobs?status=queued,starting,running&limit=1", headers=root, timeout=30)
+            if not page.json()["jobs"]:
+                break
+            time.sleep(1)
+        out.t1 = time.time()
+        done.set()
+        sampler.join(10)
+        for job_id in out.jobs:
+            rec = requests.get(f"{base}/api/v1/jobs/{job_id}", headers=root, timeout=30).json()
+            out.records[job_id] = rec
+            if rec.get("preemptions"):
+                raw = requests.get(f"{base}/api/v1/jobs/{job_id}/files/attempts.jsonl", headers=root, timeout=30).text
+                lines = [json.loads(line) for line in raw.splitlines() if line.strip()]
+                # steps redone: how far an attempt got when it was stopped, less where the next one started from
+                for stop, nxt in zip(lines, lines[1:]):
+                    if "reached" in stop and "from" in nxt:
+                        out.redone.append(stop["reached"] - nxt["from"])
+    finally:
+        up.kill()
+    return out
+
+
+def stamp(text: str | None) -> float | None:
+    from datetime import datetime
+
+    return datetime.fromisoformat(text.replace("Z", "+00:00")).timestamp() if text else None
+
+
+def p95(values: list[float]) -> float:
+    if not values:
+        return float("nan")
+    values = sorted(values)
+    return values[min(len(values) - 1, math.ceil(0.95 * len(values)) - 1)]
+
+
+def jain(xs: list[float]) -> float:
+    return sum(xs) ** 2 / (len(xs) * sum(x * x for x in xs)) if any(xs) else 1.0
+
+
+def figures(r: Replay) -> dict[str, float]:
+    jct, waits = [], {"high": [], "normal": [], "low": []}
+    for job_id, e in r.jobs.items():
+        rec = r.records[job_id]
+        created, first, ended = stamp(rec["created_at"]), stamp(rec.get("first_started_at")), stamp(rec["ended_at"])
+        jct.append(ended - created)
+        waits[e.priority].append(first - created)
+
+    # fairness: GPU-time alice and bob got while both had work queued or running
+    def active(owner: str, t: float) -> bool:
+        return any(
+            e.owner == owner and r.submitted[i] <= t <= (stamp(r.records[i]["ended_at"]) or t)
+            for i, e in r.jobs.items()
+        )
+
+    got = {"alice": 0.0, "bob": 0.0}
+    for (t, held), (t_next, _) in zip(r.samples, r.samples[1:]):
+        if active("alice", t) and active("bob", t):
+            for owner in got:
+                got[owner] += held.get(owner, 0) * (t_next - t)
+    busy = sum(sum(held.values()) * (t2 - t) for (t, held), (t2, _) in zip(r.samples, r.samples[1:]))
+    preemptions = sum(rec.get("preemptions") or 0 for rec in r.records.values())
+    return {
+        "jct_mean_s": statistics.mean(jct),
+        "jct_p95_s": p95(jct),
+        "wait_p95_high_s": p95(waits["high"]),
+        "wait_p95_normal_s": p95(waits["normal"]),
+        "wait_p95_low_s": p95(waits["low"]),
+        "jain_alice_bob": jain(list(got.values())),
+        "utilization": busy / (GPUS * (r.samples[-1][0] - r.samples[0][0])),
+        "preemptions": preemptions,
+        "redone_steps_per_preemption": (sum(r.redone) / len(r.redone)) if r.redone else 0.0,
+    }
+
+
+@pytest.mark.timeout(3600)
+def test_sharing_replay(tmp_path, child_env):
+    trace_file = os.environ.get("GPUDECK_REPLAY_TRACE")
+    entries = read_trace(Path(trace_file).read_text()) if trace_file else make_trace()
+    (tmp_path / "trace.csv").write_text(write_trace(entries))
+    env = {**child_env, "GPUDECK_COMMAND_JOBS": "1"}
+    policies = {
+        "gpudeck": {},
+        "fifo": {"GPUDECK_PREEMPT": "off", "GPUDECK_FAIRSHARE": "off"},
+    }
+    results = {}
+    for name, policy in policies.items():
+        results[name] = figures(replay(tmp_path / name, env, entries, policy))
+    print(f"\ntrace: {len(entries)} jobs ({tmp_path / 'trace.csv'}), time / {FACTOR:g}, {GPUS} fake GPUs")
+    keys = list(results["gpudeck"])
+    print(f"{'':30} {'gpudeck':>10} {'fifo':>10}")
+    for k in keys:
+        print(f"{k:30} {results['gpudeck'][k]:10.3f} {results['fifo'][k]:10.3f}")
+    g, f = results["gpudeck"], results["fifo"]
+    assert g["wait_p95_high_s"] <= GRACE_S + 5, g
+    assert g["jain_alice_bob"] >= 0.9, g
+    assert g["utilization"] >= f["utilization"] - 0.02, (g, f)
+    assert g["redone_steps_per_preemption"] <= 1, g
+
+
+def test_a_scheduling_round_with_10000_jobs_queued(redis):
+    """How long a free worker's choice of its next job takes with 10,000 jobs queued (20 owners, 3 priorities),
+    against the same with 100: a ratio in the same run (and the absolute figure)."""
+
+    def round_ms(queued: int) -> float:
+        redis.flushdb()
+        for i in range(8):
+            register(redis, f"busy{i}", gpus=(str(i),))
+        spec = {"model": "lenet", "dataset": "synthetic:8x8x1", "params": {"steps": 2}, "gpus": 2}
+        for n in range(queued):  # (all need two GPUs: none fits the one free worker, so every round looks again)
+            queues.submit(
+                redis,
+                {**spec, "priority": ("high", "normal", "low")[n % 3]},
+                extra={"owner": f"user{n % 20}"},
+            )
+        register(redis, "free", gpus=("8",))
+        times = []
+        for _ in range(30):
+            t = time.perf_counter()
+            schedule.place(redis)
+            times.append((time.perf_counter() - t) * 1000)
+        return statistics.median(times)
+
+    small, big = round_ms(100), round_ms(10_000)
+    print(f"\nscheduling round: {small:.2f} ms with 100 queued, {big:.2f} ms with 10,000 (ratio {big / small:.2f})")
+    assert big <= 10.0, (small, big)
