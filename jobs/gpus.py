@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import json
 import logging
+import os
+import pwd
 import re
 import socket
 import subprocess
@@ -122,11 +124,21 @@ def sample(pid_jobs: dict[int, int], timeout: float = 10.0) -> list[dict[str, An
                 "name": a["name"],
                 "used_memory_mib": a["used_memory_mib"],
                 "job_id": pid_jobs.get(a["pid"]),
+                "user": user_of(a["pid"]),
             }
             for a in apps
             if a["gpu_uuid"] == gpu["uuid"]
         ]
     return gpus
+
+
+def user_of(pid: Any) -> str | None:
+    """Who runs process `pid` on this host (a foreign process on a GPU is somebody's), or None."""
+    try:
+        uid = os.stat(f"/proc/{int(pid)}").st_uid
+        return pwd.getpwuid(uid).pw_name
+    except (OSError, KeyError, TypeError, ValueError):
+        return None
 
 
 def read_all(redis: Redis) -> list[dict[str, Any]]:

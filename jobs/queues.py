@@ -197,10 +197,13 @@ More = Callable[[Line, int], list[tuple[int, float]]]
 """(line, how many of it were read) -> its next jobs: a line read a little at a time."""
 
 
-def reader(redis: Redis, chunk: int) -> More:
-    """What `order` calls when it has used up what it read of a line: the line's next `chunk` jobs."""
+def reader(redis: Redis, head: int, chunk: int) -> More:
+    """What `order` calls when it has used up what it read of a line (its first `head` jobs, from `lines`, then
+    `chunk` at a time): the line's next `chunk` jobs; none without asking Redis when the last read came short."""
 
     def more(line: Line, start: int) -> list[tuple[int, float]]:
+        if start < head or (start - head) % chunk:
+            return []  # (the line ended within what was read)
         members = redis.zrange(line_key(*line), start, start + chunk - 1, withscores=True)
         return [(int(m), score) for m, score in members]
 
@@ -229,9 +232,9 @@ def order(
             weight, _, job_id, owner = heapq.heappop(heap)
             yield job_id, priority, owner
             if not queues[owner] and more is not None:
-                nxt = [m for m in more((priority, owner), read[owner]) if m[0] != job_id]
-                read[owner] += len(nxt)
-                queues[owner] = list(reversed(nxt))
+                fetched = more((priority, owner), read[owner])
+                read[owner] += len(fetched)
+                queues[owner] = [m for m in reversed(fetched) if m[0] != job_id]
             if queues[owner]:
                 nxt_id, place = queues[owner].pop()
                 heapq.heappush(heap, (weight + PICK_CHARGE_S if fair else 0.0, place, nxt_id, owner))

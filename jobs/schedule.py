@@ -40,7 +40,7 @@ from typing import Any
 from redis import Redis
 from rq import Queue
 
-from jobs import disk, gang, lifecycle, queues, quota, share, sweeps, taskrecord
+from jobs import disk, gang, lifecycle, queues, quota, share, sweeps, taskrecord, tokens
 from jobs.errors import Conflict, NotFound
 from jobs.keys import (
     AFTER_KEY,
@@ -83,6 +83,8 @@ CLAIM_WITHIN_S = 60
 placement and start: the reaper retries the job then)."""
 SCAN_MAX = 2000
 """Most queued jobs one round looks at (it stops earlier once nothing is free and nothing can be preempted)."""
+PREEMPT_TRIES = 16
+"""Most waiting jobs one round looks for victims for (a burst of high jobs does not make a round slow)."""
 SAYS_WHY = 64
 """However full the box, a round looks at the first this many jobs of the line, to keep their messages current."""
 PREEMPTED = "preempted"
@@ -269,12 +271,17 @@ def _round(redis: Redis, s: Settings) -> list[int]:
         held[rec.get("owner")] += quota.job_gpus(rec["spec"])
     sweep_running = Counter(rec.get("sweep_id") for rec in active if rec.get("sweep_id") is not None)
     limits: dict[int, int | None] = {}
-    lowest_running = max((PRIORITIES.index(rec["spec"].get("priority", "normal")) for rec in active), default=-1)
     stopping = _stopping(redis, active)
-    ordered = queues.order(found, used, s.fairshare, queues.reader(redis, LINE_HEAD * 4))
-    limit_of: dict[str | None, int | None] = {}
+    # the lowest priority a job could be preempted from, among those that may be (and the others stopping)
+    lowest_running = max(
+        (PRIORITIES.index(v["spec"].get("priority", "normal")) for v in active if _preemptible(r, v, stopping)),
+        default=-1,
+    )
+    tries = PREEMPT_TRIES
+    ordered = queues.order(found, used, s.fairshare, queues.reader(redis, LINE_HEAD, LINE_HEAD * 4))
+    quotas = tokens.quotas(redis)
     for n, (job_id, priority, owner, rec) in enumerate(_with_records(store, ordered)):
-        can_preempt = s.preempt and PRIORITIES.index(priority) < lowest_running
+        can_preempt = s.preempt and tries > 0 and PRIORITIES.index(priority) < lowest_running
         if n >= SCAN_MAX or (not r.free and not can_preempt and n >= SAYS_WHY):
             break
         if rec is None:  # (deleted meanwhile)
@@ -293,9 +300,7 @@ def _round(redis: Redis, s: Settings) -> list[int]:
                 _waiting(store, rec, f"waiting: sweep {sweep_id} runs {sweep_running[sweep_id]} of {cap} at once")
                 continue
         gpus = quota.job_gpus(spec)
-        if owner not in limit_of:
-            limit_of[owner] = quota.limit_for(redis, owner, 1)
-        limit = limit_of[owner] if gpus else None
+        limit = quotas.get(owner) if owner and gpus else None
         if limit is not None and held[owner] + gpus > limit:
             _waiting(store, rec, quota.waiting(owner or "", held[owner], limit))
             continue  # (over its owner's quota, it holds nobody else up, and preempts nobody)
@@ -311,6 +316,7 @@ def _round(redis: Redis, s: Settings) -> list[int]:
             continue
         message = _need(places, k, r.free)
         if can_preempt:
+            tries -= 1
             said = _preempt(r, store, rec, places, k, stopping)
             message = said or message
         if not s.backfill:  # what it could use stays free for it
@@ -453,11 +459,7 @@ def victims_for(
     candidates = [
         v
         for v in r.active
-        if PRIORITIES.index(v["spec"].get("priority", "normal")) > rank
-        and v["spec"].get("preemptible", True) is not False
-        and v["id"] not in stopping
-        and r.now - float(v.get("running_at") or v.get("started_at") or r.now) >= r.settings.preempt_after_s
-        and slots_of(v)
+        if PRIORITIES.index(v["spec"].get("priority", "normal")) > rank and _preemptible(r, v, stopping)
     ]
     candidates.sort(
         key=lambda v: (-PRIORITIES.index(v["spec"].get("priority", "normal")), -float(v.get("started_at") or 0))
@@ -477,6 +479,17 @@ def victims_for(
         if fit(pool + _freed(r, rest), places, k) is not None:
             chosen = rest
     return chosen, False
+
+
+def _preemptible(r: Round, v: dict[str, Any], stopping: dict[int, str]) -> bool:
+    """Whether a running job may be stopped to make room: preemptible, running at least GPUDECK_PREEMPT_AFTER,
+    not being stopped already, holding workers."""
+    return (
+        v["spec"].get("preemptible", True) is not False
+        and v["id"] not in stopping
+        and r.now - float(v.get("running_at") or v.get("started_at") or r.now) >= r.settings.preempt_after_s
+        and bool(slots_of(v))
+    )
 
 
 def _freed(r: Round, jobs: list[dict[str, Any]]) -> list[Slot]:
@@ -763,7 +776,8 @@ def estimate(
     hosts: Counter[str] = Counter()
     for x in slots.values():
         hosts[x.host] += len(x.gpus)
-    ordered = queues.order(queues.lines(redis, LINE_HEAD), used, s.fairshare, queues.reader(redis, BATCH))
+    found = queues.lines(redis, LINE_HEAD)
+    ordered = queues.order(found, used, s.fairshare, queues.reader(redis, LINE_HEAD, BATCH))
     left = None if wanted is None else set(wanted)
     for n, (job_id, _, _, rec) in enumerate(_with_records(store, ordered)):
         if n >= SCAN_MAX or left == set():

@@ -116,6 +116,11 @@ def max_gpus(redis: Redis, name: str) -> int | None:
     return None if raw is None else json.loads(raw).get("max_gpus")
 
 
+def quotas(redis: Redis) -> dict[str, int | None]:
+    """Every named token's GPU quota, by name, in one read (what a scheduling round consults)."""
+    return {name.decode(): json.loads(raw).get("max_gpus") for name, raw in redis.hgetall(TOKENS_KEY).items()}
+
+
 def any_named(redis: Redis) -> bool:
     return bool(redis.hlen(TOKENS_KEY))
 

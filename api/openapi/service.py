@@ -69,7 +69,13 @@ def schemas() -> dict[str, Any]:
                 "processes": {
                     "type": "array",
                     "items": _obj(
-                        {"pid": INT, "name": STR, "used_memory_mib": _nullable(NUM), "job_id": _nullable(INT)},
+                        {
+                            "pid": INT,
+                            "name": STR,
+                            "used_memory_mib": _nullable(NUM),
+                            "job_id": _nullable(INT),
+                            "user": _nullable({**STR, "description": "who runs it (a foreign process: no job_id)"}),
+                        },
                         ["pid", "job_id"],
                     ),
                 },

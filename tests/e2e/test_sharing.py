@@ -3,8 +3,11 @@ real trainers and scripts. GPUs are allocated per job; a waiting big job is not 
 preempts low ones, which resume from their checkpoints with curves that neither repeat nor skip a step."""
 
 import os
+import pwd
+import subprocess
 import sys
 import time
+from pathlib import Path
 from urllib.parse import urlparse
 
 import pytest
@@ -17,13 +20,16 @@ from tests.support.stack import Up
 pytestmark = pytest.mark.slow
 
 
-def fake_gpus(n: int) -> str:
-    """A FAKE nvidia-smi for a host with `n` H100s (no processes on them)."""
+def fake_gpus(n: int, foreign: Path | None = None) -> str:
+    """A FAKE nvidia-smi for a host with `n` H100s; the processes it lists on them are the lines of `foreign`
+    (`PID, NAME, MiB, GPU-UUID`) while that file exists: what somebody started by hand."""
     listing = "".join(f"GPU {i}: NVIDIA H100 80GB HBM3 (UUID: GPU-{i:04d})\\n" for i in range(n))
     rows = "".join(f"{i}, GPU-{i:04d}, NVIDIA H100 80GB HBM3, 0, 0, 81559, 40, 70.0, 700.00\\n" for i in range(n))
+    apps = f"cat '{foreign}' 2>/dev/null" if foreign else "true"
     return f"""case "$*" in
   *-L*) printf '{listing}' ;;
   *--query-gpu*) printf '{rows}' ;;
+  *--query-compute-apps*) {apps} ;;
 esac
 exit 0
 """
@@ -47,7 +53,7 @@ def stack_of(tmp_path, child_env):
     made = []
 
     def start(gpus: int, **env: str) -> Api:
-        fake_nvidia_smi(tmp_path / "bin", fake_gpus(gpus))
+        fake_nvidia_smi(tmp_path / "bin", fake_gpus(gpus, tmp_path / "foreign.csv"))
         environ = {
             **child_env,
             "PATH": f"{tmp_path / 'bin'}:{child_env['PATH']}",
@@ -75,7 +81,7 @@ def status(client, job_id: int) -> dict:
     return client.get(f"/api/v1/jobs/{job_id}").json()
 
 
-def test_four_gpus_serve_a_2_gpu_job_and_two_1_gpu_jobs_and_a_3_gpu_job_is_not_starved(stack_of):
+def test_four_gpus_serve_a_2_gpu_job_and_two_1_gpu_jobs_and_a_3_gpu_job_is_not_starved(stack_of, tmp_path):
     client = stack_of(4)
     big = client.post("/api/v1/jobs", json={"command": "echo hi", "gpus": 5})
     assert big.status_code == 400 and "the largest host" in big.json()["details"]["fields"]["gpus"]
@@ -105,6 +111,29 @@ def test_four_gpus_serve_a_2_gpu_job_and_two_1_gpu_jobs_and_a_3_gpu_job_is_not_s
     for i in (*stream, three):
         until(lambda i=i: status(client, i)["status"] == "succeeded", 90, f"job {i}")
     client.post(f"/api/v1/jobs/{ones[1]}/cancel")
+    until(lambda: status(client, ones[1])["status"] == "canceled", 60, "the cancel")
+
+    # somebody's notebook, started by hand, fills GPU 0: no job goes there while it does
+    notebook = subprocess.Popen(["sleep", "300"])
+    foreign = tmp_path / "foreign.csv"
+    try:
+        foreign.write_text(f"{notebook.pid}, python3, 30822, GPU-0000\n")
+        owner = pwd.getpwuid(os.getuid()).pw_name
+        waiting = f"waiting: pid {notebook.pid} ({owner}) uses 30.1 GiB of GPU 0"
+        until(lambda: waiting in [w["state"] for w in client.get("/api/v1/workers").json()["workers"]], 30, waiting)
+        four = [client.post("/api/v1/jobs", json=sleeper(300, 1)).json()["id"] for _ in range(4)]
+        until(lambda: sum(status(client, i)["status"] == "running" for i in four) == 3, 60, "three running")
+        assert "0" not in {g for i in four for g in status(client, i)["gpu_ids"] or []}
+        gpus = {g["index"]: g for h in client.get("/api/v1/gpus").json()["hosts"] for g in h["gpus"]}
+        assert gpus[0]["processes"] == [
+            {"pid": notebook.pid, "name": "python3", "used_memory_mib": 30822, "job_id": None, "user": owner}
+        ]
+        foreign.unlink()  # the notebook ended: the fourth job takes GPU 0
+        until(lambda: all(status(client, i)["status"] == "running" for i in four), 60, "all four running")
+    finally:
+        notebook.kill()
+    for i in four:
+        client.post(f"/api/v1/jobs/{i}/cancel")
 
 
 STEPPER = """

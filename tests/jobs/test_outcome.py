@@ -102,6 +102,11 @@ def test_the_first_task_to_fail_is_blamed_not_its_peer():
     done = [{"label": f"worker{i}", "worker": f"w{i}", "status": "succeeded"} for i in range(2)]
     assert outcome.of_tasks(None, done, 2, has_result=True)[0] == outcome.SUCCEEDED
     assert outcome.of_tasks(None, done, 2, has_result=False)[0].message == "a task stopped without a result"
+    stopped = [{"label": f"worker{i}", "worker": f"w{i}", "status": "stopped"} for i in range(2)]
+    end, _ = outcome.of_tasks("preempted", stopped, 2, has_result=False)  # preempted as a whole: back in line
+    assert (end.status, end.reason, end.requeue, end.retry) == (Status.QUEUED, Reason.PREEMPTED, True, False)
+    assert outcome.of_job("preempted", 0, True, False) == outcome.SUCCEEDED  # it finished within the grace
+    assert outcome.of_job("preempted", -15, False, False).requeue
 
 
 def _running(redis, **spec):

@@ -98,3 +98,29 @@ def test_deleting_an_ended_job_leaves_nothing_of_it_and_refuses_one_that_has_not
     assert not replayed and replay["id"] not in (first, keyed["id"])
     with pytest.raises(NotFound):
         control.delete(redis, settings, [first])
+
+
+def test_the_order_reads_a_long_line_a_little_at_a_time_and_misses_nothing(redis):
+    ids = [queues.submit(redis, TINY, extra={"owner": "alice"})["id"] for _ in range(45)]
+    ids += [queues.submit(redis, TINY, extra={"owner": "bob"})["id"] for _ in range(3)]
+    asked = []  # what reached Redis
+    read = queues.reader(redis, 8, 16)
+    zrange = redis.zrange
+
+    def counted(key, *args, **kwargs):
+        asked.append(key)
+        return zrange(key, *args, **kwargs)
+
+    def more(line, start):
+        redis.zrange = counted
+        try:
+            return read(line, start)
+        finally:
+            redis.zrange = zrange
+
+    found = queues.lines(redis, 8)
+    taken = [job_id for job_id, _, _ in queues.order(found, {"alice": 0.0, "bob": 10_000.0}, True, more)]
+    assert sorted(taken) == ids and len(taken) == len(set(taken))
+    assert [i for i in taken if i <= 45] == ids[:45]  # each line in its own order
+    # alice's line in three more reads (8 + 16 + 16 + 5); bob's 3 were all in the first read: never asked again
+    assert asked == ["gpudeck:line:normal:alice"] * 3

@@ -91,10 +91,16 @@ class GpusScreen(Screen):
                 jobs = (
                     f"job {held['job_id']}" + (f" · {held['owner']}" if held.get("owner") else "")
                     if held
-                    else ", ".join(
-                        sorted({f"job {p['job_id']}" if p.get("job_id") else f"pid {p['pid']}" for p in procs})
-                    )
+                    else ", ".join(sorted({f"job {p['job_id']}" for p in procs if p.get("job_id")}))
                 )
+                foreign = [  # what no gpudeck job runs there: a notebook started by hand keeps the GPU from jobs
+                    f"foreign pid {p['pid']}"
+                    + (f" ({p['user']})" if p.get("user") else "")
+                    + (f" {p['used_memory_mib'] / 1024:.1f} GiB" if p.get("used_memory_mib") else "")
+                    for p in procs
+                    if not p.get("job_id")
+                ]
+                jobs = ", ".join(x for x in (jobs, *foreign) if x)
                 power = f"{na(g.get('power_draw_w'), digits=0)}/{na(g.get('power_limit_w'), 'W', 0)}"
                 table.add_row(
                     host["host"],
