@@ -278,6 +278,10 @@ def _round(redis: Redis, s: Settings) -> list[int]:
         default=-1,
     )
     tries = PREEMPT_TRIES
+    reserved = False  # (only the first job that does not fit keeps free workers, and those preemption frees)
+    preempting = {
+        int(v["preempted_by"]["id"]) for v in active if stopping.get(v["id"]) == PREEMPTED and v.get("preempted_by")
+    }
     ordered = queues.order(found, used, s.fairshare, queues.reader(redis, LINE_HEAD, LINE_HEAD * 4))
     quotas = tokens.quotas(redis)
     for n, (job_id, priority, owner, rec) in enumerate(_with_records(store, ordered)):
@@ -318,10 +322,13 @@ def _round(redis: Redis, s: Settings) -> list[int]:
         if can_preempt:
             tries -= 1
             said = _preempt(r, store, rec, places, k, stopping)
+            if said and said.startswith("preempting"):
+                preempting.add(job_id)
             message = said or message
-        if not s.backfill:  # what it could use stays free for it
+        if not s.backfill and (not reserved or job_id in preempting):  # what it could use stays free for it
             kept = {x.name for x in _partial(r.free, places, k)}
             r.free = [x for x in r.free if x.name not in kept]
+            reserved = True
         _waiting(store, rec, message)
     return r.placed
 
@@ -482,12 +489,13 @@ def victims_for(
 
 
 def _preemptible(r: Round, v: dict[str, Any], stopping: dict[int, str]) -> bool:
-    """Whether a running job may be stopped to make room: preemptible, running at least GPUDECK_PREEMPT_AFTER,
-    not being stopped already, holding workers."""
+    """Whether a running job may be stopped to make room: preemptible, placed at least GPUDECK_PREEMPT_AFTER ago
+    (this attempt: a job that just came back from a preemption is not taken again at once), not being stopped
+    already, holding workers."""
     return (
         v["spec"].get("preemptible", True) is not False
         and v["id"] not in stopping
-        and r.now - float(v.get("running_at") or v.get("started_at") or r.now) >= r.settings.preempt_after_s
+        and r.now - float(v.get("started_at") or r.now) >= r.settings.preempt_after_s
         and bool(slots_of(v))
     )
 
