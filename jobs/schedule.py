@@ -468,8 +468,14 @@ def victims_for(
         for v in r.active
         if PRIORITIES.index(v["spec"].get("priority", "normal")) > rank and _preemptible(r, v, stopping)
     ]
+    # lowest priority first; then the fewest GPUs (a 4-GPU victim for a 1-GPU job leaves three idle while it waits
+    # to start again); then the most recently started (it loses the least)
     candidates.sort(
-        key=lambda v: (-PRIORITIES.index(v["spec"].get("priority", "normal")), -float(v.get("started_at") or 0))
+        key=lambda v: (
+            -PRIORITIES.index(v["spec"].get("priority", "normal")),
+            quota.job_gpus(v["spec"]),
+            -float(v.get("started_at") or 0),
+        )
     )
     alone = next((v for v in candidates if fit(pool + _freed(r, [v]), places, k) is not None), None)
     if alone is not None:  # one job makes room: the first such in the order of preference
