@@ -12,12 +12,14 @@ one, the owner who has used least, FIFO within an owner: jobs.queues.order), and
   naming every GPU of the place; the place's other workers run `jobs.task.hold` until the job ends.
 - Hosts are chosen best-fit (the host with the fewest free GPUs that still fits), so a 1-GPU job does not split the
   free pair a 2-GPU job needs; multi-worker jobs spread their places over hosts first.
-- A job that does not fit keeps the free workers it could use (a reservation, recomputed each round), so a stream
-  of 1-GPU jobs behind it cannot starve a 4-GPU job (GPUDECK_BACKFILL=on lets them use those workers instead).
+- The first job that does not fit keeps the free workers it could use (one reservation, recomputed each round, as
+  EASY backfill's), so a stream of 1-GPU jobs behind it cannot starve a 4-GPU job, while jobs behind it use what
+  else is free (GPUDECK_BACKFILL=on lets them use the kept workers too).
 - A job that does not fit and outranks running jobs (strictly higher priority) preempts the fewest of them (lowest
-  priority first, then the most recently started) that have run at least GPUDECK_PREEMPT_AFTER and are
+  priority first, then the fewest GPUs, then the most recently started) placed at least GPUDECK_PREEMPT_AFTER ago and
   preemptible: each is stopped as a cancel stops (SIGTERM, checkpoint) and goes back in line (jobs.lifecycle); the
-  workers it frees are kept for the job that preempted it by the reservation above.
+  workers it frees are kept for the job that preempted it (a job whose preemption is under way keeps what is free
+  too).
 - Skipped without holding anything up: a job over its owner's GPU quota, a job of a sweep at its `max_concurrent`.
   A job waiting for its dependencies (`after`) is not in the line until they succeed.
 - A worker whose GPU holds a process that is not a gpudeck job's and uses more than GPUDECK_FOREIGN_MEMORY takes no
