@@ -12,8 +12,8 @@ step it was in.
 
 Reported for both policies: mean and p95 job completion time, p95 queueing delay per priority, Jain's fairness
 index of the GPU-time the two equal researchers got while both had work queued, GPU utilization over the whole
-replay and while some job waited (the saturated box), preemptions and steps redone per preemption; and how long a scheduling round (a free worker's choice of
-its next job) takes with 10,000 jobs queued, against one with 100.
+replay and while some job waited (the saturated box), preemptions and steps redone per preemption; and how long a
+scheduling round (a free worker's choice of its next job) takes with 10,000 jobs queued, against one with 100.
 
     make bench PYTEST_ARGS="-k sharing_replay -s"
 """
