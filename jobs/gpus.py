@@ -162,10 +162,9 @@ class Sampler(Periodic):
         return gpus_lock_key(self.host)
 
     def pid_jobs(self) -> dict[int, int]:
-        store = JobStore(self.redis)
         out = {}
-        for job_id in store.active_ids():
-            rec = store.get(job_id)
+        for rec in JobStore(self.redis).active():  # (one deleted meanwhile is not among them)
+            job_id = rec["id"]
             if rec.get("pid") and str(rec.get("worker", "")).startswith(f"{self.host}."):
                 out[rec["pid"]] = job_id
             if is_multi_worker(rec["spec"]):

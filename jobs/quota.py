@@ -14,7 +14,7 @@ from typing import Any
 from redis import Redis
 
 from jobs import taskrecord, tokens
-from jobs.errors import Forbidden, NotFound
+from jobs.errors import Forbidden
 from jobs.keys import worker_info_key
 from jobs.spec import is_multi_worker
 from jobs.store import JobStore
@@ -27,16 +27,7 @@ def job_gpus(spec: dict[str, Any]) -> int:
 
 def held(redis: Redis, owner: str) -> int:
     """The GPUs `owner`'s active jobs hold now (every task's of a multi-worker job)."""
-    store = JobStore(redis)
-    total = 0
-    for job_id in store.active_ids():
-        try:
-            rec = store.get(job_id)
-        except NotFound:
-            continue
-        if rec.get("owner") == owner:
-            total += job_gpus(rec["spec"])
-    return total
+    return sum(job_gpus(rec["spec"]) for rec in JobStore(redis).active() if rec.get("owner") == owner)
 
 
 def limit_for(redis: Redis, owner: str | None, gpus: int) -> int | None:
@@ -64,13 +55,9 @@ def waiting(owner: str, holds: int, limit: int) -> str:
 
 def holders(redis: Redis) -> dict[tuple[str, str], dict[str, Any]]:
     """Who holds each GPU now: (host, GPU index) -> {job_id, owner}, from the active jobs' workers."""
-    store = JobStore(redis)
     out: dict[tuple[str, str], dict[str, Any]] = {}
-    for job_id in store.active_ids():
-        try:
-            rec = store.get(job_id)
-        except NotFound:  # (deleted meanwhile: it holds nothing)
-            continue
+    for rec in JobStore(redis).active():
+        job_id = rec["id"]
         who = {"job_id": job_id, "owner": rec.get("owner")}
         places = []
         if is_multi_worker(rec["spec"]):

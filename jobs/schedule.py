@@ -253,12 +253,7 @@ def _round(redis: Redis, s: Settings) -> list[int]:
     store = JobStore(redis)
     release_dependencies(redis, store)
     slots, unavailable = live_slots(redis)
-    active = []
-    for job_id in store.active_ids():
-        try:
-            active.append(store.get(job_id))
-        except NotFound:
-            continue
+    active = store.active()
     holders = {name: rec["id"] for rec in active for name in slots_of(rec)}
     blocked = foreign(redis, [slots[n] for n in slots if n not in holders], s.foreign_memory)
     _say_waiting(redis, blocked)
@@ -691,12 +686,7 @@ def share_table(redis: Redis, settings: Settings | None = None) -> list[dict[str
     running and queued jobs."""
     s = policy_of(settings)
     store = JobStore(redis)
-    active = []
-    for job_id in store.active_ids():
-        try:
-            active.append(store.get(job_id))
-        except NotFound:
-            continue
+    active = store.active()
     used = share.usage(redis, s.fairshare_halflife_s, active)
     queued: Counter[str] = Counter()
     for (_, owner), members in queues.lines(redis).items():
@@ -774,12 +764,7 @@ def estimate(
     now = time.time()
     store = JobStore(redis)
     slots, _ = live_slots(redis)
-    active = []
-    for job_id in store.active_ids():
-        try:
-            active.append(store.get(job_id))
-        except NotFound:
-            continue
+    active = store.active()
     typical = _typical_s(redis)
     free_at: dict[str, float | None] = {n: now for n in slots}
     for rec in active:

@@ -248,6 +248,10 @@ class JobStore:
         """Jobs a worker has taken and not yet ended."""
         return sorted(int(i) for i in self.redis.smembers(ACTIVE_KEY))
 
+    def active(self) -> list[dict[str, Any]]:
+        """The records of the jobs a worker holds (starting or running), in one round trip."""
+        return [rec for rec in self.get_many(self.active_ids()) if rec is not None]
+
     def beat(self, job_id: int, worker: str) -> None:
         """Say the work-horse of this job is alive for the next HEARTBEAT_TTL_S seconds."""
         self.redis.set(heartbeat_key(job_id), worker, ex=HEARTBEAT_TTL_S)
