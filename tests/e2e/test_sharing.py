@@ -132,6 +132,7 @@ def test_four_gpus_serve_a_2_gpu_job_and_two_1_gpu_jobs_and_a_3_gpu_job_is_not_s
         until(lambda: all(status(client, i)["status"] == "running" for i in four), 60, "all four running")
     finally:
         notebook.kill()
+        notebook.wait()
     for i in four:
         client.post(f"/api/v1/jobs/{i}/cancel")
 
