@@ -1,7 +1,13 @@
 """What the table and `gpudeck ls` print for a job's numbers (no stack needed)."""
 
+import io
+import time
+
+from rich.console import Console
+
 from tui.cli.base import job_lines, status_line
-from tui.widgets.fmt import accuracy_text, job_cells
+from tui.screens.gpus import GpusScreen
+from tui.widgets.fmt import accuracy_text, in_line, job_cells
 
 RUNNING = {
     "id": 7,
@@ -68,3 +74,38 @@ def test_the_compact_row_fits_80_columns():
     widths = {"id": 5, "name": 12, "status": 12, "progress": 10, "loss": 6, "acc": 10, "time": 9}
     assert all(len(str(cells[k])) <= w for k, w in widths.items())
     assert sum(w + 2 for w in widths.values()) <= 80 - 2  # DataTable's cell padding, and a scrollbar
+
+
+def test_a_queued_job_reads_its_place_its_expected_start_or_what_it_waits_for():
+    soon = time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(time.time() + 125)) + "Z"
+    queued = {"id": 3, "status": "queued", "spec": {"model": "lenet", "gpus": 1}, "queue_position": 2}
+    assert in_line(queued) == "#2 in line"
+    assert in_line({**queued, "expected_start": soon}).startswith("#2 in line, ~2m")
+    assert in_line({**queued, "queue_position": None, "spec": {"after": [1, 2]}}) == "after 1,2"
+    assert in_line({**queued, "message": "waiting: alice holds 1 of 1 GPU"}) == "quota"
+    assert "#2 in line" in job_lines([{**queued, "name": "q", "progress": {}}])[1]
+
+
+def test_the_gpus_table_names_a_foreign_process_and_its_user():
+    hosts = [
+        {
+            "host": "box",
+            "gpus": [
+                {
+                    "index": 0,
+                    "uuid": "GPU-0",
+                    "name": "H100",
+                    "utilization": 3,
+                    "memory_used_mib": 30822,
+                    "memory_total_mib": 81559,
+                    "processes": [
+                        {"pid": 4242, "name": "python3", "used_memory_mib": 30822, "job_id": None, "user": "bob"}
+                    ],
+                    "held_by": None,
+                }
+            ],
+        }
+    ]
+    out = io.StringIO()
+    Console(file=out, width=200).print(GpusScreen()._gpus(hosts))
+    assert "foreign pid 4242 (bob) 30.1 GiB" in out.getvalue()
