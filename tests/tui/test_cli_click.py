@@ -163,3 +163,33 @@ def test_run_passes_every_word_after_the_command_to_it():
     ):
         ctx = run.make_context("run", argv)
         assert ctx.params["command"] == words, argv
+
+
+def test_several_ids_each_with_its_outcome_and_durations_where_seconds_go(api_with_a_log, redis, capsys):
+    """Issue 25 #12/#13: `rm 1 424242` deletes 1 and says so, names 424242 on stderr, exits 1; `cancel` and `retry`
+    take several ids or a selection; `--timeout 5m` is 300 s; `rm --dry-run` prints one id a line."""
+    url, _ = api_with_a_log
+    store = JobStore(redis)
+    store.transition(1, ("queued",), status="succeeded", ended_at=1.0)
+    assert main(["rm", "--status", "succeeded", "--older-than", "1d", "--dry-run", "--api", url]) == 0
+    out = capsys.readouterr()
+    assert out.out.splitlines() == ["1"] and "would delete 1 job" in out.err
+    assert main(["rm", "1", "424242", "--api", url]) == 1
+    out = capsys.readouterr()
+    assert out.out.startswith("deleted 1 job: 1 (") and "gpudeck rm: job 424242: job 424242 does not exist" in out.err
+    for _ in range(3):
+        assert main(["submit", "--model", "lenet", "--dataset", "synthetic", "--gpus", "1", "--timeout", "5m",
+                     "--tag", "batch", "--api", url]) == 0  # fmt: skip
+    capsys.readouterr()
+    ids = [int(i) for i in redis.zrange("gpudeck:jobs", 0, -1)]
+    assert [store.get(i)["spec"]["timeout"] for i in ids] == [300, 300, 300]
+    assert main(["cancel", str(ids[0]), "999", "--api", url]) == 1
+    out = capsys.readouterr()
+    assert out.out.strip() == f"job {ids[0]}: canceled" and "job 999" in out.err
+    assert main(["cancel", "--tag", "batch", "--status", "queued", "--api", url]) == 0
+    assert {store.get(i)["status"] for i in ids} == {"canceled"}
+    capsys.readouterr()
+    assert main(["retry", str(ids[1]), str(ids[2]), "--api", url]) == 0
+    assert capsys.readouterr().out.count("resubmitted as job") == 2
+    assert main(["submit", "--model", "lenet", "--dataset", "synthetic", "--timeout", "soon", "--api", url]) == 2
+    assert "--timeout: write seconds (3600) or a duration such as 90m or 12h" in capsys.readouterr().err

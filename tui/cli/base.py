@@ -125,6 +125,23 @@ class Natural(click.ParamType):
         return int(value)
 
 
+class Duration(click.ParamType):
+    """Seconds as a number (3600) or as people write them (90m, 12h, 2d)."""
+
+    name = "DURATION"
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> int:
+        if isinstance(value, int):
+            return value
+        text = str(value).strip()
+        if text.isdigit():
+            return int(text)
+        try:
+            return parse_age(text)
+        except ValueError:
+            self.fail(f"write seconds (3600) or a duration such as 90m or 12h, got {value!r}", param, ctx)
+
+
 class Age(click.ParamType):
     """A duration as people write it: 30d, 12h, 2w, 90m, 45s; as seconds."""
 
@@ -172,7 +189,7 @@ def spec_options(f: Callable) -> Callable:
         click.option("--priority", type=click.Choice(PRIORITIES), help="which line it waits in (default normal)"),
         click.option("--name", help="the job's name (default: from the model or the command)"),
         click.option("--tag", "tags", multiple=True, help="a tag (repeatable)"),
-        click.option("--timeout", type=int, help="seconds before the job is stopped"),
+        click.option("--timeout", type=Duration(), metavar="S|AGE", help="stop the job after this: 3600, 90m, 12h"),
         click.option("--max-retries", type=int, help="automatic retries after worker_lost (1)"),
         click.option(
             "--not-preemptible",

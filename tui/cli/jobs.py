@@ -13,7 +13,7 @@ from typing import Any
 
 import click
 
-from models.common import EXIT_INTERRUPTED, EXIT_OK, EXIT_USAGE, EXIT_WAIT_TIMEOUT
+from models.common import EXIT_INTERRUPTED, EXIT_JOB_FAILED, EXIT_OK, EXIT_USAGE, EXIT_WAIT_TIMEOUT
 from models.sourcetree import human
 from models.states import ENDED, PRIORITIES
 from tui.cli.base import (
@@ -35,6 +35,7 @@ from tui.cli.base import (
     verdict,
     wait_for,
 )
+from tui.client import ApiError
 from tui.logtext import Folder
 from tui.widgets.fmt import duration, in_line, starts_in, usage_text, value_of
 
@@ -313,16 +314,62 @@ def wait(job_id, min_accuracy, timeout, as_json) -> int:
     return verdict(job, min_accuracy)
 
 
+def each(command: str, ids: list[int], act, said, as_json: bool) -> int:  # noqa: ANN001
+    """`act(id)` for every id, each outcome reported (a refused or unknown one on stderr, and the others still
+    done): exit 0 when all went, 1 when some did not, 2 when none did."""
+    done, failed = [], 0
+    for job_id in ids:
+        try:
+            result = act(job_id)
+        except ApiError as exc:
+            if exc.status not in (403, 404, 409):
+                raise
+            click.echo(f"gpudeck {command}: job {job_id}: {exc.message}", err=True)
+            failed += 1
+            continue
+        done.append(result)
+        if not as_json:
+            click.echo(said(job_id, result))
+    if as_json and done:
+        echo_json(done if len(ids) != 1 else done[0])
+    return EXIT_OK if not failed else (EXIT_JOB_FAILED if done else EXIT_USAGE)
+
+
+def selected(api, ids: tuple[int, ...], status: str | None, tag: str | None, allowed: tuple[str, ...]) -> list[int]:  # noqa: ANN001
+    """The ids given, or every job of `status` (some of `allowed`) and `tag`, newest first."""
+    if ids:
+        return list(ids)
+    wanted = {x.strip() for x in (status or ",".join(allowed)).split(",") if x.strip()}
+    if not wanted <= set(allowed):
+        raise click.UsageError(f"--status takes {', '.join(allowed)}")
+    out, cursor = [], None
+    while True:
+        page = api.jobs(limit=500, cursor=cursor, status=",".join(sorted(wanted)), tag=tag)
+        out += [j["id"] for j in page["jobs"]]
+        cursor = page["next_cursor"]
+        if cursor is None:
+            return out
+
+
 @click.command()
 @connection_options
-@job_id_argument
+@click.argument("ids", nargs=-1, type=int, metavar="[ID]...")
+@click.option("--status", metavar="S,…", help="every job of these statuses (queued, starting, running)")
+@click.option("--tag", help="every unended job with this tag (with --status: of those statuses)")
 @json_option
-def cancel(job_id, as_json) -> int:
-    """Cancel a queued or running job."""
-    job = client().cancel(job_id)
-    stopping = " (stopping)" if job["status"] in ("starting", "running") else ""
-    echo_json(job) if as_json else click.echo(f"job {job['id']}: {job['status']}{stopping}")
-    return EXIT_OK
+def cancel(ids, status, tag, as_json) -> int:
+    """Cancel queued or running jobs: the ids given, or those --status/--tag choose."""
+    if ids and (status or tag):
+        raise click.UsageError("name jobs, or choose them with --status/--tag, not both")
+    if not ids and not (status or tag):
+        raise click.UsageError("name the jobs (gpudeck cancel 3 4), or --status queued, or --tag nightly")
+    api = client()
+    chosen = selected(api, ids, status, tag, ("queued", "starting", "running"))
+
+    def said(job_id: int, job: dict) -> str:
+        return f"job {job['id']}: {job['status']}" + (" (stopping)" if job["status"] in ("starting", "running") else "")
+
+    return each("cancel", chosen, api.cancel, said, as_json)
 
 
 @click.command()
@@ -357,15 +404,18 @@ def move(job_id, before, after, top, as_json) -> int:
 
 @click.command()
 @connection_options
-@job_id_argument
+@click.argument("ids", nargs=-1, type=int, required=True, metavar="ID...")
 @click.option("--fresh", is_flag=True, help="train from the start, not from its last checkpoint")
 @json_option
-def retry(job_id, fresh, as_json) -> int:
-    """Submit an ended job again as a new job."""
-    job = client().retry(job_id, resume=not fresh)
-    resumes = f", from job {job_id}'s last checkpoint" if job.get("resumes") else ""
-    echo_json(job) if as_json else click.echo(f"job {job_id} resubmitted as job {job['id']}{resumes}")
-    return EXIT_OK
+def retry(ids, fresh, as_json) -> int:
+    """Submit ended jobs again, each as a new job."""
+    api = client()
+
+    def said(job_id: int, job: dict) -> str:
+        resumes = f", from job {job_id}'s last checkpoint" if job.get("resumes") else ""
+        return f"job {job_id} resubmitted as job {job['id']}{resumes}"
+
+    return each("retry", list(ids), lambda i: api.retry(i, resume=not fresh), said, as_json)
 
 
 @click.command()
@@ -408,7 +458,7 @@ def logs(job_id, follow, offset, tail, raw) -> int:
 @click.option("--older-than", type=Age(), metavar="AGE", help="only those that ended before: 30d, 12h, 2w")
 @click.option("--dry-run", is_flag=True, help="say which jobs, delete nothing")
 def rm(ids, status, older_than, dry_run) -> int:
-    """Delete ended jobs for good (record, log, metrics, job dir)."""
+    """Delete ended jobs for good (record, log, metrics, job dir); each refused id is named, the others go."""
     api = client()
     if ids and (status or older_than is not None):
         return fail("rm", "name jobs, or choose them with --status/--older-than, not both")
@@ -430,21 +480,51 @@ def rm(ids, status, older_than, dry_run) -> int:
             cursor = page["next_cursor"]
             if cursor is None:
                 break
-    plural = "s" if len(chosen) != 1 else ""
-    if dry_run:
-        click.echo(f"would delete {len(chosen)} job{plural}: {' '.join(map(str, chosen)) or '-'}")
+    if dry_run:  # one id a line: a script reads them, a person counts them on the last line
+        for job_id in chosen:
+            click.echo(job_id)
+        click.echo(f"would delete {len(chosen)} job{'s' if len(chosen) != 1 else ''}", err=True)
         return EXIT_OK
     local, where = threading.local(), settings()
 
-    def delete(job_id: int) -> int:  # a client (a requests session) per thread
+    def delete(job_id: int) -> int | str:  # a client (a requests session) per thread; why not, when refused
         if not hasattr(local, "client"):
             local.client = client(where)
-        return local.client.delete(job_id)["bytes_freed"]
+        try:
+            return local.client.delete(job_id)["bytes_freed"]
+        except ApiError as exc:
+            if exc.status not in (403, 404, 409):
+                raise
+            return exc.message
 
     with ThreadPoolExecutor(RM_THREADS) as pool:  # the API deletes several at once (the jobs' dirs, Redis)
-        freed = sum(pool.map(delete, chosen))
-    click.echo(f"deleted {len(chosen)} job{plural} ({human(freed)} freed)")
-    return EXIT_OK
+        outcomes = list(pool.map(delete, chosen))
+    for job_id, outcome in zip(chosen, outcomes):
+        if isinstance(outcome, str):
+            click.echo(f"gpudeck rm: job {job_id}: {outcome}", err=True)
+    gone = [i for i, o in zip(chosen, outcomes) if not isinstance(o, str)]
+    freed = sum(o for o in outcomes if not isinstance(o, str))
+    if gone or not chosen:
+        which = f": {_ranges(gone)}" if gone else ""
+        click.echo(f"deleted {len(gone)} job{'s' if len(gone) != 1 else ''}{which} ({human(freed)} freed)")
+    if len(gone) == len(chosen):
+        return EXIT_OK
+    return EXIT_JOB_FAILED if gone else EXIT_USAGE
+
+
+def _ranges(ids: list[int]) -> str:
+    """`3-7 9 12-13`: ids as runs."""
+    out, run = [], []
+    for i in sorted(ids):
+        if run and i == run[-1] + 1:
+            run.append(i)
+            continue
+        if run:
+            out.append(f"{run[0]}-{run[-1]}" if len(run) > 1 else str(run[0]))
+        run = [i]
+    if run:
+        out.append(f"{run[0]}-{run[-1]}" if len(run) > 1 else str(run[0]))
+    return " ".join(out)
 
 
 COMMANDS = (submit, run, ls, show, wait, cancel, retry, priority, move, logs, rm)
