@@ -5,7 +5,7 @@ from __future__ import annotations
 from flask import Blueprint
 
 from api import auth, deps
-from jobs import disk, gpus, quota, schedule, sweeps, worker
+from jobs import disk, forecast, gpus, quota, sweeps, worker
 from jobs.spec import shown
 from jobs.views import job_view
 
@@ -42,7 +42,7 @@ def fair_share():
         "halflife_s": settings.fairshare_halflife_s,
         "preempt": settings.preempt,
         "preempt_after_s": settings.preempt_after_s,
-        "owners": schedule.share_table(deps.redis(), settings),
+        "owners": forecast.share_table(deps.redis(), settings),
     }
 
 

@@ -11,7 +11,7 @@ from flask import Blueprint, Response, current_app, request
 
 from api import auth, deps, longpoll
 from api.finite import finite
-from jobs import control, gang, queues, schedule, usage
+from jobs import control, forecast, gang, queues, schedule, usage
 from jobs.errors import BadRequest, NotFound
 from jobs.views import job_view
 from models.states import PRIORITIES, Status
@@ -148,7 +148,7 @@ def views(recs: list[dict], with_tasks: bool = False) -> list[dict]:
     redis = deps.redis()
     line = queues.positions(redis, recs, deps.settings())
     queued = [r["id"] for r in recs if r["status"] == "queued"]
-    starts = schedule.estimate(redis, deps.settings(), queued) if queued else {}
+    starts = forecast.estimate(redis, deps.settings(), queued) if queued else {}
     used = usage.read(redis, [r["id"] for r in recs if r["status"] in ("starting", "running")])
     return [
         job_view(

@@ -32,7 +32,8 @@ def end(
         rec = rec or store.get(job_id)
         retries = rec.get("attempt", 1) - int(rec.get("preemptions") or 0)  # (a preemption is not a retry)
         if retries <= rec["spec"].get("max_retries", 0):
-            return Status.QUEUED.value if requeue(redis, job_id, rec, outcome.message or "", **fields) else None
+            said = f"{outcome.message or ''}; retrying"
+            return Status.QUEUED.value if requeue(redis, job_id, rec, said, **fields) else None
     before = rec if rec is not None else store.get(job_id)
     if not store.transition(job_id, allowed, ended_at=time.time(), **outcome.fields(), **fields):
         return None
@@ -68,7 +69,7 @@ def requeue(
         status=Status.QUEUED.value,
         attempt=attempt,
         reason=reason.value,
-        message=message if reason == Reason.PREEMPTED else f"{message}; retrying",
+        message=message,
         slots=None,
         pid=None,
         **fields,

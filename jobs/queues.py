@@ -19,15 +19,14 @@ from jobs.keys import (
     AFTER_KEY,
     LINES_KEY,
     PRIORITIES,
-    alive_key,
     idempotency_key,
     job_key,
     line_key,
     line_name,
     parse_line_name,
     queue_name,
-    worker_info_key,
 )
+from jobs.placement import host_gpus
 from jobs.settings import Settings
 from jobs.share import owner_of, usage
 from jobs.spec import is_multi_worker
@@ -35,28 +34,8 @@ from jobs.store import JobStore
 from models import sourcetree
 from models.states import Status
 
-RQ_WORKERS_KEY = "rq:workers"
-"""RQ's set of registered workers' keys (`rq:worker:NAME`)."""
-
 RQ_JOB_TTL = 7 * 24 * 3600
 """How long RQ keeps its own job objects and results; gpudeck's job records are kept for good."""
-
-
-def host_gpus(redis: Redis) -> dict[str, int]:
-    """GPUs per host, from the live workers (their info and alive keys); hosts with CPU workers only count 0."""
-    names = [k.decode().rsplit(":", 1)[1] for k in redis.smembers(RQ_WORKERS_KEY)]
-    with redis.pipeline(transaction=False) as pipe:
-        for name in names:
-            pipe.get(worker_info_key(name))
-            pipe.exists(alive_key(name))
-        answers = pipe.execute()
-    out: dict[str, int] = {}
-    for raw, alive in zip(answers[::2], answers[1::2]):
-        if raw is None or not alive:
-            continue
-        info = json.loads(raw)
-        out[info.get("host", "?")] = out.get(info.get("host", "?"), 0) + len(info.get("gpus", []))
-    return out
 
 
 def live_gpu_workers(redis: Redis) -> int:

@@ -210,22 +210,10 @@ class JobRun:
     # -- hooks -------------------------------------------------------------------------------
     def claim(self) -> bool:
         """Take the job the scheduler placed on this worker (placement `gen`, jobs.schedule): it runs on every GPU
-        of its place; False when it was canceled or placed elsewhere meanwhile. Without a placement (an attempt
-        queued by hand on a worker's queue), take a queued job: queued -> starting on this worker."""
+        of its place; False when it was canceled or placed elsewhere meanwhile (or was never placed: an RQ job of
+        an older gpudeck, queued before the scheduler placed every job)."""
         if self.gen is None:
-            self.store.beat(self.job_id, self.ctx.name)
-            return self.store.transition(
-                self.job_id,
-                (Status.QUEUED.value,),
-                status=Status.STARTING.value,
-                worker=self.ctx.name,
-                gpu_ids=self.ctx.gpu_ids,
-                slots=[self.ctx.name],
-                started_at=time.time(),
-                reason=None,
-                message=None,
-                pid=None,
-            )
+            return False
         rec = self.store.get(self.job_id)
         if not gang.current(self.redis, self.job_id, self.gen) or rec.get("worker") != self.ctx.name:
             return False

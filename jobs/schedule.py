@@ -30,30 +30,26 @@ from __future__ import annotations
 
 import contextlib
 import itertools
-import json
 import logging
 import time
 import uuid
 from collections import Counter
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
 from redis import Redis
 from rq import Queue
 
-from jobs import disk, gang, lifecycle, queues, quota, share, sweeps, taskrecord, tokens
+from jobs import disk, lifecycle, queues, quota, share, sweeps, taskrecord, tokens
 from jobs.errors import Conflict, NotFound
 from jobs.keys import (
     AFTER_KEY,
-    INDEX_KEY,
     RUN_HOLD,
     RUN_JOB,
     RUN_TASK,
     SCHEDULE_LOCK_KEY,
     alive_key,
-    drain_key,
-    gpus_key,
     heartbeat_key,
     job_key,
     paused_key,
@@ -64,11 +60,11 @@ from jobs.keys import (
     rq_task_id,
     stop_key,
     waiting_key,
-    worker_info_key,
 )
 from jobs.outcome import End
 from jobs.periodic import Periodic
-from jobs.queues import RQ_WORKERS_KEY, waiting_for
+from jobs.placement import Slot, fit, foreign, live_slots, partial, slots_of
+from jobs.queues import waiting_for
 from jobs.settings import Settings
 from jobs.spec import command_words, is_multi_worker
 from jobs.store import JobStore
@@ -93,15 +89,6 @@ PREEMPTED = "preempted"
 """The stop reason of a job stopped to make room."""
 
 
-@dataclass(frozen=True)
-class Slot:
-    """A live worker: its name, host and GPUs."""
-
-    name: str
-    host: str
-    gpus: tuple[str, ...]
-
-
 @dataclass
 class Round:
     """What one round knows: the free workers, who holds what, and the policy."""
@@ -121,132 +108,12 @@ def policy_of(settings: Settings | None) -> Settings:
     return settings or Settings.from_env({})
 
 
-# -- workers -------------------------------------------------------------------------------------
-def live_slots(redis: Redis) -> tuple[dict[str, Slot], set[str]]:
-    """Every live worker (alive key, info), and the names of those that take no new job now (draining, paused
-    (its disk, or Redis's, is full), or a job already waiting on their private queue)."""
-    names = sorted(k.decode().rsplit(":", 1)[1] for k in redis.smembers(RQ_WORKERS_KEY))
-    with redis.pipeline(transaction=False) as pipe:
-        for name in names:
-            pipe.get(worker_info_key(name))
-            pipe.exists(alive_key(name))
-            pipe.exists(drain_key(name))
-            pipe.llen(Queue(private_queue(name), connection=redis).key)
-            pipe.exists(paused_key(name))
-        answers = pipe.execute()
-    slots, unavailable = {}, set()
-    for i, name in enumerate(names):
-        raw, alive, draining, waiting, paused = answers[5 * i : 5 * i + 5]
-        if raw is None or not alive:
-            continue
-        info = json.loads(raw)
-        slots[name] = Slot(name, str(info.get("host", "?")), tuple(str(g) for g in info.get("gpus", [])))
-        if draining or waiting or paused:
-            unavailable.add(name)
-    return slots, unavailable
-
-
-def foreign(redis: Redis, slots: Iterable[Slot], limit_bytes: int) -> dict[str, str]:
-    """Workers whose GPU holds a process that is no gpudeck job's and uses more than `limit_bytes`: name -> why,
-    from each host's newest nvidia-smi sample (jobs.gpus)."""
-    if limit_bytes <= 0:
-        return {}
-    by_host: dict[str, list[Slot]] = {}
-    for s in slots:
-        if s.gpus:
-            by_host.setdefault(s.host, []).append(s)
-    out: dict[str, str] = {}
-    for host, members in by_host.items():
-        raw = redis.get(gpus_key(host))
-        if raw is None:
-            continue
-        for gpu in json.loads(raw).get("gpus", []):
-            for p in gpu.get("processes", []):
-                used = (p.get("used_memory_mib") or 0) * (1 << 20)
-                if p.get("job_id") is None and used > limit_bytes:
-                    user = f" ({p['user']})" if p.get("user") else ""
-                    why = f"waiting: pid {p['pid']}{user} uses {used / (1 << 30):.1f} GiB of GPU {gpu.get('index')}"
-                    for s in members:
-                        if str(gpu.get("index")) in s.gpus and s.name not in out:
-                            out[s.name] = why
-    return out
-
-
-def slots_of(rec: dict[str, Any]) -> list[str]:
-    """The workers an active job holds (every place's, holders included)."""
-    return list(rec.get("slots") or ([rec["worker"]] if rec.get("worker") and "," not in rec["worker"] else []))
-
-
-# -- fitting -------------------------------------------------------------------------------------
-def fit(pool: list[Slot], places: int, gpus: int) -> list[list[Slot]] | None:
-    """`places` places of `gpus` GPUs each (a CPU worker each for 0) out of `pool`, or None. Best fit: each place
-    on the host with the fewest free GPUs that still has enough; a job of several places spreads over hosts first."""
-    left = sorted(pool, key=lambda s: (s.host, [int(g) if g.isdigit() else g for g in s.gpus], s.name))
-    chosen: list[list[Slot]] = []
-    used_hosts: set[str] = set()
-    for _ in range(places):
-        by_host: dict[str, list[Slot]] = {}
-        for s in left:
-            if (gpus == 0) == (not s.gpus):
-                by_host.setdefault(s.host, []).append(s)
-        options = []
-        for host, members in by_host.items():
-            take = _sum_to(members, gpus) if gpus else members[:1]
-            if take:
-                capacity = sum(len(s.gpus) for s in members) if gpus else len(members)
-                options.append((host in used_hosts, capacity, host, take))
-        if not options:
-            return None
-        _, _, host, take = min(options, key=lambda o: o[:3])
-        chosen.append(take)
-        used_hosts.add(host)
-        left = [s for s in left if s not in take]
-    return chosen
-
-
-def _sum_to(members: list[Slot], gpus: int) -> list[Slot] | None:
-    """Workers of one host whose GPUs add up to exactly `gpus` (the fewest workers first), or None."""
-    take, need = [], gpus
-    for s in sorted(members, key=lambda s: -len(s.gpus)):
-        if len(s.gpus) <= need:
-            take.append(s)
-            need -= len(s.gpus)
-        if need == 0:
-            return take
-    return None
-
-
-def _partial(pool: list[Slot], places: int, gpus: int) -> list[Slot]:
-    """The workers a job that does not fit yet keeps for itself: on the hosts where most of what it needs is
-    free, up to what it needs."""
-    if gpus == 0:
-        return [s for s in pool if not s.gpus][:places]
-    by_host: dict[str, list[Slot]] = {}
-    for s in pool:
-        if s.gpus:
-            by_host.setdefault(s.host, []).append(s)
-    kept: list[Slot] = []
-    for host in sorted(by_host, key=lambda h: -sum(len(s.gpus) for s in by_host[h]))[:places]:
-        need = gpus
-        for s in sorted(by_host[host], key=lambda s: len(s.gpus)):
-            if len(s.gpus) <= need:
-                kept.append(s)
-                need -= len(s.gpus)
-    return kept
-
-
 # -- the round -------------------------------------------------------------------------------------
 def place(redis: Redis, settings: Settings | None = None) -> list[int]:
-    """One scheduling round (see the module's docstring); returns the ids placed. Runs under a lock: a round that
-    finds another running does nothing."""
-    token = uuid.uuid4().hex
-    if not redis.set(SCHEDULE_LOCK_KEY, token, nx=True, px=10_000):
-        return []
-    try:
-        return _round(redis, policy_of(settings))
-    finally:
-        if redis.get(SCHEDULE_LOCK_KEY) == token.encode():
-            redis.delete(SCHEDULE_LOCK_KEY)
+    """One scheduling round (see the module's docstring); returns the ids placed. Runs under the scheduler's lock:
+    a round that finds another running does nothing."""
+    with _lock(redis, wait_s=0) as held:
+        return _round(redis, policy_of(settings)) if held else []
 
 
 def _round(redis: Redis, s: Settings) -> list[int]:
@@ -281,7 +148,7 @@ def _round(redis: Redis, s: Settings) -> list[int]:
     }
     ordered = queues.order(found, used, s.fairshare, queues.reader(redis, LINE_HEAD, LINE_HEAD * 4))
     quotas = tokens.quotas(redis)
-    for n, (job_id, priority, owner, rec) in enumerate(_with_records(store, ordered)):
+    for n, (job_id, priority, owner, rec) in enumerate(with_records(store, ordered)):
         can_preempt = s.preempt and tries > 0 and PRIORITIES.index(priority) < lowest_running
         if n >= SCAN_MAX or (not r.free and not can_preempt and n >= SAYS_WHY):
             break
@@ -323,7 +190,7 @@ def _round(redis: Redis, s: Settings) -> list[int]:
                 preempting.add(job_id)
             message = said or message
         if not s.backfill and (not reserved or job_id in preempting):  # what it could use stays free for it
-            kept = {x.name for x in _partial(r.free, places, k)}
+            kept = {x.name for x in partial(r.free, places, k)}
             r.free = [x for x in r.free if x.name not in kept]
             reserved = True
         _waiting(store, rec, message)
@@ -336,7 +203,7 @@ LINE_HEAD = 8
 """Jobs of each line a round reads at first (then four times as many at a time, as far as it goes)."""
 
 
-def _with_records(
+def with_records(
     store: JobStore, ordered: Iterator[tuple[int, str, str | None]]
 ) -> Iterator[tuple[int, str, str | None, dict[str, Any] | None]]:
     """The line in order, each job with its record, read BATCH at a time."""
@@ -572,12 +439,6 @@ def release_dependencies(redis: Redis, store: JobStore) -> None:
             store.transition(job_id, (Status.QUEUED.value,), message=waiting_for(after))
 
 
-# -- holds -----------------------------------------------------------------------------------------
-def holding(redis: Redis, job_id: int, gen: int) -> bool:
-    """Whether placement `gen` of the job still holds its workers."""
-    return gang.current(redis, job_id, gen)
-
-
 class Placer(Periodic):
     """In each worker: says the worker is alive for placement and runs a scheduling round."""
 
@@ -603,19 +464,28 @@ class Placer(Periodic):
 
 # -- steering the line -----------------------------------------------------------------------------
 @contextlib.contextmanager
-def locked(redis: Redis, wait_s: float = 10.0) -> Iterator[None]:
-    """Hold the scheduler's lock (waiting for a round to end): the line does not change under a round."""
+def _lock(redis: Redis, wait_s: float) -> Iterator[bool]:
+    """The scheduler's lock for the block (False: another holder kept it past `wait_s`)."""
     token = uuid.uuid4().hex
     deadline = time.monotonic() + wait_s
-    while not redis.set(SCHEDULE_LOCK_KEY, token, nx=True, px=10_000):
-        if time.monotonic() > deadline:
-            raise Conflict("the scheduler is busy; try again", {"retry_after_s": 1})
+    while not (held := bool(redis.set(SCHEDULE_LOCK_KEY, token, nx=True, px=10_000))):
+        if time.monotonic() >= deadline:
+            break
         time.sleep(0.02)
     try:
-        yield
+        yield held
     finally:
-        if redis.get(SCHEDULE_LOCK_KEY) == token.encode():
+        if held and redis.get(SCHEDULE_LOCK_KEY) == token.encode():
             redis.delete(SCHEDULE_LOCK_KEY)
+
+
+@contextlib.contextmanager
+def locked(redis: Redis, wait_s: float = 10.0) -> Iterator[None]:
+    """Hold the scheduler's lock (waiting for a round to end): the line does not change under a round."""
+    with _lock(redis, wait_s) as held:
+        if not held:
+            raise Conflict("the scheduler is busy; try again", {"retry_after_s": 1})
+        yield
 
 
 def _queued(store: JobStore, job_id: int, what: str) -> dict[str, Any]:
@@ -678,133 +548,3 @@ def move(redis: Redis, job_id: int, before: int | None = None, after: int | None
         redis.zadd(key, {str(job_id): place_at}, xx=True)
         store.update(job_id, seq=place_at)
     return store.get(job_id)
-
-
-# -- what people use, and when a job will start ---------------------------------------------------
-def share_table(redis: Redis, settings: Settings | None = None) -> list[dict[str, Any]]:
-    """Per owner (like Slurm's sshare): decayed usage in GPU-hours, its share of everybody's, GPUs held now,
-    running and queued jobs."""
-    s = policy_of(settings)
-    store = JobStore(redis)
-    active = store.active()
-    used = share.usage(redis, s.fairshare_halflife_s, active)
-    queued: Counter[str] = Counter()
-    for (_, owner), members in queues.lines(redis).items():
-        queued[share.owner_of(owner)] += len(members)
-    for raw in redis.smembers(AFTER_KEY):
-        owner = redis.hget(job_key(int(raw)), "owner")
-        queued[share.owner_of(owner.decode() if owner else None)] += 1
-    running: Counter[str] = Counter(share.owner_of(r.get("owner")) for r in active)
-    gpus: Counter[str] = Counter()
-    for r in active:
-        gpus[share.owner_of(r.get("owner"))] += quota.job_gpus(r["spec"])
-    total = sum(used.values()) or 1.0
-    owners = sorted(set(used) | set(queued) | set(running), key=lambda o: (used.get(o, 0.0), o))
-    return [
-        {
-            "owner": None if o == share.owner_of(None) else o,
-            "usage_gpu_hours": round(used.get(o, 0.0) / 3600, 3),
-            "share": round(used.get(o, 0.0) / total, 4),
-            "gpus": gpus[o],
-            "running": running[o],
-            "queued": queued[o],
-        }
-        for o in owners
-    ]
-
-
-HISTORY = 100
-"""How many of the newest jobs an estimate learns typical durations from."""
-
-
-def _typical_s(redis: Redis) -> float | None:
-    """The mean run time of the newest succeeded jobs (None: none yet)."""
-    ids = [int(i) for i in redis.zrevrange(INDEX_KEY, 0, HISTORY - 1)]
-    with redis.pipeline(transaction=False) as pipe:
-        for job_id in ids:
-            pipe.hmget(job_key(job_id), "status", "started_at", "ended_at")
-        rows = pipe.execute()
-    took = [float(e) - float(b) for st, b, e in rows if st == b"succeeded" and b and e]
-    return sum(took) / len(took) if took else None
-
-
-def _duration(rec: dict[str, Any], typical: float | None) -> float | None:
-    timeout = rec["spec"].get("timeout")
-    return float(timeout) if timeout else typical
-
-
-def _remaining(rec: dict[str, Any], now: float, typical: float | None) -> float | None:
-    """How long a running job still holds its workers: from its progress rate, else its timeout or the typical
-    run time."""
-    p = rec.get("progress") or {}
-    step, total, first = p.get("step"), p.get("total_steps"), p.get("first_step") or 0
-    since = rec.get("running_at")
-    if step and total and since and step > first:
-        return max(0.0, (now - float(since)) / (step - first) * (total - step))
-    whole = _duration(rec, typical)
-    if whole is None:
-        return None
-    return max(0.0, float(rec.get("started_at") or now) + whole - now)
-
-
-NO_ESTIMATE = (
-    "nothing to estimate from: the jobs ahead of it report no progress and give no timeout, and no job has "
-    "succeeded yet"
-)
-
-
-def estimate(
-    redis: Redis, settings: Settings | None = None, wanted: Iterable[int] | None = None
-) -> dict[int, tuple[float | None, str | None]]:
-    """Every queued job's expected start (like `squeue --start`): the scheduler's order played forward over the
-    workers, each running job freeing its workers when its progress (else its timeout, else the typical run time
-    of recent jobs) says it ends, each job ahead taking its timeout or that typical time. (time, None) or
-    (None, why there is no estimate). `wanted`: the jobs asked about (it stops once it has them all)."""
-    s = policy_of(settings)
-    now = time.time()
-    store = JobStore(redis)
-    slots, _ = live_slots(redis)
-    active = store.active()
-    typical = _typical_s(redis)
-    free_at: dict[str, float | None] = {n: now for n in slots}
-    for rec in active:
-        left = _remaining(rec, now, typical)
-        for n in slots_of(rec):
-            if n in free_at:
-                free_at[n] = None if left is None else now + left
-    used = share.usage(redis, s.fairshare_halflife_s, active, now) if s.fairshare else {}
-    out: dict[int, tuple[float | None, str | None]] = {}
-    hosts: Counter[str] = Counter()
-    for x in slots.values():
-        hosts[x.host] += len(x.gpus)
-    found = queues.lines(redis, LINE_HEAD)
-    ordered = queues.order(found, used, s.fairshare, queues.reader(redis, LINE_HEAD, BATCH))
-    left = None if wanted is None else set(wanted)
-    for n, (job_id, _, _, rec) in enumerate(_with_records(store, ordered)):
-        if n >= SCAN_MAX or left == set():
-            break
-        if rec is None:
-            continue
-        if left is not None:
-            left.discard(job_id)
-        places, k = int(rec["spec"].get("workers") or 1), int(rec["spec"].get("gpus") or 0)
-        known = sorted({t for t in free_at.values() if t is not None})
-        start, chosen = None, None
-        for t in known:
-            chosen = fit([slots[name] for name, f in free_at.items() if f is not None and f <= t], places, k)
-            if chosen is not None:
-                start = t
-                break
-        if start is None or chosen is None:
-            why = NO_ESTIMATE if any(f is None for f in free_at.values()) else "no live workers can run it"
-            out[job_id] = (None, why)
-            continue
-        out[job_id] = (start, None)
-        took = _duration(rec, typical)
-        for x in (x for p in chosen for x in p):
-            free_at[x.name] = None if took is None else start + took
-    for raw in redis.smembers(AFTER_KEY):
-        job_id = int(raw)
-        after = (store.get(job_id)["spec"].get("after") or []) if redis.exists(job_key(job_id)) else []
-        out[job_id] = (None, waiting_for(after) if after else "waiting for its dependencies")
-    return out

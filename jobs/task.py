@@ -10,7 +10,7 @@ import time
 
 from rq import get_current_job
 
-from jobs import runner, schedule, taskrun
+from jobs import gang, runner, taskrun
 from jobs.launch import WorkerContext
 from jobs.settings import Settings
 
@@ -41,6 +41,6 @@ def hold(job_id: int, gen: int, context: WorkerContext | None = None) -> str:
     """Keep this worker (its GPUs) for placement `gen` of job `job_id`, which another worker of its place runs
     with every GPU of the place, until that placement ends."""
     _, redis = _where(context)
-    while schedule.holding(redis, job_id, gen):
+    while gang.current(redis, job_id, gen):  # (placement `gen` still holds its workers)
         time.sleep(HOLD_POLL_S)
     return "released"

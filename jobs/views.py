@@ -21,7 +21,7 @@ def job_view(
 ) -> dict[str, Any]:
     """The JSON object GET /api/v1/jobs/ID answers (`tasks`: a multi-worker job's, from gang.view; a queued job's
     place in line, from queues.positions, and its expected start with why there is none, from
-    jobs.schedule.estimate; a running job's usage, from jobs.usage). `names_only`: for a user who is
+    jobs.forecast.estimate; a running job's usage, from jobs.usage). `names_only`: for a user who is
     not the job's owner (nor an admin), its env values are all hidden; `secret_env` values are for nobody."""
     now = time.time() if now is None else now
     status = Status(rec["status"])

@@ -12,7 +12,19 @@ PACKAGES = ("api", "jobs", "models", "tui")
 
 JOBS_LAYERS = (
     ("keys", "errors", "proc", "archives", "tbnotf", "periodic", "shim"),
-    ("settings", "spec", "outcome", "redis_server", "scalars", "usage", "tokens", "taskrecord", "sandbox", "share"),
+    (
+        "settings",
+        "spec",
+        "outcome",
+        "redis_server",
+        "scalars",
+        "usage",
+        "tokens",
+        "taskrecord",
+        "sandbox",
+        "share",
+        "placement",
+    ),
     ("store", "disk"),
     ("datasets", "sources", "views", "artifacts", "quota"),
     ("queues", "tensorboard", "launch"),
@@ -20,6 +32,7 @@ JOBS_LAYERS = (
     ("lifecycle", "sweeps"),
     ("gang",),
     ("schedule",),
+    ("forecast",),
     ("control", "runner", "reaper", "gpus"),
     ("taskrun",),
     ("worker", "task", "supervisor"),

@@ -9,7 +9,7 @@ from dataclasses import replace
 import pytest
 from rq import Queue
 
-from jobs import control, lifecycle, outcome, queues, schedule, sweeps
+from jobs import control, gang, lifecycle, outcome, queues, schedule, sweeps
 from jobs.errors import ReferenceNotFound, ValidationError
 from jobs.keys import gpus_key, job_id_of, private_queue, rq_hold_id, rq_job_id, stop_key
 from jobs.store import JobStore
@@ -270,6 +270,6 @@ def test_a_placed_job_that_is_canceled_frees_its_gpus(redis):
     r = rec(redis, two)
     assert r["status"] in ("starting", "canceled")
     lifecycle.end(redis, two, outcome.STOPPED["canceled"])
-    assert not schedule.holding(redis, two, r["gen"])  # the held worker lets go
+    assert not gang.current(redis, two, r["gen"])  # the held worker lets go
     assert submit(redis) and placed_on(redis, names)
     assert Status(rec(redis, two)["status"]).ended

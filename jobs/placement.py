@@ -1,0 +1,147 @@
+"""Where a job can run: the live workers as the scheduler sees them (host, GPUs, whether they take a job now, a
+foreign process on their GPU), the workers an active job holds, and fitting a job's places onto free workers
+(best fit, all or nothing). Redis reads only: jobs.schedule decides and writes."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import Any
+
+from redis import Redis
+from rq import Queue
+
+from jobs.keys import alive_key, drain_key, gpus_key, paused_key, private_queue, worker_info_key
+
+RQ_WORKERS_KEY = "rq:workers"
+"""RQ's set of registered workers' keys (`rq:worker:NAME`)."""
+
+
+@dataclass(frozen=True)
+class Slot:
+    """A live worker: its name, host and GPUs."""
+
+    name: str
+    host: str
+    gpus: tuple[str, ...]
+
+
+def live_slots(redis: Redis) -> tuple[dict[str, Slot], set[str]]:
+    """Every live worker (alive key, info), and the names of those that take no new job now (draining, paused
+    (its disk, or Redis's, is full), or a job already waiting on their private queue)."""
+    names = sorted(k.decode().rsplit(":", 1)[1] for k in redis.smembers(RQ_WORKERS_KEY))
+    with redis.pipeline(transaction=False) as pipe:
+        for name in names:
+            pipe.get(worker_info_key(name))
+            pipe.exists(alive_key(name))
+            pipe.exists(drain_key(name))
+            pipe.llen(Queue(private_queue(name), connection=redis).key)
+            pipe.exists(paused_key(name))
+        answers = pipe.execute()
+    slots, unavailable = {}, set()
+    for i, name in enumerate(names):
+        raw, alive, draining, waiting, paused = answers[5 * i : 5 * i + 5]
+        if raw is None or not alive:
+            continue
+        info = json.loads(raw)
+        slots[name] = Slot(name, str(info.get("host", "?")), tuple(str(g) for g in info.get("gpus", [])))
+        if draining or waiting or paused:
+            unavailable.add(name)
+    return slots, unavailable
+
+
+def foreign(redis: Redis, slots: Iterable[Slot], limit_bytes: int) -> dict[str, str]:
+    """Workers whose GPU holds a process that is no gpudeck job's and uses more than `limit_bytes`: name -> why,
+    from each host's newest nvidia-smi sample (jobs.gpus)."""
+    if limit_bytes <= 0:
+        return {}
+    by_host: dict[str, list[Slot]] = {}
+    for s in slots:
+        if s.gpus:
+            by_host.setdefault(s.host, []).append(s)
+    out: dict[str, str] = {}
+    for host, members in by_host.items():
+        raw = redis.get(gpus_key(host))
+        if raw is None:
+            continue
+        for gpu in json.loads(raw).get("gpus", []):
+            for p in gpu.get("processes", []):
+                used = (p.get("used_memory_mib") or 0) * (1 << 20)
+                if p.get("job_id") is None and used > limit_bytes:
+                    user = f" ({p['user']})" if p.get("user") else ""
+                    why = f"waiting: pid {p['pid']}{user} uses {used / (1 << 30):.1f} GiB of GPU {gpu.get('index')}"
+                    for s in members:
+                        if str(gpu.get("index")) in s.gpus and s.name not in out:
+                            out[s.name] = why
+    return out
+
+
+def slots_of(rec: dict[str, Any]) -> list[str]:
+    """The workers an active job holds (every place's, holders included)."""
+    return list(rec.get("slots") or ([rec["worker"]] if rec.get("worker") and "," not in rec["worker"] else []))
+
+
+def fit(pool: list[Slot], places: int, gpus: int) -> list[list[Slot]] | None:
+    """`places` places of `gpus` GPUs each (a CPU worker each for 0) out of `pool`, or None. Best fit: each place
+    on the host with the fewest free GPUs that still has enough; a job of several places spreads over hosts first."""
+    left = sorted(pool, key=lambda s: (s.host, [int(g) if g.isdigit() else g for g in s.gpus], s.name))
+    chosen: list[list[Slot]] = []
+    used_hosts: set[str] = set()
+    for _ in range(places):
+        by_host: dict[str, list[Slot]] = {}
+        for s in left:
+            if (gpus == 0) == (not s.gpus):
+                by_host.setdefault(s.host, []).append(s)
+        options = []
+        for host, members in by_host.items():
+            take = _sum_to(members, gpus) if gpus else members[:1]
+            if take:
+                capacity = sum(len(s.gpus) for s in members) if gpus else len(members)
+                options.append((host in used_hosts, capacity, host, take))
+        if not options:
+            return None
+        _, _, host, take = min(options, key=lambda o: o[:3])
+        chosen.append(take)
+        used_hosts.add(host)
+        left = [s for s in left if s not in take]
+    return chosen
+
+
+def _sum_to(members: list[Slot], gpus: int) -> list[Slot] | None:
+    """Workers of one host whose GPUs add up to exactly `gpus` (the fewest workers first), or None."""
+    take, need = [], gpus
+    for s in sorted(members, key=lambda s: -len(s.gpus)):
+        if len(s.gpus) <= need:
+            take.append(s)
+            need -= len(s.gpus)
+        if need == 0:
+            return take
+    return None
+
+
+def partial(pool: list[Slot], places: int, gpus: int) -> list[Slot]:
+    """The workers a job that does not fit yet keeps for itself: on the hosts where most of what it needs is
+    free, up to what it needs."""
+    if gpus == 0:
+        return [s for s in pool if not s.gpus][:places]
+    by_host: dict[str, list[Slot]] = {}
+    for s in pool:
+        if s.gpus:
+            by_host.setdefault(s.host, []).append(s)
+    kept: list[Slot] = []
+    for host in sorted(by_host, key=lambda h: -sum(len(s.gpus) for s in by_host[h]))[:places]:
+        need = gpus
+        for s in sorted(by_host[host], key=lambda s: len(s.gpus)):
+            if len(s.gpus) <= need:
+                kept.append(s)
+                need -= len(s.gpus)
+    return kept
+
+
+def host_gpus(redis: Redis) -> dict[str, int]:
+    """GPUs per host, from the live workers; hosts with CPU workers only count 0."""
+    out: dict[str, int] = {}
+    for slot in live_slots(redis)[0].values():
+        out[slot.host] = out.get(slot.host, 0) + len(slot.gpus)
+    return out
