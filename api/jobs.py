@@ -47,7 +47,14 @@ def submit():
 @bp.post("/<int:job_id>/cancel")
 def cancel(job_id: int):
     auth.may(deps.store().get(job_id).get("owner"), "cancel", f"job {job_id}")
-    return job_view(control.cancel(deps.redis(), job_id))
+    rec = control.cancel(deps.redis(), job_id)
+    if rec.get("stop_unrecorded"):  # 202: the stop is under way but Redis could not record it (its disk is full)
+        message = (
+            "Redis cannot write (its disk is full), so the cancel is not recorded yet: the job's worker stops it now "
+            "and records its end once Redis can write again; free space with `gpudeck rm` of ended jobs"
+        )
+        return {**job_view(rec), "message": message}, 202
+    return job_view(rec)
 
 
 @bp.patch("/<int:job_id>")

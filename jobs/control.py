@@ -54,6 +54,15 @@ def submit(
 def cancel(redis: Redis, job_id: int) -> dict[str, Any]:
     """A queued job leaves its queue; a starting or running one gets SIGTERM from its work-horse, a grace
     period to checkpoint, then SIGKILL (the work-horse polls for the request, wherever the API runs)."""
+    try:
+        return _cancel(redis, job_id)
+    except RedisError as exc:
+        if not cannot_write(exc):
+            raise
+        return _cancel_unrecorded(redis, job_id, exc)
+
+
+def _cancel(redis: Redis, job_id: int) -> dict[str, Any]:
     store = JobStore(redis)
     rec = store.get(job_id)
     if lifecycle.end(redis, job_id, CANCELED_QUEUED, rec, allowed=(Status.QUEUED.value,)):
@@ -69,6 +78,20 @@ def cancel(redis: Redis, job_id: int) -> dict[str, Any]:
     if is_multi_worker(rec["spec"]):
         gang.finish(redis, job_id)  # tasks still waiting for their workers end here; running ones stop
     return store.get(job_id)
+
+
+def _cancel_unrecorded(redis: Redis, job_id: int, refusal: RedisError) -> dict[str, Any]:
+    """Redis cannot write (its disk is full), so the stop cannot be recorded; a running job is still stopped (a
+    job filling the disk must be stoppable): its work-horses hear it over Pub/Sub, which Redis still serves, stop
+    it as usual, and record its end once Redis can write again. The record comes back with `stop_unrecorded`.
+    A queued job (which uses no disk) waits: the refusal stands."""
+    rec = JobStore(redis).get(job_id)
+    if rec["status"] not in (Status.STARTING.value, Status.RUNNING.value):
+        raise refusal
+    if not JobStore(redis).announce_stop(job_id, Reason.CANCELED.value):
+        raise refusal  # no work-horse listens (between two attempts): nothing was stopped
+    log.warning("job %s: canceled while Redis cannot write (%s); its work-horse stops it", job_id, refusal)
+    return dict(rec, stop_unrecorded=Reason.CANCELED.value)
 
 
 def retry(

@@ -59,6 +59,12 @@ def stop_key(job_id: int) -> str:
     return f"{job_key(job_id)}:stop"
 
 
+def stop_channel(job_id: int) -> str:
+    """The Pub/Sub channel a stop request is published on when Redis cannot record it (its disk is full: writes are
+    refused, PUBLISH is not); the job's work-horses listen while it runs."""
+    return f"{stop_key(job_id)}:now"
+
+
 def task_key(job_id: int, index: int) -> str:
     """Hash of one task of a multi-worker job's current placement: worker, host, gpus, gen, address, pid, …"""
     return f"{job_key(job_id)}:task:{index}"

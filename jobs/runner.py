@@ -15,16 +15,17 @@ from pathlib import Path
 from typing import Any
 
 from redis import Redis
+from redis.exceptions import RedisError
 
 from jobs import datasets, gang, launch, lifecycle, outcome
 from jobs.archives import tree_bytes
-from jobs.keys import metrics_key, rq_job_id
+from jobs.keys import metrics_key, rq_job_id, stop_channel
 from jobs.launch import NO_SPACE, Attempt, LogFile, Refused, WorkerContext
 from jobs.proc import become_subreaper, end_descendants, kill_marked
 from jobs.pump import Output, Writes, pump
 from jobs.scalars import ScalarReader
 from jobs.spec import is_command, masked, shown
-from jobs.store import JobStore, through_outage
+from jobs.store import JobStore, passing, through_outage
 from models import protocol
 from models.catalog import parse_dataset
 from models.states import ACTIVE, Status
@@ -67,6 +68,8 @@ class JobRun:
         self.owner: str | None = None
         self.data_dir: Path | None = None
         self._run_id: str | None = None
+        self._stops: Any = None  # the Pub/Sub of stop_channel while the attempt runs
+        self._stop_heard: str | None = None
 
     def run(self) -> str:
         if not self.claim():
@@ -104,6 +107,14 @@ class JobRun:
             return self.stand_down()
         if self.stop_reason():  # canceled between dequeue and now
             return self.finish(None, oom_before=None)
+        self._listen()
+        try:
+            return self._launched(spec, extra_env, log_file)
+        finally:
+            if self._stops is not None:
+                self._stops.close()
+
+    def _launched(self, spec: dict[str, Any], extra_env: dict[str, str], log_file: LogFile) -> str:
         events_r, events_w = os.pipe()
         self.lifeline = os.pipe()  # (a sandboxed job is stopped when the write end, ours alone, closes)
         oom_before = launch.oom_kills()
@@ -188,6 +199,7 @@ class JobRun:
         self.store.transition(self.job_id, ACTIVE, disk_bytes=tree_bytes(self.job_dir))
 
     def request_stop(self, reason: str) -> None:
+        self._stop_heard = self._stop_heard or reason  # (kept should Redis refuse to record it)
         self.store.request_stop(self.job_id, reason)
 
     def _data_dir(self, dataset: str | None) -> Path | None:
@@ -232,7 +244,29 @@ class JobRun:
         self.store.beat(self.job_id, self.ctx.name)
 
     def stop_reason(self) -> str | None:
-        return self.store.stop_reason(self.job_id)
+        return self.store.stop_reason(self.job_id) or self.heard_stop()
+
+    def _listen(self) -> None:
+        """Listen for a stop that Redis cannot record (jobs.control.cancel while its disk is full)."""
+        try:
+            self._stops = self.redis.pubsub(ignore_subscribe_messages=True)
+            self._stops.subscribe(stop_channel(self.job_id))
+        except RedisError as exc:
+            if not passing(exc):
+                raise
+            self._stops = None  # away now: a stop is recorded once it is back, as ever
+
+    def heard_stop(self) -> str | None:
+        """A stop this attempt was told of but Redis could not record (or this work-horse asked for itself, a
+        timeout, while it could not): kept here until the end is recorded."""
+        while self._stop_heard is None and self._stops is not None:
+            message = self._stops.get_message(timeout=0)
+            if message is None:
+                break
+            if message.get("type") == "message":
+                self._stop_heard = message["data"].decode()
+                log.warning("job %s: stop (%s) heard while Redis cannot record it", self.job_id, self._stop_heard)
+        return self._stop_heard
 
     def grace(self, reason: str | None) -> float:
         """Seconds between SIGTERM and SIGKILL for a stop with this reason."""
@@ -266,7 +300,7 @@ class JobRun:
     def finish(self, returncode: int | None, oom_before: int | None) -> str:
         """Record the honest final state (jobs.outcome decides, jobs.lifecycle applies): succeeded, canceled,
         failed with a typed reason, or queued again after a worker_lost stop while retries last."""
-        stop = self.store.stop_reason(self.job_id)
+        stop = self.stop_reason()
         self._command_result(returncode)
         facts = self.facts(returncode, oom_before)
         end = outcome.of_job(stop, returncode, self.output.result is not None, **facts)

@@ -15,7 +15,17 @@ from redis.exceptions import RedisError, WatchError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from jobs.errors import NotFound
-from jobs.keys import ACTIVE_KEY, COUNTER_KEY, INDEX_KEY, heartbeat_key, job_key, log_key, metrics_key, stop_key
+from jobs.keys import (
+    ACTIVE_KEY,
+    COUNTER_KEY,
+    INDEX_KEY,
+    heartbeat_key,
+    job_key,
+    log_key,
+    metrics_key,
+    stop_channel,
+    stop_key,
+)
 from models.states import Status
 
 LOG_MAXLEN = 100_000
@@ -264,6 +274,11 @@ class JobStore:
         """Record why a running job is being stopped, before its trainer is signalled (`only_first`: unless
         a reason is recorded already)."""
         self.redis.set(stop_key(job_id), reason, ex=7 * 24 * 3600, nx=only_first)
+
+    def announce_stop(self, job_id: int, reason: str) -> int:
+        """Tell the job's work-horses to stop now, unrecorded (Redis cannot write: PUBLISH still goes); returns
+        how many heard it."""
+        return int(self.redis.publish(stop_channel(job_id), reason))
 
     def clear_stop(self, job_id: int) -> None:
         """Forget a stop request (a re-queued attempt starts clean)."""

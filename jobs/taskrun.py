@@ -71,7 +71,7 @@ class TaskRun(JobRun):
         taskrecord.beat(self.redis, self.job_id, self.index, self.ctx.name, HEARTBEAT_TTL_S)
 
     def stop_reason(self) -> str | None:
-        reason = self.store.stop_reason(self.job_id)
+        reason = self.store.stop_reason(self.job_id) or self.heard_stop()
         if reason is None and not gang.current(self.redis, self.job_id, self.gen):
             return "unplaced"
         return reason

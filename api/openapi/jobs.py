@@ -337,7 +337,11 @@ def paths() -> dict[str, Any]:
             )
         },
         "/api/v1/jobs/{id}/cancel": {
-            "post": _op("Cancel a job", {"200": _json("Job"), **_errors(403, 404, 409)}, parameters=job)
+            "post": _op(
+                "Cancel a job (202: a running job is being stopped, but Redis cannot record it yet: its disk is full)",
+                {"200": _json("Job"), "202": _json("Job"), **_errors(403, 404, 409)},
+                parameters=job,
+            )
         },
         "/api/v1/jobs/{id}/retry": {
             "post": _op(

@@ -12,7 +12,7 @@ import pytest
 import requests
 
 from jobs.proc import python_module
-from tests.support.live import start_api
+from tests.support.live import descendants, environ, start_api
 
 pytestmark = pytest.mark.slow
 
@@ -94,24 +94,45 @@ FILL = (
 )
 """A script that fills the disk, then fails with ENOSPC's words."""
 
+STUBBORN = (
+    "import os, time\n"
+    "print('writing', flush=True)\n"
+    "while True:\n"
+    "    try:\n"
+    "        with open(os.path.join(os.environ['JOB_DIR'], 'out'), 'ab') as f:\n"
+    "            f.write(b'y' * 65536)\n"
+    "    except OSError:\n"
+    "        pass\n"
+    "    time.sleep(0.1)\n"
+)
+"""A script that goes on writing whatever the disk says (a trainer that shrugs off a failed save): only a cancel
+ends it."""
+
 
 def test_a_full_disk_under_the_default_up_with_redis_on_it_is_ridden_out_and_rm_frees_it(
     small_home, tmp_path, child_env
 ):
     """Issue 23 #6: `gpudeck up` with its Redis (and its append-only file) on the full disk too. Redis refuses
-    writes; the worker rides it out (no crash, no restart), the filling job waits to be recorded; `gpudeck rm` of an
-    ended job frees its files first, Redis writes again, and the job ends disk_full, once, not retried."""
+    writes; the worker rides it out (no crash, no restart), the filling job waits to be recorded; a job that goes on
+    writing can still be canceled (202: its worker hears it, Redis cannot record it yet); `gpudeck rm` of an ended
+    job frees its files first, Redis writes again, the filling job ends disk_full, once, not retried, and the
+    canceled one canceled."""
     from tests.support.stack import Up
 
     env = {k: v for k, v in child_env.items() if k != "REDIS_URL"}
     env.update(GPUDECK_MIN_FREE="0", GPUDECK_COMMAND_JOBS="1")
-    stack = Up(small_home, env, tmp_path / "up.log")
+    stack = Up(small_home, env, tmp_path / "up.log", args=("--cpu-workers", "2"))
     try:
         api = stack.url
         big = requests.post(f"{api}/api/v1/jobs", json={"command": "head -c 12000000 /dev/zero > $JOB_DIR/big"}).json()
         assert (
             requests.get(f"{api}/api/v1/jobs/{big['id']}/wait?timeout=60", timeout=70).json()["status"] == "succeeded"
         )
+        stubborn = requests.post(f"{api}/api/v1/jobs", json={"command": ["python", "-c", STUBBORN]}, timeout=10).json()
+        deadline = time.monotonic() + 60
+        while requests.get(f"{api}/api/v1/jobs/{stubborn['id']}", timeout=10).json()["status"] != "running":
+            assert time.monotonic() < deadline, "the writing job did not start"
+            time.sleep(0.2)
         filling = requests.post(f"{api}/api/v1/jobs", json={"command": ["python", "-c", FILL]}, timeout=10).json()
         deadline = time.monotonic() + 60
         while shutil.disk_usage(small_home).free > (1 << 20):
@@ -119,6 +140,14 @@ def test_a_full_disk_under_the_default_up_with_redis_on_it_is_ridden_out_and_rm_
             time.sleep(0.2)
         time.sleep(5)  # Redis cannot write its append-only file now: the worker rides it out
         assert requests.get(f"{api}/api/v1/jobs/{filling['id']}", timeout=10).status_code == 200  # reads answer
+        queued = requests.post(f"{api}/api/v1/jobs", json={"command": "true"}, timeout=10)
+        assert queued.status_code == 503 and queued.json()["error"] == "redis_cannot_write", queued.text
+        canceled = requests.post(f"{api}/api/v1/jobs/{stubborn['id']}/cancel", timeout=10)
+        assert canceled.status_code == 202 and "disk is full" in canceled.json()["message"], canceled.text
+        deadline = time.monotonic() + 30
+        while any(environ(p).get("GPUDECK_JOB_ID") == str(stubborn["id"]) for p in descendants(stack.proc.pid)):
+            assert time.monotonic() < deadline, "the canceled job's process goes on while the disk is full"
+            time.sleep(0.2)
         gone = subprocess.run(
             [*python_module("tui.cli", "rm", str(big["id"])), "--api", api], env=env, capture_output=True, text=True
         )
@@ -126,6 +155,8 @@ def test_a_full_disk_under_the_default_up_with_redis_on_it_is_ridden_out_and_rm_
         job = requests.get(f"{api}/api/v1/jobs/{filling['id']}/wait?timeout=60", timeout=70).json()
         worker_log = (small_home / "logs" / "worker-cpu0.log").read_text(errors="replace")
         assert (job["status"], job["reason"], job["attempt"]) == ("failed", "disk_full", 1), (job, worker_log[-4000:])
+        stopped = requests.get(f"{api}/api/v1/jobs/{stubborn['id']}/wait?timeout=60", timeout=70).json()
+        assert (stopped["status"], stopped["attempt"]) == ("canceled", 1), stopped
         assert "restarting" not in stack.output() and "exited (" not in stack.output(), stack.output()[-3000:]
     finally:
         stack.kill()
