@@ -54,6 +54,9 @@ class EmbeddedRedis:
         self.proc: subprocess.Popen[bytes] | None = None
         self.url = ""
         self.runtime_dir: Path | None = None
+        self.adopted: int | None = None
+        """The pid of a redis-server of this data dir that an earlier `gpudeck up` (killed) left running, now
+        supervised by this one (it is not our child: watched by pid)."""
 
     @property
     def log_file(self) -> Path:
@@ -94,15 +97,38 @@ class EmbeddedRedis:
         log.info("redis-server %s ready at %s (data in %s)", binary, self.url, self.data_dir)
         return self.url
 
+    def adopt(self) -> str | None:
+        """Take over the Redis an earlier `gpudeck up` of this data dir left running (it was killed with SIGKILL:
+        a second redis-server on the same socket and append-only file would corrupt them): its URL, or None when
+        none answers."""
+        from redis import Redis
+        from redis.exceptions import RedisError
+
+        sock = self.running_socket(self.data_dir)
+        if sock is None:
+            return None
+        try:
+            with Redis(unix_socket_path=str(sock), socket_timeout=2) as client:
+                pid = int(client.info("server")["process_id"])
+        except RedisError:
+            return None  # a socket file nobody listens on: a new one replaces it
+        self.adopted, self.url = pid, f"unix://{sock}"
+        if sock.parent != self.data_dir:
+            self.runtime_dir = sock.parent  # (a long home's private folder: the same address on a restart)
+        log.warning("adopted the redis-server (pid %s) an earlier gpudeck up left at %s", pid, self.url)
+        return self.url
+
     def alive(self) -> bool:
-        """True while the redis-server child runs (None of it started, or it exited: False)."""
+        """True while the redis-server runs (None of it started, or it exited: False)."""
+        if self.adopted is not None:
+            return _pid_alive(self.adopted)
         return self.proc is not None and self.proc.poll() is None
 
     def restart(self, timeout: float = 30.0) -> str:
         """Start it again after it died, at the same address (socket or port), from its append-only file."""
         if self.proc is not None:
             self.proc.wait()  # reap the dead one
-        self.proc = None
+        self.proc, self.adopted = None, None
         return self.start(timeout)
 
     def _wait_ready(self, timeout: float) -> None:
@@ -143,6 +169,9 @@ class EmbeddedRedis:
         """SIGTERM (Redis flushes the AOF and exits), then SIGKILL after `timeout`."""
         proc, self.proc = self.proc, None
         try:
+            if self.adopted is not None:
+                _stop_pid(self.adopted, timeout)
+                self.adopted = None
             self._stop(proc, timeout)
         finally:
             if self.runtime_dir is not None:
@@ -166,3 +195,27 @@ class EmbeddedRedis:
 
     def __exit__(self, *exc: object) -> None:
         self.stop()
+
+
+def _pid_alive(pid: int) -> bool:
+    """Whether a process that is not our child runs (a zombie of another parent counts as gone)."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return False
+    return stat.rsplit(")", 1)[1].split()[0] not in ("Z", "X")
+
+
+def _stop_pid(pid: int, timeout: float) -> None:
+    """SIGTERM (Redis flushes the AOF and exits), then SIGKILL after `timeout`, to a process not our child."""
+    try:
+        os.kill(pid, signal.SIGTERM)
+    except ProcessLookupError:
+        return
+    deadline = time.monotonic() + timeout
+    while _pid_alive(pid):
+        if time.monotonic() > deadline:
+            log.warning("redis-server %s did not stop in %.0fs; killing it", pid, timeout)
+            os.kill(pid, signal.SIGKILL)
+            return
+        time.sleep(0.05)

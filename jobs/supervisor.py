@@ -116,9 +116,8 @@ class Stack:
         self._lock = lock_home(home)
         _check_port_free(self.host, self.port)
         if self.redis_url is None:
-            refuse_leftover_redis(home / "redis")
             self.redis = EmbeddedRedis(home / "redis")
-            self.redis_url = self.redis.start()
+            self.redis_url = self.redis.adopt() or self.redis.start()  # (one a killed `up` left runs on: taken over)
             self._redis_started = time.monotonic()
         env = {"REDIS_URL": self.redis_url, "GPUDECK_HOME": str(home)}
         py = python_module("jobs.cli")
@@ -164,7 +163,7 @@ class Stack:
         lines = [
             f"gpudeck is up: API {self.api_url}",
             f"  home     {self.settings.home}",
-            f"  redis    {self.redis_url}" + (" (embedded)" if self.redis else " (REDIS_URL)"),
+            f"  redis    {self.redis_url}" + (f" ({self._redis_kind()})" if self.redis else " (REDIS_URL)"),
             f"  logs     {self.logs_dir}/",
             f"  {sandbox.describe(self.settings.sandbox, self.settings.command_jobs_trusted)}",
         ]
@@ -172,6 +171,10 @@ class Stack:
             lines.append(f"  {w.name:<12} pid {w.proc.pid if w.proc else '-'}, log {w.log_path}")
         lines.append("Ctrl-C stops everything.")
         return "\n".join(lines)
+
+    def _redis_kind(self) -> str:
+        adopted = self.redis.adopted if self.redis else None
+        return "embedded" if adopted is None else f"embedded; pid {adopted}, left by an earlier gpudeck up, adopted"
 
     def watch(self) -> int:
         """Restart what dies (Redis, the API, workers) until asked to stop."""
@@ -276,25 +279,6 @@ def lock_home(home: Path) -> IO[str]:
     lock.write(f"{os.getpid()}\n")
     lock.flush()
     return lock
-
-
-def refuse_leftover_redis(data_dir: Path) -> None:
-    """ConfigError when a Redis of this home still answers though no `gpudeck up` holds it (one was killed with
-    SIGKILL): a second redis-server on the same socket and append-only file would corrupt it."""
-    sock = EmbeddedRedis.running_socket(data_dir)
-    if sock is None:
-        return
-    from redis import Redis
-    from redis.exceptions import RedisError
-
-    try:
-        pid = Redis(unix_socket_path=str(sock), socket_timeout=2).info("server")["process_id"]
-    except RedisError:
-        return  # a socket file nobody listens on: the new one replaces it
-    raise ConfigError(
-        f"a Redis left by an earlier gpudeck up (killed?) still runs on this home: pid {pid}, socket {sock}. Stop it "
-        f"(kill {pid}: it saves its data first), then run gpudeck up again"
-    )
 
 
 def _check_port_free(host: str, port: int) -> None:

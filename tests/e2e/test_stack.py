@@ -133,8 +133,9 @@ def test_a_second_up_on_a_taken_port_says_so(tmp_path, child_env):
 
 def test_one_stack_per_home_and_nothing_runs_on_after_a_kill_9(tmp_path, child_env):
     """Issue 23 #13: a second `up` on the same home is refused naming the first's pid; after `kill -9` of `up` its
-    API and workers end (they get SIGTERM when it dies); the Redis it left is found by the next `up`, which names
-    its pid instead of starting a second redis-server on the same socket and append-only file."""
+    API and workers end (they get SIGTERM when it dies); the Redis it left is adopted by the next `up` (never a
+    second redis-server on the same socket and append-only file): the jobs are all there, and that `up` stops it
+    when it stops."""
     from redis import Redis
 
     from jobs.redis_server import EmbeddedRedis
@@ -148,6 +149,8 @@ def test_one_stack_per_home_and_nothing_runs_on_after_a_kill_9(tmp_path, child_e
             argv = python_module("tui.cli", "up", "--port", str(free_port()), "--home", str(home))
             return subprocess.run(argv, env=env, capture_output=True, text=True, timeout=60)
 
+        kept = {"model": "lenet", "dataset": "synthetic", "params": {"steps": 2}, "name": "kept"}
+        job = requests.post(f"{stack.url}/api/v1/jobs", json=kept, timeout=10).json()
         second = up_again()
         assert second.returncode == 2 and "Traceback" not in second.stderr, second.stderr
         assert f"another gpudeck up (pid {stack.proc.pid}) runs with this home" in second.stderr
@@ -159,14 +162,29 @@ def test_one_stack_per_home_and_nothing_runs_on_after_a_kill_9(tmp_path, child_e
         os.kill(stack.proc.pid, signal.SIGKILL)
         stack.proc.wait()
         until(lambda: not any(alive(p) for p in others), 30, "the API and the workers ended with their `up`")
-        third = up_again()
-        assert third.returncode == 2 and f"still runs on this home: pid {redis_pid}" in third.stderr, third.stderr
-        os.kill(redis_pid, signal.SIGTERM)
-        until(lambda: not alive(redis_pid), 15, "the old Redis stopped")
-        again = Up(home, child_env, tmp_path / "up2.log")  # now it starts, on the same data
-        again.stop()
+        again = Up(home, child_env, tmp_path / "up2.log")
+        try:
+            assert f"pid {redis_pid}, left by an earlier gpudeck up, adopted" in again.output(), again.output()
+            assert requests.get(f"{again.url}/api/v1/jobs/{job['id']}", timeout=10).json()["name"] == "kept"
+            assert redis_servers(home / "redis") == [redis_pid]  # that one, no second
+        finally:
+            again.stop()
+        until(lambda: not alive(redis_pid), 15, "the adopted Redis stopped with the `up` that adopted it")
     finally:
         stack.kill()
+
+
+def redis_servers(data_dir) -> list[int]:
+    """The live redis-servers working in `data_dir`."""
+    found = []
+    for entry in os.listdir("/proc"):
+        if entry.isdigit() and b"redis-server" in cmdline(int(entry)):
+            try:
+                if os.readlink(f"/proc/{entry}/cwd") == str(data_dir):
+                    found.append(int(entry))
+            except OSError:
+                pass
+    return found
 
 
 def test_with_redis_url_set_no_redis_is_started_and_that_one_is_used(tmp_path, child_env, redis, redis_url):
