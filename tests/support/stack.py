@@ -23,20 +23,46 @@ class Up:
         env = {k: v for k, v in env.items() if k != "REDIS_URL"}  # the embedded Redis, as `make up` does
         if redis_url:
             env["REDIS_URL"] = redis_url
+        self.env, self.args = env, args
         self.out = open(log, "ab")  # noqa: SIM115
         self.log = log
-        self.proc = subprocess.Popen(
-            python_module("tui.cli", "up", "--port", str(self.port), "--home", str(home), *args),
-            env=env,
+        self.proc = self._spawn()
+        wait_http(f"{self.url}/healthz", timeout=90)
+        self._banner(self.proc, 0)
+
+    def _spawn(self) -> subprocess.Popen[bytes]:
+        return subprocess.Popen(
+            python_module("tui.cli", "up", "--port", str(self.port), "--home", str(self.home), *self.args),
+            env=self.env,
             stdout=self.out,
             stderr=subprocess.STDOUT,
             start_new_session=True,
         )
-        wait_http(f"{self.url}/healthz", timeout=90)
-        deadline = time.monotonic() + 30
-        while "gpudeck is up" not in self.output():  # the banner follows the API's first answer
-            assert time.monotonic() < deadline and self.proc.poll() is None, self.output()[-3000:]
+
+    def _banner(self, proc: subprocess.Popen[bytes], seen: int, limit_s: float = 30) -> bool:
+        """Wait for `proc`'s banner (the seen+1-th in the log: it follows the API's first answer); False when the
+        process exited first."""
+        deadline = time.monotonic() + limit_s
+        while self.output().count("gpudeck is up") <= seen:
+            if proc.poll() is not None:
+                return False
+            assert time.monotonic() < deadline, self.output()[-3000:]
             time.sleep(0.05)
+        return True
+
+    def respawn(self, limit_s: float = 120.0) -> float:
+        """Start `gpudeck up` again, on the same home and port, after it was killed (`kill -9`), as an operator or
+        a service manager would: again while what the old one left still holds the port or the home's lock.
+        Returns how long until it was up."""
+        t0 = time.monotonic()
+        while True:
+            seen = self.output().count("gpudeck is up")
+            proc = self._spawn()
+            if self._banner(proc, seen, limit_s=90):
+                self.proc = proc
+                return time.monotonic() - t0
+            assert time.monotonic() - t0 < limit_s, self.output()[-3000:]
+            time.sleep(1.0)
 
     def output(self) -> str:
         return self.log.read_text(errors="replace")
