@@ -10,6 +10,13 @@ from jobs.store import iso
 from models.states import Status
 
 
+def _warning(rec: dict[str, Any]) -> str | None:
+    """What a job that ended normally still warns of (its trainer's result says: a loss that diverged without a
+    NaN and a test accuracy at chance)."""
+    warning = (rec.get("result") or {}).get("warning")
+    return warning if isinstance(warning, str) else None
+
+
 def job_view(
     rec: dict[str, Any],
     now: float | None = None,
@@ -50,6 +57,7 @@ def job_view(
         "progress": progress,
         "metrics": rec.get("metrics"),
         "result": rec.get("result"),
+        "warning": _warning(rec),
         "log_tail": rec.get("log_tail") if status == Status.FAILED else None,
         "tasks": tasks,
         "source": rec.get("source"),

@@ -68,3 +68,25 @@ class Reporter:
             writer.close()
         if self.events is not None:
             self.events.close()
+
+
+GREW = 1e3
+"""A training loss that rose this many times over its first value has left the place it started from."""
+CHANCE_MARGIN = 1.5
+"""A test accuracy no higher than this many times chance (1/classes) learned nothing."""
+
+
+def divergence_warning(first: float | None, peak: float | None, accuracy: float, classes: int, lr: Any) -> str | None:
+    """Why a run that ended normally (no NaN, so not failed as diverged) still diverged: its training loss grew by
+    orders of magnitude (`first`, `peak`: of its metric points) and its test accuracy is at chance. None when not:
+    it is a warning in the result, not a failure (the job did what it was asked)."""
+    if first is None or peak is None or not first > 0 or classes < 2:
+        return None
+    grew = peak / first
+    chance = 1 / classes
+    if not (grew >= GREW and accuracy <= CHANCE_MARGIN * chance):
+        return None
+    return (
+        f"the training loss grew from {first:.3g} to {peak:.3g} and test accuracy {accuracy:.3f} is at chance "
+        f"(1/{classes} = {chance:.3f}): training diverged without reaching NaN; try a lower lr (this run: {lr})"
+    )

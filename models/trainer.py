@@ -31,7 +31,7 @@ from models.protocol import (
     STOP_GRACE_ENV,
     trainer_grace,
 )
-from models.reporting import Reporter
+from models.reporting import Reporter, divergence_warning
 from models.schedules import Schedule
 
 log = logging.getLogger("models.train")
@@ -302,6 +302,7 @@ class Trainer:
         iterator = iter(strategy.experimental_distribute_dataset(train_ds))
         val_split = source.validation or source.test
         train_images, train_time = 0, 0.0
+        first_loss, peak_loss = None, 0.0  # of this attempt's metric points: did it diverge without a NaN?
         try:
             # A window runs from one metric point to the next; evaluation time inside it is left out.
             window_start, window_step, paused = time.perf_counter(), step, 0.0
@@ -318,11 +319,14 @@ class Trainer:
                     if window_step > 0 or step > log_every:  # the first window holds tracing time
                         train_images += images
                         train_time += elapsed
+                    loss = float(sums["loss"].numpy()) / n
+                    first_loss = loss if first_loss is None else first_loss
+                    peak_loss = max(peak_loss, loss)  # (a NaN never wins)
                     reporter.point(
                         {
                             "step": step,
                             "epoch": round(step / steps_per_epoch, 4),
-                            "loss": float(sums["loss"].numpy()) / n,
+                            "loss": loss,
                             "accuracy": float(sums["correct"].numpy()) / (n * batch),
                             "lr": float(f"{float(optimizer.learning_rate.numpy()):.6g}"),
                             "images_per_sec": round(images / elapsed, 1) if elapsed > 0 else None,
@@ -389,6 +393,10 @@ class Trainer:
             "images_per_sec": round(train_images / train_time, 1) if train_time else None,
             "duration_s": round(time.time() - started, 2),
         }
+        warning = divergence_warning(first_loss, peak_loss, test["accuracy"], classes, p["lr"])
+        if warning:
+            result["warning"] = warning
+            log.warning("%s", warning)
         if self.chief:  # each written aside and renamed: a full disk never leaves half a file in their place
             partial = self.job_dir / ".model.partial.keras"
             model.save(partial)

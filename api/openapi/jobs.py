@@ -105,6 +105,7 @@ def schemas() -> dict[str, Any]:
                     )
                 },
                 NONFINITE: _ref("Nonfinite"),
+                "warning": {**STR, "description": "the run diverged without a NaN (see the Job's `warning`)"},
             }
         ),
         "Job": _obj(
@@ -131,6 +132,11 @@ def schemas() -> dict[str, Any]:
                 "progress": _ref("Progress"),
                 "metrics": _nullable(_obj({NONFINITE: _ref("Nonfinite")})),
                 "result": _nullable(_ref("Result")),
+                "warning": {
+                    **_nullable(STR),
+                    "description": "a job that ended normally but diverged: its loss grew by orders of magnitude "
+                    "and its test accuracy is at chance (a model job's trainer says so)",
+                },
                 "log_tail": _nullable({"type": "array", "items": STR}),
                 "tasks": _nullable({"type": "array", "items": _ref("Task")}),
                 "source": _nullable(_ref("Source")),

@@ -193,3 +193,32 @@ def test_several_ids_each_with_its_outcome_and_durations_where_seconds_go(api_wi
     assert capsys.readouterr().out.count("resubmitted as job") == 2
     assert main(["submit", "--model", "lenet", "--dataset", "synthetic", "--timeout", "soon", "--api", url]) == 2
     assert "--timeout: write seconds (3600) or a duration such as 90m or 12h" in capsys.readouterr().err
+
+
+def test_a_run_that_diverged_without_a_nan_is_warned_of_and_numbers_read_as_numbers(api_with_a_log, redis, capsys):
+    """Issue 25 #15 and #7: a job whose trainer's result carries a divergence warning shows it in `show` (its own
+    row, not a result value) and `ls` (⚠ beside the status); a huge loss reads in e-notation, a duration and a rate
+    as such, not to four decimals; a progress without a step yet reads `-/10`, not `None/10` (issue 24 #4)."""
+    from models.reporting import divergence_warning
+
+    url, _ = api_with_a_log
+    store = JobStore(redis)
+    warning = divergence_warning(2.31, 9.6e9, 0.0996, 10, 100.0)
+    result = {"test_accuracy": 0.0996, "test_loss": 6.38e32, "duration_s": 36.33, "images_per_sec": 230.4}
+    store.transition(1, ("queued",), status="succeeded", ended_at=1.0, result={**result, "warning": warning},
+                     metrics={"loss": 638229155746993758071904465321984.0})  # fmt: skip
+    assert main(["show", "1", "--api", url]) == 0
+    out = capsys.readouterr().out
+    assert f"  warning  {warning}" in out and "grew from 2.31 to 9.6e+09" in out and "at chance" in out
+    assert "result  " in out and "  warning  " not in out.split("result  ", 1)[1]  # not a result value too
+    assert "6.380e+32" in out and "36.3s" in out and "230.4" in out and "36.3300" not in out
+    assert main(["ls", "--api", url]) == 0
+    row = capsys.readouterr().out.splitlines()[1]
+    assert "succeeded⚠" in row and "6.382e+32" in row, row
+
+    store.create(2, {"command": ["true"], "total_steps": 10, "gpus": 0}, "gpus-0")
+    store.update(2, status="running", progress={"step": None, "total_steps": 10})
+    assert main(["ls", "--api", url]) == 0
+    assert " -/10 " in capsys.readouterr().out
+    assert main(["show", "2", "--api", url]) == 0
+    assert "step -/10" in capsys.readouterr().out

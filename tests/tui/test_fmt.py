@@ -109,3 +109,17 @@ def test_the_gpus_table_names_a_foreign_process_and_its_user():
     out = io.StringIO()
     Console(file=out, width=200).print(GpusScreen()._gpus(hosts))
     assert "foreign pid 4242 (bob) 30.1 GiB" in out.getvalue()
+
+
+def test_numbers_past_a_million_in_e_notation_and_a_warned_status_marked():
+    """Issue 25 #7 and #15: the jobs table's loss cell, the job screen's result values, a warned job's status."""
+    from tui.widgets.fmt import num, status, value_of
+
+    assert num(638229155746993758071904465321984.0) == "6.382e+32" and num(0.25) == "0.2500"
+    assert num(0.00012) == "1.200e-04" and num(0.0) == "0.0000" and num(3) == "3"
+    assert value_of({"duration_s": 36.33, "images_per_sec": 2304.04, "epochs": 2.0}, "duration_s") == "36.3s"
+    assert value_of({"duration_s": 3600.0}, "duration_s") == "1h00m"
+    assert value_of({"images_per_sec": 2304.04}, "images_per_sec") == "2,304.0"
+    assert value_of({"loss": None, "nonfinite": {"loss": "nan"}}, "loss") == "nan"
+    assert status("succeeded", None, "the training loss grew …").plain == "succeeded⚠"
+    assert status("failed", "exit_nonzero").plain == "failed·exit"

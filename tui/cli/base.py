@@ -19,7 +19,7 @@ from rich.table import Table
 
 from models.common import DEFAULT_API, EXIT_JOB_FAILED, EXIT_OK, parse_age, parse_size
 from models.states import ENDED, PRIORITIES
-from tui.widgets.fmt import accuracy_text, duration, in_line, one_line, value_of, what
+from tui.widgets.fmt import WARNED, accuracy_text, duration, in_line, one_line, progress_of, value_of, what
 
 # -- settings ----------------------------------------------------------------------------------
 
@@ -272,10 +272,10 @@ def job_row(job: dict[str, Any], owners: bool = False) -> list[str]:
     p = job.get("progress") or {}
     cells = [
         str(job["id"]),
-        job["status"],
+        job["status"] + (WARNED if job.get("warning") else ""),
         one_line(job.get("name"), 20),
         one_line(what(job["spec"]), 14),
-        f"{p['step']}/{p['total_steps']}" if p.get("total_steps") else in_line(job) or "-",
+        progress_of(p) if p.get("total_steps") else in_line(job) or "-",
         value_of(job.get("metrics"), "loss") or "-",
         accuracy_text(job) or "-",
     ]

@@ -37,7 +37,7 @@ from tui.cli.base import (
 )
 from tui.client import ApiError
 from tui.logtext import Folder
-from tui.widgets.fmt import duration, in_line, starts_in, usage_text, value_of
+from tui.widgets.fmt import duration, in_line, progress_of, starts_in, usage_text, value_of
 
 RM_THREADS = 4
 """DELETE requests `gpudeck rm` has in flight at once."""
@@ -269,13 +269,14 @@ def show(job_id, as_json) -> int:
         ("owner", job.get("owner")),
         ("status", job["status"] + (f" ({job['reason']})" if job.get("reason") else "")),
         ("message", job.get("message")),
+        ("warning", job.get("warning")),
         *_what_rows(job),
         ("gpus", f"{spec['gpus']} on {job.get('worker') or '-'} {job.get('gpu_ids') or ''}".rstrip()),
         ("in line", f"#{job['queue_position']} in {job['queue']}" if job.get("queue_position") else None),
         ("starts", _starts(job)),
         ("preempted", _preempted(job)),
         ("uses", usage_text(job.get("usage")) or None),
-        ("progress", f"step {p.get('step')}/{p.get('total_steps')}" if p.get("total_steps") else None),
+        ("progress", f"step {progress_of(p)}" if p.get("total_steps") else None),
         ("elapsed", duration(job["elapsed_s"]) if job.get("elapsed_s") is not None else None),
         ("eta", duration(job["eta_s"]) if job.get("eta_s") is not None and job["status"] == "running" else None),
         ("metrics", _pairs(job.get("metrics"))),
@@ -285,7 +286,7 @@ def show(job_id, as_json) -> int:
     ]
     for key, value in rows:
         click.echo(f"{key:>9}  {fmt(value)}")
-    result = job.get("result") or {}
+    result = {k: v for k, v in (job.get("result") or {}).items() if k != "warning"}  # (its own row, above)
     names = _ordered(result)
     for i, name in enumerate(names):  # one line a value, aligned: a table, not a JSON object
         click.echo(f"{'result' if i == 0 else '':>9}  {name:<{max(map(len, names))}}  {value_of(result, name) or '-'}")

@@ -9,6 +9,7 @@ import click
 
 from models.common import EXIT_OK, EXIT_USAGE
 from tui.cli.base import client, connection_options, echo_json, fmt, json_option, print_table
+from tui.widgets.fmt import num
 
 
 class SweepGroup(click.Group):
@@ -66,7 +67,7 @@ def sweep_show(sweep_id, as_json) -> int:
             str(r["job_id"]),
             *(fmt(r.get(k)) for k in grid),
             r["status"] + (f" ({r['reason']})" if r.get("reason") else ""),
-            *(fmt(r.get(k)) for k in ("test_accuracy", "test_loss", "last_loss")),
+            *(num(r.get(k)) or "-" for k in ("test_accuracy", "test_loss", "last_loss")),  # (aligned: 4 decimals)
         ]
         for r in shown["jobs"]
     ]
@@ -75,7 +76,7 @@ def sweep_show(sweep_id, as_json) -> int:
     best = shown.get("best")
     if best:
         swept = " ".join(f"{k}={fmt(best.get(k))}" for k in grid)
-        click.echo(f"best: job {best['job_id']} ({swept}) test accuracy {fmt(best['test_accuracy'])}")
+        click.echo(f"best: job {best['job_id']} ({swept}) test accuracy {num(best['test_accuracy'])}")
     return EXIT_OK
 
 

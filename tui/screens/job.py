@@ -21,7 +21,20 @@ from textual_plotext import PlotextPlot
 from tui.logtext import ERROR_LINE, Folder, explain
 from tui.screens.dialogs import Confirm, open_tensorboard
 from tui.widgets.chrome import chrome
-from tui.widgets.fmt import ENDED, UNENDED, bar, duration, in_line, one_line, status, usage_text, value_of, what
+from tui.widgets.fmt import (
+    ENDED,
+    UNENDED,
+    WARNED,
+    bar,
+    duration,
+    in_line,
+    num,
+    one_line,
+    status,
+    usage_text,
+    value_of,
+    what,
+)
 
 
 def _rows(content: str | Text, width: int) -> int:
@@ -270,7 +283,7 @@ class JobScreen(Screen):
         )
         text = Text.assemble(
             (f"job {job['id']}  {one_line(job.get('name'), 40)}  ", "bold"),
-            status(job["status"]),
+            status(job["status"], None, job.get("warning")),
             (f" ({job['reason']})" if job.get("reason") else "", "red"),
             f"  {what(job['spec'])} on {job['spec'].get('dataset') or '-'}",
             f"  worker {job.get('worker') or '-'} gpus {','.join(job.get('gpu_ids') or []) or job['spec']['gpus']}",
@@ -283,6 +296,7 @@ class JobScreen(Screen):
             f"  {in_line(job)}" if in_line(job) else "",
             (f"\n{usage_text(job['usage'])}", "dim") if job.get("usage") else "",
             f"\n{job['message']}" if job.get("message") else "",
+            (f"\n{WARNED} {job['warning']}", "yellow") if job.get("warning") else "",
         )
         if job["status"] == "failed":  # why, on the first screen: the lines that explain it
             for line in explain(job.get("log_tail") or [], most=4):
@@ -340,7 +354,7 @@ class JobScreen(Screen):
             out.append(f"{label:>11} ", style="bold")
             if values:
                 lo, hi = min(values), max(values)
-                out.append(f"{values[0]:.4f} → {values[-1]:.4f} (min {lo:.4f}, max {hi:.4f}, {len(values)} points)")
+                out.append(f"{num(values[0])} → {num(values[-1])} (min {num(lo)}, max {num(hi)}, {len(values)} points)")
             if bad:
                 out.append(f"  not finite from step {bad[0]}", style="red")
             out.append("\n")
@@ -350,7 +364,11 @@ class JobScreen(Screen):
     def _result(self, job: dict[str, Any]) -> Text:
         if job.get("result"):
             result = job["result"]
-            return Text("\n".join(f"{k:>15}  {value_of(result, k)}" for k in result if k != "nonfinite"))
+            shown = [k for k in result if k not in ("nonfinite", "warning")]
+            text = Text("\n".join(f"{k:>15}  {value_of(result, k)}" for k in shown))
+            if job.get("warning"):
+                text.append(f"\n\n{WARNED} {job['warning']}", style="yellow")
+            return text
         if job["status"] in ("failed", "canceled"):
             tail = "\n".join(job.get("log_tail") or [])
             return Text(f"{job['status']}: {job.get('reason')}\n{job.get('message') or ''}\n\n{tail}", style="red")

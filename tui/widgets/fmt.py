@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import time
 from datetime import datetime
 from typing import Any
@@ -27,10 +28,17 @@ REASON_SHORT = {"exit_nonzero": "exit", "worker_lost": "lost", "bad_input": "inp
 """A failed job's reason as the jobs table marks it (`failed·oom`); the rest keep their names."""
 
 
-def status(value: str, reason: str | None = None) -> Text:
-    """A status in its colour; a failed one marked with why (`failed·timeout`)."""
+WARNED = "⚠"
+"""Beside the status of a job that ended normally with a warning (a loss that diverged without a NaN)."""
+
+
+def status(value: str, reason: str | None = None, warning: str | None = None) -> Text:
+    """A status in its colour; a failed one marked with why (`failed·timeout`), a warned one with ⚠."""
     short = REASON_SHORT.get(reason, reason) if reason and value == "failed" else ""
-    return Text(f"{value}·{short}" if short else value, style=STATUS_STYLE.get(value, ""))
+    text = Text(f"{value}·{short}" if short else value, style=STATUS_STYLE.get(value, ""))
+    if warning:
+        text.append(WARNED, style="bold yellow")
+    return text
 
 
 def bar(fraction: float | None, width: int = 10) -> str:
@@ -54,16 +62,35 @@ def duration(seconds: float | None) -> str:
 
 
 def num(value: Any, digits: int = 4) -> str:
+    """A metric: `digits` decimals, in e-notation past a million or below a thousandth (a loss of 6.4e+32 is not
+    33 digits and `.0000`)."""
     if value is None:
         return ""
-    return f"{value:.{digits}f}" if isinstance(value, float) else str(value)
+    if isinstance(value, float):
+        if value and math.isfinite(value) and not 1e-3 <= abs(value) < 1e6:
+            return f"{value:.{min(digits, 3)}e}"
+        return f"{value:.{digits}f}"
+    return str(value)
+
+
+UNITS: dict[str, Any] = {
+    "duration_s": lambda v: duration(v) if v >= 60 else f"{v:.1f}s",
+    "images_per_sec": lambda v: f"{v:,.1f}",
+    "epochs": lambda v: f"{v:g}",
+    "lr": lambda v: f"{v:g}",
+    "epoch": lambda v: f"{v:g}",
+}
+"""Values that are not a metric to 4 decimals: a duration, a rate, a count of epochs, a learning rate."""
 
 
 def value_of(obj: dict[str, Any] | None, key: str, digits: int = 4) -> str:
     """A number of an answer's object (`metrics`, `result`, a point) as text: `nan`/`inf` where the API answered
     null and named the field in `nonfinite`; empty when there is none."""
     obj = obj or {}
-    return (obj.get("nonfinite") or {}).get(key) or num(obj.get(key), digits)
+    value = obj.get(key)
+    if key in UNITS and isinstance(value, (int, float)) and not isinstance(value, bool):
+        return UNITS[key](value)
+    return (obj.get("nonfinite") or {}).get(key) or num(value, digits)
 
 
 def na(value: Any, unit: str = "", digits: int = 0) -> str:
@@ -121,6 +148,12 @@ def accuracy_text(job: dict[str, Any]) -> str:
     return "" if value is None else f"{value:.4f} {which}"
 
 
+def progress_of(p: dict[str, Any]) -> str:
+    """`120/5000`: the step of a progress object out of its total (`-/10` before the first step is known)."""
+    step = p.get("step")
+    return f"{step if step is not None else '-'}/{p.get('total_steps')}"
+
+
 def job_cells(job: dict[str, Any], compact: bool = False) -> dict[str, Any]:
     """One jobs-table row, by column key; `compact`: the narrow forms of an 80-column table (a shorter name and
     bar, three decimals, elapsed and ETA in one `time` cell)."""
@@ -129,7 +162,7 @@ def job_cells(job: dict[str, Any], compact: bool = False) -> dict[str, Any]:
     gpus = job.get("gpu_ids")
     eta = duration(job.get("eta_s")) if job["status"] == "running" else ""
     value, which = accuracy(job)
-    state = status(job["status"], job.get("reason"))
+    state = status(job["status"], job.get("reason"), job.get("warning"))
     if compact and len(state.plain) > 12:
         state = Text(state.plain[:11] + "…", style=state.style)
     return {
