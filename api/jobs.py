@@ -14,6 +14,7 @@ from api.finite import finite
 from jobs import control, forecast, gang, queues, schedule, usage
 from jobs.errors import BadRequest, NotFound
 from jobs.views import job_view
+from models.common import search_text
 from models.states import PRIORITIES, Status
 
 bp = Blueprint("jobs", __name__)
@@ -123,12 +124,13 @@ def retry(job_id: int):
 
 @bp.get("")
 def list_jobs():
-    deps.only_args(request.args, ("status", "model", "tag", "owner", "limit", "cursor"))
+    deps.only_args(request.args, ("status", "model", "tag", "owner", "q", "limit", "cursor"))
     limit = deps.int_arg("limit", 50, 1, MAX_PAGE)
     cursor = deps.int_arg("cursor", 0, 0, MAX_OFFSET) or None
     statuses = _statuses(request.args.get("status"))
     model, tag = request.args.get("model") or None, request.args.get("tag") or None
     owner = auth.owner_arg()
+    words = (request.args.get("q") or "").lower().split()
 
     def keep(rec: dict) -> bool:
         spec = rec["spec"]
@@ -137,14 +139,17 @@ def list_jobs():
             and (model is None or spec.get("model") == model)
             and (tag is None or tag in spec.get("tags", ()))
             and (owner is None or rec.get("owner") == owner)
+            and (not words or all(w in search_text(rec) for w in words))
         )
 
-    filtered = (statuses, model, tag, owner) != (None, None, None, None)
-    recs = deps.store().list(limit=limit + 1, before=cursor, where=keep if filtered else None)
+    filtered = (statuses, model, tag, owner) != (None, None, None, None) or bool(words)
+    store = deps.store()
+    recs = store.list(limit=limit + 1, before=cursor, where=keep if filtered else None)
     next_cursor = recs[limit - 1]["id"] if len(recs) > limit else None
     # An ETag, so a client that polls the list (the TUI, every 2 s) is answered 304 with no body for a page that
     # has not changed since it last read it (old pages of ended jobs seldom do).
-    resp = current_app.json.response({"jobs": views(recs[:limit]), "next_cursor": next_cursor})
+    body = {"jobs": views(recs[:limit]), "next_cursor": next_cursor, "total": store.count()}
+    resp = current_app.json.response(body)
     resp.add_etag()
     return resp.make_conditional(request)
 

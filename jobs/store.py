@@ -309,6 +309,10 @@ class JobStore:
             chunk = min(2 * chunk, 5000)  # a rare match: read further ahead each round
         return found[:limit]
 
+    def count(self) -> int:
+        """How many jobs the store holds."""
+        return int(self.redis.zcard(INDEX_KEY))
+
     def count_by_status(self) -> dict[str, int]:
         """How many jobs are in each status (every record is read: meant for /metrics, not for hot paths)."""
         counts = {s.value: 0 for s in Status}

@@ -43,3 +43,13 @@ def parse_age(text: str) -> int:
     if not m:
         raise ValueError(f"write an age such as 30d, 12h or 2w, got {text!r}")
     return int(m.group(1)) * AGE_S[m.group(2)]
+
+
+def search_text(job: dict) -> str:
+    """What a job list's `q` words (the API) and the TUI's filter are looked for in, lower case: the id, name,
+    model or command, status, reason, tags and owner of a job record or of its API answer (both have these)."""
+    spec = job["spec"]
+    command = spec.get("command")
+    what = spec.get("model") or (" ".join(command) if isinstance(command, list) else str(command or ""))
+    words = [str(job["id"]), str(spec.get("name") or ""), what, job["status"], str(job.get("reason") or "")]
+    return " ".join([*words, *spec.get("tags", ()), str(job.get("owner") or "")]).lower()

@@ -72,8 +72,10 @@ class Client:
         model: str | None = None,
         tag: str | None = None,
         owner: str | None = None,
+        q: str | None = None,
     ) -> dict[str, Any]:
         params = {"limit": limit, "cursor": cursor, "status": status, "model": model, "tag": tag, "owner": owner}
+        params["q"] = q
         params = {k: v for k, v in params.items() if v}
         key = tuple(sorted(params.items()))
         etag, page = self._pages.get(key, (None, None))

@@ -239,7 +239,12 @@ def schemas() -> dict[str, Any]:
             ["index", "type", "task_index", "worker", "status"],
         ),
         "JobList": _obj(
-            {"jobs": {"type": "array", "items": _ref("Job")}, "next_cursor": _nullable(INT)}, ["jobs", "next_cursor"]
+            {
+                "jobs": {"type": "array", "items": _ref("Job")},
+                "next_cursor": _nullable(INT),
+                "total": {**INT, "minimum": 0, "description": "how many jobs the store holds (of every status)"},
+            },
+            ["jobs", "next_cursor", "total"],
         ),
         "MetricPoint": point,
         "Metrics": _obj(
@@ -315,6 +320,7 @@ def paths() -> dict[str, Any]:
                     _q("model", STR, "model name"),
                     _q("tag", STR, "a tag the job has"),
                     _q("owner", STR, "jobs of this token name (`me`: this request's)"),
+                    _q("q", STR, "words that must all be in the id, name, model or command, status, tags or owner"),
                     _q("limit", {**INT, "minimum": 1, "maximum": MAX_PAGE}, "page size (50)"),
                     _q("cursor", {**INT, "minimum": 0, "maximum": MAX_OFFSET}, "next_cursor of the previous page"),
                 ],

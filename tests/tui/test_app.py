@@ -163,7 +163,8 @@ def test_c_cancels_every_selected_job_after_one_confirmation_and_S_reverses_the_
             assert str(table.get_cell_at((0, 0))) == f"✓ {waiting[1]}"  # the mark does not hide the id
             await pilot.press("c")
             dialog = await on_screen(pilot, app, Confirm)
-            assert f"Cancel jobs {waiting[0]}, {waiting[1]}?" in text_of(dialog.query_one(Label))  # not the ended one
+            asked = text_of(dialog.query_one(Label))
+            assert f"Cancel jobs {waiting[0]}, {waiting[1]} (2 jobs)?" in asked  # not the ended one
             await pilot.press("y")
             await until(pilot, lambda: all(job(stack, i)["status"] == "canceled" for i in waiting), 30)
             assert job(stack, done)["status"] == "succeeded"
@@ -171,7 +172,7 @@ def test_c_cancels_every_selected_job_after_one_confirmation_and_S_reverses_the_
             app.screen.selected = {done, waiting[0]}
             await pilot.press("D")  # delete, for good, after one confirmation
             dialog = await on_screen(pilot, app, Confirm)
-            assert f"Delete jobs {done}, {waiting[0]} for good" in text_of(dialog.query_one(Label))
+            assert f"Delete jobs {done}, {waiting[0]} (2 jobs) for good" in text_of(dialog.query_one(Label))
             await pilot.press("y")
             await until(pilot, lambda: table.row_count == 1 and str(waiting[1]) in table.rows)
             assert requests.get(f"{stack}/api/v1/jobs/{done}", timeout=10).status_code == 404
@@ -673,3 +674,45 @@ def test_a_dead_api_or_a_wrong_token_shows_a_banner_retries_and_recovers(spawn, 
             assert "0 of 0 jobs" in text_of(app.screen.query_one("#jobs-state", Static))
 
     run(dead_then_up())
+
+
+def test_a_table_that_holds_the_newest_jobs_says_so_and_its_filter_reaches_older_ones(
+    spawn, child_env, redis, monkeypatch
+):
+    """Issue 25 #3 and #9: with more jobs than the table reads, the state line says how many there are and that
+    only the newest were read; the filter asks the API, so a job older than those is found; Home/End and G go to
+    the first and last row, `a` selects every visible job and `A` clears the selection."""
+    import tui.screens.jobs as jobs_screen_module
+    from jobs.store import JobStore
+
+    monkeypatch.setattr(jobs_screen_module, "MAX_JOBS", 20)
+    store = JobStore(redis)
+    for i in range(1, 31):
+        store.create(i, {**QUICK, "name": "needle-old" if i == 3 else f"bulk{i}"}, "gpus-0")
+    url = start_api(spawn, child_env)
+
+    async def drive():
+        app = GpudeckApp(url)
+        async with app.run_test(size=(120, 40)) as pilot:
+            screen = app.screen
+            state = screen.query_one("#jobs-state", Static)
+            await until(pilot, lambda: "20 of 30 (the newest 20 read" in text_of(state), 20)
+            table = screen.query_one("#jobs", DataTable)
+            assert "3" not in table.rows  # beyond the newest 20
+            await pilot.press("slash", *"needle", "enter")
+            await until(pilot, lambda: list(table.rows) == ["3"] if table.row_count else False, 20)
+            assert "1 of 1 jobs" in text_of(state)
+            await pilot.press("escape")
+            await until(pilot, lambda: table.row_count == 20, 20)
+            await pilot.press("end")
+            assert screen._cursor_job() == 11  # newest first: the last row is the oldest read
+            await pilot.press("home")
+            assert screen._cursor_job() == 30
+            await pilot.press("G")
+            assert screen._cursor_job() == 11
+            await pilot.press("a")
+            await until(pilot, lambda: len(screen.selected) == 20, 5)
+            await pilot.press("A")
+            await until(pilot, lambda: not screen.selected, 5)
+
+    run(drive())

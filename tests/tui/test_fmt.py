@@ -123,3 +123,14 @@ def test_numbers_past_a_million_in_e_notation_and_a_warned_status_marked():
     assert value_of({"loss": None, "nonfinite": {"loss": "nan"}}, "loss") == "nan"
     assert status("succeeded", None, "the training loss grew …").plain == "succeeded⚠"
     assert status("failed", "exit_nonzero").plain == "failed·exit"
+
+
+def test_a_confirmation_names_every_job_or_counts_them():
+    """Issue 25 #9: a long selection reads as ranges, and past a few pieces says how many jobs it is."""
+    from tui.widgets.fmt import id_list
+
+    assert id_list([7]) == "job 7"
+    assert id_list([3, 5, 6, 7, 8, 9, 12, 4]) == "jobs 3–9, 12 (8 jobs)"
+    assert id_list([1, 2]) == "jobs 1, 2 (2 jobs)"
+    many = id_list(list(range(1, 2000, 2)))
+    assert many.startswith("jobs 1, 3, 5") and "…, 1999 (1000 jobs)" in many and len(many) < 80

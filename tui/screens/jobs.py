@@ -14,12 +14,13 @@ from textual.screen import Screen
 from textual.widgets import DataTable, Footer, Input, Static
 from textual.widgets.data_table import ColumnKey, RowKey
 
+from models.common import search_text
 from tui.client import ApiError
 from tui.screens.dialogs import Confirm, open_tensorboard
 from tui.screens.job import JobScreen
 from tui.screens.sweep import SweepScreen, sweep_of
 from tui.widgets.chrome import chrome
-from tui.widgets.fmt import ENDED, UNENDED, EtaSmoother, accuracy, human, job_cells, what
+from tui.widgets.fmt import ENDED, UNENDED, EtaSmoother, accuracy, human, id_list, job_cells, what
 
 COLUMNS = [
     ("id", "ID"),
@@ -51,7 +52,13 @@ WIDE_COLUMNS = 110
 class JobsTable(DataTable):
     """The jobs table. `set_cells` repaints only the rows it changes: DataTable.update_cell repaints the whole
     table (over SSH, every visible row sent again each time a running job's elapsed time ticks), and each call
-    invalidates its row caches (finding a row's place again costs a pass over every row)."""
+    invalidates its row caches (finding a row's place again costs a pass over every row). Home and End (and G, as
+    in less and the job screen) go to the first and last job, not to the first and last column."""
+
+    BINDINGS = [
+        Binding("home", "scroll_top", "First", show=False),
+        Binding("end,G", "scroll_bottom", "Last", show=False),
+    ]
 
     def _update_dimensions(self, new_rows) -> None:  # noqa: ANN001 - DataTable's
         """Column widths are measured when the app is next idle, after new rows may have been drawn at the old
@@ -109,7 +116,16 @@ SORT_VALUES = {
 
 
 KEYS = [
-    ("Move", [("↑ ↓  j k", "move"), ("enter", "open the job"), ("space", "select (✓ beside the id)")]),
+    (
+        "Move",
+        [
+            ("↑ ↓  j k", "move"),
+            ("home  end  G", "the first, the last job"),
+            ("enter", "open the job"),
+            ("space", "select (✓ beside the id)"),
+            ("a  A", "select every job shown; clear the selection"),
+        ],
+    ),
     (
         "View",
         [
@@ -155,6 +171,8 @@ class JobsScreen(Screen):
         Binding("minus", "priority(1)", "Priority down", show=False),
         Binding("T", "top", "Top of line", show=False),
         Binding("escape", "clear_filter", "Clear filter", show=False),
+        Binding("a", "select_all", "Select all", show=False),
+        Binding("A", "select_none", "Clear selection", show=False),
     ]
 
     def __init__(self) -> None:
@@ -171,6 +189,9 @@ class JobsScreen(Screen):
         self.state_line = ""
         self.ordered_by: tuple = ()
         self.owners = False
+        self.total: int | None = None
+        self.more = False
+        """Whether the facet and filter match more jobs than the newest MAX_JOBS that were read."""
         """Whether any job listed has an owner (named tokens): the table then has an OWNER column."""
 
     def compose(self) -> ComposeResult:
@@ -222,28 +243,29 @@ class JobsScreen(Screen):
             # Under another screen (or a dialog) nothing is read or drawn: Textual composes the screen below the
             # top one with it, so a cell changed there repaints the whole terminal. It reads again when it shows.
             return
-        status = FACETS[self.facet]
+        status, words = FACETS[self.facet], self.filter_text or None
 
-        def fetch(client) -> list[dict[str, Any]]:
+        def fetch(client) -> tuple[list[dict[str, Any]], int | None, bool]:
+            """The newest MAX_JOBS jobs of the facet and filter (the API filters: older ones are reached by
+            narrowing), how many the store holds, and whether there were more than were read."""
             jobs: list[dict[str, Any]] = []
-            cursor = None
+            cursor, total = None, None
             while len(jobs) < MAX_JOBS:
-                page = client.jobs(limit=500, cursor=cursor, status=status)
+                page = client.jobs(limit=500, cursor=cursor, status=status, q=words)
                 jobs += page["jobs"]
-                cursor = page["next_cursor"]
+                cursor, total = page["next_cursor"], page.get("total")
                 if cursor is None:
                     break
-            return jobs[:MAX_JOBS]
+            return jobs[:MAX_JOBS], total, cursor is not None or len(jobs) > MAX_JOBS
 
-        self.app.call_api(fetch, self.apply, group="jobs-refresh", exclusive=True)
+        self.app.call_api(fetch, self._read, group="jobs-refresh", exclusive=True)
+
+    def _read(self, answer: tuple[list[dict[str, Any]], int | None, bool]) -> None:
+        jobs, self.total, self.more = answer
+        self.apply(jobs)
 
     def visible(self, job: dict[str, Any]) -> bool:
-        if not self.filter_text:
-            return True
-        hay = " ".join(
-            [str(job["id"]), str(job.get("name")), what(job["spec"]), job["status"], *job["spec"].get("tags", [])]
-        ).lower()
-        return all(word in hay for word in self.filter_text.lower().split())
+        return all(word in search_text(job) for word in self.filter_text.lower().split())
 
     def apply(self, jobs: list[dict[str, Any]]) -> None:
         """Update the table in place, touching only what changed (on a slow link every repainted cell costs):
@@ -294,7 +316,8 @@ class JobsScreen(Screen):
         filt = f"  filter: {self.filter_text!r}" if self.filter_text else ""
         sel = f"  selected: {', '.join(map(str, sorted(self.selected)))}" if self.selected else ""
         arrow = "↓" if self.sort_reverse else "↑"
-        line = f"{len(shown)} of {len(jobs)} jobs  status: {facet}  sort: {self.sort_column}{arrow}{filt}{sel}"
+        of = f"{len(jobs)}" if not self.more else f"{self.total} (the newest {len(jobs)} read: / and f search all)"
+        line = f"{len(shown)} of {of} jobs  status: {facet}  sort: {self.sort_column}{arrow}{filt}{sel}"
         if line != self.state_line:
             self.state_line = line
             self.query_one("#jobs-state", Static).update(line)
@@ -358,7 +381,8 @@ class JobsScreen(Screen):
 
     def on_input_changed(self, event: Input.Changed) -> None:
         self.filter_text = event.value.strip()
-        self._resort()
+        self._resort()  # at once, among the jobs read
+        self.refresh_jobs()  # and the API's answer, which reaches older ones
 
     def on_input_submitted(self, event: Input.Submitted) -> None:
         self.query_one("#jobs", DataTable).focus()
@@ -405,8 +429,7 @@ class JobsScreen(Screen):
             if ids:
                 self.notify(f"canceling job{'s' if len(ids) > 1 else ''} {', '.join(map(str, ids))}")
 
-        listed = ", ".join(map(str, active))
-        question = f"Cancel job{'s' if len(active) > 1 else ''} {listed}?"
+        question = f"Cancel {id_list(active)}?"
         self._confirm_then(question, lambda client: self._each(active, client.cancel), said)
 
     def action_priority(self, step: int) -> None:
@@ -458,8 +481,7 @@ class JobsScreen(Screen):
                 ids = ", ".join(str(d["id"]) for d in done)
                 self.notify(f"deleted job{'s' if len(done) > 1 else ''} {ids} ({freed})")
 
-        listed = ", ".join(map(str, ended))
-        question = f"Delete job{'s' if len(ended) > 1 else ''} {listed} for good (record, log, metrics, job dir)?"
+        question = f"Delete {id_list(ended)} for good (record, log, metrics, job dir)?"
         self._confirm_then(question, lambda client: self._each(ended, client.delete), said)
 
     def _each(self, ids: list[int], act) -> list[dict]:  # noqa: ANN001
@@ -476,6 +498,14 @@ class JobsScreen(Screen):
         if refused:
             self.app.call_from_thread(self.notify, "\n".join(refused), title="Refused", severity="error")
         return done
+
+    def action_select_all(self) -> None:
+        self.selected |= {j for j, job in self.jobs.items() if self.visible(job)}
+        self._resort()
+
+    def action_select_none(self) -> None:
+        self.selected.clear()
+        self._resort()
 
     def action_select(self) -> None:
         job_id = self._cursor_job()

@@ -251,3 +251,20 @@ class EtaSmoother:
             smooth = counted_down if eta == before[2] else counted_down * (1 - self.WEIGHT) + eta * self.WEIGHT
         self.shown[job_id] = (smooth, now, eta)
         return smooth
+
+
+def id_list(ids: list[int], most: int = 8) -> str:
+    """`job 7`, `jobs 3, 5–9, 12` (runs as ranges), and past `most` pieces `jobs 1–3, 5, … 990–999 (965 jobs)`:
+    a confirmation names every job it acts on, or says how many, never cuts one off."""
+    ids = sorted(set(ids))
+    runs: list[tuple[int, int]] = []
+    for i in ids:
+        if runs and i == runs[-1][1] + 1:
+            runs[-1] = (runs[-1][0], i)
+        else:
+            runs.append((i, i))
+    pieces = [str(a) if a == b else f"{a}, {b}" if b == a + 1 else f"{a}–{b}" for a, b in runs]
+    if len(pieces) > most:
+        pieces = [*pieces[: most - 2], "…", pieces[-1]]
+    count = f" ({len(ids)} jobs)" if len(ids) > 1 else ""
+    return f"job{'s' if len(ids) > 1 else ''} {', '.join(pieces)}{count}"
