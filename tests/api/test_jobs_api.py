@@ -262,6 +262,7 @@ def test_list_filters_by_status_model_and_tag_with_a_stable_cursor(client):
     assert ids("model=vgg_16") == []
     page = client.get("/api/v1/jobs?status=canceled&limit=3").json
     assert [j["id"] for j in page["jobs"]] == [9, 6, 3] and page["next_cursor"] is None  # an exact last page
+
     # words, all of them, in the id, name, model, status, reason, tags (issue 25 #3: the TUI's filter asks this)
     def found(words: str) -> list[int]:
         return [j["id"] for j in client.get(f"/api/v1/jobs?q={words}&limit=500").json["jobs"]]

@@ -134,3 +134,16 @@ def test_a_confirmation_names_every_job_or_counts_them():
     assert id_list([1, 2]) == "jobs 1, 2 (2 jobs)"
     many = id_list(list(range(1, 2000, 2)))
     assert many.startswith("jobs 1, 3, 5") and "…, 1999 (1000 jobs)" in many and len(many) < 80
+
+
+def test_gpus_read_as_cpu_a_count_or_the_indices_held():
+    """Issue 25 #4: `gpus 0` meant no GPU on one box and GPU number 0 on another; each form now reads apart."""
+    from tui.widgets.fmt import gpus_text, job_cells
+
+    spec = {"model": "lenet", "dataset": "synthetic"}
+    assert gpus_text({"spec": {**spec, "gpus": 0}}) == "cpu"
+    assert gpus_text({"spec": {**spec, "gpus": 1}}) == "1 GPU" and gpus_text({"spec": {**spec, "gpus": 2}}) == "2 GPUs"
+    assert gpus_text({"spec": {**spec, "gpus": 1}, "gpu_ids": ["0"]}) == "GPU 0"
+    assert gpus_text({"spec": {**spec, "gpus": 2}, "gpu_ids": ["2", "3"]}) == "GPU 2,3"
+    job = {"id": 1, "status": "running", "spec": {**spec, "gpus": 1}, "gpu_ids": ["0"]}
+    assert job_cells(job)["gpu"] == "GPU 0"

@@ -37,7 +37,7 @@ from tui.cli.base import (
 )
 from tui.client import ApiError
 from tui.logtext import Folder
-from tui.widgets.fmt import duration, in_line, progress_of, starts_in, usage_text, value_of
+from tui.widgets.fmt import duration, gpus_text, in_line, progress_of, starts_in, usage_text, value_of
 
 RM_THREADS = 4
 """DELETE requests `gpudeck rm` has in flight at once."""
@@ -271,7 +271,7 @@ def show(job_id, as_json) -> int:
         ("message", job.get("message")),
         ("warning", job.get("warning")),
         *_what_rows(job),
-        ("gpus", f"{spec['gpus']} on {job.get('worker') or '-'} {job.get('gpu_ids') or ''}".rstrip()),
+        ("gpus", gpus_text(job) + (f" on {job['worker']}" if job.get("worker") else "")),
         ("in line", f"#{job['queue_position']} in {job['queue']}" if job.get("queue_position") else None),
         ("starts", _starts(job)),
         ("preempted", _preempted(job)),

@@ -148,6 +148,16 @@ def accuracy_text(job: dict[str, Any]) -> str:
     return "" if value is None else f"{value:.4f} {which}"
 
 
+def gpus_text(job: dict[str, Any]) -> str:
+    """Which GPUs, in a form that cannot be mistaken for another: `cpu` (a job that asks for none), `2 GPUs` (a
+    count, before it is placed), `GPU 0` / `GPU 0,1` (the indices it holds)."""
+    held = job.get("gpu_ids") or []
+    if held:
+        return f"GPU {','.join(map(str, held))}"
+    wanted = job["spec"].get("gpus") or 0
+    return "cpu" if wanted == 0 else f"{wanted} GPU{'s' if wanted != 1 else ''}"
+
+
 def progress_of(p: dict[str, Any]) -> str:
     """`120/5000`: the step of a progress object out of its total (`-/10` before the first step is known)."""
     step = p.get("step")
@@ -159,7 +169,6 @@ def job_cells(job: dict[str, Any], compact: bool = False) -> dict[str, Any]:
     bar, three decimals, elapsed and ETA in one `time` cell)."""
     p = job.get("progress") or {}
     metrics = job.get("metrics") or {}
-    gpus = job.get("gpu_ids")
     eta = duration(job.get("eta_s")) if job["status"] == "running" else ""
     value, which = accuracy(job)
     state = status(job["status"], job.get("reason"), job.get("warning"))
@@ -174,7 +183,7 @@ def job_cells(job: dict[str, Any], compact: bool = False) -> dict[str, Any]:
         "progress": bar(p.get("fraction"), 5 if compact else 10) or in_line(job),
         "loss": value_of(metrics, "loss", 3 if compact else 4),
         "acc": (f"{value:.3f} {which}" if compact else f"{value:.4f} {which}") if value is not None else "",
-        "gpu": ",".join(gpus) if gpus else ("cpu" if job["spec"].get("gpus") == 0 else f"×{job['spec'].get('gpus')}"),
+        "gpu": gpus_text(job),
         "elapsed": duration(job.get("elapsed_s")),
         "eta": eta,
         "time": f"eta {eta}" if eta else duration(job.get("elapsed_s")),
