@@ -19,7 +19,7 @@ from models.sourcetree import human
 from tui.client import ApiError, Client, Unreachable
 from tui.palette import GpudeckCommands
 from tui.screens.dialogs import KeysHelp
-from tui.screens.gpus import GpusScreen
+from tui.screens.gpus import GpusScreen, gpu_history
 from tui.screens.job import KEYS as JOB_KEYS
 from tui.screens.job import JobScreen
 from tui.screens.jobs import KEYS as JOBS_KEYS
@@ -55,6 +55,8 @@ class GpudeckApp(App):
         self.failures = 0
         self.retry_at = 0.0
         self.sub_title = self.api_url
+        self.gpu_history = gpu_history()
+        """Each GPU's utilization samples, for the GPUs screen's sparkline: kept while the app runs, not per visit."""
 
     # -- HTTP off the UI thread ----------------------------------------------------------------
     def client(self) -> Client:
@@ -180,7 +182,7 @@ class GpudeckApp(App):
 
     def action_gpus(self) -> None:
         if not isinstance(self.screen, GpusScreen):
-            self.push_screen(GpusScreen())
+            self.push_screen(GpusScreen(self.gpu_history))
 
     def action_submit(self) -> None:
         def opened(job: dict | None) -> None:

@@ -514,7 +514,18 @@ def test_gpus_screen_shows_gpus_workers_the_line_and_what_a_running_job_uses(sta
             assert " busy " in row and " cpu " in row and "MiB" in row, row
             text = text_of(table)
             assert f"gpus-2 (2): #1 job {waiting[0]} wait-0, #2 job {waiting[1]} wait-1" in text, text
+            await pilot.resize_terminal(80, 24)  # issue 25 #1: which GPU, how busy, as numbers, at 80 columns
+            await until(pilot, lambda: "MEMORY" in text_of(table) and "HISTORY" not in text_of(table), 10)
+            gpu_row = next(r for r in text_of(table).splitlines() if r.lstrip().startswith("0 "))
+            assert "97%" in gpu_row and "G" in gpu_row, text_of(table)
+            samples = len(screen.history["GPU-aaaa"])
             await pilot.press("escape")
+            assert isinstance(app.screen, JobsScreen)
+            await pilot.press("g")  # issue 25 #10: the sparkline goes on where it was
+            screen = await on_screen(pilot, app, GpusScreen)
+            assert len(screen.history["GPU-aaaa"]) >= samples
+            await pilot.press("escape")
+            await pilot.resize_terminal(120, 40)
             assert isinstance(app.screen, JobsScreen)
             table = app.screen.query_one("#jobs", DataTable)  # the table says where a queued job is in line
             await until(pilot, lambda: str(waiting[1]) in table.rows)

@@ -147,3 +147,28 @@ def test_gpus_read_as_cpu_a_count_or_the_indices_held():
     assert gpus_text({"spec": {**spec, "gpus": 2}, "gpu_ids": ["2", "3"]}) == "GPU 2,3"
     job = {"id": 1, "status": "running", "spec": {**spec, "gpus": 1}, "gpu_ids": ["0"]}
     assert job_cells(job)["gpu"] == "GPU 0"
+
+
+def test_the_gpus_screen_at_80_columns_says_which_gpu_how_busy_and_whose():
+    """Issue 25 #1: at 80 columns each GPU row keeps its index (host too on a cluster), utilization and memory as
+    numbers, and the job and owner holding it, uncut; the workers keep name, state, GPUs and job."""
+    gpu = {"uuid": "GPU-0", "name": "NVIDIA H100 80GB HBM3", "utilization": 97, "temperature_c": 55}
+    gpu |= {"memory_used_mib": 30822, "memory_total_mib": 81559, "power_draw_w": 300.0, "power_limit_w": 700.0}
+    hosts = [
+        {"host": "node-a", "gpus": [{**gpu, "index": 0, "held_by": {"job_id": 12, "owner": "alice"}}]},
+        {"host": "node-b", "gpus": [{**gpu, "uuid": "GPU-1", "index": 3, "held_by": None, "processes": []}]},
+    ]
+    workers = [
+        {"name": "node-a-gpu0", "host": "node-a", "alive": True, "draining": False, "state": "busy", "gpus": ["0"],
+         "queues": ["tasks@node-a-gpu0"], "job_id": 12},
+    ]  # fmt: skip
+    out = io.StringIO()
+    screen = GpusScreen()
+    Console(file=out, width=80).print(screen._gpus(hosts, wide=False), screen._workers(workers, {}, wide=False))
+    lines = out.getvalue().splitlines()
+    row = next(line for line in lines if line.lstrip().startswith("node-a:0"))
+    assert "97%" in row and "30.1/80G" in row and "job 12 · alice" in row, lines
+    assert any(line.lstrip().startswith("node-b:3") and line.rstrip().endswith("-") for line in lines), lines
+    worker = next(line for line in lines if line.lstrip().startswith("node-a-gpu0"))
+    assert "busy" in worker and "12" in worker and "tasks@" not in out.getvalue(), lines
+    assert max(len(line) for line in lines) <= 80 and "…" not in out.getvalue(), lines

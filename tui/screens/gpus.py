@@ -21,8 +21,16 @@ from tui.widgets.fmt import NA, bar, human, na, one_line, sparkline
 
 REFRESH_S = 2.0
 HISTORY = 30
+WIDE = 120
+"""From this many columns the GPUs table shows host, name, bars, temperature, power and history too; below it,
+what nvitop shows: which GPU, its utilization and memory as numbers, and which job (and owner) holds it."""
 LINE_SHOWN = 5
 """Queued jobs listed per queue (the rest are counted)."""
+
+
+def gpu_history() -> dict[str, deque]:
+    """Utilization samples per GPU uuid, the last HISTORY of each."""
+    return defaultdict(lambda: deque(maxlen=HISTORY))
 
 
 def _table(*columns: str) -> Table:
@@ -35,10 +43,12 @@ def _table(*columns: str) -> Table:
 class GpusScreen(Screen):
     BINDINGS = [Binding("escape,backspace,q", "app.pop_screen", "Back")]
 
-    def __init__(self) -> None:
+    def __init__(self, history: dict[str, deque] | None = None) -> None:
+        """`history`: the utilization samples per GPU, kept by the app so the sparkline goes on where it was."""
         super().__init__()
-        self.history: dict[str, deque] = defaultdict(lambda: deque(maxlen=HISTORY))
+        self.history: dict[str, deque] = history if history is not None else gpu_history()
         self.shown: Any = None
+        self.state: dict[str, Any] | None = None
 
     def compose(self) -> ComposeResult:
         yield from chrome()
@@ -63,27 +73,41 @@ class GpusScreen(Screen):
         if self.is_active and self.app.api_ready():
             self.app.call_api(fetch, self.apply, group="gpus", exclusive=True)
 
-    def apply(self, state: dict[str, Any]) -> None:
+    def on_resize(self) -> None:
+        if self.state is not None:
+            self.apply(self.state, sample=False)  # the other set of columns
+
+    def apply(self, state: dict[str, Any], sample: bool = True) -> None:
+        self.state = state
+        wide = self.app.size.width >= WIDE
+        if sample:
+            for host in state["hosts"]:
+                for g in host["gpus"]:
+                    self.history[g["uuid"]].append(g.get("utilization"))
         # what is drawn, less the heartbeat times: a box where nothing changes sends nothing to the terminal
         key = (
+            wide,
             state["hosts"],
             [{k: v for k, v in w.items() if k != "last_heartbeat"} for w in state["workers"]],
             {i: (j.get("name"), j.get("usage")) for i, j in state["running"].items()},
             [(j["id"], j.get("name"), j.get("queue"), j.get("queue_position")) for j in state["queued"]],
         )
-        if key == self.shown and not state["hosts"]:
+        if key == self.shown and not (state["hosts"] and sample):
             return
         self.shown = key
-        parts = [self._gpus(state["hosts"]), Text(""), self._workers(state["workers"], state["running"])]
+        parts = [self._gpus(state["hosts"], wide), Text(""), self._workers(state["workers"], state["running"], wide)]
         self.query_one("#gpus", Static).update(Group(*parts, Text(""), self._line(state["queued"])))
 
-    def _gpus(self, hosts: list[dict[str, Any]]) -> Table | Text:
+    def _gpus(self, hosts: list[dict[str, Any]], wide: bool = True) -> Table | Text:
         if not hosts:
             return Text("GPUs: none reports (no worker sees nvidia-smi): CPU workers only.", style="dim")
-        table = _table("HOST", "GPU", "NAME", "UTIL", "MEMORY", "TEMP", "POWER", "HISTORY", "HELD BY")
+        if wide:
+            table = _table("HOST", "GPU", "NAME", "UTIL", "MEMORY", "TEMP", "POWER", "HISTORY", "HELD BY")
+        else:
+            table = _table("GPU", "UTIL", "MEMORY", "HELD BY")
+            table.columns[-1].no_wrap = False  # (the one column that may take two lines)
         for host in hosts:
             for g in host["gpus"]:
-                self.history[g["uuid"]].append(g.get("utilization"))
                 used, total = g.get("memory_used_mib"), g.get("memory_total_mib")
                 mem = bar(used / total, 8) if used is not None and total else NA
                 procs = g.get("processes") or []
@@ -101,6 +125,12 @@ class GpusScreen(Screen):
                     if not p.get("job_id")
                 ]
                 jobs = ", ".join(x for x in (jobs, *foreign) if x)
+                if not wide:
+                    where = f"{one_line(host['host'], 10)}:{g['index']}" if len(hosts) > 1 else str(g["index"])
+                    util = g.get("utilization")
+                    memory = f"{used / 1024:.1f}/{total / 1024:.0f}G" if used is not None and total else NA
+                    table.add_row(where, f"{util}%" if util is not None else NA, memory, jobs or "-")
+                    continue
                 power = f"{na(g.get('power_draw_w'), digits=0)}/{na(g.get('power_limit_w'), 'W', 0)}"
                 table.add_row(
                     host["host"],
@@ -116,25 +146,31 @@ class GpusScreen(Screen):
         return table
 
     @staticmethod
-    def _workers(workers: list[dict[str, Any]], running: dict[int, dict[str, Any]]) -> Table | Text:
+    def _workers(workers: list[dict[str, Any]], running: dict[int, dict[str, Any]], wide: bool = True) -> Table | Text:
+        """Each worker, its state, GPUs and job (at WIDE columns its host and what its job uses too). (No queues:
+        each serves its own, where the scheduler places its jobs.)"""
         if not workers:
             return Text("Workers: none registered (start one: gpudeck worker, or gpudeck up)", style="yellow")
-        table = _table("WORKER", "HOST", "STATE", "GPUS", "QUEUES", "JOB", "CPU", "RSS")
+        table = (
+            _table("WORKER", "HOST", "STATE", "GPUS", "JOB", "CPU", "RSS")
+            if wide
+            else _table("WORKER", "STATE", "GPUS", "JOB")
+        )
         for w in workers:
             state = "lost" if not w["alive"] else ("draining" if w["draining"] else w["state"])
             job = running.get(w["job_id"]) if w.get("job_id") else None
             usage = (job or {}).get("usage") or {}
             cpu = usage.get("cpu_percent")
-            table.add_row(
+            cells = [
                 w["name"],
                 w["host"],
                 Text(state, style={"busy": "cyan", "idle": "green", "lost": "red", "draining": "yellow"}.get(state)),
                 ",".join(w["gpus"]) or "cpu",
-                ",".join(w["queues"]),
                 f"{w['job_id']} {one_line((job or {}).get('name') or '', 16)}".strip() if w.get("job_id") else "-",
                 f"{cpu:.0f}%" if cpu is not None else "",
                 human(usage["rss_bytes"]) if usage.get("rss_bytes") else "",
-            )
+            ]
+            table.add_row(*(cells if wide else [cells[0], *cells[2:5]]))
         return table
 
     @staticmethod

@@ -38,6 +38,22 @@ from tui.widgets.fmt import (
 )
 
 
+def flow(parts: list[Text], width: int, gap: str = "  ") -> Text:
+    """`parts` on lines of at most `width` cells, `gap` between them, broken between parts, never inside one (a
+    header wrapped mid-value read `gpus⏎0`); empty parts are left out."""
+    out, used = Text(), 0
+    for part in (p for p in parts if p.plain):
+        if used and used + len(gap) + part.cell_len > width:
+            out.append("\n")
+            used = 0
+        elif used:
+            out.append(gap)
+            used += len(gap)
+        out.append_text(part)
+        used += part.cell_len
+    return out
+
+
 def _rows(content: str | Text, width: int) -> int:
     """How many rows `content` takes at `width` columns (its lines, each wrapped)."""
     plain = content.plain if isinstance(content, Text) else content
@@ -282,19 +298,34 @@ class JobScreen(Screen):
         tasks = "".join(
             f"\n  {t['type']}:{t['task_index']} {t['status']} on {t['worker']}" for t in job.get("tasks") or []
         )
+        state = status(job["status"], None, job.get("warning"))
+        if job.get("reason"):
+            state.append(f" ({job['reason']})", style="red")
+        width = max(20, (self.size.width or self.app.size.width) - 2)
+        head = flow(
+            [
+                Text(f"job {job['id']}  {one_line(job.get('name'), 40)}", style="bold"),
+                state,
+                Text(f"{what(job['spec'])} on {job['spec'].get('dataset') or '-'}"),
+                Text(f"{gpus_text(job)} on {job.get('worker') or '-'}"),
+            ],
+            width,
+        )
+        progress = flow(
+            [
+                Text(f"{bar(p.get('fraction'), 20)}  step {p.get('step') or 0}/{p.get('total_steps') or '?'}"),
+                Text(f"elapsed {duration(job.get('elapsed_s')) or '-'}"),
+                Text(f"eta {duration(job.get('eta_s')) or '-'}") if job["status"] == "running" else Text(""),
+                Text(f"loss {value_of(job.get('metrics'), 'loss') or '-'}"),
+                Text(in_line(job)),
+            ],
+            width,
+        )
         text = Text.assemble(
-            (f"job {job['id']}  {one_line(job.get('name'), 40)}  ", "bold"),
-            status(job["status"], None, job.get("warning")),
-            (f" ({job['reason']})" if job.get("reason") else "", "red"),
-            f"  {what(job['spec'])} on {job['spec'].get('dataset') or '-'}",
-            f"  {gpus_text(job)} on {job.get('worker') or '-'}",
+            head,
             tasks,
             "\n",
-            f"{bar(p.get('fraction'), 20)}  step {p.get('step') or 0}/{p.get('total_steps') or '?'}",
-            f"  elapsed {duration(job.get('elapsed_s')) or '-'}",
-            f"  eta {duration(job.get('eta_s')) or '-'}" if job["status"] == "running" else "",
-            f"  loss {value_of(job.get('metrics'), 'loss') or '-'}",
-            f"  {in_line(job)}" if in_line(job) else "",
+            progress,
             (f"\n{usage_text(job['usage'])}", "dim") if job.get("usage") else "",
             f"\n{job['message']}" if job.get("message") else "",
             (f"\n{WARNED} {job['warning']}", "yellow") if job.get("warning") else "",
