@@ -337,13 +337,15 @@ class Soak:
         for p in {victim} | descendants(victim):
             if "GPUDECK_JOB_ID" in (env := environ(p)):
                 jobs.add(int(env["GPUDECK_JOB_ID"]))
-        if kind in LOST:  # a task between placement and its trainer has no process of the job yet
+        if kind in LOST:  # a job placed on the worker, or between placement and its trainer, has no process yet
             worker_pids = set(workers) if kind == "up" else {victim if kind == "worker" else family[victim][0]}
             try:
-                for w in self.session().get(f"{self.url}/api/v1/workers", timeout=2).json()["workers"]:
-                    if w["pid"] in worker_pids and w["job_id"] is not None:
-                        jobs.add(w["job_id"])
-            except (requests.RequestException, ValueError):
+                listed = self.session().get(f"{self.url}/api/v1/workers", timeout=2).json()["workers"]
+                names = {w["name"] for w in listed if w["pid"] in worker_pids}
+                jobs |= {w["job_id"] for w in listed if w["pid"] in worker_pids and w["job_id"] is not None}
+                active = self.session().get(f"{self.url}/api/v1/jobs?status=starting,running&limit=500", timeout=2)
+                jobs |= {j["id"] for j in active.json()["jobs"] if j.get("worker") in names}
+            except (requests.RequestException, ValueError, KeyError):  # (an answer of an outage: 503)
                 pass
         try:
             os.kill(victim, signal.SIGKILL)
@@ -499,7 +501,7 @@ def expected(job: Planned, rec: dict, ended: dict[int, float], full: list[tuple[
         ok = status == "failed" and reason == "exit_nonzero" and "status 3" in (rec.get("message") or "")
         return None if ok else f"failing by design, but it ended {status}/{reason}: {rec.get('message')}"
     if attempt - 1 > lost:
-        return f"{attempt} attempts, but only {lost} kills of its worker or work-horse"
+        return f"{attempt} attempts, but only {lost} kills of its worker, work-horse or up: {rec.get('message')}"
     if status == "failed" and reason == "worker_lost" and lost > MAX_RETRIES:
         return None
     return None if status == "succeeded" else f"ended {status}/{reason}: {rec.get('message')}"
@@ -547,6 +549,7 @@ def test_chaos_soak(tmp_path, child_env):
     problems: list[str] = []
     attempts: collections.Counter = collections.Counter()
     cut, escapes = 0, []
+    records: dict[int, dict] = {}  # of the jobs a problem names, for whoever reads the report
     try:
         soak.run()
         # Nothing of an ended job may still run while the stack is up.
@@ -582,6 +585,7 @@ def test_chaos_soak(tmp_path, child_env):
             attempts[rec["attempt"]] += 1
             if why := expected(job, rec, ended, full):
                 problems.append(f"job {job.id} ({job.kind}, kills {job.kills}, cancel {job.cancel}): {why}")
+                records[job.id] = {k: v for k, v in rec.items() if k not in ("spec", "environment")}
             if job.kind != "zoo":
                 ends = [worked[(job.id, t)] for t in range(2 if job.kind == "multi" else 1)]
                 if rec["status"] == "succeeded" and ends != [1] * len(ends):
@@ -622,8 +626,8 @@ def test_chaos_soak(tmp_path, child_env):
             stack.stop()
             stop_code = stack.proc.returncode
         stack.kill()
-        if mounted.returncode == 0:
-            shutil.copytree(home / "logs", tmp_path / "logs", dirs_exist_ok=True)  # (the tmpfs goes)
+        keep = Path(os.environ.get("GPUDECK_SOAK_LOGS", tmp_path / "logs"))  # (the tmpfs goes)
+        shutil.copytree(home / "logs", keep, dirs_exist_ok=True)
     time.sleep(1)
     problems += [f"left behind after the stop: {p} {cmdline(p)[:120]!r}" for p in ours(home, soak_dir)]
     if mounted.returncode == 0:
@@ -656,6 +660,7 @@ def test_chaos_soak(tmp_path, child_env):
         "probes_missed_in_outages": sum(1 for _, good, _, _ in soak.probes if not good) - len(outside),
         "longest_unavailable_s": {k: round(v, 1) for k, v in longest.items()},
         "problems": problems,
+        "problem_records": records,
     }
     print(json.dumps(report, indent=1))
     (Path(os.environ.get("GPUDECK_SOAK_REPORT", tmp_path / "soak.json"))).write_text(json.dumps(report, indent=1))

@@ -222,3 +222,12 @@ def test_a_run_that_diverged_without_a_nan_is_warned_of_and_numbers_read_as_numb
     assert " -/10 " in capsys.readouterr().out
     assert main(["show", "2", "--api", url]) == 0
     assert "step -/10" in capsys.readouterr().out
+
+
+def test_show_folds_tensorflows_start_up_lines_in_a_failed_jobs_tail(api_with_a_log, redis, capsys):
+    """Issue 25 #6: the reason, not TensorFlow's chatter, where a failed job's tail is shown."""
+    url, lines = api_with_a_log
+    JobStore(redis).transition(1, ("queued",), status="failed", reason="exit_nonzero", ended_at=1.0, log_tail=lines)
+    assert main(["show", "1", "--api", url]) == 0
+    shown = [line[11:] for line in capsys.readouterr().out.splitlines() if line.startswith("      log  ")]
+    assert shown == fold(lines) and folded_line(3) in shown and not any("cpu_feature_guard" in s for s in shown)

@@ -152,10 +152,11 @@ def _job_tab(key: str):
     return run_before
 
 
-@pytest.mark.parametrize("tab", ["1", "2", "4"])
+@pytest.mark.parametrize("tab", ["1", "2", "3", "4"])
 @pytest.mark.parametrize("size", [(80, 24), (120, 40)])
 def test_failed_job_screen(snap_compare, ran_api, size, tab):
-    """The log (the failure in the header, TensorFlow's start-up folded), the curves, the result tab."""
+    """The log (the failure in the header, TensorFlow's start-up folded), the curves, the config (aligned fields),
+    the result tab."""
     app = SnapshotApp(ran_api["url"], job=ran_api["failed"])
     assert snap_compare(app, terminal_size=size, run_before=_job_tab(tab))
 
@@ -182,3 +183,40 @@ def test_sweep_screen(snap_compare, ran_api, size):
         await pilot.pause(0.5)
 
     assert snap_compare(SnapshotApp(ran_api["url"]), terminal_size=size, run_before=run_before)
+
+
+def test_config_and_result_scroll_at_once_and_the_footer_offers_what_works_there(ran_api):
+    """Issue 25 #5: on the Config and Result tabs ↓, PgDn and j scroll what is shown with no Tab first, and the
+    footer no longer offers the log's keys (follow, wrap, error) there; back on the log it does again."""
+    import asyncio
+
+    from textual.containers import VerticalScroll
+
+    from tests.support.pilot import until
+    from tui.screens.job import JobScreen
+
+    def offered(screen) -> set[str]:
+        return {b.binding.action for b in screen.active_bindings.values() if b.enabled and b.binding.show}
+
+    async def drive():
+        app = GpudeckApp(ran_api["url"], job=ran_api["failed"])
+        async with app.run_test(size=(80, 24)) as pilot:
+            screen = await until(pilot, lambda: app.screen if isinstance(app.screen, JobScreen) else None, 30)
+            await until(pilot, lambda: screen.job is not None and screen.lines, 30)
+            assert "toggle_follow" in offered(screen)
+            await pilot.press("3")
+            scroll = screen.query_one("#tab-config").query_one(VerticalScroll)
+            await until(pilot, lambda: scroll.max_scroll_y > 0, 10)
+            await pilot.press("down")
+            await until(pilot, lambda: scroll.scroll_y == 1, 5)
+            await pilot.press("k")
+            await until(pilot, lambda: scroll.scroll_y == 0, 5)
+            await pilot.press("j")
+            await until(pilot, lambda: scroll.scroll_y == 1, 5)
+            await pilot.press("home", "pagedown")
+            await until(pilot, lambda: scroll.scroll_y == scroll.max_scroll_y, 5)
+            assert not offered(screen) & {"toggle_follow", "toggle_wrap", "next_error"}, offered(screen)
+            await pilot.press("1")
+            await until(pilot, lambda: "toggle_follow" in offered(screen), 5)
+
+    asyncio.run(drive())

@@ -36,7 +36,7 @@ from tui.cli.base import (
     wait_for,
 )
 from tui.client import ApiError
-from tui.logtext import Folder
+from tui.logtext import Folder, fold
 from tui.widgets.fmt import duration, gpus_text, in_line, progress_of, starts_in, usage_text, value_of
 
 RM_THREADS = 4
@@ -294,7 +294,7 @@ def show(job_id, as_json) -> int:
         where = f"{t['worker'] or '-'} {t['address'] or ''}".rstrip()
         task = f"{t['type']}:{t['task_index']}  {t['status']}  {where}  {t.get('message') or ''}".rstrip()
         click.echo(f"{'task':>9}  {task}")
-    for line in job.get("log_tail") or []:
+    for line in fold(job.get("log_tail") or []):  # (TensorFlow's start-up lines as one)
         click.echo(f"{'log':>9}  {line}")
     return EXIT_OK
 

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import json
 import math
+import re
+import shlex
 import textwrap
 import time
 from typing import Any
@@ -14,11 +16,12 @@ from rich.text import Text
 from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import Horizontal, VerticalScroll
+from textual.css.query import NoMatches
 from textual.screen import Screen
 from textual.widgets import Footer, Input, Log, Static, TabbedContent, TabPane
 from textual_plotext import PlotextPlot
 
-from tui.logtext import ERROR_LINE, Folder, explain
+from tui.logtext import ERROR_LINE, Folder, explain, fold
 from tui.screens.dialogs import Confirm, open_tensorboard
 from tui.widgets.chrome import chrome
 from tui.widgets.fmt import (
@@ -36,6 +39,38 @@ from tui.widgets.fmt import (
     value_of,
     what,
 )
+
+LOG_ACTIONS = frozenset(
+    {"toggle_follow", "toggle_wrap", "toggle_fold", "next_match", "next_error", "log_end", "log_start"}
+)
+"""The log tab's own keys: the footer offers them there only."""
+
+
+def fields_text(config: dict[str, Any]) -> Text:
+    """A job's config as aligned `key  value` lines, nested keys dotted (`params.lr`), lists on one line, and a
+    content address shortened to its first 12 hex digits (a 64-digit ref took a line of its own)."""
+    rows: list[tuple[str, str]] = []
+
+    def walk(prefix: str, value: Any) -> None:
+        if isinstance(value, dict) and value:
+            for k, v in value.items():
+                walk(f"{prefix}.{k}" if prefix else str(k), v)
+            return
+        if isinstance(value, list):
+            text = " ".join(shlex.quote(str(v)) for v in value) if prefix.endswith("command") else json.dumps(value)
+        elif isinstance(value, str):
+            text = re.sub(r"\b([0-9a-f]{12})[0-9a-f]{52}\b", r"\1…", value)
+        else:
+            text = json.dumps(value)
+        rows.append((prefix, text))
+
+    walk("", config)
+    width = max((len(k) for k, _ in rows), default=0)
+    out = Text()
+    for i, (key, value) in enumerate(rows):
+        out.append(("\n" if i else "") + f"{key:>{width}}  ", style="bold")
+        out.append(value)
+    return out
 
 
 def flow(parts: list[Text], width: int, gap: str = "  ") -> Text:
@@ -256,7 +291,7 @@ class JobScreen(Screen):
             self._draw()
         config = {"spec": job["spec"], "source": job.get("source"), "environment": job.get("environment")}
         shown = {k: v for k, v in config.items() if v} if job["spec"].get("command") is not None else job["spec"]
-        self._put("config", json.dumps(shown, indent=2))
+        self._put("config", fields_text(shown))
         self._put("result", self._result(job))
         if job["status"] != self.bound_status:  # cancel and retry follow the status (the footer is redrawn)
             self.bound_status = job["status"]
@@ -402,7 +437,7 @@ class JobScreen(Screen):
                 text.append(f"\n\n{WARNED} {job['warning']}", style="yellow")
             return text
         if job["status"] in ("failed", "canceled"):
-            tail = "\n".join(job.get("log_tail") or [])
+            tail = "\n".join(fold(job.get("log_tail") or []))  # (TensorFlow's start-up lines as one)
             return Text(f"{job['status']}: {job.get('reason')}\n{job.get('message') or ''}\n\n{tail}", style="red")
         return Text("no result yet")
 
@@ -413,7 +448,27 @@ class JobScreen(Screen):
             return status_now in UNENDED
         if action == "retry":
             return status_now in ENDED
+        if action in LOG_ACTIONS:  # the log's keys, where the log is shown
+            return self._active_tab() == "tab-log"
+        if action == "toggle_log_scale":
+            return self._active_tab() == "tab-curves"
         return True
+
+    def _active_tab(self) -> str:
+        try:
+            return self.query_one("#job-tabs", TabbedContent).active
+        except NoMatches:
+            return "tab-log"
+
+    def on_tabbed_content_tab_activated(self, event: TabbedContent.TabActivated) -> None:
+        """The shown tab takes the keys: ↓, PgDn and j scroll the config or the result at once (no Tab first),
+        and the footer offers what works there."""
+        pane = event.pane.id
+        if pane in ("tab-config", "tab-result"):
+            event.pane.query_one(VerticalScroll).focus()
+        elif pane == "tab-log":
+            self.query_one("#log", Log).focus()
+        self.refresh_bindings()
 
     def action_toggle_follow(self) -> None:
         self.follow = not self.follow
@@ -517,6 +572,10 @@ class JobScreen(Screen):
         self._show_line(index, f"{what}: {hits.index(index) + 1} of {len(hits)} (line {index + 1})")
 
     def action_scroll_log(self, lines: int) -> None:
+        if self._active_tab() in ("tab-config", "tab-result"):  # j and k scroll what is shown
+            pane = self.query_one(f"#{self._active_tab()}", TabPane)
+            pane.query_one(VerticalScroll).scroll_relative(y=lines, animate=False)
+            return
         log = self.query_one("#log", Log)
         if lines < 0:
             self.follow = False
