@@ -152,6 +152,9 @@ class Output:
             fields = {"result": data}
         elif kind == protocol.EVENT_DIVERGED:
             self.diverged = data
+        elif kind == protocol.EVENT_STOPPED and self.progress and isinstance(data.get("step"), int):
+            self.progress = {**self.progress, "step": data["step"]}  # (between two points: where it stopped)
+            fields = {"progress": self.progress}
         if fields:
             self.store.update(self.job_id, pipe=pipe, **fields)
 

@@ -54,6 +54,10 @@ EVENT_DIVERGED = "diverged"
 """`{"event": "diverged", step, loss, checkpoint_step}`: the first step whose loss was not finite, its loss as
 text ("nan", "inf"), and the step of the last checkpoint (None: there is none)."""
 
+EVENT_STOPPED = "stopped"
+"""`{"event": "stopped", step, checkpoint_step}`: the trainer stopped on SIGTERM at `step` (a timeout, a cancel, a
+preemption), between two metric points: the job's progress says where it stopped, as its log does."""
+
 DEFAULT_GRACE_S = 30.0
 """The work-horse's default time between SIGTERM and SIGKILL (`gpudeck worker --stop-grace`)."""
 GRACE_MARGIN_S = 5.0

@@ -28,6 +28,7 @@ from models.protocol import (
     EVENT_DIVERGED,
     EVENT_RESULT,
     EVENT_RUNNING,
+    EVENT_STOPPED,
     STOP_GRACE_ENV,
     trainer_grace,
 )
@@ -365,9 +366,11 @@ class Trainer:
                 check_finite()
             except Diverged:
                 log.warning("stopped at step %d; the loss was not finite, so no checkpoint was saved", step)
+                reporter.event(EVENT_STOPPED, step=step, checkpoint_step=None)
             else:
                 manager.save(checkpoint_number=step)
                 log.warning("stopped at step %d; checkpoint saved", step)
+                reporter.event(EVENT_STOPPED, step=step, checkpoint_step=step)
             reporter.close()
             raise
         except Diverged as exc:

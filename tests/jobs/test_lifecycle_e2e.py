@@ -51,6 +51,10 @@ def test_cancel_a_running_job_stops_its_process_group(client, worker, settings, 
         os.killpg(pid, 0)  # the whole process group is gone: no orphan
     assert list((settings.job_dir(job_id) / "checkpoints").glob("ckpt-*.index"))  # it checkpointed on SIGTERM
     assert client.post(f"/api/v1/jobs/{job_id}/cancel").status_code == 409
+    # issue 25 #8: its progress says the step it stopped at, as its log does (not the last metric point's)
+    text = client.get(f"/api/v1/jobs/{job_id}/logs").get_data(as_text=True)
+    stopped = int(text.split("stopped at step ")[1].split(";")[0])
+    assert job["progress"]["step"] == stopped, (job["progress"], stopped)
 
 
 def test_a_canceled_queued_job_never_runs(client, spawn, child_env):

@@ -37,7 +37,6 @@ from tui.widgets.fmt import (
     status,
     usage_text,
     value_of,
-    what,
 )
 
 LOG_ACTIONS = frozenset(
@@ -71,6 +70,23 @@ def fields_text(config: dict[str, Any]) -> Text:
         out.append(("\n" if i else "") + f"{key:>{width}}  ", style="bold")
         out.append(value)
     return out
+
+
+def runs_text(spec: dict[str, Any]) -> str:
+    """What the job runs, for its header: `resnet20 on synthetic`; a command as a shell shows it, quoted, an inline
+    script by its first line (`$ python -c 'import json, os …'`), and its dataset when it names one."""
+    if spec.get("command") is None:
+        return f"{spec.get('model')} on {spec.get('dataset') or '-'}"
+    cmd = spec["command"]
+    if isinstance(cmd, str):
+        shown = one_line(cmd, 60)
+    else:
+        args = [
+            a.strip().splitlines()[0] + (" …" if len(a.strip().splitlines()) > 1 else "") if a.strip() else a
+            for a in cmd
+        ]
+        shown = one_line(" ".join(shlex.quote(a) for a in args), 60)
+    return f"$ {shown}" + (f" on {spec['dataset']}" if spec.get("dataset") else "")
 
 
 def flow(parts: list[Text], width: int, gap: str = "  ") -> Text:
@@ -341,7 +357,7 @@ class JobScreen(Screen):
             [
                 Text(f"job {job['id']}  {one_line(job.get('name'), 40)}", style="bold"),
                 state,
-                Text(f"{what(job['spec'])} on {job['spec'].get('dataset') or '-'}"),
+                Text(runs_text(job["spec"])),
                 Text(f"{gpus_text(job)} on {job.get('worker') or '-'}"),
             ],
             width,
