@@ -69,7 +69,7 @@ def test_the_compact_row_fits_80_columns():
         "elapsed_s": 3723.0,
     }
     cells = job_cells(long, compact=True)
-    assert cells["name"] == "a-rather-lo…" and str(cells["status"]) == "failed·dive…"
+    assert cells["name"] == "a-rather-lo…" and str(cells["status"]) == "✗ diverged"
     assert cells["acc"] == "0.912 test" and cells["progress"] == "██░░░  50%" and cells["time"] == "1h02m"
     widths = {"id": 5, "name": 12, "status": 12, "progress": 10, "loss": 6, "acc": 10, "time": 9}
     assert all(len(str(cells[k])) <= w for k, w in widths.items())
@@ -172,3 +172,22 @@ def test_the_gpus_screen_at_80_columns_says_which_gpu_how_busy_and_whose():
     worker = next(line for line in lines if line.lstrip().startswith("node-a-gpu0"))
     assert "busy" in worker and "12" in worker and "tasks@" not in out.getvalue(), lines
     assert max(len(line) for line in lines) <= 80 and "…" not in out.getvalue(), lines
+
+
+def test_rows_that_read_alike_keep_what_tells_them_apart():
+    """Issue 25 #2: a sweep's runs keep their swept values at 80 and 120 columns; a failed job's reason is read
+    whole at 80 (`✗ diverged`, not `failed·dive…`); a long command does not take the MODEL column's width."""
+    from tui.widgets.fmt import job_cells, keep_tail
+
+    runs = [f"lrsweep lr={lr} model=lenet" for lr in (0.1, 0.01, 0.001, 0.0001)]
+    for width in (12, 24):
+        shown = [keep_tail(n, width) for n in runs]
+        assert len(set(shown)) == 4 and all(len(s) <= width for s in shown), shown
+    assert keep_tail("lrsweep lr=0.001", 24) == "lrsweep lr=0.001"  # what fits stays as it is
+    assert keep_tail("a plain long job name here", 12) == "a plain lon…"
+    failed = {"id": 1, "status": "failed", "reason": "diverged", "spec": {"model": "lenet", "gpus": 0}}
+    assert job_cells(failed, compact=True)["status"].plain == "✗ diverged"
+    assert job_cells({**failed, "reason": "dependency_failed"}, compact=True)["status"].plain == "✗ after"
+    assert job_cells(failed)["status"].plain == "failed·diverged"
+    command = {**failed, "spec": {"command": ["python", "-c", "import json, os, sys, time\nprint(1)"], "gpus": 0}}
+    assert len(job_cells(command)["model"]) <= 16

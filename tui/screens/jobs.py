@@ -20,7 +20,7 @@ from tui.screens.dialogs import Confirm, open_tensorboard
 from tui.screens.job import JobScreen
 from tui.screens.sweep import SweepScreen, sweep_of
 from tui.widgets.chrome import chrome
-from tui.widgets.fmt import ENDED, UNENDED, EtaSmoother, accuracy, human, id_list, job_cells, what
+from tui.widgets.fmt import ENDED, UNENDED, EtaSmoother, accuracy, gpus_text, human, id_list, job_cells, what
 
 COLUMNS = [
     ("id", "ID"),
@@ -189,6 +189,8 @@ class JobsScreen(Screen):
         self.state_line = ""
         self.ordered_by: tuple = ()
         self.owners = False
+        self.gpus_alike = False
+        """Whether every job listed reads the same in the GPU column (a CPU box: `cpu`): the column is left out."""
         self.total: int | None = None
         self.more = False
         """Whether the facet and filter match more jobs than the newest MAX_JOBS that were read."""
@@ -208,6 +210,8 @@ class JobsScreen(Screen):
 
     def _columns_for(self, width: int) -> list[tuple[str, str]]:
         columns = COLUMNS if width >= WIDE_COLUMNS else COMPACT
+        if self.gpus_alike:  # (`cpu` on every row says nothing: its width goes to the others)
+            columns = [c for c in columns if c[0] != "gpu"]
         if self.owners:  # (jobs made with named tokens: who owns each, after its id)
             columns = [columns[0], ("owner", "OWNER"), *columns[1:]]
         return columns
@@ -279,8 +283,9 @@ class JobsScreen(Screen):
         for gone in self.written.keys() - shown.keys():
             table.remove_row(str(gone))
             del self.written[gone]
-        if any(j.get("owner") for j in jobs) != self.owners:
-            self.owners = not self.owners
+        alike = len({gpus_text(j) for j in jobs}) == 1
+        if any(j.get("owner") for j in jobs) != self.owners or alike != self.gpus_alike:
+            self.owners, self.gpus_alike = any(j.get("owner") for j in jobs), alike
             self._set_columns()
         compact, now = self.columns[-1][0] == "time", time.monotonic()
         order_by = (self.sort_column, self.sort_reverse, len(shown))

@@ -24,8 +24,18 @@ BLOCKS = "▁▂▃▄▅▆▇█"
 NA = "n/a"
 
 
-REASON_SHORT = {"exit_nonzero": "exit", "worker_lost": "lost", "bad_input": "input", "canceled": ""}
-"""A failed job's reason as the jobs table marks it (`failed·oom`); the rest keep their names."""
+REASON_SHORT = {
+    "exit_nonzero": "exit",
+    "worker_lost": "lost",
+    "bad_input": "input",
+    "canceled": "",
+    "disk_full": "disk",
+    "dependency_failed": "after",
+}
+"""A failed job's reason as the jobs table marks it (`failed·oom`, `✗ timeout` at 80 columns); the rest keep their
+names, each short enough to be read whole."""
+FAILED_MARK = "✗ "
+"""At 80 columns a failed job's status is its reason after this mark (red): `✗ diverged`, not `failed·dive…`."""
 
 
 WARNED = "⚠"
@@ -108,6 +118,27 @@ def sparkline(values: list[float | None], width: int = 20, top: float = 100.0) -
     return "".join(out)
 
 
+def keep_tail(name: str, width: int) -> str:
+    """A job's name in `width` cells, keeping what tells it from its neighbours: a sweep's runs (`lrsweep lr=0.1
+    model=lenet`) keep their swept values, the keys dropped (`lrsweep 0.1 lenet`), then the base cut
+    (`lrs… 0.1 lenet`); other names are cut at the end."""
+    name = one_line(name, 10_000)
+    if len(name) <= width:
+        return name
+    words = name.split()
+    pairs = [w for w in words if "=" in w.strip("=")]
+    if not pairs:
+        return one_line(name, width)
+    base = " ".join(w for w in words if w not in pairs)
+    values = " ".join(w.split("=", 1)[1] for w in pairs)
+    if len(f"{base} {values}") <= width:
+        return f"{base} {values}".strip()
+    room = width - len(values) - 2  # the base's head, `…` and a space
+    if room >= 1 and base:
+        return f"{base[:room]}… {values}"
+    return one_line(values, width)
+
+
 def one_line(text: Any, width: int = 40) -> str:
     """`text` on one line: its first line, runs of spaces as one, cut to `width` with an ellipsis."""
     first = " ".join(str(text).strip().splitlines()[0].split()) if str(text).strip() else ""
@@ -172,13 +203,14 @@ def job_cells(job: dict[str, Any], compact: bool = False) -> dict[str, Any]:
     eta = duration(job.get("eta_s")) if job["status"] == "running" else ""
     value, which = accuracy(job)
     state = status(job["status"], job.get("reason"), job.get("warning"))
-    if compact and len(state.plain) > 12:
-        state = Text(state.plain[:11] + "…", style=state.style)
+    if compact and job["status"] == "failed":
+        reason = job.get("reason")
+        state = Text(FAILED_MARK + (REASON_SHORT.get(reason, reason) or "failed"), style=state.style)
     return {
         "id": job["id"],
         "owner": one_line(job.get("owner") or "", 6 if compact else 12),
-        "name": one_line(job.get("name") or "", 12 if compact else 24),
-        "model": what(job["spec"]),
+        "name": keep_tail(job.get("name") or "", 12 if compact else 24),
+        "model": one_line(what(job["spec"]), 12 if compact else 16),
         "status": state,
         "progress": bar(p.get("fraction"), 5 if compact else 10) or in_line(job),
         "loss": value_of(metrics, "loss", 3 if compact else 4),
