@@ -191,3 +191,23 @@ def test_rows_that_read_alike_keep_what_tells_them_apart():
     assert job_cells(failed)["status"].plain == "failed·diverged"
     command = {**failed, "spec": {"command": ["python", "-c", "import json, os, sys, time\nprint(1)"], "gpus": 0}}
     assert len(job_cells(command)["model"]) <= 16
+
+
+def test_chart_ticks_are_round_and_evenly_spaced():
+    """Issue 25 #7: an axis reads 0.5 1 1.5 2, not values that skip about; a log10 axis names what it stands for."""
+    import math
+
+    from tui.widgets.fmt import axis_ticks, nice_ticks, tick_label
+
+    assert nice_ticks(0.1732, 2.31) == [0.5, 1.0, 1.5, 2.0]
+    assert nice_ticks(0.05, 0.98) == [0.2, 0.4, 0.6, 0.8]
+    for lo, hi in ((0.0032, 0.0063), (-3.2, 0.4), (1.0, 9.6e9), (0.9, 0.91)):
+        ticks = nice_ticks(lo, hi)
+        gaps = {round(b - a, 12) for a, b in zip(ticks, ticks[1:])}
+        assert 2 <= len(ticks) <= 6 and len(gaps) == 1 and lo <= ticks[0] and ticks[-1] <= hi, (lo, hi, ticks)
+    assert [tick_label(t, log10=True) for t in nice_ticks(-3.2, 0.4)] == ["0.001", "0.01", "0.1", "1"]
+    assert tick_label(2.0, log10=True) == "100" and tick_label(9.0, log10=True) == "1e+09"
+    _, shown = axis_ticks(math.log10(0.0035), math.log10(0.016), log10=True)  # less than a decade: round values
+    assert shown == ["0.005", "0.01", "0.015"], shown
+    where, shown = axis_ticks(-9.2, 1.5, log10=True)  # many decades: powers of ten, a few of them
+    assert all(float(w).is_integer() for w in where) and 2 <= len(where) <= 6 and "1e-09" in shown, shown

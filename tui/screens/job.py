@@ -26,8 +26,10 @@ from tui.screens.dialogs import Confirm, open_tensorboard
 from tui.widgets.chrome import chrome
 from tui.widgets.fmt import (
     ENDED,
+    RICH_COLOR,
     UNENDED,
     WARNED,
+    axis_ticks,
     bar,
     duration,
     gpus_text,
@@ -410,8 +412,11 @@ class JobScreen(Screen):
                     series.append(([x for x, _ in xy], [y for _, y in xy], label, color))
             plt = widget.plt
             plt.clear_data()
-            for xs, ys, label, color in series:
-                plt.plot(xs, ys, label=label, color=color, marker="braille")
+            for xs, ys, _label, color in series:  # (no legend over the curves: the lines above name the colours)
+                plt.plot(xs, ys, color=color, marker="braille")
+            ys_all = [y for _, ys, _, _ in series for y in ys]
+            if ys_all:
+                plt.yticks(*axis_ticks(min(ys_all), max(ys_all), log_scale))
             # log10 of the values on a linear axis: plotext's own log scale fails on a single point or a set ylim
             plt.title(f"{'log10 ' if log_scale else ''}{title}" if series else f"{title}: -")
             plt.xlabel("step")
@@ -424,6 +429,7 @@ class JobScreen(Screen):
     def _curves(self) -> Text:
         """One line a metric: first → last value, its min and max, how many points (the charts draw them)."""
         out = Text()
+        colors = {key: color for _, _, lines in self.CURVES for key, _, color in lines}
         for key, label in (
             ("loss", "train loss"),
             ("val_loss", "val loss"),
@@ -434,7 +440,7 @@ class JobScreen(Screen):
             bad = [p["step"] for p in self.points if key in (p.get("nonfinite") or {})]
             if not values and not bad:
                 continue
-            out.append(f"{label:>11} ", style="bold")
+            out.append(f"{label:>9} ━ ", style=f"bold {RICH_COLOR.get(colors[key], colors[key])}")  # (the legend)
             if values:
                 lo, hi = min(values), max(values)
                 out.append(f"{num(values[0])} → {num(values[-1])} (min {num(lo)}, max {num(hi)}, {len(values)} points)")

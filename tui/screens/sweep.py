@@ -16,7 +16,7 @@ from textual.widgets import DataTable, Footer, Static
 
 from tui.screens.job import Chart, JobScreen
 from tui.widgets.chrome import chrome
-from tui.widgets.fmt import ENDED, bar, num, one_line, status
+from tui.widgets.fmt import ENDED, RICH_COLOR, axis_ticks, bar, num, one_line, status
 
 REFRESH_S = 3.0
 CURVES_SHOWN = 8
@@ -139,10 +139,16 @@ class SweepScreen(Screen):
             ):
                 table.add_column(title, key=k)
         table.clear()
+        drawn = {r["job_id"]: COLORS[n % len(COLORS)] for n, r in enumerate(_drawn(rows))}
         for r in rows:
+            color = drawn.get(r["job_id"])
             table.add_row(
                 Text(str(r["rank"] or "-"), justify="right"),
-                Text(str(r["job_id"]), justify="right"),
+                Text(
+                    ("━ " if color else "") + str(r["job_id"]),
+                    justify="right",
+                    style=RICH_COLOR.get(color, color or ""),
+                ),
                 *(one_line(_value(r.get(k)), 16) for k in swept(grid)),
                 status(r["status"], r.get("reason")),
                 bar(r.get("fraction"), 8),
@@ -169,16 +175,14 @@ class SweepScreen(Screen):
             # validation curves where a run has them; training curves until any run has
             kind = "validation" if any(_series(p, f"val_{metric}", log_scale) for _, p in runs) else "train"
             key = f"val_{metric}" if kind == "validation" else metric
-            for n, (row, points) in enumerate(runs):
+            for n, (_, points) in enumerate(runs):
                 xy = _series(points, key, log_scale)
                 if xy:
-                    plt.plot(
-                        [x for x, _ in xy],
-                        [y for _, y in xy],
-                        label=f"{row['job_id']} {label(row, grid)}"[:28],
-                        color=COLORS[n % len(COLORS)],
-                        marker="braille",
-                    )
+                    # (no legend over the curves: the table's JOB column carries each run's colour)
+                    plt.plot([x for x, _ in xy], [y for _, y in xy], color=COLORS[n % len(COLORS)], marker="braille")
+            ys_all = [y for _, p in runs for _, y in _series(p, key, log_scale)]
+            if ys_all:
+                plt.yticks(*axis_ticks(min(ys_all), max(ys_all), log_scale))
             plt.title(f"{'log10 ' if log_scale else ''}{kind} {title}")
             plt.xlabel("step")
             self.query_one(f"#{widget_id}", Chart).refresh()

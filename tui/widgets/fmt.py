@@ -309,3 +309,50 @@ def id_list(ids: list[int], most: int = 8) -> str:
         pieces = [*pieces[: most - 2], "…", pieces[-1]]
     count = f" ({len(ids)} jobs)" if len(ids) > 1 else ""
     return f"job{'s' if len(ids) > 1 else ''} {', '.join(pieces)}{count}"
+
+
+RICH_COLOR = {"orange": "dark_orange", "white": "bright_white"}
+"""A chart's line colour (plotext's name) as the text beside it says it (rich's name), where the two differ."""
+
+
+def nice_ticks(lo: float, hi: float, count: int = 5) -> list[float]:
+    """About `count` round values from `lo` to `hi` (1, 2 or 5 times a power of ten apart), for a chart's axis: no
+    tick at 0.1732 and the next at 0.3464."""
+    if not (math.isfinite(lo) and math.isfinite(hi)) or hi <= lo:
+        return [lo] if math.isfinite(lo) else []
+    raw = (hi - lo) / max(1, count - 1)
+    power = 10 ** math.floor(math.log10(raw))
+    step = next(m * power for m in (1, 2, 5, 10) if (hi - lo) / (m * power) <= count)
+    first = math.ceil(lo / step) * step
+    if abs(first - step - lo) <= max(abs(lo), abs(hi)) * 1e-12:  # (lo a multiple of step, a hair above it)
+        first -= step
+    ticks = []
+    value = first
+    while value <= hi + step * 1e-9:
+        ticks.append(round(value, 12))
+        value += step
+    return ticks
+
+
+def tick_label(value: float, log10: bool = False) -> str:
+    """A tick's text: the value (`0.25`, `1e+03`), or on a log10 axis the value it stands for (`1e-3`, `0.05`)."""
+    shown = 10**value if log10 else value
+    if shown != 0 and not 1e-3 <= abs(shown) < 1e5:
+        return f"{shown:.0e}" if log10 and float(value).is_integer() else f"{shown:.2g}"
+    return f"{shown:.4g}"
+
+
+def axis_ticks(lo: float, hi: float, log10: bool = False, count: int = 5) -> tuple[list[float], list[str]]:
+    """Where a chart's y ticks go and what they read, for values from `lo` to `hi`. On a log10 axis (the values are
+    log10 of what is shown) the ticks are powers of ten when the curve spans a decade or more, else round values
+    of what is shown (0.004, 0.006, …) at their logs."""
+    if not log10:
+        ticks = nice_ticks(lo, hi, count)
+        return ticks, [tick_label(t) for t in ticks]
+    if hi - lo >= 1:
+        powers = list(range(math.ceil(lo - 1e-9), math.floor(hi + 1e-9) + 1))
+        every = max(1, math.ceil(len(powers) / count))
+        ticks = [float(p) for p in powers[::every]]
+    else:
+        ticks = [math.log10(v) for v in nice_ticks(10**lo, 10**hi, count) if v > 0]
+    return ticks, [tick_label(t, log10=True) for t in ticks]
