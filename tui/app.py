@@ -39,7 +39,7 @@ class GpudeckApp(App):
 
     CSS_PATH = Path(__file__).parent / "app.tcss"  # absolute: subclasses elsewhere find it too
     TITLE = "gpudeck"
-    COMMANDS = App.COMMANDS | {GpudeckCommands}
+    COMMANDS = {GpudeckCommands}  # (it lists Textual's own commands after gpudeck's)
     BINDINGS = [
         Binding("q", "quit", "Quit"),
         Binding("question_mark", "toggle_help", "Help", key_display="?"),

@@ -26,11 +26,27 @@ class GpudeckCommands(Provider):
         ]
         for facet in ("all", "running", "starting", "queued", *ENDED):
             out.append((f"Show {facet} jobs", f"the jobs table, status: {facet}", partial(app.show_jobs, facet)))
+        # Textual's own (theme, quit, screenshot, …) after gpudeck's: this provider is the palette's only one, so
+        # an empty palette lists gpudeck's first
+        out += [(c.title, c.help, c.callback) for c in app.get_system_commands(self.screen)]
         return out
 
+    def undiscovered(self) -> set[str]:
+        """Textual's commands that it shows only when searched for."""
+        return {c.title for c in self.app.get_system_commands(self.screen) if not c.discover}
+
+    def known_sweeps(self) -> set[int]:
+        """The sweeps of the jobs the jobs table holds (the palette offers only those, unless `sweep` is typed)."""
+        from tui.screens.jobs import JobsScreen
+
+        tables = [s for s in self.app.screen_stack if isinstance(s, JobsScreen)]
+        return {j["sweep_id"] for s in tables for j in s.jobs.values() if j.get("sweep_id") is not None}
+
     async def discover(self) -> Hits:
+        hidden = self.undiscovered()
         for title, help_text, callback in self.commands():
-            yield DiscoveryHit(title, callback, help=help_text)
+            if title not in hidden:
+                yield DiscoveryHit(title, callback, help=help_text)
 
     async def search(self, query: str) -> Hits:
         number = NUMBER.search(query)
@@ -43,12 +59,13 @@ class GpudeckCommands(Provider):
                 partial(self.app.open_job, n),
                 help="its log, curves, config and result",
             )
-            yield Hit(
-                1.0 if sweep_first else 0.9,
-                f"Open sweep {n}",
-                partial(self.app.open_sweep, n),
-                help="its runs ranked, their curves overlaid",
-            )
+            if sweep_first or n in self.known_sweeps():
+                yield Hit(
+                    1.0 if sweep_first else 0.9,
+                    f"Open sweep {n}",
+                    partial(self.app.open_sweep, n),
+                    help="its runs ranked, their curves overlaid",
+                )
         matcher = self.matcher(query)
         for title, help_text, callback in self.commands():
             score = matcher.match(title)

@@ -695,11 +695,12 @@ def test_a_table_that_holds_the_newest_jobs_says_so_and_its_filter_reaches_older
     the first and last row, `a` selects every visible job and `A` clears the selection."""
     import tui.screens.jobs as jobs_screen_module
     from jobs.store import JobStore
+    from tui.screens.jobs import FACETS
 
     monkeypatch.setattr(jobs_screen_module, "MAX_JOBS", 20)
     store = JobStore(redis)
     for i in range(1, 31):
-        store.create(i, {**QUICK, "name": "needle-old" if i == 3 else f"bulk{i}"}, "gpus-0")
+        store.create(i, {**QUICK, "name": "needle-old" if i == 3 else f"bulk{i * 7}"}, "gpus-0")  # 2 and 3 digits
     url = start_api(spawn, child_env)
 
     async def drive():
@@ -725,5 +726,29 @@ def test_a_table_that_holds_the_newest_jobs_says_so_and_its_filter_reaches_older
             await until(pilot, lambda: len(screen.selected) == 20, 5)
             await pilot.press("A")
             await until(pilot, lambda: not screen.selected, 5)
+
+            # issue 25 #11: the empty palette lists gpudeck's commands first; a number offers no sweep that is not
+            # there (none is); names sort as numbers read
+            from textual.command import CommandList
+
+            def offered() -> list[str]:
+                hits = app.screen.query(CommandList)
+                return [str(hits.first().get_option_at_index(i).prompt) for i in range(hits.first().option_count)]
+
+            await pilot.press("ctrl+p")
+            await until(pilot, lambda: app.screen.query(CommandList) and len(offered()) > 5, 10)
+            assert offered()[0].startswith("GPUs and workers"), offered()
+            await pilot.press("2")
+            await until(pilot, lambda: offered() and "Open job 2" in offered()[0], 10)
+            assert not any("Open sweep 2" in o for o in offered()), offered()
+            await pilot.press("escape")
+            await pilot.press("f")  # the running facet: its rows at once (none runs), not the old ones for a while
+            assert "status: running" in text_of(state) and table.row_count == 0
+            await pilot.press(*"f" * (len(FACETS) - 1))  # back to all
+            await until(pilot, lambda: table.row_count == 20, 10)
+            await pilot.press("s")  # sort by name
+            await until(pilot, lambda: screen.sort_column == "name", 5)
+            names = [str(table.get_row(row.key)[1]) for row in table.ordered_rows]
+            assert names.index("bulk91") < names.index("bulk98") < names.index("bulk105"), names
 
     run(drive())

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import time
 from typing import Any
 
@@ -97,9 +98,16 @@ MAX_JOBS = 1000
 """Newest jobs the table holds."""
 
 
+def natural(text: str) -> tuple:
+    """A sort key that reads numbers in a name as numbers: bulk99 before bulk989, bulk989 before bulk990."""
+    return tuple(
+        (0, int(part), "") if part.isdigit() else (1, 0, part.lower()) for part in re.split(r"(\d+)", text) if part
+    )
+
+
 SORT_VALUES = {
     "id": lambda job: job["id"],
-    "name": lambda job: str(job.get("name") or "") or None,
+    "name": lambda job: natural(str(job.get("name") or "")) or None,
     "model": lambda job: what(job["spec"]),
     "status": lambda job: job["status"],
     "progress": lambda job: (job.get("progress") or {}).get("fraction"),
@@ -269,6 +277,10 @@ class JobsScreen(Screen):
         self.apply(jobs)
 
     def visible(self, job: dict[str, Any]) -> bool:
+        """The facet's status (so a new facet shows its rows at once, before the API's answer) and the filter."""
+        status = FACETS[self.facet]
+        if status is not None and job["status"] != status:
+            return False
         return all(word in search_text(job) for word in self.filter_text.lower().split())
 
     def apply(self, jobs: list[dict[str, Any]]) -> None:
@@ -373,10 +385,12 @@ class JobsScreen(Screen):
     def show_status(self, status: str | None) -> None:
         """Show the jobs of one status (None: all)."""
         self.facet = FACETS.index(status)
+        self._resort()  # at once, among the jobs read: never an older facet's rows under the new label
         self.refresh_jobs()
 
     def action_facet(self) -> None:
         self.facet = (self.facet + 1) % len(FACETS)
+        self._resort()  # at once, among the jobs read: never an older facet's rows under the new label
         self.refresh_jobs()
 
     def action_filter(self) -> None:

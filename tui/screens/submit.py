@@ -64,7 +64,10 @@ class SubmitScreen(ModalScreen[dict | None]):
                 ("timeout", "stop it after: 90s, 30m, 2h, 1h30m (empty: never)"),
             ):
                 yield Label(field, id=f"l-{field}")
-                yield (CompletingInput if field == "model" else Input)(placeholder=placeholder, id=f"f-{field}")
+                # (the cursor goes to the end, the text unselected: after an error Backspace fixes a character, not
+                # the whole field)
+                kind = CompletingInput if field == "model" else Input
+                yield kind(placeholder=placeholder, id=f"f-{field}", select_on_focus=False)
                 yield Label("", id=f"e-{field}", classes="field-error")
             yield Label("", id="commands-off", classes="field-hint")
             yield Label("priority")
