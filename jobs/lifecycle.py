@@ -18,24 +18,32 @@ log = logging.getLogger(__name__)
 
 
 def end(
-    redis: Redis, job_id: int, outcome: End, rec: dict[str, Any] | None = None, allowed=ACTIVE, **fields: Any
+    redis: Redis,
+    job_id: int,
+    outcome: End,
+    rec: dict[str, Any] | None = None,
+    allowed=ACTIVE,
+    of_attempt: int | None = None,
+    **fields: Any,
 ) -> str | None:
-    """Make `outcome` the job's state if it is still in one of `allowed`. A retryable end (worker_lost) queues
-    the next attempt instead, while `max_retries` lasts; it resumes from the newest checkpoint. Returns the
-    status set, or None when the job had already moved on (another path decided first)."""
+    """Make `outcome` the job's state if it is still in one of `allowed` and, given `of_attempt` (a work-horse
+    ending its own attempt) or `rec`, still that attempt. A retryable end (worker_lost) queues the next attempt
+    instead, while `max_retries` lasts; it resumes from the newest checkpoint. Returns the status set, or None
+    when the job had already moved on (another path decided first)."""
     store = JobStore(redis)
     checkpoint = fields.pop("checkpoint_step", None)
+    fence = of_attempt if of_attempt is not None else (rec.get("attempt", 1) if rec is not None else None)
     if outcome.requeue:
         rec = rec or store.get(job_id)
-        return Status.QUEUED.value if preempted(redis, job_id, rec, checkpoint, **fields) else None
+        return Status.QUEUED.value if preempted(redis, job_id, rec, checkpoint, of_attempt=fence, **fields) else None
     if outcome.retry:
         rec = rec or store.get(job_id)
         retries = rec.get("attempt", 1) - int(rec.get("preemptions") or 0)  # (a preemption is not a retry)
         if retries <= rec["spec"].get("max_retries", 0):
             said = f"{outcome.message or ''}; retrying"
-            return Status.QUEUED.value if requeue(redis, job_id, rec, said, **fields) else None
+            return Status.QUEUED.value if requeue(redis, job_id, rec, said, of_attempt=fence, **fields) else None
     before = rec if rec is not None else store.get(job_id)
-    if not store.transition(job_id, allowed, ended_at=time.time(), **outcome.fields(), **fields):
+    if not store.transition(job_id, allowed, of_attempt=fence, ended_at=time.time(), **outcome.fields(), **fields):
         return None
     _charge(redis, before)
     if outcome.status != Status.SUCCEEDED:
@@ -57,15 +65,23 @@ def _charge(redis: Redis, rec: dict[str, Any]) -> None:
 
 
 def requeue(
-    redis: Redis, job_id: int, rec: dict[str, Any], message: str, reason: Reason = Reason.WORKER_LOST, **fields: Any
+    redis: Redis,
+    job_id: int,
+    rec: dict[str, Any],
+    message: str,
+    reason: Reason = Reason.WORKER_LOST,
+    of_attempt: int | None = None,
+    **fields: Any,
 ) -> bool:
     """Put a job back in its line as its next attempt (at its old place); a trainer resumes from the newest
-    checkpoint, a command from its own (GPUDECK_ATTEMPT tells it which attempt it is)."""
+    checkpoint, a command from its own (GPUDECK_ATTEMPT tells it which attempt it is). Only the attempt `rec`
+    (or `of_attempt`) was is put back."""
     store = JobStore(redis)
     attempt = rec.get("attempt", 1) + 1
     ok = store.transition(
         job_id,
         ACTIVE,
+        of_attempt=of_attempt if of_attempt is not None else rec.get("attempt", 1),
         status=Status.QUEUED.value,
         attempt=attempt,
         reason=reason.value,
@@ -82,7 +98,9 @@ def requeue(
     return ok
 
 
-def preempted(redis: Redis, job_id: int, rec: dict[str, Any], checkpoint: int | None, **fields: Any) -> bool:
+def preempted(
+    redis: Redis, job_id: int, rec: dict[str, Any], checkpoint: int | None, of_attempt: int | None = None, **fields: Any
+) -> bool:
     """A job stopped to make room: back in line (not a retry), `preemptions` counted, and a message that says by
     whom, where it was, and where it resumes."""
     by = rec.get("preempted_by") or {}
@@ -98,4 +116,6 @@ def preempted(redis: Redis, job_id: int, rec: dict[str, Any], checkpoint: int | 
         message += "; no checkpoint yet: it starts over"
     preemptions = int(rec.get("preemptions") or 0) + 1
     by = {**by, "message": message, "checkpoint_step": checkpoint}
-    return requeue(redis, job_id, rec, message, Reason.PREEMPTED, preemptions=preemptions, preempted_by=by, **fields)
+    return requeue(
+        redis, job_id, rec, message, Reason.PREEMPTED, of_attempt, preemptions=preemptions, preempted_by=by, **fields
+    )

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Callable
 
 from redis import Redis
@@ -12,7 +13,7 @@ from jobs import gang
 from jobs.keys import REAPER_LOCK_KEY, RETENTION_LOCK_KEY
 from jobs.lifecycle import worker_lost
 from jobs.periodic import Periodic
-from jobs.store import HEARTBEAT_TTL_S, JobStore, redis_uptime_s
+from jobs.store import HEARTBEAT_TTL_S, JobStore, redis_uptime_s, write_refusal
 from models.states import ACTIVE
 
 log = logging.getLogger(__name__)
@@ -21,6 +22,8 @@ RETAIN_EVERY_S = 60.0
 """How often GPUDECK_RETENTION is applied (by one process of the stack at a time)."""
 REAP_EVERY_S = 5.0
 """How often each API and worker process looks for lost jobs (one of them at a time, by a Redis lock)."""
+SETTLE_S = HEARTBEAT_TTL_S + REAP_EVERY_S
+"""After Redis was away or refused writes, how long until a missing heartbeat means a lost worker."""
 
 
 def reap(redis: Redis) -> list[int]:
@@ -50,12 +53,20 @@ class Reaper(Periodic):
     def __init__(self, redis_url: str, retention: Callable[[Redis], object] | None = None):
         super().__init__(redis_url, "gpudeck-reaper")
         self.retention = retention
+        self.refused_at: float | None = None
+        """When this process last saw Redis refuse writes (its disk full)."""
 
     def round(self) -> None:
         self._retain()
         # Not on a Redis up for less than a heartbeat's lifetime: heartbeats that expired while it was away (a
         # restart, a failover) are not lost workers until each live work-horse has beaten again.
-        if redis_uptime_s(self.redis) < HEARTBEAT_TTL_S + REAP_EVERY_S:
+        if redis_uptime_s(self.redis) < SETTLE_S:
+            return
+        # Nor for a heartbeat's lifetime after it refused writes (its disk full): no work-horse could beat then.
+        # (Each process looks every REAP_EVERY_S, so a refusal long enough to expire a heartbeat is seen by all.)
+        if write_refusal(self.redis) is not None:
+            self.refused_at = time.monotonic()
+        if self.refused_at is not None and time.monotonic() - self.refused_at < SETTLE_S:
             return
         if self.redis.set(REAPER_LOCK_KEY, "1", nx=True, px=int(REAP_EVERY_S * 800)):
             reap(self.redis)

@@ -306,7 +306,13 @@ class JobRun:
         end = outcome.of_job(stop, returncode, self.output.result is not None, **facts)
         size = tree_bytes(self.job_dir)
         kept = launch.newest_checkpoint(self.job_dir) if end.requeue and not self.command else None
-        status = lifecycle.end(
-            self.redis, self.job_id, end, log_tail=self.output.tail, disk_bytes=size, checkpoint_step=kept
+        status = lifecycle.end(  # (its own attempt only: never the next one, should the reaper have moved on)
+            self.redis,
+            self.job_id,
+            end,
+            of_attempt=self.attempt,
+            log_tail=self.output.tail,
+            disk_bytes=size,
+            checkpoint_step=kept,
         )
         return status or self.store.get(self.job_id)["status"]

@@ -232,15 +232,20 @@ class JobStore:
         if gone:
             target.hdel(job_key(job_id), *gone)
 
-    def transition(self, job_id: int, allowed: tuple[str, ...], **fields: Any) -> bool:
-        """Set fields only if the job's status is one of `allowed`, atomically; False if it was not."""
+    def transition(self, job_id: int, allowed: tuple[str, ...], of_attempt: int | None = None, **fields: Any) -> bool:
+        """Set fields only if the job's status is one of `allowed` (and, given `of_attempt`, it is still that
+        attempt: a work-horse the reaper gave up on while Redis could not take its heartbeats must not end the
+        next attempt), atomically; False if it was not."""
         key = job_key(job_id)
         with self.redis.pipeline() as pipe:
             while True:
                 try:
                     pipe.watch(key)
-                    status = pipe.hget(key, "status")
+                    status, attempt = pipe.hmget(key, ["status", "attempt"])
                     if status is None or status.decode() not in allowed:
+                        pipe.unwatch()
+                        return False
+                    if of_attempt is not None and int(attempt or 1) != of_attempt:
                         pipe.unwatch()
                         return False
                     pipe.multi()

@@ -11,13 +11,14 @@ from dataclasses import replace
 from typing import Any
 
 from redis import Redis
+from redis.exceptions import RedisError
 
 from jobs import gang, outcome, taskrecord
 from jobs.keys import rq_task_id
 from jobs.launch import WorkerContext
 from jobs.redis_server import free_port
 from jobs.runner import JobRun
-from jobs.store import HEARTBEAT_TTL_S
+from jobs.store import HEARTBEAT_TTL_S, passing
 from models import tfconfig
 from models.states import Reason, TaskStatus
 
@@ -49,10 +50,17 @@ class TaskRun(JobRun):
         n = spec["workers"]
         go = gang.arrive(self.redis, self.job_id, self.gen, n)
         give_up = time.monotonic() + 2 * gang.RENDEZVOUS_S  # the reaper puts it back in line well before
-        while not self.redis.blpop([go], timeout=1):  # the last task to arrive lets everyone go at once
-            if self.stop_reason() or time.monotonic() > give_up:
-                return None
-            self.beat()
+        while True:  # the last task to arrive lets everyone go at once
+            try:
+                if self.redis.blpop([go], timeout=1):
+                    break
+                if self.stop_reason() or time.monotonic() > give_up:
+                    return None
+                self.beat()
+            except RedisError as exc:  # Redis away or refusing writes: the rendezvous waits for it
+                if not passing(exc) or time.monotonic() > give_up:
+                    raise
+                time.sleep(1.0)
         addresses = [t.get("address") for t in gang.tasks(self.redis, self.job_id, n)]
         chief = addresses[0] if spec.get("chief") else None
         cluster = tfconfig.cluster(list(addresses[1:] if chief else addresses), chief=chief)

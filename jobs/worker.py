@@ -176,6 +176,19 @@ class GpudeckWorker(Worker):
                 raise
             log.warning("worker %s: redis unreachable (%s); its job goes on", self.name, exc)
 
+    def execute_job(self, job: Any, queue: Any) -> None:
+        """RQ's running of one job: a work-horse that ended while Redis was away (RQ then reads the job's status
+        to judge how it ended) does not make the worker quit; the job's end is the work-horse's to record, or the
+        reaper's to find. (Raised while a work-horse still runs, it would: the worker must not take another.)"""
+        try:
+            super().execute_job(job, queue)
+        except RedisError as exc:
+            if not passing(exc) or self._horse_pid:
+                raise
+            log.warning(
+                "worker %s: job %s ended while redis was unreachable (%s); the worker goes on", self.name, job.id, exc
+            )
+
     def _stop_trainer(self, job: Any) -> None:
         job_id, pid = trainer_of(job)
         store = JobStore(self.connection)

@@ -351,7 +351,7 @@ class Soak:
             os.kill(victim, signal.SIGKILL)
         except ProcessLookupError:
             return False
-        self.kills.append({"t": time.monotonic(), "kind": kind, "pid": victim, "jobs": sorted(jobs)})
+        self.kills.append({"t": time.monotonic(), "at": time.time(), "kind": kind, "pid": victim, "jobs": sorted(jobs)})
         if kind == "up":  # its API and workers stop with it (SIGTERM); a service manager starts it again
             self.stack.proc.wait()
             self.respawns.append(self.stack.respawn())
@@ -468,17 +468,28 @@ def epoch(iso: str | None) -> float:
     return datetime.datetime.fromisoformat(iso).timestamp() if iso else 0.0
 
 
+def rec_created(rec: dict) -> float:
+    return epoch(rec["created_at"])
+
+
 # -- the verdicts -------------------------------------------------------------------------------------------------
 STOP_LANDS_S = 3.0
 """A work-horse reads a stop request within this long (it polls); work finished sooner than that after a cancel
 was answered finished before the stop reached it."""
 
 
-def expected(job: Planned, rec: dict, ended: dict[int, float], full: list[tuple[float, float]]) -> str | None:
+def expected(
+    job: Planned, rec: dict, ended: dict[int, float], full: list[tuple[float, float]], kills: list[dict]
+) -> str | None:
     """What is wrong with how `job` ended, given what was done to it (`ended`: when each command job's script
-    wrote its last step, from the ledger; `full`: when the disk was full, epoch seconds); None when nothing."""
+    wrote its last step, from the ledger; `full`: when the disk was full, epoch seconds; `kills`: every kill);
+    None when nothing. A kill of a worker counts for the jobs it held, and for a job placed on it while it lay
+    dead (the scheduler learns of a death when the worker's lease lapses): any kill of a worker between the
+    job's submission and its last start."""
     status, reason, attempt = rec["status"], rec.get("reason"), rec["attempt"]
-    lost = sum(job.kills.count(kind) for kind in LOST)
+    last_start = epoch(rec.get("started_at")) or float("inf")
+    around = sum(1 for k in kills if k["pid"] and k["kind"] in LOST and rec_created(rec) <= k["at"] <= last_start)
+    lost = max(sum(job.kills.count(kind) for kind in LOST), around)
     ran = (epoch(rec.get("first_started_at") or rec["created_at"]), epoch(rec.get("ended_at")) or float("inf"))
     if status == "failed" and reason == "disk_full":
         hit = any(ran[0] <= b and a <= ran[1] for a, b in full)
@@ -583,14 +594,16 @@ def test_chaos_soak(tmp_path, child_env):
             rec = soak.call("GET", f"/api/v1/jobs/{job.id}").json()
             outcomes[(job.kind, rec["status"], rec.get("reason"))] += 1
             attempts[rec["attempt"]] += 1
-            if why := expected(job, rec, ended, full):
+            if why := expected(job, rec, ended, full, soak.kills):
                 problems.append(f"job {job.id} ({job.kind}, kills {job.kills}, cancel {job.cancel}): {why}")
                 records[job.id] = {k: v for k, v in rec.items() if k not in ("spec", "environment")}
             if job.kind != "zoo":
                 ends = [worked[(job.id, t)] for t in range(2 if job.kind == "multi" else 1)]
                 if rec["status"] == "succeeded" and ends != [1] * len(ends):
                     problems.append(f"job {job.id} ({job.kind}) succeeded; its tasks ran to their end {ends} times")
-                if rec["status"] == "failed" and any(ends) and job.kind != "multi" and "trainer" not in job.kills:
+                # (a full disk can fail a script after its last line: Python's flush at exit)
+                late = "trainer" in job.kills or rec.get("reason") == "disk_full"
+                if rec["status"] == "failed" and any(ends) and job.kind != "multi" and not late:
                     problems.append(f"job {job.id} ({job.kind}) failed, but its script ran to its end")
             points = soak.call("GET", f"/api/v1/jobs/{job.id}/metrics").json()["train"]
             log = soak.call("GET", f"/api/v1/jobs/{job.id}/logs").text
