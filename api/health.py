@@ -126,7 +126,7 @@ class _Collector:
 def metrics():
     registry = CollectorRegistry(auto_describe=False)
     registry.register(_Collector(deps.redis()))
-    return Response(generate_latest(registry), mimetype="text/plain; version=0.0.4; charset=utf-8")
+    return Response(generate_latest(registry), content_type="text/plain; version=0.0.4; charset=utf-8")  # (as is)
 
 
 def worker_kinds(gpus: int) -> list[str]:

@@ -66,7 +66,7 @@ def test_healthz_and_prometheus_metrics(gpu_api, spawn, gpu_env):
 
     def scrape() -> dict:
         resp = requests.get(f"{gpu_api}/metrics", timeout=10)
-        assert resp.headers["Content-Type"].startswith("text/plain; version=0.0.4")
+        assert resp.headers["Content-Type"] == "text/plain; version=0.0.4; charset=utf-8"  # (issue 24 #8: once)
         return {
             (s.name, tuple(sorted(s.labels.items()))): s.value
             for fam in text_string_to_metric_families(resp.text)
