@@ -17,6 +17,67 @@ bp = Blueprint("openapi", __name__)
 PARTS = (jobs, sweeps, data, service)
 """The document's parts, in the order their paths are listed."""
 
+OPERATIONS: dict[tuple[str, str], tuple[str, str]] = {
+    ("post", "/api/v1/jobs"): ("submit_job", "jobs"),
+    ("get", "/api/v1/jobs"): ("list_jobs", "jobs"),
+    ("get", "/api/v1/jobs/{id}"): ("get_job", "jobs"),
+    ("patch", "/api/v1/jobs/{id}"): ("set_job_priority", "jobs"),
+    ("delete", "/api/v1/jobs/{id}"): ("delete_job", "jobs"),
+    ("post", "/api/v1/jobs/{id}/move"): ("move_job", "jobs"),
+    ("post", "/api/v1/jobs/{id}/cancel"): ("cancel_job", "jobs"),
+    ("post", "/api/v1/jobs/{id}/retry"): ("retry_job", "jobs"),
+    ("get", "/api/v1/jobs/{id}/wait"): ("wait_job", "jobs"),
+    ("get", "/api/v1/jobs/{id}/logs"): ("get_job_logs", "jobs"),
+    ("get", "/api/v1/jobs/{id}/files"): ("list_job_files", "jobs"),
+    ("get", "/api/v1/jobs/{id}/files/{path}"): ("get_job_file", "jobs"),
+    ("get", "/api/v1/jobs/{id}/metrics"): ("get_job_metrics", "jobs"),
+    ("post", "/api/v1/sweeps"): ("submit_sweep", "sweeps"),
+    ("get", "/api/v1/sweeps/{id}"): ("get_sweep", "sweeps"),
+    ("get", "/api/v1/models"): ("list_models", "data"),
+    ("get", "/api/v1/datasets"): ("list_datasets", "data"),
+    ("post", "/api/v1/datasets"): ("upload_dataset", "data"),
+    ("get", "/api/v1/datasets/{name}"): ("get_dataset", "data"),
+    ("delete", "/api/v1/datasets/{name}/{version}"): ("delete_dataset_version", "data"),
+    ("post", "/api/v1/sources"): ("upload_source", "data"),
+    ("get", "/api/v1/sources/{ref}"): ("get_source", "data"),
+    ("get", "/api/v1/workers"): ("list_workers", "cluster"),
+    ("post", "/api/v1/workers/{name}/drain"): ("drain_worker", "cluster"),
+    ("get", "/api/v1/gpus"): ("list_gpus", "cluster"),
+    ("get", "/api/v1/share"): ("get_share", "cluster"),
+    ("post", "/api/v1/tensorboard"): ("start_tensorboard", "tensorboard"),
+    ("get", "/api/v1/tensorboard"): ("list_tensorboards", "tensorboard"),
+    ("delete", "/api/v1/tensorboard/{port}"): ("stop_tensorboard", "tensorboard"),
+    ("get", "/api/v1/whoami"): ("whoami", "users"),
+    ("get", "/api/v1/audit"): ("get_audit", "users"),
+    ("get", "/api/v1/openapi.json"): ("get_openapi", "service"),
+    ("get", "/healthz"): ("healthz", "service"),
+    ("get", "/metrics"): ("prometheus_metrics", "service"),
+}
+"""Each operation's operationId (what a generated client names its function) and tag (the module it goes in)."""
+TAGS = {
+    "jobs": "submit, list, watch, cancel, retry and delete training jobs; their logs, files and metrics",
+    "sweeps": "grids of jobs, ranked",
+    "data": "models, datasets and source snapshots",
+    "cluster": "workers, GPUs and the fair share",
+    "tensorboard": "TensorBoard over jobs",
+    "users": "who a token is, and the audit trail",
+    "service": "health, Prometheus metrics and this document",
+}
+
+
+def _named(paths: dict[str, Any]) -> dict[str, Any]:
+    """`paths` with each operation's operationId and tag (KeyError for an operation OPERATIONS does not name)."""
+    out = {}
+    for path, ops in paths.items():
+        out[path] = {}
+        for method, op in ops.items():
+            if method not in ("get", "post", "put", "patch", "delete"):
+                out[path][method] = op
+                continue
+            operation_id, tag = OPERATIONS[(method, path)]
+            out[path][method] = {"operationId": operation_id, "tags": [tag], **op}
+    return out
+
 
 def document() -> dict[str, Any]:
     """The whole OpenAPI 3.1 document."""
@@ -31,7 +92,8 @@ def document() -> dict[str, Any]:
         },
         "servers": [{"url": DEFAULT_API}],
         "security": [{"bearer": []}],
-        "paths": {k: v for part in PARTS for k, v in part.paths().items()},
+        "tags": [{"name": name, "description": text} for name, text in TAGS.items()],
+        "paths": _named({k: v for part in PARTS for k, v in part.paths().items()}),
         "components": {
             "schemas": {k: v for part in PARTS for k, v in part.schemas().items()},
             "securitySchemes": {"bearer": {"type": "http", "scheme": "bearer"}},

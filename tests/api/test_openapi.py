@@ -37,6 +37,19 @@ def test_every_route_is_documented_and_every_documented_route_exists(app, client
     assert served == documented
 
 
+def test_every_operation_has_a_name_and_a_tag_for_a_generated_client(client):
+    """Issue 24 #7: a generator names its functions by operationId (not get_api_v1_jobs_id_metrics) and puts them
+    in a module per tag (not all in `default`)."""
+    doc = client.get("/api/v1/openapi.json").json
+    ops = [op for ops in doc["paths"].values() for op in ops.values()]
+    ids = [op.get("operationId") for op in ops]
+    assert all(ids) and len(set(ids)) == len(ids), ids
+    assert all(re.fullmatch(r"[a-z][a-z_]*", i) for i in ids)
+    declared = {t["name"] for t in doc["tags"]}
+    assert all(len(op.get("tags", [])) == 1 and op["tags"][0] in declared for op in ops)
+    assert doc["paths"]["/api/v1/jobs/{id}/metrics"]["get"]["operationId"] == "get_job_metrics"
+
+
 @pytest.mark.slow
 def test_real_answers_conform_to_the_document(gpu_api, spawn, gpu_env, tmp_path, redis):
     doc = requests.get(f"{gpu_api}/api/v1/openapi.json", timeout=10).json()
