@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import re
 import selectors
 import signal
 import subprocess
@@ -42,6 +43,39 @@ SCAN_EVERY_S = 1.0
 EXIT_LINGER_S = 2.0
 """After the trainer or command exits, how long processes it left holding its output may live before they are
 killed (a background child would otherwise keep the job from ending)."""
+
+
+CONTROL = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]|[\r\b]")
+"""What a terminal acts on in a line: a CSI sequence (colour, erase), a carriage return, a backspace."""
+
+
+def as_shown(line: str) -> str:
+    """A line as a terminal leaves it: `\r` returns to its start and what follows overwrites, `\b` steps back,
+    `ESC[K` erases to its end, colours and other sequences go. Keras' and tqdm's progress bars (one line of up to
+    35,000 characters an epoch when piped) read as their final state."""
+    if not CONTROL.search(line):
+        return line
+    cells: list[str] = []
+    pos = 0
+    for piece in re.split(f"({CONTROL.pattern})", line):
+        if not piece:
+            continue
+        if piece == "\r":
+            pos = 0
+        elif piece == "\b":
+            pos = max(0, pos - 1)
+        elif piece.startswith("\x1b["):
+            if piece[-1] == "K":  # erase in line: from the cursor on (0, the default), all of it (2)
+                del cells[0 if piece[2:-1] == "2" else pos :]
+        else:
+            for ch in piece:
+                if pos < len(cells):
+                    cells[pos] = ch
+                else:
+                    cells.extend(" " * (pos - len(cells)))
+                    cells.append(ch)
+                pos += 1
+    return "".join(cells).rstrip()
 
 
 class Writes:
@@ -121,8 +155,9 @@ class Output:
 
     def handle(self, kind: str, chunks: list[bytes], log_file: LogFile, pipe: Any) -> None:
         if kind == "log":
-            lines = [self.prefix + c.decode("utf-8", "replace").rstrip("\r") for c in chunks]
-            log_file.write("".join(line + "\n" for line in lines))
+            written = [self.prefix + c.decode("utf-8", "replace").rstrip("\r") for c in chunks]
+            log_file.write("".join(line + "\n" for line in written))  # log.txt: the bytes as written
+            lines = [as_shown(line) for line in written]  # the log everyone reads: a progress bar's last state
             self.store.append_lines(self.job_id, lines, pipe)
             self.tail = (self.tail + lines)[-LOG_TAIL_LINES:]
             return

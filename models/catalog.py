@@ -34,7 +34,9 @@ class ModelInfo:
             "parameters_at_classes": self.classes,
             "aliases": sorted(a for a, n in ALIASES.items() if n == self.name),
             "description": self.description,
-            "params": {k: p.describe() for k, p in params_mod.PARAMS.items()},
+            "params": {
+                k: {**p.describe(), "default": params_mod.defaults(self.name)[k]} for k, p in params_mod.PARAMS.items()
+            },
         }
 
 

@@ -128,7 +128,7 @@ class Trainer:
     def __init__(self, spec: dict[str, Any], job_dir: Path):
         self.spec = spec
         self.job_dir = Path(job_dir)
-        self.p = params_mod.resolve(spec.get("params") or {})
+        self.p = params_mod.resolve(spec.get("params") or {}, model_info(spec["model"]).name)
         self._stop_requested = False
 
     def _on_sigterm(self, signum: int, frame: Any) -> None:

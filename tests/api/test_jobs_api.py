@@ -202,6 +202,7 @@ def test_models_catalog(client):
     assert by_name["inception_v3"]["min_input_size"] == 75
     assert by_name["resnet_v1_50"]["aliases"] == ["resnet50"]
     assert by_name["lenet"]["params"]["optimizer"]["choices"][0] == "sgd"
+    assert by_name["lenet"]["params"]["lr"]["default"] == 0.01 and by_name["resnet20"]["params"]["lr"]["default"] == 0.1
     assert set(body["recipes"]) == {"resnet-paper", "cifar10-estimator", "slim"}
 
 

@@ -239,3 +239,33 @@ def test_a_checkpointing_script_resumes_after_its_worker_is_killed(command_clien
     assert first == list(range(1, k + 1)) and k >= resumed_at, steps
     assert second == list(range(resumed_at + 1, 41)), steps
     assert job["result"]["loss"] == pytest.approx(4.0**2 * 0.81**40, rel=1e-4)  # its last logged value
+
+
+BARS = r"""
+import sys, time
+for i in range(1, 6):  # Keras' bar, piped: each update after a carriage return, backspaces, colour
+    sys.stdout.write("\r" + f"{i}/5 [" + "=" * i + "." * (5 - i) + "] - \x1b[1mloss\x1b[0m: 0.5" + "\b" * 3 + "0.4")
+    sys.stdout.flush()
+print()
+for i in (0, 50, 100):  # tqdm's, on stderr
+    sys.stderr.write(f"\r{i:3d}%|{'#' * (i // 10):<10}| {i // 10}/10")
+    sys.stderr.flush()
+sys.stderr.write("\n")
+print("done")
+"""
+
+
+def test_progress_bars_read_as_a_terminal_leaves_them(command_client, spawn, child_env, settings):
+    """Issue 24 #5: a line of carriage returns, backspaces and colour codes reads as its final state in the log
+    everyone reads (/logs, gpudeck logs, the TUI); the job dir's log.txt keeps the bytes as written."""
+    spawn("worker", "--cpu", env=child_env)
+    job_id = command_client.post("/api/v1/jobs", json={"command": [sys.executable, "-c", BARS]}).json["id"]
+    job, _ = wait_job(command_client, job_id, timeout=120)
+    assert job["status"] == "succeeded", job
+    lines = command_client.get(f"/api/v1/jobs/{job_id}/logs").get_data(as_text=True).splitlines()
+    assert "5/5 [=====] - loss: 0.4" in lines and "100%|##########| 10/10" in lines, lines
+    assert lines[-1] == "done" and not any("\r" in line or "\b" in line or "\x1b" in line for line in lines)
+    raw = (
+        (settings.job_dir(job_id) / "log.txt").read_bytes().decode()
+    )  # (read_text reads a carriage return as a newline)
+    assert "\r1/5 [=....]" in raw and "\b\b\b0.4" in raw and "\x1b[1mloss" in raw

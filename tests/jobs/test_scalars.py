@@ -117,3 +117,15 @@ def test_result_json_must_be_an_object(tmp_path: Path):
     assert read_result(tmp_path) is None
     (tmp_path / "result.json").write_text('{"test_accuracy": 0.9}')
     assert read_result(tmp_path) == {"test_accuracy": 0.9}
+
+
+def test_a_line_as_a_terminal_leaves_it():
+    """Issue 24 #5: carriage returns overwrite, backspaces step back, ESC[K erases, colours go."""
+    from jobs.pump import as_shown
+
+    assert as_shown("plain line") == "plain line"
+    assert as_shown("1/3 [>..]\r2/3 [=>.]\r3/3 [==>]") == "3/3 [==>]"
+    assert as_shown("loss: 0.512\b\b\b499") == "loss: 0.499"
+    assert as_shown("\x1b[32mok\x1b[0m done") == "ok done"
+    assert as_shown("a long first state\rshort\x1b[K") == "short"
+    assert as_shown("abc\rxy") == "xyc"  # (a shorter update leaves the rest, as on a terminal)

@@ -131,3 +131,16 @@ def test_usage_input_auth_and_unreachable_exit_codes(gpudeck):
     gpudeck("submit", *LENET, "--gpus", "1")
     some = gpudeck("ls", "--limit", "1")
     assert len(some.stdout.splitlines()) == 2 and "the newest 1 jobs shown; more with --limit" in some.stderr
+
+
+@pytest.mark.slow
+def test_lenets_defaults_learn_on_the_synthetic_set_whatever_the_seed(gpudeck):
+    """Issue 25 #14: a user's first run, `gpudeck submit --model lenet --dataset synthetic --wait` (no params: one
+    epoch, at least 200 steps), learns whatever the seed (lr 0.1 with momentum left some seeds at chance, 0.1)."""
+    for seed in (1, 2, 3):
+        run = gpudeck(
+            *("submit", "--model", "lenet", "--dataset", "synthetic", "--param", f"seed={seed}"),
+            *("--wait", "--min-accuracy", "0.8", "--json"),
+        )
+        assert run.returncode == 0, (seed, run.stdout[-2000:], run.stderr[-2000:])
+        assert json.loads(run.stdout)["result"]["test_accuracy"] >= 0.8
