@@ -265,7 +265,5 @@ def test_progress_bars_read_as_a_terminal_leaves_them(command_client, spawn, chi
     lines = command_client.get(f"/api/v1/jobs/{job_id}/logs").get_data(as_text=True).splitlines()
     assert "5/5 [=====] - loss: 0.4" in lines and "100%|##########| 10/10" in lines, lines
     assert lines[-1] == "done" and not any("\r" in line or "\b" in line or "\x1b" in line for line in lines)
-    raw = (
-        (settings.job_dir(job_id) / "log.txt").read_bytes().decode()
-    )  # (read_text reads a carriage return as a newline)
+    raw = (settings.job_dir(job_id) / "log.txt").read_bytes().decode()  # (read_text reads \r as a newline)
     assert "\r1/5 [=....]" in raw and "\b\b\b0.4" in raw and "\x1b[1mloss" in raw
