@@ -746,9 +746,10 @@ def test_a_table_that_holds_the_newest_jobs_says_so_and_its_filter_reaches_older
             assert "status: running" in text_of(state) and table.row_count == 0
             await pilot.press(*"f" * (len(FACETS) - 1))  # back to all
             await until(pilot, lambda: table.row_count == 20, 10)
-            await pilot.press("s")  # sort by name
-            await until(pilot, lambda: screen.sort_column == "name", 5)
+            await pilot.press("s")  # sort by name: over every job, not only the newest read
+            await until(pilot, lambda: screen.sort_column == "name" and table.row_count == 30, 10)
             names = [str(table.get_row(row.key)[1]) for row in table.ordered_rows]
             assert names.index("bulk91") < names.index("bulk98") < names.index("bulk105"), names
+            assert names[0] == "bulk7" and names[-1] == "needle-old"  # jobs 1 and 3, older than the newest 20
 
     run(drive())

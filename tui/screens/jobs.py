@@ -95,7 +95,10 @@ class JobsTable(DataTable):
 FACETS = (None, "running", "starting", "queued", *ENDED)
 REFRESH_S = 2.0
 MAX_JOBS = 1000
-"""Newest jobs the table holds."""
+"""Newest jobs the table holds, sorted by id."""
+SORTED_MAX_JOBS = 20_000
+"""Sorted by another column, the table reads up to this many, so the order is over every job (pages the API
+answers 304 for, unchanged, cost next to nothing)."""
 
 
 def natural(text: str) -> tuple:
@@ -256,19 +259,20 @@ class JobsScreen(Screen):
             # top one with it, so a cell changed there repaints the whole terminal. It reads again when it shows.
             return
         status, words = FACETS[self.facet], self.filter_text or None
+        most = MAX_JOBS if self.sort_column == "id" else SORTED_MAX_JOBS
 
         def fetch(client) -> tuple[list[dict[str, Any]], int | None, bool]:
-            """The newest MAX_JOBS jobs of the facet and filter (the API filters: older ones are reached by
+            """The newest `most` jobs of the facet and filter (the API filters: older ones are reached by
             narrowing), how many the store holds, and whether there were more than were read."""
             jobs: list[dict[str, Any]] = []
             cursor, total = None, None
-            while len(jobs) < MAX_JOBS:
+            while len(jobs) < most:
                 page = client.jobs(limit=500, cursor=cursor, status=status, q=words)
                 jobs += page["jobs"]
                 cursor, total = page["next_cursor"], page.get("total")
                 if cursor is None:
                     break
-            return jobs[:MAX_JOBS], total, cursor is not None or len(jobs) > MAX_JOBS
+            return jobs[:most], total, cursor is not None or len(jobs) > most
 
         self.app.call_api(fetch, self._read, group="jobs-refresh", exclusive=True)
 
@@ -375,12 +379,14 @@ class JobsScreen(Screen):
         self.sort_reverse = not self.sort_reverse if column == self.sort_column else column in ("id", "progress")
         self.sort_column = column
         self._resort()
+        self.refresh_jobs()  # (sorted by another column than id, every job is read: the order is over them all)
 
     def action_sort(self) -> None:
         keys = [k for k, _ in self.columns]
         self.sort_column = keys[(keys.index(self.sort_column) + 1) % len(keys)]
         self.sort_reverse = self.sort_column in ("id", "progress", "acc", "elapsed", "time")
         self._resort()
+        self.refresh_jobs()  # (sorted by another column than id, every job is read: the order is over them all)
 
     def show_status(self, status: str | None) -> None:
         """Show the jobs of one status (None: all)."""
