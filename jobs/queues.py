@@ -3,6 +3,7 @@ order the scheduler (jobs.schedule) reads them in."""
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import heapq
 import json
@@ -11,6 +12,7 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 from redis import Redis
+from redis.exceptions import RedisError
 
 from jobs import datasets, quota, sources
 from jobs import spec as spec_mod
@@ -89,11 +91,15 @@ def validate(redis: Redis, body: Any, settings: Settings | None = None, default_
 
 
 def submit(
-    redis: Redis, body: Any, settings: Settings | None = None, extra: dict[str, Any] | None = None
+    redis: Redis,
+    body: Any,
+    settings: Settings | None = None,
+    extra: dict[str, Any] | None = None,
+    also: Callable[[Any, int], None] | None = None,
 ) -> dict[str, Any]:
-    """Validate, assign the next id, and write the record (with `extra` fields) and the RQ job in one transaction.
-    A command job's source is pinned: a server folder is snapshotted now, and the record keeps the snapshot's
-    description."""
+    """Validate, assign the next id, and write the record (with `extra` fields) and the RQ job in one transaction
+    (with what `also(pipe, job_id)` adds). A command job's source is pinned: a server folder is snapshotted now,
+    and the record keeps the snapshot's description."""
     s = settings or Settings.from_env({})
     spec = validate(redis, body, s)
     quota.check_fits(redis, (extra or {}).get("owner"), spec)
@@ -111,6 +117,8 @@ def submit(
     with redis.pipeline() as pipe:
         rec = store.create(job_id, spec, name, pipe=pipe, source=source, extra=extra)
         enqueue(pipe, job_id, spec, owner, waiting=bool(spec.get("after")))
+        if also is not None:
+            also(pipe, job_id)
         pipe.execute()
     return rec
 
@@ -245,6 +253,8 @@ def move(redis: Redis, rec: dict[str, Any], place: float) -> None:
 
 IDEMPOTENCY_TTL_S = 24 * 3600
 """How long an Idempotency-Key keeps answering with the job it first created."""
+PENDING_S = 120
+"""How long a key stays taken by a submission that has not answered (one that died frees it then)."""
 
 
 def submit_once(
@@ -257,15 +267,21 @@ def submit_once(
     slot = idempotency_key(hashlib.sha256(json.dumps([owner, key]).encode()).hexdigest())
     deadline = time.monotonic() + 10
     while time.monotonic() < deadline:
-        if redis.set(slot, json.dumps({"body": digest}), nx=True, ex=IDEMPOTENCY_TTL_S):
-            try:
-                rec = submit(redis, body, settings, extra=extra)
+        # Taken while this request submits, for PENDING_S at most: a request that dies meanwhile (its Redis
+        # killed) frees the key by itself. The answer (the job's id) is written in the job's own transaction, so a
+        # job exists exactly when its key answers with it.
+        if redis.set(slot, json.dumps({"body": digest}), nx=True, ex=PENDING_S):
+
+            def answer(pipe: Any, job_id: int) -> None:
+                pipe.set(slot, json.dumps({"body": digest, "job_id": job_id}), ex=IDEMPOTENCY_TTL_S)
+
+            try:  # (deleting the job deletes the key's answer too: the record names it)
+                rec = submit(redis, body, settings, extra={**(extra or {}), "idempotency": slot}, also=answer)
             except Exception:
-                redis.delete(slot)  # a refused submission does not use up the key
+                with contextlib.suppress(RedisError):
+                    redis.delete(slot)  # a refused submission does not use up the key
                 raise
-            redis.set(slot, json.dumps({"body": digest, "job_id": rec["id"]}), keepttl=True)
-            JobStore(redis).update(rec["id"], idempotency=slot)  # deleting the job deletes the key's answer too
-            return {**rec, "idempotency": slot}, False
+            return rec, False
         raw = redis.get(slot)
         if raw is None:
             continue

@@ -203,12 +203,14 @@ class Soak:
         return self.local.s
 
     def call(self, method: str, path: str, limit_s: float = 180.0, **kw) -> requests.Response:
-        """One request, repeated through connection errors and 502–504 until `limit_s`."""
+        """One request, repeated through connection errors and 502–504 until `limit_s` (and, for a submission
+        under an Idempotency-Key, through the 409 of a first try still being processed, as its message says)."""
         deadline = time.monotonic() + limit_s
         while True:
             try:
                 resp = self.session().request(method, f"{self.url}{path}", timeout=10, **kw)
-                if resp.status_code not in (502, 503, 504):
+                pending = resp.status_code == 409 and "still being processed" in resp.text
+                if resp.status_code not in (502, 503, 504) and not pending:
                     return resp
             except requests.RequestException:
                 pass

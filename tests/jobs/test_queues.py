@@ -124,3 +124,29 @@ def test_the_order_reads_a_long_line_a_little_at_a_time_and_misses_nothing(redis
     assert [i for i in taken if i <= 45] == ids[:45]  # each line in its own order
     # alice's line in three more reads (8 + 16 + 16 + 5); bob's 3 were all in the first read: never asked again
     assert asked == ["gpudeck:line:normal:alice"] * 3
+
+
+def test_an_idempotent_submission_that_dies_never_holds_its_key_for_long(redis, monkeypatch):
+    """Found by the chaos soak: Redis killed between a job's creation and its key's answer left the key
+    'being processed' for 24 h (every retry: 409). The answer is now written in the job's own transaction, and a
+    submission that dies before it frees its key within PENDING_S, even when Redis cannot delete it then."""
+    from redis import ConnectionError as RedisConnectionError
+
+    spec = {"model": "lenet", "dataset": "synthetic", "gpus": 0}
+    rec, replayed = queues.submit_once(redis, spec, "k1")
+    slot = rec["idempotency"]
+    assert not replayed and JobStore(redis).get(rec["id"])["idempotency"] == slot
+    assert redis.ttl(slot) > queues.PENDING_S  # answered: kept for a day
+    assert queues.submit_once(redis, spec, "k1") == (JobStore(redis).get(rec["id"]), True)
+
+    def dies(*args, **kwargs):
+        raise RedisConnectionError("Redis went away")
+
+    monkeypatch.setattr(queues, "validate", dies)
+    monkeypatch.setattr(redis, "delete", dies)  # (nor can the request free its key on its way out)
+    with pytest.raises(RedisConnectionError):
+        queues.submit_once(redis, spec, "k2")
+    monkeypatch.undo()
+    pending = [k for k in redis.keys("gpudeck:idempotency:*") if k.decode() != slot]
+    assert len(pending) == 1 and 0 < redis.ttl(pending[0]) <= queues.PENDING_S
+    assert len(JobStore(redis).list(limit=10)) == 1  # nothing was created for it
