@@ -167,7 +167,9 @@ class TensorBoards:
             del live[oldest]
 
     def _start(self, recs: list[dict[str, Any]]) -> dict[str, Any]:
-        runs = {run_name(r): str(self.settings.job_dir(r["id"]) / "tensorboard") for r in recs}
+        # Each job's whole dir: every run folder with event files in it is a run, `<id>-<name>/<its path>` (a zoo
+        # job's tensorboard/train, a script's ./logs/fit/20261124-120000 under src), wherever the script wrote it.
+        runs = {run_name(r): str(self.settings.job_dir(r["id"])) for r in recs}
         if any("," in path for path in runs.values()):
             raise BadRequest(f"GPUDECK_HOME ({self.settings.home}) must not contain a comma for TensorBoard")
         logs = self.settings.home / "tensorboard"

@@ -98,14 +98,30 @@ def test_tensorboard_started_reused_limited_and_stopped_when_idle(gpu_api, spawn
     spawn("worker", "--cpu", env=gpu_env)
     first, second = submit_job(gpu_api, TINY), submit_job(gpu_api, {**TINY, "name": "second run"})
     wait_succeeded(gpu_api, first), wait_succeeded(gpu_api, second)
+    # issue 24 #1: a run folder where a tutorial's script writes one (./logs/fit/<time>, under the job's src)
+    from tensorboard.compat.proto import event_pb2, summary_pb2
+    from tensorboard.summary.writer.event_file_writer import EventFileWriter
+
+    fit = Path(gpu_env["GPUDECK_HOME"]) / "jobs" / str(first) / "src" / "logs" / "fit" / "20261124-120000"
+    writer = EventFileWriter(str(fit))
+    for step in (1, 2):
+        value = summary_pb2.Summary.Value(tag="epoch_loss", simple_value=1.0 / step)
+        writer.add_event(event_pb2.Event(step=step, summary=summary_pb2.Summary(value=[value])))
+    writer.close()
 
     resp = requests.post(f"{gpu_api}/api/v1/tensorboard", json={"jobs": [first]}, timeout=120)
     assert resp.status_code == 201, resp.text
     board = resp.json()
     assert board["url"] == f"http://127.0.0.1:{board['port']}/" and board["runs"] == [f"{first}-lenet"]
     assert board["ssh_tunnel"] == f"ssh -N -L {board['port']}:127.0.0.1:{board['port']} {board['host']}"
-    runs = until(lambda: requests.get(f"{board['url']}data/runs", timeout=10).json())
-    assert all(r.startswith(f"{first}-lenet") for r in runs)
+    runs = until(
+        lambda: (
+            len(requests.get(f"{board['url']}data/runs", timeout=10).json()) >= 3
+            and requests.get(f"{board['url']}data/runs", timeout=10).json()
+        )
+    )
+    assert all(r.startswith(f"{first}-lenet/") for r in runs), runs
+    assert f"{first}-lenet/src/logs/fit/20261124-120000" in runs and f"{first}-lenet/tensorboard/train" in runs, runs
     # the loss curve is served (TensorBoard runs on its TensorFlow stub: no TensorFlow in its process)
     tags = until(lambda: requests.get(f"{board['url']}data/plugin/scalars/tags", timeout=10).json())
     assert any("loss" in t for run_tags in tags.values() for t in run_tags), tags
