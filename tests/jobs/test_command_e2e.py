@@ -6,6 +6,9 @@ from __future__ import annotations
 
 import json
 import os
+import pty
+import re
+import shlex
 import shutil
 import signal
 import subprocess
@@ -57,6 +60,40 @@ def event_scalars(folder: Path, tag: str) -> dict[int, float]:
     acc = EventAccumulator(str(folder), size_guidance={"tensors": 0})
     acc.Reload()
     return {e.step: float(tensor_util.make_ndarray(e.tensor_proto)) for e in acc.Tensors(tag)}
+
+
+TICKING = (
+    "import json, os, time\n"
+    "for s in range(1, 26):\n"
+    "    with open(os.path.join(os.environ['JOB_DIR'], 'metrics.jsonl'), 'a') as f:\n"
+    "        f.write(json.dumps({'step': s, 'loss': 1 / s}) + '\\n')\n"
+    "    print('tick', s, flush=True)\n"
+    "    time.sleep(0.4)\n"
+)
+"""A script of 25 steps in 10 s, with a metric point each."""
+
+
+def on_a_terminal(argv: list[str], env: dict[str, str], limit_s: float = 120) -> str:
+    """What `argv` writes to a terminal (stdout and stderr both on a pseudo-terminal), until it exits."""
+    master, slave = pty.openpty()
+    proc = subprocess.Popen(argv, env=env, stdin=slave, stdout=slave, stderr=slave)
+    os.close(slave)
+    out, deadline = b"", time.monotonic() + limit_s
+    try:
+        while time.monotonic() < deadline:
+            try:
+                chunk = os.read(master, 65536)
+            except OSError:  # EIO: the other side closed, it has exited
+                break
+            if not chunk:
+                break
+            out += chunk
+    finally:
+        os.close(master)
+        if proc.poll() is None:
+            proc.kill()
+        proc.wait(30)
+    return out.decode(errors="replace")
 
 
 def test_the_readme_walkthrough_runs_a_keras_script_from_its_folder(tmp_path, child_env):
@@ -130,6 +167,12 @@ def test_the_readme_walkthrough_runs_a_keras_script_from_its_folder(tmp_path, ch
         show = json.loads(subprocess.check_output(["gpudeck", "show", "4", "--json"], env=env))
         assert show["status"] == "running"  # it goes on
         subprocess.run(["gpudeck", "cancel", "4"], env=env, check=True, capture_output=True)
+
+        # Issue 24 #6: on a terminal, `gpudeck run` keeps the job's status line (step, loss, ETA) under its log.
+        argv = ["gpudeck", "run", "--no-source", "--total-steps", "25", "--", "python", "-c", shlex.quote(TICKING)]
+        shown = on_a_terminal(argv, env)
+        assert "tick 25" in shown, shown[-2000:]
+        assert re.search(r"job 5 running +step \d+/25 +loss \d\.\d{4} +eta \d+s", shown), shown[-2000:]
     finally:
         stack.kill()
 

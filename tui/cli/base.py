@@ -7,7 +7,9 @@ from __future__ import annotations
 import io
 import json
 import os
+import shutil
 import sys
+import threading
 import time
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
@@ -313,6 +315,53 @@ def status_line(job: dict[str, Any]) -> str:
     if job.get("eta_s") is not None and job["status"] == "running":
         parts.append(f"eta {duration(job['eta_s'])}")
     return "  ".join(parts)
+
+
+class LiveStatus:
+    """The status line under a log followed on a terminal (`gpudeck run`): the job's state, step, loss and ETA,
+    read every 2 s by a thread with a client of its own, and drawn again below each new log line."""
+
+    def __init__(self, make_client: Callable[[], Any], job_id: int):
+        self.job_id, self.text = job_id, ""
+        self.lock = threading.Lock()
+        self.stopped = threading.Event()
+        self.thread = threading.Thread(target=self._poll, args=(make_client,), daemon=True)
+        self.thread.start()
+
+    def _poll(self, make_client: Callable[[], Any]) -> None:
+        api = make_client()
+        while not self.stopped.is_set():
+            try:
+                width = shutil.get_terminal_size().columns - 1
+                self.text = status_line(api.job(self.job_id))[:width]
+            except Exception:  # noqa: BLE001 (the API away for a moment: the line stays as it was)
+                pass
+            self._draw()
+            self.stopped.wait(2.0)
+
+    def _draw(self) -> None:
+        with self.lock:
+            if self.text and not self.stopped.is_set():
+                sys.stderr.write("\r\033[K" + self.text)
+                sys.stderr.flush()
+
+    def line(self, text: str) -> None:
+        """A log line, above the status line."""
+        with self.lock:
+            if self.text:
+                sys.stderr.write("\r\033[K")
+                sys.stderr.flush()
+            click.echo(text)
+            sys.stdout.flush()
+            if self.text:
+                sys.stderr.write(self.text)
+                sys.stderr.flush()
+
+    def close(self) -> None:
+        self.stopped.set()
+        with self.lock:
+            sys.stderr.write("\r\033[K")
+            sys.stderr.flush()
 
 
 def wait_for(api, job_id: int, timeout: float | None = None, live: bool = False) -> dict[str, Any]:

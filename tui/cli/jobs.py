@@ -19,6 +19,7 @@ from models.states import ENDED, PRIORITIES
 from tui.cli.base import (
     SPEC_OPTIONS,
     Age,
+    LiveStatus,
     Natural,
     Pair,
     client,
@@ -149,18 +150,28 @@ def run(source, no_source, env, secret_env, min_accuracy, detach, command, **opt
         click.echo(job["id"])
         return EXIT_OK
     click.echo(f"job {job['id']} {job['status']}: following its log (Ctrl-C stops following, not the job)", err=True)
+    # on a terminal, the job's status, step, loss and ETA on a line under the log, as `wait` shows them
+    where = settings()  # (read here: the status thread has no click context)
+    status = LiveStatus(lambda: client(where), job["id"]) if sys.stdout.isatty() and sys.stderr.isatty() else None
     try:
         for line in api.follow_logs(job["id"]):
-            click.echo(line)
-            sys.stdout.flush()
+            if status is not None:
+                status.line(line)
+            else:
+                click.echo(line)
+                sys.stdout.flush()
         job = wait_for(api, job["id"])
     except KeyboardInterrupt:
+        if status is not None:
+            status.close()
         click.echo(
             f"\nstopped following job {job['id']}; it goes on. Follow it again: gpudeck logs {job['id']} -f; "
             f"stop it: gpudeck cancel {job['id']}",
             err=True,
         )
         return EXIT_INTERRUPTED
+    if status is not None:
+        status.close()
     print_jobs([job], err=True)
     return verdict(job, min_accuracy)
 
