@@ -150,6 +150,8 @@ class Output:
         self.diverged: dict[str, Any] | None = None
         self.reader: ScalarReader | None = None
         self.seen_step: int | None = None
+        self.loss_clock = False
+        """Whether a point with a loss came: from then on only such points move the progress."""
         """The last step an earlier attempt recorded: a resumed attempt's points up to it are not stored again (the
         curve goes on with no step twice; what was redone since the checkpoint was recorded once already)."""
 
@@ -200,7 +202,10 @@ class Output:
             return {}
         self.points += 1
         self.store.append_point(self.job_id, self.points, data, pipe)
-        if isinstance(data.get("step"), int):
+        # One clock: once a loss is seen, only the steps of the series it comes from move the progress (Keras
+        # writes epoch_loss by epoch and evaluation_*_vs_iterations by iteration: 5 epochs read 5,625 of 5).
+        self.loss_clock = self.loss_clock or "loss" in data
+        if isinstance(data.get("step"), int) and ("loss" in data or not self.loss_clock):
             self.progress.setdefault("first_step", data["step"])
             self.progress["step"] = max(data["step"], self.progress.get("step") or 0)
         fields: dict[str, Any] = {"progress": self.progress}

@@ -97,13 +97,13 @@ def sweep_id(rec: dict[str, Any]) -> int | None:
 def _progress(p: dict[str, Any], running_at: float | None, now: float, status: Status) -> dict[str, Any]:
     step, total = p.get("step"), p.get("total_steps")
     out: dict[str, Any] = {"step": step, "total_steps": total, "epoch": None, "epochs": p.get("epochs")}
-    out["fraction"] = round(step / total, 4) if step is not None and total else None
+    out["fraction"] = round(min(step / total, 1.0), 4) if step is not None and total else None  # never above 1
     if step is not None and p.get("steps_per_epoch"):
         out["epoch"] = round(step / p["steps_per_epoch"], 3)
     eta = None
     if status == Status.RUNNING and running_at and step is not None and total:
         done = step - p.get("first_step", 0)
-        if done > 0:
+        if done > 0 and step <= total:  # (past its total, the clock is not the one total counts: no ETA)
             eta = round((total - step) * (now - running_at) / done, 1)
     elif status.ended:
         eta = 0.0 if status == Status.SUCCEEDED else None

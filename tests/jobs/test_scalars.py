@@ -129,3 +129,30 @@ def test_a_line_as_a_terminal_leaves_it():
     assert as_shown("\x1b[32mok\x1b[0m done") == "ok done"
     assert as_shown("a long first state\rshort\x1b[K") == "short"
     assert as_shown("abc\rxy") == "xyc"  # (a shorter update leaves the rest, as on a terminal)
+
+
+def test_progress_follows_the_loss_clock_and_never_reads_past_its_total(redis):
+    """Issue 24 #3: Keras 3 writes epoch_loss at step = epoch and evaluation_*_vs_iterations at step = iteration;
+    progress follows the loss's steps (2 of 5 epochs, not 3,750 of 5), a fraction never tops 1, and a clock
+    past its total gives no ETA rather than a negative one."""
+    import time
+
+    from jobs.pump import Output
+    from jobs.store import JobStore
+    from jobs.views import job_view
+
+    store = JobStore(redis)
+    store.create(1, {"command": ["python", "train.py"], "total_steps": 5, "gpus": 0}, "gpus-0")
+    out = Output(store, 1)
+    out.progress = {"step": None, "total_steps": 5, "steps_per_epoch": None}
+    for point in ({"step": 1, "loss": 0.9}, {"step": 1875, "val_loss": 0.8}, {"step": 2, "loss": 0.7}):
+        pipe = redis.pipeline()
+        store.update(1, pipe=pipe, **out.point(point, pipe))
+        pipe.execute()
+    store.update(1, status="running", running_at=time.time() - 10)
+    view = job_view(store.get(1))
+    assert (view["progress"]["step"], view["progress"]["fraction"]) == (2, 0.4)
+    assert view["eta_s"] is not None and view["eta_s"] >= 0
+    store.update(1, progress={**out.progress, "step": 5625})  # a script whose clock is not the total's
+    view = job_view(store.get(1))
+    assert view["progress"]["fraction"] == 1.0 and view["eta_s"] is None
