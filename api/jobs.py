@@ -264,14 +264,24 @@ def _follow(store, job_id: int, offset: int, environ: dict):
 
 @bp.get("/<int:job_id>/metrics")
 def metrics(job_id: int):
-    deps.only_args(request.args, ("format",))
+    deps.only_args(request.args, ("format", "run"))
     store = deps.store()
     rec = store.get(job_id)
     fmt = request.args.get("format", "json")
     if fmt not in ("json", "csv"):
         raise BadRequest(f"query argument format must be json or csv, got {fmt!r}", {"field": "format"})
+    run = request.args.get("run")
+    if run is not None and run not in (rec.get("runs") or []):
+        raise BadRequest(f"job {job_id} has no run {run!r}; its runs: {rec.get('runs') or []}", {"field": "run"})
     if fmt == "csv":
-        return Response(_csv(store.read_points(job_id)), mimetype="text/csv")
+        return Response(
+            _csv([p for p in store.read_points(job_id) if run in (None, p.get("run"))]), mimetype="text/csv"
+        )
+    if run is not None:  # one training of a script that trained several times (its points only)
+        points = [finite(p) for p in store.read_points(job_id) if p.get("run") == run]
+        train = [p for p in points if any(k not in POINT_KEYS and not k.startswith("val_") for k in p)]
+        validation = [p for p in points if any(k.startswith("val_") for k in p)]
+        return {"job_id": job_id, "train": train, "validation": validation}
     series = _series(store, job_id, rec)
     body = b"".join((b'{"job_id":%d,"train":[' % job_id, series.train, b'],"validation":[', series.validation, b"]}"))
     return Response(body, mimetype="application/json")
@@ -333,7 +343,7 @@ def _series(store, job_id: int, rec: dict) -> _Series:
 _series_lock = threading.Lock()
 
 
-POINT_KEYS = ("step", "epoch", "time")
+POINT_KEYS = ("step", "epoch", "time", "run")
 """Fields of a metric point that place it rather than measure something."""
 
 

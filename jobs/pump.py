@@ -20,7 +20,7 @@ from redis.exceptions import RedisError
 
 from jobs.launch import RUN_ID_ENV, LogFile, signal_group
 from jobs.proc import end_descendants, kill_marked
-from jobs.scalars import ScalarReader, read_result
+from jobs.scalars import ScalarReader, newest_run_result, read_result
 from jobs.store import JobStore, passing
 from models import protocol
 from models.states import Reason, Status
@@ -151,6 +151,8 @@ class Output:
         self.reader: ScalarReader | None = None
         self.seen_step: int | None = None
         self.loss_clock = False
+        self.runs: list[str] = []
+        """The run folders points came from, in the order they began (a script that trains twice has two)."""
         """Whether a point with a loss came: from then on only such points move the progress."""
         """The last step an earlier attempt recorded: a resumed attempt's points up to it are not stored again (the
         curve goes on with no step twice; what was redone since the checkpoint was recorded once already)."""
@@ -205,10 +207,19 @@ class Output:
         # One clock: once a loss is seen, only the steps of the series it comes from move the progress (Keras
         # writes epoch_loss by epoch and evaluation_*_vs_iterations by iteration: 5 epochs read 5,625 of 5).
         self.loss_clock = self.loss_clock or "loss" in data
+        fields: dict[str, Any] = {}
+        run = data.get("run")
+        if run is not None and run not in self.runs:  # a new training (its own run folder): its clock from now on
+            self.runs.append(run)
+            fields["runs"] = list(self.runs)
+            if self.progress.get("run") is not None and isinstance(data.get("step"), int):
+                self.progress.update(step=None, first_step=data["step"])
+            self.progress["run"] = run
         if isinstance(data.get("step"), int) and ("loss" in data or not self.loss_clock):
-            self.progress.setdefault("first_step", data["step"])
-            self.progress["step"] = max(data["step"], self.progress.get("step") or 0)
-        fields: dict[str, Any] = {"progress": self.progress}
+            if run is None or run == self.progress.get("run"):
+                self.progress.setdefault("first_step", data["step"])
+                self.progress["step"] = max(data["step"], self.progress.get("step") or 0)
+        fields["progress"] = self.progress
         if "loss" in data:
             fields["metrics"] = data
         return fields
@@ -229,7 +240,7 @@ class Output:
 
     def command_result(self, job_dir: Any) -> None:
         """A command job's result: its result.json, else the last value of each scalar it logged."""
-        self.result = read_result(job_dir) or dict(self.reader.last if self.reader else {})
+        self.result = read_result(job_dir) or newest_run_result(self.reader)
         self.store.update(self.job_id, result=self.result)
 
 

@@ -48,6 +48,16 @@ def _loader_module() -> Any:
     return importlib.import_module("tensorboard.backend.event_processing.event_file_loader")
 
 
+def run_of(rel: str) -> str:
+    """The run an event file belongs to, by its folder in the job dir: a `train`/`validation` pair is one run
+    (Keras' callback writes `logs/fit/<time>/train` and `…/validation`: run `logs/fit/<time>`); `.` for the job
+    dir itself."""
+    folder = Path(rel).parent
+    if folder.name == "train" or folder.name in VALIDATION_RUNS:
+        folder = folder.parent
+    return str(folder)
+
+
 def field_name(tag: str, validation: bool) -> str:
     """The point field a scalar tag becomes (`epoch_loss` in a validation run -> `val_loss`)."""
     base = tag
@@ -96,6 +106,8 @@ class ScalarReader:
         self.skip = dict(self.state)  # records read by an earlier attempt: read again, not sent again
         self.counts: dict[str, int] = {}
         self.last: dict[str, float] = {}
+        self.last_by_run: dict[str, dict[str, float]] = {}
+        """Each run's last value of each scalar, the runs in the order their first point was read."""
         self.max_step: int | None = None
 
     def _event_files(self) -> list[Path]:
@@ -113,7 +125,9 @@ class ScalarReader:
             points.extend(self._read_events(path))
         points.extend(self._read_jsonl())
         for p in points:
-            self.last.update({k: v for k, v in p.items() if k not in ("step", "epoch", "time")})
+            values = {k: v for k, v in p.items() if k not in ("step", "epoch", "time", "run")}
+            self.last.update(values)
+            self.last_by_run.setdefault(p.get("run", ""), {}).update(values)
             if isinstance(p.get("step"), int):
                 self.max_step = p["step"] if self.max_step is None else max(self.max_step, p["step"])
         return points
@@ -155,7 +169,7 @@ class ScalarReader:
                     number = _scalar(value)
                     if number is None or not math.isfinite(number):
                         continue
-                    point = grouped.setdefault(int(event.step), {"step": int(event.step)})
+                    point = grouped.setdefault(int(event.step), {"step": int(event.step), "run": run_of(rel)})
                     point[field_name(value.tag, validation)] = number
         except Exception as exc:  # noqa: BLE001 - a damaged record: keep what was read, try again later
             log.warning("event file %s: %s", path, exc)
@@ -185,6 +199,15 @@ class ScalarReader:
                 numbers = {k: v for k, v in point.items() if isinstance(v, (int, float)) and not isinstance(v, bool)}
                 points.append(numbers)
         return points
+
+
+def newest_run_result(reader: ScalarReader | None) -> dict[str, float]:
+    """A command job's result when it wrote no result.json: the last value of each scalar of its newest run (a
+    script that trained twice: the second training's, not a mix of both)."""
+    if reader is None or not reader.last_by_run:
+        return {}
+    runs = [r for r in reader.last_by_run if r]  # event-file runs, in the order they began
+    return dict(reader.last_by_run[runs[-1]] if runs else reader.last)
 
 
 def read_result(job_dir: Path) -> dict[str, Any] | None:

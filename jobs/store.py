@@ -44,6 +44,7 @@ JSON_FIELDS = (
     "environment",
     "slots",
     "preempted_by",
+    "runs",
 )
 FLOAT_FIELDS = (
     "created_at",

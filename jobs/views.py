@@ -58,6 +58,7 @@ def job_view(
         "metrics": rec.get("metrics"),
         "result": rec.get("result"),
         "warning": _warning(rec),
+        "runs": rec.get("runs") or [],
         "log_tail": rec.get("log_tail") if status == Status.FAILED else None,
         "tasks": tasks,
         "source": rec.get("source"),

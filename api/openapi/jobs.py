@@ -44,6 +44,7 @@ def schemas() -> dict[str, Any]:
                 for k in ("step", "epoch", "loss", "accuracy", "lr", "images_per_sec", "val_loss", "val_accuracy")
             },
             NONFINITE: _ref("Nonfinite"),
+            "run": {**STR, "description": "the run folder of a script's event files it came from (`logs/fit/…`)"},
         }
     )
     return {
@@ -132,6 +133,11 @@ def schemas() -> dict[str, Any]:
                 "progress": _ref("Progress"),
                 "metrics": _nullable(_obj({NONFINITE: _ref("Nonfinite")})),
                 "result": _nullable(_ref("Result")),
+                "runs": {
+                    "type": "array",
+                    "items": STR,
+                    "description": "a command job's run folders with event files, in the order they began",
+                },
                 "warning": {
                     **_nullable(STR),
                     "description": "a job that ended normally but diverged: its loss grew by orders of magnitude "
@@ -434,7 +440,11 @@ def paths() -> dict[str, Any]:
                     },
                     **_errors(400, 404),
                 },
-                parameters=[*job, _q("format", {**STR, "enum": ["json", "csv"]}, "json (default) or csv")],
+                parameters=[
+                    *job,
+                    _q("format", {**STR, "enum": ["json", "csv"]}, "json (default) or csv"),
+                    _q("run", STR, "only the points of this run (one of the job's `runs`)"),
+                ],
             )
         },
     }

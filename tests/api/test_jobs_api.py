@@ -345,3 +345,37 @@ def test_answers_are_strict_json_a_nonfinite_value_is_null_and_flagged(client, r
     points = strict(client.get(f"/api/v1/jobs/{job_id}/metrics"))["train"]
     assert points == [{"step": 1, "loss": 2.3}, {"step": 2, "loss": None, "nonfinite": {"loss": "-inf"}}]
     assert "-inf" in client.get(f"/api/v1/jobs/{job_id}/metrics?format=csv").get_data(as_text=True)  # stored as is
+
+
+def test_a_script_that_trains_twice_keeps_its_runs_apart(client, redis, tmp_path):
+    """Issue 24 #2: a script that trains twice, each training into its own run folder (steps start at 0 again):
+    every point says its run, the job lists its runs, `?run=` gives one training's curve, progress follows the
+    newest, and the result is the newest run's last values (not a mix of both)."""
+    from jobs.pump import Output
+    from jobs.scalars import ScalarReader
+    from jobs.store import JobStore
+    from tests.jobs.test_scalars import scalar_event, write
+
+    store = JobStore(redis)
+    store.create(1, {"command": ["python", "train.py"], "gpus": 0}, "gpus-0")
+    job_dir = tmp_path / "job"
+    out = Output(store, 1)
+    out.reader = ScalarReader(job_dir)
+    store.update(1, **out.command_running(None))
+    first, second = "logs/fit/20261124-100000", "logs/fit/20261124-110000"
+    for run, losses in ((first, (2.0, 1.0, 0.5)), (second, (3.0, 2.5))):
+        events = [scalar_event(step, epoch_loss=loss, epoch_accuracy=0.5) for step, loss in enumerate(losses)]
+        write(job_dir / run / "train", *events).close()
+        pipe = redis.pipeline()
+        out.scan(pipe)
+        pipe.execute()
+    out.command_result(job_dir)
+    job = client.get("/api/v1/jobs/1").json
+    assert job["runs"] == [first, second] and job["progress"]["step"] == 1, job
+    assert job["result"] == {"loss": 2.5, "accuracy": 0.5}, job["result"]
+    one = client.get(f"/api/v1/jobs/1/metrics?run={first}").json
+    assert [(p["step"], p["loss"]) for p in one["train"]] == [(0, 2.0), (1, 1.0), (2, 0.5)]
+    assert all(p["run"] == second for p in client.get(f"/api/v1/jobs/1/metrics?run={second}").json["train"])
+    assert len(client.get("/api/v1/jobs/1/metrics").json["train"]) == 5  # every point, each with its run
+    bad = client.get("/api/v1/jobs/1/metrics?run=logs/nope")
+    assert bad.status_code == 400 and first in bad.json["message"]

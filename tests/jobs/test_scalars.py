@@ -66,13 +66,14 @@ def test_event_files_become_points_as_they_grow_without_tensorflow(tmp_path: Pat
         tensor_event(0, "histogram", [[0, 1, 2]], plugin="histograms"),
     )
     reader = ScalarReader(tmp_path)
-    assert reader.poll() == [{"step": 0, "loss": 2.0, "accuracy": 0.125}, {"step": 0, "val_loss": 2.5}]
+    run = {"run": "tensorboard"}  # (its train and validation folders: one run)
+    assert reader.poll() == [{"step": 0, **run, "loss": 2.0, "accuracy": 0.125}, {"step": 0, **run, "val_loss": 2.5}]
     assert reader.poll() == []  # nothing new, nothing sent again
     train.add_event(tensor_event(1, "epoch_loss", 1.0))
     train.add_event(tensor_event(1, "learning_rate", 0.0625))
     train.add_event(tensor_event(1, "epoch_images", [1.0, 2.0]))  # not a scalar: left out
     train.flush()
-    assert reader.poll() == [{"step": 1, "loss": 1.0, "lr": 0.0625}]
+    assert reader.poll() == [{"step": 1, **run, "loss": 1.0, "lr": 0.0625}]
     assert reader.last == {"loss": 1.0, "accuracy": 0.125, "val_loss": 2.5, "lr": 0.0625}
     # The worker process never imports TensorFlow to read them.
     code = (
@@ -95,7 +96,7 @@ def test_a_later_attempt_sends_only_what_is_new_and_shipped_files_are_not_read(t
     write(tmp_path / "src" / "old_logs", scalar_event(9, loss=9.0))
     shipped = {str(p.relative_to(tmp_path)) for p in (tmp_path / "src").rglob("*tfevents*")}
     again = ScalarReader(tmp_path, ignore=shipped)  # the retry of a killed attempt, same job dir
-    assert again.poll() == [{"step": 3, "loss": 0.25}]
+    assert again.poll() == [{"step": 3, "run": "tb", "loss": 0.25}]
     w.close()
 
 

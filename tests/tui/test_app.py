@@ -753,3 +753,44 @@ def test_a_table_that_holds_the_newest_jobs_says_so_and_its_filter_reaches_older
             assert names[0] == "bulk7" and names[-1] == "needle-old"  # jobs 1 and 3, older than the newest 20
 
     run(drive())
+
+
+def test_a_script_that_trained_twice_is_charted_one_run_at_a_time(spawn, child_env, redis):
+    """Issue 24 #2: the job screen charts the newest run of a script that trained twice, `R` the other; `gpudeck
+    show` names its runs."""
+    from jobs.store import JobStore
+    from tui.cli import main
+
+    store = JobStore(redis)
+    store.create(1, {"command": ["python", "train.py"], "gpus": 0}, "gpus-0")
+    first, second = "logs/fit/A", "logs/fit/B"
+    points = [{"step": s, "run": first, "loss": loss} for s, loss in enumerate((2.0, 1.0, 0.5))]
+    points += [{"step": s, "run": second, "loss": loss} for s, loss in enumerate((3.0, 2.5))]
+    with redis.pipeline() as pipe:
+        for n, point in enumerate(points, 1):
+            store.append_point(1, n, point, pipe)
+        pipe.execute()
+    progress = {"step": 1, "total_steps": None, "run": second}
+    store.update(1, status="succeeded", ended_at=1.0, runs=[first, second], progress=progress, metrics=points[-1])
+    url = start_api(spawn, child_env)
+
+    async def drive():
+        app = GpudeckApp(url, job=1)
+        async with app.run_test(size=(120, 40)) as pilot:
+            screen = await on_screen(pilot, app, JobScreen, lambda s: s.job is not None and s.points)
+            await pilot.press("2")
+            curves = screen.query_one("#curves", Static)
+            await until(pilot, lambda: "run logs/fit/B (2 of 2; R: next)" in text_of(curves), 10)
+            assert "3.0000 → 2.5000" in text_of(curves) and "2 points" in text_of(curves), text_of(curves)
+            await pilot.press("R")
+            await until(pilot, lambda: "run logs/fit/A (1 of 2" in text_of(curves), 10)
+            assert "2.0000 → 0.5000" in text_of(curves) and "3 points" in text_of(curves), text_of(curves)
+
+    run(drive())
+    import contextlib
+    import io
+
+    shown = io.StringIO()
+    with contextlib.redirect_stdout(shown):
+        assert main(["show", "1", "--api", url]) == 0
+    assert "runs  2, the newest last: logs/fit/A, logs/fit/B" in shown.getvalue(), shown.getvalue()

@@ -231,6 +231,11 @@ def _starts(job: dict[str, Any]) -> str | None:
     return f"{at} (in {duration(left)})" if left > 0 else "now"
 
 
+def _runs(runs: list[str]) -> str | None:
+    """A script's trainings, where it trained more than once (each its run folder), the newest last."""
+    return f"{len(runs)}, the newest last: {', '.join(runs)}" if len(runs) > 1 else None
+
+
 def _pairs(point: dict[str, Any] | None) -> str | None:
     """The newest metric point as `step 120  epoch 3.2  loss 0.5310  accuracy 0.8750 …` (nan where not finite)."""
     if not point:
@@ -290,7 +295,8 @@ def show(job_id, as_json) -> int:
         ("progress", f"step {progress_of(p)}" if p.get("total_steps") else None),
         ("elapsed", duration(job["elapsed_s"]) if job.get("elapsed_s") is not None else None),
         ("eta", duration(job["eta_s"]) if job.get("eta_s") is not None and job["status"] == "running" else None),
-        ("metrics", _pairs(job.get("metrics"))),
+        ("metrics", _pairs({k: v for k, v in (job.get("metrics") or {}).items() if k != "run"}) or None),
+        ("runs", _runs(job.get("runs") or [])),
         ("tags", ", ".join(spec.get("tags") or []) or None),
         ("disk", human(job["disk_bytes"]) if job.get("disk_bytes") is not None else None),
         ("resumes", f"job {job['resumes']}'s last checkpoint" if job.get("resumes") else None),

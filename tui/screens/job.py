@@ -175,7 +175,7 @@ KEYS = [
             ("b", "show or fold TensorFlow's start-up lines"),
         ],
     ),
-    ("Curves", [("l", "loss on a log10 or linear scale")]),
+    ("Curves", [("l", "loss on a log10 or linear scale"), ("R", "the next run of a script that trained twice")]),
     ("Act", [("c", "cancel (queued or running)"), ("r", "retry as a new job (ended)"), ("t", "TensorBoard")]),
     ("Back", [("esc  backspace  q", "the jobs table")]),
 ]
@@ -197,6 +197,7 @@ class JobScreen(Screen):
         Binding("g,home", "log_start", "Start", show=False),
         Binding("b", "toggle_fold", "Banner", show=False),
         Binding("l", "toggle_log_scale", "Log scale", show=False),
+        Binding("R", "next_run", "Next run", show=False),
         Binding("1", "tab('tab-log')", "Log", show=False),
         Binding("2", "tab('tab-curves')", "Curves", show=False),
         Binding("3", "tab('tab-config')", "Config", show=False),
@@ -217,6 +218,8 @@ class JobScreen(Screen):
         self.folder = Folder()
         self.query_text = ""
         self.points: list[dict[str, Any]] = []
+        self.run: str | None = None
+        """The run whose curves are drawn (a script that trained several times); None: the newest."""
         self.points_mark: Any = None  # (newest point, result, status) when the points were last read
         self.points_read_at = 0.0
         self._busy, self.polled_at = False, 0.0
@@ -405,7 +408,7 @@ class JobScreen(Screen):
             for key, label, color in lines:
                 xy = [
                     (p["step"], math.log10(p[key]) if log_scale else p[key])
-                    for p in self.points
+                    for p in self.run_points()
                     if isinstance(p.get(key), (int, float)) and (p[key] > 0 or not log_scale)
                 ]
                 if xy:
@@ -422,6 +425,24 @@ class JobScreen(Screen):
             plt.xlabel("step")
             widget.refresh()
 
+    def shown_run(self) -> str | None:
+        runs = (self.job or {}).get("runs") or []
+        return self.run if self.run in runs else (runs[-1] if runs else None)
+
+    def run_points(self) -> list[dict[str, Any]]:
+        """The points of the run shown (every point when the job has one run or none)."""
+        runs = (self.job or {}).get("runs") or []
+        if len(runs) < 2:
+            return self.points
+        run = self.shown_run()
+        return [p for p in self.points if p.get("run") == run]
+
+    def action_next_run(self) -> None:
+        runs = (self.job or {}).get("runs") or []
+        if len(runs) > 1:
+            self.run = runs[(runs.index(self.shown_run()) + 1) % len(runs)]
+            self._draw()
+
     def action_toggle_log_scale(self) -> None:
         self.log_scale = not self.log_scale
         self._draw()
@@ -436,8 +457,8 @@ class JobScreen(Screen):
             ("accuracy", "train acc"),
             ("val_accuracy", "val acc"),
         ):
-            values = [p[key] for p in self.points if isinstance(p.get(key), (int, float))]
-            bad = [p["step"] for p in self.points if key in (p.get("nonfinite") or {})]
+            values = [p[key] for p in self.run_points() if isinstance(p.get(key), (int, float))]
+            bad = [p["step"] for p in self.run_points() if key in (p.get("nonfinite") or {})]
             if not values and not bad:
                 continue
             out.append(f"{label:>9} ━ ", style=f"bold {RICH_COLOR.get(colors[key], colors[key])}")  # (the legend)
@@ -447,6 +468,9 @@ class JobScreen(Screen):
             if bad:
                 out.append(f"  not finite from step {bad[0]}", style="red")
             out.append("\n")
+        runs = (self.job or {}).get("runs") or []
+        if len(runs) > 1:  # a script that trained several times: one training at a time
+            out.append(f"run {self.shown_run()} ({runs.index(self.shown_run()) + 1} of {len(runs)}; R: next)  ", "bold")
         out.append("l: loss on a log or linear scale", style="dim")
         return out if self.points else Text("no metric points yet")
 
