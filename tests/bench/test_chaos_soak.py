@@ -283,6 +283,8 @@ class Soak:
             runs: dict[tuple[int, str], set[str]] = collections.defaultdict(set)
             for pid in marked():  # the machine's, not only this `up`'s: a killed one's may linger
                 env = environ(pid)
+                if "GPUDECK_RUN_ID" not in env or "GPUDECK_JOB_ID" not in env:
+                    continue  # (gone since the scan, its pid already another's)
                 # gpudeck-J-A.TOKEN (an attempt) or gpudeck-J-gG-tK.TOKEN (task K of placement G): one run of a
                 # task has one mark and token; two of them alive at once ran it twice
                 task = re.search(r"-t(\d+)\.", env["GPUDECK_RUN_ID"])
