@@ -97,3 +97,58 @@ def test_the_sandbox_gets_the_environment_through_a_descriptor_and_bwrap_runs_wi
         os.close(held)
     off = launch.WorkerContext(Settings(home=ctx.settings.home, sandbox="off"), "w1")
     assert launch.sandboxed(off, how, attempt.job_dir, [], lifeline=-1) is how
+
+
+def test_a_sandboxed_job_whose_work_horse_died_leaves_nothing_in_its_sandbox(ctx, attempt):
+    """Found by the chaos soak: a work-horse killed with SIGKILL (it is the one that ends what a job leaves) left
+    an escaping job's strays (setsid, an empty environment) alive in their sandbox, and bubblewrap waiting on them,
+    for good. The shim, when the lifeline closes, now ends everything in the sandbox's PID namespace."""
+    import subprocess
+    import time
+
+    from tests.support.live import cmdline
+
+    if sandbox.unavailable():
+        pytest.skip(sandbox.unavailable())
+    marker = f"gpudeck-stray-{os.getpid()}"
+    script = f"setsid env -i SOAK_STRAY={marker} sleep 300 >/dev/null 2>&1 </dev/null & echo started; sleep 300"
+    how = launch.command(ctx, attempt, {"command": script}, None, {})
+    lifeline, held = os.pipe()
+    boxed = launch.sandboxed(ctx, how, attempt.job_dir, [], lifeline=lifeline)
+    proc = subprocess.Popen(
+        boxed.argv, env=boxed.env, pass_fds=boxed.fds(), stdout=subprocess.PIPE, start_new_session=True
+    )
+    boxed.close_files()
+
+    def strays() -> list[int]:
+        found = []
+        for entry in os.listdir("/proc"):
+            if entry.isdigit():
+                try:
+                    env = open(f"/proc/{entry}/environ", "rb").read()
+                except OSError:
+                    continue
+                if marker.encode() in env and cmdline(int(entry)):
+                    found.append(int(entry))
+        return found
+
+    try:
+        assert proc.stdout.readline().strip() == b"started"
+        deadline = time.monotonic() + 10
+        while not strays():
+            assert time.monotonic() < deadline, "the stray did not start"
+            time.sleep(0.05)
+        os.close(held)  # the work-horse is gone
+        held = -1
+        proc.wait(60)  # the shim stops the job (SIGTERM to its group), then ends the rest of the sandbox
+        deadline = time.monotonic() + 15
+        while strays():
+            assert time.monotonic() < deadline, "a stray outlived its job's work-horse"
+            time.sleep(0.1)
+    finally:
+        if held != -1:
+            os.close(held)
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+        proc.stdout.close()
