@@ -106,7 +106,7 @@ def test_a_sandboxed_job_whose_work_horse_died_leaves_nothing_in_its_sandbox(ctx
     import subprocess
     import time
 
-    from tests.support.live import cmdline
+    from tests.support.live import environ
 
     if sandbox.unavailable():
         pytest.skip(sandbox.unavailable())
@@ -121,16 +121,7 @@ def test_a_sandboxed_job_whose_work_horse_died_leaves_nothing_in_its_sandbox(ctx
     boxed.close_files()
 
     def strays() -> list[int]:
-        found = []
-        for entry in os.listdir("/proc"):
-            if entry.isdigit():
-                try:
-                    env = open(f"/proc/{entry}/environ", "rb").read()
-                except OSError:
-                    continue
-                if marker.encode() in env and cmdline(int(entry)):
-                    found.append(int(entry))
-        return found
+        return [int(e) for e in os.listdir("/proc") if e.isdigit() and environ(int(e)).get("SOAK_STRAY") == marker]
 
     try:
         assert proc.stdout.readline().strip() == b"started"
