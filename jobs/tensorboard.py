@@ -66,7 +66,7 @@ def _alive(pid: int) -> bool:
         state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
     except OSError:
         return False
-    return b"tensorboard" in cmd and state != "Z"  # a recycled pid is not ours
+    return b"jobs.tbnotf" in cmd and state != "Z"  # a recycled pid is not ours (its command line says what it runs)
 
 
 def _connections(port: int) -> int:

@@ -354,7 +354,7 @@ def test_a_script_that_trains_twice_keeps_its_runs_apart(client, redis, tmp_path
     from jobs.pump import Output
     from jobs.scalars import ScalarReader
     from jobs.store import JobStore
-    from tests.jobs.test_scalars import scalar_event, write
+    from tests.support.events import scalar_event, write
 
     store = JobStore(redis)
     store.create(1, {"command": ["python", "train.py"], "gpus": 0}, "gpus-0")

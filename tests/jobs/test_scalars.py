@@ -9,43 +9,12 @@ import subprocess
 import sys
 from pathlib import Path
 
-import numpy as np
-
 from jobs import scalars
 from jobs.scalars import ScalarReader, field_name, read_result
 
 scalars._loader_module()  # tensorboard on its TensorFlow-free path in this process too, as in a work-horse
 
-from tensorboard.compat.proto import event_pb2, summary_pb2  # noqa: E402
-from tensorboard.summary.writer.event_file_writer import EventFileWriter  # noqa: E402
-from tensorboard.util import tensor_util  # noqa: E402
-
-
-def scalar_event(step: int, **values: float) -> event_pb2.Event:
-    """One event with scalars the old way (simple_value)."""
-    return event_pb2.Event(
-        step=step,
-        summary=summary_pb2.Summary(
-            value=[summary_pb2.Summary.Value(tag=k, simple_value=v) for k, v in values.items()]
-        ),
-    )
-
-
-def tensor_event(step: int, tag: str, value, plugin: str = "scalars") -> event_pb2.Event:
-    """One value the tf.summary v2 way: a tensor, with the plugin named in its metadata."""
-    meta = summary_pb2.SummaryMetadata(plugin_data=summary_pb2.SummaryMetadata.PluginData(plugin_name=plugin))
-    v = summary_pb2.Summary.Value(
-        tag=tag, tensor=tensor_util.make_tensor_proto(np.asarray(value, np.float32)), metadata=meta
-    )
-    return event_pb2.Event(step=step, summary=summary_pb2.Summary(value=[v]))
-
-
-def write(folder: Path, *events: event_pb2.Event) -> EventFileWriter:
-    w = EventFileWriter(str(folder))
-    for e in events:
-        w.add_event(e)
-    w.flush()
-    return w
+from tests.support.events import scalar_event, tensor_event, write  # noqa: E402
 
 
 def test_tags_map_to_the_point_fields_of_zoo_jobs():

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import re
 import time
 from datetime import datetime
 from typing import Any
@@ -126,8 +127,8 @@ def keep_tail(name: str, width: int) -> str:
     if len(name) <= width:
         return name
     words = name.split()
-    pairs = [w for w in words if "=" in w.strip("=")]
-    if not pairs:
+    pairs = [w for w in words if re.fullmatch(r"[\w.\-]+=[^\s\"'{}\[\]=]+", w)]
+    if not pairs or any("=" in w for w in words if w not in pairs):  # (a value with spaces or JSON: cut it)
         return one_line(name, width)
     base = " ".join(w for w in words if w not in pairs)
     values = " ".join(w.split("=", 1)[1] for w in pairs)
