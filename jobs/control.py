@@ -85,10 +85,11 @@ def _cancel_unrecorded(redis: Redis, job_id: int, refusal: RedisError) -> dict[s
     job filling the disk must be stoppable): its work-horses hear it over Pub/Sub, which Redis still serves, stop
     it as usual, and record its end once Redis can write again. The record comes back with `stop_unrecorded`.
     A queued job (which uses no disk) waits: the refusal stands."""
-    rec = JobStore(redis).get(job_id)
+    store = JobStore(redis)
+    rec = store.get(job_id)
     if rec["status"] not in (Status.STARTING.value, Status.RUNNING.value):
         raise refusal
-    if not JobStore(redis).announce_stop(job_id, Reason.CANCELED.value):
+    if not store.announce_stop(job_id, Reason.CANCELED.value):
         raise refusal  # no work-horse listens (between two attempts): nothing was stopped
     log.warning("job %s: canceled while Redis cannot write (%s); its work-horse stops it", job_id, refusal)
     return dict(rec, stop_unrecorded=Reason.CANCELED.value)

@@ -7,6 +7,7 @@ import os
 import signal
 import sys
 import time
+from pathlib import Path
 
 PR_SET_PDEATHSIG = 1
 
@@ -99,3 +100,31 @@ def end_descendants(keep: frozenset[int] = frozenset(), rounds: int = 50) -> int
             except ChildProcessError:
                 pass
     return killed
+
+
+def running(pid: int, marker: bytes | None = None) -> bool:
+    """Whether a process (not necessarily our child) runs: not a zombie, and, given `marker`, with it in its
+    command line (a recycled pid is not the one we started)."""
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+        cmd = Path(f"/proc/{pid}/cmdline").read_bytes() if marker is not None else b""
+    except OSError:
+        return False
+    return state not in ("Z", "X") and (marker is None or marker in cmd)
+
+
+def stop_pid(pid: int, grace: float, alive=running) -> None:
+    """SIGTERM, then SIGKILL after `grace` seconds if `alive(pid)` still holds, to a process that is not our
+    child (nothing to wait on: it is watched through /proc)."""
+    try:
+        os.kill(pid, signal.SIGTERM)
+    except ProcessLookupError:
+        return
+    deadline = time.monotonic() + grace
+    while time.monotonic() < deadline and alive(pid):
+        time.sleep(0.05)
+    if alive(pid):
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass

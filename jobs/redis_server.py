@@ -13,6 +13,7 @@ import time
 from pathlib import Path
 
 from jobs.errors import ConfigError
+from jobs.proc import running, stop_pid
 
 log = logging.getLogger(__name__)
 
@@ -121,7 +122,7 @@ class EmbeddedRedis:
     def alive(self) -> bool:
         """True while the redis-server runs (None of it started, or it exited: False)."""
         if self.adopted is not None:
-            return _pid_alive(self.adopted)
+            return running(self.adopted)
         return self.proc is not None and self.proc.poll() is None
 
     def restart(self, timeout: float = 30.0) -> str:
@@ -170,7 +171,7 @@ class EmbeddedRedis:
         proc, self.proc = self.proc, None
         try:
             if self.adopted is not None:
-                _stop_pid(self.adopted, timeout)
+                stop_pid(self.adopted, timeout)
                 self.adopted = None
             self._stop(proc, timeout)
         finally:
@@ -195,27 +196,3 @@ class EmbeddedRedis:
 
     def __exit__(self, *exc: object) -> None:
         self.stop()
-
-
-def _pid_alive(pid: int) -> bool:
-    """Whether a process that is not our child runs (a zombie of another parent counts as gone)."""
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return False
-    return stat.rsplit(")", 1)[1].split()[0] not in ("Z", "X")
-
-
-def _stop_pid(pid: int, timeout: float) -> None:
-    """SIGTERM (Redis flushes the AOF and exits), then SIGKILL after `timeout`, to a process not our child."""
-    try:
-        os.kill(pid, signal.SIGTERM)
-    except ProcessLookupError:
-        return
-    deadline = time.monotonic() + timeout
-    while _pid_alive(pid):
-        if time.monotonic() > deadline:
-            log.warning("redis-server %s did not stop in %.0fs; killing it", pid, timeout)
-            os.kill(pid, signal.SIGKILL)
-            return
-        time.sleep(0.05)

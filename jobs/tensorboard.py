@@ -6,9 +6,7 @@ from __future__ import annotations
 
 import json
 import logging
-import os
 import re
-import signal
 import socket
 import subprocess
 import sys
@@ -23,7 +21,7 @@ from redis import Redis
 from jobs.errors import BadRequest, Unavailable, ValidationError
 from jobs.keys import tensorboard_key, tensorboard_lock_key
 from jobs.periodic import Periodic
-from jobs.proc import pdeathsig
+from jobs.proc import pdeathsig, running, stop_pid
 from jobs.redis_server import free_port
 from jobs.settings import Settings
 from jobs.spec import whole
@@ -61,12 +59,7 @@ def run_name(rec: dict[str, Any]) -> str:
 
 
 def _alive(pid: int) -> bool:
-    try:
-        cmd = Path(f"/proc/{pid}/cmdline").read_bytes()
-        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
-    except OSError:
-        return False
-    return b"jobs.tbnotf" in cmd and state != "Z"  # a recycled pid is not ours (its command line says what it runs)
+    return running(pid, b"jobs.tbnotf")  # (its command line says what it runs: a recycled pid is not ours)
 
 
 def _connections(port: int) -> int:
@@ -93,18 +86,7 @@ def _listening(port: int) -> bool:
 
 
 def _stop_pid(pid: int, grace: float = 5.0) -> None:
-    try:
-        os.kill(pid, signal.SIGTERM)
-    except ProcessLookupError:
-        return
-    deadline = time.monotonic() + grace
-    while time.monotonic() < deadline and _alive(pid):
-        time.sleep(0.1)
-    if _alive(pid):
-        try:
-            os.kill(pid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
+    stop_pid(pid, grace, _alive)
 
 
 class TensorBoards:
