@@ -231,32 +231,42 @@ FOLLOW_BLOCK_MS = 1000
 def logs(job_id: int):
     """Lines after line `offset`; with follow=1 a stream that ends when the job has ended (or its client has
     gone: a long poll, api.longpoll). X-Next-Offset is the offset to resume from: after this answer's lines
-    (plain), or before the first streamed line (follow: add the lines received)."""
-    deps.only_args(request.args, ("offset", "follow"))
+    (plain), or before the first streamed line (follow: add the lines received). With live=1 the line the job
+    is drawing (a progress bar before its newline) comes after the last line, after a `\r` and with no newline:
+    once (plain, when the answer reaches the end), or each time it changes, at most once a second (follow)."""
+    deps.only_args(request.args, ("offset", "follow", "live"))
     store = deps.store()
     store.get(job_id)  # 404 for an unknown job
     offset = deps.int_arg("offset", 0, 0, MAX_OFFSET)
+    live = deps.bool_arg("live")
     if not deps.bool_arg("follow"):
         lines, next_offset = store.read_lines(job_id, offset)
         body = "".join(line + "\n" for line in lines)
+        if live and (drawn := store.live_line(job_id)) is not None and not store.read_lines(job_id, next_offset, 1)[0]:
+            body += "\r" + drawn
         return Response(body, mimetype="text/plain", headers={"X-Next-Offset": str(next_offset)})
     slots, client, environ = _long_poll_slots()
     headers = {"X-Next-Offset": str(offset), "Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
-    response = Response(_follow(store, job_id, offset, environ), mimetype="text/plain", headers=headers)
+    response = Response(_follow(store, job_id, offset, environ, live), mimetype="text/plain", headers=headers)
     return longpoll.held_while_sent(response, slots, client)
 
 
-def _follow(store, job_id: int, offset: int, environ: dict):
+def _follow(store, job_id: int, offset: int, environ: dict, live: bool):
     yield ""  # the headers go out now: the client knows it is streaming before the first line
+    drawn = None  # the live line last sent (a line sent after it starts with "\r": it replaces it)
     while True:
         ended = Status(store.get(job_id)["status"]).ended  # read before the lines: none written before the end
         lines, nxt = store.read_lines(job_id, offset)  # is missed
         if lines:
             offset = nxt
-            yield "".join(line + "\n" for line in lines)
+            yield ("\r" if drawn is not None else "") + "".join(line + "\n" for line in lines)
+            drawn = None
         elif ended:
             return
         else:
+            if live and (now := store.live_line(job_id)) is not None and now != drawn:
+                drawn = now
+                yield "\r" + now
             store.wait_lines(job_id, offset, FOLLOW_BLOCK_MS)
             if longpoll.client_gone(environ):
                 return

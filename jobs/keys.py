@@ -23,7 +23,8 @@ ACTIVE_KEY = f"{PREFIX}:jobs:active"
 def job_keys(job_id: int, workers: int = 1, gens: int = 0) -> list[str]:
     """Every key of one job: its record, streams, heartbeat, stop and usage; its `workers` tasks' records and
     heartbeats; the rendezvous of its placements 1..`gens`. What deleting a job removes."""
-    keys = [job_key(job_id), log_key(job_id), metrics_key(job_id), heartbeat_key(job_id), stop_key(job_id)]
+    keys = [job_key(job_id), log_key(job_id), live_key(job_id), metrics_key(job_id), heartbeat_key(job_id)]
+    keys += [stop_key(job_id)]
     keys += [usage_key(job_id), *(task_key(job_id, k) for k in range(workers))]
     keys += [task_beat_key(job_id, k) for k in range(workers)]
     return keys + [k for g in range(1, gens + 1) for k in (arrived_key(job_id, g), go_key(job_id, g))]
@@ -37,6 +38,11 @@ def job_key(job_id: int) -> str:
 def log_key(job_id: int) -> str:
     """The stream of one job's log lines; entry ids are 0-<line number>."""
     return f"{job_key(job_id)}:log"
+
+
+def live_key(job_id: int) -> str:
+    """The line a job is drawing now (a progress bar before its newline), as a terminal shows it; a TTL."""
+    return f"{job_key(job_id)}:log:live"
 
 
 def metrics_key(job_id: int) -> str:

@@ -21,7 +21,7 @@ from redis.exceptions import RedisError
 from jobs.launch import RUN_ID_ENV, LogFile, signal_group
 from jobs.proc import end_descendants, kill_marked
 from jobs.scalars import ScalarReader, newest_run_result, read_result
-from jobs.store import JobStore, passing
+from jobs.store import LIVE_TTL_S, JobStore, passing
 from models import protocol
 from models.states import Reason, Status
 
@@ -40,6 +40,8 @@ DISK_EVERY_S = 30.0
 """How often the work-horse measures its job dir while the job runs (the record's `disk_bytes`)."""
 SCAN_EVERY_S = 1.0
 """How often the work-horse reads a command job's new TensorBoard scalars and metrics.jsonl lines."""
+LIVE_EVERY_S = 1.0
+"""At most how often the line a job is drawing (a progress bar before its newline) is shown anew."""
 EXIT_LINGER_S = 2.0
 """After the trainer or command exits, how long processes it left holding its output may live before they are
 killed (a background child would otherwise keep the job from ending)."""
@@ -150,12 +152,15 @@ class Output:
         self.diverged: dict[str, Any] | None = None
         self.reader: ScalarReader | None = None
         self.seen_step: int | None = None
-        self.loss_clock = False
-        self.runs: list[str] = []
-        """The run folders points came from, in the order they began (a script that trains twice has two)."""
-        """Whether a point with a loss came: from then on only such points move the progress."""
         """The last step an earlier attempt recorded: a resumed attempt's points up to it are not stored again (the
         curve goes on with no step twice; what was redone since the checkpoint was recorded once already)."""
+        self.loss_clock = False
+        """Whether a point with a loss came: from then on only such points move the progress."""
+        self.runs: list[str] = []
+        """The run folders points came from, in the order they began (a script that trains twice has two)."""
+        self.live: str | None = None
+        """The line being drawn as last shown (None: none is)."""
+        self.live_at = 0.0
 
     def handle(self, kind: str, chunks: list[bytes], log_file: LogFile, pipe: Any) -> None:
         if kind == "log":
@@ -164,6 +169,9 @@ class Output:
             lines = [as_shown(line) for line in written]  # the log everyone reads: a progress bar's last state
             self.store.append_lines(self.job_id, lines, pipe)
             self.tail = (self.tail + lines)[-LOG_TAIL_LINES:]
+            if self.live is not None:  # the line being drawn has ended: it is in the log now
+                self.store.set_live(self.job_id, None, pipe)
+                self.live = None
             return
         for chunk in chunks:
             try:
@@ -196,6 +204,16 @@ class Output:
             fields = {"progress": self.progress}
         if fields:
             self.store.update(self.job_id, pipe=pipe, **fields)
+
+    def drawing(self, partial: bytes, pipe: Any) -> None:
+        """Show the line being drawn (output with no newline yet: a progress bar), at most every LIVE_EVERY_S."""
+        now = time.monotonic()
+        if not partial or now - self.live_at < LIVE_EVERY_S:
+            return
+        shown = as_shown(self.prefix + partial.decode("utf-8", "replace"))
+        if shown != self.live or now - self.live_at > LIVE_TTL_S / 2:  # (a slow step: kept alive meanwhile)
+            self.store.set_live(self.job_id, shown, pipe)
+            self.live, self.live_at = shown, now
 
     def point(self, data: dict[str, Any], pipe: Any) -> dict[str, Any]:
         """Store one metric point; the record fields it changes."""
@@ -307,6 +325,7 @@ def pump(
                 rest, buffers[key.data] = buffers[key.data], b""
                 if rest:
                     out.handle(key.data, [rest], log_file, pipe)
+        out.drawing(buffers["log"], pipe)
         now = time.monotonic()
         scanned = out.reader is not None and now - last_scan >= SCAN_EVERY_S
         if scanned:

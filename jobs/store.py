@@ -21,6 +21,7 @@ from jobs.keys import (
     INDEX_KEY,
     heartbeat_key,
     job_key,
+    live_key,
     log_key,
     metrics_key,
     stop_channel,
@@ -30,6 +31,8 @@ from models.states import Status
 
 LOG_MAXLEN = 100_000
 """Log lines kept in a job's Redis stream (the job dir's log.txt keeps all of them)."""
+LIVE_TTL_S = 30
+"""How long the line a job is drawing stays shown after its last update (a job killed mid-bar leaves none)."""
 METRICS_MAXLEN = 100_000
 """Metric points kept in a job's Redis stream."""
 
@@ -343,6 +346,18 @@ class JobStore:
         a multi-worker job can write one log between them."""
         if lines:
             _append_script(self.redis)(keys=[log_key(job_id)], args=[LOG_MAXLEN, *lines], client=pipe)
+
+    def set_live(self, job_id: int, line: str | None, pipe: Any) -> None:
+        """Queue into `pipe` the line the job is drawing now (None: it has ended, with its newline)."""
+        if line is None:
+            pipe.delete(live_key(job_id))
+        else:
+            pipe.set(live_key(job_id), line, ex=LIVE_TTL_S)
+
+    def live_line(self, job_id: int) -> str | None:
+        """The line a job is drawing now, as a terminal shows it (a progress bar before its newline), or None."""
+        line = self.redis.get(live_key(job_id))
+        return None if line is None else line.decode("utf-8", "replace")
 
     def append_point(self, job_id: int, n: int, point: dict[str, Any], pipe: Any) -> None:
         """Queue metric point number `n` (1-based) into `pipe`."""

@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 import re
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 from urllib.parse import quote
 
@@ -126,26 +126,32 @@ class Client:
     def drain(self, worker: str) -> dict[str, Any]:
         return self.request("POST", f"/api/v1/workers/{worker}/drain").json()
 
-    def logs(self, job_id: int, offset: int = 0) -> tuple[str, int]:
-        resp = self.request("GET", f"/api/v1/jobs/{job_id}/logs", params={"offset": offset})
+    def logs(self, job_id: int, offset: int = 0, live: bool = False) -> tuple[str, int]:
+        """Log lines after `offset` and the offset to resume from; `live`: the text may end with the line the
+        job is drawing, after a "\r" (split_live)."""
+        params = {"offset": offset, **({"live": 1} if live else {})}
+        resp = self.request("GET", f"/api/v1/jobs/{job_id}/logs", params=params)
         return resp.text, int(resp.headers.get("X-Next-Offset", offset))
 
-    def follow_logs(self, job_id: int, offset: int = 0) -> Iterator[str]:
+    def follow_logs(self, job_id: int, offset: int = 0, on_live: Callable[[str], None] | None = None) -> Iterator[str]:
         """Every log line after `offset` as it is written, until the job ends; a dropped stream is resumed
-        from the lines already received, so none is repeated or lost."""
+        from the lines already received, so none is repeated or lost. `on_live` is given the line the job is
+        drawing (a progress bar before its newline) each time it changes."""
         while True:
-            resp = self.request(
-                "GET", f"/api/v1/jobs/{job_id}/logs", params={"offset": offset, "follow": 1}, stream=True, timeout=None
-            )
+            params = {"offset": offset, "follow": 1, **({"live": 1} if on_live else {})}
+            resp = self.request("GET", f"/api/v1/jobs/{job_id}/logs", params=params, stream=True, timeout=None)
             resp.encoding = "utf-8"
             pending = ""
             try:
-                # Split on "\n" only: the server counts lines that way (a "\r" inside a line is kept).
+                # Split on "\n" only: the server counts lines that way. A stored line has no "\r": one in the
+                # stream ends the live line before it (what follows replaces it).
                 for chunk in resp.iter_content(chunk_size=None, decode_unicode=True):
                     *lines, pending = (pending + chunk).split("\n")
                     for line in lines:
                         offset += 1
-                        yield line
+                        yield line[line.rfind("\r") + 1 :]
+                    if on_live and "\r" in pending:
+                        on_live(pending[pending.rfind("\r") + 1 :])
                 return
             except requests.RequestException:
                 time.sleep(1.0)  # the API restarted or the connection dropped: resume where we are
@@ -228,3 +234,9 @@ class Client:
 
     def stop_tensorboard(self, port: int) -> None:
         self.request("DELETE", f"/api/v1/tensorboard/{port}")
+
+
+def split_live(text: str) -> tuple[str, str | None]:
+    """A `logs(live=True)` answer as (its lines, the line being drawn or None)."""
+    cut = text.rfind("\r")
+    return (text, None) if cut < 0 else (text[:cut], text[cut + 1 :])

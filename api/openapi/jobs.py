@@ -390,6 +390,11 @@ def paths() -> dict[str, Any]:
                     *job,
                     _q("offset", {**INT, "minimum": 0, "maximum": MAX_OFFSET}, "lines already read"),
                     _q("follow", {**STR, "enum": ["0", "1", "true", "false", "yes", "no"]}, "stream"),
+                    _q(
+                        "live",
+                        {**STR, "enum": ["0", "1", "true", "false", "yes", "no"]},
+                        "also the line being drawn (a progress bar before its newline), after a \\r, no newline",
+                    ),
                 ],
             )
         },

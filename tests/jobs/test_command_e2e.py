@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import json
 import os
-import pty
 import re
 import shlex
 import shutil
@@ -22,7 +21,7 @@ import pytest
 from jobs import scalars
 from jobs.launch import RUN_ID_ENV
 from tests.support.digits import digits_arrays
-from tests.support.live import alive, until, wait_job
+from tests.support.live import alive, on_a_terminal, until, wait_job
 from tests.support.readme import run_block
 from tests.support.stack import Up
 
@@ -71,29 +70,6 @@ TICKING = (
     "    time.sleep(0.4)\n"
 )
 """A script of 15 steps in 6 s, with a metric point each."""
-
-
-def on_a_terminal(argv: list[str], env: dict[str, str], limit_s: float = 120) -> str:
-    """What `argv` writes to a terminal (stdout and stderr both on a pseudo-terminal), until it exits."""
-    master, slave = pty.openpty()
-    proc = subprocess.Popen(argv, env=env, stdin=slave, stdout=slave, stderr=slave)
-    os.close(slave)
-    out, deadline = b"", time.monotonic() + limit_s
-    try:
-        while time.monotonic() < deadline:
-            try:
-                chunk = os.read(master, 65536)
-            except OSError:  # EIO: the other side closed, it has exited
-                break
-            if not chunk:
-                break
-            out += chunk
-    finally:
-        os.close(master)
-        if proc.poll() is None:
-            proc.kill()
-        proc.wait(30)
-    return out.decode(errors="replace")
 
 
 def test_the_readme_walkthrough_runs_a_keras_script_from_its_folder(tmp_path, child_env):

@@ -5,6 +5,7 @@ when a retried attempt reads the same job dir."""
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -126,3 +127,41 @@ def test_progress_follows_the_loss_clock_and_never_reads_past_its_total(redis):
     store.update(1, progress={**out.progress, "step": 5625})  # a script whose clock is not the total's
     view = job_view(store.get(1))
     assert view["progress"]["fraction"] == 1.0 and view["eta_s"] is None
+
+
+def test_the_line_being_drawn_is_shown_at_most_once_a_second_and_goes_with_its_newline(redis, client):
+    """Issue 24 #5: a progress bar before its newline is shown (/logs?live=1, after a \\r) as a terminal would,
+    rewritten at most once a second however fast the script draws; its newline puts its final state in the log
+    and ends the live line."""
+    import time
+
+    from jobs.pump import LIVE_EVERY_S, Output
+    from jobs.store import JobStore
+
+    store = JobStore(redis)
+    store.create(1, {"command": ["python", "train.py"], "gpus": 0}, "gpus-0")
+    out = Output(store, 1)
+    writes: list[str] = []
+    set_live = store.set_live
+    store.set_live = lambda job_id, line, pipe: (writes.append(line), set_live(job_id, line, pipe))  # type: ignore[method-assign]
+    partial, started = b"", time.monotonic()
+    for i in range(1, 301):  # a bar drawn every 5 ms for 1.5 s
+        partial += f"\r{i}/300 [{'=' * (i // 30):<10}]".encode()
+        pipe = redis.pipeline()
+        out.drawing(partial, pipe)
+        pipe.execute()
+        time.sleep(0.005)
+    elapsed = time.monotonic() - started
+    assert 1 <= len(writes) <= elapsed / LIVE_EVERY_S + 1, (len(writes), elapsed)
+    shown = client.get("/api/v1/jobs/1/logs?live=1").get_data(as_text=True)
+    assert shown == "\r" + writes[-1] and re.fullmatch(r"\d+/300 \[=* *\]", writes[-1]), shown  # one state
+    assert client.get("/api/v1/jobs/1/logs").get_data(as_text=True) == ""  # (not a line of the log)
+
+    class NoFile:
+        def write(self, text: str) -> None:
+            pass
+
+    pipe = redis.pipeline()
+    out.handle("log", [partial + b"\r300/300 [==========]"], NoFile(), pipe)  # type: ignore[arg-type]
+    pipe.execute()
+    assert client.get("/api/v1/jobs/1/logs?live=1").get_data(as_text=True) == "300/300 [==========]\n"

@@ -4,10 +4,12 @@ them over HTTP, and the FAKE nvidia-smi that stands in for GPUs we do not have."
 from __future__ import annotations
 
 import os
+import pty
 import signal
 import socket
 import subprocess
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import requests
@@ -240,3 +242,31 @@ def status_of(sock: socket.socket) -> int:
         assert chunk, f"closed after {head!r}"
         head += chunk
     return int(head.split()[1])
+
+
+def on_a_terminal(
+    argv: list[str], env: dict[str, str], limit_s: float = 120, on_output: Callable[[bytes], None] | None = None
+) -> str:
+    """What `argv` writes to a terminal (stdout and stderr both on a pseudo-terminal), until it exits;
+    `on_output` is given all of it so far after each read (a test acts on what it sees)."""
+    master, slave = pty.openpty()
+    proc = subprocess.Popen(argv, env=env, stdin=slave, stdout=slave, stderr=slave)
+    os.close(slave)
+    out, deadline = b"", time.monotonic() + limit_s
+    try:
+        while time.monotonic() < deadline:
+            try:
+                chunk = os.read(master, 65536)
+            except OSError:  # EIO: the other side closed, it has exited
+                break
+            if not chunk:
+                break
+            out += chunk
+            if on_output is not None:
+                on_output(out)
+    finally:
+        os.close(master)
+        if proc.poll() is None:
+            proc.kill()
+        proc.wait(30)
+    return out.decode(errors="replace")

@@ -796,3 +796,68 @@ def test_a_script_that_trained_twice_is_charted_one_run_at_a_time(spawn, child_e
     with contextlib.redirect_stdout(shown):
         assert main(["show", "1", "--api", url]) == 0
     assert "runs  2, the newest last: logs/fit/A, logs/fit/B" in shown.getvalue(), shown.getvalue()
+
+
+DRAWING = {
+    "command": [
+        sys.executable,
+        "-c",
+        "import os, sys, time\n"
+        "def bar(i):\n"
+        "    sys.stdout.write(f'\\r{i}/5 [' + '=' * i + '.' * (5 - i) + f'] - loss: 0.{9 - i}'); sys.stdout.flush()\n"
+        "print('training', flush=True)\n"
+        "for i in (1, 2, 3):\n"
+        "    bar(i); time.sleep(0.05)\n"
+        "while not os.path.exists(os.path.join(os.environ['JOB_DIR'], 'go')):\n"
+        "    time.sleep(0.05)\n"
+        "for i in (4, 5):\n"
+        "    bar(i)\n"
+        "print()\n"
+        "print('done')\n",
+    ],
+    "gpus": 0,
+}
+"""A Keras-like bar that stops at 3/5 until the test creates `go` in its job dir."""
+
+
+def test_a_progress_bar_is_drawn_live_in_the_api_the_cli_and_the_tui(stack, settings, child_env):
+    """Issue 24 #5: while a bar is being drawn (no newline yet) its state is shown as a terminal would — after
+    the log in /logs?live=1, in place under `gpudeck logs -f` on a terminal, under the TUI's log pane — and never
+    becomes a line of the log until its newline; then its final state is one line."""
+    from jobs.pump import as_shown
+    from tests.support.live import on_a_terminal
+    from tests.support.live import until as until_http
+
+    job_id = post(stack, DRAWING)
+    drawing = "3/5 [===..] - loss: 0.6"
+
+    def logs(**params) -> str:
+        return requests.get(f"{stack}/api/v1/jobs/{job_id}/logs", params=params, timeout=10).text
+
+    until_http(lambda: logs(live=1).endswith("\r" + drawing), 120, "the bar's state at 3/5")
+    assert logs(live=1) == "training\n\r" + drawing and logs() == "training\n"
+
+    async def scenario():
+        app = GpudeckApp(stack)
+        async with app.run_test(size=(100, 30)) as pilot:
+            app.push_screen(JobScreen(job_id))
+            screen = await on_screen(pilot, app, JobScreen)
+            live = screen.query_one("#log-live", Static)
+            await until(pilot, lambda: live.display and text_of(live).strip() == drawing)
+            assert "training" in "\n".join(screen.query_one("#log", Log).lines)
+            assert not any("3/5" in line for line in screen.query_one("#log", Log).lines)
+
+    run(scenario())
+
+    go = settings.job_dir(job_id) / "go"
+
+    def on_output(out: bytes) -> None:
+        if ("\r\x1b[K" + drawing).encode() in out and not go.exists():
+            go.touch()  # the CLI drew the bar in place: let the script go on
+
+    env = {**child_env, "GPUDECK_API": stack}
+    shown = on_a_terminal([sys.executable, "-m", "tui.cli", "logs", str(job_id), "-f"], env, 60, on_output)
+    assert go.exists(), shown
+    screen_lines = [as_shown(line) for line in shown.replace("\r\n", "\n").split("\n")]
+    assert [line for line in screen_lines if line] == ["training", "5/5 [=====] - loss: 0.4", "done"], shown
+    assert logs(live=1) == "training\n5/5 [=====] - loss: 0.4\ndone\n"

@@ -317,14 +317,67 @@ def status_line(job: dict[str, Any]) -> str:
     return "  ".join(parts)
 
 
-class LiveStatus:
+class LiveLines:
+    """A log followed on a terminal: its lines, and below them what is live — the line the job is drawing (a
+    progress bar before its newline) and, in LiveStatus, the job's status line — redrawn in place."""
+
+    def __init__(self) -> None:
+        self.text = ""
+        self.drawn = ""
+        """The line the job is drawing (shown above the status line), or ''."""
+        self.rows = 0
+        """How many rows of the terminal the live part takes now."""
+        self.lock = threading.Lock()
+        self.stopped = threading.Event()
+
+    def _clear(self) -> None:
+        sys.stderr.write("\r\033[K" + "\033[1A\r\033[K" * max(0, self.rows - 1))
+        self.rows = 0
+
+    def _paint(self) -> None:
+        if self.stopped.is_set():
+            return
+        width = shutil.get_terminal_size().columns - 1
+        live = [t for t in (self.drawn[-width:], self.text[:width]) if t]
+        sys.stderr.write("\n".join(live))
+        self.rows = len(live)
+
+    def _draw(self) -> None:
+        with self.lock:
+            self._clear()
+            self._paint()
+            sys.stderr.flush()
+
+    def drawing(self, text: str) -> None:
+        """The line the job is drawing now (its end, where a bar's figures are, when it is wider than us)."""
+        self.drawn = text
+        self._draw()
+
+    def line(self, text: str) -> None:
+        """A log line, above the live part (it ends the line being drawn)."""
+        with self.lock:
+            self._clear()
+            sys.stderr.flush()
+            self.drawn = ""
+            click.echo(text)
+            sys.stdout.flush()
+            self._paint()
+            sys.stderr.flush()
+
+    def close(self) -> None:
+        self.stopped.set()
+        with self.lock:
+            self._clear()
+            sys.stderr.flush()
+
+
+class LiveStatus(LiveLines):
     """The status line under a log followed on a terminal (`gpudeck run`): the job's state, step, loss and ETA,
     read every 2 s by a thread with a client of its own, and drawn again below each new log line."""
 
     def __init__(self, make_client: Callable[[], Any], job_id: int):
-        self.job_id, self.text = job_id, ""
-        self.lock = threading.Lock()
-        self.stopped = threading.Event()
+        super().__init__()
+        self.job_id = job_id
         self.thread = threading.Thread(target=self._poll, args=(make_client,), daemon=True)
         self.thread.start()
 
@@ -332,36 +385,11 @@ class LiveStatus:
         api = make_client()
         while not self.stopped.is_set():
             try:
-                width = shutil.get_terminal_size().columns - 1
-                self.text = status_line(api.job(self.job_id))[:width]
+                self.text = status_line(api.job(self.job_id))
             except Exception:  # noqa: BLE001 (the API away for a moment: the line stays as it was)
                 pass
             self._draw()
             self.stopped.wait(2.0)
-
-    def _draw(self) -> None:
-        with self.lock:
-            if self.text and not self.stopped.is_set():
-                sys.stderr.write("\r\033[K" + self.text)
-                sys.stderr.flush()
-
-    def line(self, text: str) -> None:
-        """A log line, above the status line."""
-        with self.lock:
-            if self.text:
-                sys.stderr.write("\r\033[K")
-                sys.stderr.flush()
-            click.echo(text)
-            sys.stdout.flush()
-            if self.text:
-                sys.stderr.write(self.text)
-                sys.stderr.flush()
-
-    def close(self) -> None:
-        self.stopped.set()
-        with self.lock:
-            sys.stderr.write("\r\033[K")
-            sys.stderr.flush()
 
 
 def wait_for(api, job_id: int, timeout: float | None = None, live: bool = False) -> dict[str, Any]:

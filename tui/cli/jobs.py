@@ -19,6 +19,7 @@ from models.states import ENDED, PRIORITIES
 from tui.cli.base import (
     SPEC_OPTIONS,
     Age,
+    LiveLines,
     LiveStatus,
     Natural,
     Pair,
@@ -154,7 +155,7 @@ def run(source, no_source, env, secret_env, min_accuracy, detach, command, **opt
     where = settings()  # (read here: the status thread has no click context)
     status = LiveStatus(lambda: client(where), job["id"]) if sys.stdout.isatty() and sys.stderr.isatty() else None
     try:
-        for line in api.follow_logs(job["id"]):
+        for line in api.follow_logs(job["id"], on_live=status.drawing if status is not None else None):
             if status is not None:
                 status.line(line)
             else:
@@ -460,10 +461,18 @@ def logs(job_id, follow, offset, tail, raw) -> int:
     for line in lines:
         click.echo(line)
     if follow:
-        for line in api.follow_logs(job_id, offset):
-            for shown in folder.feed([line]) if folder else [line]:
-                click.echo(shown)
-                sys.stdout.flush()
+        live = LiveLines() if sys.stdout.isatty() and sys.stderr.isatty() else None  # a bar drawn in place
+        try:
+            for line in api.follow_logs(job_id, offset, on_live=live.drawing if live else None):
+                for shown in folder.feed([line]) if folder else [line]:
+                    if live is not None:
+                        live.line(shown)
+                    else:
+                        click.echo(shown)
+                        sys.stdout.flush()
+        finally:
+            if live is not None:
+                live.close()
     for line in folder.flush() if folder else []:
         click.echo(line)
     return EXIT_OK

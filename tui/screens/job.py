@@ -18,6 +18,7 @@ from textual.screen import Screen
 from textual.widgets import Footer, Input, Log, Static, TabbedContent, TabPane
 from textual_plotext import PlotextPlot
 
+from tui.client import split_live
 from tui.logtext import ERROR_LINE, Folder, explain, fold
 from tui.screens.dialogs import Confirm, open_tensorboard
 from tui.widgets.chrome import chrome
@@ -172,6 +173,7 @@ class JobScreen(Screen):
             with TabPane("Log", id="tab-log"):
                 yield Static("", id="log-state")
                 yield FollowLog(id="log", max_lines=KEEP_LINES, auto_scroll=False)  # following is ours: _write_log
+                yield Static("", id="log-live")  # the line the job is drawing (a progress bar before its newline)
                 yield Input(placeholder="search the log (enter finds, n/N next/previous, esc closes)", id="log-search")
             with TabPane("Curves", id="tab-curves"):
                 yield Static("no metric points yet", id="curves")
@@ -186,6 +188,7 @@ class JobScreen(Screen):
 
     def on_mount(self) -> None:
         self.query_one("#log-search", Input).display = False
+        self.query_one("#log-live", Static).display = False
         self._log_state()
         self.set_interval(REFRESH_S, self.poll)  # (the first read: on_screen_resume)
 
@@ -206,11 +209,12 @@ class JobScreen(Screen):
         job_id, offset = self.job_id, self.log_offset
         stale = now - self.points_read_at > POINTS_REFRESH_S
 
-        def fetch(client) -> tuple[dict, list[str], int, list[dict] | None]:
+        def fetch(client) -> tuple[dict, list[str], int, list[dict] | None, str | None]:
             job = client.job(job_id)
-            chunks, at = [], offset
+            chunks, at, drawn = [], offset, None
             while True:  # catch up on a long log in pages of 10,000 lines
-                text, nxt = client.logs(job_id, at)
+                text, nxt = client.logs(job_id, at, live=job["status"] not in ENDED)
+                text, drawn = split_live(text)
                 if nxt == at:
                     break
                 chunks.append(text)
@@ -223,7 +227,7 @@ class JobScreen(Screen):
                 m = client.metrics(job_id)
                 points = m["train"] + m["validation"]
                 self.points_mark, self.points_read_at = mark, time.monotonic()
-            return job, "".join(chunks).splitlines(), at, points
+            return job, "".join(chunks).splitlines(), at, points, drawn
 
         def done(result) -> None:
             self._busy = False
@@ -235,9 +239,16 @@ class JobScreen(Screen):
 
         self.app.call_api(fetch, done, failed, group=f"job-{job_id}", exclusive=True)
 
-    def apply(self, job: dict[str, Any], new_lines: list[str], offset: int, points: list[dict] | None) -> None:
+    def apply(
+        self, job: dict[str, Any], new_lines: list[str], offset: int, points: list[dict] | None, drawn: str | None
+    ) -> None:
         self.job, self.log_offset = job, offset
         self._summary(job)
+        live = self.query_one("#log-live", Static)
+        if live.display != (drawn is not None):
+            live.display = drawn is not None
+        if drawn is not None:
+            self._put("log-live", Text(drawn, no_wrap=True, overflow="ellipsis"))
         if new_lines:
             self.lines.extend(new_lines)
             if len(self.lines) > KEEP_LINES:
