@@ -35,7 +35,7 @@ from jobs.launch import WorkerContext
 from jobs.lifecycle import worker_lost
 from jobs.reaper import Reaper
 from jobs.settings import Settings
-from jobs.store import JobStore, passing, write_refusal
+from jobs.store import JobStore, iso, passing, write_refusal
 from models.protocol import DEFAULT_GRACE_S
 from models.sourcetree import human
 from models.states import Reason, Status
@@ -289,7 +289,7 @@ def describe(redis: Redis) -> list[dict[str, Any]]:
                 "alive": beating,
                 "job_id": current if beating else None,
                 "draining": bool(redis.exists(drain_key(w.name))),
-                "last_heartbeat": w.last_heartbeat.isoformat() if w.last_heartbeat else None,
+                "last_heartbeat": iso(w.last_heartbeat.timestamp()) if w.last_heartbeat else None,  # (one form)
             }
         )
     return out

@@ -86,6 +86,8 @@ NULL_IS_DEFAULT = (
 
 STR, INT, NUM, BOOL = {"type": "string"}, {"type": "integer"}, {"type": "number"}, {"type": "boolean"}
 TIME = {"type": "string", "format": "date-time"}
+"""Every date-time in one form: RFC 3339 in UTC with milliseconds, 2026-11-24T15:17:02.123Z (jobs.store.iso)."""
+UNIX_S = {"type": "number", "description": "unix time, seconds (a sample's clock, for arithmetic, not a date)"}
 
 
 OWNER = _nullable({**STR, "description": "the name of the token that made it (null: no named tokens then)"})

@@ -16,6 +16,7 @@ from api.openapi.base import (
     OWNER,
     STR,
     TIME,
+    UNIX_S,
     _body,
     _errors,
     _json,
@@ -49,24 +50,35 @@ def schemas() -> dict[str, Any]:
     )
     return {
         "JobSpecInput": {
-            # null is the default for every optional field
-            **_obj({k: _nullable(v) if k in NULL_IS_DEFAULT else v for k, v in spec_props.items()}, extra=False),
-            "description": "a model job (model, dataset, params) or a command job (command, source, env, ...)",
-            "oneOf": [
-                {
-                    "required": ["model", "dataset"],
-                    "properties": {"dataset": {"type": "string"}},  # a model job's is not null
-                    "not": {"anyOf": [{"required": [k]} for k in ("command", *COMMAND_ONLY)]},
-                },
-                {
-                    "required": ["command"],
-                    "not": {"anyOf": [{"required": [k]} for k in ("model", "params", "checkpoint_every")]},
-                    "properties": {"dataset": NOT_SYNTHETIC},
-                },
-            ],
+            "description": "a model job (model, dataset, params) or a command job (command, source, env, ...); "
+            "chief: true needs workers >= 2",
+            "oneOf": [_ref("ModelJobSpec"), _ref("CommandJobSpec")],
             "if": {"required": ["chief"], "properties": {"chief": {"const": True}}},
             "then": {"required": ["workers"], "properties": {"workers": {"type": "integer", "minimum": 2}}},
         },
+        # Each kind with all of its fields (a generator types every one of them; null is the default of each
+        # optional field), and no field of the other kind.
+        "ModelJobSpec": _obj(
+            {
+                k: v if k == "dataset" else _nullable(v) if k in NULL_IS_DEFAULT else v  # (its dataset: not null)
+                for k, v in spec_props.items()
+                if k not in ("command", *COMMAND_ONLY)
+            },
+            ["model", "dataset"],
+            extra=False,
+        )
+        | {"description": "a job that trains a model of the zoo"},
+        "CommandJobSpec": _obj(
+            {
+                k: _nullable(v) if k in NULL_IS_DEFAULT else v
+                for k, v in spec_props.items()
+                if k not in ("model", "params", "checkpoint_every")
+            }
+            | {"dataset": _nullable({**spec_props["dataset"], **NOT_SYNTHETIC})},  # a folder, never synthetic
+            ["command"],
+            extra=False,
+        )
+        | {"description": "a job that runs your own command (needs GPUDECK_TOKENS or GPUDECK_COMMAND_JOBS=1)"},
         "JobSpec": _obj(
             {
                 k: v
@@ -168,7 +180,7 @@ def schemas() -> dict[str, Any]:
                             "priority": STR,
                             "step": _nullable(INT),
                             "checkpoint_step": _nullable(INT),
-                            "at": NUM,
+                            "at": UNIX_S,
                             "message": STR,
                         }
                     )
@@ -205,7 +217,7 @@ def schemas() -> dict[str, Any]:
                         ),
                     },
                     "hosts": {"type": "array", "items": STR},
-                    "sampled_at": NUM,
+                    "sampled_at": UNIX_S,
                 },
                 ["cpu_percent", "rss_bytes", "processes", "gpus", "hosts", "sampled_at"],
             ),

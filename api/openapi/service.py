@@ -11,6 +11,7 @@ from api.openapi.base import (
     OWNER,
     STR,
     TIME,
+    UNIX_S,
     _body,
     _errors,
     _json,
@@ -43,7 +44,7 @@ def schemas() -> dict[str, Any]:
                 "alive": {**BOOL, "description": "it beat in the last 10 s"},
                 "job_id": _nullable(INT),
                 "draining": BOOL,
-                "last_heartbeat": _nullable(STR),
+                "last_heartbeat": _nullable(TIME),
             },
             ["name", "host", "gpus", "queues", "state", "alive", "job_id", "draining"],
         ),
@@ -93,7 +94,7 @@ def schemas() -> dict[str, Any]:
                 "hosts": {
                     "type": "array",
                     "items": _obj(
-                        {"host": STR, "sampled_at": NUM, "gpus": {"type": "array", "items": _ref("Gpu")}},
+                        {"host": STR, "sampled_at": UNIX_S, "gpus": {"type": "array", "items": _ref("Gpu")}},
                         ["host", "sampled_at", "gpus"],
                     ),
                 },
