@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-from flask import Blueprint
+from flask import Blueprint, request
 
 from api import auth, deps
-from jobs import disk, forecast, gpus, quota, sweeps, worker
+from jobs import control, disk, forecast, gpus, quota, search, sweeps, worker
 from jobs.spec import shown
 from jobs.views import job_view
 
@@ -51,16 +51,33 @@ def create_sweep():
     disk.ensure_room(deps.settings(), "a new sweep")
     body = deps.json_body()
     settings = deps.settings()
-    if isinstance(body, dict) and isinstance(body.get("base"), dict) and isinstance(body.get("grid"), dict):
+    grid = isinstance(body, dict) and not search.is_search(body) and isinstance(body.get("grid"), dict)
+    if grid and isinstance(body.get("base"), dict):
         for spec in sweeps.expand(body["base"], body["grid"]):  # (a grid may make a model job a command job)
             settings = auth.settings_for_submit(spec)
+    elif isinstance(body, dict) and isinstance(body.get("base"), dict):
+        settings = auth.settings_for_submit(body["base"])  # (a search's trials run the base's kind of job)
     sweep = sweeps.create(deps.redis(), body, settings, owner=auth.owner_name())
     sweep["jobs"] = [job_view(j) for j in sweep["jobs"]]
     sweep["base"] = shown(sweep["base"])
     return sweep, 201, {"Location": f"/api/v1/sweeps/{sweep['id']}"}
 
 
+@bp.get("/sweeps")
+def list_sweeps():
+    deps.only_args(request.args, ("limit",))
+    return {"sweeps": sweeps.listing(deps.redis(), deps.int_arg("limit", 50, 1, 500))}
+
+
 @bp.get("/sweeps/<int:sweep_id>")
 def show_sweep(sweep_id: int):
-    summary = sweeps.summary(deps.redis(), sweep_id)
+    summary = sweeps.summary(deps.redis(), sweep_id, deps.settings().redis_url)
+    return {**summary, "base": shown(summary["base"], auth.names_only(summary.get("owner")))}
+
+
+@bp.post("/sweeps/<int:sweep_id>/stop")
+def stop_sweep(sweep_id: int):
+    """Launch no more trials; running ones finish (a grid's queued jobs are canceled)."""
+    auth.may(sweeps.summary(deps.redis(), sweep_id).get("owner"), "stop", f"sweep {sweep_id}")
+    summary = control.stop_sweep(deps.redis(), sweep_id, deps.settings().redis_url)
     return {**summary, "base": shown(summary["base"], auth.names_only(summary.get("owner")))}

@@ -12,7 +12,7 @@ from typing import Any
 from redis import Redis
 from redis.exceptions import RedisError, WatchError
 
-from jobs import archives, disk, gang, lifecycle, queues, schedule, views
+from jobs import archives, disk, gang, lifecycle, queues, schedule, search, sweeps, views
 from jobs.errors import Conflict, NotFound
 from jobs.keys import (
     INDEX_KEY,
@@ -93,6 +93,22 @@ def _cancel_unrecorded(redis: Redis, job_id: int, refusal: RedisError) -> dict[s
         raise refusal  # no work-horse listens (between two attempts): nothing was stopped
     log.warning("job %s: canceled while Redis cannot write (%s); its work-horse stops it", job_id, refusal)
     return dict(rec, stop_unrecorded=Reason.CANCELED.value)
+
+
+def stop_sweep(redis: Redis, sweep_id: int, redis_url: str | None = None) -> dict[str, Any]:
+    """Launch no more trials of a sweep (running ones finish): a search asks for no more; a grid's jobs still
+    queued are canceled. The sweep as summarized after."""
+    search.stop(redis, sweep_id)
+    record = json.loads(redis.get(sweep_key(sweep_id)) or b"{}")
+    if record.get("search", "grid") == "grid":
+        store = JobStore(redis)
+        for job_id in record.get("job_ids", []):
+            try:
+                if store.get(job_id)["status"] == Status.QUEUED.value:
+                    cancel(redis, job_id)
+            except (NotFound, Conflict):
+                continue  # (deleted, or it started meanwhile: it finishes)
+    return sweeps.summary(redis, sweep_id, redis_url)
 
 
 def retry(

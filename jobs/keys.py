@@ -199,8 +199,29 @@ SWEEP_COUNTER_KEY = f"{PREFIX}:next_sweep_id"
 
 
 def sweep_key(sweep_id: int) -> str:
-    """JSON record of one sweep: its base, grid and job ids."""
+    """JSON record of one sweep: its base, grid (or search space and rules) and job ids."""
     return f"{PREFIX}:sweep:{sweep_id}"
+
+
+def sweep_trials_key(sweep_id: int) -> str:
+    """Hash trial number -> JSON of a search's trial: its job, values, the metric reported, how it ended."""
+    return f"{sweep_key(sweep_id)}:trials"
+
+
+def sweep_stop_key(sweep_id: int) -> str:
+    """Present once a sweep launches no more trials: why (stopped on request, its time budget ran out)."""
+    return f"{sweep_key(sweep_id)}:stop"
+
+
+def optuna_prefix(sweep_id: int) -> str:
+    """The prefix of the keys of a search's Optuna journal (its study: trials, reports, rungs)."""
+    return f"{sweep_key(sweep_id)}:optuna:"
+
+
+SEARCHING_KEY = f"{PREFIX}:sweeps:searching"
+"""Set of the ids of searches still running: what the searcher drives."""
+SEARCHER_LOCK_KEY = f"{PREFIX}:searcher:lock"
+"""Held by the one process driving the searches this round."""
 
 
 def tensorboard_key(host: str) -> str:

@@ -44,6 +44,7 @@ STOPPED: dict[str, End] = {
     Reason.TIMEOUT.value: End(Status.FAILED, Reason.TIMEOUT, "the job ran past its timeout"),
     Reason.WORKER_LOST.value: End(Status.FAILED, Reason.WORKER_LOST, "its worker shut down while it ran", retry=True),
     Reason.PREEMPTED.value: End(Status.QUEUED, Reason.PREEMPTED, "preempted", requeue=True),
+    Reason.STOPPED_EARLY.value: End(Status.SUCCEEDED, Reason.STOPPED_EARLY, "stopped early by its search"),
 }
 """A stop somebody asked for (the job's stop key) -> how the job ends, whatever the trainer's exit status."""
 
@@ -122,11 +123,14 @@ def of_job(
 ) -> End:
     """A single job whose trainer (or command) ended (returncode None: it never started): an attempt that could
     not start (`refusal`: the worker refused it; `no_space`: its job dir could not be written) fails so; else a
-    result wins (a command's exit 0 is its success, result or not), then a requested stop, then the exit status."""
+    trial its search stopped early ends so; else a result wins (a command's exit 0 is its success, result or not),
+    then a requested stop, then the exit status."""
     if refusal is not None:
         return refused(refusal)
     if no_space:
         return DISK_FULL
+    if stop == Reason.STOPPED_EARLY.value:  # (whatever the stopped script's exit: the search ended it)
+        return STOPPED[stop]
     if returncode == EXIT_OK and (has_result or command):
         return SUCCEEDED
     if stop in STOPPED:

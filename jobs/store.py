@@ -48,6 +48,8 @@ JSON_FIELDS = (
     "slots",
     "preempted_by",
     "runs",
+    "early_stop",
+    "trial",
 )
 FLOAT_FIELDS = (
     "created_at",

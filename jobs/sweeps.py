@@ -5,17 +5,18 @@ from __future__ import annotations
 import copy
 import itertools
 import json
+import math
 import time
 from typing import Any
 
 from redis import Redis
 
-from jobs import queues, quota
+from jobs import queues, quota, search
 from jobs import spec as spec_mod
 from jobs.errors import NotFound, TooLarge, ValidationError
-from jobs.keys import SWEEP_COUNTER_KEY, sweep_key
+from jobs.keys import SEARCHING_KEY, SWEEP_COUNTER_KEY, sweep_key, sweep_stop_key
 from jobs.settings import Settings
-from jobs.store import JobStore
+from jobs.store import JobStore, iso
 from models.states import ENDED
 
 MAX_JOBS = 500
@@ -58,15 +59,28 @@ def expand(base: Any, grid: Any) -> list[dict[str, Any]]:
 
 
 def create(redis: Redis, body: Any, settings: Settings | None = None, owner: str | None = None) -> dict[str, Any]:
-    """Validate every combination first (all or nothing), then submit one job each (all `owner`'s) under a new
-    sweep id."""
-    if not isinstance(body, dict) or set(body) - {"base", "grid", "max_concurrent"}:
+    """A grid: validate every combination first (all or nothing), then submit one job each (all `owner`'s) under a
+    new sweep id. A search (random, tpe): validate it, then create its study and launch its first trials."""
+    if search.is_search(body):
+        return _create_search(redis, body, settings or Settings.from_env({}), owner)
+    if not isinstance(body, dict) or set(body) - {"base", "grid", "max_concurrent", "search", "metric", "mode"}:
         raise ValidationError(
-            {"body": 'must be {"base": <job spec>, "grid": {field: [values]}} (and optionally "max_concurrent": N)'}
+            {
+                "body": 'must be {"base": <job spec>, "grid": {field: [values]}} (and optionally "max_concurrent": N), '
+                'or a search: {"search": "random"|"tpe", "base": …, "space": {…}, …}'
+            }  # fmt: skip
         )
+    if body.get("search", "grid") not in search.SEARCHES:
+        raise ValidationError({"search": f"must be one of {', '.join(search.SEARCHES)}, got {body['search']!r}"})
     cap = body.get("max_concurrent")
     if cap is not None and (not isinstance(cap, int) or isinstance(cap, bool) or cap < 1):
         raise ValidationError({"max_concurrent": f"must be a whole number of 1 or more, got {cap!r}"})
+    metric = body.get("metric", "test_accuracy")
+    if not isinstance(metric, str) or not search.METRIC_NAME.fullmatch(metric):
+        raise ValidationError({"metric": "must name a scalar the jobs report, e.g. test_accuracy or val_loss"})
+    mode = body.get("mode", "min" if "loss" in metric or "error" in metric else "max")
+    if mode not in ("min", "max"):
+        raise ValidationError({"mode": f"must be min or max, got {mode!r}"})
     specs = expand(body.get("base"), body.get("grid"))
     for i, s in enumerate(specs):
         try:
@@ -79,12 +93,15 @@ def create(redis: Redis, body: Any, settings: Settings | None = None, owner: str
     sweep_id = int(redis.incr(SWEEP_COUNTER_KEY))
     record = {
         "id": sweep_id,
+        "search": "grid",
         "grid": body["grid"],
         "base": spec_mod.shown(body["base"]) if isinstance(body["base"], dict) else body["base"],  # no secret kept
         "job_ids": [],
         "created_at": time.time(),
         "owner": owner,
         "max_concurrent": cap,
+        "metric": metric,
+        "mode": mode,
     }
     # (written first: the scheduler may place the first jobs while the others are submitted, by max_concurrent)
     redis.set(sweep_key(sweep_id), json.dumps(record))
@@ -96,6 +113,21 @@ def create(redis: Redis, body: Any, settings: Settings | None = None, owner: str
     record["job_ids"] = [j["id"] for j in jobs]
     redis.set(sweep_key(sweep_id), json.dumps(record))
     return {**record, "jobs": jobs}
+
+
+def _create_search(redis: Redis, body: dict[str, Any], settings: Settings, owner: str | None) -> dict[str, Any]:
+    if body.get("search") not in search.SEARCHES:
+        raise ValidationError({"search": f"must be one of {', '.join(search.SEARCHES)}, got {body.get('search')!r}"})
+    fields = search.parse(redis, body, settings)
+    quota.check_fits(redis, owner, queues.validate(redis, body["base"], settings, default_gpus=0))
+    sweep_id = int(redis.incr(SWEEP_COUNTER_KEY))
+    base = body["base"]  # (kept whole: its trials are submitted later, secret_env and all)
+    record = {"id": sweep_id, **fields, "base": base, "job_ids": [], "created_at": time.time(), "owner": owner}
+    redis.set(sweep_key(sweep_id), json.dumps(record))
+    launched = search.start(redis, settings, record)
+    store = JobStore(redis)
+    return {**record, "base": spec_mod.shown(base), "job_ids": [t["job"] for t in launched if t["job"]],
+            "jobs": [store.get(t["job"]) for t in launched if t["job"]]}  # fmt: skip
 
 
 def _name(spec: dict[str, Any], body: dict[str, Any], sweep_id: int) -> str:
@@ -127,42 +159,169 @@ def max_concurrent(redis: Redis, sweep_id: int) -> int | None:
     return json.loads(raw).get("max_concurrent") if raw else None
 
 
-def summary(redis: Redis, sweep_id: int) -> dict[str, Any]:
-    """The sweep's jobs as a table, best final test accuracy first (unfinished jobs last)."""
+def summary(redis: Redis, sweep_id: int, redis_url: str | None = None) -> dict[str, Any]:
+    """A sweep as its user reads it, grid or search alike: its state, its trials ranked by the metric (each with
+    its job, values, metric, status, whether it was stopped early and at which rung), the best, the rungs of a
+    search stopped by successive halving, the budget left; and `jobs` (the rows of older clients)."""
     raw = redis.get(sweep_key(sweep_id))
     if raw is None:
         raise NotFound(f"sweep {sweep_id} does not exist", {"id": sweep_id})
     record = json.loads(raw)
+    kind = record.get("search", "grid")
+    metric, mode = record.get("metric", "test_accuracy"), record.get("mode", "max")
     store = JobStore(redis)
-    rows = []
-    for job_id in record["job_ids"]:
-        rec = store.get(job_id)
-        result = rec.get("result") or {}
-        rows.append(
+    kept = search.trials(redis, sweep_id) if kind != "grid" else []
+    if kind == "grid":
+        kept = [{"number": n, "job": j, "values": None} for n, j in enumerate(record["job_ids"])]
+    rows, trials = [], []
+    for trial in kept:
+        try:
+            rec = store.get(trial["job"]) if trial["job"] is not None else None
+        except NotFound:
+            rec = None  # (deleted since)
+        spec = rec["spec"] if rec else apply_values(record, trial)
+        values = trial["values"] if trial["values"] is not None else {k: _get(spec, k) for k in record["grid"]}
+        result = (rec or {}).get("result") or {}
+        value = trial.get("metric") if kind != "grid" else _metric_of(rec, metric)
+        if kind != "grid" and value is None and trial.get("state") != "ended":
+            value = trial.get("last")  # (running: the last reported)
+        status = rec["status"] if rec else "deleted"
+        early = bool(rec and rec.get("reason") == "stopped_early")
+        trials.append(
             {
-                "job_id": job_id,
-                "name": rec["spec"].get("name"),
-                "status": rec["status"],
-                "fraction": _fraction(rec),
-                "reason": rec.get("reason"),
-                **{k: _get(rec["spec"], k) for k in record["grid"]},
-                "test_accuracy": result.get("test_accuracy"),
-                "test_loss": result.get("test_loss"),
-                "last_loss": (rec.get("metrics") or {}).get("loss"),
+                "number": trial["number"],
+                "job": trial["job"],
+                "name": spec.get("name"),
+                "values": values,
+                "metric": value,
+                "status": status,
+                "reason": (rec or {}).get("reason") or trial.get("error"),
+                "stopped_early": early,
+                "rung": ((rec or {}).get("early_stop") or {}).get("rung", trial.get("rung"))
+                if early
+                else trial.get("rung"),
+                "step": trial.get("step") if kind != "grid" else ((rec or {}).get("progress") or {}).get("step"),
+                "fraction": _fraction(rec) if rec else None,
             }
         )
-    rows.sort(key=lambda r: (r["test_accuracy"] is None, -(r["test_accuracy"] or 0.0), r["job_id"]))
+        if rec is not None:
+            rows.append(
+                {
+                    "job_id": trial["job"],
+                    "name": spec.get("name"),
+                    "status": status,
+                    "fraction": _fraction(rec),
+                    "reason": rec.get("reason"),
+                    **values,
+                    "metric": value,
+                    "test_accuracy": result.get("test_accuracy"),
+                    "test_loss": result.get("test_loss"),
+                    "last_loss": (rec.get("metrics") or {}).get("loss"),
+                }
+            )
+    sign = -1.0 if mode == "max" else 1.0
+    order = lambda r: (r["metric"] is None, sign * (r["metric"] or 0.0), r.get("job") or r.get("job_id") or 0)  # noqa: E731
+    trials.sort(key=order)
+    rows.sort(key=order)
     for rank, row in enumerate(rows, 1):
-        row["rank"] = rank if row["test_accuracy"] is not None else None
+        row["rank"] = rank if row["metric"] is not None else None
     done = sum(r["status"] in ENDED for r in rows)
-    return {
+    finals = [t for t in trials if t["metric"] is not None and t["status"] == "succeeded" and not t["stopped_early"]]
+    best = finals[0] if finals else None
+    stopped = redis.get(sweep_stop_key(sweep_id))
+    unended = any(t["status"] not in (*ENDED, "deleted") for t in trials)
+    if kind == "grid":
+        state = "running" if unended else "stopped" if stopped else "done"
+    else:
+        state = "running" if redis.sismember(SEARCHING_KEY, sweep_id) or unended else "stopped" if stopped else "done"
+    out = {
         "id": sweep_id,
-        "grid": record["grid"],
+        "search": kind,
+        "state": state,
+        "stopped": stopped.decode() if stopped else None,
         "base": record["base"],
+        "grid": record.get("grid") or {},
+        "space": record.get("space"),
+        "stopping": record.get("stopping"),
+        "metric": metric,
+        "mode": mode,
         "owner": record.get("owner"),
         "max_concurrent": record.get("max_concurrent"),
+        "max_trials": record.get("max_trials", len(kept)),
+        "time_budget": record.get("time_budget"),
+        "seed": record.get("seed"),
+        "created_at": iso(record.get("created_at")),
+        "trials": trials,
+        "best": {**best, "job_id": best["job"], "test_accuracy": _best_row(rows, best)} if best else None,
+        "rungs": [],
+        "budget": _budget(record, trials),
         "jobs": rows,
         "ended": done,
         "total": len(rows),
-        "best": rows[0] if rows and rows[0]["rank"] else None,
     }
+    if kind != "grid" and redis_url is not None:
+        out["rungs"] = search.rungs(record, kept, search.frozen_trials(redis_url, record))
+    return out
+
+
+def _best_row(rows: list[dict[str, Any]], best: dict[str, Any]) -> Any:
+    return next((r["test_accuracy"] for r in rows if r["job_id"] == best["job"]), None)
+
+
+def _budget(record: dict[str, Any], trials: list[dict[str, Any]]) -> dict[str, Any]:
+    """What a sweep has used and has left: trials, steps trained, time."""
+    used_s = time.time() - record.get("created_at", time.time())
+    budget = record.get("time_budget")
+    return {
+        "trials": len(trials),
+        "trials_left": max(0, record.get("max_trials", len(trials)) - len(trials)),
+        "steps": sum(t["step"] or 0 for t in trials),
+        "time_used_s": round(used_s, 1),
+        "time_left_s": round(max(0.0, budget - used_s), 1) if budget is not None else None,
+    }
+
+
+def _metric_of(rec: dict[str, Any] | None, metric: str) -> float | None:
+    """A grid job's value of the metric: its result's, else its newest point's."""
+    if rec is None:
+        return None
+    for source in (rec.get("result") or {}, rec.get("metrics") or {}):
+        value = source.get(metric)
+        if isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value):
+            return float(value)
+    return None
+
+
+def apply_values(record: dict[str, Any], trial: dict[str, Any]) -> dict[str, Any]:
+    """The spec a trial's job was given (for a trial whose job is gone)."""
+    return search.apply(record["base"], trial["values"] or {})
+
+
+def listing(redis: Redis, limit: int = 50) -> list[dict[str, Any]]:
+    """The newest sweeps, each in brief."""
+    last = int(redis.get(SWEEP_COUNTER_KEY) or 0)
+    out = []
+    for sweep_id in range(last, 0, -1):
+        if len(out) >= limit:
+            break
+        raw = redis.get(sweep_key(sweep_id))
+        if raw is None:
+            continue
+        record = json.loads(raw)
+        kept = search.trials(redis, sweep_id) if record.get("search", "grid") != "grid" else record["job_ids"]
+        stopped = redis.exists(sweep_stop_key(sweep_id))
+        searching = redis.sismember(SEARCHING_KEY, sweep_id)
+        out.append(
+            {
+                "id": sweep_id,
+                "search": record.get("search", "grid"),
+                "name": record["base"].get("name") if isinstance(record.get("base"), dict) else None,
+                "owner": record.get("owner"),
+                "metric": record.get("metric", "test_accuracy"),
+                "trials": len(kept),
+                "max_trials": record.get("max_trials", len(kept)),
+                "state": "running" if searching else ("stopped" if stopped else None),
+                "created_at": iso(record.get("created_at")),
+            }
+        )
+    return out

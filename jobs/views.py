@@ -7,7 +7,7 @@ from typing import Any
 
 from jobs.spec import shown
 from jobs.store import iso
-from models.states import Status
+from models.states import Reason, Status
 
 
 def _warning(rec: dict[str, Any]) -> str | None:
@@ -72,6 +72,9 @@ def job_view(
         "disk_bytes": rec.get("disk_bytes"),
         "resumes": rec.get("resumes"),
         "sweep_id": sweep_id(rec),
+        "trial": rec.get("trial"),
+        "stopped_early": rec.get("reason") == Reason.STOPPED_EARLY.value,
+        "early_stop": rec.get("early_stop"),
     }
 
 

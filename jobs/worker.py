@@ -34,6 +34,7 @@ from jobs.keys import (
 from jobs.launch import WorkerContext
 from jobs.lifecycle import worker_lost
 from jobs.reaper import Reaper
+from jobs.search import Searcher
 from jobs.settings import Settings
 from jobs.store import JobStore, iso, passing, write_refusal
 from models.protocol import DEFAULT_GRACE_S
@@ -331,6 +332,7 @@ def run(
         Reaper(settings.redis_url, retention),
         Sampler(settings.redis_url, host),
         schedule.Placer(settings.redis_url, name, settings),
+        Searcher(settings),  # (one process at a time drives the searches: whichever holds the lock this round)
     ]
     for helper in helpers:
         helper.start()

@@ -25,7 +25,7 @@ class Status(str, Enum):
 
 
 class Reason(str, Enum):
-    """Why a job failed or was canceled."""
+    """Why a job failed or was canceled (or, stopped_early, why a succeeded trial of a search ended early)."""
 
     EXIT_NONZERO = "exit_nonzero"
     OOM = "oom"
@@ -37,6 +37,8 @@ class Reason(str, Enum):
     DISK_FULL = "disk_full"
     PREEMPTED = "preempted"
     DEPENDENCY_FAILED = "dependency_failed"
+    STOPPED_EARLY = "stopped_early"
+    """A trial its search stopped (succeeded: not a failure; its checkpoint is kept)."""
 
 
 ACTIVE = (Status.STARTING.value, Status.RUNNING.value)

@@ -28,7 +28,7 @@ JOBS_LAYERS = (
     ("store", "disk"),
     ("datasets", "sources", "views", "artifacts", "quota"),
     ("queues", "tensorboard", "launch"),
-    ("pump",),
+    ("pump", "search"),
     ("lifecycle", "sweeps"),
     ("gang",),
     ("schedule",),

@@ -33,6 +33,8 @@ OPERATIONS: dict[tuple[str, str], tuple[str, str]] = {
     ("get", "/api/v1/jobs/{id}/metrics"): ("get_job_metrics", "jobs"),
     ("post", "/api/v1/sweeps"): ("submit_sweep", "sweeps"),
     ("get", "/api/v1/sweeps/{id}"): ("get_sweep", "sweeps"),
+    ("get", "/api/v1/sweeps"): ("list_sweeps", "sweeps"),
+    ("post", "/api/v1/sweeps/{id}/stop"): ("stop_sweep", "sweeps"),
     ("get", "/api/v1/models"): ("list_models", "data"),
     ("get", "/api/v1/datasets"): ("list_datasets", "data"),
     ("post", "/api/v1/datasets"): ("upload_dataset", "data"),
@@ -56,7 +58,7 @@ OPERATIONS: dict[tuple[str, str], tuple[str, str]] = {
 """Each operation's operationId (what a generated client names its function) and tag (the module it goes in)."""
 TAGS = {
     "jobs": "submit, list, watch, cancel, retry and delete training jobs; their logs, files and metrics",
-    "sweeps": "grids of jobs, ranked",
+    "sweeps": "grids and searches of jobs, ranked",
     "data": "models, datasets and source snapshots",
     "cluster": "workers, GPUs and the fair share",
     "tensorboard": "TensorBoard over jobs",

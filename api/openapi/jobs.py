@@ -7,6 +7,7 @@ from typing import Any
 from api.finite import NONFINITE
 from api.jobs import MAX_OFFSET, MAX_PAGE, MAX_WAIT_S
 from api.openapi.base import (
+    BOOL,
     INT,
     JOB_LINKS,
     NEXT_OFFSET,
@@ -195,6 +196,18 @@ def schemas() -> dict[str, Any]:
                 ),
                 "sweep_id": _nullable(
                     {**INT, "description": "the sweep that made this job (it also has a sweep:N tag)"}
+                ),
+                "trial": _nullable(
+                    _obj({"number": INT, "values": {"type": "object"}})
+                    | {"description": "the trial of a search this job is: its number and sampled values"}
+                ),
+                "stopped_early": {
+                    **BOOL,
+                    "description": "a trial its search stopped early (status succeeded, reason stopped_early)",
+                },
+                "early_stop": _nullable(
+                    _obj({"step": _nullable(INT), "rung": _nullable(INT), "metric": STR, "value": _nullable(NUM)})
+                    | {"description": "where and why its search stopped it: the step, the rung, the metric's value"}
                 ),
             },
             ["id", "name", "status", "spec", "attempt", "created_at", "progress"],

@@ -21,7 +21,17 @@ from rich.table import Table
 
 from models.common import DEFAULT_API, EXIT_JOB_FAILED, EXIT_OK, parse_age, parse_size
 from models.states import ENDED, PRIORITIES
-from tui.widgets.fmt import WARNED, accuracy_text, duration, in_line, one_line, progress_of, value_of, what
+from tui.widgets.fmt import (
+    WARNED,
+    accuracy_text,
+    duration,
+    in_line,
+    one_line,
+    progress_of,
+    shown_status,
+    value_of,
+    what,
+)
 
 # -- settings ----------------------------------------------------------------------------------
 
@@ -274,7 +284,7 @@ def job_row(job: dict[str, Any], owners: bool = False) -> list[str]:
     p = job.get("progress") or {}
     cells = [
         str(job["id"]),
-        job["status"] + (WARNED if job.get("warning") else ""),
+        shown_status(job) + (WARNED if job.get("warning") else ""),
         one_line(job.get("name"), 20),
         one_line(what(job["spec"]), 14),
         progress_of(p) if p.get("total_steps") else in_line(job) or "-",

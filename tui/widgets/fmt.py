@@ -20,6 +20,7 @@ STATUS_STYLE = {
     "succeeded": "green",
     "failed": "bold red",
     "canceled": "magenta",
+    "stopped": "green",
 }
 BLOCKS = "▁▂▃▄▅▆▇█"
 NA = "n/a"
@@ -43,8 +44,15 @@ WARNED = "⚠"
 """Beside the status of a job that ended normally with a warning (a loss that diverged without a NaN)."""
 
 
+def shown_status(job: dict[str, Any]) -> str:
+    """A job's status as tables show it: `stopped` for a trial its search stopped early (it succeeded)."""
+    return "stopped" if job["status"] == "succeeded" and job.get("reason") == "stopped_early" else job["status"]
+
+
 def status(value: str, reason: str | None = None, warning: str | None = None) -> Text:
     """A status in its colour; a failed one marked with why (`failed·timeout`), a warned one with ⚠."""
+    if value == "succeeded" and reason == "stopped_early":
+        value = "stopped"  # a trial its search stopped early: not a failure, not run to its end
     short = REASON_SHORT.get(reason, reason) if reason and value == "failed" else ""
     text = Text(f"{value}·{short}" if short else value, style=STATUS_STYLE.get(value, ""))
     if warning:

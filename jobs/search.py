@@ -1,0 +1,531 @@
+"""Adaptive search: a sweep whose trials Optuna samples (random, TPE) and stops early (asynchronous successive
+halving, median), each trial an ordinary gpudeck job (queued, pinned, preemptible, retried, logged, charted).
+
+What Optuna does: the samplers, the pruners' decisions (which trial to stop at which rung), and the study itself,
+kept in gpudeck's Redis by its journal storage (`gpudeck:sweep:N:optuna:*`), so a search survives restarts.
+What gpudeck adds: the metric of any job without an SDK (a zoo trainer's points, a script's TensorBoard files or
+metrics.jsonl, all read by the work-horse), reported to the study as points arrive; a stopped trial ends
+`succeeded` with reason `stopped_early` (its checkpoint kept, its GPU to the next trial); the budget (trials,
+concurrency, time); and the driving loop (`Searcher`), run by one process at a time under a lock.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import copy
+import dataclasses
+import json
+import logging
+import math
+import random
+import re
+import time
+import warnings
+from collections.abc import Iterator
+from typing import Any
+
+from redis import Redis
+from redis.exceptions import LockError
+
+from jobs import queues
+from jobs import spec as spec_mod
+from jobs.errors import GpudeckError, NotFound, ValidationError
+from jobs.keys import (
+    SEARCHER_LOCK_KEY,
+    SEARCHING_KEY,
+    optuna_prefix,
+    sweep_key,
+    sweep_stop_key,
+    sweep_trials_key,
+)
+from jobs.periodic import Periodic
+from jobs.settings import Settings
+from jobs.store import JobStore
+from models.common import AGE, parse_age
+from models.states import Reason, Status
+
+log = logging.getLogger(__name__)
+
+SEARCHES = ("grid", "random", "tpe")
+STOPPINGS = ("asha", "median")
+DISTRIBUTIONS = ("loguniform", "uniform", "int", "choice")
+ZOO_METRICS = ("loss", "accuracy", "val_loss", "val_accuracy", "test_accuracy", "test_loss", "test_top5")
+"""What a model job reports: its points' fields and its result's."""
+MAX_TRIALS = 500
+DEFAULT_TRIALS = 20
+DEFAULT_CONCURRENT = 4
+MEDIAN_STARTUP = 3
+"""Trials the median rule lets finish before it stops any (Optuna's n_startup_trials)."""
+SEARCH_EVERY_S = 1.0
+"""How often the searcher reads the running trials' new points and launches trials."""
+METRIC_NAME = re.compile(r"[A-Za-z0-9_./-]{1,100}")
+FIELDS = {
+    "base", "grid", "space", "search", "stopping", "metric", "mode", "max_trials", "max_concurrent", "time_budget",
+    "seed",
+}  # fmt: skip
+
+
+# -- the request -------------------------------------------------------------------------------------------------
+def is_search(body: Any) -> bool:
+    return isinstance(body, dict) and body.get("search", "grid") != "grid"
+
+
+def parse(redis: Redis, body: dict[str, Any], settings: Settings) -> dict[str, Any]:
+    """The record fields of a search (random or tpe), every field checked; ValidationError names each bad one.
+    The base is validated with every range's ends and every choice, so a trial is not refused later."""
+    errors: dict[str, str] = {}
+    unknown = set(body) - FIELDS
+    if unknown:
+        errors["body"] = f"unknown fields {sorted(unknown)}; a search takes {sorted(FIELDS - {'grid'})}"
+    base = body.get("base")
+    if not isinstance(base, dict):
+        raise ValidationError({"base": "must be a job spec object", **errors})
+    command = base.get("command") is not None
+    if body.get("grid") is not None:
+        errors["grid"] = f'a {body["search"]} search samples from `space`; `grid` is for "search": "grid"'
+    space = body.get("space")
+    if not isinstance(space, dict) or not space:
+        errors["space"] = 'must be a non-empty object: {"params.lr": {"loguniform": [1e-4, 1.0]}, …}'
+        space = {}
+    for key, dist in space.items():
+        problem = _key_problem(key, base, command) or _distribution_problem(dist)
+        if problem:
+            errors[f"space.{key}"] = problem
+    metric = body.get("metric", "test_accuracy" if not command else None)
+    if metric is None:
+        errors["metric"] = "a command job's search needs one: a scalar its script logs, e.g. val_accuracy or loss"
+    elif not isinstance(metric, str) or not METRIC_NAME.fullmatch(metric):
+        errors["metric"] = "must name a scalar the job reports, e.g. val_accuracy or loss"
+    elif not command and metric not in ZOO_METRICS:
+        errors["metric"] = f"a model job reports {', '.join(ZOO_METRICS)}; got {metric!r}"
+    mode = body.get("mode", "min" if isinstance(metric, str) and ("loss" in metric or "error" in metric) else "max")
+    if mode not in ("min", "max"):
+        errors["mode"] = f"must be min or max, got {mode!r}"
+    max_trials = _whole(body.get("max_trials", DEFAULT_TRIALS), "max_trials", 1, MAX_TRIALS, errors)
+    concurrent = _whole(body.get("max_concurrent", DEFAULT_CONCURRENT), "max_concurrent", 1, MAX_TRIALS, errors)
+    budget = body.get("time_budget")
+    if isinstance(budget, str) and AGE.match(budget.strip().lower()):
+        budget = parse_age(budget)
+    if budget is not None and (not isinstance(budget, int) or isinstance(budget, bool) or budget < 1):
+        errors["time_budget"] = f"must be seconds (a whole number of 1 or more) or an age such as 30m, got {budget!r}"
+    seed = body.get("seed", random.randrange(2**31))
+    if not isinstance(seed, int) or isinstance(seed, bool) or not 0 <= seed < 2**31:
+        errors["seed"] = f"must be a whole number from 0 to 2147483647, got {seed!r}"
+    stopping = _stopping(body.get("stopping"), errors)
+    if errors:
+        raise ValidationError(errors)
+    for key, values in _probes(space).items():  # each range's ends, each choice: the spec takes them all
+        for value in values:
+            try:
+                queues.validate(redis, apply(base, {**_firsts(space), key: value}), settings, default_gpus=0)
+            except ValidationError as exc:
+                fields = {f"space.{key}": f"with {key}={value!r}: {k}: {v}" for k, v in exc.fields.items()}
+                raise type(exc)(fields) from None
+    queues.validate(redis, base, settings, default_gpus=0)
+    return {
+        "search": body["search"],
+        "space": space,
+        "stopping": stopping,
+        "metric": metric,
+        "mode": mode,
+        "max_trials": max_trials,
+        "max_concurrent": concurrent,
+        "time_budget": budget,
+        "seed": seed,
+    }
+
+
+def _whole(value: Any, field: str, low: int, high: int, errors: dict[str, str]) -> int:
+    if not isinstance(value, int) or isinstance(value, bool) or not low <= value <= high:
+        errors[field] = f"must be a whole number from {low} to {high}, got {value!r}"
+        return low
+    return value
+
+
+def _stopping(raw: Any, errors: dict[str, str]) -> dict[str, Any] | None:
+    if raw is None:
+        return None
+    if not isinstance(raw, dict) or raw.get("kind") not in STOPPINGS:
+        errors["stopping"] = 'must be {"kind": "asha", "min_steps": N, "reduction_factor": 3} or {"kind": "median"}'
+        return None
+    allowed = {"kind", "min_steps", "reduction_factor"} if raw["kind"] == "asha" else {"kind", "min_steps"}
+    if set(raw) - allowed:
+        errors["stopping"] = f"{raw['kind']} takes {sorted(allowed)}; unknown {sorted(set(raw) - allowed)}"
+    out = {"kind": raw["kind"], "min_steps": _whole(raw.get("min_steps", 1), "stopping.min_steps", 1, 10**9, errors)}
+    if raw["kind"] == "asha":
+        out["reduction_factor"] = _whole(raw.get("reduction_factor", 3), "stopping.reduction_factor", 2, 100, errors)
+    return out
+
+
+def _key_problem(key: str, base: dict[str, Any], command: bool) -> str | None:
+    """Why `key` cannot be searched over for this base (None: it can)."""
+    top, _, sub = key.partition(".")
+    if top == "params" and sub:
+        return "params are a model job's; a command job searches env.NAME or args.NAME" if command else None
+    if top in ("env", "args") and sub:
+        if not command:
+            return f"{top}.NAME is a command job's; a model job searches params.<name>"
+        if not spec_mod.ENV_NAME.fullmatch(sub):
+            return f"{sub!r} is not a variable name (letters, digits, _)"
+        if top == "args" and "{" + sub + "}" not in json.dumps(base.get("command")):
+            return f"the command has no {{{sub}}} to put the value in"
+        return None
+    if top in spec_mod.FIELDS and not sub and top not in ("command", "env", "params", "secret_env"):
+        return None
+    return "must be params.<name>, env.<NAME>, args.<NAME> (a {NAME} in the command) or a spec field"
+
+
+def _distribution_problem(dist: Any) -> str | None:
+    if not isinstance(dist, dict) or len(dist) != 1 or next(iter(dist)) not in DISTRIBUTIONS:
+        return f"must be one of {{{', '.join(f'{k!r}: …' for k in DISTRIBUTIONS)}}}"
+    ((kind, arg),) = dist.items()
+    if kind == "choice":
+        ok = isinstance(arg, list) and arg and all(v is None or isinstance(v, (bool, int, float, str)) for v in arg)
+        return None if ok else "choice: must be a non-empty list of numbers, strings, booleans or null"
+    numbers = isinstance(arg, list) and len(arg) == 2 and all(_number(v) for v in arg)
+    if not numbers:
+        return f"{kind}: must be [low, high]"
+    low, high = arg
+    if kind == "int" and not all(isinstance(v, int) for v in arg):
+        return f"int: [low, high] must be whole numbers, got {arg}"
+    if not low < high:
+        return f"{kind}: the range [{low}, {high}] is empty or inverted: low must be below high"
+    if kind == "loguniform" and low <= 0:
+        return f"loguniform: both bounds must be above 0, got {low}"
+    return None
+
+
+def _number(v: Any) -> bool:
+    return isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
+
+
+def _probes(space: dict[str, Any]) -> dict[str, list[Any]]:
+    return {k: list(d["choice"]) if "choice" in d else list(next(iter(d.values()))) for k, d in space.items()}
+
+
+def _firsts(space: dict[str, Any]) -> dict[str, Any]:
+    return {k: v[0] for k, v in _probes(space).items()}
+
+
+def apply(base: dict[str, Any], values: dict[str, Any]) -> dict[str, Any]:
+    """The base spec with a trial's values: params.X into params, env.X into env (as text), args.X for each {X}
+    of the command, a spec field as itself."""
+    spec = copy.deepcopy(base)
+    for key, value in values.items():
+        top, _, sub = key.partition(".")
+        if top == "params":
+            spec["params"] = {**(spec.get("params") or {}), sub: value}
+        elif top == "env":
+            spec["env"] = {**(spec.get("env") or {}), sub: _text(value)}
+        elif top == "args":
+            command = spec["command"]
+            put = "{" + sub + "}"
+            if isinstance(command, list):
+                spec["command"] = [part.replace(put, _text(value)) for part in command]
+            else:
+                spec["command"] = command.replace(put, _text(value))
+        else:
+            spec[top] = value
+    return spec
+
+
+def _text(value: Any) -> str:
+    return format(value, ".6g") if isinstance(value, float) else str(value)
+
+
+def trial_name(base: dict[str, Any], sweep_id: int, values: dict[str, Any]) -> str:
+    """`sweep 3 lr=0.0123 momentum=0.9` (the base's name instead of `sweep 3` when it has one)."""
+    swept = " ".join(f"{k.rpartition('.')[2]}={_text(v)}" for k, v in values.items())
+    return f"{base.get('name') or f'sweep {sweep_id}'} {swept}"[: spec_mod.NAME_MAX]
+
+
+# -- Optuna ------------------------------------------------------------------------------------------------------
+def _optuna() -> Any:
+    import optuna
+
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    return optuna
+
+
+@contextlib.contextmanager
+def _accepted() -> Iterator[None]:
+    """Optuna's journal on Redis and TPE's constant liar are marked experimental (since Optuna 3.1 and 2.8): we
+    choose them knowingly (the journal keeps a search in our Redis; the liar spreads concurrent trials apart)."""
+    optuna = _optuna()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
+        yield
+
+
+def study(redis_url: str, record: dict[str, Any], create: bool = False) -> Any:
+    """The search's Optuna study, in its Redis journal."""
+    optuna = _optuna()
+    from optuna.storages import JournalStorage
+    from optuna.storages.journal import JournalRedisBackend
+
+    with _accepted():
+        storage = JournalStorage(JournalRedisBackend(redis_url, prefix=optuna_prefix(record["id"])))
+    direction = "maximize" if record["mode"] == "max" else "minimize"
+    name = f"gpudeck-sweep-{record['id']}"
+    if create:
+        return optuna.create_study(storage=storage, study_name=name, direction=direction, pruner=pruner(record))
+    return optuna.load_study(storage=storage, study_name=name, pruner=pruner(record))
+
+
+def pruner(record: dict[str, Any]) -> Any:
+    optuna = _optuna()
+    rule = record.get("stopping")
+    if rule is None:
+        return optuna.pruners.NopPruner()
+    if rule["kind"] == "asha":
+        return optuna.pruners.SuccessiveHalvingPruner(
+            min_resource=rule["min_steps"], reduction_factor=rule["reduction_factor"], min_early_stopping_rate=0
+        )
+    return optuna.pruners.MedianPruner(n_startup_trials=MEDIAN_STARTUP, n_warmup_steps=rule["min_steps"])
+
+
+def sampler(record: dict[str, Any], number: int) -> Any:
+    """The sampler of trial `number`, seeded from the search's seed and the number: the same seed proposes the
+    same trials, and a searcher started again after a restart does not propose the first ones again."""
+    optuna = _optuna()
+    seed = (record["seed"] + number * 7919) % 2**31
+    if record["search"] == "random":
+        return optuna.samplers.RandomSampler(seed=seed)
+    startup = max(2, min(10, record["max_trials"] // 3))
+    with _accepted():
+        return optuna.samplers.TPESampler(seed=seed, n_startup_trials=startup, constant_liar=True)
+
+
+def _distribution(dist: dict[str, Any]) -> Any:
+    from optuna.distributions import CategoricalDistribution, FloatDistribution, IntDistribution
+
+    ((kind, arg),) = dist.items()
+    if kind == "choice":
+        return CategoricalDistribution(arg)
+    if kind == "int":
+        return IntDistribution(arg[0], arg[1])
+    return FloatDistribution(float(arg[0]), float(arg[1]), log=kind == "loguniform")
+
+
+def _rung_of(frozen: Any) -> int | None:
+    """The highest rung of successive halving a trial reached (None: none)."""
+    rungs = [int(k.rpartition("_")[2]) for k in frozen.system_attrs if k.startswith("completed_rung_")]
+    return max(rungs) if rungs else None
+
+
+# -- the trials --------------------------------------------------------------------------------------------------
+def trials(redis: Redis, sweep_id: int) -> list[dict[str, Any]]:
+    raw = redis.hgetall(sweep_trials_key(sweep_id))
+    return sorted((json.loads(v) for v in raw.values()), key=lambda t: t["number"])
+
+
+def _save(redis: Redis, sweep_id: int, trial: dict[str, Any]) -> None:
+    redis.hset(sweep_trials_key(sweep_id), str(trial["number"]), json.dumps(trial))
+
+
+def launch(redis: Redis, settings: Settings, record: dict[str, Any], the_study: Any) -> dict[str, Any]:
+    """Ask the study for the next trial and submit its job; the trial as kept."""
+    number = len(the_study.get_trials(deepcopy=False))
+    the_study.sampler = sampler(record, number)
+    asked = the_study.ask({k: _distribution(d) for k, d in record["space"].items()})
+    values = {k: asked.params[k] for k in record["space"]}
+    trial = {"number": asked.number, "trial_id": asked._trial_id, "job": None, "values": values, "state": "running"}
+    trial.update(seen=0, step=None, last=None, metric=None, rung=None, stopped_early=False, outcome=None)
+    spec = apply(record["base"], values)
+    spec["tags"] = [*(spec.get("tags") or []), f"sweep:{record['id']}"]
+    spec["name"] = trial_name(record["base"], record["id"], values)
+    extra = {"sweep_id": record["id"], "trial": {"number": asked.number, "values": values}}
+    if record.get("owner"):
+        extra["owner"] = record["owner"]
+    allowed = dataclasses.replace(settings, command_jobs=True)  # (the search's maker was allowed to run it)
+    try:
+        job = queues.submit(redis, spec, allowed, extra=extra)
+    except GpudeckError as exc:  # (a dataset deleted since, a quota lowered): the trial fails, the search stops
+        the_study.tell(asked.number, state=_optuna().trial.TrialState.FAIL)
+        trial.update(state="ended", outcome="fail", error=str(exc))
+        _save(redis, record["id"], trial)
+        redis.set(sweep_stop_key(record["id"]), f"trial {asked.number} could not be submitted: {exc}")
+        return trial
+    trial["job"] = job["id"]
+    _save(redis, record["id"], trial)
+    return trial
+
+
+def start(redis: Redis, settings: Settings, record: dict[str, Any]) -> list[dict[str, Any]]:
+    """Create the study and launch the first trials (as many as may run at once)."""
+    the_study = study(settings.redis_url or "", record, create=True)
+    first = min(record["max_concurrent"], record["max_trials"])
+    launched = [launch(redis, settings, record, the_study) for _ in range(first)]
+    redis.sadd(SEARCHING_KEY, record["id"])
+    return launched
+
+
+def drive(redis: Redis, settings: Settings, record: dict[str, Any], the_study: Any) -> bool:
+    """One round of a search: report the running trials' new points, stop the ones the rule stops, tell the
+    study how ended ones ended, launch trials while the budget lasts. False once the search is over."""
+    optuna = _optuna()
+    store = JobStore(redis)
+    sweep_id, metric = record["id"], record["metric"]
+    now = time.time()
+    over = record.get("time_budget") is not None and now - record["created_at"] >= record["time_budget"]
+    if over and not redis.exists(sweep_stop_key(sweep_id)):
+        redis.set(sweep_stop_key(sweep_id), f"its time budget of {record['time_budget']} s ran out")
+    kept = trials(redis, sweep_id)
+    for trial in kept:
+        if trial["state"] == "ended" or trial["job"] is None:
+            continue
+        try:
+            rec = store.get(trial["job"])
+        except NotFound:  # deleted
+            _tell(the_study, trial, optuna.trial.TrialState.FAIL)
+            _save(redis, sweep_id, trial)
+            continue
+        status = Status(rec["status"])
+        handle = optuna.trial.Trial(the_study, trial["trial_id"])
+        _, points = store.read_points_raw(trial["job"], trial["seen"])
+        for n, raw in points:
+            trial["seen"] = n
+            point = json.loads(raw)
+            value, step = point.get(metric), point.get("step")  # (a diverged NaN too: the rule stops it)
+            if not isinstance(value, (int, float)) or isinstance(value, bool):
+                continue
+            step = step if isinstance(step, int) else (trial["step"] or 0) + 1
+            if trial["step"] is not None and step <= trial["step"]:
+                continue
+            handle.report(float(value), step)
+            trial["step"], trial["last"] = step, float(value)
+            if (
+                record.get("stopping")
+                and trial["state"] == "running"
+                and status == Status.RUNNING
+                and not over
+                and handle.should_prune()
+            ):
+                rung = _rung_of(the_study._storage.get_trial(trial["trial_id"]))
+                stop = {"step": step, "rung": rung, "metric": metric, "value": _finite(value)}
+                store.update(trial["job"], early_stop=stop)
+                store.request_stop(trial["job"], Reason.STOPPED_EARLY.value, only_first=True)
+                trial.update(state="stopping", rung=rung, stopped_early=True)
+                log.info("sweep %s: trial %s (job %s) stopped at step %s, rung %s", sweep_id, trial["number"],
+                         trial["job"], step, rung)  # fmt: skip
+                break
+        if over and trial["state"] == "running" and status in (Status.STARTING, Status.RUNNING):
+            store.update(trial["job"], early_stop={"step": trial["step"], "rung": None, "metric": metric,
+                                                   "value": _finite(trial["last"]), "budget": True})  # fmt: skip
+            store.request_stop(trial["job"], Reason.STOPPED_EARLY.value, only_first=True)
+            trial.update(state="stopping", stopped_early=True)
+        if status.ended:
+            _end(the_study, trial, rec, metric)
+        _save(redis, sweep_id, trial)
+    stopped = redis.exists(sweep_stop_key(sweep_id))
+    active = sum(t["state"] != "ended" for t in kept)
+    while not stopped and active < record["max_concurrent"] and len(kept) < record["max_trials"]:
+        kept.append(launch(redis, settings, record, the_study))
+        active += 1
+        stopped = redis.exists(sweep_stop_key(sweep_id))
+    return not (all(t["state"] == "ended" for t in kept) and (stopped or len(kept) >= record["max_trials"]))
+
+
+def _finite(value: Any) -> float | None:
+    return value if isinstance(value, float) and math.isfinite(value) else None
+
+
+def _tell(the_study: Any, trial: dict[str, Any], state: Any, value: float | None = None) -> None:
+    try:
+        the_study.tell(trial["number"], value if state.name == "COMPLETE" else None, state=state)
+    except (ValueError, RuntimeError) as exc:  # (told already: a round that died after telling, before saving)
+        log.info("sweep trial %s: %s", trial["number"], exc)
+    trial.update(state="ended", outcome=state.name.lower())
+
+
+def _end(the_study: Any, trial: dict[str, Any], rec: dict[str, Any], metric: str) -> None:
+    """Tell the study how a trial's job ended: stopped early (pruned), succeeded with its metric (the result's
+    value, else the last reported), or failed (a failure, a divergence, a cancel, no metric at all)."""
+    states = _optuna().trial.TrialState
+    if rec["status"] == Status.SUCCEEDED.value and rec.get("reason") == Reason.STOPPED_EARLY.value:
+        trial.update(stopped_early=True, rung=(rec.get("early_stop") or {}).get("rung", trial.get("rung")))
+        trial["metric"] = trial["last"]
+        _tell(the_study, trial, states.PRUNED)
+        return
+    value = (rec.get("result") or {}).get(metric)
+    value = value if isinstance(value, (int, float)) and not isinstance(value, bool) else trial["last"]
+    if rec["status"] == Status.SUCCEEDED.value and value is not None and math.isfinite(value):
+        trial["metric"] = float(value)
+        _tell(the_study, trial, states.COMPLETE, float(value))
+        return
+    trial["metric"] = None
+    _tell(the_study, trial, states.FAIL)
+
+
+# -- what a search looks like ------------------------------------------------------------------------------------
+def rungs(record: dict[str, Any], kept: list[dict[str, Any]], frozen: list[Any]) -> list[dict[str, Any]]:
+    """The rungs of successive halving: each one's step and the trials that reached it, with their value there
+    and whether they went on past it."""
+    rule = record.get("stopping")
+    if not rule or rule["kind"] != "asha":
+        return []
+    by_number = {t["number"]: t for t in kept}
+    out: list[dict[str, Any]] = []
+    for k in range(64):
+        reached = [f for f in frozen if f"completed_rung_{k}" in f.system_attrs]
+        if not reached:
+            break
+        entries = []
+        for f in reached:
+            t = by_number.get(f.number, {})
+            stopped_here = t.get("stopped_early") and t.get("rung") == k
+            entries.append({"job": t.get("job"), "trial": f.number, "value": f.system_attrs[f"completed_rung_{k}"],
+                            "passed": not stopped_here})  # fmt: skip
+        out.append({"rung": k, "step": rule["min_steps"] * rule["reduction_factor"] ** k, "trials": entries})
+    return out
+
+
+def frozen_trials(redis_url: str, record: dict[str, Any]) -> list[Any]:
+    try:
+        return study(redis_url, record).get_trials(deepcopy=False)
+    except KeyError:  # (no study: made by an older gpudeck, or deleted)
+        return []
+
+
+class Searcher(Periodic):
+    """In each worker: drives the running searches, one process at a time (a lock held for the round)."""
+
+    what, every_s = "searcher", SEARCH_EVERY_S
+
+    def __init__(self, settings: Settings):
+        super().__init__(settings.redis_url or "", "gpudeck-searcher")
+        self.settings = settings
+        self.studies: dict[int, Any] = {}
+
+    def round(self) -> None:
+        ids = [int(i) for i in self.redis.smembers(SEARCHING_KEY)]
+        if not ids:
+            return
+        lock = self.redis.lock(SEARCHER_LOCK_KEY, timeout=120, blocking=False)
+        if not lock.acquire():
+            return
+        try:
+            for sweep_id in sorted(ids):
+                raw = self.redis.get(sweep_key(sweep_id))
+                if raw is None:
+                    self.redis.srem(SEARCHING_KEY, sweep_id)
+                    continue
+                record = json.loads(raw)
+                if sweep_id not in self.studies:
+                    self.studies[sweep_id] = study(self.settings.redis_url or "", record)
+                if not drive(self.redis, self.settings, record, self.studies[sweep_id]):
+                    self.redis.srem(SEARCHING_KEY, sweep_id)
+                    self.studies.pop(sweep_id, None)
+                    log.info("sweep %s: search over", sweep_id)
+        finally:
+            try:
+                lock.release()
+            except LockError:
+                pass
+
+
+def stop(redis: Redis, sweep_id: int, why: str = "stopped on request") -> None:
+    """Launch no more trials of a sweep (running ones finish); a grid's jobs still queued are canceled."""
+    if redis.get(sweep_key(sweep_id)) is None:
+        raise NotFound(f"sweep {sweep_id} does not exist", {"id": sweep_id})
+    redis.set(sweep_stop_key(sweep_id), why, nx=True)
