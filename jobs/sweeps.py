@@ -214,17 +214,25 @@ def summary(redis: Redis, sweep_id: int, redis_url: str | None = None) -> dict[s
                     "reason": rec.get("reason"),
                     **values,
                     "metric": value,
+                    "stopped_early": early,
+                    "rung": trials[-1]["rung"],
                     "test_accuracy": result.get("test_accuracy"),
                     "test_loss": result.get("test_loss"),
                     "last_loss": (rec.get("metrics") or {}).get("loss"),
                 }
             )
     sign = -1.0 if mode == "max" else 1.0
-    order = lambda r: (r["metric"] is None, sign * (r["metric"] or 0.0), r.get("job") or r.get("job_id") or 0)  # noqa: E731
+
+    def order(r: dict[str, Any]) -> tuple:
+        """Finished trials best first, then the rest (stopped, running, failed) by their last value."""
+        final = r["metric"] is not None and r["status"] == "succeeded" and not r["stopped_early"]
+        return (not final, r["metric"] is None, sign * (r["metric"] or 0.0), r.get("job") or r.get("job_id") or 0)
+
     trials.sort(key=order)
     rows.sort(key=order)
     for rank, row in enumerate(rows, 1):
-        row["rank"] = rank if row["metric"] is not None else None
+        final = row["metric"] is not None and row["status"] == "succeeded" and not row["stopped_early"]
+        row["rank"] = rank if final else None
     done = sum(r["status"] in ENDED for r in rows)
     finals = [t for t in trials if t["metric"] is not None and t["status"] == "succeeded" and not t["stopped_early"]]
     best = finals[0] if finals else None

@@ -123,6 +123,15 @@ class Client:
     def sweep(self, body: dict[str, Any]) -> dict[str, Any]:
         return self.request("POST", "/api/v1/sweeps", json=body).json()
 
+    def sweep_summary(self, sweep_id: int) -> dict[str, Any]:
+        return self.request("GET", f"/api/v1/sweeps/{sweep_id}").json()
+
+    def sweeps(self, limit: int = 50) -> list[dict[str, Any]]:
+        return self.request("GET", "/api/v1/sweeps", params={"limit": limit}).json()["sweeps"]
+
+    def stop_sweep(self, sweep_id: int) -> dict[str, Any]:
+        return self.request("POST", f"/api/v1/sweeps/{sweep_id}/stop").json()
+
     def drain(self, worker: str) -> dict[str, Any]:
         return self.request("POST", f"/api/v1/workers/{worker}/drain").json()
 

@@ -490,7 +490,7 @@ def test_a_sweep_ranks_its_runs_by_their_swept_values_and_overlays_their_curves(
     lines = shown.stdout.splitlines()
     assert lines[1].split()[:3] == ["RANK", "JOB", "ENV"]
     assert [line.split()[1] for line in lines[2:5]] == [str(best), str(middle), str(worst)]
-    assert lines[-1].startswith(f"best: job {best} ") and "test accuracy 0.9" in lines[-1]
+    assert lines[-1].startswith(f"best: job {best} ") and "test_accuracy 0.9" in lines[-1]
 
 
 def test_gpus_screen_shows_gpus_workers_the_line_and_what_a_running_job_uses(stack):

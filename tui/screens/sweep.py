@@ -1,5 +1,6 @@
-"""One sweep: its jobs ranked best first, the swept values as columns, and their validation curves overlaid
-(each run a colour, labelled by its swept values). Enter opens a job."""
+"""One sweep, grid or search, live: its trials ranked by the metric (stopped ones marked with their rung, the
+best highlighted), the swept values as columns, the budget used, and the curves of the best and the running
+trials overlaid (each run a colour, its JOB cell in that colour). Enter opens a job."""
 
 from __future__ import annotations
 
@@ -16,7 +17,7 @@ from textual.widgets import DataTable, Footer, Static
 
 from tui.screens.job import Chart, JobScreen
 from tui.widgets.chrome import chrome
-from tui.widgets.fmt import ENDED, RICH_COLOR, axis_ticks, bar, num, one_line, status
+from tui.widgets.fmt import ENDED, RICH_COLOR, axis_ticks, bar, duration, num, one_line, status
 
 REFRESH_S = 3.0
 CURVES_SHOWN = 8
@@ -36,6 +37,15 @@ def swept(grid: dict[str, Any]) -> list[str]:
 def label(row: dict[str, Any], grid: dict[str, Any]) -> str:
     """A run's swept values: `lr=0.1 model=lenet`."""
     return " ".join(f"{k.rpartition('.')[2]}={_value(row.get(k))}" for k in grid)
+
+
+def _value(v: Any) -> str:
+    """A swept value as the job's name writes it: strings as they are, floats short, the rest as JSON."""
+    if v is None:
+        return "-"
+    if isinstance(v, float):
+        return format(v, ".4g")
+    return v if isinstance(v, str) else json.dumps(v)
 
 
 KEYS = [
@@ -103,23 +113,36 @@ class SweepScreen(Screen):
     def apply(self, summary: dict[str, Any], points: dict[int, list[dict[str, Any]]]) -> None:
         self.summary = summary
         self.points.update(points)
-        grid = summary["grid"]
+        fields = summary.get("space") or summary["grid"]
         best = summary.get("best")
+        metric = summary.get("metric", "test_accuracy")
+        budget = summary.get("budget") or {}
+        if summary.get("search", "grid") == "grid":
+            what = "  grid: " + " × ".join(f"{k} {len(v)}" for k, v in summary["grid"].items())
+        else:
+            rule = f" + {summary['stopping']['kind']}" if summary.get("stopping") else ""
+            left = f", {duration(budget['time_left_s'])} left" if budget.get("time_left_s") is not None else ""
+            what = (
+                f"  {summary['search']}{rule} search, {metric} {summary['mode']}: {budget.get('trials')} of "
+                f"{summary.get('max_trials')} trials, {budget.get('steps')} steps{left}"
+            )
+        state = summary.get("state", "")
         head = Text.assemble(
             (f"sweep {summary['id']}", "bold"),
+            f"  {state}" if state else "",
             f"  {summary['ended']} of {summary['total']} ended",
-            "  grid: " + " × ".join(f"{k} {len(v)}" for k, v in grid.items()),
-            (f"  best: job {best['job_id']} {label(best, grid)} test acc {num(best['test_accuracy'])}", "green")
+            what,
+            (f"  best: job {best['job_id']} {label(best['values'], fields)} {metric} {num(best['metric'])}", "green")
             if best
             else "",
         )
         self.query_one("#sweep-summary", Static).update(head)
-        self._table(summary["jobs"], grid)
-        self._draw(summary["jobs"], grid)
+        self._table(summary["jobs"], fields, metric, best["job_id"] if best else None)
+        self._draw(summary["jobs"], fields)
 
-    def _table(self, rows: list[dict[str, Any]], grid: dict[str, Any]) -> None:
+    def _table(self, rows: list[dict[str, Any]], grid: dict[str, Any], metric: str, best: int | None) -> None:
         table = self.query_one("#sweep-jobs", DataTable)
-        key = [(r["job_id"], r["status"], r.get("fraction"), r.get("rank"), r.get("test_accuracy")) for r in rows]
+        key = [(r["job_id"], r["status"], r.get("fraction"), r.get("rank"), r.get("metric")) for r in rows]
         key.append(tuple(r.get("last_loss") for r in rows))  # type: ignore[arg-type]
         if key == self.shown_rows:
             return  # nothing moved: nothing to send
@@ -130,33 +153,33 @@ class SweepScreen(Screen):
             table.add_column("JOB", key="job")
             for k in swept(grid):
                 table.add_column(k.rpartition(".")[2].upper(), key=f"p:{k}")
-            for k, title in (
-                ("status", "STATUS"),
-                ("progress", "PROGRESS"),
-                ("acc", "TEST ACC"),
-                ("tloss", "TEST LOSS"),
-                ("loss", "LAST LOSS"),
-            ):
+            columns = [("status", "STATUS"), ("progress", "PROGRESS"), ("metric", metric.upper())]
+            if metric != "test_accuracy":
+                columns.append(("acc", "TEST ACC"))
+            for k, title in (*columns, ("loss", "LAST LOSS")):
                 table.add_column(title, key=k)
         table.clear()
         drawn = {r["job_id"]: COLORS[n % len(COLORS)] for n, r in enumerate(_drawn(rows))}
         for r in rows:
             color = drawn.get(r["job_id"])
-            table.add_row(
-                Text(str(r["rank"] or "-"), justify="right"),
+            state = status(r["status"], r.get("reason"))
+            if r.get("stopped_early") and r.get("rung") is not None:
+                state.append(f" @rung {r['rung']}")
+            cells = [
+                Text(str(r["rank"] or "-"), justify="right", style="bold green" if r["job_id"] == best else ""),
                 Text(
                     ("━ " if color else "") + str(r["job_id"]),
                     justify="right",
                     style=RICH_COLOR.get(color, color or ""),
                 ),
                 *(one_line(_value(r.get(k)), 16) for k in swept(grid)),
-                status(r["status"], r.get("reason")),
+                state,
                 bar(r.get("fraction"), 8),
-                num(r.get("test_accuracy")),
-                num(r.get("test_loss")),
-                num(r.get("last_loss")),
-                key=str(r["job_id"]),
-            )
+                Text(num(r.get("metric")), style="bold green" if r["job_id"] == best else ""),
+            ]
+            if metric != "test_accuracy":
+                cells.append(num(r.get("test_accuracy")))
+            table.add_row(*cells, num(r.get("last_loss")), key=str(r["job_id"]))
         if current is not None and str(current) in table.rows:
             table.move_cursor(row=table.get_row_index(str(current)), animate=False)
 
@@ -209,7 +232,7 @@ class SweepScreen(Screen):
     def action_toggle_log_scale(self) -> None:
         self.log_scale = not self.log_scale
         if self.summary:
-            self._draw(self.summary["jobs"], self.summary["grid"])
+            self._draw(self.summary["jobs"], self.summary.get("space") or self.summary["grid"])
 
 
 def _drawn(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -225,8 +248,3 @@ def _series(points: list[dict[str, Any]], key: str, log_scale: bool) -> list[tup
         for p in points
         if isinstance(p.get(key), (int, float)) and (p[key] > 0 or not log_scale)
     ]
-
-
-def _value(v: Any) -> str:
-    """A swept value as the job's name writes it: strings as they are, the rest as JSON."""
-    return "-" if v is None else v if isinstance(v, str) else json.dumps(v)
