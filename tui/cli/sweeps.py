@@ -106,7 +106,7 @@ def sweep_show(sweep_id, as_json) -> int:
         click.echo(f"rung {rung['rung']} (step {rung['step']}): {len(rung['trials'])} reached it, {went} went on")
     best = shown.get("best")
     if best:
-        values = " ".join(f"{k}={fmt(v)}" for k, v in best["values"].items())
+        values = " ".join(f"{k.rpartition('.')[2]}={fmt(v)}" for k, v in best["values"].items())
         click.echo(f"best: job {best['job']} ({values}) {metric} {num(best['metric'])}")
     return EXIT_OK
 

@@ -1,0 +1,187 @@
+"""Searches on real workers (issue 26): random sampling with ASHA over a model job's lr on the digits, and over a
+Keras script's learning rate read from its TensorBoard files alone; the README's search run as written across a
+stop and start of `gpudeck up`."""
+
+from __future__ import annotations
+
+import json
+import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+import requests
+import yaml
+
+from jobs.proc import python_module
+from tests.support.digits import digits_arrays, write_digits_idx
+from tests.support.live import start_api, until
+from tests.support.readme import README, run_block
+from tests.support.stack import Up
+
+pytestmark = pytest.mark.slow
+
+SCRIPTS = Path(__file__).parents[1] / "support" / "scripts"
+
+
+def get(api: str, path: str) -> dict:
+    return requests.get(f"{api}/api/v1{path}", timeout=10).json()
+
+
+def finished(api: str, sweep_id: int, limit_s: float = 240) -> dict:
+    until(lambda: get(api, f"/sweeps/{sweep_id}")["state"] != "running", limit_s, f"sweep {sweep_id} to end")
+    return get(api, f"/sweeps/{sweep_id}")
+
+
+def most_at_once(jobs: list[dict]) -> int:
+    """The most of these jobs that held a worker at the same moment (from when each started to when it ended)."""
+    events = sorted(
+        [(j["started_at"], 1) for j in jobs if j["started_at"]] + [(j["ended_at"], -1) for j in jobs if j["ended_at"]]
+    )
+    most = now = 0
+    for _, change in events:  # (an end before a start at the same instant: sorted -1 first)
+        now += change
+        most = max(most, now)
+    return most
+
+
+def cli(api: str, env: dict[str, str], *args: str) -> str:
+    run = subprocess.run(
+        python_module("tui.cli", *args), env={**env, "GPUDECK_API": api}, capture_output=True, text=True, timeout=60
+    )
+    assert run.returncode == 0, run.stderr
+    return run.stdout
+
+
+def test_random_search_with_asha_stops_the_bad_learning_rates_of_a_model_job(tmp_path, spawn, child_env):
+    """lr from 1e-4 (learns nothing in 60 steps) to 30 (diverges): the trials that learn nothing or diverge are
+    stopped at the first rung (step 30) by the ones that learn, whose lr is the best; two at most at any moment."""
+    digits = write_digits_idx(tmp_path / "digits")
+    env = {**child_env, "GPUDECK_DATA_ROOTS": str(tmp_path)}
+    api = start_api(spawn, env)
+    for _ in range(2):
+        spawn("worker", "--cpu", env=env)
+    body = {
+        "search": "random",
+        "base": {"model": "lenet", "dataset": str(digits), "params": {"steps": 60, "batch_size": 32, "log_every": 5}},
+        "space": {"params.lr": {"loguniform": [1e-4, 30.0]}},
+        "metric": "loss",
+        "stopping": {"kind": "asha", "min_steps": 30, "reduction_factor": 3},
+        "max_trials": 6,
+        "max_concurrent": 2,
+        "time_budget": "10m",
+        "seed": 2,  # (its trials: lr 0.024 and 0.17 first, then 0.0079, 0.00013, 9.4, 0.0049)
+    }
+    made = requests.post(f"{api}/api/v1/sweeps", json=body, timeout=60)
+    assert made.status_code == 201, made.text
+    shown = finished(api, made.json()["id"])
+    assert shown["state"] == "done" and len(shown["trials"]) == 6 and shown["budget"]["trials_left"] == 0
+    assert shown["budget"]["time_left_s"] > 0  # (within its budget)
+    trials = {t["job"]: t for t in shown["trials"]}
+    lr = {job: t["values"]["params.lr"] for job, t in trials.items()}
+    best = shown["best"]
+    assert best is not None and 0.01 <= best["values"]["params.lr"] <= 1.0, shown["trials"]
+    assert best["metric"] == min(
+        t["metric"] for t in shown["trials"] if t["status"] == "succeeded" and not t["stopped_early"]
+    )
+    bad = [job for job in trials if not 1e-3 <= lr[job] <= 3.0]
+    assert bad, lr
+    for job in bad:  # learns nothing or diverges: stopped at the first rung (or failed as diverged)
+        t = trials[job]
+        assert (t["stopped_early"] and t["rung"] == 0) or t["status"] == "failed", t
+    stopped = [t for t in shown["trials"] if t["stopped_early"]]
+    assert stopped and all(t["status"] == "succeeded" for t in stopped)
+    rung0 = shown["rungs"][0]
+    assert rung0["step"] == 30 and {e["job"] for e in rung0["trials"] if not e["passed"]} >= {t["job"] for t in stopped}
+    jobs = [get(api, f"/jobs/{job}") for job in trials]
+    assert most_at_once(jobs) <= 2
+    one = next(j for j in jobs if j["stopped_early"])
+    assert one["reason"] == "stopped_early" and one["early_stop"]["step"] >= 30 and one["early_stop"]["rung"] == 0
+    home = Path(child_env["GPUDECK_HOME"])
+    assert list((home / "jobs" / str(one["id"]) / "checkpoints").glob("ckpt-*.index"))  # its checkpoint kept
+    # `gpudeck ls` and `gpudeck sweep show` say so
+    listed = cli(api, child_env, "ls", "--limit", "10")
+    row = next(line for line in listed.splitlines() if line.split()[0] == str(one["id"]))
+    assert " stopped " in f" {row} ", row
+    table = cli(api, child_env, "sweep", "show", str(shown["id"]))
+    assert re.search(rf"^\s*-\s+{one['id']}\s.*stopped @rung 0", table, re.M), table
+    assert f"best: job {best['job']} (lr=" in table and "rung 0 (step 30): 6 reached it" in table, table
+
+
+def test_a_keras_script_is_searched_and_stopped_early_from_its_tensorboard_files(tmp_path, spawn, child_env):
+    """The script knows nothing of gpudeck: its learning rate comes from env.LR, its loss from the event files the
+    Keras TensorBoard callback writes; the trials that learn nothing are stopped at a rung all the same."""
+    project = tmp_path / "project"
+    project.mkdir()
+    shutil.copy(SCRIPTS / "keras_lr.py", project / "train.py")
+    (x_train, y_train), (x_test, y_test) = digits_arrays()
+    data = tmp_path / "data"
+    data.mkdir()
+    np.savez(data / "digits.npz", x_train=x_train.reshape(-1, 64) / 255, y_train=y_train,
+             x_test=x_test.reshape(-1, 64) / 255, y_test=y_test)  # fmt: skip
+    env = {**child_env, "GPUDECK_COMMAND_JOBS": "1", "GPUDECK_DATA_ROOTS": str(tmp_path)}
+    api = start_api(spawn, env)
+    for _ in range(2):
+        spawn("worker", "--cpu", env=env)
+    body = {
+        "search": "random",
+        "base": {"command": [sys.executable, "train.py"], "source": str(project), "dataset": str(data), "gpus": 0},
+        "space": {"env.LR": {"loguniform": [1e-4, 10.0]}},
+        "metric": "loss",
+        "stopping": {"kind": "asha", "min_steps": 2, "reduction_factor": 2},
+        "max_trials": 4,
+        "max_concurrent": 2,
+        "seed": 3,  # (LR 0.057 and 3.1 first, then 7.4 and 0.00018: the last two learn nothing)
+    }
+    made = requests.post(f"{api}/api/v1/sweeps", json=body, timeout=60)
+    assert made.status_code == 201, made.text
+    shown = finished(api, made.json()["id"])
+    assert shown["state"] == "done" and len(shown["trials"]) == 4
+    stopped = [t for t in shown["trials"] if t["stopped_early"]]
+    assert len(stopped) >= 2, shown["trials"]
+    for t in stopped:
+        job = get(api, f"/jobs/{t['job']}")
+        assert job["status"] == "succeeded" and job["early_stop"]["step"] >= 2 and job["early_stop"]["metric"] == "loss"
+        assert job["spec"]["env"]["LR"] == format(t["values"]["env.LR"], ".6g")
+        points = get(api, f"/jobs/{t['job']}/metrics")["train"]  # (what the rule saw: the event files' loss)
+        at = {p["step"]: p["loss"] for p in points if "loss" in p}
+        assert job["early_stop"]["value"] == pytest.approx(at[job["early_stop"]["step"]], rel=1e-6)
+    assert shown["best"] is not None and shown["best"]["values"]["env.LR"] > 0.01
+    assert most_at_once([get(api, f"/jobs/{t['job']}") for t in shown["trials"]]) <= 2
+
+
+def test_the_readme_search_runs_as_written_and_survives_a_restart_of_up(tmp_path, child_env):
+    """The README's search file and commands, on `gpudeck up` with two workers; `up` is stopped while trials run
+    and started again: the search goes on from its study in Redis to all its trials."""
+    text = README.read_text()
+    spec = re.search(r"<!-- search-file: .*?-->\s*```yaml\n(.*?)```", text, re.S)
+    assert spec, "README.md lost its search file"
+    (tmp_path / "search.yaml").write_text(spec.group(1))
+    body = yaml.safe_load(spec.group(1))
+    home = tmp_path / "home"
+    stack = Up(home, child_env, tmp_path / "up.log", args=("--cpu-workers", "2"))
+    env = {**child_env, "PATH": f"{Path(sys.executable).parent}:{child_env['PATH']}", "GPUDECK_API": stack.url}
+    try:
+        submitted, shown = run_block("search", stack.port, tmp_path, env)
+        assert re.match(r"sweep 1: a random search of 4 trials, 2 at once", submitted), submitted
+        assert "RANK" in shown and "sweep 1 (random + asha, loss min)" in shown, shown
+        until(lambda: any(t["step"] for t in get(stack.url, "/sweeps/1")["trials"]), 180, "a trial's first points")
+        stack.stop()
+    finally:
+        stack.kill()
+    stack = Up(home, child_env, tmp_path / "up2.log", args=("--cpu-workers", "2"))
+    try:
+        shown = finished(stack.url, 1, 300)
+        assert shown["state"] == "done" and len(shown["trials"]) == body["max_trials"], shown["trials"]
+        assert sorted(t["number"] for t in shown["trials"]) == list(range(body["max_trials"]))
+        assert all(t["status"] in ("succeeded", "failed") for t in shown["trials"])
+        assert shown["best"] is not None
+        out = cli(stack.url, child_env, "sweep", "show", "1")
+        assert f"best: job {shown['best']['job']} (lr=" in out, out
+        listed = json.loads(cli(stack.url, child_env, "sweep", "ls", "--json"))
+        assert listed[0]["id"] == 1 and listed[0]["trials"] == 4
+    finally:
+        stack.stop()
