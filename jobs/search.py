@@ -88,7 +88,7 @@ def parse(redis: Redis, body: dict[str, Any], settings: Settings) -> dict[str, A
         errors["space"] = 'must be a non-empty object: {"params.lr": {"loguniform": [1e-4, 1.0]}, …}'
         space = {}
     for key, dist in space.items():
-        problem = _key_problem(key, base, command) or _distribution_problem(dist)
+        problem = key_problem(key, base, command) or _distribution_problem(dist)
         if problem:
             errors[f"space.{key}"] = problem
     metric = body.get("metric", "test_accuracy" if not command else None)
@@ -157,7 +157,7 @@ def _stopping(raw: Any, errors: dict[str, str]) -> dict[str, Any] | None:
     return out
 
 
-def _key_problem(key: str, base: dict[str, Any], command: bool) -> str | None:
+def key_problem(key: str, base: dict[str, Any], command: bool) -> str | None:
     """Why `key` cannot be searched over for this base (None: it can)."""
     top, _, sub = key.partition(".")
     if top == "params" and sub:
@@ -213,7 +213,9 @@ def apply(base: dict[str, Any], values: dict[str, Any]) -> dict[str, Any]:
     spec = copy.deepcopy(base)
     for key, value in values.items():
         top, _, sub = key.partition(".")
-        if top == "params":
+        if not sub:
+            spec[top] = value
+        elif top == "params":
             spec["params"] = {**(spec.get("params") or {}), sub: value}
         elif top == "env":
             spec["env"] = {**(spec.get("env") or {}), sub: _text(value)}

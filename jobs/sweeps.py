@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import copy
 import itertools
 import json
 import math
@@ -23,17 +22,25 @@ MAX_JOBS = 500
 """Most jobs one sweep may create."""
 
 
-def expand(base: Any, grid: Any) -> list[dict[str, Any]]:
-    """Every combination of the grid applied to the base spec, in grid order; ValidationError names bad keys."""
+def combinations(base: Any, grid: Any) -> list[dict[str, Any]]:
+    """Every combination of the grid (field -> value), in grid order; ValidationError names bad keys. A field is
+    a spec field, params.<name> (a model job), env.<NAME> or args.<NAME> (a {NAME} in a command job's command)."""
     if not isinstance(base, dict):
         raise ValidationError({"base": "must be a job spec object"})
     if not isinstance(grid, dict) or not grid:
         raise ValidationError({"grid": "must be a non-empty object of field -> list of values"})
     errors = {}
+    command = base.get("command") is not None
     for key, values in grid.items():
         top, _, sub = key.partition(".")
-        if top not in spec_mod.FIELDS or (sub and top != "params") or (top == "params" and not sub):
-            errors[f"grid.{key}"] = "must name a spec field (model, dataset, gpus, …) or params.<name>"
+        if sub and top in ("params", "env", "args"):
+            problem = search.key_problem(key, base, command)
+        elif top in spec_mod.FIELDS and not sub and top != "params":
+            problem = None
+        else:
+            problem = "must name a spec field (model, dataset, gpus, …), params.<name>, env.<NAME> or args.<NAME>"
+        if problem:
+            errors[f"grid.{key}"] = problem
         elif not isinstance(values, list) or not values:
             errors[f"grid.{key}"] = "must be a non-empty list of values"
     if errors:
@@ -43,19 +50,12 @@ def expand(base: Any, grid: Any) -> list[dict[str, Any]]:
         count *= len(values)
     if count > MAX_JOBS:
         raise TooLarge(f"grid: expands to {count} jobs; at most {MAX_JOBS}", {"field": "grid", "jobs": count})
-    specs = []
-    for combo in itertools.product(*grid.values()):
-        spec = copy.deepcopy(base)
-        for key, value in zip(grid, combo):
-            top, _, sub = key.partition(".")
-            if sub:
-                spec.setdefault("params", {})
-                if isinstance(spec["params"], dict):
-                    spec["params"][sub] = value
-            else:
-                spec[top] = value
-        specs.append(spec)
-    return specs
+    return [dict(zip(grid, combo)) for combo in itertools.product(*grid.values())]
+
+
+def expand(base: Any, grid: Any) -> list[dict[str, Any]]:
+    """Every combination of the grid applied to the base spec, in grid order."""
+    return [search.apply(base, combo) for combo in combinations(base, grid)]
 
 
 def create(redis: Redis, body: Any, settings: Settings | None = None, owner: str | None = None) -> dict[str, Any]:
@@ -81,12 +81,12 @@ def create(redis: Redis, body: Any, settings: Settings | None = None, owner: str
     mode = body.get("mode", "min" if "loss" in metric or "error" in metric else "max")
     if mode not in ("min", "max"):
         raise ValidationError({"mode": f"must be min or max, got {mode!r}"})
-    specs = expand(body.get("base"), body.get("grid"))
-    for i, s in enumerate(specs):
+    combos = combinations(body.get("base"), body.get("grid"))
+    specs = [search.apply(body["base"], combo) for combo in combos]
+    for i, (s, combo) in enumerate(zip(specs, combos)):
         try:
             quota.check_fits(redis, owner, queues.validate(redis, s, settings, default_gpus=0))
         except ValidationError as exc:
-            combo = {k: _get(s, k) for k in body["grid"]}
             raise type(exc)(  # a combination whose one problem is a missing dataset is a 404, as a job's
                 {f"combination {i + 1} {json.dumps(combo)}: {k}": v for k, v in exc.fields.items()}
             ) from None
@@ -106,9 +106,9 @@ def create(redis: Redis, body: Any, settings: Settings | None = None, owner: str
     # (written first: the scheduler may place the first jobs while the others are submitted, by max_concurrent)
     redis.set(sweep_key(sweep_id), json.dumps(record))
     jobs = []
-    for s in specs:
-        s = {**s, "tags": [*(s.get("tags") or []), f"sweep:{sweep_id}"], "name": _name(s, body, sweep_id)}
-        extra = {"sweep_id": sweep_id, **({"owner": owner} if owner else {})}
+    for n, (s, combo) in enumerate(zip(specs, combos)):
+        s = {**s, "tags": [*(s.get("tags") or []), f"sweep:{sweep_id}"], "name": _name(combo, body, sweep_id)}
+        extra = {"sweep_id": sweep_id, "trial": {"number": n, "values": combo}, **({"owner": owner} if owner else {})}
         jobs.append(queues.submit(redis, s, settings, extra=extra))
     record["job_ids"] = [j["id"] for j in jobs]
     redis.set(sweep_key(sweep_id), json.dumps(record))
@@ -130,12 +130,12 @@ def _create_search(redis: Redis, body: dict[str, Any], settings: Settings, owner
             "jobs": [store.get(t["job"]) for t in launched if t["job"]]}  # fmt: skip
 
 
-def _name(spec: dict[str, Any], body: dict[str, Any], sweep_id: int) -> str:
+def _name(combo: dict[str, Any], body: dict[str, Any], sweep_id: int) -> str:
     """A job of a sweep is named by its swept values: `sweep 3 lr=0.1 model=lenet` (the base's name, when it has
     one, instead of `sweep 3`); a grid over `name` itself keeps those names."""
     if "name" in body["grid"]:
-        return str(spec["name"])
-    swept = " ".join(f"{key.rpartition('.')[2]}={_short(_get(spec, key))}" for key in body["grid"])
+        return str(combo["name"])
+    swept = " ".join(f"{key.rpartition('.')[2]}={_short(value)}" for key, value in combo.items())
     return f"{body['base'].get('name') or f'sweep {sweep_id}'} {swept}"[: spec_mod.NAME_MAX]
 
 
@@ -180,7 +180,9 @@ def summary(redis: Redis, sweep_id: int, redis_url: str | None = None) -> dict[s
         except NotFound:
             rec = None  # (deleted since)
         spec = rec["spec"] if rec else apply_values(record, trial)
-        values = trial["values"] if trial["values"] is not None else {k: _get(spec, k) for k in record["grid"]}
+        values = trial["values"]
+        if values is None:  # a grid's job: its combination (jobs of sweeps made before it was kept: from the spec)
+            values = ((rec or {}).get("trial") or {}).get("values") or {k: _get(spec, k) for k in record["grid"]}
         result = (rec or {}).get("result") or {}
         value = trial.get("metric") if kind != "grid" else _metric_of(rec, metric)
         if kind != "grid" and value is None and trial.get("state") != "ended":

@@ -214,13 +214,19 @@ def test_a_stopped_search_launches_no_more_and_a_budget_ends_it(command_client, 
 
 
 def test_a_grid_answers_in_the_same_shape(command_client, redis):
-    base = {"command": "python train.py", "gpus": 0}
-    made = command_client.post("/api/v1/sweeps", json={"base": base, "grid": {"env.X": [1, 2]}})
-    assert made.status_code == 400  # (a grid sweeps spec fields and params: env.X is a search's)
-    made = command_client.post("/api/v1/sweeps", json={"base": base, "grid": {"gpus": [0, 0]}, "metric": "loss"})
+    base = {"command": "python train.py --depth {DEPTH}", "gpus": 0}
+    bad = command_client.post("/api/v1/sweeps", json={"base": base, "grid": {"args.WIDTH": [1, 2]}})
+    assert bad.status_code == 400 and "has no {WIDTH}" in bad.json["details"]["fields"]["grid.args.WIDTH"]
+    grid = {"args.DEPTH": [2], "env.X": ["a", "b"]}
+    made = command_client.post("/api/v1/sweeps", json={"base": base, "grid": grid, "metric": "loss"})
     assert made.status_code == 201, made.json
+    specs = [JobStore(redis).get(i)["spec"] for i in made.json["job_ids"]]
+    assert [(s["env"], s["command"], s["name"]) for s in specs] == [
+        ({"X": "a"}, "python train.py --depth 2", f"sweep {made.json['id']} DEPTH=2 X=a"),
+        ({"X": "b"}, "python train.py --depth 2", f"sweep {made.json['id']} DEPTH=2 X=b"),
+    ]
     shown = command_client.get(f"/api/v1/sweeps/{made.json['id']}").json
     assert shown["search"] == "grid" and shown["state"] == "running" and shown["metric"] == "loss"
-    assert [t["values"] for t in shown["trials"]] == [{"gpus": 0}, {"gpus": 0}]
+    assert [t["values"] for t in shown["trials"]] == [{"args.DEPTH": 2, "env.X": "a"}, {"args.DEPTH": 2, "env.X": "b"}]
     stopped = command_client.post(f"/api/v1/sweeps/{made.json['id']}/stop").json
     assert stopped["state"] == "stopped" and {t["status"] for t in stopped["trials"]} == {"canceled"}
