@@ -56,10 +56,12 @@ def create_app(config: dict[str, Any] | None = None) -> Flask:
     auth.register_audit(app)
     if app.config.get("START_REAPER") and settings.redis_url:
         from jobs import control
+        from jobs.notify import Notifier
         from jobs.reaper import Reaper
         from jobs.tensorboard import Sweeper
 
         retention = (lambda r: control.apply_retention(r, settings)) if settings.retention else None
         Reaper(settings.redis_url, retention).start()  # lost jobs are found even when every worker is gone
         Sweeper(settings.redis_url, settings).start()  # idle TensorBoards are stopped
+        Notifier(settings).start()  # notifications are sent even when every worker is gone
     return app

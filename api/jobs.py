@@ -11,7 +11,7 @@ from flask import Blueprint, Response, current_app, request
 
 from api import auth, deps, longpoll
 from api.finite import finite
-from jobs import control, forecast, gang, queues, schedule, usage
+from jobs import control, forecast, gang, notify, queues, schedule, usage
 from jobs.errors import BadRequest, NotFound
 from jobs.views import job_view
 from models.common import search_text
@@ -270,6 +270,18 @@ def _follow(store, job_id: int, offset: int, environ: dict, live: bool):
             store.wait_lines(job_id, offset, FOLLOW_BLOCK_MS)
             if longpoll.client_gone(environ):
                 return
+
+
+@bp.get("/<int:job_id>/notifications")
+def notifications(job_id: int):
+    """Every delivery attempt of the job's notifications (endpoint, event, attempt, when, delivered, the answer)."""
+    deps.only_args(request.args, ())
+    rec = deps.store().get(job_id)  # 404 for an unknown job
+    return {
+        "job_id": job_id,
+        "notify": rec["spec"].get("notify") or [],
+        "attempts": notify.attempts(deps.redis(), job_id),
+    }
 
 
 @bp.get("/<int:job_id>/metrics")

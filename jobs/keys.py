@@ -25,7 +25,7 @@ def job_keys(job_id: int, workers: int = 1, gens: int = 0) -> list[str]:
     heartbeats; the rendezvous of its placements 1..`gens`. What deleting a job removes."""
     keys = [job_key(job_id), log_key(job_id), live_key(job_id), metrics_key(job_id), heartbeat_key(job_id)]
     keys += [stop_key(job_id)]
-    keys += [usage_key(job_id), *(task_key(job_id, k) for k in range(workers))]
+    keys += [usage_key(job_id), notifications_key(job_id), *(task_key(job_id, k) for k in range(workers))]
     keys += [task_beat_key(job_id, k) for k in range(workers)]
     return keys + [k for g in range(1, gens + 1) for k in (arrived_key(job_id, g), go_key(job_id, g))]
 
@@ -53,6 +53,11 @@ def metrics_key(job_id: int) -> str:
 def heartbeat_key(job_id: int) -> str:
     """Present while the work-horse running the job is alive."""
     return f"{job_key(job_id)}:heartbeat"
+
+
+def notifications_key(job_id: int) -> str:
+    """List of JSON: each delivery attempt of the job's notifications (endpoint, event, when, the answer)."""
+    return f"{job_key(job_id)}:notifications"
 
 
 def usage_key(job_id: int) -> str:
@@ -218,6 +223,12 @@ def optuna_prefix(sweep_id: int) -> str:
     return f"{sweep_key(sweep_id)}:optuna:"
 
 
+NOTIFY_DUE_KEY = f"{PREFIX}:notify:due"
+"""Sorted set delivery id -> when it is due (its next attempt): what the notifier sends."""
+NOTIFY_DELIVERIES_KEY = f"{PREFIX}:notify:deliveries"
+"""Hash delivery id -> JSON of a notification not yet delivered (endpoint, job, event, body, attempts)."""
+NOTIFIER_LOCK_KEY = f"{PREFIX}:notifier:lock"
+"""Held by the one process sending notifications this round."""
 SEARCHING_KEY = f"{PREFIX}:sweeps:searching"
 """Set of the ids of searches still running: what the searcher drives."""
 SEARCHER_LOCK_KEY = f"{PREFIX}:searcher:lock"

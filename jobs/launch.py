@@ -22,6 +22,7 @@ from typing import Any
 
 from jobs import sandbox, sources
 from jobs.proc import pdeathsig, python_module
+from jobs.redis_server import free_port
 from jobs.scalars import EVENT_FILE_MARK
 from jobs.settings import Settings
 from models import protocol, sourcetree
@@ -31,7 +32,7 @@ log = logging.getLogger(__name__)
 RUN_ID_ENV = "GPUDECK_RUN_ID"
 """Set in every trainer's and command's environment (the RQ id of the attempt or task): processes that carry it
 are swept when the attempt ends, even those that left its process group."""
-HIDDEN_ENV = ("GPUDECK_TOKENS", "GPUDECK_TOKEN", "REDIS_URL")
+HIDDEN_ENV = ("GPUDECK_TOKENS", "GPUDECK_TOKEN", "REDIS_URL", "GPUDECK_WEBHOOKS", "GPUDECK_WEBHOOK_SECRETS")
 """The worker's own secrets and its Redis, handed to no job's process."""
 UNSANDBOXED = (
     "this worker runs jobs without a sandbox ({why}), so a user's command could act as the service; it runs the "
@@ -98,6 +99,22 @@ def base_env(attempt: Attempt) -> dict[str, str]:
     return env
 
 
+def torch_env(master_addr: str, master_port: int, nodes: int, node_rank: int) -> dict[str, str]:
+    """What `torchrun --nnodes=$NNODES --node_rank=$NODE_RANK --master_addr=$MASTER_ADDR --master_port=$MASTER_PORT`
+    and a plain `torch.distributed.init_process_group()` (env://) read: one process per task (RANK = the task's
+    index, WORLD_SIZE = the tasks; torchrun sets its own for the processes it starts)."""
+    return {
+        "MASTER_ADDR": master_addr,
+        "MASTER_PORT": str(master_port),
+        "WORLD_SIZE": str(nodes),
+        "RANK": str(node_rank),
+        "NODE_RANK": str(node_rank),
+        "NNODES": str(nodes),
+        "LOCAL_RANK": "0",
+        "LOCAL_WORLD_SIZE": "1",
+    }
+
+
 def trainer(ctx: WorkerContext, attempt: Attempt, events_w: int, extra_env: dict[str, str]) -> Launch:
     """`python -m models.train` in the job dir, writing its events to `events_w` (models.protocol)."""
     env = base_env(attempt)
@@ -146,7 +163,8 @@ def command(
     }
     if data_dir is not None:
         injected["DATA_DIR"] = str(data_dir)
-    injected.update(extra_env)  # a task's TF_CONFIG, GPUDECK_TASK_TYPE, GPUDECK_TASK_INDEX
+    injected.update(torch_env("127.0.0.1", free_port(), 1, 0))  # (a job of one task: its own master)
+    injected.update(extra_env)  # a task's TF_CONFIG, GPUDECK_TASK_TYPE, GPUDECK_TASK_INDEX and torch's
     env.update(injected)
     env.update(spec.get("env") or {})
     env.update(spec.get("secret_env") or {})

@@ -8,7 +8,7 @@ from typing import Any
 
 from redis import Redis
 
-from jobs import queues, share
+from jobs import notify, queues, share
 from jobs.outcome import End, lost
 from jobs.spec import is_command
 from jobs.store import JobStore
@@ -46,6 +46,7 @@ def end(
     if not store.transition(job_id, allowed, of_attempt=fence, ended_at=time.time(), **outcome.fields(), **fields):
         return None
     _charge(redis, before)
+    _notify(redis, job_id)
     if outcome.status != Status.SUCCEEDED:
         what = outcome.reason.value if outcome.reason else ""
         extra = "; no retries left" if outcome.retry else ""
@@ -56,6 +57,14 @@ def end(
 def worker_lost(redis: Redis, job_id: int, rec: dict[str, Any], message: str, **fields: Any) -> str | None:
     """The job's worker went away (`message` says how): queued again, or failed as worker_lost."""
     return end(redis, job_id, lost(message), rec, **fields)
+
+
+def _notify(redis: Redis, job_id: int) -> None:
+    """Queue the notifications the job asks for its new status (sent by a Notifier: never delays the job)."""
+    try:
+        notify.enqueue(redis, JobStore(redis).get(job_id))
+    except Exception:  # noqa: BLE001 (a notification never fails a job's end)
+        log.exception("job %s: its notifications could not be queued", job_id)
 
 
 def _charge(redis: Redis, rec: dict[str, Any]) -> None:
@@ -94,6 +103,7 @@ def requeue(
         _charge(redis, rec)
         store.clear_stop(job_id)
         queues.enqueue(redis, job_id, rec["spec"], rec.get("owner"), rec.get("seq"))
+        _notify(redis, job_id)  # (queued again: for `any`)
         log.warning("job %s: %s (%s); queued again as attempt %d", job_id, reason.value, message, attempt)
     return ok
 

@@ -18,6 +18,7 @@ from typing import IO, Any, Protocol
 from redis import Redis
 from redis.exceptions import RedisError
 
+from jobs import notify
 from jobs.launch import RUN_ID_ENV, LogFile, signal_group
 from jobs.proc import end_descendants, kill_marked
 from jobs.scalars import ScalarReader, newest_run_result, read_result
@@ -160,6 +161,8 @@ class Output:
         """The run folders points came from, in the order they began (a script that trains twice has two)."""
         self.live: str | None = None
         """The line being drawn as last shown (None: none is)."""
+        self.went_running = False
+        """The job has just become running: its `any` notifications are queued once that is written."""
         self.live_at = 0.0
 
     def handle(self, kind: str, chunks: list[bytes], log_file: LogFile, pipe: Any) -> None:
@@ -192,6 +195,7 @@ class Output:
                 "first_step": data["step"],
             }
             fields = {"status": Status.RUNNING.value, "running_at": time.time(), "progress": self.progress}
+            self.went_running = True
         elif kind == protocol.EVENT_METRIC:
             fields = self.point(data, pipe)
         elif kind == protocol.EVENT_RESULT:
@@ -334,6 +338,9 @@ def pump(
         writes.flush(pipe)
         if scanned:
             out.reader.save()  # type: ignore[union-attr]
+        if out.went_running and run.reports and writes.carry is None:  # (written: its notifications, for `any`)
+            out.went_running = False
+            writes.reachable(lambda: notify.enqueue(out.store.redis, out.store.get(out.job_id)))
         if now - last_beat >= HEARTBEAT_EVERY_S:
             writes.reachable(run.beat)
             last_beat = now

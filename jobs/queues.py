@@ -84,6 +84,7 @@ def validate(redis: Redis, body: Any, settings: Settings | None = None, default_
         commands_allowed=s.command_jobs_allowed,
         source_known=lambda sha: sources.exists(redis, sha),
         envs=tuple(name for name, _ in s.envs),
+        webhooks=tuple(w.name for w in s.webhooks),
     )
     check_after(redis, spec.get("after") or [])
     check_hosts(redis, spec)

@@ -274,6 +274,8 @@ class JobRun:
 
     def started(self, pid: int) -> None:
         self.store.update(self.job_id, pid=pid, spawned_at=time.time(), **self._command_running())
+        if self.command:
+            self.output.went_running = True  # (told by the pump, with a trainer's `running` event)
 
     def _command_running(self) -> dict[str, Any]:
         """A command job is running once its process is: there is no trainer to say so."""

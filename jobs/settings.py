@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -110,6 +111,41 @@ def _envs(raw: str) -> tuple[tuple[str, Path], ...]:
 
 
 @dataclass(frozen=True)
+class Webhook:
+    """An endpoint the operator named (GPUDECK_WEBHOOKS): where a job's notifications go, in which shape."""
+
+    name: str
+    url: str
+    slack: bool = False
+    secret: str | None = None
+
+
+def _webhooks(env: os._Environ[str] | dict[str, str]) -> tuple[Webhook, ...]:
+    """GPUDECK_WEBHOOKS `lab=https://…;ci:slack=https://…` and GPUDECK_WEBHOOK_SECRETS `lab=…;ci=…`."""
+    secrets: dict[str, str] = {}
+    for item in (i.strip() for i in env.get("GPUDECK_WEBHOOK_SECRETS", "").split(";")):
+        name, sep, secret = item.partition("=")
+        if item and (not sep or not name.strip() or not secret):
+            raise ConfigError("GPUDECK_WEBHOOK_SECRETS takes name=secret;… (the names of GPUDECK_WEBHOOKS)")
+        if item:
+            secrets[name.strip()] = secret
+    hooks = []
+    for item in (i.strip() for i in env.get("GPUDECK_WEBHOOKS", "").split(";")):
+        if not item:
+            continue
+        name, sep, url = item.partition("=")
+        name, _, shape = name.strip().partition(":")
+        if not sep or not re.fullmatch(r"[A-Za-z0-9_-]{1,40}", name) or shape not in ("", "slack"):
+            raise ConfigError(f"GPUDECK_WEBHOOKS takes name=URL;name:slack=URL;…; got {item!r}")
+        if not re.match(r"^https?://[^/\s]+", url.strip()):
+            raise ConfigError(f"GPUDECK_WEBHOOKS: {name}'s URL must be http:// or https://, got {url.strip()!r}")
+        hooks.append(Webhook(name, url.strip(), shape == "slack", secrets.pop(name, None)))
+    if secrets:
+        raise ConfigError(f"GPUDECK_WEBHOOK_SECRETS names endpoints GPUDECK_WEBHOOKS has not: {sorted(secrets)}")
+    return tuple(hooks)
+
+
+@dataclass(frozen=True)
 class Settings:
     """Process-wide configuration; every field comes from one documented env variable."""
 
@@ -137,6 +173,8 @@ class Settings:
     fairshare_halflife_s: int = 7 * 86400
     backfill: bool = False
     foreign_memory: int = 1 << 30
+    webhooks: tuple[Webhook, ...] = ()
+    public_url: str | None = None
 
     @property
     def command_jobs_allowed(self) -> bool:
@@ -182,7 +220,12 @@ class Settings:
             else 7 * 86400,
             backfill=_switch(env, "GPUDECK_BACKFILL", False),
             foreign_memory=_size(env, "GPUDECK_FOREIGN_MEMORY", cls.foreign_memory, zero=True),
+            webhooks=_webhooks(env),
+            public_url=(env.get("GPUDECK_PUBLIC_URL") or "").strip().rstrip("/") or None,
         )
+
+    def webhook(self, name: str) -> Webhook | None:
+        return next((w for w in self.webhooks if w.name == name), None)
 
     def env_python(self, name: str | None) -> Path | None:
         """The bin folder of a registered environment (None: unknown name, or no name and so the worker's own)."""

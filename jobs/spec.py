@@ -41,6 +41,7 @@ FIELDS = (
     "after",
     "preemptible",
     "checkpoint_every",
+    "notify",
 )
 
 INJECTED = (
@@ -58,6 +59,14 @@ INJECTED = (
     "TF_CONFIG",
     "GPUDECK_TASK_TYPE",
     "GPUDECK_TASK_INDEX",
+    "MASTER_ADDR",
+    "MASTER_PORT",
+    "WORLD_SIZE",
+    "RANK",
+    "NODE_RANK",
+    "NNODES",
+    "LOCAL_RANK",
+    "LOCAL_WORLD_SIZE",
     "PYTHONUNBUFFERED",
 )
 """What the work-horse sets for a command job (README: "Your own training code"); a job's `env` cannot override
@@ -233,6 +242,26 @@ def _source(value: Any, data_roots: tuple[Path, ...], known: SourceKnown | None)
 
 MAX_AFTER = 100
 """Most jobs one job may depend on."""
+NOTIFY_EVENTS = ("succeeded", "failed", "canceled", "stopped_early", "any")
+"""What a notification may be asked for: an end, a trial stopped early, or any change of status."""
+NOTIFY_ENTRY = re.compile(r"([A-Za-z0-9_-]{1,40})(?::([a-z_]+(?:,[a-z_]+)*))?")
+
+
+def notify_problem(value: Any, webhooks: tuple[str, ...] | None) -> str | None:
+    """Why `notify` is not a list of the operator's endpoints (`lab`, or `lab:failed,canceled`); None: it is."""
+    if not isinstance(value, list) or len(value) > 10 or not all(isinstance(v, str) for v in value):
+        return f'must be a list of at most 10 endpoint names such as ["lab"] or ["lab:failed"], got {value!r}'
+    for entry in value:
+        m = NOTIFY_ENTRY.fullmatch(entry)
+        if m is None:
+            return f"{entry!r}: write an endpoint's name, optionally :events (lab:failed,canceled)"
+        bad = [e for e in (m.group(2) or "").split(",") if e and e not in NOTIFY_EVENTS]
+        if bad:
+            return f"{entry!r}: unknown events {bad}; one of {', '.join(NOTIFY_EVENTS)}"
+        if webhooks is not None and m.group(1) not in webhooks:
+            known = ", ".join(webhooks) or "none (GPUDECK_WEBHOOKS is not set)"
+            return f"no endpoint {m.group(1)!r}; the operator's: {known}"
+    return None
 
 
 def _after(value: Any) -> str | None:
@@ -266,6 +295,7 @@ def validate(
     commands_allowed: bool = False,
     source_known: SourceKnown | None = None,
     envs: tuple[str, ...] = (),
+    webhooks: tuple[str, ...] | None = None,
 ) -> dict[str, Any]:
     """The normalized spec (defaults filled in, an uploaded dataset pinned to its version), or ValidationError
     naming every bad field; a command job where they are not allowed is Forbidden."""
@@ -350,6 +380,7 @@ def validate(
         ),
         "priority": lambda v: None if v in PRIORITIES else f"must be one of {', '.join(PRIORITIES)}, got {v!r}",
         "after": _after,
+        "notify": lambda v: notify_problem(v, webhooks),
         "preemptible": lambda v: None if isinstance(v, bool) else f"must be true or false, got {v!r}",
         "checkpoint_every": lambda v: (
             "belongs to model jobs (a command checkpoints itself)" if command else _checkpoint_every(v)[1]
@@ -387,6 +418,7 @@ def validate(
         "chief": bool(body.get("chief")),
         "after": list(body.get("after") or []),
         "preemptible": body.get("preemptible") is not False,
+        **({"notify": list(body["notify"])} if body.get("notify") else {}),
     }
     if command:
         return {

@@ -13,7 +13,7 @@ from typing import Any
 from redis import Redis
 from redis.exceptions import RedisError
 
-from jobs import gang, outcome, taskrecord
+from jobs import gang, launch, outcome, taskrecord
 from jobs.keys import rq_task_id
 from jobs.launch import WorkerContext
 from jobs.redis_server import free_port
@@ -46,7 +46,10 @@ class TaskRun(JobRun):
 
     def prepare(self, spec: dict[str, Any]) -> dict[str, str] | None:
         address = f"{gang.advertise_host(self.ctx.settings)}:{free_port()}"
-        taskrecord.update(self.redis, self.job_id, self.index, address=address)
+        if self.index == 0:  # task 0 is PyTorch's master: a port of its own for torch.distributed's store
+            taskrecord.update(self.redis, self.job_id, self.index, address=address, master_port=free_port())
+        else:
+            taskrecord.update(self.redis, self.job_id, self.index, address=address)
         n = spec["workers"]
         go = gang.arrive(self.redis, self.job_id, self.gen, n)
         give_up = time.monotonic() + 2 * gang.RENDEZVOUS_S  # the reaper puts it back in line well before
@@ -61,13 +64,16 @@ class TaskRun(JobRun):
                 if not passing(exc) or time.monotonic() > give_up:
                     raise
                 time.sleep(1.0)
-        addresses = [t.get("address") for t in gang.tasks(self.redis, self.job_id, n)]
+        placed = gang.tasks(self.redis, self.job_id, n)
+        addresses = [t.get("address") for t in placed]
         chief = addresses[0] if spec.get("chief") else None
         cluster = tfconfig.cluster(list(addresses[1:] if chief else addresses), chief=chief)
         kind, i = gang.task_name(spec, self.index)
         config = tfconfig.tf_config(cluster, kind, i)
         self.preamble = [f"gpudeck: task {kind}:{i} of {n} on {self.ctx.name} at {address}; cluster {cluster}"]
-        return {"TF_CONFIG": json.dumps(config), "GPUDECK_TASK_TYPE": kind, "GPUDECK_TASK_INDEX": str(i)}
+        master = str(addresses[0]).rpartition(":")[0]
+        torch = launch.torch_env(master, int(placed[0]["master_port"]), n, self.index)
+        return {"TF_CONFIG": json.dumps(config), "GPUDECK_TASK_TYPE": kind, "GPUDECK_TASK_INDEX": str(i), **torch}
 
     def stand_down(self) -> str:
         why = self.stop_reason() or "the rendezvous did not complete"

@@ -33,6 +33,7 @@ from jobs.keys import (
 )
 from jobs.launch import WorkerContext
 from jobs.lifecycle import worker_lost
+from jobs.notify import Notifier
 from jobs.reaper import Reaper
 from jobs.search import Searcher
 from jobs.settings import Settings
@@ -333,6 +334,7 @@ def run(
         Sampler(settings.redis_url, host),
         schedule.Placer(settings.redis_url, name, settings),
         Searcher(settings),  # (one process at a time drives the searches: whichever holds the lock this round)
+        Notifier(settings),  # (and sends the notifications due: the API's does too, one of them at a time)
     ]
     for helper in helpers:
         helper.start()

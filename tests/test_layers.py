@@ -26,7 +26,7 @@ JOBS_LAYERS = (
         "placement",
     ),
     ("store", "disk"),
-    ("datasets", "sources", "views", "artifacts", "quota"),
+    ("datasets", "sources", "views", "artifacts", "quota", "notify"),
     ("queues", "tensorboard", "launch"),
     ("pump", "search"),
     ("lifecycle", "sweeps"),

@@ -123,6 +123,9 @@ class Client:
     def sweep(self, body: dict[str, Any]) -> dict[str, Any]:
         return self.request("POST", "/api/v1/sweeps", json=body).json()
 
+    def notifications(self, job_id: int) -> dict[str, Any]:
+        return self.request("GET", f"/api/v1/jobs/{job_id}/notifications").json()
+
     def sweep_summary(self, sweep_id: int) -> dict[str, Any]:
         return self.request("GET", f"/api/v1/sweeps/{sweep_id}").json()
 

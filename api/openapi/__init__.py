@@ -28,6 +28,7 @@ OPERATIONS: dict[tuple[str, str], tuple[str, str]] = {
     ("post", "/api/v1/jobs/{id}/retry"): ("retry_job", "jobs"),
     ("get", "/api/v1/jobs/{id}/wait"): ("wait_job", "jobs"),
     ("get", "/api/v1/jobs/{id}/logs"): ("get_job_logs", "jobs"),
+    ("get", "/api/v1/jobs/{id}/notifications"): ("get_job_notifications", "jobs"),
     ("get", "/api/v1/jobs/{id}/files"): ("list_job_files", "jobs"),
     ("get", "/api/v1/jobs/{id}/files/{path}"): ("get_job_file", "jobs"),
     ("get", "/api/v1/jobs/{id}/metrics"): ("get_job_metrics", "jobs"),

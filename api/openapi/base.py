@@ -81,6 +81,7 @@ NULL_IS_DEFAULT = (
     "dataset",
     "after",
     "preemptible",
+    "notify",
 )
 """Optional spec fields a null stands for the default of (the others are nullable in the spec itself)."""
 
@@ -245,6 +246,13 @@ def spec_props() -> dict[str, Any]:
             **BOOL,
             "description": "false: never stopped to make room for a higher-priority job (only an admin may say so "
             "when tokens are configured); default true",
+        },
+        "notify": {
+            "type": "array",
+            "maxItems": 10,
+            "items": {**STR, "pattern": "^[A-Za-z0-9_-]{1,40}(:[a-z_]+(,[a-z_]+)*)?$"},
+            "description": "the operator's endpoints (GPUDECK_WEBHOOKS) told when the job ends: `lab`, or "
+            "`lab:failed,canceled` (events: succeeded, failed, canceled, stopped_early, any)",
         },
         "checkpoint_every": {
             "description": "a model job also checkpoints every N steps, or every duration (90s, 5m): a preempted "

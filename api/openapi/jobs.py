@@ -212,6 +212,28 @@ def schemas() -> dict[str, Any]:
             },
             ["id", "name", "status", "spec", "attempt", "created_at", "progress"],
         ),
+        "Notifications": _obj(
+            {
+                "job_id": INT,
+                "notify": {"type": "array", "items": STR},
+                "attempts": {
+                    "type": "array",
+                    "items": _obj(
+                        {
+                            "delivery": STR,
+                            "endpoint": STR,
+                            "event": STR,
+                            "attempt": INT,
+                            "at": UNIX_S,
+                            "delivered": BOOL,
+                            "answer": {**STR, "description": "the HTTP status, or the error"},
+                            "gave_up": BOOL,
+                        }
+                    ),
+                },
+            },
+            ["job_id", "notify", "attempts"],
+        ),
         "Usage": {
             **_obj(
                 {
@@ -421,6 +443,13 @@ def paths() -> dict[str, Any]:
                         "also the line being drawn (a progress bar before its newline), after a \\r, no newline",
                     ),
                 ],
+            )
+        },
+        "/api/v1/jobs/{id}/notifications": {
+            "get": _op(
+                "Every delivery attempt of the job's notifications",
+                {"200": _json("Notifications"), **_errors(400, 404)},
+                parameters=job,
             )
         },
         "/api/v1/jobs/{id}/files": {

@@ -1,7 +1,7 @@
 """Grid vs random vs random+ASHA vs TPE+ASHA on the real stack (issue 26's benchmark): a small problem this machine
-trains a trial of in about two seconds — softmax regression with momentum SGD on the 8x8 digits, in numpy, its
+trains a trial of in about six seconds — softmax regression with momentum SGD on the 8x8 digits, in numpy, its
 lr, momentum, weight decay and batch size from env variables, its validation accuracy logged to metrics.jsonl every
-20 of its 300 steps — searched through `gpudeck up` with two CPU workers, each method with the grid's budget of
+20 of its 400 steps — searched through `gpudeck up` with two CPU workers, each method with the grid's budget of
 trials (24, so at most the grid's steps), over several seeds.
 
 Reported per method and seed: the best validation accuracy reached, the steps trained (and wall time) until a
@@ -27,7 +27,7 @@ from tests.support.live import until
 from tests.support.stack import Up
 
 SEEDS = int(os.environ.get("GPUDECK_BENCH_SEEDS", "3"))
-STEPS = 300
+STEPS = 400
 
 TRAIN = f"""
 import json, os, time
@@ -49,7 +49,7 @@ for step in range(1, {STEPS} + 1):
     gw, gb = x[i].T @ p / batch + wd * w, p.mean(0)
     vw, vb = mom * vw - lr * gw, mom * vb - lr * gb
     w, b = w + vw, b + vb
-    time.sleep(0.004)  # (a bigger model's step)
+    time.sleep(0.015)  # (a bigger model's step: a trial trains for about 6 s)
     if step % 20 == 0:
         acc = float(((xv @ w + b).argmax(1) == yv).mean()) if np.isfinite(w).all() else 0.0
         out.write(json.dumps({{"step": step, "val_accuracy": acc}}) + "\\n"); out.flush()
@@ -83,12 +83,17 @@ def to_within(run: dict, target: float) -> tuple[int | None, float | None]:
     """Steps trained (and seconds since the first trial started) until a trial ended at or above `target`."""
     steps, first = 0, min(j["started_at"] for j in run["jobs"].values() if j["started_at"])
     for t in run["trials"]:
-        steps += t["step"] or 0
+        steps += trained(run, t)
         final = t["status"] == "succeeded" and not t["stopped_early"] and t["metric"] is not None
         if final and t["metric"] >= target:
             job = run["jobs"][t["job"]]
             return steps, _seconds(job["ended_at"]) - _seconds(first)
     return None, None
+
+
+def trained(run: dict, trial: dict) -> int:
+    """The steps a trial's job trained (a stopped one's: up to where the stop reached it)."""
+    return (run["jobs"][trial["job"]]["progress"] or {}).get("step") or 0
 
 
 def _seconds(iso: str) -> float:
@@ -133,11 +138,11 @@ def test_search_methods(tmp_path, child_env):
         for seed, r in enumerate(rs):
             finals = [t["metric"] for t in r["trials"] if t["metric"] is not None and not t["stopped_early"]]
             steps, secs = to_within(r, target)
-            total = sum(t["step"] or 0 for t in r["trials"])
+            total = sum(trained(r, t) for t in r["trials"])
             if steps is not None and grid_steps:
                 fractions.setdefault(name, []).append(steps / grid_steps)
             print(
-                f"{name:<12} {seed if name != 'grid' else '-':>4} {max(finals):>7.4f} {steps if steps else '-':>12} "
+                f"{name:<12} {seed if name != 'grid' else '-':>4} {max(finals, default=float('nan')):>7.4f} {steps if steps else '-':>12} "
                 f"{f'{secs:.0f}' if secs else '-':>8} {total:>13} {r['wall']:>7.0f}"
             )
     for name, fr in fractions.items():

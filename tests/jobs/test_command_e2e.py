@@ -213,6 +213,33 @@ def test_seed_commands_multi_worker_tasks_and_a_stubborn_script(command_client, 
     assert [t["task"] for t in tasks.values()] == [{"type": "worker", "index": 0}, {"type": "worker", "index": 1}]
     assert tasks["[worker0] "]["cluster"] == tasks["[worker1] "]["cluster"], "\n".join(lines)
 
+    # PyTorch's variables (issue 30 #2): each task meets the others at MASTER_ADDR:MASTER_PORT, as
+    # init_process_group("gloo") would; a job of one task is a world of one with a master of its own.
+    shutil.copy(SCRIPTS / "rendezvous.py", source)
+    met = client.post("/api/v1/jobs", json={"command": "python rendezvous.py", "source": str(source), "workers": 2})
+    job, _ = wait_job(client, met.json["id"], timeout=90)
+    assert job["status"] == "succeeded", job
+    lines = client.get(f"/api/v1/jobs/{job['id']}/logs").text.splitlines()
+    seen = [json.loads(x.split("rendezvous ", 1)[1]) for x in lines if " rendezvous {" in x]
+    seen.sort(key=lambda v: v["RANK"])
+    assert [(v["RANK"], v["NODE_RANK"], v["peers"]) for v in seen] == [("0", "0", [1]), ("1", "1", [0])], lines
+    assert {(v["MASTER_ADDR"], v["MASTER_PORT"], v["WORLD_SIZE"], v["NNODES"]) for v in seen} == {
+        (seen[0]["MASTER_ADDR"], seen[0]["MASTER_PORT"], "2", "2")
+    }
+    assert {(v["LOCAL_RANK"], v["LOCAL_WORLD_SIZE"]) for v in seen} == {("0", "1")}
+    alone = client.post("/api/v1/jobs", json={"command": "python rendezvous.py", "source": str(source)})
+    job, _ = wait_job(client, alone.json["id"], timeout=60)
+    assert job["status"] == "succeeded", job
+    line = next(x for x in client.get(f"/api/v1/jobs/{job['id']}/logs").text.splitlines() if "rendezvous {" in x)
+    one = json.loads(line.split("rendezvous ", 1)[1])
+    assert (one["WORLD_SIZE"], one["RANK"], one["NNODES"], one["MASTER_ADDR"], one["peers"]) == (
+        "1",
+        "0",
+        "1",
+        "127.0.0.1",
+        [],
+    )
+
     # A script that ignores SIGTERM and forks (one child leaves the process group): cancel ends all of them.
     stubborn = client.post("/api/v1/jobs", json={"command": ["python", "stubborn.py"], "source": str(source)}).json[
         "id"

@@ -230,3 +230,29 @@ def test_a_grid_answers_in_the_same_shape(command_client, redis):
     assert [t["values"] for t in shown["trials"]] == [{"args.DEPTH": 2, "env.X": "a"}, {"args.DEPTH": 2, "env.X": "b"}]
     stopped = command_client.post(f"/api/v1/sweeps/{made.json['id']}/stop").json
     assert stopped["state"] == "stopped" and {t["status"] for t in stopped["trials"]} == {"canceled"}
+
+
+def test_the_median_rule_stops_a_trial_below_the_others_median_at_the_same_step(command_client, redis, settings):
+    made = make(
+        command_client,
+        metric="accuracy",
+        max_trials=5,
+        max_concurrent=5,
+        seed=2,
+        stopping={"kind": "median", "min_steps": 2},
+    )
+    first, *others = made["job_ids"]
+    trials = Trials(redis)
+    for n, job_id in enumerate(made["job_ids"][:3]):  # three finish (the rule's startup trials)
+        trials.run(job_id)
+        trials.points(job_id, "accuracy", [(1, 0.5 + n / 10), (2, 0.6 + n / 10), (3, 0.7 + n / 10)])
+        trials.end(job_id)
+    drive(redis, settings, made["id"])
+    good, bad = others[2], others[3]
+    for job_id, values in ((good, [(1, 0.7), (2, 0.8)]), (bad, [(1, 0.2), (2, 0.3)])):
+        trials.run(job_id)
+        trials.points(job_id, "accuracy", values)
+    drive(redis, settings, made["id"])
+    assert JobStore(redis).stop_reason(bad) == "stopped_early" and JobStore(redis).stop_reason(good) is None
+    assert JobStore(redis).get(bad)["early_stop"] == {"step": 2, "rung": None, "metric": "accuracy", "value": 0.3}
+    assert made["job_ids"][0] == first

@@ -493,6 +493,69 @@ def test_a_sweep_ranks_its_runs_by_their_swept_values_and_overlays_their_curves(
     assert lines[-1].startswith(f"best: job {best} ") and "test_accuracy 0.9" in lines[-1]
 
 
+SEARCHED = {
+    "command": [
+        sys.executable,
+        "-c",
+        "import json, os, time\n"
+        "lr, d = float(os.environ['LR']), os.environ['JOB_DIR']\n"
+        "for s in range(1, 7):\n"
+        "    with open(os.path.join(d, 'metrics.jsonl'), 'a') as f:\n"
+        "        f.write(json.dumps({'step': s, 'loss': lr / s, 'val_loss': lr / s}) + '\\n')\n"
+        "    time.sleep(0.5)\n",
+    ],
+    "total_steps": 6,
+    "gpus": 0,
+}
+"""A trial whose loss is $LR / step: the lower LR, the better at every step."""
+
+
+def test_the_sweep_screen_shows_a_search_live_its_stopped_trials_and_the_best(stack):
+    """Issue 26 #5: trials ranked by the metric, the stopped ones with their rung, the best highlighted, the
+    budget used, the best's curve drawn; the jobs table shows a stopped trial as `stopped`."""
+    body = {
+        "search": "random",
+        "base": SEARCHED,
+        "space": {"env.LR": {"uniform": [0.1, 1.0]}},
+        "metric": "val_loss",
+        "stopping": {"kind": "asha", "min_steps": 2, "reduction_factor": 2},
+        "max_trials": 3,
+        "max_concurrent": 1,
+        "seed": 3,  # (LR 0.60, then 0.91 and 0.98: both worse at the first rung)
+    }
+    made = requests.post(f"{stack}/api/v1/sweeps", json=body, timeout=30)
+    assert made.status_code == 201, made.text
+    sweep_id = made.json()["id"]
+
+    async def scenario():
+        app = GpudeckApp(stack)
+        async with app.run_test(size=(120, 40)) as pilot:
+            app.open_sweep(sweep_id)
+            screen = await on_screen(pilot, app, SweepScreen)
+            head = screen.query_one("#sweep-summary", Static)
+            await until(pilot, lambda: "done" in text_of(head), 180)
+            await until(pilot, lambda: "3 of 3 trials" in text_of(head))
+            assert "random + asha search, val_loss min" in text_of(head)
+            rows = screen.query_one("#sweep-jobs", DataTable)
+            await until(pilot, lambda: rows.row_count == 3)
+            cells = [[str(c) for c in rows.get_row_at(i)] for i in range(3)]
+            first = rows.get_row_at(0)
+            assert cells[0][0] == "1" and first[0].style == "bold green", cells  # the best, highlighted
+            assert f"best: job {cells[0][1].removeprefix('━ ')}" in text_of(head)
+            assert [r[3] for r in cells[1:]] == ["stopped @rung 0"] * 2, cells
+            best = int(cells[0][1].removeprefix("━ "))
+            await until(pilot, lambda: screen.drawn and screen.drawn[1] and screen.drawn[1][0][0] == best)
+            stopped = int(cells[1][1].removeprefix("━ "))
+            await pilot.press("escape")
+            jobs = await on_screen(pilot, app, JobsScreen)
+            table = jobs.query_one("#jobs", DataTable)
+            await until(
+                pilot, lambda: str(stopped) in table.rows and str(table.get_cell(str(stopped), "status")) == "stopped"
+            )
+
+    run(scenario())
+
+
 def test_gpus_screen_shows_gpus_workers_the_line_and_what_a_running_job_uses(stack):
     ticking = post(stack, {**TICKING, "name": "ticker"})
     waiting = [post(stack, {**TINY, "gpus": 2, "name": f"wait-{n}"}) for n in range(2)]  # no worker has 2 GPUs

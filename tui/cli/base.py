@@ -216,6 +216,13 @@ def spec_options(f: Callable) -> Callable:
             metavar="ID",
             help="start only once job ID has succeeded (repeatable); canceled if it fails",
         ),
+        click.option(
+            "--notify",
+            "notify",
+            multiple=True,
+            metavar="NAME[:EVENTS]",
+            help="tell the operator's endpoint NAME when the job ends (repeatable; lab:failed,canceled; lab:any)",
+        ),
     ]
     for option in reversed(options):
         f = option(f)
@@ -233,6 +240,8 @@ def spec_fields(spec: dict[str, Any], options: dict[str, Any], keys: Iterable[st
         spec["after"] = list(options["after"])
     if options.get("not_preemptible"):
         spec["preemptible"] = False
+    if options.get("notify"):
+        spec["notify"] = list(options["notify"])
     return spec
 
 

@@ -275,8 +275,9 @@ def _what_rows(job: dict[str, Any]) -> list[tuple[str, Any]]:
 @job_id_argument
 @json_option
 def show(job_id, as_json) -> int:
-    """One job: status, progress, metrics, result."""
-    job = client().job(job_id)
+    """One job: status, progress, metrics, result, notifications."""
+    api = client()
+    job = api.job(job_id)
     if as_json:
         echo_json(job)
         return EXIT_OK
@@ -312,9 +313,26 @@ def show(job_id, as_json) -> int:
         where = f"{t['worker'] or '-'} {t['address'] or ''}".rstrip()
         task = f"{t['type']}:{t['task_index']}  {t['status']}  {where}  {t.get('message') or ''}".rstrip()
         click.echo(f"{'task':>9}  {task}")
+    if job["spec"].get("notify"):
+        for line in _notified(api.notifications(job_id)):
+            click.echo(f"{'notified':>9}  {line}")
     for line in fold(job.get("log_tail") or []):  # (TensorFlow's start-up lines as one)
         click.echo(f"{'log':>9}  {line}")
     return EXIT_OK
+
+
+def _notified(answer: dict[str, Any]) -> list[str]:
+    """Each delivery's last attempt: `lab succeeded: delivered (200), attempt 1` / `… failing (…), attempt 3`."""
+    last: dict[str, dict[str, Any]] = {}
+    for attempt in answer["attempts"]:
+        last[attempt["delivery"]] = attempt
+    if not last:
+        return [f"{', '.join(answer['notify'])}: nothing sent yet"]
+    out = []
+    for a in last.values():
+        state = "delivered" if a["delivered"] else "given up" if a.get("gave_up") else "retrying"
+        out.append(f"{a['endpoint']} {a['event']}: {state} ({a['answer']}), attempt {a['attempt']}")
+    return out
 
 
 @click.command()

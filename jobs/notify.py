@@ -1,0 +1,204 @@
+"""A word when a job ends: the job's summary sent to the operator's endpoints (GPUDECK_WEBHOOKS) that the job
+names in `notify`, signed (GPUDECK_WEBHOOK_SECRETS), in Slack's shape where the endpoint is marked so.
+
+A delivery never delays or fails a job: the end queues it (`enqueue`, after the end is written) and a Notifier
+thread — in the API and in every worker, one process at a time — sends what is due, retrying with backoff for a
+day; every attempt is recorded in the job's `notifications`. Users name endpoints, never URLs: only the operator
+decides where the server sends anything.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import json
+import logging
+import time
+import uuid
+from typing import Any
+
+import requests
+from redis import Redis
+
+from jobs.keys import NOTIFIER_LOCK_KEY, NOTIFY_DELIVERIES_KEY, NOTIFY_DUE_KEY, notifications_key
+from jobs.periodic import Periodic
+from jobs.settings import Settings, Webhook
+from jobs.spec import NOTIFY_ENTRY
+
+log = logging.getLogger(__name__)
+
+ENDS = ("succeeded", "failed", "canceled", "stopped_early")
+"""What `notify: ["lab"]` is sent for (`lab:any`: every change of status too)."""
+FIRST_RETRY_S = 5.0
+"""The wait before the second attempt; each later one waits twice as long, at most RETRY_MAX_S."""
+RETRY_MAX_S = 3600.0
+GIVE_UP_S = 86400.0
+"""A delivery still failing this long after its event is given up (recorded so)."""
+SEND_TIMEOUT_S = 5.0
+NOTIFY_EVERY_S = 0.5
+KEEP_ATTEMPTS = 100
+"""Attempts kept per job."""
+SIGNATURE = "X-Gpudeck-Signature"
+TIMESTAMP = "X-Gpudeck-Timestamp"
+
+
+def event_of(status: str, reason: str | None) -> str:
+    """The event a status change is: its status, or stopped_early for a trial its search stopped."""
+    return "stopped_early" if status == "succeeded" and reason == "stopped_early" else status
+
+
+def wanted(entry: str, event: str) -> bool:
+    """Whether a `notify` entry (`lab`, `lab:failed,canceled`, `lab:any`) asks for `event`."""
+    m = NOTIFY_ENTRY.fullmatch(entry)
+    if m is None:
+        return False
+    events = (m.group(2) or "").split(",") if m.group(2) else list(ENDS)
+    return "any" in events or event in events
+
+
+def summary(rec: dict[str, Any]) -> dict[str, Any]:
+    """What an endpoint is told of a job: id, name, owner, status, reason, message, result, duration (and, when
+    sent, a link to it)."""
+    started, ended = rec.get("started_at"), rec.get("ended_at")
+    return {
+        "id": rec["id"],
+        "name": rec["spec"].get("name"),
+        "owner": rec.get("owner"),
+        "status": rec["status"],
+        "reason": rec.get("reason"),
+        "message": rec.get("message"),
+        "result": rec.get("result"),
+        "duration_s": round(ended - started, 1) if started and ended else None,
+        "sweep_id": rec.get("sweep_id"),
+    }
+
+
+def enqueue(redis: Redis, rec: dict[str, Any]) -> list[str]:
+    """Queue the notifications the job asks for its current status (`rec` as just written); the ids queued."""
+    entries = rec["spec"].get("notify") or []
+    if not entries:
+        return []
+    event = event_of(rec["status"], rec.get("reason"))
+    told = summary(rec)
+    ids = []
+    now = time.time()
+    with redis.pipeline(transaction=True) as pipe:
+        for entry in entries:
+            name = entry.partition(":")[0]
+            if not wanted(entry, event):
+                continue
+            delivery_id = uuid.uuid4().hex
+            delivery = {"id": delivery_id, "endpoint": name, "job": rec["id"], "event": event, "summary": told,
+                        "created_at": now, "attempts": 0}  # fmt: skip
+            pipe.hset(NOTIFY_DELIVERIES_KEY, delivery_id, json.dumps(delivery))
+            pipe.zadd(NOTIFY_DUE_KEY, {delivery_id: now})
+            ids.append(delivery_id)
+        pipe.execute()
+    return ids
+
+
+def body_of(hook: Webhook, event: str, told: dict[str, Any]) -> bytes:
+    """The request body: the summary as JSON (with the event), or Slack's {"text": …} for a Slack endpoint."""
+    if not hook.slack:
+        return json.dumps({"event": event, "job": told}, separators=(",", ":")).encode()
+    what = f"job {told['id']}" + (f" ({told['name']})" if told.get("name") else "")
+    said = f"gpudeck: {what} {event}"
+    if told.get("reason") and told["reason"] != event:
+        said += f" ({told['reason']})"
+    if told.get("duration_s") is not None:
+        said += f" after {told['duration_s']:.0f} s"
+    if told.get("message"):
+        said += f": {told['message']}"
+    result = told.get("result") or {}
+    if result:
+        said += " — " + ", ".join(f"{k} {v:.4g}" for k, v in result.items() if isinstance(v, (int, float)))
+    return json.dumps({"text": f"{said} <{told['url']}|open>"}).encode()
+
+
+def sign(secret: str, timestamp: str, body: bytes) -> str:
+    """`sha256=<hex>`: HMAC-SHA256 with the endpoint's secret over `<timestamp>.<body>` (a receiver rejects an old
+    timestamp: a replayed delivery)."""
+    mac = hmac.new(secret.encode(), timestamp.encode() + b"." + body, hashlib.sha256)
+    return "sha256=" + mac.hexdigest()
+
+
+def send(hook: Webhook, event: str, told: dict[str, Any], base_url: str) -> tuple[bool, str]:
+    """One attempt: (delivered, what happened: `200` or the error)."""
+    body = body_of(hook, event, {**told, "url": f"{base_url}/api/v1/jobs/{told['id']}"})
+    timestamp = str(int(time.time()))
+    headers = {"Content-Type": "application/json", "User-Agent": "gpudeck-webhook", TIMESTAMP: timestamp}
+    if hook.secret:
+        headers[SIGNATURE] = sign(hook.secret, timestamp, body)
+    try:
+        resp = requests.post(hook.url, data=body, headers=headers, timeout=SEND_TIMEOUT_S, allow_redirects=False)
+    except requests.RequestException as exc:
+        return False, f"{type(exc).__name__}: {exc}"[:300]
+    return 200 <= resp.status_code < 300, str(resp.status_code)
+
+
+def attempts(redis: Redis, job_id: int) -> list[dict[str, Any]]:
+    """Every recorded attempt of the job's notifications, oldest first, and the deliveries still pending."""
+    return [json.loads(raw) for raw in redis.lrange(notifications_key(job_id), 0, -1)]
+
+
+def deliver(redis: Redis, settings: Settings, now: float | None = None) -> int:
+    """Send every delivery due now (one attempt each); the number sent."""
+    now = time.time() if now is None else now
+    due = [d.decode() for d in redis.zrangebyscore(NOTIFY_DUE_KEY, "-inf", now, start=0, num=50)]
+    sent = 0
+    for delivery_id in due:
+        raw = redis.hget(NOTIFY_DELIVERIES_KEY, delivery_id)
+        if raw is None:
+            redis.zrem(NOTIFY_DUE_KEY, delivery_id)
+            continue
+        d = json.loads(raw)
+        hook = settings.webhook(d["endpoint"])
+        d["attempts"] += 1
+        if hook is None:  # the operator removed the endpoint since
+            ok, said = False, f"no endpoint {d['endpoint']!r} in GPUDECK_WEBHOOKS any more"
+        else:
+            ok, said = send(hook, d["event"], d["summary"], settings.public_url or "http://localhost:8686")
+            sent += 1
+        gave_up = not ok and (hook is None or time.time() - d["created_at"] > GIVE_UP_S)
+        record = {"delivery": delivery_id, "endpoint": d["endpoint"], "event": d["event"], "attempt": d["attempts"],
+                  "at": time.time(), "delivered": ok, "answer": said}  # fmt: skip
+        if gave_up:
+            record["gave_up"] = True
+        with redis.pipeline(transaction=True) as pipe:
+            pipe.rpush(notifications_key(d["job"]), json.dumps(record))
+            pipe.ltrim(notifications_key(d["job"]), -KEEP_ATTEMPTS, -1)
+            if ok or gave_up:
+                pipe.hdel(NOTIFY_DELIVERIES_KEY, delivery_id)
+                pipe.zrem(NOTIFY_DUE_KEY, delivery_id)
+            else:
+                wait = min(RETRY_MAX_S, FIRST_RETRY_S * 2 ** (d["attempts"] - 1))
+                pipe.hset(NOTIFY_DELIVERIES_KEY, delivery_id, json.dumps(d))
+                pipe.zadd(NOTIFY_DUE_KEY, {delivery_id: time.time() + wait})
+            pipe.execute()
+        if not ok:
+            log.info("notification of job %s to %s: %s (attempt %s)", d["job"], d["endpoint"], said, d["attempts"])
+    return sent
+
+
+class Notifier(Periodic):
+    """Sends due notifications, in one process at a time (a lock held for the round)."""
+
+    what, every_s = "notifier", NOTIFY_EVERY_S
+
+    def __init__(self, settings: Settings):
+        super().__init__(settings.redis_url or "", "gpudeck-notifier")
+        self.settings = settings
+
+    def round(self) -> None:
+        if not self.settings.webhooks or not self.redis.zcard(NOTIFY_DUE_KEY):
+            return
+        lock = self.redis.lock(NOTIFIER_LOCK_KEY, timeout=120, blocking=False)
+        if not lock.acquire():
+            return
+        try:
+            deliver(self.redis, self.settings)
+        finally:
+            try:
+                lock.release()
+            except Exception:  # noqa: BLE001 (expired: another process took over)
+                pass

@@ -1,0 +1,146 @@
+"""A word when a job ends (issue 30 #3), with a real API, worker and local HTTP receivers: signed deliveries for
+succeeded and failed jobs, Slack's shape, every change of status, a receiver that is down getting the delivery once
+it is back, the job's end never waiting for any of it, and an endpoint nobody configured refused."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import threading
+import time
+from datetime import datetime
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+import pytest
+import requests
+
+from jobs import notify
+from jobs.proc import python_module
+from jobs.redis_server import free_port
+from tests.support.live import start_api, until
+
+pytestmark = pytest.mark.slow
+
+SECRET = "s3cret-lab"
+
+
+class Receiver:
+    """An HTTP endpoint on 127.0.0.1:`port` that keeps what it is sent (started and stopped at will)."""
+
+    def __init__(self, port: int):
+        self.port, self.got = port, []
+        self.server: ThreadingHTTPServer | None = None
+
+    def start(self) -> Receiver:
+        got = self.got
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_POST(self):  # noqa: N802 (http.server's name)
+                body = self.rfile.read(int(self.headers["Content-Length"]))
+                got.append({"path": self.path, "headers": dict(self.headers), "body": body})
+                self.send_response(200)
+                self.end_headers()
+
+            def log_message(self, *args):  # (quiet)
+                pass
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", self.port), Handler)
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+        return self
+
+    def stop(self) -> None:
+        if self.server is not None:
+            self.server.shutdown()
+            self.server.server_close()
+
+    def events(self, job_id: int) -> list[str]:
+        return [
+            json.loads(r["body"])["event"] for r in self.got if json.loads(r["body"]).get("job", {}).get("id") == job_id
+        ]
+
+
+def job(api: str, spec: dict) -> int:
+    made = requests.post(f"{api}/api/v1/jobs", json=spec, timeout=10)
+    assert made.status_code == 201, made.text
+    return made.json()["id"]
+
+
+def ended(api: str, job_id: int) -> dict:
+    return requests.get(f"{api}/api/v1/jobs/{job_id}/wait", params={"timeout": 60}, timeout=70).json()
+
+
+def seconds(iso: str) -> float:
+    return datetime.fromisoformat(iso.replace("Z", "+00:00")).timestamp()
+
+
+def test_signed_notifications_reach_the_operators_endpoints_and_never_delay_a_job(spawn, child_env):
+    lab, slack, late = Receiver(free_port()).start(), Receiver(free_port()).start(), Receiver(free_port())
+    hooks = (
+        f"lab=http://127.0.0.1:{lab.port}/hook;ci:slack=http://127.0.0.1:{slack.port}/slack;"
+        f"late=http://127.0.0.1:{late.port}/late"
+    )
+    env = {
+        **child_env,
+        "GPUDECK_COMMAND_JOBS": "1",
+        "GPUDECK_WEBHOOKS": hooks,
+        "GPUDECK_WEBHOOK_SECRETS": f"lab={SECRET};late=other",
+        "GPUDECK_PUBLIC_URL": "https://gpudeck.example",
+    }
+    api = start_api(spawn, env)
+    spawn("worker", "--cpu", env=env)
+    try:
+        # An endpoint the operator did not name is refused, naming the field.
+        bad = requests.post(f"{api}/api/v1/jobs", json={"command": "true", "notify": ["nope"]}, timeout=10)
+        assert bad.status_code == 400 and "no endpoint 'nope'" in bad.json()["details"]["fields"]["notify"], bad.text
+        bad = requests.post(f"{api}/api/v1/jobs", json={"command": "true", "notify": ["lab:done"]}, timeout=10)
+        assert bad.status_code == 400 and "unknown events" in bad.json()["details"]["fields"]["notify"], bad.text
+
+        ok = job(api, {"command": "echo hi", "name": "fine", "notify": ["lab", "ci"], "gpus": 0})
+        failed = job(api, {"command": "exit 3", "notify": ["lab"], "gpus": 0})
+        every = job(api, {"command": "true", "notify": ["lab:any"], "gpus": 0})
+        assert ended(api, ok)["status"] == "succeeded" and ended(api, failed)["status"] == "failed"
+        assert ended(api, every)["status"] == "succeeded"
+        until(lambda: lab.events(ok) and lab.events(failed) and len(lab.events(every)) >= 2 and slack.got, 30)
+        assert lab.events(ok) == ["succeeded"] and lab.events(failed) == ["failed"]
+        assert lab.events(every) == ["running", "succeeded"]
+        sent = next(r for r in lab.got if json.loads(r["body"])["job"]["id"] == failed)
+        told = json.loads(sent["body"])["job"]
+        assert (told["status"], told["reason"], told["url"]) == (
+            "failed",
+            "exit_nonzero",
+            f"https://gpudeck.example/api/v1/jobs/{failed}",
+        )
+        stamp = sent["headers"]["X-Gpudeck-Timestamp"]
+        assert abs(int(stamp) - time.time()) < 60
+        assert sent["headers"]["X-Gpudeck-Signature"] == notify.sign(SECRET, stamp, sent["body"])
+        assert sent["headers"]["X-Gpudeck-Signature"] != notify.sign("wrong", stamp, sent["body"])
+        text = json.loads(slack.got[0]["body"])["text"]
+        assert f"job {ok} (fine) succeeded" in text and "X-Gpudeck-Signature" not in slack.got[0]["headers"]
+
+        # A receiver that is down: the job ends all the same; the delivery arrives once the receiver is back.
+        down = job(api, {"command": "true", "notify": ["late"], "gpus": 0})
+        done = ended(api, down)
+        assert done["status"] == "succeeded"
+        until(lambda: requests.get(f"{api}/api/v1/jobs/{down}/notifications", timeout=10).json()["attempts"], 30)
+        first = requests.get(f"{api}/api/v1/jobs/{down}/notifications", timeout=10).json()["attempts"][0]
+        assert not first["delivered"] and "Connection" in first["answer"] and first["at"] >= seconds(done["ended_at"])
+        late.start()
+        until(lambda: late.got, 30, "the delivery after the receiver came back")
+        attempts = requests.get(f"{api}/api/v1/jobs/{down}/notifications", timeout=10).json()["attempts"]
+        assert [a["delivered"] for a in attempts] == [False] * (len(attempts) - 1) + [True] and len(attempts) >= 2
+        assert late.got[0]["headers"]["X-Gpudeck-Signature"] == notify.sign(
+            "other", late.got[0]["headers"]["X-Gpudeck-Timestamp"], late.got[0]["body"]
+        )
+        shown = subprocess.run(
+            python_module("tui.cli", "show", str(down)),
+            env={**child_env, "GPUDECK_API": api},
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+        assert f" notified  late succeeded: delivered (200), attempt {len(attempts)}" in shown.stdout, shown.stdout
+    finally:
+        for receiver in (lab, slack, late):
+            receiver.stop()
+    assert sys.executable
