@@ -136,13 +136,13 @@ def test_search_methods(tmp_path, child_env):
     fractions: dict[str, list[float]] = {}
     for name, rs in runs.items():
         for seed, r in enumerate(rs):
-            finals = [t["metric"] for t in r["trials"] if t["metric"] is not None and not t["stopped_early"]]
+            finals = [t["metric"] for t in r["trials"] if t["metric"] is not None and not t["stopped_early"]] or [0.0]
             steps, secs = to_within(r, target)
             total = sum(trained(r, t) for t in r["trials"])
             if steps is not None and grid_steps:
                 fractions.setdefault(name, []).append(steps / grid_steps)
             print(
-                f"{name:<12} {seed if name != 'grid' else '-':>4} {max(finals, default=float('nan')):>7.4f} {steps if steps else '-':>12} "
+                f"{name:<12} {seed if name != 'grid' else '-':>4} {max(finals):>7.4f} {steps if steps else '-':>12} "
                 f"{f'{secs:.0f}' if secs else '-':>8} {total:>13} {r['wall']:>7.0f}"
             )
     for name, fr in fractions.items():

@@ -11,6 +11,7 @@ import threading
 import time
 from datetime import datetime
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
 
 import pytest
 import requests
@@ -19,6 +20,7 @@ from jobs import notify
 from jobs.proc import python_module
 from jobs.redis_server import free_port
 from tests.support.live import start_api, until
+from tests.support.readme import run_block
 
 pytestmark = pytest.mark.slow
 
@@ -74,10 +76,10 @@ def seconds(iso: str) -> float:
     return datetime.fromisoformat(iso.replace("Z", "+00:00")).timestamp()
 
 
-def test_signed_notifications_reach_the_operators_endpoints_and_never_delay_a_job(spawn, child_env):
+def test_signed_notifications_reach_the_operators_endpoints_and_never_delay_a_job(spawn, child_env, tmp_path):
     lab, slack, late = Receiver(free_port()).start(), Receiver(free_port()).start(), Receiver(free_port())
     hooks = (
-        f"lab=http://127.0.0.1:{lab.port}/hook;ci:slack=http://127.0.0.1:{slack.port}/slack;"
+        f"lab=http://127.0.0.1:{lab.port}/hook;team:slack=http://127.0.0.1:{slack.port}/slack;"
         f"late=http://127.0.0.1:{late.port}/late"
     )
     env = {
@@ -90,13 +92,23 @@ def test_signed_notifications_reach_the_operators_endpoints_and_never_delay_a_jo
     api = start_api(spawn, env)
     spawn("worker", "--cpu", env=env)
     try:
+        # The README's commands, as written: job 1 tells lab it succeeded (team only hears of failures).
+        cli_env = {**child_env, "GPUDECK_API": api, "PATH": f"{Path(sys.executable).parent}:{child_env['PATH']}"}
+        ran = run_block("notify", int(api.rsplit(":", 1)[1]), tmp_path, cli_env)
+        assert "trained" in ran[0] and " 1  succeeded" in ran[1] and "notified  " in ran[2], ran
+        until(lambda: lab.events(1) == ["succeeded"], 30, "job 1's notification")
+        shown = subprocess.run(
+            python_module("tui.cli", "show", "1"), env=cli_env, capture_output=True, text=True, timeout=60
+        ).stdout
+        assert " notified  lab succeeded: delivered (200), attempt 1" in shown, shown
+
         # An endpoint the operator did not name is refused, naming the field.
         bad = requests.post(f"{api}/api/v1/jobs", json={"command": "true", "notify": ["nope"]}, timeout=10)
         assert bad.status_code == 400 and "no endpoint 'nope'" in bad.json()["details"]["fields"]["notify"], bad.text
         bad = requests.post(f"{api}/api/v1/jobs", json={"command": "true", "notify": ["lab:done"]}, timeout=10)
         assert bad.status_code == 400 and "unknown events" in bad.json()["details"]["fields"]["notify"], bad.text
 
-        ok = job(api, {"command": "echo hi", "name": "fine", "notify": ["lab", "ci"], "gpus": 0})
+        ok = job(api, {"command": "echo hi", "name": "fine", "notify": ["lab", "team"], "gpus": 0})
         failed = job(api, {"command": "exit 3", "notify": ["lab"], "gpus": 0})
         every = job(api, {"command": "true", "notify": ["lab:any"], "gpus": 0})
         assert ended(api, ok)["status"] == "succeeded" and ended(api, failed)["status"] == "failed"
@@ -143,4 +155,3 @@ def test_signed_notifications_reach_the_operators_endpoints_and_never_delay_a_jo
     finally:
         for receiver in (lab, slack, late):
             receiver.stop()
-    assert sys.executable
