@@ -165,3 +165,18 @@ def test_the_line_being_drawn_is_shown_at_most_once_a_second_and_goes_with_its_n
     out.handle("log", [partial + b"\r300/300 [==========]"], NoFile(), pipe)  # type: ignore[arg-type]
     pipe.execute()
     assert client.get("/api/v1/jobs/1/logs?live=1").get_data(as_text=True) == "300/300 [==========]\n"
+
+
+def test_pytorch_summary_writer_scalars_are_points_named_by_their_tags(tmp_path: Path):
+    """Issue 30 #2: torch.utils.tensorboard's SummaryWriter.add_scalar(tag, value, step) writes one simple_value
+    per call, its tag as given (`Loss/train`), into the folder it is given; they arrive like Keras's, each named by
+    its tag (a tag gpudeck knows, `loss`, as that field)."""
+    writer = write(tmp_path / "runs" / "exp1", scalar_event(0, **{"Loss/train": 0.875}), scalar_event(0, loss=0.625))
+    writer.add_event(scalar_event(1, **{"Loss/train": 0.5, "Accuracy/test": 0.75}))
+    writer.flush()
+    points = ScalarReader(tmp_path).poll()
+    assert points == [
+        {"step": 0, "run": "runs/exp1", "Loss/train": 0.875, "loss": 0.625},
+        {"step": 1, "run": "runs/exp1", "Loss/train": 0.5, "Accuracy/test": 0.75},
+    ], points
+    writer.close()
