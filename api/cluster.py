@@ -5,7 +5,7 @@ from __future__ import annotations
 from flask import Blueprint, request
 
 from api import auth, deps
-from jobs import control, disk, forecast, gpus, quota, search, sweeps, worker
+from jobs import control, disk, forecast, gpus, pyenv, quota, search, sweeps, worker
 from jobs.spec import shown
 from jobs.views import job_view
 
@@ -21,6 +21,14 @@ def workers():
 def drain(name: str):
     auth.admin_only("drain a worker")
     return worker.drain(deps.redis(), name)
+
+
+@bp.get("/envs")
+def environments():
+    """The projects' Python environments built on this host (jobs.pyenv): size, when built and last used, by
+    which jobs."""
+    deps.only_args(request.args, ())
+    return {"envs": pyenv.listing(deps.settings())}
 
 
 @bp.get("/gpus")

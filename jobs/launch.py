@@ -131,13 +131,18 @@ def command(
     spec: dict[str, Any],
     data_dir: Path | None,
     extra_env: dict[str, str],
+    built: Path | None = None,
 ) -> Launch:
     """A command job's `/bin/sh -c COMMAND` in its own source copy, with the variables of the README's table; none
-    of the worker's secrets. Refused when its environment or source is not on this worker."""
+    of the worker's secrets. Refused when its environment or source is not on this worker. `built`: the project's
+    own environment (jobs.pyenv), whose python comes first."""
     env = base_env(attempt)
     src = source_copy(ctx, spec, attempt.job_dir)
     bin_dir = Path(sys.executable).parent  # `python` is the worker's own, with TensorFlow
-    if spec.get("env_name"):
+    if built is not None:
+        bin_dir = built / "bin"
+        env["VIRTUAL_ENV"] = str(built)
+    elif spec.get("env_name"):
         found = ctx.settings.env_python(spec["env_name"])
         if found is None or not found.is_dir():
             raise Refused(
@@ -173,7 +178,9 @@ def command(
     return Launch(argv, src, env, injected, src)
 
 
-def sandboxed(ctx: WorkerContext, how: Launch, job_dir: Path, readable: list[Path], lifeline: int) -> Launch:
+def sandboxed(
+    ctx: WorkerContext, how: Launch, job_dir: Path, readable: list[Path], lifeline: int, writable: list[Path] = ()
+) -> Launch:
     """`how` run in a sandbox of its own (jobs.sandbox) where this worker makes one; else as it is. `lifeline`:
     the read end of a pipe whose write end the work-horse holds (the job is stopped when it closes)."""
     if not sandbox.active(ctx.settings.sandbox):
@@ -188,6 +195,7 @@ def sandboxed(ctx: WorkerContext, how: Launch, job_dir: Path, readable: list[Pat
         home=s.home,
         redis_url=s.redis_url,
         readable=readable,
+        writable=writable,
         lifeline=lifeline,
         env=how.env,
         options_fd=options.fileno(),

@@ -120,6 +120,7 @@ def of_job(
     full: bool = False,
     refusal: str | None = None,
     no_space: bool = False,
+    environment: str | None = None,
 ) -> End:
     """A single job whose trainer (or command) ended (returncode None: it never started): an attempt that could
     not start (`refusal`: the worker refused it; `no_space`: its job dir could not be written) fails so; else a
@@ -131,6 +132,8 @@ def of_job(
         return DISK_FULL
     if stop == Reason.STOPPED_EARLY.value:  # (whatever the stopped script's exit: the search ended it)
         return STOPPED[stop]
+    if environment is not None and stop not in STOPPED:  # (its environment's build failed: the job never ran)
+        return End(Status.FAILED, Reason.ENVIRONMENT, environment)
     if returncode == EXIT_OK and (has_result or command):
         return SUCCEEDED
     if stop in STOPPED:
@@ -157,6 +160,7 @@ def of_task(
     full: bool = False,
     refusal: str | None = None,
     no_space: bool = False,
+    environment: str | None = None,
 ) -> tuple[str, End | None]:
     """One task of a multi-worker job ended: its own status (`succeeded`, `stopped`, `failed`) and, when it
     failed by itself, why (which then ends the whole job through of_tasks). `refusal`, `no_space`: as of_job."""
@@ -164,6 +168,8 @@ def of_task(
         return "failed", refused(refusal)
     if no_space:
         return "failed", DISK_FULL
+    if environment is not None and not stop:
+        return "failed", End(Status.FAILED, Reason.ENVIRONMENT, environment)
     if returncode == EXIT_OK:
         return "succeeded", None
     if stop or returncode is None:

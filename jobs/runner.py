@@ -4,9 +4,11 @@ multi-worker job, the same attempt with other hooks."""
 
 from __future__ import annotations
 
+import fcntl
 import json
 import logging
 import os
+import shutil
 import subprocess
 import time
 import uuid
@@ -17,7 +19,7 @@ from typing import Any
 from redis import Redis
 from redis.exceptions import RedisError
 
-from jobs import datasets, gang, launch, lifecycle, outcome
+from jobs import datasets, gang, launch, lifecycle, outcome, pyenv
 from jobs.archives import tree_bytes
 from jobs.keys import metrics_key, rq_job_id, stop_channel
 from jobs.launch import NO_SPACE, Attempt, LogFile, Refused, WorkerContext
@@ -70,6 +72,10 @@ class JobRun:
         self._run_id: str | None = None
         self._stops: Any = None  # the Pub/Sub of stop_channel while the attempt runs
         self._stop_heard: str | None = None
+        self.env_failed: str | None = None
+        """Why the project's environment could not be built (the job ends failed, reason environment)."""
+        self.env_lock: int | None = None
+        """The built environment's lock, held shared while the job runs with it (it is never removed then)."""
 
     def run(self) -> str:
         if not self.claim():
@@ -120,7 +126,12 @@ class JobRun:
         oom_before = launch.oom_kills()
         become_subreaper()  # what the job starts and orphans comes up to this work-horse, which ends it
         try:
-            how = self._launch(spec, extra_env, events_w)
+            built = self._environment(spec, log_file) if self.command else None
+            if built is False:  # (its build failed, or a stop came first)
+                for fd in (events_r, events_w, *self.lifeline):
+                    os.close(fd)
+                return self.finish(None if self.env_failed is None else 1, oom_before=None)
+            how = self._launch(spec, extra_env, events_w, built or None)
         except Refused as exc:
             self.refused = str(exc)
             self.preamble.append(f"gpudeck: cannot start the command: {exc}")
@@ -166,7 +177,9 @@ class JobRun:
             through_outage(lambda: self.writes.flush(self.writes.pipeline(), strict=True), "the job's output")
         return through_outage(lambda: self.finish(returncode, oom_before), f"the end of job {self.job_id}")
 
-    def _launch(self, spec: dict[str, Any], extra_env: dict[str, str], events_w: int) -> launch.Launch:
+    def _launch(
+        self, spec: dict[str, Any], extra_env: dict[str, str], events_w: int, built: Path | None = None
+    ) -> launch.Launch:
         """What this attempt runs (Refused when it cannot start here); a command's variables go in its record."""
         attempt = Attempt(self.job_id, self.attempt, self.run_id, self.job_dir)
         readable = [self.data_dir] if self.data_dir is not None else []
@@ -176,12 +189,96 @@ class JobRun:
             how = launch.trainer(self.ctx, attempt, events_w, extra_env)
             return launch.sandboxed(self.ctx, how, self.job_dir, readable, self.lifeline[0])
         launch.may_run_unsandboxed(self.ctx, self.owner)
-        how = launch.command(self.ctx, attempt, spec, self.data_dir, extra_env)
+        how = launch.command(self.ctx, attempt, spec, self.data_dir, extra_env, built)
+        readable += [built] if built is not None else []
         if self.reports:
             self.output.reader = ScalarReader(self.job_dir, ignore=launch.shipped_event_files(how.source))
             env_shown = {**masked(spec.get("env") or {}), **dict.fromkeys(spec.get("secret_env") or {}, "***")}
             self.store.update(self.job_id, environment={**how.injected, **env_shown})
         return launch.sandboxed(self.ctx, how, self.job_dir, readable, self.lifeline[0])
+
+    def _environment(self, spec: dict[str, Any], log_file: LogFile) -> Path | bool | None:
+        """The project's own environment (jobs.pyenv) when its source asks for one: reused, or built now in the
+        job's sandbox, its output a phase of the job's log. None: it runs with the worker's Python (or the
+        registered env_name); False: the build failed (`env_failed`) or a stop came first."""
+        if spec.get("env_name"):
+            return None
+        launch.may_run_unsandboxed(self.ctx, self.owner)
+        src = launch.source_copy(self.ctx, spec, self.job_dir)
+        try:
+            need = pyenv.need(spec, src)
+        except pyenv.Unusable as exc:
+            raise Refused(str(exc)) from None
+        if need is None:
+            return None
+        s = self.ctx.settings
+        path = pyenv.folder(s, need)
+        self.env_lock = pyenv.open_lock(s, need)
+        waiting = lambda: (self.beat(), self.stop_reason() is None)[1]  # noqa: E731
+        if not pyenv.acquire(self.env_lock, False, waiting):
+            return False
+        if not pyenv.is_ready(path):
+            fcntl.flock(self.env_lock, fcntl.LOCK_UN)
+            if not pyenv.acquire(self.env_lock, True, waiting):
+                return False
+            if not pyenv.is_ready(path):  # (else another job built it while this one waited)
+                if not self._build(spec, need, path, log_file):
+                    return False
+            fcntl.flock(self.env_lock, fcntl.LOCK_SH)  # (held while the job runs: never removed under it)
+        else:
+            self._say(
+                log_file, f"gpudeck: reusing environment {need.digest[:12]} ({need.packages} packages, {need.kind})"
+            )
+        pyenv.used(path, self.job_id)
+        return path
+
+    def _build(self, spec: dict[str, Any], need: pyenv.Need, path: Path, log_file: LogFile) -> bool:
+        """Build the environment at `path` in the job's sandbox (only `path` writable besides the job dir), its
+        output in the log, beating and answering stops as a running job does; mark it ready when it succeeded."""
+        pyenv.start_build(path)
+        self.store.update(self.job_id, message=f"building environment ({need.packages} packages)")
+        env = {k: v for k, v in launch.base_env(Attempt(self.job_id, self.attempt, self.run_id, self.job_dir)).items()}
+        how = launch.Launch(pyenv.build_argv(self.ctx.settings, need, path), self.job_dir / "src", env)
+        lifeline = os.pipe()  # (its own: the job's is for the job)
+        how = launch.sandboxed(self.ctx, how, self.job_dir, pyenv.index_paths(), lifeline[0], writable=[path])
+        events_r, events_w = os.pipe()
+        os.close(events_w)  # (a build sends no events)
+        proc = subprocess.Popen(
+            how.argv,
+            cwd=how.cwd,
+            env=how.env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            pass_fds=how.fds(),
+            start_new_session=True,
+            preexec_fn=launch.preexec(self.ctx.max_memory, how.sandboxed),
+        )
+        how.close_files()
+        if not how.sandboxed:
+            os.close(lifeline[0])
+        pump(self, proc, os.fdopen(events_r, "rb"), log_file, spec.get("timeout"))
+        returncode = proc.wait()
+        os.close(lifeline[1])
+        kill_marked(launch.RUN_ID_ENV, self.run_id)
+        if returncode != 0 or self.stop_reason():
+            if not self.stop_reason():
+                self.env_failed = f"the project's environment could not be built (uv exited with status {returncode})"
+            shutil.rmtree(path, ignore_errors=True)
+            return False
+        pyenv.mark_ready(path, need, self.job_id)
+        removed = pyenv.prune(self.ctx.settings, keep=need.digest)
+        if removed:
+            self._say(
+                log_file, f"gpudeck: removed {len(removed)} least recently used environments (GPUDECK_ENV_MAX_BYTES)"
+            )
+        self.store.update(self.job_id, message=None)
+        return True
+
+    def _say(self, log_file: LogFile, line: str) -> None:
+        pipe = self.redis.pipeline(transaction=False)
+        self.output.handle("log", [line.encode()], log_file, pipe)
+        pipe.execute()
 
     @property
     def run_id(self) -> str:
@@ -297,6 +394,7 @@ class JobRun:
             "full": outcome.disk_full(returncode, tail) or (self.log_full and returncode not in (0, None)),
             "refusal": self.refused,
             "no_space": self.no_space is not None,
+            "environment": self.env_failed,
         }
 
     def finish(self, returncode: int | None, oom_before: int | None) -> str:

@@ -118,17 +118,18 @@ def wrap(
     home: Path,
     redis_url: str | None = None,
     readable: list[Path] | tuple[Path, ...] = (),
+    writable: list[Path] | tuple[Path, ...] = (),
     lifeline: int,
     env: dict[str, str],
     options_fd: int,
 ) -> tuple[list[str], list[str]]:
-    """`argv` run by bubblewrap in a sandbox as the module's doc describes: `job_dir` writable, `readable` (a
-    dataset, a registered environment) read-only, `home` (GPUDECK_HOME) and the Redis socket's folder hidden;
-    under jobs.shim, which stops the job when `lifeline` (an inherited pipe's read end) closes; with exactly
-    `env`. Returns (the command line, bubblewrap's options): the options, `env` among them, are read from
-    `options_fd` (`--args`), so no value shows in a process listing, and bubblewrap itself runs with the
-    environment of BWRAP_ENV, not the job's (a job's LD_PRELOAD or LD_LIBRARY_PATH never reaches a process
-    outside its sandbox)."""
+    """`argv` run by bubblewrap in a sandbox as the module's doc describes: `job_dir` (and `writable`) writable,
+    `readable` (a dataset, a registered environment, a project's built one) read-only, `home` (GPUDECK_HOME) and
+    the Redis socket's folder hidden; under jobs.shim, which stops the job when `lifeline` (an inherited pipe's
+    read end) closes; with exactly `env`. Returns (the command line, bubblewrap's options): the options, `env`
+    among them, are read from `options_fd` (`--args`), so no value shows in a process listing, and bubblewrap
+    itself runs with the environment of BWRAP_ENV, not the job's (a job's LD_PRELOAD or LD_LIBRARY_PATH never
+    reaches a process outside its sandbox)."""
     args = ["--unshare-pid", "--unshare-ipc"]
     args += ["--ro-bind", "/", "/", "--proc", "/proc", "--dev", "/dev", "--tmpfs", "/dev/shm"]
     for dev in sorted(glob.glob("/dev/nvidia*") + glob.glob("/dev/dri")):
@@ -146,6 +147,8 @@ def wrap(
     for path in readable:
         if path.exists():
             args += ["--ro-bind", str(path), str(path)]
+    for path in writable:  # (an environment being built: the one folder under GPUDECK_HOME a build may write)
+        args += ["--bind", str(path), str(path)]
     args += ["--bind", str(job_dir), str(job_dir), "--chdir", str(cwd), "--clearenv"]
     for name, value in env.items():
         args += ["--setenv", name, value]

@@ -175,6 +175,8 @@ class Settings:
     foreign_memory: int = 1 << 30
     webhooks: tuple[Webhook, ...] = ()
     public_url: str | None = None
+    env_max_bytes: int | None = 20 << 30
+    env_max_age_s: int | None = 30 * 86400
 
     @property
     def command_jobs_allowed(self) -> bool:
@@ -221,6 +223,10 @@ class Settings:
             backfill=_switch(env, "GPUDECK_BACKFILL", False),
             foreign_memory=_size(env, "GPUDECK_FOREIGN_MEMORY", cls.foreign_memory, zero=True),
             webhooks=_webhooks(env),
+            env_max_bytes=_size(env, "GPUDECK_ENV_MAX_BYTES", 20 << 30),
+            env_max_age_s=_checked(_duration, env, "GPUDECK_ENV_MAX_AGE")
+            if env.get("GPUDECK_ENV_MAX_AGE")
+            else 30 * 86400,
             public_url=(env.get("GPUDECK_PUBLIC_URL") or "").strip().rstrip("/") or None,
         )
 

@@ -42,6 +42,8 @@ FIELDS = (
     "preemptible",
     "checkpoint_every",
     "notify",
+    "requirements",
+    "isolated_env",
 )
 
 INJECTED = (
@@ -85,7 +87,7 @@ MAX_TIMEOUT_S = 30 * 24 * 3600
 """Longest `timeout` a job may ask for (30 days)."""
 MAX_TOTAL_STEPS = 10**12
 """Largest `total_steps` of a command job."""
-COMMAND_ONLY = ("source", "env", "secret_env", "env_name", "total_steps")
+COMMAND_ONLY = ("source", "env", "secret_env", "env_name", "total_steps", "requirements", "isolated_env")
 """Spec fields only a command job has (besides `command` itself)."""
 
 COMMANDS_OFF = (
@@ -247,6 +249,17 @@ NOTIFY_EVENTS = ("succeeded", "failed", "canceled", "stopped_early", "any")
 NOTIFY_ENTRY = re.compile(r"([A-Za-z0-9_-]{1,40})(?::([a-z_]+(?:,[a-z_]+)*))?")
 
 
+def _requirements(value: Any, env_name: Any) -> str | None:
+    """`requirements`: a relative path inside the job's source (its environment is built from it)."""
+    if value is None:
+        return None
+    if env_name is not None:
+        return "a job runs with a registered environment (env_name) or one built from its requirements, not both"
+    if not isinstance(value, str) or not value or value.startswith("/") or ".." in value.split("/"):
+        return f"must be a relative path inside the job's source, e.g. requirements/train.txt; got {value!r}"
+    return None
+
+
 def notify_problem(value: Any, webhooks: tuple[str, ...] | None) -> str | None:
     """Why `notify` is not a list of the operator's endpoints (`lab`, or `lab:failed,canceled`); None: it is."""
     if not isinstance(value, list) or len(value) > 10 or not all(isinstance(v, str) for v in value):
@@ -361,6 +374,13 @@ def validate(
                 "total_steps",
                 _int_in(body["total_steps"], 1, MAX_TOTAL_STEPS) if body.get("total_steps") is not None else None,
             ),
+            ("requirements", _requirements(body.get("requirements"), body.get("env_name"))),
+            (
+                "isolated_env",
+                None
+                if body.get("isolated_env") is None or isinstance(body["isolated_env"], bool)
+                else f"must be true or false, got {body['isolated_env']!r}",
+            ),
         ):
             if problem:
                 errors[key] = problem
@@ -429,6 +449,8 @@ def validate(
             **({"secret_env": dict(body["secret_env"])} if body.get("secret_env") else {}),
             "env_name": body.get("env_name"),
             "total_steps": body.get("total_steps"),
+            **({"requirements": body["requirements"]} if body.get("requirements") else {}),
+            **({"isolated_env": True} if body.get("isolated_env") else {}),
             "name": body.get("name") or command_words(body)[:NAME_MAX],
             **common,
         }

@@ -37,6 +37,8 @@ class Reason(str, Enum):
     DISK_FULL = "disk_full"
     PREEMPTED = "preempted"
     DEPENDENCY_FAILED = "dependency_failed"
+    ENVIRONMENT = "environment"
+    """The project's Python environment could not be built (uv's error lines in log_tail)."""
     STOPPED_EARLY = "stopped_early"
     """A trial its search stopped (succeeded: not a failure; its checkpoint is kept)."""
 

@@ -11,7 +11,7 @@ ROOT = Path(__file__).resolve().parents[1]
 PACKAGES = ("api", "jobs", "models", "tui")
 
 JOBS_LAYERS = (
-    ("keys", "errors", "proc", "archives", "tbnotf", "periodic", "shim"),
+    ("keys", "errors", "proc", "archives", "tbnotf", "periodic", "shim", "buildenv"),
     (
         "settings",
         "spec",
@@ -26,7 +26,7 @@ JOBS_LAYERS = (
         "placement",
     ),
     ("store", "disk"),
-    ("datasets", "sources", "views", "artifacts", "quota", "notify"),
+    ("datasets", "sources", "views", "artifacts", "quota", "notify", "pyenv"),
     ("queues", "tensorboard", "launch"),
     ("pump", "search"),
     ("lifecycle", "sweeps"),

@@ -21,12 +21,22 @@ FOLD_MIN = 2
 """Fewer banner lines in a row than this are left as they are."""
 
 
+ENV_LINE = re.compile(r"^(?:\[\w+\] )?\[env\] ")
+"""A line of the build of the job's Python environment (jobs.buildenv): its own folded phase."""
+
+
 def is_banner(line: str) -> bool:
     return bool(BANNER.match(line))
 
 
-def folded_line(n: int) -> str:
-    return f"··· {n} lines of TensorFlow start-up folded ···"
+def kind_of(line: str) -> str | None:
+    """What folds a line: `tf` (TensorFlow's start-up), `env` (the environment's build), or None."""
+    return "tf" if BANNER.match(line) else "env" if ENV_LINE.match(line) else None
+
+
+def folded_line(n: int, kind: str = "tf") -> str:
+    what = "TensorFlow start-up" if kind == "tf" else "building the environment"
+    return f"··· {n} lines of {what} folded ···"
 
 
 class Folder:
@@ -34,21 +44,26 @@ class Folder:
 
     def __init__(self) -> None:
         self.run: list[str] = []
+        self.kind: str | None = None
 
     def feed(self, lines: list[str]) -> list[str]:
         """The lines ready to show; a trailing run of banner lines waits for the next piece (or flush())."""
         out = []
         for line in lines:
-            if is_banner(line):
+            kind = kind_of(line)
+            if kind is not None and kind == self.kind:
                 self.run.append(line)
                 continue
             out += self.flush()
+            if kind is not None:
+                self.run, self.kind = [line], kind
+                continue
             out.append(line)
         return out
 
     def flush(self) -> list[str]:
-        run, self.run = self.run, []
-        return [folded_line(len(run))] if len(run) >= FOLD_MIN else run
+        run, kind, self.run, self.kind = self.run, self.kind, [], None
+        return [folded_line(len(run), kind or "tf")] if len(run) >= FOLD_MIN else run
 
 
 def fold(lines: list[str]) -> list[str]:

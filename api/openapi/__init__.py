@@ -35,6 +35,7 @@ OPERATIONS: dict[tuple[str, str], tuple[str, str]] = {
     ("post", "/api/v1/sweeps"): ("submit_sweep", "sweeps"),
     ("get", "/api/v1/sweeps/{id}"): ("get_sweep", "sweeps"),
     ("get", "/api/v1/sweeps"): ("list_sweeps", "sweeps"),
+    ("get", "/api/v1/envs"): ("list_envs", "cluster"),
     ("post", "/api/v1/sweeps/{id}/stop"): ("stop_sweep", "sweeps"),
     ("get", "/api/v1/models"): ("list_models", "data"),
     ("get", "/api/v1/datasets"): ("list_datasets", "data"),

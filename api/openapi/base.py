@@ -247,6 +247,14 @@ def spec_props() -> dict[str, Any]:
             "description": "false: never stopped to make room for a higher-priority job (only an admin may say so "
             "when tokens are configured); default true",
         },
+        "requirements": _nullable(
+            {
+                **STR,
+                "description": "a requirements file in the source to build the job's environment from (default: "
+                "the source's uv.lock with pyproject.toml, else its requirements.txt)",
+            }
+        ),
+        "isolated_env": {**BOOL, "description": "its built environment does not see the worker's packages"},
         "notify": {
             "type": "array",
             "maxItems": 10,

@@ -30,6 +30,29 @@ from jobs.settings import AGE
 def schemas() -> dict[str, Any]:
     """The components/schemas of the service: errors, workers, GPUs, TensorBoards, health, who and the audit."""
     return {
+        "EnvList": _obj(
+            {
+                "envs": {
+                    "type": "array",
+                    "items": _obj(
+                        {
+                            "digest": STR,
+                            "path": STR,
+                            "size_bytes": INT,
+                            "kind": {**STR, "enum": ["requirements", "uv.lock"]},
+                            "packages": INT,
+                            "isolated": BOOL,
+                            "python": STR,
+                            "built_at": UNIX_S,
+                            "built_by": INT,
+                            "last_used": _nullable(UNIX_S),
+                            "jobs": {"type": "array", "items": INT, "description": "the newest 20 that used it"},
+                        }
+                    ),
+                }
+            },
+            ["envs"],
+        ),
         "Error": _obj(
             {"error": STR, "message": STR, "details": {"type": "object"}}, ["error", "message", "details"], extra=False
         ),
@@ -227,6 +250,7 @@ def paths() -> dict[str, Any]:
     text = {"text/plain": {"schema": STR}}
     return {
         "/api/v1/workers": {"get": _op("Live workers", {"200": _json("WorkerList")})},
+        "/api/v1/envs": {"get": _op("The projects' Python environments built on this host", {"200": _json("EnvList")})},
         "/api/v1/workers/{name}/drain": {
             "post": _op(
                 "Finish the current job, take no new one, exit",

@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import json
+import time
 
 import click
 
 from models.common import EXIT_OK, EXIT_USAGE
+from models.sourcetree import human
 from tui.cli.base import client, connection_options, echo_json, json_option, print_table, settings
-from tui.widgets.fmt import one_line
+from tui.widgets.fmt import duration, one_line
 
 
 @click.command()
@@ -131,4 +133,29 @@ def share(as_json) -> int:
     return EXIT_OK
 
 
-COMMANDS = (whoami, audit, tf_config, share, tui)
+@click.command()
+@connection_options
+@json_option
+def envs(as_json) -> int:
+    """The projects' Python environments built on the API's host: size, when last used, by which jobs."""
+    listed = client().request("GET", "/api/v1/envs").json()["envs"]
+    if as_json:
+        echo_json(listed)
+        return EXIT_OK
+    now = time.time()
+    rows = [
+        (
+            e["digest"][:12],
+            e["kind"],
+            e["packages"],
+            human(e["size_bytes"]),
+            f"{duration(now - e['last_used'])} ago" if e.get("last_used") else "-",
+            ", ".join(str(j) for j in e["jobs"][-5:]) or "-",
+        )
+        for e in listed
+    ]
+    print_table(("ENV", "FROM", "PACKAGES", "SIZE", "LAST USED", "JOBS"), rows, right=[2, 3])
+    return EXIT_OK
+
+
+COMMANDS = (whoami, audit, tf_config, share, tui, envs)
