@@ -6,6 +6,7 @@ leaves nothing half-built; the least recently used environment goes when the cac
 from __future__ import annotations
 
 import json
+import sys
 import zipfile
 from pathlib import Path
 
@@ -13,6 +14,7 @@ import pytest
 import requests
 
 from tests.support.live import start_api, until
+from tests.support.readme import run_block
 
 pytestmark = pytest.mark.slow
 
@@ -95,7 +97,18 @@ def test_a_projects_environment_is_built_once_reused_and_bounded(tmp_path, spawn
     (project / "requirements.txt").write_text("tinypkg==1.0\nnumpy\n")
     (project / "train.py").write_text("import numpy, tinypkg\nprint('tinypkg says', tinypkg.VALUE + 1)\n")
     spec = {"command": "python train.py", "source": str(project), "gpus": 0}
+    readme = tmp_path / "readme"
+    readme.mkdir()
+    (readme / "requirements.txt").write_text("tinypkg==1.0\n")
+    (readme / "train.py").write_text("import tinypkg\nprint('trained with tinypkg', tinypkg.VALUE)\n")
     try:
+        # The README's commands, as written, from a project folder with a requirements.txt (job 1).
+        cli_env = {**child_env, "GPUDECK_API": api, "PATH": f"{Path(sys.executable).parent}:{child_env['PATH']}"}
+        ran, listed = run_block("pyenv", int(api.rsplit(":", 1)[1]), readme, cli_env)
+        assert "[env] building environment (1 packages)" in ran and "trained with tinypkg 41" in ran, ran
+        assert listed.splitlines()[0].split() == ["ENV", "FROM", "PACKAGES", "SIZE", "LAST", "USED", "JOBS"], listed
+        assert listed.splitlines()[1].split()[1:3] == ["requirements", "1"] and listed.rstrip().endswith(" 1"), listed
+
         # Two jobs at once, one environment: built by one of them, reused by the other.
         first, second = submit(api, spec), submit(api, spec)
         for job_id in (first, second):
@@ -106,7 +119,8 @@ def test_a_projects_environment_is_built_once_reused_and_bounded(tmp_path, spawn
         assert sum("[env] building environment (2 packages)" in text for text in logs) == 1, logs
         assert sum("gpudeck: reusing environment" in text for text in logs) == 1, logs
         envs = requests.get(f"{api}/api/v1/envs", timeout=10).json()["envs"]
-        assert len(envs) == 1 and sorted(envs[0]["jobs"]) == sorted([first, second]) and envs[0]["packages"] == 2
+        envs = [e for e in envs if e["packages"] == 2]
+        assert len(envs) == 1 and sorted(envs[0]["jobs"]) == sorted([first, second])
         built = Path(envs[0]["path"])
         assert built.parent == home / "envs" and not (built / "lib" / "python3.11" / "site-packages" / "numpy").exists()
 

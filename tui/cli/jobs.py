@@ -101,6 +101,8 @@ def submit(model, dataset, params, checkpoint_every, idempotency_key, wait, min_
     help="a variable whose value is never shown nor written to the job dir (repeatable)",
 )
 @click.option("--env-name", help="a Python environment the operator registered (GPUDECK_ENVS)")
+@click.option("--requirements", metavar="PATH", help="build the job's environment from this file of the source")
+@click.option("--isolated-env", is_flag=True, help="its built environment sees none of the worker's packages")
 @click.option("--total-steps", type=int, help="the steps your script will log, for progress and ETA")
 @min_accuracy_option
 @click.option("--detach", is_flag=True, help="print the job id and return")
@@ -141,7 +143,9 @@ def run(source, no_source, env, secret_env, min_accuracy, detach, command, **opt
         else:
             click.echo(f"the server already holds this tree ({packed.ref[:16]}…): nothing to upload", err=True)
         spec["source"] = packed.ref
-    spec_fields(spec, options, (*SPEC_OPTIONS, "dataset", "total_steps", "env_name"))
+    spec_fields(spec, options, (*SPEC_OPTIONS, "dataset", "total_steps", "env_name", "requirements"))
+    if options.get("isolated_env"):
+        spec["isolated_env"] = True
     if env:
         spec["env"] = dict(env)
     if secret_env:
