@@ -143,18 +143,7 @@ class JobRun:
             for fd in (events_r, events_w, *self.lifeline):
                 os.close(fd)
             return self.finish(None, oom_before=None)
-        proc = subprocess.Popen(
-            how.argv,
-            cwd=how.cwd,
-            env=how.env,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.STDOUT,
-            stdin=subprocess.DEVNULL,
-            # a command has no events to send; a sandbox gets its options and the lifeline
-            pass_fds=how.fds() + (() if self.command else (events_w,)),
-            start_new_session=True,  # its own process group: cancel and timeout signal the whole tree
-            preexec_fn=launch.preexec(self.ctx.max_memory, how.sandboxed),
-        )
+        proc = self._spawn(how, () if self.command else (events_w,))  # (a command has no events to send)
         os.close(events_w)
         how.close_files()
         if not how.sandboxed:
@@ -237,23 +226,13 @@ class JobRun:
         output in the log, beating and answering stops as a running job does; mark it ready when it succeeded."""
         pyenv.start_build(path)
         self.store.update(self.job_id, message=f"building environment ({need.packages} packages)")
-        env = {k: v for k, v in launch.base_env(Attempt(self.job_id, self.attempt, self.run_id, self.job_dir)).items()}
+        env = launch.base_env(Attempt(self.job_id, self.attempt, self.run_id, self.job_dir))
         how = launch.Launch(pyenv.build_argv(self.ctx.settings, need, path), self.job_dir / "src", env)
         lifeline = os.pipe()  # (its own: the job's is for the job)
         how = launch.sandboxed(self.ctx, how, self.job_dir, pyenv.index_paths(), lifeline[0], writable=[path])
         events_r, events_w = os.pipe()
         os.close(events_w)  # (a build sends no events)
-        proc = subprocess.Popen(
-            how.argv,
-            cwd=how.cwd,
-            env=how.env,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.STDOUT,
-            stdin=subprocess.DEVNULL,
-            pass_fds=how.fds(),
-            start_new_session=True,
-            preexec_fn=launch.preexec(self.ctx.max_memory, how.sandboxed),
-        )
+        proc = self._spawn(how)
         how.close_files()
         if not how.sandboxed:
             os.close(lifeline[0])
@@ -274,6 +253,21 @@ class JobRun:
             )
         self.store.update(self.job_id, message=None)
         return True
+
+    def _spawn(self, how: launch.Launch, fds: tuple[int, ...] = ()) -> subprocess.Popen[bytes]:
+        """Start what `how` runs (the job, or its environment's build): its output one pipe, its own process
+        group (cancel and timeout signal the whole tree), a sandbox's options and lifeline (and `fds`) passed."""
+        return subprocess.Popen(
+            how.argv,
+            cwd=how.cwd,
+            env=how.env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            pass_fds=how.fds() + fds,
+            start_new_session=True,
+            preexec_fn=launch.preexec(self.ctx.max_memory, how.sandboxed),
+        )
 
     def _say(self, log_file: LogFile, line: str) -> None:
         pipe = self.redis.pipeline(transaction=False)

@@ -19,7 +19,7 @@ import requests
 from jobs import notify
 from jobs.proc import python_module
 from jobs.redis_server import free_port
-from tests.support.live import start_api, until
+from tests.support.live import start_api, submit_job, until, wait_ended
 from tests.support.readme import run_block
 
 pytestmark = pytest.mark.slow
@@ -62,16 +62,6 @@ class Receiver:
         ]
 
 
-def job(api: str, spec: dict) -> int:
-    made = requests.post(f"{api}/api/v1/jobs", json=spec, timeout=10)
-    assert made.status_code == 201, made.text
-    return made.json()["id"]
-
-
-def ended(api: str, job_id: int) -> dict:
-    return requests.get(f"{api}/api/v1/jobs/{job_id}/wait", params={"timeout": 60}, timeout=70).json()
-
-
 def seconds(iso: str) -> float:
     return datetime.fromisoformat(iso.replace("Z", "+00:00")).timestamp()
 
@@ -108,11 +98,11 @@ def test_signed_notifications_reach_the_operators_endpoints_and_never_delay_a_jo
         bad = requests.post(f"{api}/api/v1/jobs", json={"command": "true", "notify": ["lab:done"]}, timeout=10)
         assert bad.status_code == 400 and "unknown events" in bad.json()["details"]["fields"]["notify"], bad.text
 
-        ok = job(api, {"command": "echo hi", "name": "fine", "notify": ["lab", "team"], "gpus": 0})
-        failed = job(api, {"command": "exit 3", "notify": ["lab"], "gpus": 0})
-        every = job(api, {"command": "true", "notify": ["lab:any"], "gpus": 0})
-        assert ended(api, ok)["status"] == "succeeded" and ended(api, failed)["status"] == "failed"
-        assert ended(api, every)["status"] == "succeeded"
+        ok = submit_job(api, {"command": "echo hi", "name": "fine", "notify": ["lab", "team"], "gpus": 0})
+        failed = submit_job(api, {"command": "exit 3", "notify": ["lab"], "gpus": 0})
+        every = submit_job(api, {"command": "true", "notify": ["lab:any"], "gpus": 0})
+        assert wait_ended(api, ok)["status"] == "succeeded" and wait_ended(api, failed)["status"] == "failed"
+        assert wait_ended(api, every)["status"] == "succeeded"
         until(lambda: lab.events(ok) and lab.events(failed) and len(lab.events(every)) >= 2 and slack.got, 30)
         assert lab.events(ok) == ["succeeded"] and lab.events(failed) == ["failed"]
         assert lab.events(every) == ["running", "succeeded"]
@@ -131,8 +121,8 @@ def test_signed_notifications_reach_the_operators_endpoints_and_never_delay_a_jo
         assert f"job {ok} (fine) succeeded" in text and "X-Gpudeck-Signature" not in slack.got[0]["headers"]
 
         # A receiver that is down: the job ends all the same; the delivery arrives once the receiver is back.
-        down = job(api, {"command": "true", "notify": ["late"], "gpus": 0})
-        done = ended(api, down)
+        down = submit_job(api, {"command": "true", "notify": ["late"], "gpus": 0})
+        done = wait_ended(api, down)
         assert done["status"] == "succeeded"
         until(lambda: requests.get(f"{api}/api/v1/jobs/{down}/notifications", timeout=10).json()["attempts"], 30)
         first = requests.get(f"{api}/api/v1/jobs/{down}/notifications", timeout=10).json()["attempts"][0]

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 import requests
 
-from tests.support.live import start_api, until
+from tests.support.live import start_api, submit_job, until, wait_ended
 from tests.support.readme import run_block
 
 pytestmark = pytest.mark.slow
@@ -59,16 +59,6 @@ def sdist_slow(folder: Path) -> Path:
     return path
 
 
-def submit(api: str, spec: dict) -> int:
-    made = requests.post(f"{api}/api/v1/jobs", json=spec, timeout=10)
-    assert made.status_code == 201, made.text
-    return made.json()["id"]
-
-
-def ended(api: str, job_id: int) -> dict:
-    return requests.get(f"{api}/api/v1/jobs/{job_id}/wait", params={"timeout": 120}, timeout=130).json()
-
-
 def log(api: str, job_id: int) -> str:
     return requests.get(f"{api}/api/v1/jobs/{job_id}/logs", timeout=10).text
 
@@ -110,9 +100,9 @@ def test_a_projects_environment_is_built_once_reused_and_bounded(tmp_path, spawn
         assert listed.splitlines()[1].split()[1:3] == ["requirements", "1"] and listed.rstrip().endswith(" 1"), listed
 
         # Two jobs at once, one environment: built by one of them, reused by the other.
-        first, second = submit(api, spec), submit(api, spec)
+        first, second = submit_job(api, spec), submit_job(api, spec)
         for job_id in (first, second):
-            job = ended(api, job_id)
+            job = wait_ended(api, job_id)
             assert job["status"] == "succeeded", (job, log(api, job_id))
             assert "tinypkg says 42" in log(api, job_id)
         logs = [log(api, first), log(api, second)]
@@ -125,14 +115,14 @@ def test_a_projects_environment_is_built_once_reused_and_bounded(tmp_path, spawn
         assert built.parent == home / "envs" and not (built / "lib" / "python3.11" / "site-packages" / "numpy").exists()
 
         # A later job with the same file starts without building.
-        third = submit(api, spec)
-        assert ended(api, third)["status"] == "succeeded"
+        third = submit_job(api, spec)
+        assert wait_ended(api, third)["status"] == "succeeded"
         assert "gpudeck: reusing environment" in log(api, third) and "[env] building" not in log(api, third)
 
         # A requirement no index has: failed, reason environment, uv's own words in log_tail.
         (tmp_path / "broken").mkdir()
         (tmp_path / "broken" / "requirements.txt").write_text("nosuchpkg==9.9\n")
-        broken = ended(api, submit(api, {**spec, "source": str(tmp_path / "broken")}))
+        broken = wait_ended(api, submit_job(api, {**spec, "source": str(tmp_path / "broken")}))
         assert (broken["status"], broken["reason"]) == ("failed", "environment"), broken
         assert any("nosuchpkg" in line for line in broken["log_tail"]), broken["log_tail"]
         assert "could not be built" in broken["message"]
@@ -140,7 +130,7 @@ def test_a_projects_environment_is_built_once_reused_and_bounded(tmp_path, spawn
         # Canceled while it builds: no half-built environment is ever used; the next job builds it anew.
         (tmp_path / "slow").mkdir()
         (tmp_path / "slow" / "requirements.txt").write_text("slowpkg==1.0\n")
-        slow = submit(api, {**spec, "command": "true", "source": str(tmp_path / "slow")})
+        slow = submit_job(api, {**spec, "command": "true", "source": str(tmp_path / "slow")})
         until(
             lambda: (
                 "building environment"
@@ -149,7 +139,7 @@ def test_a_projects_environment_is_built_once_reused_and_bounded(tmp_path, spawn
             60,
         )
         requests.post(f"{api}/api/v1/jobs/{slow}/cancel", timeout=10)
-        assert ended(api, slow)["status"] == "canceled"
+        assert wait_ended(api, slow)["status"] == "canceled"
         unready = [p for p in (home / "envs").iterdir() if p.is_dir() and not (p / ".gpudeck-ready").exists()]
         assert unready == [], unready
 
@@ -157,8 +147,8 @@ def test_a_projects_environment_is_built_once_reused_and_bounded(tmp_path, spawn
         (tmp_path / "other").mkdir()
         (tmp_path / "other" / "requirements.txt").write_text("otherpkg==2.0\n")
         (tmp_path / "other" / "train.py").write_text("import otherpkg\nprint(otherpkg.VALUE)\n")
-        other = submit(api, {**spec, "source": str(tmp_path / "other")})
-        assert ended(api, other)["status"] == "succeeded", log(api, other)
+        other = submit_job(api, {**spec, "source": str(tmp_path / "other")})
+        assert wait_ended(api, other)["status"] == "succeeded", log(api, other)
         assert "least recently used environments" in log(api, other)
         envs = requests.get(f"{api}/api/v1/envs", timeout=10).json()["envs"]
         assert [e["jobs"] for e in envs] == [[other]] and not built.exists()

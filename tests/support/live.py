@@ -69,9 +69,14 @@ def submit_job(api: str, spec: dict) -> int:
     return resp.json()["id"]
 
 
+def wait_ended(api: str, job_id: int, timeout: int = 240) -> dict:
+    """GET /api/v1/jobs/ID/wait until the job ends (or `timeout` s pass): the job as it is then."""
+    return requests.get(f"{api}/api/v1/jobs/{job_id}/wait", params={"timeout": timeout}, timeout=timeout + 20).json()
+
+
 def wait_succeeded(api: str, job_id: int) -> dict:
     """GET /api/v1/jobs/ID/wait until the job ends; it must have succeeded."""
-    job = requests.get(f"{api}/api/v1/jobs/{job_id}/wait?timeout=240", timeout=260).json()
+    job = wait_ended(api, job_id)
     assert job["status"] == "succeeded", job
     return job
 
