@@ -66,6 +66,14 @@ def owner_arg() -> str | None:
     return owner
 
 
+def with_defaults(spec: Any) -> Any:
+    """A spec with what the user's token gives a job that says nothing of it: its endpoints to notify."""
+    who = user()
+    if isinstance(spec, dict) and who is not None and who.notify and "notify" not in spec:
+        return {**spec, "notify": list(who.notify)}
+    return spec
+
+
 def settings_for_submit(spec: Any) -> Settings:
     """The settings a submission is validated with: where tokens name their users, a user may submit command
     jobs (tokens are required, as with GPUDECK_TOKENS) unless their token was made with --no-commands."""

@@ -58,6 +58,8 @@ def fair_share():
 def create_sweep():
     disk.ensure_room(deps.settings(), "a new sweep")
     body = deps.json_body()
+    if isinstance(body, dict) and isinstance(body.get("base"), dict):
+        body = {**body, "base": auth.with_defaults(body["base"])}  # (its trials tell the user's endpoints)
     settings = deps.settings()
     grid = isinstance(body, dict) and not search.is_search(body) and isinstance(body.get("grid"), dict)
     if grid and isinstance(body.get("base"), dict):

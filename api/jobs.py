@@ -31,7 +31,7 @@ WAIT_POLL_S = 0.25
 
 @bp.post("")
 def submit():
-    body = deps.json_body()
+    body = auth.with_defaults(deps.json_body())
     settings = auth.settings_for_submit(body)
     key = request.headers.get("Idempotency-Key")
     extra = auth.owned()

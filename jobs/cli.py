@@ -186,8 +186,14 @@ def token() -> None:
     help="the highest priority this user may give a job (high jobs preempt lower ones)",
 )
 @click.option("--expires", type=Parsed("AGE", parse_age, "an age such as 90d, 12h or 2w"), help="refused after this")
+@click.option(
+    "--notify",
+    multiple=True,
+    metavar="NAME[:EVENTS]",
+    help="the operator's endpoint told of this user's jobs that name none (repeatable; GPUDECK_WEBHOOKS)",
+)
 @home_option
-def token_create(name, admin, max_gpus, no_commands, max_priority, expires, home) -> int:
+def token_create(name, admin, max_gpus, no_commands, max_priority, expires, notify, home) -> int:
     """Create the token NAME and print it (only its hash is kept: it is shown this once)."""
     from jobs import tokens
 
@@ -203,6 +209,8 @@ def token_create(name, admin, max_gpus, no_commands, max_priority, expires, home
         commands=not no_commands,
         expires_s=expires,
         max_priority=max_priority,
+        notify=tuple(notify),
+        webhooks=tuple(w.name for w in settings_from_env(home).webhooks),
     )
     role = "admin" if admin else "user"
     tokens.audit(redis, who, "local", "TOKEN", f"create {name}", 0, detail=role)

@@ -23,7 +23,7 @@ from redis import Redis
 from jobs.keys import NOTIFIER_LOCK_KEY, NOTIFY_DELIVERIES_KEY, NOTIFY_DUE_KEY, notifications_key
 from jobs.periodic import Periodic
 from jobs.settings import Settings, Webhook
-from jobs.spec import NOTIFY_ENTRY
+from models.common import NOTIFY_ENTRY
 
 log = logging.getLogger(__name__)
 

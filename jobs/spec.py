@@ -13,7 +13,7 @@ from jobs.keys import PRIORITIES
 from models import params as params_mod
 from models import sourcetree
 from models.catalog import MODELS, model_info, parse_dataset
-from models.common import parse_age
+from models.common import NOTIFY_ENTRY, NOTIFY_EVENTS, notify_problem, parse_age  # noqa: F401 (re-exported)
 
 MAX_GPUS = 16
 """Most GPUs one job (one worker) may ask for."""
@@ -244,9 +244,6 @@ def _source(value: Any, data_roots: tuple[Path, ...], known: SourceKnown | None)
 
 MAX_AFTER = 100
 """Most jobs one job may depend on."""
-NOTIFY_EVENTS = ("succeeded", "failed", "canceled", "stopped_early", "any")
-"""What a notification may be asked for: an end, a trial stopped early, or any change of status."""
-NOTIFY_ENTRY = re.compile(r"([A-Za-z0-9_-]{1,40})(?::([a-z_]+(?:,[a-z_]+)*))?")
 
 
 def _requirements(value: Any, env_name: Any) -> str | None:
@@ -257,23 +254,6 @@ def _requirements(value: Any, env_name: Any) -> str | None:
         return "a job runs with a registered environment (env_name) or one built from its requirements, not both"
     if not isinstance(value, str) or not value or value.startswith("/") or ".." in value.split("/"):
         return f"must be a relative path inside the job's source, e.g. requirements/train.txt; got {value!r}"
-    return None
-
-
-def notify_problem(value: Any, webhooks: tuple[str, ...] | None) -> str | None:
-    """Why `notify` is not a list of the operator's endpoints (`lab`, or `lab:failed,canceled`); None: it is."""
-    if not isinstance(value, list) or len(value) > 10 or not all(isinstance(v, str) for v in value):
-        return f'must be a list of at most 10 endpoint names such as ["lab"] or ["lab:failed"], got {value!r}'
-    for entry in value:
-        m = NOTIFY_ENTRY.fullmatch(entry)
-        if m is None:
-            return f"{entry!r}: write an endpoint's name, optionally :events (lab:failed,canceled)"
-        bad = [e for e in (m.group(2) or "").split(",") if e and e not in NOTIFY_EVENTS]
-        if bad:
-            return f"{entry!r}: unknown events {bad}; one of {', '.join(NOTIFY_EVENTS)}"
-        if webhooks is not None and m.group(1) not in webhooks:
-            known = ", ".join(webhooks) or "none (GPUDECK_WEBHOOKS is not set)"
-            return f"no endpoint {m.group(1)!r}; the operator's: {known}"
     return None
 
 

@@ -16,6 +16,7 @@ from redis import Redis
 
 from jobs.errors import BadRequest, Conflict, NotFound
 from jobs.keys import AUDIT_KEY, TOKENS_KEY, token_hash_key
+from models.common import notify_problem
 from models.states import PRIORITIES
 
 AUDIT_MAXLEN = 100_000
@@ -36,6 +37,8 @@ class User:
     commands: bool = True
     named: bool = True
     max_priority: str | None = None
+    notify: tuple[str, ...] = ()
+    """The endpoints told of this user's jobs when a job names none (`gpudeck token create --notify lab`)."""
 
     @property
     def role(self) -> str:
@@ -60,8 +63,11 @@ def create(
     expires_s: int | None = None,
     now: float | None = None,
     max_priority: str | None = None,
+    notify: tuple[str, ...] = (),
+    webhooks: tuple[str, ...] | None = None,
 ) -> str:
-    """Store a new named token and return it (the only time it is seen)."""
+    """Store a new named token and return it (the only time it is seen). `notify`: the endpoints (of `webhooks`,
+    the operator's) its jobs tell when they name none."""
     if not NAME.match(name or ""):
         raise BadRequest(f"token name {name!r}: 1 to 32 of a-z 0-9 _ . -, starting with a letter", {"field": "name"})
     if max_gpus is not None and max_gpus < 0:
@@ -70,6 +76,9 @@ def create(
         raise BadRequest(
             f"--max-priority must be one of {', '.join(PRIORITIES)}, got {max_priority!r}", {"field": "max_priority"}
         )
+    problem = notify_problem(list(notify), webhooks) if notify else None
+    if problem:
+        raise BadRequest(f"--notify: {problem}", {"field": "notify"})
     now = time.time() if now is None else now
     token = "gpd_" + secrets.token_urlsafe(32)
     meta = {
@@ -79,6 +88,7 @@ def create(
         "max_gpus": max_gpus,
         "commands": commands,
         "max_priority": max_priority,
+        "notify": list(notify),
         "created_at": now,
         "expires_at": now + expires_s if expires_s else None,
         "last_used_at": None,
@@ -144,6 +154,7 @@ def identify(redis: Redis, token: str, now: float | None = None) -> tuple[User |
         meta.get("max_gpus"),
         bool(meta.get("commands", True)),
         max_priority=meta.get("max_priority"),
+        notify=tuple(meta.get("notify") or ()),
     )
     return user, ""
 

@@ -8,6 +8,7 @@ lives in `models` because `models` is the bottom package, which every other one 
 from __future__ import annotations
 
 import re
+from typing import Any
 
 EXIT_OK, EXIT_JOB_FAILED, EXIT_USAGE, EXIT_UNREACHABLE, EXIT_WAIT_TIMEOUT = 0, 1, 2, 3, 4
 """Exit codes of every gpudeck command: success; a job failed (or fell below --min-accuracy); usage or input
@@ -53,3 +54,25 @@ def search_text(job: dict) -> str:
     what = spec.get("model") or (" ".join(command) if isinstance(command, list) else str(command or ""))
     words = [str(job["id"]), str(spec.get("name") or ""), what, job["status"], str(job.get("reason") or "")]
     return " ".join([*words, *spec.get("tags", ()), str(job.get("owner") or "")]).lower()
+
+
+NOTIFY_EVENTS = ("succeeded", "failed", "canceled", "stopped_early", "any")
+"""What a notification may be asked for: an end, a trial stopped early, or any change of status."""
+NOTIFY_ENTRY = re.compile(r"([A-Za-z0-9_-]{1,40})(?::([a-z_]+(?:,[a-z_]+)*))?")
+
+
+def notify_problem(value: Any, webhooks: tuple[str, ...] | None) -> str | None:
+    """Why `notify` is not a list of the operator's endpoints (`lab`, or `lab:failed,canceled`); None: it is."""
+    if not isinstance(value, list) or len(value) > 10 or not all(isinstance(v, str) for v in value):
+        return f'must be a list of at most 10 endpoint names such as ["lab"] or ["lab:failed"], got {value!r}'
+    for entry in value:
+        m = NOTIFY_ENTRY.fullmatch(entry)
+        if m is None:
+            return f"{entry!r}: write an endpoint's name, optionally :events (lab:failed,canceled)"
+        bad = [e for e in (m.group(2) or "").split(",") if e and e not in NOTIFY_EVENTS]
+        if bad:
+            return f"{entry!r}: unknown events {bad}; one of {', '.join(NOTIFY_EVENTS)}"
+        if webhooks is not None and m.group(1) not in webhooks:
+            known = ", ".join(webhooks) or "none (GPUDECK_WEBHOOKS is not set)"
+            return f"no endpoint {m.group(1)!r}; the operator's: {known}"
+    return None

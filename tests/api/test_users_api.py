@@ -256,3 +256,20 @@ def test_an_idempotency_key_is_its_owners_own(client, users):
     assert again.status_code == 200 and again.json["id"] == bobs.json["id"]
     alices = client.post("/api/v1/jobs", json=MODEL, headers={**users["alice"], **key})
     assert alices.status_code == 201 and alices.json["id"] != bobs.json["id"] and alices.json["owner"] == "alice"
+
+
+def test_a_tokens_default_endpoints_are_told_of_its_jobs_that_name_none(redis, settings):
+    """Issue 30 #3: `gpudeck token create alice --notify lab`: alice's jobs (and her sweeps' trials) that name no
+    endpoint tell lab; a job that names its own keeps them; an endpoint the operator has not is refused."""
+    from jobs.settings import Webhook
+
+    s = replace(settings, webhooks=(Webhook("lab", "http://127.0.0.1:9/hook"), Webhook("ci", "http://127.0.0.1:9/ci")))
+    app = create_app({"SETTINGS": s, "REDIS": redis, "TESTING": True}).test_client()
+    with pytest.raises(tokens.BadRequest, match="no endpoint 'nope'"):
+        tokens.create(redis, "carol", notify=("nope",), webhooks=("lab", "ci"))
+    alice = {"Authorization": f"Bearer {tokens.create(redis, 'alice', notify=('lab:failed',), webhooks=('lab', 'ci'))}"}
+    plain = app.post("/api/v1/jobs", json=MODEL, headers=alice).json
+    own = app.post("/api/v1/jobs", json={**MODEL, "notify": ["ci"]}, headers=alice).json
+    assert plain["spec"]["notify"] == ["lab:failed"] and own["spec"]["notify"] == ["ci"]
+    sweep = app.post("/api/v1/sweeps", json={"base": MODEL, "grid": {"params.lr": [0.1]}}, headers=alice).json
+    assert sweep["jobs"][0]["spec"]["notify"] == ["lab:failed"]
