@@ -126,6 +126,14 @@ def test_real_answers_conform_to_the_document(gpu_api, spawn, gpu_env, tmp_path,
     sweep = call("POST", "/api/v1/sweeps", 201, json={"base": TINY, "grid": {"params.lr": [0.1, 0.01]}}).json()
     call("GET", f"/api/v1/sweeps/{sweep['id']}", 200)
     call("GET", "/api/v1/sweeps/999", 404)
+    call("GET", "/api/v1/sweeps?limit=5", 200)
+    searched = {"search": "random", "base": TINY, "space": {"params.lr": {"loguniform": [0.001, 0.1]}}}
+    search = call("POST", "/api/v1/sweeps", 201, json={**searched, "metric": "loss", "max_trials": 1}).json()
+    call("POST", "/api/v1/sweeps", 400, json={**searched, "space": {"params.lr": {"uniform": [1, 0]}}})
+    call("POST", f"/api/v1/sweeps/{search['id']}/stop", 200)
+    call("POST", "/api/v1/sweeps/999/stop", 404)
+    call("GET", f"/api/v1/jobs/{job}/notifications", 200)
+    call("GET", "/api/v1/envs", 200)
     call("DELETE", f"/api/v1/jobs/{sweep['job_ids'][0]}", 409)  # queued: not ended
     parked = call("POST", "/api/v1/jobs", 201, json={**TINY, "gpus": 2}).json()["id"]  # no taker: it stays queued
     call("PATCH", f"/api/v1/jobs/{parked}", 200, json={"priority": "low"})

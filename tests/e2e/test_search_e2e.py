@@ -57,8 +57,9 @@ def cli(api: str, env: dict[str, str], *args: str) -> str:
 
 
 def test_random_search_with_asha_stops_the_bad_learning_rates_of_a_model_job(tmp_path, spawn, child_env):
-    """lr from 1e-4 (learns nothing in 60 steps) to 30 (diverges): the trials that learn nothing or diverge are
-    stopped at the first rung (step 30) by the ones that learn, whose lr is the best; two at most at any moment."""
+    """lr from 1e-4 (learns nothing in 60 steps) to 30 (diverges): a trial that learns nothing (or diverges) is
+    stopped at the first rung (step 30) by one that learns (or fails, diverged); the best lr learns; two at most at
+    any moment."""
     digits = write_digits_idx(tmp_path / "digits")
     env = {**child_env, "GPUDECK_DATA_ROOTS": str(tmp_path)}
     api = start_api(spawn, env)
@@ -70,15 +71,15 @@ def test_random_search_with_asha_stops_the_bad_learning_rates_of_a_model_job(tmp
         "space": {"params.lr": {"loguniform": [1e-4, 30.0]}},
         "metric": "loss",
         "stopping": {"kind": "asha", "min_steps": 30, "reduction_factor": 3},
-        "max_trials": 6,
+        "max_trials": 4,
         "max_concurrent": 2,
         "time_budget": "10m",
-        "seed": 2,  # (its trials: lr 0.024 and 0.17 first, then 0.0079, 0.00013, 9.4, 0.0049)
+        "seed": 2,  # (its trials: lr 0.024 and 0.17 first, then 0.0079 and 0.00013)
     }
     made = requests.post(f"{api}/api/v1/sweeps", json=body, timeout=60)
     assert made.status_code == 201, made.text
     shown = finished(api, made.json()["id"])
-    assert shown["state"] == "done" and len(shown["trials"]) == 6 and shown["budget"]["trials_left"] == 0
+    assert shown["state"] == "done" and len(shown["trials"]) == 4 and shown["budget"]["trials_left"] == 0
     assert shown["budget"]["time_left_s"] > 0  # (within its budget)
     trials = {t["job"]: t for t in shown["trials"]}
     lr = {job: t["values"]["params.lr"] for job, t in trials.items()}
@@ -108,7 +109,8 @@ def test_random_search_with_asha_stops_the_bad_learning_rates_of_a_model_job(tmp
     assert " stopped " in f" {row} ", row
     table = cli(api, child_env, "sweep", "show", str(shown["id"]))
     assert re.search(rf"^\s*-\s+{one['id']}\s.*stopped @rung 0", table, re.M), table
-    assert f"best: job {best['job']} (lr=" in table and "rung 0 (step 30): 6 reached it" in table, table
+    assert f"best: job {best['job']} (lr=" in table, table
+    assert f"rung 0 (step 30): {len(rung0['trials'])} reached it" in table, table
 
 
 def test_a_keras_script_is_searched_and_stopped_early_from_its_tensorboard_files(tmp_path, spawn, child_env):
@@ -166,7 +168,8 @@ def test_the_readme_search_runs_as_written_and_survives_a_restart_of_up(tmp_path
     env = {**child_env, "PATH": f"{Path(sys.executable).parent}:{child_env['PATH']}", "GPUDECK_API": stack.url}
     try:
         submitted, shown = run_block("search", stack.port, tmp_path, env)
-        assert re.match(r"sweep 1: a random search of 4 trials, 2 at once", submitted), submitted
+        said = f"sweep 1: a random search of {body['max_trials']} trials, {body['max_concurrent']} at once"
+        assert submitted.startswith(said), submitted
         assert "RANK" in shown and "sweep 1 (random + asha, loss min)" in shown, shown
         until(lambda: any(t["step"] for t in get(stack.url, "/sweeps/1")["trials"]), 180, "a trial's first points")
         stack.stop()
@@ -182,6 +185,6 @@ def test_the_readme_search_runs_as_written_and_survives_a_restart_of_up(tmp_path
         out = cli(stack.url, child_env, "sweep", "show", "1")
         assert f"best: job {shown['best']['job']} (lr=" in out, out
         listed = json.loads(cli(stack.url, child_env, "sweep", "ls", "--json"))
-        assert listed[0]["id"] == 1 and listed[0]["trials"] == 4
+        assert listed[0]["id"] == 1 and listed[0]["trials"] == body["max_trials"]
     finally:
         stack.stop()

@@ -18,12 +18,12 @@ model.compile(keras.optimizers.SGD(float(os.environ["LR"])), "sparse_categorical
 model.fit(
     data["x_train"],
     data["y_train"],
-    epochs=int(os.environ.get("EPOCHS", "8")),
+    epochs=int(os.environ.get("EPOCHS", "6")),
     batch_size=32,
     verbose=2,
     callbacks=[
         keras.callbacks.TensorBoard(log_dir=os.environ["TENSORBOARD_DIR"], histogram_freq=1),
-        keras.callbacks.LambdaCallback(on_epoch_end=lambda epoch, logs: time.sleep(0.4)),
+        keras.callbacks.LambdaCallback(on_epoch_end=lambda epoch, logs: time.sleep(0.3)),
     ],
 )
 loss, accuracy = model.evaluate(data["x_test"], data["y_test"], verbose=0)
