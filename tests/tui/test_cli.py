@@ -136,9 +136,9 @@ def test_usage_input_auth_and_unreachable_exit_codes(gpudeck):
 @pytest.mark.slow
 def test_lenets_defaults_learn_on_the_synthetic_set_whatever_the_seed(gpudeck):
     """Issue 25 #14: a user's first run, `gpudeck submit --model lenet --dataset synthetic --wait` (no params: one
-    epoch, at least 200 steps), learns whatever the seed: here seeds 2 and 3, which lr 0.1 with momentum (the old
-    default) left at chance (0.10 and 0.09)."""
-    for seed in (2, 3):
+    epoch, at least 200 steps), learns whatever the seed: here seed 3, which lr 0.1 with momentum (the old default)
+    left at chance (0.09; seed 2's 0.10 is in tests/bench/test_learning_seeds.py's run of seeds)."""
+    for seed in (3,):
         run = gpudeck(
             *("submit", "--model", "lenet", "--dataset", "synthetic", "--param", f"seed={seed}"),
             *("--wait", "--min-accuracy", "0.8", "--json"),
