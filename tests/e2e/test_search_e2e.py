@@ -134,16 +134,16 @@ def test_a_keras_script_is_searched_and_stopped_early_from_its_tensorboard_files
         "space": {"env.LR": {"loguniform": [1e-4, 10.0]}},
         "metric": "loss",
         "stopping": {"kind": "asha", "min_steps": 2, "reduction_factor": 2},
-        "max_trials": 4,
+        "max_trials": 3,
         "max_concurrent": 2,
-        "seed": 3,  # (LR 0.057 and 3.1 first, then 7.4 and 0.00018: the last two learn nothing)
+        "seed": 3,  # (LR 0.057 and 3.1 first, then 7.4: it learns nothing, and 0.057 reached its rung first)
     }
     made = requests.post(f"{api}/api/v1/sweeps", json=body, timeout=60)
     assert made.status_code == 201, made.text
     shown = finished(api, made.json()["id"])
-    assert shown["state"] == "done" and len(shown["trials"]) == 4
+    assert shown["state"] == "done" and len(shown["trials"]) == 3
     stopped = [t for t in shown["trials"] if t["stopped_early"]]
-    assert len(stopped) >= 2, shown["trials"]
+    assert any(t["values"]["env.LR"] > 5 for t in stopped), shown["trials"]  # (7.4, at its first rung)
     for t in stopped:
         job = get(api, f"/jobs/{t['job']}")
         assert job["status"] == "succeeded" and job["early_stop"]["step"] >= 2 and job["early_stop"]["metric"] == "loss"
