@@ -30,7 +30,8 @@ log = logging.getLogger(__name__)
 ENDS = ("succeeded", "failed", "canceled", "stopped_early")
 """What `notify: ["lab"]` is sent for (`lab:any`: every change of status too)."""
 FIRST_RETRY_S = 5.0
-"""The wait before the second attempt; each later one waits twice as long, at most RETRY_MAX_S."""
+"""The wait before the second attempt (GPUDECK_WEBHOOK_RETRY); each later one waits twice as long, at most
+RETRY_MAX_S."""
 RETRY_MAX_S = 3600.0
 GIVE_UP_S = 86400.0
 """A delivery still failing this long after its event is given up (recorded so)."""
@@ -171,7 +172,7 @@ def deliver(redis: Redis, settings: Settings, now: float | None = None) -> int:
                 pipe.hdel(NOTIFY_DELIVERIES_KEY, delivery_id)
                 pipe.zrem(NOTIFY_DUE_KEY, delivery_id)
             else:
-                wait = min(RETRY_MAX_S, FIRST_RETRY_S * 2 ** (d["attempts"] - 1))
+                wait = min(RETRY_MAX_S, settings.webhook_retry_s * 2 ** (d["attempts"] - 1))
                 pipe.hset(NOTIFY_DELIVERIES_KEY, delivery_id, json.dumps(d))
                 pipe.zadd(NOTIFY_DUE_KEY, {delivery_id: time.time() + wait})
             pipe.execute()

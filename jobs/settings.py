@@ -175,6 +175,7 @@ class Settings:
     foreign_memory: int = 1 << 30
     webhooks: tuple[Webhook, ...] = ()
     public_url: str | None = None
+    webhook_retry_s: float = 5.0
     env_max_bytes: int | None = 20 << 30
     env_max_age_s: int | None = 30 * 86400
 
@@ -223,6 +224,9 @@ class Settings:
             backfill=_switch(env, "GPUDECK_BACKFILL", False),
             foreign_memory=_size(env, "GPUDECK_FOREIGN_MEMORY", cls.foreign_memory, zero=True),
             webhooks=_webhooks(env),
+            webhook_retry_s=_checked(_duration, env, "GPUDECK_WEBHOOK_RETRY")
+            if env.get("GPUDECK_WEBHOOK_RETRY")
+            else 5.0,
             env_max_bytes=_size(env, "GPUDECK_ENV_MAX_BYTES", 20 << 30),
             env_max_age_s=_checked(_duration, env, "GPUDECK_ENV_MAX_AGE")
             if env.get("GPUDECK_ENV_MAX_AGE")

@@ -13,17 +13,35 @@ from jobs.redis_server import EmbeddedRedis, free_port
 from jobs.settings import Settings
 from tests.support.live import FAKE_SMI, Proc, fake_nvidia_smi, start_api
 
+LONGEST = (
+    "test_lenets_defaults_learn_on_the_synthetic_set",
+    "test_the_readme_search_runs_as_written_and_survives_a_restart_of_up",
+    "test_stop_restart_and_the_cli",
+    "test_a_killed_redis_comes_back_and_a_running_job_rides_the_outage_out",
+    "test_the_readme_multi_worker_walkthrough",
+    "test_kill_9_of_worker_and_horse_is_worker_lost_then_resumed",
+    "test_ci_gates_tables_json_logs_datasets_and_tensorboard",
+    "test_a_checkpointing_script_resumes_after_its_worker_is_killed",
+    "test_random_search_with_asha_stops_the_bad_learning_rates_of_a_model_job",
+    "test_the_readme_section_as_written",
+    "test_a_keras_script_is_searched_and_stopped_early",
+)
+"""The slow tests that take longest (`--durations`, 25 to 45 s each here), longest first."""
+
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """Longest work first, so that xdist's processes do not end on one long test while the others idle: the
-    learning group (one process trains four ResNets in a row), then the other slow tests, then the quick ones,
-    which fill the gaps at the end. The order within each kind is the files' order."""
+    learning group (one process trains four ResNets in a row), then the LONGEST tests, the other slow tests, then
+    the quick ones, which fill the gaps at the end. The order within each kind is the files' order."""
 
-    def rank(item: pytest.Item) -> int:
+    def rank(item: pytest.Item) -> tuple[int, int]:
         group = item.get_closest_marker("xdist_group")
         if group and group.args == ("learning",):
-            return 0
-        return 1 if item.get_closest_marker("slow") else 2
+            return 0, 0
+        long = next((i for i, name in enumerate(LONGEST) if name in item.nodeid), None)
+        if long is not None:
+            return 1, long
+        return (2 if item.get_closest_marker("slow") else 3), 0
 
     items.sort(key=rank)
 

@@ -78,6 +78,7 @@ def test_signed_notifications_reach_the_operators_endpoints_and_never_delay_a_jo
         "GPUDECK_WEBHOOKS": hooks,
         "GPUDECK_WEBHOOK_SECRETS": f"lab={SECRET};late=other",
         "GPUDECK_PUBLIC_URL": "https://gpudeck.example",
+        "GPUDECK_WEBHOOK_RETRY": "1s",
     }
     api = start_api(spawn, env)
     spawn("worker", "--cpu", env=env)

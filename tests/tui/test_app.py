@@ -502,7 +502,7 @@ SEARCHED = {
         "for s in range(1, 7):\n"
         "    with open(os.path.join(d, 'metrics.jsonl'), 'a') as f:\n"
         "        f.write(json.dumps({'step': s, 'loss': lr / s, 'val_loss': lr / s}) + '\\n')\n"
-        "    time.sleep(0.5)\n",
+        "    time.sleep(0.3)\n",
     ],
     "total_steps": 6,
     "gpus": 0,
