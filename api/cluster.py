@@ -88,6 +88,6 @@ def show_sweep(sweep_id: int):
 @bp.post("/sweeps/<int:sweep_id>/stop")
 def stop_sweep(sweep_id: int):
     """Launch no more trials; running ones finish (a grid's queued jobs are canceled)."""
-    auth.may(sweeps.summary(deps.redis(), sweep_id).get("owner"), "stop", f"sweep {sweep_id}")
+    auth.may(sweeps.record_of(deps.redis(), sweep_id).get("owner"), "stop", f"sweep {sweep_id}")  # (404 first)
     summary = control.stop_sweep(deps.redis(), sweep_id, deps.settings().redis_url)
     return {**summary, "base": shown(summary["base"], auth.names_only(summary.get("owner")))}

@@ -98,8 +98,8 @@ def _cancel_unrecorded(redis: Redis, job_id: int, refusal: RedisError) -> dict[s
 def stop_sweep(redis: Redis, sweep_id: int, redis_url: str | None = None) -> dict[str, Any]:
     """Launch no more trials of a sweep (running ones finish): a search asks for no more; a grid's jobs still
     queued are canceled. The sweep as summarized after."""
+    record = sweeps.record_of(redis, sweep_id)
     search.stop(redis, sweep_id)
-    record = json.loads(redis.get(sweep_key(sweep_id)) or b"{}")
     if record.get("search", "grid") == "grid":
         store = JobStore(redis)
         for job_id in record.get("job_ids", []):

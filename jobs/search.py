@@ -527,7 +527,6 @@ class Searcher(Periodic):
 
 
 def stop(redis: Redis, sweep_id: int, why: str = "stopped on request") -> None:
-    """Launch no more trials of a sweep (running ones finish); a grid's jobs still queued are canceled."""
-    if redis.get(sweep_key(sweep_id)) is None:
-        raise NotFound(f"sweep {sweep_id} does not exist", {"id": sweep_id})
+    """Launch no more trials of a sweep, which exists (running ones finish; control.stop_sweep also cancels a
+    grid's queued jobs)."""
     redis.set(sweep_stop_key(sweep_id), why, nx=True)

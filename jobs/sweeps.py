@@ -159,20 +159,26 @@ def max_concurrent(redis: Redis, sweep_id: int) -> int | None:
     return json.loads(raw).get("max_concurrent") if raw else None
 
 
+def record_of(redis: Redis, sweep_id: int) -> dict[str, Any]:
+    """A sweep's record (base, grid or search space and rules, owner); NotFound when there is none."""
+    raw = redis.get(sweep_key(sweep_id))
+    if raw is None:
+        raise NotFound(f"sweep {sweep_id} does not exist", {"id": sweep_id})
+    return json.loads(raw)
+
+
 def summary(redis: Redis, sweep_id: int, redis_url: str | None = None) -> dict[str, Any]:
     """A sweep as its user reads it, grid or search alike: its state, its trials ranked by the metric (each with
     its job, values, metric, status, whether it was stopped early and at which rung), the best, the rungs of a
     search stopped by successive halving, the budget left; and `jobs` (the rows of older clients)."""
-    raw = redis.get(sweep_key(sweep_id))
-    if raw is None:
-        raise NotFound(f"sweep {sweep_id} does not exist", {"id": sweep_id})
-    record = json.loads(raw)
+    record = record_of(redis, sweep_id)
     kind = record.get("search", "grid")
-    metric, mode = record.get("metric", "test_accuracy"), record.get("mode", "max")
-    store = JobStore(redis)
-    kept = search.trials(redis, sweep_id) if kind != "grid" else []
     if kind == "grid":
         kept = [{"number": n, "job": j, "values": None} for n, j in enumerate(record["job_ids"])]
+    else:
+        kept = search.trials(redis, sweep_id)
+    metric, mode = record.get("metric", "test_accuracy"), record.get("mode", "max")
+    store = JobStore(redis)
     rows, trials = [], []
     for trial in kept:
         try:

@@ -8,7 +8,6 @@ import textwrap
 import time
 from typing import Any
 
-from rich.cells import cell_len
 from rich.text import Text
 from textual.app import ComposeResult
 from textual.binding import Binding
@@ -39,55 +38,12 @@ from tui.widgets.fmt import (
     value_of,
 )
 from tui.widgets.jobtext import fields_text, flow, runs_text  # noqa: F401 (re-exported: their old home)
+from tui.widgets.panes import Chart, FollowLog, _rows  # noqa: F401 (re-exported: their old home)
 
 LOG_ACTIONS = frozenset(
     {"toggle_follow", "toggle_wrap", "toggle_fold", "next_match", "next_error", "log_end", "log_start"}
 )
 """The log tab's own keys: the footer offers them there only."""
-
-
-def _rows(content: str | Text, width: int) -> int:
-    """How many rows `content` takes at `width` columns (its lines, each wrapped)."""
-    plain = content.plain if isinstance(content, Text) else content
-    return sum(max(1, -(-cell_len(line) // max(1, width))) for line in plain.split("\n"))
-
-
-class Chart(PlotextPlot):
-    """A plotext chart that draws nothing rather than fail where it has too little room (plotext indexes past
-    its matrix when the legend does not fit) or nothing a log scale can show."""
-
-    MIN_SIZE = (24, 8)
-
-    def render(self):
-        if self.size.width < self.MIN_SIZE[0] or self.size.height < self.MIN_SIZE[1]:
-            return Text("(too small for a chart)", style="dim")
-        try:
-            return super().render()
-        except (IndexError, ValueError):
-            return Text("(nothing to draw here)", style="dim")
-
-
-class FollowLog(Log):
-    """A Log whose new lines cost no layout of the whole screen. Log.write_lines sets `virtual_size`, a reactive
-    that lays out every widget of the screen again (~25 ms of CPU for each second a running job prints). A log's
-    own size never depends on its lines, only its scrollable height does: updating the scrollbars (what Textual
-    does for a size change without layout) is enough, unless a scrollbar appears or goes, which moves the rest."""
-
-    _writing = False
-
-    def write_lines(self, lines, scroll_end=None):  # noqa: ANN001, ANN201 - Log's signature
-        self._writing = True
-        try:
-            return super().write_lines(lines, scroll_end)
-        finally:
-            self._writing = False
-
-    def refresh(self, *regions, repaint: bool = True, layout: bool = False, recompose: bool = False):  # noqa: ANN201
-        if layout and self._writing and not recompose and self.size.height:
-            bars = (self.show_vertical_scrollbar, self.show_horizontal_scrollbar)
-            self._scroll_update(self.virtual_size)
-            layout = bars != (self.show_vertical_scrollbar, self.show_horizontal_scrollbar)
-        return super().refresh(*regions, repaint=repaint, layout=layout, recompose=recompose)
 
 
 KEEP_LINES = 200_000

@@ -15,9 +15,10 @@ from textual.containers import Horizontal
 from textual.screen import Screen
 from textual.widgets import DataTable, Footer, Static
 
-from tui.screens.job import Chart, JobScreen
+from tui.screens.job import JobScreen
 from tui.widgets.chrome import chrome
 from tui.widgets.fmt import ENDED, RICH_COLOR, axis_ticks, bar, duration, num, one_line, status
+from tui.widgets.panes import Chart
 
 REFRESH_S = 3.0
 CURVES_SHOWN = 8
