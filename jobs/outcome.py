@@ -45,6 +45,9 @@ STOPPED: dict[str, End] = {
     Reason.WORKER_LOST.value: End(Status.FAILED, Reason.WORKER_LOST, "its worker shut down while it ran", retry=True),
     Reason.PREEMPTED.value: End(Status.QUEUED, Reason.PREEMPTED, "preempted", requeue=True),
     Reason.STOPPED_EARLY.value: End(Status.SUCCEEDED, Reason.STOPPED_EARLY, "stopped early by its search"),
+    Reason.IDLE.value: End(
+        Status.SUCCEEDED, Reason.IDLE, "released when idle: nobody attached and its GPUs under 5% for its idle time"
+    ),
 }
 """A stop somebody asked for (the job's stop key) -> how the job ends, whatever the trainer's exit status."""
 
@@ -121,6 +124,7 @@ def of_job(
     refusal: str | None = None,
     no_space: bool = False,
     environment: str | None = None,
+    session: str | None = None,
 ) -> End:
     """A single job whose trainer (or command) ended (returncode None: it never started): an attempt that could
     not start (`refusal`: the worker refused it; `no_space`: its job dir could not be written) fails so; else a
@@ -134,6 +138,10 @@ def of_job(
         return STOPPED[stop]
     if environment is not None and stop not in STOPPED:  # (its environment's build failed: the job never ran)
         return End(Status.FAILED, Reason.ENVIRONMENT, environment)
+    if session and stop == Reason.TIMEOUT.value:
+        return End(Status.FAILED, Reason.TIMEOUT, "the session reached its max time")
+    if session == "shell" and stop is None and returncode is not None:  # (a notebook's server: as a command's)
+        return End(Status.SUCCEEDED, None, f"the session ended: its shell exited with status {returncode}")
     if returncode == EXIT_OK and (has_result or command):
         return SUCCEEDED
     if stop in STOPPED:

@@ -85,6 +85,7 @@ def validate(redis: Redis, body: Any, settings: Settings | None = None, default_
         source_known=lambda sha: sources.exists(redis, sha),
         envs=tuple(name for name, _ in s.envs),
         webhooks=tuple(w.name for w in s.webhooks),
+        idle_range=(s.session_idle_min_s, max(s.session_idle_min_s, s.session_idle_max_s)),
     )
     check_after(redis, spec.get("after") or [])
     check_hosts(redis, spec)

@@ -143,7 +143,7 @@ class JobRun:
             for fd in (events_r, events_w, *self.lifeline):
                 os.close(fd)
             return self.finish(None, oom_before=None)
-        proc = self._spawn(how, () if self.command else (events_w,))  # (a command has no events to send)
+        proc = self._start(how, () if self.command else (events_w,))  # (a command has no events to send)
         os.close(events_w)
         how.close_files()
         if not how.sandboxed:
@@ -268,6 +268,10 @@ class JobRun:
             start_new_session=True,
             preexec_fn=launch.preexec(self.ctx.max_memory, how.sandboxed),
         )
+
+    def _start(self, how: launch.Launch, fds: tuple[int, ...]) -> subprocess.Popen[bytes]:
+        """Start the attempt's process (a session's shell starts on a terminal instead: jobs.sessionrun)."""
+        return self._spawn(how, fds)
 
     def _say(self, log_file: LogFile, line: str) -> None:
         pipe = self.redis.pipeline(transaction=False)

@@ -178,6 +178,8 @@ class Settings:
     webhook_retry_s: float = 5.0
     env_max_bytes: int | None = 20 << 30
     env_max_age_s: int | None = 30 * 86400
+    session_idle_min_s: int = 60
+    session_idle_max_s: int = 4 * 3600
 
     @property
     def command_jobs_allowed(self) -> bool:
@@ -231,6 +233,12 @@ class Settings:
             env_max_age_s=_checked(_duration, env, "GPUDECK_ENV_MAX_AGE")
             if env.get("GPUDECK_ENV_MAX_AGE")
             else 30 * 86400,
+            session_idle_min_s=int(_checked(_duration, env, "GPUDECK_SESSION_IDLE_MIN"))
+            if env.get("GPUDECK_SESSION_IDLE_MIN")
+            else 60,
+            session_idle_max_s=int(_checked(_duration, env, "GPUDECK_SESSION_IDLE_MAX"))
+            if env.get("GPUDECK_SESSION_IDLE_MAX")
+            else 4 * 3600,
             public_url=(env.get("GPUDECK_PUBLIC_URL") or "").strip().rstrip("/") or None,
         )
 

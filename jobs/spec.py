@@ -44,6 +44,10 @@ FIELDS = (
     "notify",
     "requirements",
     "isolated_env",
+    "kind",
+    "jupyter",
+    "idle",
+    "max",
 )
 
 INJECTED = (
@@ -89,6 +93,14 @@ MAX_TOTAL_STEPS = 10**12
 """Largest `total_steps` of a command job."""
 COMMAND_ONLY = ("source", "env", "secret_env", "env_name", "total_steps", "requirements", "isolated_env")
 """Spec fields only a command job has (besides `command` itself)."""
+SESSION = "session"
+"""The `kind` of an interactive session (a shell or a notebook on a worker, jobs.sessionrun)."""
+SESSION_ONLY = ("jupyter", "idle", "max")
+"""Spec fields only a session has."""
+SESSION_IDLE_S = 30 * 60
+"""A session's default `idle`: released after this long with nobody attached and its GPUs idle."""
+SESSION_MAX_S = 8 * 3600
+"""A session's default `max`: ended (reason timeout) after this long whatever it does."""
 
 COMMANDS_OFF = (
     "command jobs are turned off: they run any code as the gpudeck service. Turn on tokens (GPUDECK_TOKENS=...) "
@@ -127,13 +139,34 @@ def _secret_env(body: dict[str, Any]) -> str | None:
 
 
 def is_command(spec: dict[str, Any]) -> bool:
-    """Whether a spec runs the user's own command (rather than a model of the zoo)."""
-    return spec.get("command") is not None
+    """Whether a spec runs the user's own code (a command, or a session's shell or notebook) rather than a model of
+    the zoo: what only the users allowed to run commands may submit."""
+    return spec.get("command") is not None or is_session(spec)
+
+
+def is_session(spec: dict[str, Any]) -> bool:
+    """Whether a spec is an interactive session (`kind: session`)."""
+    return spec.get("kind") == SESSION
+
+
+def _seconds(value: Any, lo: int, hi: int) -> tuple[int | None, str | None]:
+    """(seconds, problem) of a duration given as seconds or as an age such as 30m or 8h."""
+    if isinstance(value, str):
+        try:
+            value = parse_age(value)
+        except ValueError as exc:
+            return None, str(exc)
+    problem = _int_in(value, lo, hi)
+    if problem:
+        return None, f"{problem} (seconds, or an age such as 30m or 8h)"
+    return value, None
 
 
 def command_words(spec: dict[str, Any], n: int = 3) -> str:
     """The first words of a command job's command, for tables (a model job: its model)."""
     cmd = spec.get("command")
+    if is_session(spec):
+        return "notebook" if spec.get("jupyter") else "shell"
     if cmd is None:
         return str(spec.get("model"))
     words = cmd.split() if isinstance(cmd, str) else list(cmd)
@@ -220,6 +253,34 @@ def _env(value: Any) -> str | None:
     return None
 
 
+def _session(body: dict[str, Any], idle_range: tuple[int, int], errors: dict[str, str]) -> dict[str, Any]:
+    """A session's own fields (jupyter, idle, max) with their defaults; problems into `errors`."""
+    if "command" in body:
+        errors["command"] = (
+            f"a session runs a shell (or a notebook: jupyter true), not a command; without kind {SESSION} it is a "
+            "command job"
+        )
+    for key, problem in (
+        ("timeout", "a session's limit is max (default 8h)"),
+        ("workers", "a session runs on one worker"),
+        ("total_steps", "belongs to command jobs"),
+        ("after", "a session starts when it can (it waits for no job)"),
+    ):
+        if key in body and body[key] not in (None, 1, []):
+            errors[key] = problem
+    jupyter = body.get("jupyter", False)
+    if not isinstance(jupyter, bool):
+        errors["jupyter"] = f"must be true or false, got {jupyter!r}"
+    lo, hi = idle_range
+    idle, problem = _seconds(body["idle"], lo, hi) if body.get("idle") is not None else (min(SESSION_IDLE_S, hi), None)
+    if problem:
+        errors["idle"] = problem + (" (GPUDECK_SESSION_IDLE_MAX)" if "between" in problem else "")
+    most, problem = _seconds(body["max"], 60, MAX_TIMEOUT_S) if body.get("max") is not None else (SESSION_MAX_S, None)
+    if problem:
+        errors["max"] = problem
+    return {"jupyter": jupyter is True, "idle": idle, "max": most}
+
+
 def _source(value: Any, data_roots: tuple[Path, ...], known: SourceKnown | None) -> tuple[str | None, type]:
     """(what is wrong with a command job's source or None, the error a spec whose one problem it is raises)."""
     if not isinstance(value, str) or not value:
@@ -289,19 +350,27 @@ def validate(
     source_known: SourceKnown | None = None,
     envs: tuple[str, ...] = (),
     webhooks: tuple[str, ...] | None = None,
+    idle_range: tuple[int, int] = (60, SESSION_MAX_S),
 ) -> dict[str, Any]:
     """The normalized spec (defaults filled in, an uploaded dataset pinned to its version), or ValidationError
     naming every bad field; a command job where they are not allowed is Forbidden."""
     if not isinstance(body, dict):
         raise ValidationError({"body": f"must be a JSON object, got {type(body).__name__}"})
     body = _integral(body)
-    command = "command" in body
+    session = is_session(body)
+    command = "command" in body or session
     if command and not commands_allowed:
         raise Forbidden(COMMANDS_OFF, {"field": "command"})
     errors: dict[str, str] = {}
     for key in body:
         if key not in FIELDS:
             errors[key] = f"unknown field; accepted: {', '.join(FIELDS)}"
+    if "kind" in body and not session:
+        errors["kind"] = f"must be {SESSION!r} (a model job has model, a command job command), got {body['kind']!r}"
+    session_fields = _session(body, idle_range, errors) if session else {}
+    for key in SESSION_ONLY:
+        if key in body and not session:
+            errors[key] = f"belongs to sessions (kind: {SESSION})"
     if command and "model" in body:
         errors["model"] = "a job has either model (a zoo model) or command (your own code), not both"
     elif not command and "model" not in body:
@@ -339,7 +408,7 @@ def validate(
             _source(body["source"], data_roots, source_known) if body.get("source") is not None else (None, None)
         )
         for key, problem in (
-            ("command", _command(body["command"])),
+            ("command", _command(body["command"]) if not session else None),
             ("env", _env(body["env"]) if body.get("env") is not None else None),
             ("secret_env", _secret_env(body) if body.get("secret_env") is not None else None),
             ("source", source_problem),
@@ -420,6 +489,23 @@ def validate(
         "preemptible": body.get("preemptible") is not False,
         **({"notify": list(body["notify"])} if body.get("notify") else {}),
     }
+    if session:
+        return {
+            "kind": SESSION,
+            **session_fields,
+            "source": body.get("source"),
+            "dataset": dataset,
+            "env": dict(body.get("env") or {}),
+            **({"secret_env": dict(body["secret_env"])} if body.get("secret_env") else {}),
+            "env_name": body.get("env_name"),
+            **({"requirements": body["requirements"]} if body.get("requirements") else {}),
+            **({"isolated_env": True} if body.get("isolated_env") else {}),
+            "name": body.get("name") or command_words(body),
+            **common,
+            "timeout": session_fields["max"],
+            "max_retries": 0,  # (a lost session is not started again without its user)
+            "preemptible": False,  # (never preempted: somebody is typing in it)
+        }
     if command:
         return {
             "command": body["command"],

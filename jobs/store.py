@@ -49,6 +49,7 @@ JSON_FIELDS = (
     "preempted_by",
     "runs",
     "early_stop",
+    "session",
     "trial",
 )
 FLOAT_FIELDS = (

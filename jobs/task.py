@@ -10,9 +10,12 @@ import time
 
 from rq import get_current_job
 
-from jobs import gang, runner, taskrun
+from jobs import gang, runner, sessionrun, taskrun
+from jobs.errors import NotFound
 from jobs.launch import WorkerContext
 from jobs.settings import Settings
+from jobs.spec import is_session
+from jobs.store import JobStore
 
 
 def _where(context: WorkerContext | None):
@@ -24,7 +27,12 @@ def _where(context: WorkerContext | None):
 def run_job(job_id: int, gen: int | None = None, context: WorkerContext | None = None) -> str:
     """Run placement `gen` of gpudeck job `job_id` in this work-horse; returns its final status."""
     ctx, redis = _where(context)
-    return runner.JobRun(job_id, redis, ctx, gen).run()
+    try:
+        session = is_session(JobStore(redis).get(job_id)["spec"])
+    except NotFound:  # (deleted meanwhile: the run says so as ever)
+        session = False
+    kind = sessionrun.SessionRun if session else runner.JobRun
+    return kind(job_id, redis, ctx, gen).run()
 
 
 def run_task(job_id: int, index: int, gen: int, context: WorkerContext | None = None) -> str:

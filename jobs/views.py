@@ -5,7 +5,7 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from jobs.spec import shown
+from jobs.spec import is_command, is_session, shown
 from jobs.store import iso
 from models.states import Reason, Status
 
@@ -58,6 +58,8 @@ def job_view(
         "metrics": rec.get("metrics"),
         "result": rec.get("result"),
         "warning": _warning(rec),
+        "kind": "session" if is_session(spec) else "command" if is_command(spec) else "model",
+        **_session(rec, status, names_only),
         "runs": rec.get("runs") or [],
         "log_tail": rec.get("log_tail") if status == Status.FAILED else None,
         "tasks": tasks,
@@ -76,6 +78,28 @@ def job_view(
         "stopped_early": rec.get("reason") == Reason.STOPPED_EARLY.value,
         "early_stop": rec.get("early_stop"),
     }
+
+
+def _session(rec: dict[str, Any], status: Status, names_only: bool) -> dict[str, Any]:
+    """How a live session is reached (jobs.sessionrun): `attach` (host, the command; its port and secret for its
+    owner only) for a shell, `url` (with its token for its owner only) and `tunnel` for a notebook; its warning."""
+    info = rec.get("session") if status in (Status.STARTING, Status.RUNNING) else None
+    if not info:
+        return {"attach": None, "url": None, "tunnel": None}
+    host, port = info.get("host"), info.get("port")
+    tunnel = f"ssh -N -L {port}:127.0.0.1:{port} {host}"
+    out: dict[str, Any] = {"attach": None, "url": None, "tunnel": None}
+    if info.get("kind") == "notebook":
+        url = str(info.get("url") or "")
+        out.update(url=url.split("?", 1)[0] + "?token=***" if names_only else url, tunnel=tunnel)
+    else:
+        command = f"gpudeck session attach {rec['id']}"
+        out["attach"] = {"host": host, "command": command, "ssh": f"ssh -t {host} {command}", "port": port}
+        if not names_only:
+            out["attach"]["secret"] = info.get("secret")
+    if info.get("warning"):
+        out["warning"] = info["warning"]
+    return out
 
 
 def _environment(env: dict[str, str] | None, names_only: bool) -> dict[str, str] | None:

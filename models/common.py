@@ -51,7 +51,8 @@ def search_text(job: dict) -> str:
     model or command, status, reason, tags and owner of a job record or of its API answer (both have these)."""
     spec = job["spec"]
     command = spec.get("command")
-    what = spec.get("model") or (" ".join(command) if isinstance(command, list) else str(command or ""))
+    shown = " ".join(command) if isinstance(command, list) else str(command or spec.get("kind", ""))
+    what = spec.get("model") or shown
     words = [str(job["id"]), str(spec.get("name") or ""), what, job["status"], str(job.get("reason") or "")]
     return " ".join([*words, *spec.get("tags", ()), str(job.get("owner") or "")]).lower()
 

@@ -41,6 +41,8 @@ class Reason(str, Enum):
     """The project's Python environment could not be built (uv's error lines in log_tail)."""
     STOPPED_EARLY = "stopped_early"
     """A trial its search stopped (succeeded: not a failure; its checkpoint is kept)."""
+    IDLE = "idle"
+    """A session released for want of use: nobody attached and its GPUs idle for its `idle` time (succeeded)."""
 
 
 ACTIVE = (Status.STARTING.value, Status.RUNNING.value)

@@ -11,7 +11,7 @@ ROOT = Path(__file__).resolve().parents[1]
 PACKAGES = ("api", "jobs", "models", "tui")
 
 JOBS_LAYERS = (
-    ("keys", "errors", "proc", "archives", "tbnotf", "periodic", "shim", "buildenv"),
+    ("keys", "errors", "proc", "archives", "tbnotf", "periodic", "shim", "buildenv", "terminal"),
     (
         "settings",
         "spec",
@@ -34,7 +34,7 @@ JOBS_LAYERS = (
     ("schedule",),
     ("forecast",),
     ("control", "runner", "reaper", "gpus"),
-    ("taskrun",),
+    ("taskrun", "sessionrun"),
     ("worker", "task", "supervisor"),
     ("cli",),
 )

@@ -262,6 +262,21 @@ def spec_props() -> dict[str, Any]:
             "description": "the operator's endpoints (GPUDECK_WEBHOOKS) told when the job ends: `lab`, or "
             "`lab:failed,canceled` (events: succeeded, failed, canceled, stopped_early, any)",
         },
+        "kind": {
+            **STR,
+            "enum": ["session"],
+            "description": "session: an interactive shell (or a notebook: jupyter) on a worker, released when idle",
+        },
+        "jupyter": {**BOOL, "description": "a session runs Jupyter (Lab, else Server) instead of a shell"},
+        "idle": {
+            "description": "a session ends (reason idle) after this long with nobody attached and its GPUs under 5% "
+            "(default 30m, at most GPUDECK_SESSION_IDLE_MAX): seconds or an age (30m)",
+            "anyOf": [{**INT, "minimum": 1}, {**STR, "pattern": "^[0-9]+[smhdw]$"}],
+        },
+        "max": {
+            "description": "a session ends (reason timeout) after this long (default 8h): seconds or an age (8h)",
+            "anyOf": [{**INT, "minimum": 60}, {**STR, "pattern": "^[0-9]+[smhdw]$"}],
+        },
         "checkpoint_every": {
             "description": "a model job also checkpoints every N steps, or every duration (90s, 5m): a preempted "
             "job loses at most that much",

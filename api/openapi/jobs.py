@@ -30,9 +30,7 @@ from api.openapi.base import (
     _ref,
 )
 from api.openapi.base import spec_props as base_spec_props
-from jobs.spec import (
-    COMMAND_ONLY,
-)
+from jobs.spec import COMMAND_ONLY, SESSION_ONLY
 from models.states import PRIORITIES, Reason, Status
 
 
@@ -51,9 +49,9 @@ def schemas() -> dict[str, Any]:
     )
     return {
         "JobSpecInput": {
-            "description": "a model job (model, dataset, params) or a command job (command, source, env, ...); "
-            "chief: true needs workers >= 2",
-            "oneOf": [_ref("ModelJobSpec"), _ref("CommandJobSpec")],
+            "description": "a model job (model, dataset, params), a command job (command, source, env, ...) or a "
+            "session (kind: session); chief: true needs workers >= 2",
+            "oneOf": [_ref("ModelJobSpec"), _ref("CommandJobSpec"), _ref("SessionSpec")],
             "if": {"required": ["chief"], "properties": {"chief": {"const": True}}},
             "then": {"required": ["workers"], "properties": {"workers": {"type": "integer", "minimum": 2}}},
         },
@@ -63,7 +61,7 @@ def schemas() -> dict[str, Any]:
             {
                 k: v if k == "dataset" else _nullable(v) if k in NULL_IS_DEFAULT else v  # (its dataset: not null)
                 for k, v in spec_props.items()
-                if k not in ("command", *COMMAND_ONLY)
+                if k not in ("command", *COMMAND_ONLY, "kind", *SESSION_ONLY)
             },
             ["model", "dataset"],
             extra=False,
@@ -73,13 +71,28 @@ def schemas() -> dict[str, Any]:
             {
                 k: _nullable(v) if k in NULL_IS_DEFAULT else v
                 for k, v in spec_props.items()
-                if k not in ("model", "params", "checkpoint_every")
+                if k not in ("model", "params", "checkpoint_every", "kind", *SESSION_ONLY)
             }
             | {"dataset": _nullable({**spec_props["dataset"], **NOT_SYNTHETIC})},  # a folder, never synthetic
             ["command"],
             extra=False,
         )
         | {"description": "a job that runs your own command (needs GPUDECK_TOKENS or GPUDECK_COMMAND_JOBS=1)"},
+        "SessionSpec": _obj(
+            {
+                k: _nullable(v) if k in NULL_IS_DEFAULT else v
+                for k, v in spec_props.items()
+                if k not in ("model", "params", "checkpoint_every", "command", "total_steps", "timeout", "chief")
+                and k not in ("workers", "after", "preemptible")
+            }
+            | {"dataset": _nullable({**spec_props["dataset"], **NOT_SYNTHETIC})},
+            ["kind"],
+            extra=False,
+        )
+        | {
+            "description": "an interactive session: a shell (gpudeck session attach) or a notebook (jupyter) on a "
+            "worker's GPUs, allowed where command jobs are"
+        },
         "JobSpec": _obj(
             {
                 k: v
@@ -205,6 +218,18 @@ def schemas() -> dict[str, Any]:
                     **BOOL,
                     "description": "a trial its search stopped early (status succeeded, reason stopped_early)",
                 },
+                "kind": {**STR, "enum": ["model", "command", "session"]},
+                "attach": _nullable(
+                    _obj({"host": STR, "command": STR, "ssh": STR, "port": INT, "secret": STR})
+                    | {
+                        "description": "a live shell session: where it runs and how to attach (its port and secret "
+                        "for its owner only)"
+                    }
+                ),
+                "url": _nullable({**STR, "description": "a live notebook session's address (its token: owner only)"}),
+                "tunnel": _nullable(
+                    {**STR, "description": "the ssh line that brings a notebook's port to your machine"}
+                ),
                 "early_stop": _nullable(
                     _obj({"step": _nullable(INT), "rung": _nullable(INT), "metric": STR, "value": _nullable(NUM)})
                     | {"description": "where and why its search stopped it: the step, the rung, the metric's value"}

@@ -113,7 +113,6 @@ def run(source, no_source, env, secret_env, min_accuracy, detach, command, **opt
     Packs --source (default .) without what .gitignore/.gpudeckignore leave out, uploads it unless the server
     holds the same tree, submits the command (the words after --, joined by spaces and run by /bin/sh on the
     worker, so quote '$DATA_DIR' to have it expanded there) and follows its log."""
-    from tui import pack
 
     words = list(command[1:] if command[:1] == ("--",) else command)
     if not words:
@@ -121,28 +120,10 @@ def run(source, no_source, env, secret_env, min_accuracy, detach, command, **opt
     spec: dict[str, Any] = {"command": words[0] if len(words) == 1 else " ".join(words)}
     api = client()
     if not no_source:
-        folder = Path(source)
-        if not folder.is_dir():
-            return fail("run", f"--source {folder}: not a folder")
-        try:
-            packed = pack.collect(folder)
-            click.echo(
-                f"source {packed.root}: {len(packed.names)} files, {human(packed.size_bytes)}"
-                + (f" (largest: {', '.join(f'{n} {human(b)}' for n, b in packed.largest())})" if packed.names else "")
-                + (f", git {packed.git['git_commit'][:12]}" if packed.git else "")
-                + (" with uncommitted changes" if packed.git.get("git_dirty") == "true" else ""),
-                err=True,
-            )
-            pack.check_size(packed, settings().source_max_bytes)
-        except (pack.PackError, OSError, ValueError) as exc:
-            return fail("run", str(exc))
-        if api.source(packed.ref) is None:
-            with tempfile.TemporaryDirectory(prefix="gpudeck-run-") as tmp:
-                stored = api.upload_source(str(pack.archive(packed, Path(tmp) / "source.tar.gz")), packed.git)
-            click.echo(f"uploaded {stored['ref'][:16]}… ({stored['files']} files)", err=True)
-        else:
-            click.echo(f"the server already holds this tree ({packed.ref[:16]}…): nothing to upload", err=True)
-        spec["source"] = packed.ref
+        ref = send_source(api, "run", source)
+        if isinstance(ref, int):
+            return ref
+        spec["source"] = ref
     spec_fields(spec, options, (*SPEC_OPTIONS, "dataset", "total_steps", "env_name", "requirements"))
     if options.get("isolated_env"):
         spec["isolated_env"] = True
@@ -179,6 +160,35 @@ def run(source, no_source, env, secret_env, min_accuracy, detach, command, **opt
         status.close()
     print_jobs([job], err=True)
     return verdict(job, min_accuracy)
+
+
+def send_source(api, command: str, source: str) -> str | int:  # noqa: ANN001
+    """Pack the folder `source` (without what .gitignore/.gpudeckignore leave out) and upload it unless the server
+    holds the same tree: its `src:` reference, or the exit code after a one-line refusal."""
+    from tui import pack
+
+    folder = Path(source)
+    if not folder.is_dir():
+        return fail(command, f"--source {folder}: not a folder")
+    try:
+        packed = pack.collect(folder)
+        click.echo(
+            f"source {packed.root}: {len(packed.names)} files, {human(packed.size_bytes)}"
+            + (f" (largest: {', '.join(f'{n} {human(b)}' for n, b in packed.largest())})" if packed.names else "")
+            + (f", git {packed.git['git_commit'][:12]}" if packed.git else "")
+            + (" with uncommitted changes" if packed.git.get("git_dirty") == "true" else ""),
+            err=True,
+        )
+        pack.check_size(packed, settings().source_max_bytes)
+    except (pack.PackError, OSError, ValueError) as exc:
+        return fail(command, str(exc))
+    if api.source(packed.ref) is None:
+        with tempfile.TemporaryDirectory(prefix="gpudeck-run-") as tmp:
+            stored = api.upload_source(str(pack.archive(packed, Path(tmp) / "source.tar.gz")), packed.git)
+        click.echo(f"uploaded {stored['ref'][:16]}… ({stored['files']} files)", err=True)
+    else:
+        click.echo(f"the server already holds this tree ({packed.ref[:16]}…): nothing to upload", err=True)
+    return packed.ref
 
 
 @click.command(name="ls")
@@ -250,7 +260,7 @@ def _pairs(point: dict[str, Any] | None) -> str | None:
 
 def _what_rows(job: dict[str, Any]) -> list[tuple[str, Any]]:
     spec = job["spec"]
-    if spec.get("command") is None:
+    if spec.get("command") is None and spec.get("kind") != "session":
         return [("model", spec["model"]), ("dataset", spec["dataset"]), ("params", spec.get("params"))]
     src = job.get("source") or {}
     where = " ".join(
@@ -264,8 +274,20 @@ def _what_rows(job: dict[str, Any]) -> list[tuple[str, Any]]:
         )
         if x
     )
+    attach = job.get("attach") or {}
+    first = (
+        [
+            ("session", "notebook (Jupyter)" if spec.get("jupyter") else "shell"),
+            ("attach", attach.get("command") and f"{attach['command']}   (elsewhere: {attach['ssh']})"),
+            ("url", job.get("url")),
+            ("tunnel", job.get("tunnel")),
+            ("idle", f"released after {duration(spec.get('idle') or 0)} unused; ends at {duration(spec['max'])}"),
+        ]
+        if spec.get("kind") == "session"
+        else [("command", spec["command"])]
+    )
     return [
-        ("command", spec["command"]),
+        *first,
         ("source", where or None),
         ("dataset", spec.get("dataset")),
         ("env", " ".join(f"{k}={v}" for k, v in (spec.get("env") or {}).items()) or None),

@@ -21,6 +21,7 @@ STATUS_STYLE = {
     "failed": "bold red",
     "canceled": "magenta",
     "stopped": "green",
+    "released": "green",
 }
 BLOCKS = "▁▂▃▄▅▆▇█"
 NA = "n/a"
@@ -44,15 +45,23 @@ WARNED = "⚠"
 """Beside the status of a job that ended normally with a warning (a loss that diverged without a NaN)."""
 
 
+SUCCEEDED_AS = {"stopped_early": "stopped", "idle": "released"}
+"""How tables show a job that succeeded for this reason: a trial its search stopped early, a session released
+when idle."""
+
+
 def shown_status(job: dict[str, Any]) -> str:
-    """A job's status as tables show it: `stopped` for a trial its search stopped early (it succeeded)."""
-    return "stopped" if job["status"] == "succeeded" and job.get("reason") == "stopped_early" else job["status"]
+    """A job's status as tables show it: `stopped` for a trial its search stopped early, `released` for an idle
+    session (both succeeded)."""
+    if job["status"] == "succeeded" and job.get("reason") in SUCCEEDED_AS:
+        return SUCCEEDED_AS[job["reason"]]
+    return job["status"]
 
 
 def status(value: str, reason: str | None = None, warning: str | None = None) -> Text:
     """A status in its colour; a failed one marked with why (`failed·timeout`), a warned one with ⚠."""
-    if value == "succeeded" and reason == "stopped_early":
-        value = "stopped"  # a trial its search stopped early: not a failure, not run to its end
+    if value == "succeeded" and reason in SUCCEEDED_AS:
+        value = SUCCEEDED_AS[reason]  # not a failure, not run to its end
     short = REASON_SHORT.get(reason, reason) if reason and value == "failed" else ""
     text = Text(f"{value}·{short}" if short else value, style=STATUS_STYLE.get(value, ""))
     if warning:
@@ -157,6 +166,8 @@ def one_line(text: Any, width: int = 40) -> str:
 def what(spec: dict[str, Any], words: int = 3) -> str:
     """What a job runs, for the MODEL column: its model, or `$ ` and the first words of its command (a script
     given inline, `python -c "..."`, by its first line)."""
+    if spec.get("kind") == "session":
+        return "notebook session" if spec.get("jupyter") else "shell session"
     if spec.get("command") is None:
         return str(spec.get("model"))
     cmd = spec["command"]

@@ -43,6 +43,8 @@ def fields_text(config: dict[str, Any]) -> Text:
 def runs_text(spec: dict[str, Any]) -> str:
     """What the job runs, for its header: `resnet20 on synthetic`; a command as a shell shows it, quoted, an inline
     script by its first line (`$ python -c 'import json, os …'`), and its dataset when it names one."""
+    if spec.get("kind") == "session":
+        return "a notebook session (Jupyter)" if spec.get("jupyter") else "a shell session"
     if spec.get("command") is None:
         return f"{spec.get('model')} on {spec.get('dataset') or '-'}"
     cmd = spec["command"]

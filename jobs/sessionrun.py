@@ -1,0 +1,240 @@
+"""An interactive session in a work-horse: a job of kind `session` (jobs.spec) whose process is a shell on a
+pseudo-terminal (jobs.terminal serves it to `gpudeck session attach`) or a Jupyter server on 127.0.0.1 with a
+token, in the sandbox, environment and source copy of a command job, on the GPUs the scheduler gave it.
+
+Its end: the shell exits (succeeded); nobody attached and its GPUs under 5 % for `idle` seconds (succeeded,
+reason idle); `max` seconds passed (reason timeout: the spec's timeout); a cancel. Ten minutes before an idle
+release or the max, the terminal says so and the record's `session.warning` does. A stop hangs the terminal up
+(the shell gets SIGHUP), and the sandbox's end takes every process the session started."""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import secrets
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+from redis import Redis
+
+from jobs import launch, terminal
+from jobs.keys import gpus_key
+from jobs.launch import Refused, WorkerContext
+from jobs.redis_server import free_port
+from jobs.runner import JobRun
+from models.states import Reason
+
+log = logging.getLogger(__name__)
+
+BUSY_UTILIZATION = 5
+"""A session's GPU at or above this utilization (%) keeps it from being idle."""
+WARN_BEFORE_S = 600
+"""How long before an idle release or the max the session warns."""
+LOOK_EVERY_S = 5.0
+"""How often the work-horse reads its GPUs' utilization and the notebook's activity."""
+JUPYTER_APPS = ("jupyter-lab", "jupyter-server")
+"""What a notebook session runs, the first its environment has."""
+NO_JUPYTER = (
+    "this session's environment has no Jupyter ({where}): add jupyterlab (or jupyter-server) to the project's "
+    "requirements, or pip install jupyterlab in that environment"
+)
+
+
+def host_name(ctx: WorkerContext) -> str:
+    """The name a user's ssh reaches this worker's host by (GPUDECK_ADVERTISE_HOST, else its host name)."""
+    return ctx.settings.advertise_host or socket.gethostname()
+
+
+class SessionRun(JobRun):
+    """One attempt of a session: a command job's launch with a shell (or Jupyter) as its command, started on a
+    terminal, and the idle and max rules read where a job's stops are (`stop_reason`, every second)."""
+
+    def __init__(self, job_id: int, redis: Redis, ctx: WorkerContext, gen: int | None = None):
+        super().__init__(job_id, redis, ctx, gen)
+        self.relay: terminal.Relay | None = None
+        self.proc: subprocess.Popen[bytes] | None = None
+        self.jupyter: tuple[int, str, str] | None = None  # (port, token, the path its page is at)
+        self.spawned = 0.0
+        self.busy_at = 0.0  # when its GPUs were last busy or somebody was attached (monotonic)
+        self.looked = 0.0
+        self.used = False  # what the last look (every LOOK_EVERY_S) found: a busy GPU, a notebook client
+        self.warned: set[str] = set()
+        self.info: dict[str, Any] = {}
+
+    # -- what it runs --------------------------------------------------------------------------------------
+    def _launch(
+        self, spec: dict[str, Any], extra_env: dict[str, str], events_w: int, built: Path | None = None
+    ) -> launch.Launch:
+        bin_dir = self._bin_dir(spec, built)
+        env = {**extra_env, "TERM": os.environ.get("TERM") or "xterm-256color"}
+        secret_env = dict(spec.get("secret_env") or {})
+        if spec.get("jupyter"):
+            app = next((bin_dir / a for a in JUPYTER_APPS if (bin_dir / a).exists()), None)
+            if app is None:
+                raise Refused(NO_JUPYTER.format(where=bin_dir.parent))
+            port, token = free_port(), secrets.token_urlsafe(24)
+            self.jupyter = (port, token, "lab" if app.name == "jupyter-lab" else "")
+            secret_env["JUPYTER_TOKEN"] = token  # (in no argv, no record: only the owner reads it, from the API)
+            idle = str(int(spec.get("idle") or 0))
+            argv = [
+                str(app),
+                "--ip=127.0.0.1",
+                f"--port={port}",
+                "--port-retries=0",
+                "--ServerApp.open_browser=False",
+                "--allow-root",  # (a worker run as root, in a container: the sandbox is what confines it)
+                f"--MappingKernelManager.cull_idle_timeout={idle}",  # (Jupyter's own culling of idle kernels)
+                "--MappingKernelManager.cull_interval=30",
+            ]
+        else:
+            shell = next((s for s in ("/bin/bash", "/usr/bin/bash") if os.path.exists(s)), "/bin/sh")
+            argv = [shell, "-i"]
+            env["PS1"] = f"[gpudeck {self.job_id}] \\w\\$ " if shell.endswith("bash") else f"[gpudeck {self.job_id}] $ "
+        return super()._launch({**spec, "command": argv, "secret_env": secret_env}, env, events_w, built)
+
+    def _bin_dir(self, spec: dict[str, Any], built: Path | None) -> Path:
+        if built is not None:
+            return built / "bin"
+        if spec.get("env_name"):
+            found = self.ctx.settings.env_python(spec["env_name"])
+            if found is not None:
+                return found
+        return Path(sys.executable).parent
+
+    def _start(self, how: launch.Launch, fds: tuple[int, ...]) -> subprocess.Popen[bytes]:
+        if self.jupyter is not None:
+            self.proc = self._spawn(how, fds)
+            port, token, page = self.jupyter
+            self._publish(kind="notebook", port=port, url=f"http://127.0.0.1:{port}/{page}?token={token}")
+            return self.proc
+        master, slave = terminal.open_pty()
+        log_r, log_w = os.pipe()
+        self.relay = terminal.Relay(master, log_w)
+        base = launch.preexec(self.ctx.max_memory, how.sandboxed)
+
+        def preexec() -> None:
+            base()
+            terminal.controlling_terminal()
+
+        self.proc = subprocess.Popen(
+            how.argv,
+            cwd=how.cwd,
+            env=how.env,
+            stdin=slave,
+            stdout=slave,
+            stderr=slave,
+            pass_fds=how.fds() + fds,
+            start_new_session=True,
+            preexec_fn=preexec,
+        )
+        os.close(slave)
+        # the pump reads the relay's lines as the job's output: it ends when the terminal is gone
+        self.proc.stdout = os.fdopen(log_r, "rb")
+        self.relay.start()
+        self._publish(kind="shell", port=self.relay.port, secret=self.relay.secret)
+        return self.proc
+
+    def _publish(self, **fields: Any) -> None:
+        self.spawned = self.busy_at = time.monotonic()
+        host = host_name(self.ctx)
+        self.info = {"host": host, **fields}
+        self.store.update(self.job_id, session=self.info)
+        if self.relay is not None:
+            said = f"gpudeck: session started on {host}: gpudeck session attach {self.job_id}\n"
+            os.write(self.relay.log_w, said.encode())
+
+    # -- its end -------------------------------------------------------------------------------------------
+    def grace(self, reason: str | None) -> float:
+        return min(self.ctx.stop_grace_s, 5.0)  # (a shell or a notebook server has nothing to checkpoint)
+
+    def facts(self, returncode: int | None, oom_before: int | None) -> dict[str, Any]:
+        return {**super().facts(returncode, oom_before), "session": "notebook" if self.jupyter else "shell"}
+
+    def stop_reason(self) -> str | None:
+        reason = super().stop_reason()
+        live = self.proc is not None and self.proc.poll() is None
+        if reason or not live:
+            if reason and self.relay is not None and not self.relay.done.is_set() and "stop" not in self.warned:
+                self.warned.add("stop")
+                self.relay.say(f"session {self.job_id} ends now ({reason})")
+                self.relay.hangup()
+            return reason
+        now = time.monotonic()
+        if now - self.looked >= LOOK_EVERY_S:
+            self.looked = now
+            self.used = self._in_use()
+        if self.used or (self.relay is not None and self.relay.attached):
+            self.busy_at = now
+        idle_s = int(self.spec.get("idle") or 0)
+        idle_left = idle_s - (now - self.busy_at)
+        max_left = (self.spec.get("timeout") or 0) - (now - self.spawned) if self.spec.get("timeout") else None
+        if idle_left <= 0:
+            log.info("job %s: session idle for %ss: releasing it", self.job_id, idle_s)
+            self.request_stop(Reason.IDLE.value)
+            return self.stop_reason()
+        if self.busy_at == now:
+            self.warned.discard("idle")
+        elif idle_left <= WARN_BEFORE_S and "idle" not in self.warned:
+            self._warn("idle", f"idle: released in {_short(idle_left)} unless someone attaches or its GPUs work")
+        if max_left is not None and max_left <= WARN_BEFORE_S and "max" not in self.warned:
+            self._warn("max", f"ends in {_short(max_left)}, at its max time")
+        return None
+
+    def _warn(self, what: str, text: str) -> None:
+        self.warned.add(what)
+        if self.relay is not None:
+            self.relay.say(f"session {self.job_id} {text}")
+        self.info = {**self.info, "warning": f"{text} (said at {datetime.now().astimezone():%H:%M:%S})"}
+        self.store.update(self.job_id, session=self.info)
+
+    def _in_use(self) -> bool:
+        """Somebody uses the session: a notebook client is connected or was active within the idle time, or one of
+        its GPUs is at BUSY_UTILIZATION or more."""
+        if self.jupyter is not None and self._notebook_active():
+            return True
+        return self._gpus_busy()
+
+    def _gpus_busy(self) -> bool:
+        raw = self.redis.get(gpus_key(socket.gethostname()))
+        if not raw or not self.ctx.gpu_ids:
+            return False
+        try:
+            gpus = json.loads(raw)["gpus"]
+        except (ValueError, KeyError, TypeError):
+            return False
+        mine = {str(g) for g in self.ctx.gpu_ids}
+        used = [g.get("utilization") for g in gpus if str(g.get("index")) in mine]
+        return any(isinstance(u, (int, float)) and u >= BUSY_UTILIZATION for u in used)
+
+    def _notebook_active(self) -> bool:
+        """Jupyter's own account of use (/api/status, which does not count as activity itself): a kernel
+        connection now, or activity since the last look."""
+        assert self.jupyter is not None
+        port, token, _ = self.jupyter
+        request = urllib.request.Request(
+            f"http://127.0.0.1:{port}/api/status", headers={"Authorization": f"token {token}"}
+        )
+        try:
+            with urllib.request.urlopen(request, timeout=2) as answer:  # noqa: S310 (our own server, on loopback)
+                status = json.loads(answer.read())
+        except (OSError, ValueError):
+            return True  # (starting, or too busy to answer: not idle)
+        if status.get("connections"):
+            return True
+        try:
+            last = datetime.fromisoformat(str(status["last_activity"]).replace("Z", "+00:00")).timestamp()
+        except (KeyError, ValueError):
+            return False
+        return time.time() - last < LOOK_EVERY_S * 2
+
+
+def _short(seconds: float) -> str:
+    s = max(0, int(seconds))
+    return f"{s // 60}m{s % 60:02d}s" if s >= 60 else f"{s}s"
