@@ -140,6 +140,8 @@ def of_job(
         return End(Status.FAILED, Reason.ENVIRONMENT, environment)
     if session and stop == Reason.TIMEOUT.value:
         return End(Status.FAILED, Reason.TIMEOUT, "the session reached its max time")
+    if session and stop in STOPPED:  # (a notebook server exits 0 on SIGTERM: the stop says why it ended)
+        return STOPPED[stop]
     if session == "shell" and stop is None and returncode is not None:  # (a notebook's server: as a command's)
         return End(Status.SUCCEEDED, None, f"the session ended: its shell exited with status {returncode}")
     if returncode == EXIT_OK and (has_result or command):

@@ -37,7 +37,7 @@ BUSY_UTILIZATION = 5
 """A session's GPU at or above this utilization (%) keeps it from being idle."""
 WARN_BEFORE_S = 600
 """How long before an idle release or the max the session warns."""
-LOOK_EVERY_S = 5.0
+LOOK_EVERY_S = 2.0
 """How often the work-horse reads its GPUs' utilization and the notebook's activity."""
 JUPYTER_APPS = ("jupyter-lab", "jupyter-server")
 """What a notebook session runs, the first its environment has."""
@@ -110,9 +110,8 @@ class SessionRun(JobRun):
 
     def _start(self, how: launch.Launch, fds: tuple[int, ...]) -> subprocess.Popen[bytes]:
         if self.jupyter is not None:
-            self.proc = self._spawn(how, fds)
-            port, token, page = self.jupyter
-            self._publish(kind="notebook", port=port, url=f"http://127.0.0.1:{port}/{page}?token={token}")
+            self.proc = self._spawn(how, fds)  # (its URL is published once it answers: stop_reason)
+            self.spawned = self.busy_at = time.monotonic()
             return self.proc
         master, slave = terminal.open_pty()
         log_r, log_w = os.pipe()
@@ -142,7 +141,8 @@ class SessionRun(JobRun):
         return self.proc
 
     def _publish(self, **fields: Any) -> None:
-        self.spawned = self.busy_at = time.monotonic()
+        if not self.spawned:
+            self.spawned = self.busy_at = time.monotonic()
         host = host_name(self.ctx)
         self.info = {"host": host, **fields}
         self.store.update(self.job_id, session=self.info)
@@ -166,10 +166,15 @@ class SessionRun(JobRun):
                 self.relay.say(f"session {self.job_id} ends now ({reason})")
                 self.relay.hangup()
             return reason
+        if self.jupyter is not None and not self.info:
+            port, token, page = self.jupyter
+            if self._status() is not None:
+                self._publish(kind="notebook", port=port, url=f"http://127.0.0.1:{port}/{page}?token={token}")
         now = time.monotonic()
         if now - self.looked >= LOOK_EVERY_S:
             self.looked = now
             self.used = self._in_use()
+            log.debug("job %s: session in use: %s", self.job_id, self.used)
         if self.used or (self.relay is not None and self.relay.attached):
             self.busy_at = now
         idle_s = int(self.spec.get("idle") or 0)
@@ -213,9 +218,8 @@ class SessionRun(JobRun):
         used = [g.get("utilization") for g in gpus if str(g.get("index")) in mine]
         return any(isinstance(u, (int, float)) and u >= BUSY_UTILIZATION for u in used)
 
-    def _notebook_active(self) -> bool:
-        """Jupyter's own account of use (/api/status, which does not count as activity itself): a kernel
-        connection now, or activity since the last look."""
+    def _status(self) -> dict[str, Any] | None:
+        """The notebook server's /api/status (None: it does not answer yet, or not now)."""
         assert self.jupyter is not None
         port, token, _ = self.jupyter
         request = urllib.request.Request(
@@ -225,6 +229,14 @@ class SessionRun(JobRun):
             with urllib.request.urlopen(request, timeout=2) as answer:  # noqa: S310 (our own server, on loopback)
                 status = json.loads(answer.read())
         except (OSError, ValueError):
+            return None
+        return status if isinstance(status, dict) else None
+
+    def _notebook_active(self) -> bool:
+        """Jupyter's own account of use (/api/status, which does not count as activity itself): a kernel
+        connection now, or activity since the last look."""
+        status = self._status()
+        if status is None:
             return True  # (starting, or too busy to answer: not idle)
         if status.get("connections"):
             return True

@@ -3,11 +3,16 @@ them over HTTP, and the FAKE nvidia-smi that stands in for GPUs we do not have."
 
 from __future__ import annotations
 
+import fcntl
 import os
 import pty
+import re
 import signal
 import socket
+import struct
 import subprocess
+import termios
+import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -275,3 +280,61 @@ def on_a_terminal(
             proc.kill()
         proc.wait(30)
     return out.decode(errors="replace")
+
+
+class Terminal:
+    """A program on a pseudo-terminal of its own, driven as a person would: `expect` what it shows, `send` keys.
+    Its output is read by a thread (so nothing it writes blocks on us)."""
+
+    def __init__(self, argv: list[str], env: dict[str, str], rows: int = 30, cols: int = 120):
+        self.master, slave = pty.openpty()
+        fcntl.ioctl(slave, termios.TIOCSWINSZ, struct.pack("HHHH", rows, cols, 0, 0))
+        self.proc = subprocess.Popen(argv, env=env, stdin=slave, stdout=slave, stderr=slave, start_new_session=True)
+        os.close(slave)
+        self.out = b""
+        self._lock = threading.Lock()
+        self._reader = threading.Thread(target=self._read, daemon=True)
+        self._reader.start()
+
+    def _read(self) -> None:
+        while True:
+            try:
+                chunk = os.read(self.master, 65536)
+            except OSError:  # EIO: every process on the terminal has closed it
+                return
+            if not chunk:
+                return
+            with self._lock:
+                self.out += chunk
+
+    @property
+    def text(self) -> str:
+        with self._lock:
+            return self.out.decode(errors="replace")
+
+    def expect(self, pattern: str, timeout: float = 30.0, after: int = 0) -> re.Match[str]:
+        """The first match of the regular expression `pattern` in what it showed (from character `after` on)."""
+        return until(
+            lambda: re.search(pattern, self.text[after:]),
+            timeout,
+            lambda: f"{pattern!r} on the terminal; it shows:\n{self.text[-3000:]}",
+            every=0.02,
+        )
+
+    def send(self, keys: str) -> int:
+        """Type `keys`; returns how much it had shown before (for `expect(..., after=)`)."""
+        seen = len(self.text)
+        os.write(self.master, keys.encode())
+        return seen
+
+    def wait(self, timeout: float = 30.0) -> int:
+        code = self.proc.wait(timeout)
+        self._reader.join(5)
+        return code
+
+    def close(self) -> None:
+        if self.proc.poll() is None:
+            os.killpg(self.proc.pid, signal.SIGKILL)
+            self.proc.wait(10)
+        self._reader.join(5)
+        os.close(self.master)

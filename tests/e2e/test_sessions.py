@@ -1,0 +1,154 @@
+"""Interactive sessions for real: an API and a worker on one FAKE GPU (its utilization read from a file the test
+writes), `gpudeck session` and `gpudeck session attach` on pseudo-terminals of their own, typed into as a person
+would; a notebook with Jupyter Server from the worker's environment (the test extra) and one from an environment
+without it."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import requests
+
+from jobs.proc import python_module
+from tests.support.live import Terminal, fake_nvidia_smi, start_api, submit_job, until, wait_ended
+
+pytestmark = pytest.mark.slow
+
+ONE_GPU = r"""
+case "$*" in
+  *-L*) printf 'GPU 0: NVIDIA H100 80GB HBM3 (UUID: GPU-aaaa)\n' ;;
+  *--query-gpu*) printf '0, GPU-aaaa, NVIDIA H100 80GB HBM3, %s, 1000, 81559, 55, 300.5, 700.00\n' "$(cat UTIL)" ;;
+esac
+exit 0
+"""
+"""A FAKE nvidia-smi (we have no GPU): one H100 whose utilization is what the file UTIL says."""
+
+
+@pytest.fixture
+def box(spawn, child_env, tmp_path):
+    """(API URL, the environment of a CLI on it, the utilization file) of a stack with one worker on GPU 0."""
+    util = tmp_path / "util"
+    util.write_text("0")
+    fake_nvidia_smi(tmp_path / "bin", ONE_GPU.replace("UTIL", str(util)))
+    bare = tmp_path / "bare"  # an environment without Jupyter
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(bare)], check=True, timeout=60)
+    env = {
+        **child_env,
+        "PATH": f"{tmp_path / 'bin'}:{Path(sys.executable).parent}:{child_env['PATH']}",
+        "GPUDECK_COMMAND_JOBS": "1",
+        "GPUDECK_SESSION_IDLE_MIN": "1s",
+        "GPUDECK_ENVS": f"bare={bare}",
+    }
+    url = start_api(spawn, env)
+    spawn("worker", "--gpus", "0", env=env)
+    until(lambda: requests.get(f"{url}/api/v1/workers", timeout=5).json()["workers"], 60, "a live worker")
+    return url, {**env, "GPUDECK_API": url, "TERM": "xterm"}, util
+
+
+def job(url: str, job_id: int) -> dict:
+    return requests.get(f"{url}/api/v1/jobs/{job_id}", timeout=10).json()
+
+
+def utilization(url: str) -> object:
+    hosts = requests.get(f"{url}/api/v1/gpus", timeout=10).json()["hosts"]
+    return hosts[0]["gpus"][0]["utilization"] if hosts else None
+
+
+def marked(mark: str) -> list[str]:
+    return subprocess.run(["pgrep", "-f", mark], capture_output=True, text=True).stdout.split()
+
+
+def test_a_shell_session_waits_its_turn_runs_on_its_gpu_and_leaves_nothing_behind(box):
+    url, env, _ = box
+    ahead = submit_job(url, {"command": "sleep 3", "gpus": 1, "name": "ahead"})
+    until(lambda: job(url, ahead)["status"] == "running", 60, "the job ahead running")
+    term = Terminal(python_module("tui.cli", "session", "--idle", "5m"), env)
+    try:
+        waiting = term.expect(r"session (\d+) queued: #1 in line")
+        sid = int(waiting.group(1))
+        term.expect(rf"attached to session {sid}", timeout=60)
+        assert job(url, ahead)["status"] == "succeeded"  # it started once the GPU was free, not before
+        at = term.send('echo "gpus=$CUDA_VISIBLE_DEVICES job=$GPUDECK_JOB_ID in=$PWD"\r')
+        term.expect(rf"gpus=0 job={sid} in=\S+/jobs/{sid}/src", after=at)
+        term.send("sleep 4242.5 &\r")  # something left running when its shell exits
+        until(lambda: marked("sleep 4242.5"), 10, "the background sleep running")
+        view = job(url, sid)
+        assert view["status"] == "running" and view["kind"] == "session" and view["gpu_ids"] == ["0"]
+        assert view["attach"]["command"] == f"gpudeck session attach {sid}"
+        at = term.send("exit\r")
+        assert term.wait(30) == 0
+        term.expect(rf"session {sid} succeeded: the session ended: its shell exited", after=at)
+    finally:
+        term.close()
+    until(lambda: not marked("sleep 4242.5"), 10, "the background sleep gone with its session")
+    ended = job(url, sid)
+    nxt = submit_job(url, {"command": "true", "gpus": 1})
+    done = wait_ended(url, nxt, timeout=60)
+    assert done["status"] == "succeeded"
+    gap = _ts(done["started_at"]) - _ts(ended["ended_at"])
+    assert gap < 10, f"the GPU went to the next job {gap:.1f}s after the session ended"
+
+
+def _ts(iso: str) -> float:
+    from datetime import datetime
+
+    return datetime.fromisoformat(iso.replace("Z", "+00:00")).timestamp()
+
+
+def test_a_session_is_released_when_nobody_is_attached_and_its_gpu_is_idle_and_not_before(box):
+    url, env, util = box
+    idle = submit_job(url, {"kind": "session", "idle": "3s"})
+    ended = wait_ended(url, idle, timeout=60)
+    assert (ended["status"], ended["reason"]) == ("succeeded", "idle")
+    log = requests.get(f"{url}/api/v1/jobs/{idle}/logs", timeout=10).text
+    assert "idle: released in" in log and f"session {idle} ends now (idle)" in log
+
+    util.write_text("50")  # its GPU works: not idle, nobody attached or not
+    until(lambda: utilization(url) == 50, 30, "the sampled utilization at 50%")
+    busy = submit_job(url, {"kind": "session", "idle": "3s"})
+    until(lambda: job(url, busy)["status"] == "running", 60, "the busy session running")
+    time.sleep(10)  # (over three idle times and a look at the GPU: what must not happen does not)
+    assert job(url, busy)["status"] == "running"
+    util.write_text("0")
+    assert wait_ended(url, busy, timeout=60)["reason"] == "idle"
+
+    watched = submit_job(url, {"kind": "session", "idle": "3s"})
+    until(lambda: job(url, watched)["attach"], 60, "the watched session's terminal")
+    term = Terminal(python_module("tui.cli", "session", "attach", str(watched)), env)
+    try:
+        term.expect(rf"attached to session {watched}")
+        time.sleep(8)  # attached, typing nothing: not idle
+        assert job(url, watched)["status"] == "running"
+        at = term.send("\x1d")  # Ctrl-]: detach, the session goes on
+        assert term.wait(30) == 0
+        term.expect(rf"detached from session {watched}; it goes on", after=at)
+    finally:
+        term.close()
+    assert wait_ended(url, watched, timeout=60)["reason"] == "idle"
+
+
+def test_a_notebook_session_serves_jupyter_with_a_token_or_says_what_to_install(box):
+    url, env, _ = box
+    out = subprocess.run(
+        python_module("tui.cli", "session", "--jupyter", "--idle", "1h"), env=env, capture_output=True, text=True
+    )
+    assert out.returncode == 0, out.stderr
+    sid = int(out.stdout.split()[1].rstrip(":"))
+    view = job(url, sid)
+    page, token = view["url"].split("?token=")
+    assert f"Jupyter at {view['url']}" in out.stdout and f"ssh -N -L {view['tunnel'].split()[3]}" in out.stdout
+    status = page.split("/lab")[0].rstrip("/") + "/api/status"
+    with_token = requests.get(status, headers={"Authorization": f"token {token}"}, timeout=5)  # (it answers already)
+    assert with_token.status_code == 200 and "kernels" in with_token.json()
+    assert requests.get(status, timeout=5).status_code == 403  # no token, no notebook
+    requests.post(f"{url}/api/v1/jobs/{sid}/cancel", timeout=10).raise_for_status()
+    assert wait_ended(url, sid, timeout=60)["status"] == "canceled"
+
+    bare = submit_job(url, {"kind": "session", "jupyter": True, "env_name": "bare"})
+    refused = wait_ended(url, bare, timeout=60)
+    assert (refused["status"], refused["reason"]) == ("failed", "bad_input")
+    assert "has no Jupyter" in refused["message"] and "add jupyterlab" in refused["message"]
