@@ -16,7 +16,7 @@ from redis import Redis
 from jobs import taskrecord, tokens
 from jobs.errors import Forbidden
 from jobs.keys import worker_info_key
-from jobs.spec import is_multi_worker
+from jobs.spec import is_multi_worker, is_session
 from jobs.store import JobStore
 
 
@@ -58,7 +58,7 @@ def holders(redis: Redis) -> dict[tuple[str, str], dict[str, Any]]:
     out: dict[tuple[str, str], dict[str, Any]] = {}
     for rec in JobStore(redis).active():
         job_id = rec["id"]
-        who = {"job_id": job_id, "owner": rec.get("owner")}
+        who = {"job_id": job_id, "owner": rec.get("owner"), "kind": "session" if is_session(rec["spec"]) else "job"}
         places = []
         if is_multi_worker(rec["spec"]):
             for task in taskrecord.read(redis, job_id, int(rec["spec"]["workers"])):

@@ -27,6 +27,12 @@ class Attached:
     detached: bool
 
 
+def local_host(host: str) -> bool:
+    """Whether a session on `host` runs on this machine (attached to directly, not through ssh)."""
+    names = {socket.gethostname(), socket.getfqdn(), "localhost", "127.0.0.1", os.environ.get("GPUDECK_ADVERTISE_HOST")}
+    return host in names
+
+
 def _size(fd: int) -> tuple[int, int]:
     try:
         cols, rows = os.get_terminal_size(fd)

@@ -105,7 +105,10 @@ def schemas() -> dict[str, Any]:
                 },
                 "held_by": _nullable(
                     {
-                        **_obj({"job_id": INT, "owner": _nullable(STR)}, ["job_id", "owner"]),
+                        **_obj(
+                            {"job_id": INT, "owner": _nullable(STR), "kind": {**STR, "enum": ["job", "session"]}},
+                            ["job_id", "owner"],
+                        ),
                         "description": "the active job whose worker is pinned to this GPU, and who owns it",
                     }
                 ),

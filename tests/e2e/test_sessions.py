@@ -5,6 +5,7 @@ without it."""
 
 from __future__ import annotations
 
+import asyncio
 import subprocess
 import sys
 import time
@@ -12,9 +13,16 @@ from pathlib import Path
 
 import pytest
 import requests
+from textual.widgets import DataTable, Static
 
 from jobs.proc import python_module
 from tests.support.live import Terminal, fake_nvidia_smi, start_api, submit_job, until, wait_ended
+from tests.support.pilot import on_screen, text_of
+from tests.support.pilot import until as until_shown
+from tui.app import GpudeckApp
+from tui.screens.dialogs import TensorBoardDialog
+from tui.screens.gpus import GpusScreen
+from tui.screens.job import JobScreen
 
 pytestmark = pytest.mark.slow
 
@@ -79,6 +87,9 @@ def test_a_shell_session_waits_its_turn_runs_on_its_gpu_and_leaves_nothing_behin
         view = job(url, sid)
         assert view["status"] == "running" and view["kind"] == "session" and view["gpu_ids"] == ["0"]
         assert view["attach"]["command"] == f"gpudeck session attach {sid}"
+        held = requests.get(f"{url}/api/v1/gpus", timeout=10).json()["hosts"][0]["gpus"][0]["held_by"]
+        assert held == {"job_id": sid, "owner": None, "kind": "session"}
+        asyncio.run(_tui_shows_the_session(url, sid))
         at = term.send("exit\r")
         assert term.wait(30) == 0
         term.expect(rf"session {sid} succeeded: the session ended: its shell exited", after=at)
@@ -91,6 +102,37 @@ def test_a_shell_session_waits_its_turn_runs_on_its_gpu_and_leaves_nothing_behin
     assert done["status"] == "succeeded"
     gap = _ts(done["started_at"]) - _ts(ended["ended_at"])
     assert gap < 10, f"the GPU went to the next job {gap:.1f}s after the session ended"
+
+
+async def _tui_shows_the_session(url: str, sid: int) -> None:
+    """The TUI: the jobs table's row, the job screen's way in, the GPUs screen's holder."""
+    app = GpudeckApp(url)
+    async with app.run_test(size=(120, 40)) as pilot:
+        table = app.screen.query_one("#jobs", DataTable)
+        await until_shown(pilot, lambda: str(sid) in table.rows)
+        assert "shell session" in str(table.get_row(str(sid)))
+        app.push_screen(JobScreen(sid))
+        screen = await on_screen(pilot, app, JobScreen)
+        summary = screen.query_one("#job-summary", Static)
+        await until_shown(pilot, lambda: f"gpudeck session attach {sid}" in text_of(summary), 20)
+        assert "a shell session" in text_of(summary)
+        await pilot.press("escape", "g")
+        gpus = await on_screen(pilot, app, GpusScreen)
+        await until_shown(pilot, lambda: f"session {sid}" in text_of(gpus.query_one("#gpus", Static)), 30)
+
+
+async def _tui_opens_the_notebook(url: str, sid: int, view: dict) -> None:
+    app = GpudeckApp(url)
+    async with app.run_test(size=(120, 40)) as pilot:
+        app.push_screen(JobScreen(sid))
+        screen = await on_screen(pilot, app, JobScreen)
+        summary = screen.query_one("#job-summary", Static)
+        await until_shown(pilot, lambda: f"notebook {view['url']}" in text_of(summary), 20)
+        await pilot.press("a")
+        dialog = await on_screen(pilot, app, TensorBoardDialog)
+        assert text_of(dialog.query_one("#tb-url", Static)) == view["url"]
+        port = view["tunnel"].split()[3].split(":")[0]
+        assert f"ssh -N -L {port}:127.0.0.1:{port}" in text_of(dialog.query_one("#tb-how", Static))
 
 
 def _ts(iso: str) -> float:
@@ -145,6 +187,7 @@ def test_a_notebook_session_serves_jupyter_with_a_token_or_says_what_to_install(
     with_token = requests.get(status, headers={"Authorization": f"token {token}"}, timeout=5)  # (it answers already)
     assert with_token.status_code == 200 and "kernels" in with_token.json()
     assert requests.get(status, timeout=5).status_code == 403  # no token, no notebook
+    asyncio.run(_tui_opens_the_notebook(url, sid, view))
     requests.post(f"{url}/api/v1/jobs/{sid}/cancel", timeout=10).raise_for_status()
     assert wait_ended(url, sid, timeout=60)["status"] == "canceled"
 

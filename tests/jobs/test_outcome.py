@@ -55,6 +55,28 @@ def test_a_commands_exit_status_means_only_success_or_failure():
     assert outcome.of_task(None, 2, False, command=True)[1].message == "the command exited with status 2"
 
 
+@pytest.mark.parametrize(
+    "kind, stop, returncode, expected",
+    [
+        ("shell", None, 0, (Status.SUCCEEDED, None)),
+        ("shell", None, 1, (Status.SUCCEEDED, None)),  # `exit 1` typed (or the last command's status): not a failure
+        ("shell", "idle", -1, (Status.SUCCEEDED, Reason.IDLE)),
+        ("notebook", "idle", 0, (Status.SUCCEEDED, Reason.IDLE)),
+        ("shell", "timeout", -9, (Status.FAILED, Reason.TIMEOUT)),
+        ("notebook", "canceled", 0, (Status.CANCELED, Reason.CANCELED)),  # (Jupyter exits 0 on SIGTERM)
+        ("notebook", None, 1, (Status.FAILED, Reason.EXIT_NONZERO)),  # its server failed by itself
+        ("shell", "worker_lost", -15, (Status.FAILED, Reason.WORKER_LOST)),
+    ],
+)
+def test_the_table_for_a_session(kind, stop, returncode, expected):
+    end = outcome.of_job(stop, returncode, False, False, command=True, session=kind)
+    assert (end.status, end.reason) == expected
+    if stop == "timeout":
+        assert end.message == "the session reached its max time"
+    if kind == "shell" and stop is None:
+        assert end.message == f"the session ended: its shell exited with status {returncode}"
+
+
 def test_a_diverged_trainer_fails_as_diverged_and_says_where():
     event = {"step": 37, "loss": "nan", "checkpoint_step": 32}
     end = outcome.of_job(None, EXIT_DIVERGED, False, False, diverged=event)

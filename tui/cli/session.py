@@ -6,7 +6,6 @@ from __future__ import annotations
 import getpass
 import os
 import shutil
-import socket
 import sys
 import time
 from datetime import datetime
@@ -69,16 +68,10 @@ def wait_started(api, job_id: int, cancel_on_interrupt: bool) -> dict[str, Any] 
         return EXIT_INTERRUPTED
 
 
-def _local(host: str) -> bool:
-    """Whether a session on `host` is on this machine (attached directly, not through ssh)."""
-    names = {socket.gethostname(), socket.getfqdn(), "localhost", "127.0.0.1", os.environ.get("GPUDECK_ADVERTISE_HOST")}
-    return host in names
-
-
 def reach(api, job: dict[str, Any]) -> int:  # noqa: ANN001
     """Attach to a running session: its terminal directly on this host, else `ssh -t HOST gpudeck session attach
     ID` (printed when ssh cannot be used); a notebook's URL and tunnel line."""
-    from tui.attach import AttachError, attach
+    from tui.attach import AttachError, attach, local_host
 
     job_id = job["id"]
     if job.get("url"):
@@ -91,7 +84,7 @@ def reach(api, job: dict[str, Any]) -> int:  # noqa: ANN001
         )
         return EXIT_OK
     where = job["attach"]
-    if not _local(where["host"]):
+    if not local_host(where["host"]):
         ssh = shutil.which("ssh")
         if ssh is None or not sys.stdin.isatty():
             click.echo(f"session {job_id} runs on {where['host']}; attach there: {where['ssh']}")

@@ -61,18 +61,20 @@ class TensorBoardDialog(ModalScreen[None]):
 
     BINDINGS = [Binding("escape,enter,q", "app.pop_screen", "Close"), Binding("y", "copy", "Copy URL")]
 
-    def __init__(self, board: dict[str, Any]):
+    def __init__(self, board: dict[str, Any], title: str | None = None):
         super().__init__()
         self.board = board
+        self.title_text = title or f"TensorBoard for jobs {', '.join(map(str, board['jobs']))}"
 
     def compose(self) -> ComposeResult:
         b = self.board
         ssh = b["ssh_tunnel"].replace(f" {b['host']}", f" {getpass.getuser()}@{b['host']}")
         where = "Over SSH" if over_ssh() else "From another machine"
-        tunnel = f"{where}: run there\n  {ssh}\nthen open http://localhost:{b['port']}/"
+        page = b["url"].split(f":{b['port']}", 1)[-1]
+        tunnel = f"{where}: run there\n  {ssh}\nthen open http://localhost:{b['port']}{page}"
         browser = "Opening it in your browser …" if browser_here() else "No browser on this screen (headless or SSH)."
         with Vertical(classes="dialog"):
-            yield Label(f"TensorBoard for jobs {', '.join(map(str, b['jobs']))}", classes="title")
+            yield Label(self.title_text, classes="title")
             yield Static(b["url"], id="tb-url")
             yield Static(browser, id="tb-browser")
             yield Static(tunnel, id="tb-how")
@@ -99,6 +101,24 @@ def open_tensorboard(app: App, job_ids: list[int]) -> None:
     """Ask the API for a TensorBoard over these jobs (off the UI thread), then show the dialog."""
     app.notify(f"starting TensorBoard for jobs {', '.join(map(str, job_ids))} …")
     app.call_api(lambda c: c.tensorboard(job_ids), lambda board: app.push_screen(TensorBoardDialog(board)))
+
+
+def session_text(job: dict[str, Any]) -> str:
+    """How a live session is reached, for its job screen: the attach command, or the notebook's URL and tunnel."""
+    if job.get("url"):
+        return f"notebook {job['url']}  (a: its tunnel)"
+    where = job.get("attach")
+    if where:
+        return f"attach: a here, or {where['command']}  (from elsewhere: {where['ssh']})"
+    return ""
+
+
+def notebook_dialog(job: dict[str, Any]) -> TensorBoardDialog:
+    """A notebook session's URL and ssh tunnel line, in TensorBoard's dialog."""
+    port = int(job["tunnel"].split()[3].split(":")[0])
+    host = job["tunnel"].rsplit(" ", 1)[1]
+    board = {"url": job["url"], "port": port, "host": host, "ssh_tunnel": job["tunnel"], "jobs": [job["id"]]}
+    return TensorBoardDialog(board, title=f"Notebook of session {job['id']}")
 
 
 KeyGroups = list[tuple[str, list[tuple[str, str]]]]

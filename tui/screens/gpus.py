@@ -113,7 +113,8 @@ class GpusScreen(Screen):
                 procs = g.get("processes") or []
                 held = g.get("held_by")  # the job pinned to it (and its owner), else what nvidia-smi sees on it
                 jobs = (
-                    f"job {held['job_id']}" + (f" · {held['owner']}" if held.get("owner") else "")
+                    f"{held.get('kind') or 'job'} {held['job_id']}"
+                    + (f" · {held['owner']}" if held.get("owner") else "")
                     if held
                     else ", ".join(sorted({f"job {p['job_id']}" for p in procs if p.get("job_id")}))
                 )

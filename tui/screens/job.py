@@ -17,9 +17,10 @@ from textual.screen import Screen
 from textual.widgets import Footer, Input, Log, Static, TabbedContent, TabPane
 from textual_plotext import PlotextPlot
 
+from tui.attach import local_host
 from tui.client import split_live
 from tui.logtext import ERROR_LINE, Folder, explain, fold
-from tui.screens.dialogs import Confirm, open_tensorboard
+from tui.screens.dialogs import Confirm, notebook_dialog, open_tensorboard, session_text
 from tui.widgets.chrome import chrome
 from tui.widgets.fmt import (
     ENDED,
@@ -71,7 +72,15 @@ KEYS = [
         ],
     ),
     ("Curves", [("l", "loss on a log10 or linear scale"), ("R", "the next run of a script that trained twice")]),
-    ("Act", [("c", "cancel (queued or running)"), ("r", "retry as a new job (ended)"), ("t", "TensorBoard")]),
+    (
+        "Act",
+        [
+            ("c", "cancel (queued or running)"),
+            ("r", "retry as a new job (ended)"),
+            ("t", "TensorBoard"),
+            ("a", "a session: attach to its shell here (Ctrl-] comes back), or its notebook's URL and tunnel"),
+        ],
+    ),
     ("Back", [("esc  backspace  q", "the jobs table")]),
 ]
 
@@ -100,6 +109,7 @@ class JobScreen(Screen):
         Binding("c", "cancel", "Cancel job"),
         Binding("r", "retry", "Retry job"),
         Binding("t", "tensorboard", "TensorBoard"),
+        Binding("a", "attach", "Attach", show=False),
     ]
 
     def __init__(self, job_id: int):
@@ -290,6 +300,7 @@ class JobScreen(Screen):
             (f"\n{usage_text(job['usage'])}", "dim") if job.get("usage") else "",
             f"\n{job['message']}" if job.get("message") else "",
             (f"\n{WARNED} {job['warning']}", "yellow") if job.get("warning") else "",
+            (f"\n{session_text(job)}", "bold") if session_text(job) else "",
         )
         if job["status"] == "failed":  # why, on the first screen: the lines that explain it
             for line in explain(job.get("log_tail") or [], most=4):
@@ -555,4 +566,33 @@ class JobScreen(Screen):
         self.app.switch_screen(JobScreen(job["id"]))
 
     def action_tensorboard(self) -> None:
+        if (self.job or {}).get("url"):  # a notebook session: its notebook, as TensorBoard's dialog shows one
+            self.action_attach()
+            return
         open_tensorboard(self.app, [self.job_id])
+
+    def action_attach(self) -> None:
+        """A shell session: this terminal attached to it (the TUI suspended until Ctrl-] or its end), or the ssh
+        line where it runs on another host; a notebook: its URL and tunnel line."""
+        job = self.job or {}
+        if job.get("kind") != "session":
+            self.notify(f"job {self.job_id} is not a session", severity="warning")
+            return
+        if job.get("url"):
+            self.app.push_screen(notebook_dialog(job))
+            return
+        where = job.get("attach")
+        if not where:
+            self.notify(f"session {self.job_id} is {job['status']}: nothing to attach to", severity="warning")
+            return
+        if not local_host(where["host"]) or not where.get("secret"):
+            self.notify(f"session {self.job_id} runs on {where['host']}: {where['ssh']}", timeout=15)
+            return
+        from tui.attach import AttachError, attach
+
+        try:
+            with self.app.suspend():
+                print(f"attached to session {self.job_id} (Ctrl-] comes back to gpudeck)", flush=True)
+                attach(where["port"], where["secret"])
+        except AttachError as exc:
+            self.notify(str(exc), severity="error")

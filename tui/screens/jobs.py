@@ -159,6 +159,12 @@ KEYS = [
             ("g", "GPUs and workers"),
         ],
     ),
+    (
+        "Sessions",
+        [
+            ("enter  a", "a session (gpudeck session): open it, then a attaches to its shell or shows its notebook"),
+        ],
+    ),
 ]
 
 
