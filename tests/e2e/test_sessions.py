@@ -19,6 +19,7 @@ from jobs.proc import python_module
 from tests.support.live import Terminal, fake_nvidia_smi, start_api, submit_job, until, wait_ended
 from tests.support.pilot import on_screen, text_of
 from tests.support.pilot import until as until_shown
+from tests.support.readme import walkthrough_commands
 from tui.app import GpudeckApp
 from tui.screens.dialogs import TensorBoardDialog
 from tui.screens.gpus import GpusScreen
@@ -70,18 +71,40 @@ def marked(mark: str) -> list[str]:
     return subprocess.run(["pgrep", "-f", mark], capture_output=True, text=True).stdout.split()
 
 
-def test_a_shell_session_waits_its_turn_runs_on_its_gpu_and_leaves_nothing_behind(box):
+def test_a_shell_session_waits_its_turn_runs_on_its_gpu_and_leaves_nothing_behind(box, tmp_path):
     url, env, _ = box
+    project = tmp_path / "project"
+    project.mkdir()
+    (project / "train.py").write_text("import os\nprint('trained on GPU', os.environ['CUDA_VISIBLE_DEVICES'])\n")
     ahead = submit_job(url, {"command": "sleep 3", "gpus": 1, "name": "ahead"})
     until(lambda: job(url, ahead)["status"] == "running", 60, "the job ahead running")
-    term = Terminal(python_module("tui.cli", "session", "--idle", "5m"), env)
+    impatient = Terminal(python_module("tui.cli", "session"), env)
+    try:  # Ctrl-C while it waits cancels it
+        gone = int(impatient.expect(r"session (\d+) queued").group(1))
+        impatient.send("\x03")
+        assert impatient.wait(30) == 130
+        impatient.expect(rf"canceled session {gone} \(it had not started\)")
+        assert (job(url, gone)["status"], job(url, gone)["reason"]) == ("canceled", "canceled")
+    finally:
+        impatient.close()
+    (command,) = walkthrough_commands("session")  # the README's, as written
+    term = Terminal(["bash", "-c", command], env, cwd=project)
     try:
         waiting = term.expect(r"session (\d+) queued: #1 in line")
         sid = int(waiting.group(1))
         term.expect(rf"attached to session {sid}", timeout=60)
         assert job(url, ahead)["status"] == "succeeded"  # it started once the GPU was free, not before
-        at = term.send('echo "gpus=$CUDA_VISIBLE_DEVICES job=$GPUDECK_JOB_ID in=$PWD"\r')
-        term.expect(rf"gpus=0 job={sid} in=\S+/jobs/{sid}/src", after=at)
+        *typed, leave = walkthrough_commands("session-shell")  # what the README types in it
+        seen = {
+            "echo $CUDA_VISIBLE_DEVICES $GPUDECK_JOB_ID": rf"[\r\n]0 {sid}\r",
+            "python train.py": r"trained on GPU 0",
+        }
+        assert set(typed) == set(seen), typed
+        for line in typed:
+            at = term.send(line + "\r")
+            term.expect(seen[line], after=at)
+        at = term.send('echo "in=$PWD"\r')
+        term.expect(rf"in=\S+/jobs/{sid}/src", after=at)
         term.send("sleep 4242.5 &\r")  # something left running when its shell exits
         until(lambda: marked("sleep 4242.5"), 10, "the background sleep running")
         view = job(url, sid)
@@ -90,7 +113,7 @@ def test_a_shell_session_waits_its_turn_runs_on_its_gpu_and_leaves_nothing_behin
         held = requests.get(f"{url}/api/v1/gpus", timeout=10).json()["hosts"][0]["gpus"][0]["held_by"]
         assert held == {"job_id": sid, "owner": None, "kind": "session"}
         asyncio.run(_tui_shows_the_session(url, sid))
-        at = term.send("exit\r")
+        at = term.send(leave + "\r")
         assert term.wait(30) == 0
         term.expect(rf"session {sid} succeeded: the session ended: its shell exited", after=at)
     finally:
@@ -175,9 +198,8 @@ def test_a_session_is_released_when_nobody_is_attached_and_its_gpu_is_idle_and_n
 
 def test_a_notebook_session_serves_jupyter_with_a_token_or_says_what_to_install(box):
     url, env, _ = box
-    out = subprocess.run(
-        python_module("tui.cli", "session", "--jupyter", "--idle", "1h"), env=env, capture_output=True, text=True
-    )
+    (command,) = walkthrough_commands("session-notebook")  # the README's, as written
+    out = subprocess.run(["bash", "-c", command], env=env, capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stderr
     sid = int(out.stdout.split()[1].rstrip(":"))
     view = job(url, sid)

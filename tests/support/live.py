@@ -286,10 +286,19 @@ class Terminal:
     """A program on a pseudo-terminal of its own, driven as a person would: `expect` what it shows, `send` keys.
     Its output is read by a thread (so nothing it writes blocks on us)."""
 
-    def __init__(self, argv: list[str], env: dict[str, str], rows: int = 30, cols: int = 120):
+    def __init__(self, argv: list[str], env: dict[str, str], rows: int = 30, cols: int = 120, cwd: Path | None = None):
         self.master, slave = pty.openpty()
         fcntl.ioctl(slave, termios.TIOCSWINSZ, struct.pack("HHHH", rows, cols, 0, 0))
-        self.proc = subprocess.Popen(argv, env=env, stdin=slave, stdout=slave, stderr=slave, start_new_session=True)
+        self.proc = subprocess.Popen(  # (its own session, the terminal its controlling one: Ctrl-C is SIGINT)
+            argv,
+            env=env,
+            cwd=cwd,
+            stdin=slave,
+            stdout=slave,
+            stderr=slave,
+            start_new_session=True,
+            preexec_fn=lambda: fcntl.ioctl(0, termios.TIOCSCTTY, 0),
+        )
         os.close(slave)
         self.out = b""
         self._lock = threading.Lock()
@@ -309,8 +318,9 @@ class Terminal:
 
     @property
     def text(self) -> str:
+        """What it showed, its terminal's control sequences (colours, bracketed paste, erasing) left out."""
         with self._lock:
-            return self.out.decode(errors="replace")
+            return re.sub(r"\x1b\[[0-9;?]*[A-Za-z]", "", self.out.decode(errors="replace"))
 
     def expect(self, pattern: str, timeout: float = 30.0, after: int = 0) -> re.Match[str]:
         """The first match of the regular expression `pattern` in what it showed (from character `after` on)."""

@@ -134,6 +134,7 @@ def _tunnel(line: str, user: str) -> str:
 @connection_options
 @click.option("--gpus", type=int, help="GPUs (default: 1 when a GPU worker is live, else 0)")
 @click.option("--source", metavar="DIR", help="a folder to send: the session's working directory (its copy)")
+@click.option("--dataset", help="an uploaded NAME[:VERSION] or a server folder: the session's $DATA_DIR")
 @click.option("--env-name", help="a Python environment the operator registered (GPUDECK_ENVS)")
 @click.option("--requirements", metavar="PATH", help="build the session's environment from this file of the source")
 @click.option("--env", "env", multiple=True, type=Pair("NAME=VALUE"), help="a variable (repeatable)")
