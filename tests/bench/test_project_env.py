@@ -23,25 +23,10 @@ import requests
 
 from jobs.redis_server import free_port
 from tests.support.live import start_api, until
+from tests.support.wheels import wheel
 
 ROUNDS = 5
 SCRIPT = "import json, os, time\nprint('started', json.dumps(time.time()), flush=True)\n"
-
-
-def wheel(folder: Path, name: str, version: str) -> None:
-    import zipfile
-
-    folder.mkdir(parents=True, exist_ok=True)
-    info = f"{name}-{version}.dist-info"
-    files = {
-        f"{name}/__init__.py": "VALUE = 1\n",
-        f"{info}/METADATA": f"Metadata-Version: 2.1\nName: {name}\nVersion: {version}\n",
-        f"{info}/WHEEL": "Wheel-Version: 1.0\nGenerator: bench\nRoot-Is-Purelib: true\nTag: py3-none-any\n",
-    }
-    files[f"{info}/RECORD"] = "".join(f"{f},,\n" for f in files) + f"{info}/RECORD,,\n"
-    with zipfile.ZipFile(folder / f"{name}-{version}-py3-none-any.whl", "w") as z:
-        for f, text in files.items():
-            z.writestr(f, text)
 
 
 def seconds(iso: str) -> float:

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import json
 import sys
-import zipfile
 from pathlib import Path
 
 import pytest
@@ -15,25 +14,9 @@ import requests
 
 from tests.support.live import start_api, submit_job, until, wait_ended
 from tests.support.readme import run_block
+from tests.support.wheels import wheel
 
 pytestmark = pytest.mark.slow
-
-
-def wheel(folder: Path, name: str, version: str, code: str) -> Path:
-    """A pure-Python wheel of one module, as a build backend would make it (enough for an installer)."""
-    folder.mkdir(parents=True, exist_ok=True)
-    path = folder / f"{name}-{version}-py3-none-any.whl"
-    info = f"{name}-{version}.dist-info"
-    files = {
-        f"{name}/__init__.py": code,
-        f"{info}/METADATA": f"Metadata-Version: 2.1\nName: {name}\nVersion: {version}\n",
-        f"{info}/WHEEL": "Wheel-Version: 1.0\nGenerator: gpudeck-test\nRoot-Is-Purelib: true\nTag: py3-none-any\n",
-    }
-    files[f"{info}/RECORD"] = "".join(f"{f},,\n" for f in files) + f"{info}/RECORD,,\n"
-    with zipfile.ZipFile(path, "w") as z:
-        for f, text in files.items():
-            z.writestr(f, text)
-    return path
 
 
 def sdist_slow(folder: Path) -> Path:
