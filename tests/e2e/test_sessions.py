@@ -51,6 +51,7 @@ def box(spawn, child_env, tmp_path):
         "GPUDECK_COMMAND_JOBS": "1",
         "GPUDECK_SESSION_IDLE_MIN": "1s",
         "GPUDECK_ENVS": f"bare={bare}",
+        "GPUDECK_ADVERTISE_HOST": "gpu-box-7",  # (the name users' ssh reaches the worker's host by)
     }
     url = start_api(spawn, env)
     spawn("worker", "--gpus", "0", env=env)
@@ -181,12 +182,18 @@ def test_a_session_is_released_when_nobody_is_attached_and_its_gpu_is_idle_and_n
     util.write_text("0")
     assert wait_ended(url, busy, timeout=60)["reason"] == "idle"
 
-    watched = submit_job(url, {"kind": "session", "idle": "3s"})
+    watched = submit_job(url, {"kind": "session", "idle": "6s"})
     until(lambda: job(url, watched)["attach"], 60, "the watched session's terminal")
     term = Terminal(python_module("tui.cli", "session", "attach", str(watched)), env)
     try:
         term.expect(rf"attached to session {watched}")
-        time.sleep(8)  # attached, typing nothing: not idle
+        elsewhere = {k: v for k, v in env.items() if k != "GPUDECK_ADVERTISE_HOST"}  # a CLI on another host, no tty
+        told = subprocess.run(
+            python_module("tui.cli", "session", "attach", str(watched)), env=elsewhere, capture_output=True, text=True
+        )
+        assert told.returncode == 0, told.stderr
+        assert f"attach there: ssh -t gpu-box-7 gpudeck session attach {watched}" in told.stdout
+        time.sleep(9)  # attached, typing nothing: not idle
         assert job(url, watched)["status"] == "running"
         at = term.send("\x1d")  # Ctrl-]: detach, the session goes on
         assert term.wait(30) == 0
