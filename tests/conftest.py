@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 from redis import Redis
 
+from jobs import tokens
 from jobs.proc import python_module
 from jobs.redis_server import EmbeddedRedis, free_port
 from jobs.settings import Settings
@@ -25,6 +26,7 @@ LONGEST = (
     "test_random_search_with_asha_stops_the_bad_learning_rates_of_a_model_job",
     "test_the_readme_section_as_written",
     "test_a_keras_script_is_searched_and_stopped_early",
+    "test_a_session_is_released_when_nobody_is_attached_and_its_gpu_is_idle_and_not_before",
 )
 """The slow tests that take longest (`--durations`, 25 to 45 s each here), longest first."""
 
@@ -95,6 +97,17 @@ def app(settings: Settings, redis: Redis):
     from api import create_app
 
     return create_app({"SETTINGS": settings, "REDIS": redis, "TESTING": True})
+
+
+@pytest.fixture
+def users(redis):
+    """Bearer headers of an admin, alice (one GPU at most) and bob (no command jobs, so no sessions either)."""
+    made = {
+        "root": tokens.create(redis, "root", admin=True),
+        "alice": tokens.create(redis, "alice", max_gpus=1),
+        "bob": tokens.create(redis, "bob", commands=False),
+    }
+    return {name: {"Authorization": f"Bearer {token}"} for name, token in made.items()}
 
 
 @pytest.fixture

@@ -3,21 +3,9 @@ what the API shows of a live one to its owner and to others. (tests/e2e/test_ses
 
 import pytest
 
-from jobs import tokens
 from jobs.store import JobStore
 
 SESSION = {"kind": "session"}
-
-
-@pytest.fixture
-def users(redis):
-    """Bearer headers of an admin, alice (one GPU at most) and bob (no command jobs, so no sessions)."""
-    made = {
-        "root": tokens.create(redis, "root", admin=True),
-        "alice": tokens.create(redis, "alice", max_gpus=1),
-        "bob": tokens.create(redis, "bob", commands=False),
-    }
-    return {name: {"Authorization": f"Bearer {token}"} for name, token in made.items()}
 
 
 def test_a_session_is_a_job_of_its_own_kind_never_preempted_nor_retried(client, users):

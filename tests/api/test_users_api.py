@@ -17,17 +17,6 @@ MODEL = {"model": "lenet", "dataset": "synthetic:8x8x1", "params": {"steps": 2}}
 COMMAND = {"command": "python -c 'print(1)'"}
 
 
-@pytest.fixture
-def users(redis):
-    """Bearer headers of an admin, alice (one GPU at most) and bob (no command jobs)."""
-    made = {
-        "root": tokens.create(redis, "root", admin=True),
-        "alice": tokens.create(redis, "alice", max_gpus=1),
-        "bob": tokens.create(redis, "bob", commands=False),
-    }
-    return {name: {"Authorization": f"Bearer {token}"} for name, token in made.items()}
-
-
 def test_without_named_tokens_nobody_is_asked_and_nothing_has_an_owner(client, redis):
     assert client.get("/api/v1/whoami").json == {
         "name": None,

@@ -15,7 +15,7 @@ import click
 
 from models.common import EXIT_INTERRUPTED, EXIT_JOB_FAILED, EXIT_OK
 from models.states import ENDED, PRIORITIES
-from tui.cli.base import Duration, Pair, client, connection_options, job_id_argument
+from tui.cli.base import Duration, Pair, client, connection_options, job_id_argument, spec_fields
 from tui.cli.jobs import fail, send_source
 from tui.widgets.fmt import duration, in_line, starts_in
 
@@ -163,12 +163,7 @@ def session(ctx: click.Context, source, env, tags, most, detach, **options) -> i
             return ref
         spec["source"] = ref
     spec.update({k: v for k, v in options.items() if v not in (None, False)})
-    if most is not None:
-        spec["max"] = most
-    if env:
-        spec["env"] = dict(env)
-    if tags:
-        spec["tags"] = list(tags)
+    spec_fields(spec, {"max": most, "env": dict(env) or None, "tags": tags}, ("max", "env"))
     job = api.submit(spec)
     if detach:
         click.echo(job["id"])
