@@ -177,23 +177,21 @@ def test_a_session_is_released_when_nobody_is_attached_and_its_gpu_is_idle_and_n
     until(lambda: utilization(url) == 50, 30, "the sampled utilization at 50%")
     busy = submit_job(url, {"kind": "session", "idle": "3s"})
     until(lambda: job(url, busy)["status"] == "running", 60, "the busy session running")
-    time.sleep(10)  # (over three idle times and a look at the GPU: what must not happen does not)
+    time.sleep(7)  # (over two idle times and two looks at the GPU: what must not happen does not)
     assert job(url, busy)["status"] == "running"
     util.write_text("0")
     assert wait_ended(url, busy, timeout=60)["reason"] == "idle"
 
-    watched = submit_job(url, {"kind": "session", "idle": "6s"})
-    until(lambda: job(url, watched)["attach"], 60, "the watched session's terminal")
-    term = Terminal(python_module("tui.cli", "session", "attach", str(watched)), env)
+    term = Terminal(python_module("tui.cli", "session", "--idle", "4s"), env)  # attached from its first moment
     try:
-        term.expect(rf"attached to session {watched}")
+        watched = int(term.expect(r"attached to session (\d+)", timeout=60).group(1))
         elsewhere = {k: v for k, v in env.items() if k != "GPUDECK_ADVERTISE_HOST"}  # a CLI on another host, no tty
         told = subprocess.run(
             python_module("tui.cli", "session", "attach", str(watched)), env=elsewhere, capture_output=True, text=True
         )
         assert told.returncode == 0, told.stderr
         assert f"attach there: ssh -t gpu-box-7 gpudeck session attach {watched}" in told.stdout
-        time.sleep(9)  # attached, typing nothing: not idle
+        time.sleep(6)  # attached, typing nothing, past its idle time and a look at the GPU: not idle
         assert job(url, watched)["status"] == "running"
         at = term.send("\x1d")  # Ctrl-]: detach, the session goes on
         assert term.wait(30) == 0
