@@ -132,7 +132,7 @@ def failing_redis(tmp_path):
         assert time.monotonic() < deadline, "the snapshot did not fail"
         time.sleep(0.05)
     yield client
-    server.stop()
+    server.stop(timeout=0.5)  # (it cannot save, so it refuses SIGTERM's shutdown: no use waiting 5 s for it)
 
 
 def test_a_redis_that_cannot_save_refuses_writes_with_a_clear_503_and_health_says_so(settings, failing_redis):
