@@ -1,11 +1,19 @@
 """Sessions (`kind: session`) through Flask's test client on a real Redis: who may start one, what a bad one is told,
 what the API shows of a live one to its owner and to others. (tests/e2e/test_sessions.py drives real ones.)"""
 
+import jsonschema
 import pytest
 
 from jobs.store import JobStore
 
 SESSION = {"kind": "session"}
+
+
+def conforms(client, name: str, value: object, headers: dict | None = None) -> None:
+    """`value` is valid against the served document's schema `name` (JSON Schema 2020-12, as OpenAPI 3.1)."""
+    doc = client.get("/api/v1/openapi.json", headers=headers).json
+    schema = {**doc["components"]["schemas"][name], "components": doc["components"]}
+    jsonschema.Draft202012Validator(schema).validate(value)
 
 
 def test_a_session_is_a_job_of_its_own_kind_never_preempted_nor_retried(client, users):
@@ -17,6 +25,11 @@ def test_a_session_is_a_job_of_its_own_kind_never_preempted_nor_retried(client, 
     assert (spec["idle"], spec["max"], spec["timeout"]) == (45 * 60, 8 * 3600, 8 * 3600)
     assert spec["preemptible"] is False and spec["max_retries"] == 0 and spec["jupyter"] is False
     assert (j["attach"], j["url"], j["tunnel"]) == (None, None, None)  # (not running yet)
+    conforms(client, "Job", j, users["root"])
+    spec = {**SESSION, "gpus": 1, "idle": "45m", "jupyter": False, "max": 3600}
+    conforms(client, "JobSpecInput", spec, users["root"])
+    with pytest.raises(jsonschema.ValidationError):  # (a session is not a command job too)
+        conforms(client, "JobSpecInput", {**SESSION, "command": "bash"}, users["root"])
     notebook = client.post("/api/v1/jobs", json={**SESSION, "jupyter": True, "max": 3600}, headers=users["root"]).json
     assert (notebook["name"], notebook["spec"]["max"]) == ("notebook", 3600)
     model = client.post("/api/v1/jobs", json={"model": "lenet", "dataset": "synthetic"}, headers=users["root"]).json
@@ -88,3 +101,5 @@ def test_only_its_owner_sees_how_to_get_into_a_live_session(client, users, redis
     assert nb["url"] == url and nb["tunnel"] == "ssh -N -L 4200:127.0.0.1:4200 gpu7" and nb["attach"] is None
     assert client.get(f"/api/v1/jobs/{notebook}", headers=users["bob"]).json["url"].endswith("?token=***")
     assert client.get(f"/api/v1/jobs/{notebook}", headers=users["root"]).json["url"] == url
+    for job_id in (shell, notebook):
+        conforms(client, "Job", client.get(f"/api/v1/jobs/{job_id}", headers=users["alice"]).json, users["root"])
