@@ -116,7 +116,10 @@ class Relay:
                             return
                         self._out(chunk)
                     elif key.data == "listen":
-                        conn, _ = self.listener.accept()
+                        try:
+                            conn, _ = self.listener.accept()
+                        except OSError:  # (the client gave up before we took it)
+                            continue
                         conn.settimeout(SEND_TIMEOUT_S)
                         self.pending[conn] = bytearray()
                         sel.register(conn, selectors.EVENT_READ, "client")
@@ -187,22 +190,27 @@ class Relay:
                 return
             line, _, rest = bytes(buffer).partition(b"\n")
             said = terminal.parse_hello(line)
-            if said is None or not secrets.compare_digest(said[0], self.secret):
+            if said is None or not secrets.compare_digest(said[0].encode(), self.secret.encode()):
                 try:
                     conn.sendall(b"NO wrong secret: ask the API for this session's (gpudeck session attach ID)\n")
-                finally:
-                    sel.unregister(conn)
-                    self._drop(conn)
+                except OSError:
+                    pass
+                sel.unregister(conn)
+                self._drop(conn)
                 return
             del self.pending[conn]
-            conn.sendall(b"OK\n")
             self.clients[conn] = bytearray(rest)
             self.last_seen = time.monotonic()
             self._log(b"gpudeck: a client attached (%d attached)" % len(self.clients))
             set_size(self.master, said[1], said[2])
             tail = bytes(self.scrollback)
-            cut = tail.find(b"\n")
-            conn.sendall(tail[cut + 1 :] if 0 <= cut < len(tail) - 1 and len(tail) >= SCROLLBACK_BYTES else tail)
+            cut = tail.find(b"\n") if len(tail) >= SCROLLBACK_BYTES else -1  # (a full one: from a line's start)
+            try:
+                conn.sendall(b"OK\n" + tail[cut + 1 :])
+            except OSError:  # (gone already: the session goes on)
+                sel.unregister(conn)
+                self._drop(conn)
+                return
             chunk = b""
         buffer = self.clients[conn]
         buffer += chunk

@@ -1,0 +1,101 @@
+"""A session's terminal relay (jobs.terminal) with a real shell on a real pseudo-terminal, and real attach clients
+(tui.attach's connect, models.terminal's frames): no Redis, no worker."""
+
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+import time
+
+import pytest
+
+from jobs import terminal
+from models import terminal as wire
+from tests.support.live import until
+from tui.attach import AttachError, connect
+
+
+@pytest.fixture
+def relay():
+    master, slave = terminal.open_pty()
+    log_r, log_w = os.pipe()
+    shell = subprocess.Popen(
+        ["/bin/sh", "-i"],
+        stdin=slave,
+        stdout=slave,
+        stderr=slave,
+        start_new_session=True,
+        preexec_fn=terminal.controlling_terminal,
+        env={"PATH": os.environ["PATH"], "PS1": "$ "},
+    )
+    os.close(slave)
+    r = terminal.Relay(master, log_w).start()
+    yield r, shell, log_r
+    if shell.poll() is None:
+        shell.kill()
+    shell.wait(10)
+    r.join(10)
+    os.close(log_r)
+
+
+def received(sock: socket.socket, words: bytes, timeout: float = 10.0) -> bytes:
+    sock.settimeout(0.2)
+    seen = b""
+
+    def more() -> bool:
+        nonlocal seen
+        try:
+            seen += sock.recv(65536)
+        except TimeoutError:
+            pass
+        return words in seen
+
+    until(more, timeout, lambda: f"{words!r} from the terminal; it sent {seen[-500:]!r}", every=0)
+    return seen
+
+
+def test_clients_with_the_secret_share_the_terminal_and_the_shell_sees_their_window(relay):
+    r, _, _ = relay
+    with pytest.raises(AttachError, match="wrong secret"):
+        connect(r.port, "not-it", 24, 80)
+    half = socket.create_connection(("127.0.0.1", r.port))
+    half.sendall(b"GPUDECK-ATT")  # gone mid-hello: the relay goes on
+    half.close()
+    one, two = connect(r.port, r.secret, 40, 100), connect(r.port, r.secret, 40, 100)
+    assert r.attached == 2 and r.idle_s() == 0
+    one.sendall(wire.frame(wire.RESIZE, wire.size_payload(33, 91)))
+    one.sendall(wire.frame(wire.DATA, b"stty size; echo shared-$((6*7))\r"))
+    assert b"33 91" in received(two, b"shared-42")  # what one typed, the other sees; the shell sees the new size
+    two.close()
+    until(lambda: r.attached == 1, 10, "one client left")
+    late = connect(r.port, r.secret, 24, 80)  # one attaching later is shown what happened meanwhile
+    received(late, b"shared-42")
+    one.close()
+    late.close()
+    until(lambda: r.attached == 0, 10, "nobody attached")
+    time.sleep(0.2)
+    assert r.idle_s() >= 0.2
+
+
+def test_the_relay_ends_with_the_shell_and_its_lines_are_the_log(relay):
+    r, shell, log_r = relay
+    client = connect(r.port, r.secret, 24, 80)
+    r.say("session 7 idle: released in 10s")
+    received(client, b"gpudeck: session 7 idle: released in 10s")
+    client.sendall(wire.frame(wire.DATA, b"exit\r"))
+    assert shell.wait(10) == 0
+    assert r.done.wait(10)  # every holder of the terminal gone: the relay ends, its log pipe closes
+    log = b""
+    while chunk := os.read(log_r, 65536):
+        log += chunk
+    assert b"a client attached (1 attached)" in log and b"session 7 idle: released in 10s" in log
+    client.close()
+
+
+def test_a_hangup_ends_the_shell(relay):
+    r, shell, _ = relay
+    time.sleep(0.3)  # (the shell up)
+    r.hangup()
+    assert r.done.wait(10)
+    assert shell.wait(10) != 0  # SIGHUP
