@@ -46,7 +46,7 @@ STOPPED: dict[str, End] = {
     Reason.PREEMPTED.value: End(Status.QUEUED, Reason.PREEMPTED, "preempted", requeue=True),
     Reason.STOPPED_EARLY.value: End(Status.SUCCEEDED, Reason.STOPPED_EARLY, "stopped early by its search"),
     Reason.IDLE.value: End(
-        Status.SUCCEEDED, Reason.IDLE, "released when idle: nobody attached and its GPUs under 5% for its idle time"
+        Status.CANCELED, Reason.IDLE, "released when idle: nobody attached and its GPUs under 5% for its idle time"
     ),
 }
 """A stop somebody asked for (the job's stop key) -> how the job ends, whatever the trainer's exit status."""

@@ -42,7 +42,7 @@ class Reason(str, Enum):
     STOPPED_EARLY = "stopped_early"
     """A trial its search stopped (succeeded: not a failure; its checkpoint is kept)."""
     IDLE = "idle"
-    """A session released for want of use: nobody attached and its GPUs idle for its `idle` time (succeeded)."""
+    """A session released for want of use: nobody attached and its GPUs idle for its `idle` time (canceled)."""
 
 
 ACTIVE = (Status.STARTING.value, Status.RUNNING.value)

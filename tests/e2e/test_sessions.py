@@ -169,7 +169,7 @@ def test_a_session_is_released_when_nobody_is_attached_and_its_gpu_is_idle_and_n
     url, env, util = box
     idle = submit_job(url, {"kind": "session", "idle": "3s"})
     ended = wait_ended(url, idle, timeout=60)
-    assert (ended["status"], ended["reason"]) == ("succeeded", "idle")
+    assert (ended["status"], ended["reason"]) == ("canceled", "idle")
     log = requests.get(f"{url}/api/v1/jobs/{idle}/logs", timeout=10).text
     assert "idle: released in" in log and f"session {idle} ends now (idle)" in log
 

@@ -60,8 +60,8 @@ def test_a_commands_exit_status_means_only_success_or_failure():
     [
         ("shell", None, 0, (Status.SUCCEEDED, None)),
         ("shell", None, 1, (Status.SUCCEEDED, None)),  # `exit 1` typed (or the last command's status): not a failure
-        ("shell", "idle", -1, (Status.SUCCEEDED, Reason.IDLE)),
-        ("notebook", "idle", 0, (Status.SUCCEEDED, Reason.IDLE)),
+        ("shell", "idle", -1, (Status.CANCELED, Reason.IDLE)),
+        ("notebook", "idle", 0, (Status.CANCELED, Reason.IDLE)),
         ("shell", "timeout", -9, (Status.FAILED, Reason.TIMEOUT)),
         ("notebook", "canceled", 0, (Status.CANCELED, Reason.CANCELED)),  # (Jupyter exits 0 on SIGTERM)
         ("notebook", None, 1, (Status.FAILED, Reason.EXIT_NONZERO)),  # its server failed by itself

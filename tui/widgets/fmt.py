@@ -45,23 +45,20 @@ WARNED = "⚠"
 """Beside the status of a job that ended normally with a warning (a loss that diverged without a NaN)."""
 
 
-SUCCEEDED_AS = {"stopped_early": "stopped", "idle": "released"}
-"""How tables show a job that succeeded for this reason: a trial its search stopped early, a session released
-when idle."""
+SHOWN_AS = {("succeeded", "stopped_early"): "stopped", ("canceled", "idle"): "released"}
+"""How tables show a job that ended so: a trial its search stopped early (it succeeded), a session released when
+idle (gpudeck canceled it)."""
 
 
 def shown_status(job: dict[str, Any]) -> str:
     """A job's status as tables show it: `stopped` for a trial its search stopped early, `released` for an idle
-    session (both succeeded)."""
-    if job["status"] == "succeeded" and job.get("reason") in SUCCEEDED_AS:
-        return SUCCEEDED_AS[job["reason"]]
-    return job["status"]
+    session."""
+    return SHOWN_AS.get((job["status"], job.get("reason")), job["status"])
 
 
 def status(value: str, reason: str | None = None, warning: str | None = None) -> Text:
     """A status in its colour; a failed one marked with why (`failed·timeout`), a warned one with ⚠."""
-    if value == "succeeded" and reason in SUCCEEDED_AS:
-        value = SUCCEEDED_AS[reason]  # not a failure, not run to its end
+    value = SHOWN_AS.get((value, reason), value)  # not a failure, not run to its end
     short = REASON_SHORT.get(reason, reason) if reason and value == "failed" else ""
     text = Text(f"{value}·{short}" if short else value, style=STATUS_STYLE.get(value, ""))
     if warning:
