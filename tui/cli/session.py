@@ -46,17 +46,16 @@ def wait_started(api, job_id: int, cancel_on_interrupt: bool) -> dict[str, Any] 
             if job["status"] in ENDED:
                 if on_tty and shown:
                     click.echo("", err=True)
-                click.echo(
-                    f"session {job_id} {job['status']}: {job.get('message') or job.get('reason') or ''}", err=True
-                )
+                click.echo(_ended(job), err=True)
                 return EXIT_JOB_FAILED
             if job.get("attach") or job.get("url"):
                 if on_tty and shown:
                     click.echo("\r\x1b[K", nl=False, err=True)
                 return job
             line = _waiting_line(job) if job["status"] == "queued" else f"session {job_id} {job['status']}…"
-            if line != shown:
-                click.echo(f"\r\x1b[K{line}" if on_tty else line, nl=not on_tty, err=True)
+            if line != shown:  # (on a terminal: one line, rewritten in place, cut to its width)
+                width = shutil.get_terminal_size().columns - 1
+                click.echo(f"\r\x1b[K{line[:width]}" if on_tty else line, nl=not on_tty, err=True)
                 shown = line
             time.sleep(POLL_S if job["status"] != "queued" else 0.5)
     except KeyboardInterrupt:
