@@ -77,7 +77,7 @@ def test_a_shell_session_waits_its_turn_runs_on_its_gpu_and_leaves_nothing_behin
     project = tmp_path / "project"
     project.mkdir()
     (project / "train.py").write_text("import os\nprint('trained on GPU', os.environ['CUDA_VISIBLE_DEVICES'])\n")
-    ahead = submit_job(url, {"command": "sleep 3", "gpus": 1, "name": "ahead"})
+    ahead = submit_job(url, {"command": "sleep 600", "gpus": 1, "name": "ahead"})  # until the test cancels it
     until(lambda: job(url, ahead)["status"] == "running", 60, "the job ahead running")
     impatient = Terminal(python_module("tui.cli", "session"), env)
     try:  # Ctrl-C while it waits cancels it
@@ -93,8 +93,13 @@ def test_a_shell_session_waits_its_turn_runs_on_its_gpu_and_leaves_nothing_behin
     try:
         waiting = term.expect(r"session (\d+) queued: #1 in line")
         sid = int(waiting.group(1))
+        time.sleep(1)  # (still in line while the GPU is taken)
+        assert job(url, sid)["status"] == "queued"
+        requests.post(f"{url}/api/v1/jobs/{ahead}/cancel", timeout=10).raise_for_status()
         term.expect(rf"attached to session {sid}", timeout=60)
-        assert job(url, ahead)["status"] == "succeeded"  # it started once the GPU was free, not before
+        before = job(url, ahead)
+        assert before["status"] == "canceled"  # it started once the GPU was free, not before
+        assert _ts(job(url, sid)["started_at"]) >= _ts(before["ended_at"])
         *typed, leave = walkthrough_commands("session-shell")  # what the README types in it
         seen = {
             "echo $CUDA_VISIBLE_DEVICES $GPUDECK_JOB_ID": rf"[\r\n]0 {sid}\r",
