@@ -147,8 +147,7 @@ class SessionRun(JobRun):
         self.info = {"host": host, **fields}
         self.store.update(self.job_id, session=self.info)
         if self.relay is not None:
-            said = f"gpudeck: session started on {host}: gpudeck session attach {self.job_id}\n"
-            os.write(self.relay.log_w, said.encode())
+            self.relay.note(f"gpudeck: session started on {host}: gpudeck session attach {self.job_id}")
 
     # -- its end -------------------------------------------------------------------------------------------
     def grace(self, reason: str | None) -> float:
@@ -161,7 +160,7 @@ class SessionRun(JobRun):
         reason = super().stop_reason()
         live = self.proc is not None and self.proc.poll() is None
         if reason or not live:
-            if reason and self.relay is not None and not self.relay.done.is_set() and "stop" not in self.warned:
+            if reason and self.relay is not None and "stop" not in self.warned:
                 self.warned.add("stop")
                 self.relay.say(f"session {self.job_id} ends now ({reason})")
                 self.relay.hangup()

@@ -83,15 +83,27 @@ class Relay:
         return time.monotonic() - self.last_seen
 
     def say(self, text: str) -> None:
-        """A line from gpudeck on the terminal (every attached client, and whoever attaches next) and in the log."""
+        """A line from gpudeck on the terminal (every attached client, and whoever attaches next) and in the log;
+        nothing once the terminal is gone."""
         with self._lock:
             self._said.append(text.encode())
-        os.write(self._wake_w, b"s")
+            self._wake(b"s")
 
     def hangup(self) -> None:
         """End the terminal: its master closes, the shell gets SIGHUP (a stop of the session)."""
-        self._hangup = True
-        os.write(self._wake_w, b"h")
+        with self._lock:
+            self._hangup = True
+            self._wake(b"h")
+
+    def note(self, line: str) -> None:
+        """A line in the job's log only (while the terminal lives)."""
+        with self._lock:
+            if not self.done.is_set():
+                self._log(line.encode())
+
+    def _wake(self, what: bytes) -> None:
+        if not self.done.is_set():  # (under the lock: the loop closes its descriptors under it too)
+            os.write(self._wake_w, what)
 
     def join(self, timeout: float | None = None) -> None:
         self._thread.join(timeout)
@@ -143,11 +155,12 @@ class Relay:
             self.pending.clear()
             sel.close()
             self.listener.close()
-            os.close(self.master)  # (the shell, if any is left, is hung up)
-            os.close(self.log_w)  # the attempt's "output" ends: jobs.pump returns once the process has too
-            for fd in (self._wake_r, self._wake_w):
-                os.close(fd)
-            self.done.set()
+            with self._lock:  # (no say, hangup or note writes to a descriptor closed here, or reused)
+                os.close(self.master)  # (the shell, if any is left, is hung up)
+                os.close(self.log_w)  # the attempt's "output" ends: jobs.pump returns once the process has too
+                for fd in (self._wake_r, self._wake_w):
+                    os.close(fd)
+                self.done.set()
 
     def _out(self, chunk: bytes) -> None:
         self.scrollback += chunk

@@ -93,9 +93,20 @@ def test_the_relay_ends_with_the_shell_and_its_lines_are_the_log(relay):
     client.close()
 
 
-def test_a_hangup_ends_the_shell(relay):
+def test_a_hangup_ends_the_shell_and_nothing_is_written_after(relay):
     r, shell, _ = relay
     time.sleep(0.3)  # (the shell up)
     r.hangup()
     assert r.done.wait(10)
     assert shell.wait(10) != 0  # SIGHUP
+    spare_r, spare_w = os.pipe()  # (its closed descriptors' numbers may be reused: nothing may reach them)
+    try:
+        r.say("too late")
+        r.note("too late")
+        r.hangup()
+        os.set_blocking(spare_r, False)
+        with pytest.raises(BlockingIOError):
+            os.read(spare_r, 100)
+    finally:
+        os.close(spare_r)
+        os.close(spare_w)
