@@ -66,6 +66,7 @@ class Relay:
         self._said: list[bytes] = []
         self._hangup = False
         self.done = threading.Event()
+        self._sel = selectors.DefaultSelector()
         self._thread = threading.Thread(target=self._loop, name="gpudeck-terminal", daemon=True)
 
     def start(self) -> Relay:
@@ -110,7 +111,7 @@ class Relay:
 
     # -- the loop ------------------------------------------------------------------------------------------
     def _loop(self) -> None:
-        sel = selectors.DefaultSelector()
+        sel = self._sel
         sel.register(self.master, selectors.EVENT_READ, "master")
         sel.register(self.listener, selectors.EVENT_READ, "listen")
         sel.register(self._wake_r, selectors.EVENT_READ, "wake")
@@ -145,7 +146,7 @@ class Relay:
                         if self._hangup:
                             return
                     else:
-                        self._from_client(sel, key.fileobj)  # type: ignore[arg-type]
+                        self._from_client(key.fileobj)  # type: ignore[arg-type]
         except Exception:  # noqa: BLE001 (a relay that breaks ends the session as a hang-up; the horse goes on)
             log.exception("session terminal relay failed")
         finally:
@@ -178,19 +179,23 @@ class Relay:
             pass
 
     def _drop(self, conn: socket.socket) -> None:
+        """A client gone (or refused): out of the loop's selector, closed; the session goes on."""
+        try:
+            self._sel.unregister(conn)
+        except (KeyError, ValueError):
+            pass
         if self.clients.pop(conn, None) is not None:
             self.last_seen = time.monotonic()
             self._log(b"gpudeck: a client detached (%d attached)" % len(self.clients))
         self.pending.pop(conn, None)
         conn.close()
 
-    def _from_client(self, sel: selectors.BaseSelector, conn: socket.socket) -> None:
+    def _from_client(self, conn: socket.socket) -> None:
         try:
             chunk = conn.recv(65536)
         except OSError:
             chunk = b""
         if not chunk:
-            sel.unregister(conn)
             self._drop(conn)
             return
         if conn in self.pending:
@@ -198,7 +203,6 @@ class Relay:
             buffer += chunk
             if b"\n" not in buffer:
                 if len(buffer) > 1024:
-                    sel.unregister(conn)
                     self._drop(conn)
                 return
             line, _, rest = bytes(buffer).partition(b"\n")
@@ -208,7 +212,6 @@ class Relay:
                     conn.sendall(b"NO wrong secret: ask the API for this session's (gpudeck session attach ID)\n")
                 except OSError:
                     pass
-                sel.unregister(conn)
                 self._drop(conn)
                 return
             del self.pending[conn]
@@ -221,7 +224,6 @@ class Relay:
             try:
                 conn.sendall(b"OK\n" + tail[cut + 1 :])
             except OSError:  # (gone already: the session goes on)
-                sel.unregister(conn)
                 self._drop(conn)
                 return
             chunk = b""
@@ -237,5 +239,4 @@ class Relay:
                     if size is not None:
                         set_size(self.master, *size)
         except ValueError:
-            sel.unregister(conn)
             self._drop(conn)

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import socket
+import struct
 import subprocess
 import time
 
@@ -76,6 +77,21 @@ def test_clients_with_the_secret_share_the_terminal_and_the_shell_sees_their_win
     until(lambda: r.attached == 0, 10, "nobody attached")
     time.sleep(0.2)
     assert r.idle_s() >= 0.2
+
+
+def test_a_client_that_vanishes_while_the_shell_writes_ends_nothing(relay):
+    r, shell, _ = relay
+    gone = connect(r.port, r.secret, 24, 80)
+    stays = connect(r.port, r.secret, 24, 80)
+    stays.sendall(wire.frame(wire.DATA, b"i=0; while [ $i -lt 3000 ]; do echo line-$i; i=$((i+1)); done\r"))
+    gone.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+    gone.close()  # (a reset, mid-output: the relay's next send to it fails)
+    received(stays, b"line-2999")
+    until(lambda: r.attached == 1, 10, "the vanished client dropped")
+    stays.sendall(wire.frame(wire.DATA, b"echo still-$((2*21))\r"))
+    received(stays, b"still-42")
+    assert shell.poll() is None and not r.done.is_set()
+    stays.close()
 
 
 def test_the_relay_ends_with_the_shell_and_its_lines_are_the_log(relay):
