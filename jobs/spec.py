@@ -260,13 +260,13 @@ def _session(body: dict[str, Any], idle_range: tuple[int, int], errors: dict[str
             f"a session runs a shell (or a notebook: jupyter true), not a command; without kind {SESSION} it is a "
             "command job"
         )
-    for key, problem in (
-        ("timeout", "a session's limit is max (default 8h)"),
-        ("workers", "a session runs on one worker"),
-        ("total_steps", "belongs to command jobs"),
-        ("after", "a session starts when it can (it waits for no job)"),
+    for key, allowed, problem in (
+        ("timeout", (None,), "a session's limit is max (default 8h)"),
+        ("workers", (None, 1), "a session runs on one worker"),
+        ("total_steps", (None,), "belongs to command jobs"),
+        ("after", (None, []), "a session starts when it can (it waits for no job)"),
     ):
-        if key in body and body[key] not in (None, 1, []):
+        if key in body and body[key] not in allowed:
             errors[key] = problem
     jupyter = body.get("jupyter", False)
     if not isinstance(jupyter, bool):
@@ -489,37 +489,31 @@ def validate(
         "preemptible": body.get("preemptible") is not False,
         **({"notify": list(body["notify"])} if body.get("notify") else {}),
     }
-    if session:
-        return {
-            "kind": SESSION,
-            **session_fields,
+    if command:  # (the user's own code: a command, or a session's shell or notebook)
+        code = {
             "source": body.get("source"),
             "dataset": dataset,
             "env": dict(body.get("env") or {}),
             **({"secret_env": dict(body["secret_env"])} if body.get("secret_env") else {}),
             "env_name": body.get("env_name"),
-            **({"requirements": body["requirements"]} if body.get("requirements") else {}),
-            **({"isolated_env": True} if body.get("isolated_env") else {}),
-            "name": body.get("name") or command_words(body),
-            **common,
-            "timeout": session_fields["max"],
-            "max_retries": 0,  # (a lost session is not started again without its user)
-            "preemptible": False,  # (never preempted: somebody is typing in it)
         }
-    if command:
-        return {
-            "command": body["command"],
-            "source": body.get("source"),
-            "dataset": dataset,
-            "env": dict(body.get("env") or {}),
-            **({"secret_env": dict(body["secret_env"])} if body.get("secret_env") else {}),
-            "env_name": body.get("env_name"),
-            "total_steps": body.get("total_steps"),
+        built = {
             **({"requirements": body["requirements"]} if body.get("requirements") else {}),
             **({"isolated_env": True} if body.get("isolated_env") else {}),
             "name": body.get("name") or command_words(body)[:NAME_MAX],
-            **common,
         }
+        if session:
+            return {
+                "kind": SESSION,
+                **session_fields,
+                **code,
+                **built,
+                **common,
+                "timeout": session_fields["max"],
+                "max_retries": 0,  # (a lost session is not started again without its user)
+                "preemptible": False,  # (never preempted: somebody is typing in it)
+            }
+        return {"command": body["command"], **code, "total_steps": body.get("total_steps"), **built, **common}
     return {
         "model": model,
         "dataset": dataset,

@@ -63,6 +63,7 @@ def test_without_tokens_or_command_jobs_nobody_starts_a_session(client):
         ({**SESSION, "max": "forever"}, "max", "30d, 12h"),
         ({**SESSION, "jupyter": "yes"}, "jupyter", "true or false"),
         ({**SESSION, "timeout": 60}, "timeout", "max"),
+        ({**SESSION, "timeout": 1}, "timeout", "max"),
         ({**SESSION, "workers": 2}, "workers", "one worker"),
         ({"command": "true", "idle": 60}, "idle", "belongs to sessions"),
         ({"model": "lenet", "dataset": "synthetic", "jupyter": True}, "jupyter", "belongs to sessions"),
