@@ -141,6 +141,15 @@ def user_of(pid: Any) -> str | None:
         return None
 
 
+def utilization(redis: Redis, host: str) -> dict[str, Any]:
+    """GPU index -> utilization (%, None where nvidia-smi says [N/A]) in `host`'s newest sample ({}: none)."""
+    raw = redis.get(gpus_key(host))
+    try:
+        return {str(g.get("index")): g.get("utilization") for g in json.loads(raw)["gpus"]} if raw else {}
+    except (ValueError, KeyError, TypeError, AttributeError):
+        return {}
+
+
 def read_all(redis: Redis) -> list[dict[str, Any]]:
     """Every live host's latest sample, by host name."""
     keys = sorted(k for k in redis.scan_iter(GPUS_PATTERN) if not k.endswith(b":lock"))

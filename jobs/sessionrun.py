@@ -24,11 +24,11 @@ from typing import Any
 
 from redis import Redis
 
-from jobs import launch, terminal
-from jobs.keys import gpus_key
+from jobs import gpus, launch, terminal
 from jobs.launch import Refused, WorkerContext
 from jobs.redis_server import free_port
 from jobs.runner import JobRun
+from models.common import duration
 from models.states import Reason
 
 log = logging.getLogger(__name__)
@@ -186,9 +186,11 @@ class SessionRun(JobRun):
         if self.busy_at == now:
             self.warned.discard("idle")
         elif idle_left <= WARN_BEFORE_S and "idle" not in self.warned:
-            self._warn("idle", f"idle: released in {_short(idle_left)} unless someone attaches or its GPUs work")
+            self._warn(
+                "idle", f"idle: released in {duration(max(0.0, idle_left))} unless someone attaches or its GPUs work"
+            )
         if max_left is not None and max_left <= WARN_BEFORE_S and "max" not in self.warned:
-            self._warn("max", f"ends in {_short(max_left)}, at its max time")
+            self._warn("max", f"ends in {duration(max(0.0, max_left))}, at its max time")
         return None
 
     def _warn(self, what: str, text: str) -> None:
@@ -206,16 +208,10 @@ class SessionRun(JobRun):
         return self._gpus_busy()
 
     def _gpus_busy(self) -> bool:
-        raw = self.redis.get(gpus_key(socket.gethostname()))
-        if not raw or not self.ctx.gpu_ids:
-            return False
-        try:
-            gpus = json.loads(raw)["gpus"]
-        except (ValueError, KeyError, TypeError):
-            return False
-        mine = {str(g) for g in self.ctx.gpu_ids}
-        used = [g.get("utilization") for g in gpus if str(g.get("index")) in mine]
-        return any(isinstance(u, (int, float)) and u >= BUSY_UTILIZATION for u in used)
+        used = gpus.utilization(self.redis, socket.gethostname())  # (the host's sampler: jobs.gpus.Sampler)
+        return any(
+            isinstance(used.get(str(g)), (int, float)) and used[str(g)] >= BUSY_UTILIZATION for g in self.ctx.gpu_ids
+        )
 
     def _status(self) -> dict[str, Any] | None:
         """The notebook server's /api/status (None: it does not answer yet, or not now)."""
@@ -244,8 +240,3 @@ class SessionRun(JobRun):
         except (KeyError, ValueError):
             return False
         return time.time() - last < LOOK_EVERY_S * 2
-
-
-def _short(seconds: float) -> str:
-    s = max(0, int(seconds))
-    return f"{s // 60}m{s % 60:02d}s" if s >= 60 else f"{s}s"

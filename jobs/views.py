@@ -84,11 +84,11 @@ def _session(rec: dict[str, Any], status: Status, names_only: bool) -> dict[str,
     """How a live session is reached (jobs.sessionrun): `attach` (host, the command; its port and secret for its
     owner only) for a shell, `url` (with its token for its owner only) and `tunnel` for a notebook; its warning."""
     info = rec.get("session") if status in (Status.STARTING, Status.RUNNING) else None
+    out: dict[str, Any] = {"attach": None, "url": None, "tunnel": None}
     if not info:
-        return {"attach": None, "url": None, "tunnel": None}
+        return out
     host, port = info.get("host"), info.get("port")
     tunnel = f"ssh -N -L {port}:127.0.0.1:{port} {host}"
-    out: dict[str, Any] = {"attach": None, "url": None, "tunnel": None}
     if info.get("kind") == "notebook":
         url = str(info.get("url") or "")
         out.update(url=url.split("?", 1)[0] + "?token=***" if names_only else url, tunnel=tunnel)

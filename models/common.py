@@ -38,6 +38,18 @@ AGE = re.compile(r"^(\d+)([smhdw])$")
 AGE_S = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 7 * 86400}
 
 
+def duration(seconds: float | None) -> str:
+    """Seconds as people read them: `45s`, `3m07s`, `2h05m` (empty for None)."""
+    if seconds is None:
+        return ""
+    s = int(seconds)
+    if s < 60:
+        return f"{s}s"
+    if s < 3600:
+        return f"{s // 60}m{s % 60:02d}s"
+    return f"{s // 3600}h{s % 3600 // 60:02d}m"
+
+
 def parse_age(text: str) -> int:
     """`30d`, `12h`, `2w`, `90m`, `45s` as seconds; ValueError otherwise."""
     m = AGE.match(text.strip().lower())

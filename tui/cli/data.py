@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import getpass
 import os
 import sys
 
@@ -11,6 +10,7 @@ import click
 from models.common import EXIT_OK, EXIT_USAGE
 from models.sourcetree import human
 from tui.cli.base import client, connection_options, echo_json, job_id_argument, json_option, print_table
+from tui.widgets.fmt import as_me
 
 
 @click.command()
@@ -186,8 +186,7 @@ def tensorboard(ids, stop, as_json) -> int:
         echo_json(board)
         return EXIT_OK
     click.echo(f"TensorBoard for jobs {', '.join(map(str, board['jobs']))}: {board['url']}")
-    tunnel = board["ssh_tunnel"].replace(board["host"], f"{getpass.getuser()}@" + board["host"])
-    click.echo(f"from your machine: {tunnel}")
+    click.echo(f"from your machine: {as_me(board['ssh_tunnel'])}")
     click.echo(f"then open http://localhost:{board['port']}/")
     return EXIT_OK
 

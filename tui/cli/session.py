@@ -3,12 +3,10 @@ attach ID` reattaches."""
 
 from __future__ import annotations
 
-import getpass
 import os
 import shutil
 import sys
 import time
-from datetime import datetime
 from typing import Any
 
 import click
@@ -17,23 +15,22 @@ from models.common import EXIT_INTERRUPTED, EXIT_JOB_FAILED, EXIT_OK
 from models.states import ENDED, PRIORITIES
 from tui.cli.base import Duration, Pair, client, connection_options, job_id_argument, spec_fields
 from tui.cli.jobs import fail, send_source
-from tui.widgets.fmt import duration, in_line, starts_in
+from tui.cli.show import expected_start
+from tui.widgets.fmt import as_me, duration, in_line
 
 POLL_S = 0.1
 """How often the CLI looks whether its session has started (a prompt within 2 s of an idle worker's start)."""
 
 
 def _waiting_line(job: dict[str, Any]) -> str:
-    place = in_line(job)
-    wait = starts_in(job)
-    when = ""
-    if wait is not None:
-        at = datetime.fromtimestamp(time.time() + wait).strftime("%H:%M")
-        when = f", expected to start at {at} (in {duration(wait)})" if wait > 0 else ", due to start now"
-    elif job.get("expected_start_reason"):
-        when = f" ({job['expected_start_reason']})"
+    """`session 12 queued: #1 in line, ~3m; expected 14:05 (in 3m10s); waiting for 1 GPU …`."""
+    starts = expected_start(job)
     why = job.get("message") or ""
-    return f"session {job['id']} {job['status']}: {place or 'waiting'}{when}" + (f"; {why}" if why else "")
+    return (
+        f"session {job['id']} {job['status']}: {in_line(job) or 'waiting'}"
+        + (f"; expected {starts}" if starts else "")
+        + (f"; {why}" if why else "")
+    )
 
 
 def wait_started(api, job_id: int, cancel_on_interrupt: bool) -> dict[str, Any] | int:  # noqa: ANN001
@@ -74,9 +71,8 @@ def reach(api, job: dict[str, Any]) -> int:  # noqa: ANN001
 
     job_id = job["id"]
     if job.get("url"):
-        user = getpass.getuser()
         click.echo(f"session {job_id}: Jupyter at {job['url']}")
-        click.echo(f"from your machine: {_tunnel(job['tunnel'], user)}")
+        click.echo(f"from your machine: {as_me(job['tunnel'])}")
         click.echo(
             f"it ends after {duration(job['spec'].get('idle') or 0)} with no client and its GPUs idle; now: "
             f"gpudeck cancel {job_id}"
@@ -116,12 +112,6 @@ def reach(api, job: dict[str, Any]) -> int:  # noqa: ANN001
 
 def _ended(job: dict[str, Any]) -> str:
     return f"session {job['id']} {job['status']}: {job.get('message') or job.get('reason') or ''}"
-
-
-def _tunnel(line: str, user: str) -> str:
-    """The API's `ssh -N -L P:127.0.0.1:P HOST` with this user's name before the host."""
-    head, _, host = line.rpartition(" ")
-    return f"{head} {user}@{host}"
 
 
 @click.group(

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import getpass
 import os
 import sys
 import threading
@@ -14,6 +13,8 @@ from textual.binding import Binding
 from textual.containers import Horizontal, Vertical, VerticalScroll
 from textual.screen import ModalScreen
 from textual.widgets import Button, Label, Static
+
+from tui.widgets.fmt import as_me
 
 
 class Confirm(ModalScreen[bool]):
@@ -68,7 +69,7 @@ class TensorBoardDialog(ModalScreen[None]):
 
     def compose(self) -> ComposeResult:
         b = self.board
-        ssh = b["ssh_tunnel"].replace(f" {b['host']}", f" {getpass.getuser()}@{b['host']}")
+        ssh = as_me(b["ssh_tunnel"])
         where = "Over SSH" if over_ssh() else "From another machine"
         page = b["url"].split(f":{b['port']}", 1)[-1]
         tunnel = f"{where}: run there\n  {ssh}\nthen open http://localhost:{b['port']}{page}"

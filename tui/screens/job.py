@@ -300,7 +300,7 @@ class JobScreen(Screen):
             (f"\n{usage_text(job['usage'])}", "dim") if job.get("usage") else "",
             f"\n{job['message']}" if job.get("message") else "",
             (f"\n{WARNED} {job['warning']}", "yellow") if job.get("warning") else "",
-            (f"\n{session_text(job)}", "bold") if session_text(job) else "",
+            (f"\n{way_in}", "bold") if (way_in := session_text(job)) else "",
         )
         if job["status"] == "failed":  # why, on the first screen: the lines that explain it
             for line in explain(job.get("log_tail") or [], most=4):

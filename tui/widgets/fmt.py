@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import getpass
 import math
 import re
 import time
@@ -10,6 +11,7 @@ from typing import Any
 
 from rich.text import Text
 
+from models.common import duration  # noqa: F401 (its old home: the screens and the CLI take it from here)
 from models.sourcetree import human
 from models.states import ENDED, UNENDED  # noqa: F401 (the screens take them from here)
 
@@ -75,15 +77,10 @@ def bar(fraction: float | None, width: int = 10) -> str:
     return "█" * full + "░" * (width - full) + f" {fraction * 100:3.0f}%"
 
 
-def duration(seconds: float | None) -> str:
-    if seconds is None:
-        return ""
-    s = int(seconds)
-    if s < 60:
-        return f"{s}s"
-    if s < 3600:
-        return f"{s // 60}m{s % 60:02d}s"
-    return f"{s // 3600}h{s % 3600 // 60:02d}m"
+def as_me(ssh_line: str) -> str:
+    """An API's `ssh … HOST` line (a TensorBoard's or a notebook's tunnel) with this user's name before the host."""
+    head, _, host = ssh_line.rpartition(" ")
+    return f"{head} {getpass.getuser()}@{host}"
 
 
 def num(value: Any, digits: int = 4) -> str:
