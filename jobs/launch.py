@@ -26,6 +26,7 @@ from jobs.redis_server import free_port
 from jobs.scalars import EVENT_FILE_MARK
 from jobs.settings import Settings
 from models import protocol, sourcetree
+from models.protocol import KEEP_CHECKPOINTS_ENV
 
 log = logging.getLogger(__name__)
 
@@ -33,7 +34,16 @@ RUN_ID_ENV = "GPUDECK_RUN_ID"
 """Set in every trainer's and command's environment (the RQ id of the attempt or task): processes that carry it
 are swept when the attempt ends, even those that left its process group."""
 HIDDEN_ENV = ("GPUDECK_TOKENS", "GPUDECK_TOKEN", "REDIS_URL", "GPUDECK_WEBHOOKS", "GPUDECK_WEBHOOK_SECRETS")
-"""The worker's own secrets and its Redis, handed to no job's process."""
+"""The worker's own secrets and its Redis, handed to no job's process (whatever GPUDECK_PASS_ENV says)."""
+PASSED_ENV = ("PATH", "LANG", "LANGUAGE", "TZ", "LD_LIBRARY_PATH", "SSL_CERT_FILE", "SSL_CERT_DIR",
+              KEEP_CHECKPOINTS_ENV)  # fmt: skip
+PASSED_PREFIXES = ("LC_", "CUDA_", "NCCL_", "NVIDIA_", "OMP_", "KMP_", "MKL_", "OPENBLAS_", "ONEDNN_", "DNNL_", "TF_",
+                   "XLA_")  # fmt: skip
+"""What of the worker's own environment a job gets (an allowlist: the locale, the time zone, and what an operator
+sets for GPUs and CPU math); GPUDECK_PASS_ENV adds names. Everything else of the shell that ran `gpudeck up` (an
+operator's HF_TOKEN, AWS_SECRET_ACCESS_KEY, GPUDECK_HOME…) stays out of jobs."""
+BUILD_PREFIXES = ("UV_", "PIP_")
+"""What an environment's build gets besides (the operator's package index)."""
 UNSANDBOXED = (
     "this worker runs jobs without a sandbox ({why}), so a user's command could act as the service; it runs the "
     "commands of named users only where the operator accepts that (GPUDECK_COMMAND_JOBS=trusted)"
@@ -89,10 +99,20 @@ class Attempt:
     job_dir: Path
 
 
-def base_env(attempt: Attempt) -> dict[str, str]:
-    """The worker's environment without its secrets, marked with the job and the run id (what kill_marked sweeps
-    at the end)."""
-    env = {k: v for k, v in os.environ.items() if k not in HIDDEN_ENV}
+def passed(name: str, extra: tuple[str, ...] = (), build: bool = False) -> bool:
+    """Whether the worker's variable `name` reaches a job (PASSED_ENV, and `extra`: GPUDECK_PASS_ENV's names, a
+    trailing `*` a prefix), or an environment's build (`build`)."""
+    if name in HIDDEN_ENV:
+        return False
+    prefixes = PASSED_PREFIXES + (BUILD_PREFIXES if build else ()) + tuple(e[:-1] for e in extra if e.endswith("*"))
+    return name in PASSED_ENV or name in extra or name.startswith(prefixes)
+
+
+def base_env(attempt: Attempt, settings: Settings, build: bool = False) -> dict[str, str]:
+    """The job's share of the worker's environment (`passed`), its HOME (the sandbox's empty one), marked with the
+    job and the run id (what kill_marked sweeps at the end)."""
+    env = {k: v for k, v in os.environ.items() if passed(k, settings.pass_env, build)}
+    env["HOME"] = os.path.expanduser("~")  # (an empty tmpfs in the sandbox, the job's to write)
     env["PYTHONUNBUFFERED"] = "1"
     env[protocol.JOB_ID_ENV] = str(attempt.job_id)
     env[RUN_ID_ENV] = attempt.run_id
@@ -117,7 +137,7 @@ def torch_env(master_addr: str, master_port: int, nodes: int, node_rank: int) ->
 
 def trainer(ctx: WorkerContext, attempt: Attempt, events_w: int, extra_env: dict[str, str]) -> Launch:
     """`python -m models.train` in the job dir, writing its events to `events_w` (models.protocol)."""
-    env = base_env(attempt)
+    env = base_env(attempt, ctx.settings)
     env[protocol.EVENTS_FD_ENV] = str(events_w)
     env[protocol.STOP_GRACE_ENV] = str(protocol.trainer_grace(ctx.stop_grace_s))
     env["CUDA_VISIBLE_DEVICES"] = ",".join(ctx.gpu_ids)  # every GPU of the job's place
@@ -136,7 +156,7 @@ def command(
     """A command job's `/bin/sh -c COMMAND` in its own source copy, with the variables of the README's table; none
     of the worker's secrets. Refused when its environment or source is not on this worker. `built`: the project's
     own environment (jobs.pyenv), whose python comes first."""
-    env = base_env(attempt)
+    env = base_env(attempt, ctx.settings)
     src = source_copy(ctx, spec, attempt.job_dir)
     bin_dir = Path(sys.executable).parent  # `python` is the worker's own, with TensorFlow
     if built is not None:
@@ -187,6 +207,9 @@ def sandboxed(
         return how
     s = ctx.settings
     readable = [*readable, *(path for _, path in s.envs)]
+    user = sandbox.job_user(s.job_user)
+    for path in (job_dir, *writable):  # (what the job may write is its user's)
+        sandbox.hand_over(path, user)
     options = tempfile.TemporaryFile()  # noqa: SIM115 (its descriptor outlives this call: the runner closes it)
     argv, args = sandbox.wrap(
         how.argv,
@@ -199,6 +222,7 @@ def sandboxed(
         lifeline=lifeline,
         env=how.env,
         options_fd=options.fileno(),
+        user=user,
     )
     options.write(b"".join(a.encode() + b"\0" for a in args))
     options.seek(0)
@@ -287,12 +311,23 @@ def shipped_event_files(src: Path) -> set[str]:
     return {f"src/{n}" for n in sourcetree.files(src) if EVENT_FILE_MARK in n}
 
 
+def write_new(path: Path, text: str) -> None:
+    """Write `path` anew through a file of its own, renamed over it: in a job dir, which the job's user owns,
+    no link an earlier attempt left there is followed."""
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.{os.urandom(4).hex()}")
+    with os.fdopen(os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o644), "w") as f:
+        f.write(text)
+    os.replace(tmp, path)
+
+
 class LogFile:
     """An attempt's log.txt. A full disk stops neither the job nor its log in Redis: a write that finds no space
     is dropped (noted once, in `full`), and a job that then fails ends as disk_full."""
 
     def __init__(self, path: Path):
-        self.file = open(path, "ab", buffering=0)
+        if path.is_symlink():  # (the job's user owns its dir: what an earlier attempt left is never followed)
+            path.unlink()
+        self.file = os.fdopen(os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW, 0o644), "ab", 0)
         self.full = False
 
     def write(self, text: str) -> None:

@@ -19,7 +19,7 @@ from typing import Any
 from redis import Redis
 from redis.exceptions import RedisError
 
-from jobs import datasets, gang, launch, lifecycle, outcome, pyenv
+from jobs import datasets, gang, launch, lifecycle, outcome, pyenv, sandbox
 from jobs.archives import tree_bytes
 from jobs.keys import metrics_key, rq_job_id, stop_channel
 from jobs.launch import NO_SPACE, Attempt, LogFile, Refused, WorkerContext
@@ -95,7 +95,7 @@ class JobRun:
             self.job_dir.mkdir(parents=True, exist_ok=True)
             # (every user may read a job dir's files: a command's env values and secrets stay out of it)
             written = self._trainer_spec(spec) if not self.command else shown(spec, names_only=True)
-            (self.job_dir / "spec.json").write_text(json.dumps(written, indent=2) + "\n")
+            launch.write_new(self.job_dir / "spec.json", json.dumps(written, indent=2) + "\n")
             log_file = LogFile(self.job_dir / "log.txt")
         except OSError as exc:
             if exc.errno not in NO_SPACE:
@@ -226,7 +226,7 @@ class JobRun:
         output in the log, beating and answering stops as a running job does; mark it ready when it succeeded."""
         pyenv.start_build(path)
         self.store.update(self.job_id, message=f"building environment ({need.packages} packages)")
-        env = launch.base_env(Attempt(self.job_id, self.attempt, self.run_id, self.job_dir))
+        env = launch.base_env(Attempt(self.job_id, self.attempt, self.run_id, self.job_dir), self.ctx.settings, True)
         how = launch.Launch(pyenv.build_argv(self.ctx.settings, need, path), self.job_dir / "src", env)
         lifeline = os.pipe()  # (its own: the job's is for the job)
         how = launch.sandboxed(self.ctx, how, self.job_dir, pyenv.index_paths(), lifeline[0], writable=[path])
@@ -245,6 +245,8 @@ class JobRun:
                 self.env_failed = f"the project's environment could not be built (uv exited with status {returncode})"
             shutil.rmtree(path, ignore_errors=True)
             return False
+        if os.geteuid() == 0:  # (built as the job's user: the service's from now on, unchangeable by any job)
+            sandbox.take_back(path)
         pyenv.mark_ready(path, need, self.job_id)
         removed = pyenv.prune(self.ctx.settings, keep=need.digest)
         if removed:

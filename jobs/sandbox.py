@@ -14,6 +14,17 @@ The network is shared (the tasks of a multi-worker job talk to each other, scrip
 Redis listens on a unix socket only, which the sandbox hides; a Redis on TCP (several hosts) must require a
 password, which no job is given (jobs.launch.HIDDEN_ENV).
 
+No privilege: where the worker runs as root, the job runs as GPUDECK_JOB_USER (`nobody` unless the operator names
+a dedicated user): bubblewrap keeps only CAP_SETUID, CAP_SETGID and CAP_SETPCAP for jobs.shim, which drops every
+capability (the bounding set too), every group, and becomes that user before anything of the job runs; the job's
+dir (and an environment being built) is handed to that user first. Where the worker is not root, the job runs as
+the worker's user in a user namespace with no capability. Either way `umount` and `mount` fail (no capability),
+files of the service and of root (/etc/shadow, a 0600 file, a root-only socket) are out of reach by their
+permissions, and nothing can gain a privilege back (no_new_privs: setuid binaries and file capabilities do not
+apply). The job already runs in a session of its own, with no controlling terminal (the work-horse starts
+bubblewrap with setsid), which is what bubblewrap's --new-session would give; --die-with-parent ends the sandbox
+with bubblewrap's outer process.
+
 bubblewrap's own process ignores SIGTERM (so a stop reaches the job through its process group and the job's exit
 status comes back through bubblewrap's); jobs.shim, the first process inside, gives the job SIGTERM's default
 again, and stops it when the work-horse dies (its lifeline pipe closes), as a cancel would.
@@ -24,12 +35,14 @@ from __future__ import annotations
 import functools
 import glob
 import os
+import pwd
 import shutil
 import subprocess
 import sys
 from pathlib import Path
 from urllib.parse import urlparse
 
+from jobs.errors import ConfigError
 from jobs.proc import python_module
 
 MODES = ("auto", "bwrap", "off")
@@ -77,11 +90,73 @@ def command_refusal(mode: str, trusted: bool) -> str | None:
     return None if trusted else why
 
 
-def describe(mode: str, trusted: bool) -> str:
-    """What `gpudeck up` and a worker say at start about how jobs are isolated."""
+DEFAULT_JOB_USER = "nobody"
+"""GPUDECK_JOB_USER's default: the user a job runs as where the worker is root."""
+
+
+def job_user(name: str | None) -> tuple[int, int] | None:
+    """The (uid, gid) a job runs as: GPUDECK_JOB_USER (a name, a uid or uid:gid) where this process is root, None
+    where it is not (the job runs as this process's user, in a user namespace with no capability). ConfigError
+    for an unknown user or root itself."""
+    if os.geteuid() != 0:
+        return None
+    raw = (name or DEFAULT_JOB_USER).strip()
+    uid_s, _, gid_s = raw.partition(":")
+    try:
+        entry = pwd.getpwuid(int(uid_s)) if uid_s.isdigit() else pwd.getpwnam(uid_s)
+        uid, gid = entry.pw_uid, entry.pw_gid
+    except KeyError:
+        if not uid_s.isdigit():
+            raise ConfigError(f"GPUDECK_JOB_USER: no user {uid_s!r} on this host (useradd --system {uid_s})") from None
+        uid, gid = int(uid_s), int(uid_s)
+    if gid_s:
+        if not gid_s.isdigit():
+            raise ConfigError(f"GPUDECK_JOB_USER: the group must be a number (uid:gid), got {raw!r}")
+        gid = int(gid_s)
+    if uid == 0 or gid == 0:
+        raise ConfigError(f"GPUDECK_JOB_USER must be an unprivileged user, not root ({raw!r})")
+    return uid, gid
+
+
+def hand_over(path: Path, user: tuple[int, int] | None) -> None:
+    """Give `path` and everything in it to the job's user (links themselves, never what they point at), so the job
+    may write there; nothing to do where jobs run as this process's own user."""
+    if user is None or not path.exists():
+        return
+    uid, gid = user
+    os.lchown(path, uid, gid)
+    for here, dirs, names in os.walk(path):
+        for n in dirs + names:
+            p = os.path.join(here, n)
+            st = os.lstat(p)
+            if (st.st_uid, st.st_gid) != user:
+                os.lchown(p, uid, gid)
+
+
+def take_back(path: Path) -> None:
+    """Give `path` and everything in it back to this process's user (an environment once built: no job may change
+    it afterwards, and what the service writes there never goes through a link a job left)."""
+    uid, gid = os.geteuid(), os.getegid()
+    for here, dirs, names in os.walk(path):
+        for n in dirs + names:
+            os.lchown(os.path.join(here, n), uid, gid)
+    os.lchown(path, uid, gid)
+
+
+def describe(mode: str, trusted: bool, user: str | None = None) -> str:
+    """What `gpudeck up` and a worker say at start about how jobs are isolated (and as whom they run)."""
     why = missing(mode)
     if why is None:
-        return "sandbox  bubblewrap: each job in its own PID and mount namespace, the service out of its sight"
+        try:
+            ids = job_user(user)
+        except ConfigError as exc:
+            return f"sandbox  bubblewrap, but {exc}"
+        who = (
+            f"as uid {ids[0]} gid {ids[1]} (GPUDECK_JOB_USER), no capability"
+            if ids is not None
+            else f"as uid {os.geteuid()} in a user namespace, no capability"
+        )
+        return "sandbox  bubblewrap: each job in its own PID and mount namespace, the service out of its sight, " + who
     who = (
         "named users run commands anyway (GPUDECK_COMMAND_JOBS=trusted): a user who may run commands can act as the "
         "service"
@@ -122,6 +197,7 @@ def wrap(
     lifeline: int,
     env: dict[str, str],
     options_fd: int,
+    user: tuple[int, int] | None = None,
 ) -> tuple[list[str], list[str]]:
     """`argv` run by bubblewrap in a sandbox as the module's doc describes: `job_dir` (and `writable`) writable,
     `readable` (a dataset, a registered environment, a project's built one) read-only, `home` (GPUDECK_HOME) and
@@ -129,31 +205,53 @@ def wrap(
     read end) closes; with exactly `env`. Returns (the command line, bubblewrap's options): the options, `env`
     among them, are read from `options_fd` (`--args`), so no value shows in a process listing, and bubblewrap
     itself runs with the environment of BWRAP_ENV, not the job's (a job's LD_PRELOAD or LD_LIBRARY_PATH never
-    reaches a process outside its sandbox)."""
-    args = ["--unshare-pid", "--unshare-ipc"]
-    args += ["--ro-bind", "/", "/", "--proc", "/proc", "--dev", "/dev", "--tmpfs", "/dev/shm"]
+    reaches a process outside its sandbox). `user`: the job's (uid, gid) where this process is root (job_user):
+    the shim becomes that user, with no capability; None: a user namespace with no capability."""
+    args = ["--unshare-pid", "--unshare-ipc", "--die-with-parent", "--cap-drop", "ALL"]
+    if user is not None:  # (what the shim needs to become the job's user; it drops these too)
+        args += ["--cap-add", "CAP_SETUID", "--cap-add", "CAP_SETGID", "--cap-add", "CAP_SETPCAP"]
+    else:
+        args += ["--unshare-user"]
+    args += ["--ro-bind", "/", "/", "--proc", "/proc", "--dev", "/dev", "--perms", "1777", "--tmpfs", "/dev/shm"]
     for dev in sorted(glob.glob("/dev/nvidia*") + glob.glob("/dev/dri")):
         args += ["--dev-bind", dev, dev]
-    args += ["--tmpfs", "/tmp"]
+    covers: list[Path] = []
+
+    def cover(path: Path, perms: str = "0755") -> None:
+        covers.append(path)
+        args.extend(["--perms", perms, "--tmpfs", str(path)])
+
+    def bind(option: str, path: Path) -> None:
+        """Bind `path` in place; the folders it needs inside a cover made as the host shows them to anyone
+        (0755: bubblewrap would make them 0700, root's, where the job's user could not pass)."""
+        for c in covers:
+            if _under(path, c):
+                for parent in reversed(path.relative_to(c).parents[:-1]):
+                    args.extend(["--perms", "0755", "--dir", str(c / parent)])
+        args.extend([option, str(path), str(path)])
+
+    cover(Path("/tmp"), "1777")
     user_home = Path(os.path.expanduser("~"))
     if str(user_home) not in ("/", "") and user_home.is_dir():
-        args += ["--tmpfs", str(user_home)]
+        cover(user_home, "1777")  # (the job's HOME: empty, writable by it)
     for path in runtime_paths():  # (again: the tmpfs above may have covered them)
         if path.exists():
-            args += ["--ro-bind", str(path), str(path)]
+            bind("--ro-bind", path)
     for hidden in (home, _socket_dir(redis_url)):
         if hidden is not None and hidden.is_dir() and str(hidden) != "/" and not _under(hidden, home):
-            args += ["--tmpfs", str(hidden)]
+            cover(hidden)
     for path in readable:
         if path.exists():
-            args += ["--ro-bind", str(path), str(path)]
+            bind("--ro-bind", path)
     for path in writable:  # (an environment being built: the one folder under GPUDECK_HOME a build may write)
-        args += ["--bind", str(path), str(path)]
-    args += ["--bind", str(job_dir), str(job_dir), "--chdir", str(cwd), "--clearenv"]
+        bind("--bind", path)
+    bind("--bind", job_dir)
+    args += ["--chdir", str(cwd), "--clearenv"]
     for name, value in env.items():
         args += ["--setenv", name, value]
     command = [shutil.which("bwrap") or "bwrap", "--args", str(options_fd), "--"]
-    return [*command, *python_module("jobs.shim", str(lifeline), "--"), *argv], args
+    who = f"{user[0]}:{user[1]}" if user is not None else "-"
+    return [*command, *python_module("jobs.shim", str(lifeline), who, "--"), *argv], args
 
 
 BWRAP_ENV = ("PATH", "LANG", "LC_ALL")

@@ -90,6 +90,15 @@ def _duration(raw: str) -> int:
         raise ValueError(f"write a duration such as 0, 90s, 5m or 7d, got {raw!r}") from None
 
 
+def _names(raw: str) -> tuple[str, ...]:
+    """GPUDECK_PASS_ENV: variable names, comma-separated (a trailing `*` takes every name with that prefix)."""
+    names = tuple(n.strip() for n in raw.split(",") if n.strip())
+    for n in names:
+        if not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*\*?", n):
+            raise ValueError(f"GPUDECK_PASS_ENV: {n!r} is not a variable name (NAME or PREFIX*)")
+    return names
+
+
 def _flag(env, name: str) -> bool:
     raw = (env.get(name) or "0").strip().lower()
     if raw not in ("1", "true", "yes", "on", "0", "false", "no", "off", ""):
@@ -180,6 +189,9 @@ class Settings:
     env_max_age_s: int | None = 30 * 86400
     session_idle_min_s: int = 60
     session_idle_max_s: int = 4 * 3600
+    session_max_s: int = 24 * 3600
+    job_user: str | None = None
+    pass_env: tuple[str, ...] = ()
 
     @property
     def command_jobs_allowed(self) -> bool:
@@ -240,6 +252,11 @@ class Settings:
             if env.get("GPUDECK_SESSION_IDLE_MAX")
             else 4 * 3600,
             public_url=(env.get("GPUDECK_PUBLIC_URL") or "").strip().rstrip("/") or None,
+            session_max_s=int(_checked(_duration, env, "GPUDECK_SESSION_MAX"))
+            if env.get("GPUDECK_SESSION_MAX")
+            else 24 * 3600,
+            job_user=(env.get("GPUDECK_JOB_USER") or "").strip() or None,
+            pass_env=_checked(_names, env, "GPUDECK_PASS_ENV"),
         )
 
     def webhook(self, name: str) -> Webhook | None:

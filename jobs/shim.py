@@ -1,4 +1,9 @@
-"""`python -m jobs.shim FD -- ARGV…`: the first process of a job inside its sandbox (jobs.sandbox).
+"""`python -m jobs.shim FD USER -- ARGV…`: the first process of a job inside its sandbox (jobs.sandbox).
+
+USER is `UID:GID` where the worker runs as root: the shim first becomes that user for good — every capability
+dropped from the bounding set (bubblewrap left it CAP_SETPCAP for that), no supplementary group, real, effective
+and saved ids all the job's, the inheritable and ambient sets emptied — and refuses to start the job (exit 126)
+unless /proc says it has no capability left. `-`: it already runs as an unprivileged user (a user namespace).
 
 bubblewrap ignores SIGTERM (so that it outlives a stop and hands on the job's exit status), and that disposition
 would be inherited; the shim gives the job SIGTERM's default back, starts it in the same process group (a stop
@@ -13,6 +18,7 @@ It imports nothing but the standard library: it runs before anything of the job.
 
 from __future__ import annotations
 
+import ctypes
 import os
 import select
 import signal
@@ -24,11 +30,48 @@ GRACE_ENV = "GPUDECK_STOP_GRACE"
 """Seconds the job has after SIGTERM (models.protocol's name for the trainer's own grace)."""
 
 
+PR_CAPBSET_DROP = 24
+PR_CAP_AMBIENT, PR_CAP_AMBIENT_CLEAR_ALL = 47, 4
+CAP_VERSION_3 = 0x20080522
+LAST_CAP = 63
+
+
+def become(user: str) -> str | None:
+    """Become `user` (`UID:GID`, or `-`: stay) with no capability in any set; why not, or None when done."""
+    if user != "-":
+        uid, gid = (int(x) for x in user.split(":"))
+        libc = ctypes.CDLL(None, use_errno=True)
+        for cap in range(LAST_CAP + 1):
+            libc.prctl(PR_CAPBSET_DROP, cap, 0, 0, 0)  # (EINVAL past the kernel's last capability: nothing to drop)
+        libc.prctl(PR_CAP_AMBIENT, PR_CAP_AMBIENT_CLEAR_ALL, 0, 0, 0)
+        try:
+            os.setgroups([])
+            os.setresgid(gid, gid, gid)
+            os.setresuid(uid, uid, uid)
+        except OSError as exc:
+            return f"cannot become uid {uid} gid {gid}: {exc}"
+        header = (ctypes.c_uint32 * 2)(CAP_VERSION_3, 0)
+        libc.capset(header, (ctypes.c_uint32 * 6)())  # (the inheritable set, which setresuid leaves)
+        if os.getresuid() != (uid, uid, uid) or os.getresgid() != (gid, gid, gid) or os.getgroups():
+            return f"still uid {os.getresuid()} gid {os.getresgid()} groups {os.getgroups()}"
+    status = dict(line.split(":\t", 1) for line in open("/proc/self/status").read().splitlines() if ":\t" in line)
+    held = {k: v.strip() for k, v in status.items() if k.startswith("Cap") and int(v, 16)}
+    if user != "-" and held:  # (in a user namespace the bounding set may stay full: it grants nothing there)
+        return f"capabilities left: {held}"
+    if int(status.get("CapEff", "0"), 16) or int(status.get("CapPrm", "0"), 16):
+        return f"capabilities left: {held}"
+    return None
+
+
 def main(argv: list[str]) -> int:
-    fd, sep, *command = argv
+    fd, user, sep, *command = argv
     if sep != "--" or not command:
-        print("usage: python -m jobs.shim FD -- COMMAND…", file=sys.stderr)
+        print("usage: python -m jobs.shim FD USER -- COMMAND…", file=sys.stderr)
         return 2
+    why = become(user)
+    if why is not None:
+        print(f"gpudeck: the job was not started: its sandbox could not drop its privileges ({why})", file=sys.stderr)
+        return 126
     lifeline = int(fd)
     job = subprocess.Popen(command, pass_fds=_inherited(lifeline), preexec_fn=_default_term)
     os.set_blocking(lifeline, False)

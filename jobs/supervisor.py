@@ -165,7 +165,7 @@ class Stack:
             f"  home     {self.settings.home}",
             f"  redis    {self.redis_url}" + (f" ({self._redis_kind()})" if self.redis else " (REDIS_URL)"),
             f"  logs     {self.logs_dir}/",
-            f"  {sandbox.describe(self.settings.sandbox, self.settings.command_jobs_trusted)}",
+            f"  {sandbox.describe(self.settings.sandbox, self.settings.command_jobs_trusted, self.settings.job_user)}",
         ]
         for w in self.workers:
             lines.append(f"  {w.name:<12} pid {w.proc.pid if w.proc else '-'}, log {w.log_path}")

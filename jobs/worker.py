@@ -309,6 +309,8 @@ def run(
     """Pin to `gpus` ([] = CPU), then serve the queues for that GPU count until stopped."""
     if settings.sandbox == "bwrap" and sandbox.unavailable():
         raise ConfigError(f"GPUDECK_SANDBOX=bwrap, but {sandbox.unavailable()}")
+    if sandbox.active(settings.sandbox):
+        sandbox.job_user(settings.job_user)  # (ConfigError for a user this host has not, or root)
     # Before anything can import TensorFlow: the trainers this worker starts inherit it.
     os.environ["CUDA_VISIBLE_DEVICES"] = ",".join(gpus)
     host = socket.gethostname()
@@ -345,7 +347,8 @@ def run(
         private_queue(name),
         os.environ["CUDA_VISIBLE_DEVICES"],
     )
-    log.info("worker %s: %s", name, sandbox.describe(settings.sandbox, settings.command_jobs_trusted))
+    isolation = sandbox.describe(settings.sandbox, settings.command_jobs_trusted, settings.job_user)
+    log.info("worker %s: %s", name, isolation)
     try:
         worker.work(burst=burst, logging_level="INFO")
     finally:

@@ -83,7 +83,8 @@ def test_the_sandbox_gets_the_environment_through_a_descriptor_and_bwrap_runs_wi
     try:
         assert boxed.sandboxed and boxed.argv[0].endswith("bwrap") and "--args" in boxed.argv
         inside = boxed.argv[boxed.argv.index("--") + 1 :]  # what bubblewrap runs: the shim, then the command
-        assert inside[-7:] == ["-m", "jobs.shim", str(lifeline), "--", "/bin/sh", "-c", "true"], inside
+        who = "-" if os.geteuid() else ":".join(map(str, sandbox.job_user(None) or ()))  # (root: GPUDECK_JOB_USER)
+        assert inside[-8:] == ["-m", "jobs.shim", str(lifeline), who, "--", "/bin/sh", "-c", "true"], inside
         assert "k" not in boxed.argv and set(boxed.env) <= set(sandbox.BWRAP_ENV)  # the secret is not on its line
         options_fd = boxed.fds()[0]
         options = os.pread(options_fd, 1 << 20, 0).split(b"\0")
