@@ -22,7 +22,6 @@ from jobs.keys import auth_failures_key
 from jobs.settings import Settings
 from jobs.spec import is_command
 from jobs.tokens import User
-from models.states import PRIORITIES
 
 log = logging.getLogger(__name__)
 
@@ -78,23 +77,11 @@ def settings_for_submit(spec: Any) -> Settings:
     """The settings a submission is validated with: where tokens name their users, a user may submit command
     jobs (tokens are required, as with GPUDECK_TOKENS) unless their token was made with --no-commands."""
     settings, who = deps.settings(), user()
-    if isinstance(spec, dict):
-        if spec.get("preemptible") is False and who is not None and not who.admin:
-            raise Forbidden(
-                f"only an admin may make a job that cannot be preempted (preemptible: false); token {who.name!r} is "
-                "a user's",
-                {"rule": "preemptible_admin_only", "user": who.name, "field": "preemptible"},
-            )
-        if isinstance(spec.get("priority"), str):
-            may_priority(spec["priority"])
+    refused = tokens.refusal(who, spec, isinstance(spec, dict) and is_command(spec))
+    if refused is not None:
+        raise Forbidden(*refused)
     if who is None or not who.named:
         return settings
-    if isinstance(spec, dict) and is_command(spec) and not who.commands:
-        raise Forbidden(
-            f"token {who.name!r} was created with --no-commands: it may submit model jobs only (an admin can make "
-            f"one that may: gpudeck token create NAME)",
-            {"rule": "no_commands", "user": who.name},
-        )
     why = sandbox.command_refusal(settings.sandbox, settings.command_jobs_trusted)
     if isinstance(spec, dict) and is_command(spec) and why is not None:
         raise Forbidden(
@@ -108,15 +95,9 @@ def settings_for_submit(spec: Any) -> Settings:
 
 def may_priority(priority: str) -> None:
     """Forbidden when this request's token may not give a job `priority` (gpudeck token create --max-priority)."""
-    who = user()
-    if who is None or who.max_priority is None or priority not in PRIORITIES:
-        return
-    if PRIORITIES.index(priority) < PRIORITIES.index(who.max_priority):
-        raise Forbidden(
-            f"token {who.name!r} may give a job at most priority {who.max_priority}, not {priority} (an admin can "
-            "change that: gpudeck token create NAME --max-priority high)",
-            {"rule": "max_priority", "user": who.name, "field": "priority", "max_priority": who.max_priority},
-        )
+    refused = tokens.refusal(user(), {"priority": priority}, False)
+    if refused is not None:
+        raise Forbidden(*refused)
 
 
 def may(owner: str | None, action: str, what: str) -> None:

@@ -27,9 +27,9 @@ from typing import Any
 from redis import Redis
 from redis.exceptions import LockError
 
-from jobs import queues
+from jobs import queues, tokens
 from jobs import spec as spec_mod
-from jobs.errors import GpudeckError, NotFound, ValidationError
+from jobs.errors import Forbidden, GpudeckError, NotFound, ValidationError
 from jobs.keys import (
     SEARCHER_LOCK_KEY,
     SEARCHING_KEY,
@@ -70,9 +70,10 @@ def is_search(body: Any) -> bool:
     return isinstance(body, dict) and body.get("search", "grid") != "grid"
 
 
-def parse(redis: Redis, body: dict[str, Any], settings: Settings) -> dict[str, Any]:
+def parse(redis: Redis, body: dict[str, Any], settings: Settings, owner: str | None = None) -> dict[str, Any]:
     """The record fields of a search (random or tpe), every field checked; ValidationError names each bad one.
-    The base is validated with every range's ends and every choice, so a trial is not refused later."""
+    The base is validated with every range's ends and every choice, so a trial is not refused later; each of them
+    passes `owner`'s token's rules as a job sent directly would (Forbidden naming `space.KEY`)."""
     errors: dict[str, str] = {}
     unknown = set(body) - FIELDS
     if unknown:
@@ -114,13 +115,20 @@ def parse(redis: Redis, body: dict[str, Any], settings: Settings) -> dict[str, A
     stopping = _stopping(body.get("stopping"), errors)
     if errors:
         raise ValidationError(errors)
+    who = tokens.named(redis, owner)[0] if owner else None
     for key, values in _probes(space).items():  # each range's ends, each choice: the spec takes them all
         for value in values:
+            probe = apply(base, {**_firsts(space), key: value})
             try:
-                queues.validate(redis, apply(base, {**_firsts(space), key: value}), settings, default_gpus=0)
+                queues.validate(redis, probe, settings, default_gpus=0)
             except ValidationError as exc:
                 fields = {f"space.{key}": f"with {key}={value!r}: {k}: {v}" for k, v in exc.fields.items()}
                 raise type(exc)(fields) from None
+            refused = tokens.refusal(who, probe, spec_mod.is_command(probe))
+            if refused is not None:
+                raise Forbidden(
+                    f"space.{key}: with {key}={value!r}: {refused[0]}", {**refused[1], "field": f"space.{key}"}
+                )
     queues.validate(redis, base, settings, default_gpus=0)
     return {
         "search": body["search"],
@@ -341,6 +349,11 @@ def launch(redis: Redis, settings: Settings, record: dict[str, Any], the_study: 
         extra["owner"] = record["owner"]
     allowed = dataclasses.replace(settings, command_jobs=True)  # (the search's maker was allowed to run it)
     try:
+        if record.get("owner"):  # (and still is, when each trial starts: a revoked or narrowed token launches none)
+            who, why = tokens.named(redis, record["owner"])
+            refused = (why, {}) if who is None else tokens.refusal(who, spec, spec_mod.is_command(spec))
+            if refused is not None:
+                raise Forbidden(refused[0], refused[1])
         job = queues.submit(redis, spec, allowed, extra=extra)
     except GpudeckError as exc:  # (a dataset deleted since, a quota lowered): the trial fails, the search stops
         the_study.tell(asked.number, state=_optuna().trial.TrialState.FAIL)

@@ -118,7 +118,7 @@ def create(redis: Redis, body: Any, settings: Settings | None = None, owner: str
 def _create_search(redis: Redis, body: dict[str, Any], settings: Settings, owner: str | None) -> dict[str, Any]:
     if body.get("search") not in search.SEARCHES:
         raise ValidationError({"search": f"must be one of {', '.join(search.SEARCHES)}, got {body.get('search')!r}"})
-    fields = search.parse(redis, body, settings)
+    fields = search.parse(redis, body, settings, owner)
     quota.check_fits(redis, owner, queues.validate(redis, body["base"], settings, default_gpus=0))
     sweep_id = int(redis.incr(SWEEP_COUNTER_KEY))
     base = body["base"]  # (kept whole: its trials are submitted later, secret_env and all)

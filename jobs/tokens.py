@@ -148,7 +148,53 @@ def identify(redis: Redis, token: str, now: float | None = None) -> tuple[User |
     if not meta.get("last_used_at") or now - meta["last_used_at"] > LAST_USED_EVERY_S:
         meta["last_used_at"] = now  # (only while it still exists: a revoke meanwhile is not undone)
         redis.eval(TOUCH, 1, TOKENS_KEY, meta["name"], json.dumps(meta))
-    user = User(
+    return _user(meta), ""
+
+
+def named(redis: Redis, name: str, now: float | None = None) -> tuple[User | None, str]:
+    """The user `name` is now (what their token allows), or (None, why not: revoked, expired): what a search
+    made by `name` asks before each trial it launches for them."""
+    raw = redis.hget(TOKENS_KEY, name)
+    if raw is None:
+        return None, f"the token of {name!r} was revoked"
+    meta = json.loads(raw)
+    if meta.get("expires_at") and (time.time() if now is None else now) >= meta["expires_at"]:
+        return None, f"the token of {name!r} expired"
+    return _user(meta), ""
+
+
+def refusal(who: User | None, spec: Any, command: bool) -> tuple[str, dict[str, Any]] | None:
+    """Why `who` may not submit `spec` by the rules of their token — a job that cannot be preempted (admins only),
+    a priority above their --max-priority, a command (`command`: jobs.spec.is_command) from a --no-commands token —
+    as (message, details), or None.
+    The one set of rules for a job sent directly (api.auth) and each trial of a search (jobs.search)."""
+    if who is None or not isinstance(spec, dict):
+        return None
+    if spec.get("preemptible") is False and not who.admin:
+        return (
+            f"only an admin may make a job that cannot be preempted (preemptible: false); token {who.name!r} is "
+            "a user's",
+            {"rule": "preemptible_admin_only", "user": who.name, "field": "preemptible"},
+        )
+    priority = spec.get("priority")
+    if who.max_priority is not None and priority in PRIORITIES:
+        if PRIORITIES.index(priority) < PRIORITIES.index(who.max_priority):
+            return (
+                f"token {who.name!r} may give a job at most priority {who.max_priority}, not {priority} (an admin "
+                "can change that: gpudeck token create NAME --max-priority high)",
+                {"rule": "max_priority", "user": who.name, "field": "priority", "max_priority": who.max_priority},
+            )
+    if who.named and command and not who.commands:
+        return (
+            f"token {who.name!r} was created with --no-commands: it may submit model jobs only (an admin can make "
+            f"one that may: gpudeck token create NAME)",
+            {"rule": "no_commands", "user": who.name},
+        )
+    return None
+
+
+def _user(meta: dict[str, Any]) -> User:
+    return User(
         meta["name"],
         meta["role"] == "admin",
         meta.get("max_gpus"),
@@ -156,7 +202,6 @@ def identify(redis: Redis, token: str, now: float | None = None) -> tuple[User |
         max_priority=meta.get("max_priority"),
         notify=tuple(meta.get("notify") or ()),
     )
-    return user, ""
 
 
 def audit(redis: Redis, who: str, address: str, method: str, path: str, status: int, detail: str = "") -> None:

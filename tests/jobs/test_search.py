@@ -9,7 +9,7 @@ import json
 import pytest
 
 from jobs import search
-from jobs.keys import SEARCHING_KEY
+from jobs.keys import SEARCHING_KEY, sweep_stop_key
 from jobs.settings import Settings
 from jobs.store import JobStore
 
@@ -256,3 +256,39 @@ def test_the_median_rule_stops_a_trial_below_the_others_median_at_the_same_step(
     assert JobStore(redis).stop_reason(bad) == "stopped_early" and JobStore(redis).stop_reason(good) is None
     assert JobStore(redis).get(bad)["early_stop"] == {"step": 2, "rung": None, "metric": "accuracy", "value": 0.3}
     assert made["job_ids"][0] == first
+
+
+def test_every_trial_passes_its_makers_submit_rules_at_creation_and_when_it_starts(command_client, redis, settings):
+    """Issue 37 #3: a search space is no way around a token's rules (a priority above --max-priority, a job that
+    cannot be preempted), and a search launches no trial once its maker's token is revoked."""
+    from jobs import tokens
+
+    carol = {"Authorization": f"Bearer {tokens.create(redis, 'carol', max_priority='normal')}"}
+    dave = {"Authorization": f"Bearer {tokens.create(redis, 'dave')}"}
+    model = {"model": "lenet", "dataset": "synthetic:8x8x1", "params": {"steps": 2}}
+    space = {"params.lr": {"loguniform": [1e-3, 0.1]}}
+    for who, key, values, rule in (
+        (carol, "priority", ["normal", "high"], "max_priority"),
+        (dave, "preemptible", [True, False], "preemptible_admin_only"),
+    ):
+        body = {"search": "random", "base": model, "space": {**space, key: {"choice": values}}, "metric": "loss"}
+        resp = command_client.post("/api/v1/sweeps", json=body, headers=who)
+        assert resp.status_code == 403, resp.json
+        assert resp.json["details"]["field"] == f"space.{key}" and resp.json["details"]["rule"] == rule
+        assert f"space.{key}" in resp.json["message"]
+    assert job_ids(redis) == [] and command_client.get("/api/v1/sweeps", headers=dave).json["sweeps"] == []
+
+    body = {"search": "random", "base": model, "space": space, "metric": "loss", "max_trials": 4, "max_concurrent": 1}
+    made = command_client.post("/api/v1/sweeps", json=body, headers=dave)
+    assert made.status_code == 201, made.json
+    (first,) = made.json["job_ids"]
+    tokens.revoke(redis, "dave")
+    trials = Trials(redis)
+    trials.run(first)
+    trials.points(first, "loss", [(1, 0.5)])
+    trials.end(first)
+    drive(redis, settings, made.json["id"])
+    assert job_ids(redis) == [first]  # no trial for a maker whose token is gone
+    record = json.loads(redis.get(f"gpudeck:sweep:{made.json['id']}"))
+    assert record["owner"] == "dave"
+    assert "the token of 'dave' was revoked" in redis.get(sweep_stop_key(made.json["id"])).decode()
