@@ -274,9 +274,14 @@ def _follow(store, job_id: int, offset: int, environ: dict, live: bool):
 
 @bp.get("/<int:job_id>/notifications")
 def notifications(job_id: int):
-    """Every delivery attempt of the job's notifications (endpoint, event, attempt, when, delivered, the answer)."""
+    """Every delivery attempt of the job's notifications (endpoint, event, attempt, when, delivered, the answer: a
+    status code or an exception's class, never a URL): its owner's and admins' to see; anybody else's 404, as for a
+    job that does not exist (which endpoints a person's jobs tell is theirs)."""
     deps.only_args(request.args, ())
     rec = deps.store().get(job_id)  # 404 for an unknown job
+    who = auth.user()
+    if who is not None and not who.admin and rec.get("owner") != who.name:
+        raise NotFound(f"job {job_id} does not exist", {"id": job_id})
     return {
         "job_id": job_id,
         "notify": rec["spec"].get("notify") or [],

@@ -262,3 +262,26 @@ def test_a_tokens_default_endpoints_are_told_of_its_jobs_that_name_none(redis, s
     assert plain["spec"]["notify"] == ["lab:failed"] and own["spec"]["notify"] == ["ci"]
     sweep = app.post("/api/v1/sweeps", json={"base": MODEL, "grid": {"params.lr": [0.1]}}, headers=alice).json
     assert sweep["jobs"][0]["spec"]["notify"] == ["lab:failed"]
+
+
+def test_a_failed_deliverys_record_names_no_url_and_only_its_owner_and_admins_see_it(redis, settings, users):
+    """Issue 37 #4: a receiver that fails (here, nothing listens) with its secret in the URL's path: the attempt
+    records the endpoint's name and the error's class, never the URL; other users get 404, as for no job."""
+    from jobs import notify
+    from jobs.redis_server import free_port
+    from jobs.settings import Webhook
+
+    url = f"http://127.0.0.1:{free_port()}/services/T000/B000/s3cr3tPath"
+    s = replace(settings, webhooks=(Webhook("team", url),), webhook_retry_s=0.0)
+    app = create_app({"SETTINGS": s, "REDIS": redis, "TESTING": True}).test_client()
+    job = app.post("/api/v1/jobs", json={**MODEL, "notify": ["team:any"]}, headers=users["alice"]).json
+    app.post(f"/api/v1/jobs/{job['id']}/cancel", headers=users["alice"])  # (an end to tell)
+    assert notify.deliver(redis, s) >= 1
+    seen = app.get(f"/api/v1/jobs/{job['id']}/notifications", headers=users["alice"])
+    assert seen.status_code == 200 and seen.json["attempts"], seen.json
+    first = seen.json["attempts"][0]
+    assert first["endpoint"] == "team" and not first["delivered"] and first["answer"] == "ConnectionError", first
+    assert "s3cr3t" not in seen.get_data(as_text=True) and "127.0.0.1" not in seen.get_data(as_text=True)
+    assert app.get(f"/api/v1/jobs/{job['id']}/notifications", headers=users["root"]).status_code == 200
+    other = app.get(f"/api/v1/jobs/{job['id']}/notifications", headers=users["bob"])
+    assert other.status_code == 404 and other.json["error"] == "not_found", other.json

@@ -128,6 +128,7 @@ def test_signed_notifications_reach_the_operators_endpoints_and_never_delay_a_jo
         until(lambda: requests.get(f"{api}/api/v1/jobs/{down}/notifications", timeout=10).json()["attempts"], 30)
         first = requests.get(f"{api}/api/v1/jobs/{down}/notifications", timeout=10).json()["attempts"][0]
         assert not first["delivered"] and "Connection" in first["answer"] and first["at"] >= seconds(done["ended_at"])
+        assert "/late" not in first["answer"] and str(late.port) not in first["answer"], first  # never the URL
         late.start()
         until(lambda: late.got, 30, "the delivery after the receiver came back")
         attempts = requests.get(f"{api}/api/v1/jobs/{down}/notifications", timeout=10).json()["attempts"]
