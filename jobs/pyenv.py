@@ -3,6 +3,12 @@
 uv, once per content: `$GPUDECK_HOME/envs/<digest>/`, the digest of those files, the worker's Python and whether
 it is isolated. Later jobs with the same files reuse it.
 
+- Shared only when what it holds comes from a package index alone: a requirements file of plain `name[extras]
+  <specifiers> ; markers` lines (and index options), a uv.lock whose every package comes from a registry. Anything
+  read from the job's source — a local path, `-e .`, a local wheel, `-r`/`-c` another file, `--find-links ./dir`,
+  a path, directory or editable source (the project itself), a VCS or URL source, a line gpudeck cannot read — puts
+  the source's digest and the job's owner into the key: one user's build never runs in another user's job.
+
 - Built in the job's sandbox (jobs.buildenv: the build runs the project's code), which may write that folder only.
 - One build per environment and host: the work-horse holds `envs/.<digest>.lock` exclusively (flock) while it
   builds, and shared while its job runs with it; another waiting for it beats and answers stop requests meanwhile,
@@ -14,10 +20,12 @@ it is isolated. Later jobs with the same files reuse it.
 
 from __future__ import annotations
 
+import dataclasses
 import fcntl
 import hashlib
 import json
 import os
+import re
 import shutil
 import site
 import sys
@@ -53,11 +61,67 @@ class Need:
     """The requirements file, or the project folder."""
     packages: int
     isolated: bool
+    local: bool = False
+    """It holds what the job's source carries (its key has the source's digest and the owner)."""
+    owner: str | None = None
 
 
-def need(spec: dict[str, Any], src: Path) -> Need | None:
-    """The environment a command job's source asks for (None: none; it runs with the worker's Python)."""
+REQUIREMENT = re.compile(
+    r"^[A-Za-z0-9](?:[A-Za-z0-9._-]*[A-Za-z0-9])?\s*(?:\[[A-Za-z0-9._,\s-]*\])?\s*"
+    r"(?:\(?\s*(?:(?:===|==|!=|<=|>=|~=|<|>)\s*[A-Za-z0-9.*+!_-]+\s*,?\s*)+\)?)?\s*(?:;[^@]*)?$"
+)
+"""A requirement an index serves: a name, extras, version specifiers, markers (no URL, no path)."""
+INDEX_OPTIONS = ("-i", "--index-url", "--extra-index-url", "--no-index", "--pre", "--prefer-binary",
+                 "--only-binary", "--no-binary", "--trusted-host")  # fmt: skip
+"""Options of a requirements file that read nothing of the job's source."""
+
+
+def index_only_requirements(text: str) -> bool:
+    """Whether every line of a requirements file names what a package index serves (module doc)."""
+    for raw in text.replace("\\\n", " ").splitlines():
+        line = re.sub(r"(^|\s)#.*$", "", raw).strip()
+        if not line:
+            continue
+        line = re.sub(r"\s--hash[=\s]\S+", "", line).strip()
+        if line.startswith("-"):
+            if line.split("=", 1)[0].split()[0] not in INDEX_OPTIONS:
+                return False
+            continue
+        if not REQUIREMENT.match(line):
+            return False
+    return True
+
+
+def index_only_lock(lock: Path) -> bool:
+    """Whether every package of a uv.lock comes from a registry (the project itself virtual, not built)."""
+    import tomllib
+
+    try:
+        packages = tomllib.loads(lock.read_text()).get("package", [])
+    except (OSError, ValueError):
+        return False
+    return all(set((p.get("source") or {}).keys()) <= {"registry", "virtual"} for p in packages)
+
+
+def need(spec: dict[str, Any], src: Path, owner: str | None = None) -> Need | None:
+    """The environment a command job's source asks for (None: none; it runs with the worker's Python); `owner`'s
+    own when it holds anything of the source (module doc)."""
     isolated = bool(spec.get("isolated_env"))
+    found = _found(spec, src, isolated)
+    if found is None:
+        return None
+    local = not (
+        index_only_requirements(found.path.read_text(errors="replace"))
+        if found.kind == "requirements"
+        else index_only_lock(found.path / "uv.lock")
+    )
+    if not local:
+        return found
+    h = hashlib.sha256(f"{found.digest}\0{spec.get('source') or ''}\0{owner or ''}\0".encode())
+    return dataclasses.replace(found, digest=h.hexdigest()[:32], local=True, owner=owner)
+
+
+def _found(spec: dict[str, Any], src: Path, isolated: bool) -> Need | None:
     named = spec.get("requirements")
     if named:
         path = (src / named).resolve()
@@ -144,9 +208,10 @@ def start_build(path: Path) -> None:
     path.mkdir(parents=True)  # (the folder the sandbox binds writable)
 
 
-def mark_ready(path: Path, need: Need, job_id: int) -> None:
+def mark_ready(path: Path, need: Need, job_id: int, owner: str | None = None) -> None:
+    """`owner`: whose job built it (whose share of GPUDECK_ENV_MAX_BYTES it counts in)."""
     meta = {"kind": need.kind, "packages": need.packages, "isolated": need.isolated, "python": sys.version.split()[0],
-            "built_at": time.time(), "built_by": job_id}  # fmt: skip
+            "built_at": time.time(), "built_by": job_id, "owner": owner, "local": need.local}  # fmt: skip
     (path / READY).write_text(json.dumps(meta))
 
 
@@ -179,18 +244,26 @@ def listing(settings: Settings) -> list[dict[str, Any]]:
     return sorted(out, key=lambda e: -(e["last_used"] or 0))
 
 
-def prune(settings: Settings, keep: str) -> list[str]:
-    """Remove the environments past GPUDECK_ENV_MAX_AGE since their last use, then the least recently used ones
-    while all of them take more than GPUDECK_ENV_MAX_BYTES; never `keep` (the one a job is about to use) nor one
-    whose lock another work-horse holds. The digests removed."""
+def prune(settings: Settings, keep: str, owner: str | None = None) -> list[str]:
+    """Remove the environments past GPUDECK_ENV_MAX_AGE since their last use, then, while all of them take more than
+    GPUDECK_ENV_MAX_BYTES, the least recently used ones of `owner` (who just built one) first, then of whoever
+    holds more than an even share of the bound; never another's within their share (one user's builds cannot
+    push out everybody else's), never `keep` (the one a job is about to use) nor one whose lock another
+    work-horse holds. The digests removed."""
     envs = listing(settings)
     total = sum(e["size_bytes"] for e in envs)
+    held: dict[str | None, int] = {}
+    for e in envs:
+        held[e.get("owner")] = held.get(e.get("owner"), 0) + e["size_bytes"]
+    share = (settings.env_max_bytes or 0) / max(1, len(held))
     removed = []
     now = time.time()
-    for e in reversed(envs):  # the least recently used first
+    order = sorted(reversed(envs), key=lambda e: e.get("owner") != owner)  # (stable: the least recently used first)
+    for e in order:
         too_old = settings.env_max_age_s is not None and now - (e["last_used"] or 0) > settings.env_max_age_s
         too_big = settings.env_max_bytes is not None and total > settings.env_max_bytes
-        if e["digest"] == keep or not (too_old or too_big):
+        fair = e.get("owner") == owner or held.get(e.get("owner"), 0) > share
+        if e["digest"] == keep or not (too_old or (too_big and fair)):
             continue
         fd = os.open(envs_dir(settings) / f".{e['digest']}.lock", os.O_RDWR | os.O_CREAT, 0o600)
         try:
@@ -204,5 +277,6 @@ def prune(settings: Settings, keep: str) -> list[str]:
         finally:
             os.close(fd)
         total -= e["size_bytes"]
+        held[e.get("owner")] = held.get(e.get("owner"), 0) - e["size_bytes"]
         removed.append(e["digest"])
     return removed

@@ -195,7 +195,7 @@ class JobRun:
         launch.may_run_unsandboxed(self.ctx, self.owner)
         src = launch.source_copy(self.ctx, spec, self.job_dir)
         try:
-            need = pyenv.need(spec, src)
+            need = pyenv.need(spec, src, self.owner)
         except pyenv.Unusable as exc:
             raise Refused(str(exc)) from None
         if need is None:
@@ -247,8 +247,8 @@ class JobRun:
             return False
         if os.geteuid() == 0:  # (built as the job's user: the service's from now on, unchangeable by any job)
             sandbox.take_back(path)
-        pyenv.mark_ready(path, need, self.job_id)
-        removed = pyenv.prune(self.ctx.settings, keep=need.digest)
+        pyenv.mark_ready(path, need, self.job_id, self.owner)
+        removed = pyenv.prune(self.ctx.settings, keep=need.digest, owner=self.owner)
         if removed:
             self._say(
                 log_file, f"gpudeck: removed {len(removed)} least recently used environments (GPUDECK_ENV_MAX_BYTES)"
