@@ -20,7 +20,7 @@ from jobs import sandbox, tokens
 from jobs.errors import BadRequest, Forbidden
 from jobs.keys import auth_failures_key
 from jobs.settings import Settings
-from jobs.spec import is_command
+from jobs.spec import MAX_TIMEOUT_S, is_command
 from jobs.tokens import User
 
 log = logging.getLogger(__name__)
@@ -80,6 +80,8 @@ def settings_for_submit(spec: Any) -> Settings:
     refused = tokens.refusal(who, spec, isinstance(spec, dict) and is_command(spec))
     if refused is not None:
         raise Forbidden(*refused)
+    if who is None or who.admin:  # (GPUDECK_SESSION_MAX bounds users' sessions; an admin's may last longer)
+        settings = replace(settings, session_max_s=MAX_TIMEOUT_S)
     if who is None or not who.named:
         return settings
     why = sandbox.command_refusal(settings.sandbox, settings.command_jobs_trusted)

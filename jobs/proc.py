@@ -128,3 +128,30 @@ def stop_pid(pid: int, grace: float, alive=running) -> None:
             os.kill(pid, signal.SIGKILL)
         except ProcessLookupError:
             pass
+
+
+def listening_pids(port: int) -> set[int]:
+    """The processes holding a socket that listens on TCP `port` (IPv4 or IPv6), read from /proc: who would receive
+    what is sent there."""
+    inodes: set[str] = set()
+    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+        try:
+            with open(table) as f:
+                rows = f.read().splitlines()[1:]
+        except OSError:
+            continue
+        for row in rows:
+            fields = row.split()
+            if fields[3] == "0A" and int(fields[1].rsplit(":", 1)[1], 16) == port:  # LISTEN
+                inodes.add(f"socket:[{fields[9]}]")
+    found: set[int] = set()
+    for entry in os.listdir("/proc") if inodes else ():
+        if not entry.isdigit():
+            continue
+        try:
+            fds = os.listdir(f"/proc/{entry}/fd")
+            if any(os.readlink(f"/proc/{entry}/fd/{fd}") in inodes for fd in fds):
+                found.add(int(entry))
+        except OSError:
+            continue
+    return found

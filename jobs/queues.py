@@ -86,6 +86,7 @@ def validate(redis: Redis, body: Any, settings: Settings | None = None, default_
         envs=tuple(name for name, _ in s.envs),
         webhooks=tuple(w.name for w in s.webhooks),
         idle_range=(s.session_idle_min_s, max(s.session_idle_min_s, s.session_idle_max_s)),
+        session_max=s.session_max_s,
     )
     check_after(redis, spec.get("after") or [])
     check_hosts(redis, spec)

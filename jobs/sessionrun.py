@@ -26,6 +26,7 @@ from redis import Redis
 
 from jobs import gpus, launch, terminal
 from jobs.launch import Refused, WorkerContext
+from jobs.proc import descendants, listening_pids
 from jobs.redis_server import free_port
 from jobs.runner import JobRun
 from models.common import duration
@@ -217,6 +218,8 @@ class SessionRun(JobRun):
         """The notebook server's /api/status (None: it does not answer yet, or not now)."""
         assert self.jupyter is not None
         port, token, _ = self.jupyter
+        if not self._ours(port):  # (its token goes to the session's own server, never to what took the port first)
+            return None
         request = urllib.request.Request(
             f"http://127.0.0.1:{port}/api/status", headers={"Authorization": f"token {token}"}
         )
@@ -226,6 +229,12 @@ class SessionRun(JobRun):
         except (OSError, ValueError):
             return None
         return status if isinstance(status, dict) else None
+
+    def _ours(self, port: int) -> bool:
+        """Whether what listens on `port` is this session's own process (the port was free when it was chosen, but
+        any job on the host could bind it before the notebook server does)."""
+        listeners = listening_pids(port)
+        return bool(listeners) and self.proc is not None and listeners <= descendants(self.proc.pid)
 
     def _notebook_active(self) -> bool:
         """Jupyter's own account of use (/api/status, which does not count as activity itself): a kernel

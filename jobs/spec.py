@@ -253,7 +253,9 @@ def _env(value: Any) -> str | None:
     return None
 
 
-def _session(body: dict[str, Any], idle_range: tuple[int, int], errors: dict[str, str]) -> dict[str, Any]:
+def _session(
+    body: dict[str, Any], idle_range: tuple[int, int], errors: dict[str, str], session_max: int = MAX_TIMEOUT_S
+) -> dict[str, Any]:
     """A session's own fields (jupyter, idle, max) with their defaults; problems into `errors`."""
     if "command" in body:
         errors["command"] = (
@@ -275,9 +277,11 @@ def _session(body: dict[str, Any], idle_range: tuple[int, int], errors: dict[str
     idle, problem = _seconds(body["idle"], lo, hi) if body.get("idle") is not None else (min(SESSION_IDLE_S, hi), None)
     if problem:
         errors["idle"] = problem + (" (GPUDECK_SESSION_IDLE_MAX)" if "between" in problem else "")
-    most, problem = _seconds(body["max"], 60, MAX_TIMEOUT_S) if body.get("max") is not None else (SESSION_MAX_S, None)
+    top = max(60, min(MAX_TIMEOUT_S, session_max))
+    given = body.get("max")
+    most, problem = _seconds(given, 60, top) if given is not None else (min(SESSION_MAX_S, top), None)
     if problem:
-        errors["max"] = problem
+        errors["max"] = problem + (" (GPUDECK_SESSION_MAX: an admin may ask for more)" if top < MAX_TIMEOUT_S else "")
     return {"jupyter": jupyter is True, "idle": idle, "max": most}
 
 
@@ -351,6 +355,7 @@ def validate(
     envs: tuple[str, ...] = (),
     webhooks: tuple[str, ...] | None = None,
     idle_range: tuple[int, int] = (60, SESSION_MAX_S),
+    session_max: int = MAX_TIMEOUT_S,
 ) -> dict[str, Any]:
     """The normalized spec (defaults filled in, an uploaded dataset pinned to its version), or ValidationError
     naming every bad field; a command job where they are not allowed is Forbidden."""
@@ -367,7 +372,7 @@ def validate(
             errors[key] = f"unknown field; accepted: {', '.join(FIELDS)}"
     if "kind" in body and not session:
         errors["kind"] = f"must be {SESSION!r} (a model job has model, a command job command), got {body['kind']!r}"
-    session_fields = _session(body, idle_range, errors) if session else {}
+    session_fields = _session(body, idle_range, errors, session_max) if session else {}
     for key in SESSION_ONLY:
         if key in body and not session:
             errors[key] = f"belongs to sessions (kind: {SESSION})"

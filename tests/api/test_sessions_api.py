@@ -104,3 +104,18 @@ def test_only_its_owner_sees_how_to_get_into_a_live_session(client, users, redis
     assert client.get(f"/api/v1/jobs/{notebook}", headers=users["root"]).json["url"] == url
     for job_id in (shell, notebook):
         conforms(client, "Job", client.get(f"/api/v1/jobs/{job_id}", headers=users["alice"]).json, users["root"])
+
+
+def test_a_users_session_lasts_at_most_gpudeck_session_max_and_an_admins_may_last_longer(client, users):
+    """Issue 37 #6: a session is never preempted, so a user's is bounded by GPUDECK_SESSION_MAX (24h here, the
+    default); asking for more is a 400 naming max and the setting; its default stays 8h; an admin may ask more."""
+    too_long = client.post("/api/v1/jobs", json={**SESSION, "max": "30d"}, headers=users["alice"])
+    assert too_long.status_code == 400, too_long.json
+    assert "GPUDECK_SESSION_MAX" in too_long.json["details"]["fields"]["max"]
+    assert client.get("/api/v1/jobs", headers=users["root"]).json["jobs"] == []  # nothing queued
+    day = client.post("/api/v1/jobs", json={**SESSION, "max": "24h"}, headers=users["alice"])
+    assert day.status_code == 201 and day.json["spec"]["max"] == 24 * 3600, day.json
+    plain = client.post("/api/v1/jobs", json=SESSION, headers=users["alice"]).json
+    assert plain["spec"]["max"] == 8 * 3600
+    admins = client.post("/api/v1/jobs", json={**SESSION, "max": "30d"}, headers=users["root"])
+    assert admins.status_code == 201 and admins.json["spec"]["max"] == 30 * 24 * 3600, admins.json

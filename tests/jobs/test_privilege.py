@@ -151,3 +151,29 @@ def test_the_job_dir_is_handed_to_the_job_user_links_and_all_without_following_t
     launch.write_new(job_dir / "spec.json", "{}\n")
     assert outside.read_text() == "root's"
     assert (job_dir / "log.txt").read_text() == "a line\n" and (job_dir / "spec.json").read_text() == "{}\n"
+
+
+def test_the_listener_of_a_port_is_known_by_its_process(tmp_path):
+    """What a notebook session checks before it sends its token to the port it chose (issue 37 #6): whoever listens
+    there. A process of another job that bound the port first is not the session's own."""
+    import time
+
+    from jobs.proc import descendants, listening_pids
+    from jobs.redis_server import free_port
+
+    port = free_port()
+    code = f"import socket,time; s=socket.socket(); s.bind(('127.0.0.1',{port})); s.listen(); print(1, flush=True)"
+    code += "; time.sleep(60)"
+    squatter = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE)
+    try:
+        assert squatter.stdout.readline().strip() == b"1"
+        deadline = time.monotonic() + 10
+        while not listening_pids(port):
+            assert time.monotonic() < deadline
+            time.sleep(0.05)
+        assert listening_pids(port) == {squatter.pid}
+        assert not listening_pids(port) <= descendants(os.getpid()) - {squatter.pid}  # not ours but for its pid
+    finally:
+        squatter.kill()
+        squatter.wait()
+        squatter.stdout.close()
