@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import os
+import socket
+import tempfile
+import threading
 from pathlib import Path
 
 import pytest
@@ -178,3 +181,33 @@ def gpu_env(child_env, tmp_path) -> dict[str, str]:
 def gpu_api(spawn, gpu_env) -> str:
     """A real API process in gpu_env; its base URL."""
     return start_api(spawn, gpu_env)
+
+
+@pytest.fixture
+def service_secrets():
+    """A 0600 file in a 0700 folder and a unix socket there that answers whoever connects: the service's own
+    (outside /tmp, which the sandbox replaces anyway)."""
+    folder = Path(tempfile.mkdtemp(prefix="gpudeck-service-", dir="/var/tmp"))
+    os.chmod(folder, 0o700)
+    secret = folder / "secret"
+    secret.write_text("the service's secret")
+    os.chmod(secret, 0o600)
+    server = socket.socket(socket.AF_UNIX)
+    server.bind(str(folder / "daemon.sock"))
+    server.listen(4)
+
+    def answer() -> None:
+        while True:
+            try:
+                conn, _ = server.accept()
+            except OSError:
+                return
+            with conn:
+                conn.sendall(b"root daemon at your service\n")
+
+    threading.Thread(target=answer, daemon=True).start()
+    yield folder
+    server.close()
+    for p in folder.iterdir():
+        p.unlink()
+    folder.rmdir()

@@ -6,6 +6,7 @@ and a multi-worker job still train in the same sandbox; the banner says how jobs
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 import time
@@ -36,7 +37,7 @@ def wait(url: str, token: str, job_id: int, timeout: float = 180) -> dict:
         assert time.monotonic() < deadline, job
 
 
-def test_a_job_cannot_reach_the_service_and_still_trains(tmp_path, child_env):
+def test_a_job_cannot_reach_the_service_and_still_trains(tmp_path, child_env, service_secrets):
     assert unavailable() is None, f"this test needs the sandbox: {unavailable()}"
     home = tmp_path / "home"
     env = {k: v for k, v in child_env.items() if k not in ("GPUDECK_COMMAND_JOBS", "REDIS_URL")}  # the embedded one
@@ -67,6 +68,9 @@ def test_a_job_cannot_reach_the_service_and_still_trains(tmp_path, child_env):
                 *python_module("tui.cli", "run", "--source", str(SCRIPTS), "--api", stack.url, "--token", token),
                 *("--env", f"STACK_HOME={home}", "--env", f"STACK_SOCKET={socket_path}"),
                 *("--env", f"OTHER_JOB={other}", "--env", f"PROJECT={PROJECT}"),
+                *("--env", f"COVERS={home}:/tmp:{Path.home()}", "--env", f"SECRET_FILE={service_secrets / 'secret'}"),
+                *("--env", f"ROOT_SOCKET={service_secrets / 'daemon.sock'}"),
+                *("--env", f"WRITE_TARGETS=/etc/pwned:{service_secrets / 'pwned'}:{home / 'pwned'}"),
                 *("--", "python", "escape.py"),
             ],
             env=env,
@@ -86,6 +90,17 @@ def test_a_job_cannot_reach_the_service_and_still_trains(tmp_path, child_env):
         assert set(report["user_home_listing"]) <= python_only, report
         assert "/etc/pwned" not in report["wrote"] and str(PROJECT / "pwned") not in report["wrote"], report
         assert not (home / "pwned").exists() and not Path("/tmp/pwned").exists()  # what it wrote stayed inside
+        # and with the powers it may have been left (issue 37): none, whoever runs the workers
+        line = next(line for line in run.stdout.splitlines() if line.startswith("PRIVILEGE "))
+        powers = json.loads(line[len("PRIVILEGE ") :])
+        assert powers["CapEff"] == powers["CapPrm"] == "0000000000000000" and powers["NoNewPrivs"] == "1", powers
+        assert all(code != 0 for code in powers["umount_cli"].values()), powers
+        assert all(code != 0 for code in powers["umount_syscall"].values()), powers
+        assert powers["remount_rw"] != 0 and powers["wrote_outside"] == [] and "redis" not in powers["home_after"]
+        if os.geteuid() == 0:  # (as CI runs: the job is GPUDECK_JOB_USER, not root)
+            assert powers["uid"] != 0 and powers["shadow"] == powers["secret_file"] == "PermissionError", powers
+            assert powers["root_socket"] == "PermissionError", powers
+        assert "sandbox  bubblewrap" in stack.output() and "no capability" in stack.output()
         (escape_job,) = [int(line.split()[1]) for line in run.stderr.splitlines() if line.startswith("job ")][:1]
         assert (home / "jobs" / str(escape_job) / "mine.txt").read_text() == "the job's own dir is writable"
 

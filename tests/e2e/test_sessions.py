@@ -111,6 +111,12 @@ def test_a_shell_session_waits_its_turn_runs_on_its_gpu_and_leaves_nothing_behin
             term.expect(seen[line], after=at)
         at = term.send('echo "in=$PWD"\r')
         term.expect(rf"in=\S+/jobs/{sid}/src", after=at)
+        # what a hostile user tries from the shell (issue 37): no capability, no unmounting, no remounting
+        at = term.send(
+            "echo caps=$(grep CapEff /proc/self/status | cut -f2) uid=$(id -u); umount -l /tmp 2>/dev/null;"
+            " echo umount=$?; mount -o remount,rw / 2>/dev/null; echo remount=$?\r"
+        )
+        term.expect(r"caps=0000000000000000 uid=[1-9]\d*\s+umount=[1-9]\d*\s+remount=[1-9]", after=at)
         term.send("sleep 4242.5 &\r")  # something left running when its shell exits
         until(lambda: marked("sleep 4242.5"), 10, "the background sleep running")
         view = job(url, sid)

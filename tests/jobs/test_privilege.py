@@ -8,11 +8,8 @@ from __future__ import annotations
 
 import json
 import os
-import socket
 import subprocess
 import sys
-import tempfile
-import threading
 from pathlib import Path
 
 import pytest
@@ -22,36 +19,6 @@ from jobs.settings import Settings
 
 SCRIPT = Path(__file__).resolve().parents[1] / "support" / "scripts" / "privilege.py"
 ROOT = os.geteuid() == 0
-
-
-@pytest.fixture
-def service_secrets():
-    """A 0600 file in a 0700 folder and a unix socket there that answers whoever connects: the service's own
-    (outside /tmp, which the sandbox replaces anyway)."""
-    folder = Path(tempfile.mkdtemp(prefix="gpudeck-service-", dir="/var/tmp"))
-    os.chmod(folder, 0o700)
-    secret = folder / "secret"
-    secret.write_text("the service's secret")
-    os.chmod(secret, 0o600)
-    server = socket.socket(socket.AF_UNIX)
-    server.bind(str(folder / "daemon.sock"))
-    server.listen(4)
-
-    def answer() -> None:
-        while True:
-            try:
-                conn, _ = server.accept()
-            except OSError:
-                return
-            with conn:
-                conn.sendall(b"root daemon at your service\n")
-
-    threading.Thread(target=answer, daemon=True).start()
-    yield folder
-    server.close()
-    for p in folder.iterdir():
-        p.unlink()
-    folder.rmdir()
 
 
 def run_boxed(tmp_path: Path, settings: Settings, env: dict[str, str]) -> dict:
@@ -108,7 +75,7 @@ def test_a_job_has_no_privilege_and_cannot_reach_what_its_permissions_deny(tmp_p
     assert report["wrote_outside"] == [], report
     assert not any(Path(t).exists() for t in targets)
     assert report["own"] == {"job_dir": None, "tmp": None, "home": None}, report
-    assert (settings.job_dir(5) / "mine.txt").read_text() == "pwned"
+    assert (settings.job_dir(5) / "own.txt").read_text() == "pwned"
     if ROOT:  # (a plain user's job runs as that user: its own files are its own, /etc/shadow never was)
         assert report["shadow"] == "PermissionError" and report["secret_file"] == "PermissionError", report
         assert report["root_socket"] == "PermissionError", report

@@ -75,3 +75,5 @@ for target in (home / "pwned", Path("/etc/pwned"), Path(os.environ["PROJECT"]) /
         pass
 (Path(os.environ["JOB_DIR"]) / "mine.txt").write_text("the job's own dir is writable")
 print("ESCAPE " + json.dumps(report), flush=True)
+
+import privilege  # noqa: E402, F401 (issue 37: what it tries with the powers it may have; its own report line)

@@ -62,8 +62,8 @@ report["wrote_outside"] = [
     t for t in os.environ.get("WRITE_TARGETS", "").split(":") if t and attempt(lambda t=t: write(t)) is None
 ]
 report["own"] = {
-    "job_dir": attempt(lambda: write(os.path.join(os.environ["JOB_DIR"], "mine.txt"))),
-    "tmp": attempt(lambda: write("/tmp/mine.txt")),
+    "job_dir": attempt(lambda: write(os.path.join(os.environ["JOB_DIR"], "own.txt"))),
+    "tmp": attempt(lambda: write("/tmp/own.txt")),
     "home": attempt(lambda: write(os.path.join(os.environ["HOME"], "mine.txt"))),
 }
 report["env"] = sorted(os.environ)
