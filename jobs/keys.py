@@ -106,6 +106,8 @@ LINES_KEY = f"{PREFIX}:lines"
 """Set of the non-empty lines, each `PRIORITY:OWNER` (`-` for jobs without an owner)."""
 AFTER_KEY = f"{PREFIX}:after"
 """Set of queued jobs waiting for their dependencies (`after`) before they join their line."""
+QUEUED_AT_KEY = f"{PREFIX}:queued-at"
+"""Hash: job id -> when it entered its line (the age that fair share's age factor reads)."""
 SCHEDULE_LOCK_KEY = f"{PREFIX}:schedule:lock"
 """Held by the one process that runs a scheduling round."""
 SHARE_KEY = f"{PREFIX}:share"
@@ -310,3 +312,8 @@ def token_hash_key(sha256: str) -> str:
 def auth_failures_key(scope: str) -> str:
     """Bad tokens of one scope in the last minute (`address:A`, `prefix:P`, `total`; past a few: 429)."""
     return f"{PREFIX}:authfail:{scope}"
+
+
+def durations_key(owner: str | None, shape: str) -> str:
+    """A list: how long an owner's last succeeded runs of one job shape took (s), newest first (jobs.plan)."""
+    return f"gpudeck:durations:{owner or NO_OWNER}:{shape}"

@@ -8,7 +8,7 @@ from typing import Any
 
 from redis import Redis
 
-from jobs import notify, queues, share
+from jobs import notify, plan, queues, share
 from jobs.outcome import End, lost
 from jobs.spec import is_command
 from jobs.store import JobStore
@@ -46,6 +46,8 @@ def end(
     if not store.transition(job_id, allowed, of_attempt=fence, ended_at=time.time(), **outcome.fields(), **fields):
         return None
     _charge(redis, before)
+    if outcome.status == Status.SUCCEEDED and before.get("started_at") and before["spec"].get("kind") != "session":
+        plan.learn(redis, before, time.time() - float(before["started_at"]))  # (what the next estimate learns from)
     _notify(redis, job_id)
     if outcome.status != Status.SUCCEEDED:
         what = outcome.reason.value if outcome.reason else ""

@@ -21,6 +21,7 @@ from jobs.keys import (
     AFTER_KEY,
     LINES_KEY,
     PRIORITIES,
+    QUEUED_AT_KEY,
     idempotency_key,
     job_key,
     line_key,
@@ -144,6 +145,7 @@ def enqueue(
     priority = spec.get("priority", "normal")
     target.zadd(line_key(priority, owner), {str(job_id): job_id if seq is None else seq})
     target.sadd(LINES_KEY, line_name(priority, owner))
+    target.hset(QUEUED_AT_KEY, str(job_id), time.time())
 
 
 def withdraw(redis: Redis, rec: dict[str, Any], target: Any = None) -> None:
@@ -151,6 +153,7 @@ def withdraw(redis: Redis, rec: dict[str, Any], target: Any = None) -> None:
     pipe = target if target is not None else redis.pipeline(transaction=False)
     pipe.zrem(line_key(rec["spec"].get("priority", "normal"), rec.get("owner")), rec["id"])
     pipe.srem(AFTER_KEY, rec["id"])
+    pipe.hdel(QUEUED_AT_KEY, rec["id"])
     if target is None:
         pipe.execute()
 
@@ -200,34 +203,79 @@ def reader(redis: Redis, head: int, chunk: int) -> More:
     return more
 
 
+Ages = Callable[[list[int]], list[float | None]]
+"""job ids -> when each entered its line (None: not known): what the age factor reads (`entered`)."""
+
+
+def entered(redis: Redis) -> Ages:
+    """When jobs entered their lines, from QUEUED_AT_KEY (one read per call)."""
+
+    def ages(ids: list[int]) -> list[float | None]:
+        if not ids:
+            return []
+        return [float(v) if v is not None else None for v in redis.hmget(QUEUED_AT_KEY, [str(i) for i in ids])]
+
+    return ages
+
+
+def aged(weight: float, since: float | None, now: float, age_max_s: float) -> float:
+    """An owner's usage as it counts for a job that has waited since `since`: less the longer it waits, nothing at
+    `age_max_s` (GPUDECK_FAIRSHARE_AGE_MAX; 0: no age factor), so a heavy user's job reaches the head of its
+    priority in bounded time."""
+    if age_max_s <= 0 or since is None:
+        return weight
+    return weight * max(0.0, 1.0 - (now - since) / age_max_s)
+
+
 def order(
-    found: dict[Line, list[tuple[int, float]]], used: dict[str, float], fair: bool = True, more: More | None = None
+    found: dict[Line, list[tuple[int, float]]],
+    used: dict[str, float],
+    fair: bool = True,
+    more: More | None = None,
+    ages: Ages | None = None,
+    now: float = 0.0,
+    age_max_s: float = 0.0,
 ) -> Iterator[tuple[int, str, str | None]]:
     """The order the scheduler considers queued jobs in: (id, priority, owner). Priorities first (high, normal,
     low); within one, with `fair`, the next job is the oldest of the owner who has used least so far (decayed
-    usage plus PICK_CHARGE_S a job taken); without, the order of submission (place) over all owners. `found`: the
+    usage plus PICK_CHARGE_S a job taken), that usage counting less the longer the job has waited (`aged`; `ages`
+    tells when jobs entered their lines); without, the order of submission (place) over all owners. `found`: the
     head of each line; `more`: where the rest of a line is read from as the order reaches it (else only `found`)."""
+    use_age = fair and ages is not None and age_max_s > 0
+    since: dict[int, float | None] = {}
+
+    def learn(members: list[tuple[int, float]]) -> None:
+        if use_age and ages is not None and members:
+            since.update(zip([m[0] for m in members], ages([m[0] for m in members])))
+
+    def weight(owner: str | None, job_id: int) -> float:
+        return aged(base[owner], since.get(job_id), now, age_max_s) if use_age else base[owner]
+
+    learn([m for (p, _), members in found.items() for m in members])
     for priority in PRIORITIES:
         heap: list[tuple[float, float, int, str | None]] = []
         queues: dict[str | None, list[tuple[int, float]]] = {}
         read: dict[str | None, int] = {}
+        base: dict[str | None, float] = {}
         for (p, owner), members in found.items():
             if p != priority or not members:
                 continue
             queues[owner], read[owner] = list(reversed(members)), len(members)
             job_id, place = queues[owner].pop()
-            weight = used.get(owner_of(owner), 0.0) if fair else 0.0
-            heapq.heappush(heap, (weight, place, job_id, owner))
+            base[owner] = used.get(owner_of(owner), 0.0) if fair else 0.0
+            heapq.heappush(heap, (weight(owner, job_id), place, job_id, owner))
         while heap:
-            weight, _, job_id, owner = heapq.heappop(heap)
+            _, _, job_id, owner = heapq.heappop(heap)
             yield job_id, priority, owner
             if not queues[owner] and more is not None:
                 fetched = more((priority, owner), read[owner])
                 read[owner] += len(fetched)
+                learn(fetched)
                 queues[owner] = [m for m in reversed(fetched) if m[0] != job_id]
             if queues[owner]:
                 nxt_id, place = queues[owner].pop()
-                heapq.heappush(heap, (weight + PICK_CHARGE_S if fair else 0.0, place, nxt_id, owner))
+                base[owner] = base[owner] + PICK_CHARGE_S if fair else 0.0
+                heapq.heappush(heap, (weight(owner, nxt_id), place, nxt_id, owner))
 
 
 def positions(
@@ -241,7 +289,10 @@ def positions(
     s = settings or Settings.from_env({})
     used = usage(redis, s.fairshare_halflife_s, running) if s.fairshare else {}
     out = {}
-    for n, (job_id, _, _) in enumerate(order(lines(redis), used, s.fairshare), 1):
+    ordered = order(
+        lines(redis), used, s.fairshare, ages=entered(redis), now=time.time(), age_max_s=s.fairshare_age_max_s
+    )
+    for n, (job_id, _, _) in enumerate(ordered, 1):
         if job_id in wanted:
             out[job_id] = n
             if len(out) == len(wanted):

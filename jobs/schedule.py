@@ -34,14 +34,14 @@ import logging
 import time
 import uuid
 from collections import Counter
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
 from redis import Redis
 from rq import Queue
 
-from jobs import disk, lifecycle, queues, quota, share, sweeps, taskrecord, tokens
+from jobs import disk, lifecycle, plan, queues, quota, share, sweeps, taskrecord, tokens
 from jobs.errors import Conflict, NotFound
 from jobs.keys import (
     AFTER_KEY,
@@ -109,14 +109,26 @@ def policy_of(settings: Settings | None) -> Settings:
 
 
 # -- the round -------------------------------------------------------------------------------------
-def place(redis: Redis, settings: Settings | None = None) -> list[int]:
+def place(redis: Redis, settings: Settings | None = None, now: float | None = None) -> list[int]:
     """One scheduling round (see the module's docstring); returns the ids placed. Runs under the scheduler's lock:
-    a round that finds another running does nothing."""
+    a round that finds another running does nothing. `now`: the round's clock (tests move it)."""
     with _lock(redis, wait_s=0) as held:
-        return _round(redis, policy_of(settings)) if held else []
+        return _round(redis, policy_of(settings), time.time() if now is None else now) if held else []
 
 
-def _round(redis: Redis, s: Settings) -> list[int]:
+def timeline(r: Round, unavailable: Iterable[str], history: dict[str, float]) -> plan.Timeline:
+    """The plan's start: every worker busy until what holds it is expected to end (unavailable ones for good)."""
+    tl = plan.Timeline(r.now, r.slots)
+    held: set[str] = set()
+    for rec in r.active:
+        end, _ = plan.expected_end(rec, r.now, history)
+        tl.hold(slots_of(rec), r.now, end)
+        held.update(slots_of(rec))
+    tl.hold(set(unavailable) - held, r.now, plan.INF)  # (draining, paused, foreign: not what a job holds)
+    return tl
+
+
+def _round(redis: Redis, s: Settings, now: float) -> list[int]:
     store = JobStore(redis)
     release_dependencies(redis, store)
     slots, unavailable = live_slots(redis)
@@ -125,10 +137,13 @@ def _round(redis: Redis, s: Settings) -> list[int]:
     blocked = foreign(redis, [slots[n] for n in slots if n not in holders], s.foreign_memory)
     _say_waiting(redis, blocked)
     free = [x for n, x in slots.items() if n not in holders and n not in unavailable and n not in blocked]
-    r = Round(redis, s, time.time(), slots, free, active, holders)
+    r = Round(redis, s, now, slots, free, active, holders)
     found = queues.lines(redis, LINE_HEAD)  # each line's head; the rest as the round reaches it
     if not found:
         return []
+    history = plan.learned(redis, active)
+    tl = timeline(r, set(unavailable) | set(blocked), history)
+    depth = plan.RESERVE_DEPTH
     used = share.usage(redis, s.fairshare_halflife_s, active, r.now) if s.fairshare else {}
     held = Counter()
     for rec in active:
@@ -146,9 +161,10 @@ def _round(redis: Redis, s: Settings) -> list[int]:
     preempting = {
         int(v["preempted_by"]["id"]) for v in active if stopping.get(v["id"]) == PREEMPTED and v.get("preempted_by")
     }
-    ordered = queues.order(found, used, s.fairshare, queues.reader(redis, LINE_HEAD, LINE_HEAD * 4))
+    more = queues.reader(redis, LINE_HEAD, LINE_HEAD * 4)
+    ordered = queues.order(found, used, s.fairshare, more, queues.entered(redis), r.now, s.fairshare_age_max_s)
     quotas = tokens.quotas(redis)
-    for n, (job_id, priority, owner, rec) in enumerate(with_records(store, ordered)):
+    for n, (job_id, priority, owner, rec) in enumerate(with_records(store, ordered, history)):
         can_preempt = s.preempt and tries > 0 and PRIORITIES.index(priority) < lowest_running
         if n >= SCAN_MAX or (not r.free and not can_preempt and n >= SAYS_WHY):
             break
@@ -173,11 +189,16 @@ def _round(redis: Redis, s: Settings) -> list[int]:
             _waiting(store, rec, quota.waiting(owner or "", held[owner], limit))
             continue  # (over its owner's quota, it holds nobody else up, and preempts nobody)
         places, k = int(spec.get("workers") or 1), int(spec.get("gpus") or 0)
-        chosen = fit(r.free, places, k)
+        took, _ = plan.expected(rec, history)
+        if s.backfill:  # now, on workers free until it is expected to end (unknown: reserved by nobody)
+            chosen = tl.fit_at([x.name for x in r.free], r.now, places, k, took)
+        else:
+            chosen = fit(r.free, places, k)
         if chosen is not None and _assign(r, store, rec, chosen):
             r.placed.append(job_id)
             taken = {x.name for p in chosen for x in p}
             r.free = [x for x in r.free if x.name not in taken]
+            tl.hold(taken, r.now, r.now + took if took is not None else plan.INF)
             held[owner] += gpus
             if sweep_id is not None:
                 sweep_running[sweep_id] += 1
@@ -189,9 +210,19 @@ def _round(redis: Redis, s: Settings) -> list[int]:
             if said and said.startswith("preempting"):
                 preempting.add(job_id)
             message = said or message
-        if not s.backfill and (not reserved or job_id in preempting):  # what it could use stays free for it
+        keep = job_id in preempting or not (s.backfill or reserved)
+        if s.backfill and job_id not in preempting and depth > 0:  # a reservation in time (conservative backfill)
+            depth -= 1
+            start, picked = tl.earliest(places, k, took)
+            if start is not None and picked is not None:
+                tl.hold({x.name for p in picked for x in p}, start, start + took if took is not None else plan.INF)
+                _waiting(store, rec, message)
+                continue
+            keep = not reserved  # (no known time: what it could use stays free for the first such job)
+        if keep:  # what it could use stays free for it, for good
             kept = {x.name for x in partial(r.free, places, k)}
             r.free = [x for x in r.free if x.name not in kept]
+            tl.hold(kept, r.now, plan.INF)
             reserved = True
         _waiting(store, rec, message)
     return r.placed
@@ -204,11 +235,14 @@ LINE_HEAD = 8
 
 
 def with_records(
-    store: JobStore, ordered: Iterator[tuple[int, str, str | None]]
+    store: JobStore, ordered: Iterator[tuple[int, str, str | None]], history: dict[str, float] | None = None
 ) -> Iterator[tuple[int, str, str | None, dict[str, Any] | None]]:
-    """The line in order, each job with its record, read BATCH at a time."""
+    """The line in order, each job with its record, read BATCH at a time; `history` gains their shapes' estimates
+    (jobs.plan.learned) as they are read."""
     while batch := list(itertools.islice(ordered, BATCH)):
         recs = store.get_many([job_id for job_id, _, _ in batch])
+        if history is not None:
+            history.update(plan.learned(store.redis, [r for r in recs if r is not None]))
         for (job_id, priority, owner), rec in zip(batch, recs):
             yield job_id, priority, owner, rec
 

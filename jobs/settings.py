@@ -180,7 +180,8 @@ class Settings:
     preempt_after_s: int = 300
     fairshare: bool = True
     fairshare_halflife_s: int = 7 * 86400
-    backfill: bool = False
+    fairshare_age_max_s: int = 86400
+    backfill: bool = True
     foreign_memory: int = 1 << 30
     webhooks: tuple[Webhook, ...] = ()
     public_url: str | None = None
@@ -235,7 +236,10 @@ class Settings:
             fairshare_halflife_s=_checked(_duration, env, "GPUDECK_FAIRSHARE_HALFLIFE")
             if env.get("GPUDECK_FAIRSHARE_HALFLIFE")
             else 7 * 86400,
-            backfill=_switch(env, "GPUDECK_BACKFILL", False),
+            fairshare_age_max_s=_checked(_duration, env, "GPUDECK_FAIRSHARE_AGE_MAX")
+            if env.get("GPUDECK_FAIRSHARE_AGE_MAX")
+            else 86400,
+            backfill=_switch(env, "GPUDECK_BACKFILL", True),
             foreign_memory=_size(env, "GPUDECK_FOREIGN_MEMORY", cls.foreign_memory, zero=True),
             webhooks=_webhooks(env),
             webhook_retry_s=_checked(_duration, env, "GPUDECK_WEBHOOK_RETRY")

@@ -48,6 +48,7 @@ FIELDS = (
     "jupyter",
     "idle",
     "max",
+    "expected_duration",
 )
 
 INJECTED = (
@@ -443,6 +444,7 @@ def validate(
     checks = {
         "gpus": lambda v: _int_in(v, 0, MAX_GPUS),
         "timeout": lambda v: _int_in(v, 1, MAX_TIMEOUT_S),
+        "expected_duration": lambda v: _seconds(v, 1, MAX_TIMEOUT_S)[1],
         "max_retries": lambda v: _int_in(v, 0, 10),
         "workers": lambda v: _int_in(v, 1, MAX_WORKERS),
         "chief": lambda v: (
@@ -493,6 +495,11 @@ def validate(
         "after": list(body.get("after") or []),
         "preemptible": body.get("preemptible") is not False,
         **({"notify": list(body["notify"])} if body.get("notify") else {}),
+        **(
+            {"expected_duration": _seconds(body["expected_duration"], 1, MAX_TIMEOUT_S)[0]}
+            if body.get("expected_duration") is not None
+            else {}
+        ),
     }
     if command:  # (the user's own code: a command, or a session's shell or notebook)
         code = {

@@ -7,7 +7,7 @@ from typing import Any
 
 from jobs.spec import is_command, is_session, shown
 from jobs.store import iso
-from models.states import Reason, Status
+from models.states import ACTIVE, Reason, Status
 
 
 def _warning(rec: dict[str, Any]) -> str | None:
@@ -25,6 +25,7 @@ def job_view(
     usage: dict[str, Any] | None = None,
     names_only: bool = False,
     expected_start: tuple[float | None, str | None] = (None, None),
+    expected: tuple[float | None, str | None] = (None, None),
 ) -> dict[str, Any]:
     """The JSON object GET /api/v1/jobs/ID answers (`tasks`: a multi-worker job's, from gang.view; a queued job's
     place in line, from queues.positions, and its expected start with why there is none, from
@@ -68,6 +69,8 @@ def job_view(
         "queue_position": queue_position if status == Status.QUEUED else None,
         "expected_start": iso(expected_start[0]) if status == Status.QUEUED else None,
         "expected_start_reason": expected_start[1] if status == Status.QUEUED else None,
+        "expected_duration_s": expected[0] if status in ACTIVE else None,
+        "expected_duration_source": expected[1] if status in ACTIVE else None,
         "preemptions": rec.get("preemptions", 0),
         "preempted_by": rec.get("preempted_by") if rec.get("preemptions") else None,
         "usage": usage if status in (Status.STARTING, Status.RUNNING) else None,

@@ -25,7 +25,7 @@ JOBS_LAYERS = (
         "share",
         "placement",
     ),
-    ("store", "disk"),
+    ("store", "disk", "plan"),
     ("datasets", "sources", "views", "artifacts", "quota", "notify", "pyenv"),
     ("queues", "tensorboard", "launch"),
     ("pump", "search"),

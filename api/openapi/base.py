@@ -277,6 +277,14 @@ def spec_props() -> dict[str, Any]:
             "description": "a session ends (reason timeout) after this long (default 8h): seconds or an age (8h)",
             "anyOf": [{**INT, "minimum": 60}, {**STR, "pattern": "^[0-9]+[smhdw]$"}],
         },
+        "expected_duration": _nullable(
+            {
+                "description": "how long the job is expected to run, seconds or an age (20m): the scheduler lets it "
+                "start early in a gap another job's reservation leaves when it ends in time (backfill); it is never "
+                "stopped for running longer (timeout does that)",
+                "anyOf": [{**INT, "minimum": 1, "maximum": MAX_TIMEOUT_S}, {**STR, "pattern": "^[0-9]+[smhdw]$"}],
+            }
+        ),
         "checkpoint_every": {
             "description": "a model job also checkpoints every N steps, or every duration (90s, 5m): a preempted "
             "job loses at most that much",

@@ -184,6 +184,21 @@ def schemas() -> dict[str, Any]:
                     }
                 ),
                 "expected_start_reason": _nullable(STR),
+                "expected_duration_s": _nullable(
+                    {
+                        **NUM,
+                        "description": "how long a queued or running job is expected to run, as the scheduler plans "
+                        "with it (null: unknown)",
+                    }
+                ),
+                "expected_duration_source": _nullable(
+                    {
+                        **STR,
+                        "enum": ["declared", "history", "timeout"],
+                        "description": "where expected_duration_s comes from: the job's expected_duration, its "
+                        "owner's past runs of the same job, or its timeout",
+                    }
+                ),
                 "preemptions": _nullable(
                     {**INT, "description": "how often the job was stopped to make room for a higher-priority one"}
                 ),

@@ -7,39 +7,20 @@ import time
 from dataclasses import replace
 
 import pytest
-from rq import Queue
 
 from jobs import control, gang, lifecycle, outcome, queues, schedule, sweeps
 from jobs.errors import ReferenceNotFound, ValidationError
-from jobs.keys import gpus_key, job_id_of, private_queue, rq_hold_id, rq_job_id, stop_key
+from jobs.keys import gpus_key, rq_hold_id, rq_job_id, stop_key
 from jobs.store import JobStore
 from jobs.worker import describe
 from models.states import Status
-from tests.support.workers import placed_on, register
+from tests.support.workers import box, placed_on, rec, taken
 
 JOB = {"model": "lenet", "dataset": "synthetic:8x8x1", "params": {"steps": 2}, "gpus": 1}
 
 
-def box(redis, gpus: int = 4, host: str = "box") -> list[str]:
-    """`gpudeck up` on a host with `gpus` GPUs: one worker per GPU."""
-    return [register(redis, f"{host}.gpu{i}", host=host, gpus=(str(i),)) for i in range(gpus)]
-
-
 def submit(redis, settings=None, owner=None, **spec) -> int:
     return control.submit(redis, {**JOB, **spec}, settings, extra={"owner": owner} if owner else None)[0]["id"]
-
-
-def rec(redis, job_id: int) -> dict:
-    return JobStore(redis).get(job_id)
-
-
-def taken(redis, job_id: int) -> None:
-    """The workers of the job's place took what the scheduler handed them (their private queues are empty)."""
-    for name in rec(redis, job_id).get("slots") or []:
-        q = Queue(private_queue(name), connection=redis)
-        for rq_id in q.get_job_ids():
-            if job_id_of(rq_id) == job_id:
-                q.remove(rq_id)
 
 
 def succeed(redis, job_id: int) -> None:
@@ -91,15 +72,6 @@ def test_a_waiting_3_gpu_job_is_not_starved_by_a_stream_of_1_gpu_jobs(redis):
     assert all(rec(redis, i)["status"] == "queued" for i in stream)
     succeed(redis, first[3])
     assert schedule.place(redis) == stream[:1]
-
-
-def test_backfill_lets_small_jobs_use_what_a_big_one_waits_for(redis, settings):
-    box(redis, 2)
-    backfill = replace(settings, backfill=True)
-    a = submit(redis, backfill)
-    two, one = submit(redis, backfill, gpus=2), submit(redis, backfill)
-    assert rec(redis, two)["status"] == "queued" and rec(redis, one)["status"] == "starting"
-    assert rec(redis, a)["status"] == "starting"
 
 
 def test_a_1_gpu_job_goes_where_it_splits_no_free_pair(redis):

@@ -20,6 +20,26 @@ def register(redis, name: str, host: str = "box", gpus: tuple[str, ...] = ()) ->
     return name
 
 
+def box(redis, gpus: int = 4, host: str = "box") -> list[str]:
+    """`gpudeck up` on a host with `gpus` GPUs: one worker per GPU."""
+    return [register(redis, f"{host}.gpu{i}", host=host, gpus=(str(i),)) for i in range(gpus)]
+
+
+def rec(redis, job_id: int) -> dict:
+    from jobs.store import JobStore
+
+    return JobStore(redis).get(job_id)
+
+
+def taken(redis, job_id: int) -> None:
+    """The workers of the job's place took what the scheduler handed them (their private queues are empty)."""
+    for name in rec(redis, job_id).get("slots") or []:
+        q = Queue(keys.private_queue(name), connection=redis)
+        for rq_id in q.get_job_ids():
+            if keys.job_id_of(rq_id) == job_id:
+                q.remove(rq_id)
+
+
 def placed_on(redis, names) -> dict[str, list[str]]:
     """RQ ids waiting on each worker's private queue (what the scheduler handed it)."""
     return {n: Queue(keys.private_queue(n), connection=redis).get_job_ids() for n in names}

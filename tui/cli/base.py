@@ -188,7 +188,7 @@ class Pair(click.ParamType):
             return key, raw
 
 
-SPEC_OPTIONS = ("gpus", "workers", "priority", "name", "timeout", "max_retries")
+SPEC_OPTIONS = ("gpus", "workers", "priority", "name", "timeout", "max_retries", "expected_duration")
 """Spec fields that submit and run take from options of the same name."""
 
 
@@ -202,6 +202,13 @@ def spec_options(f: Callable) -> Callable:
         click.option("--name", help="the job's name (default: from the model or the command)"),
         click.option("--tag", "tags", multiple=True, help="a tag (repeatable)"),
         click.option("--timeout", type=Duration(), metavar="S|AGE", help="stop the job after this: 3600, 90m, 12h"),
+        click.option(
+            "--expected",
+            "expected_duration",
+            type=Duration(),
+            metavar="S|AGE",
+            help="how long it should run (20m): lets it start early in a gap (backfill); never stops it",
+        ),
         click.option("--max-retries", type=int, help="automatic retries after worker_lost (1)"),
         click.option(
             "--not-preemptible",

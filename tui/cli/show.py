@@ -32,6 +32,15 @@ def _preempted(job: dict[str, Any]) -> str | None:
     return f"{job['preemptions']} times" + (f"; last: {last}" if last else "")
 
 
+def _expected(job: dict[str, Any]) -> str | None:
+    """How long it is expected to run, and from what (what backfill plans with)."""
+    took, source = job.get("expected_duration_s"), job.get("expected_duration_source")
+    if took is None:
+        return None
+    said = {"declared": "as declared", "history": "from its owner's past runs", "timeout": "its timeout"}
+    return f"{duration(took)} ({said.get(source or '', source)})"
+
+
 def expected_start(job: dict[str, Any]) -> str | None:
     """A queued job's expected start, `14:05 (in 3m10s)`, or why there is none."""
     if job["status"] != "queued":
@@ -115,6 +124,7 @@ def show(job_id, as_json) -> int:
         ("gpus", gpus_text(job) + (f" on {job['worker']}" if job.get("worker") else "")),
         ("in line", f"#{job['queue_position']} in {job['queue']}" if job.get("queue_position") else None),
         ("starts", expected_start(job)),
+        ("expected", _expected(job)),
         ("preempted", _preempted(job)),
         ("uses", usage_text(job.get("usage")) or None),
         ("progress", f"step {progress_of(p)}" if p.get("total_steps") else None),

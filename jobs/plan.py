@@ -1,0 +1,142 @@
+"""Time in the scheduler: how long each job is expected to run, and the plan of the line that backfill and expected
+starts share (the scheduler follows it, `expected_start` reports it: one plan, two answers).
+
+- A job's expected duration: what its owner declared (`expected_duration`), else what gpudeck learned of the same
+  job shape of the same owner (the 90th percentile of their last HISTORY succeeded runs; a zoo job's shape is its
+  model, dataset and params, a command's its command), bounded by its `timeout`; else its timeout; else unknown.
+- A running job holds its workers until its progress says it ends (steps per second so far), else until its start
+  plus its expected duration, else for good (unknown). One that has overrun its estimate is not killed for it (its
+  timeout does that), but its end is unknown from then on: the job waiting for its workers keeps them as it would
+  without backfill, so nothing backfills there until it ends (estimates too short cannot starve a big job: each
+  small job delays it at most by its own overrun, once).
+- The plan (Timeline): each worker's reserved intervals. Placing a job now takes its workers from now to its
+  expected end; a job that must wait gets a reservation at the earliest time its workers are all free long enough
+  (conservative backfill: every waiting job the round reaches, up to RESERVE_DEPTH, keeps its place in time), and
+  a later job starts now only on workers free until it is expected to end. A job of unknown duration starts now
+  only on workers nobody has reserved."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from typing import Any
+
+from redis import Redis
+
+from jobs.keys import durations_key
+from jobs.placement import Slot, fit
+
+INF = math.inf
+HISTORY = 20
+"""Succeeded runs of one owner's job shape an estimate learns from."""
+QUANTILE = 0.9
+RESERVE_DEPTH = 32
+"""Waiting jobs a round gives a reservation (Slurm's bf_max_job_test): later ones start now in gaps, or wait."""
+
+
+def shape(spec: dict[str, Any]) -> str:
+    """What makes two jobs the same for an estimate: a zoo job's model, dataset and params, a command's command (and
+    a session's kind), and the GPUs and workers it runs on."""
+    what = (
+        {"command": spec.get("command"), "kind": spec.get("kind")}
+        if spec.get("command") is not None or spec.get("kind")
+        else {"model": spec.get("model"), "dataset": spec.get("dataset"), "params": spec.get("params")}
+    )
+    what |= {"gpus": spec.get("gpus"), "workers": spec.get("workers")}
+    return hashlib.sha256(json.dumps(what, sort_keys=True, default=str).encode()).hexdigest()[:16]
+
+
+def learn(redis: Any, rec: dict[str, Any], seconds: float) -> None:
+    """A run of `rec`'s shape took `seconds` (a succeeded attempt): kept for the owner's next estimates. `redis`: a
+    client or a pipeline."""
+    key = durations_key(rec.get("owner"), shape(rec["spec"]))
+    redis.lpush(key, round(seconds, 3))
+    redis.ltrim(key, 0, HISTORY - 1)
+    redis.expire(key, 90 * 86400)
+
+
+def learned(redis: Redis, recs: Iterable[dict[str, Any]]) -> dict[str, float]:
+    """Each shape's estimate (the QUANTILE of its owner's last runs) for these records, in one round trip."""
+    keys = sorted({durations_key(r.get("owner"), shape(r["spec"])) for r in recs})
+    if not keys:
+        return {}
+    with redis.pipeline(transaction=False) as pipe:
+        for key in keys:
+            pipe.lrange(key, 0, HISTORY - 1)
+        answers = pipe.execute()
+    out = {}
+    for key, values in zip(keys, answers):
+        runs = sorted(float(v) for v in values)
+        if runs:
+            out[key] = runs[min(len(runs) - 1, math.ceil(QUANTILE * len(runs)) - 1)]
+    return out
+
+
+def expected(rec: dict[str, Any], history: dict[str, float]) -> tuple[float | None, str | None]:
+    """(seconds, where that comes from: declared, history, timeout) a job is expected to run; (None, None) unknown."""
+    spec = rec["spec"]
+    if spec.get("expected_duration"):
+        return float(spec["expected_duration"]), "declared"
+    learnt = history.get(durations_key(rec.get("owner"), shape(spec)))
+    timeout = float(spec["timeout"]) if spec.get("timeout") else None
+    if learnt is not None and (timeout is None or learnt <= timeout):
+        return learnt, "history"
+    if timeout is not None:
+        return timeout, "timeout"
+    return None, None
+
+
+def expected_end(rec: dict[str, Any], now: float, history: dict[str, float]) -> tuple[float, str | None]:
+    """When a running job is expected to free its workers (INF: unknown), and from what: progress, or its expected
+    duration's source."""
+    p = rec.get("progress") or {}
+    step, total, first = p.get("step"), p.get("total_steps"), p.get("first_step") or 0
+    since = rec.get("running_at")
+    if step and total and since and step > first:
+        return now + max(0.0, (now - float(since)) / (step - first) * (total - step)), "progress"
+    took, source = expected(rec, history)
+    if took is None:
+        return INF, None
+    end = float(rec.get("started_at") or now) + took
+    return (end, source) if end > now else (INF, None)  # (overran: unknown from now on)
+
+
+@dataclass
+class Timeline:
+    """Each worker's reserved intervals [start, end) from `now` on (end INF: for good)."""
+
+    now: float
+    slots: dict[str, Slot]
+    busy: dict[str, list[tuple[float, float]]] = field(default_factory=dict)
+
+    def hold(self, names: Iterable[str], start: float, end: float) -> None:
+        for name in names:
+            if name in self.slots:
+                self.busy.setdefault(name, []).append((start, end))
+
+    def free(self, name: str, start: float, end: float) -> bool:
+        """Whether `name` is reserved by nobody during [start, end)."""
+        return all(e <= start or b >= end for b, e in self.busy.get(name, ()))
+
+    def fit_at(
+        self, names: Iterable[str], start: float, places: int, k: int, took: float | None
+    ) -> list[list[Slot]] | None:
+        """The places a job of `took` seconds (None: unknown, for good) gets at `start` among `names`, or None."""
+        end = start + (took if took is not None else INF)
+        pool = [self.slots[n] for n in names if n in self.slots and self.free(n, start, end)]
+        return fit(pool, places, k)
+
+    def times(self) -> list[float]:
+        """When something may start: now, and every end of a reservation still to come."""
+        return sorted({self.now} | {e for v in self.busy.values() for _, e in v if self.now < e < INF})
+
+    def earliest(self, places: int, k: int, took: float | None) -> tuple[float | None, list[list[Slot]] | None]:
+        """The earliest time a job of `took` seconds fits, with its places; (None, None) when no known time."""
+        for t in self.times():
+            chosen = self.fit_at(self.slots, t, places, k, took)
+            if chosen is not None:
+                return t, chosen
+        return None, None
