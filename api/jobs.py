@@ -162,14 +162,15 @@ def views(recs: list[dict], with_tasks: bool = False) -> list[dict]:
     queued = [r["id"] for r in recs if r["status"] == "queued"]
     starts = forecast.estimate(redis, deps.settings(), queued) if queued else {}
     used = usage.read(redis, [r["id"] for r in recs if r["status"] in ("starting", "running")])
-    history = plan.learned(redis, [r for r in recs if r["status"] in ACTIVE])
+    live = (Status.QUEUED.value, *ACTIVE)
+    history = plan.learned(redis, [r for r in recs if r["status"] in live])
     return [
         job_view(
             r,
             tasks=gang.view(redis, r) if with_tasks else None,
             queue_position=line.get(r["id"]),
             expected_start=starts.get(r["id"], (None, None)),
-            expected=plan.expected(r, history) if r["status"] in ACTIVE else (None, None),
+            expected=plan.expected(r, history) if r["status"] in live else (None, None),
             usage=used.get(r["id"]),
             names_only=auth.names_only(r.get("owner")),
         )

@@ -9,6 +9,9 @@ from jobs.spec import is_command, is_session, shown
 from jobs.store import iso
 from models.states import ACTIVE, Reason, Status
 
+LIVE = (Status.QUEUED.value, *ACTIVE)
+"""Statuses whose expected duration the scheduler plans with."""
+
 
 def _warning(rec: dict[str, Any]) -> str | None:
     """What a job that ended normally still warns of (its trainer's result says: a loss that diverged without a
@@ -69,8 +72,8 @@ def job_view(
         "queue_position": queue_position if status == Status.QUEUED else None,
         "expected_start": iso(expected_start[0]) if status == Status.QUEUED else None,
         "expected_start_reason": expected_start[1] if status == Status.QUEUED else None,
-        "expected_duration_s": expected[0] if status in ACTIVE else None,
-        "expected_duration_source": expected[1] if status in ACTIVE else None,
+        "expected_duration_s": expected[0] if status.value in LIVE else None,
+        "expected_duration_source": expected[1] if status.value in LIVE else None,
         "preemptions": rec.get("preemptions", 0),
         "preempted_by": rec.get("preempted_by") if rec.get("preemptions") else None,
         "usage": usage if status in (Status.STARTING, Status.RUNNING) else None,

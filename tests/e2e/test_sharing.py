@@ -7,6 +7,7 @@ import pwd
 import subprocess
 import sys
 import time
+from datetime import datetime
 from pathlib import Path
 from urllib.parse import urlparse
 
@@ -218,3 +219,18 @@ def test_the_readme_section_as_written(stack_of, child_env, tmp_path):
     assert client.get("/api/v1/jobs/3").json()["status"] == "succeeded"
     assert "on GPUs 0,1" in client.get("/api/v1/jobs/1/logs").text
     assert share.splitlines()[0].split() == ["OWNER", "GPU-HOURS", "SHARE", "GPUS", "RUNNING", "QUEUED"]
+
+
+def test_backfill_starts_a_short_job_at_once_beside_a_reserved_big_one(stack_of, child_env, tmp_path):
+    """Issue 39: the README's backfill example, as written, on two fake GPUs."""
+    client = stack_of(2)
+    env = {**child_env, "GPUDECK_API": client.url, "PATH": f"{os.path.dirname(sys.executable)}:{child_env['PATH']}"}
+    (tmp_path / "readme").mkdir()
+    out = run_block("walkthrough-backfill", urlparse(client.url).port, tmp_path / "readme", env)
+    first, big, short = (status(client, i) for i in (1, 2, 3))
+    assert short["status"] == "succeeded" and big["status"] == "succeeded", (short, big)
+    stamp = lambda job, key: datetime.fromisoformat(job[key].replace("Z", "+00:00")).timestamp()  # noqa: E731
+    assert stamp(short, "ended_at") <= stamp(big, "started_at")  # the short one ran in the gap, before the big one
+    assert stamp(first, "ended_at") <= stamp(big, "started_at") + 1  # which started once job 1 gave its GPU back
+    shown = out[4]  # `gpudeck show 2` while it waited: its reservation, and what it is expected to take
+    assert "queued" in shown and "starts" in shown and "expected  10s (as declared)" in shown, shown
