@@ -1,6 +1,9 @@
-"""Replay a cluster trace on a box of eight FAKE GPUs (a fake nvidia-smi on PATH: none exist here), once with
-gpudeck's policy (priorities with preemption, fair share, reservations) and once as plain FIFO
-(`GPUDECK_PREEMPT=off`, `GPUDECK_FAIRSHARE=off`), in the same run, and compare.
+"""Replay a cluster trace on a box of eight FAKE GPUs (a fake nvidia-smi on PATH: none exist here) with gpudeck's
+policy (priorities with preemption, fair share with age, backfill from expected durations), the same without
+backfill (`GPUDECK_BACKFILL=off`: one reservation, no time), and plain FIFO (`GPUDECK_PREEMPT=off`,
+`GPUDECK_FAIRSHARE=off`, `GPUDECK_BACKFILL=off`), in the same run, and compare; gpudeck's twice: once with each job
+declaring its duration exactly (`expected_duration`), once with users' estimates off by a factor drawn between 0.5
+and 3 (GPUDECK_REPLAY_ESTIMATES=exact,off to choose).
 
 The trace is CSV, `submit_s,gpus,duration_s,owner,priority[,workers]`, in real seconds; the replay compresses
 time by GPUDECK_REPLAY_FACTOR (60: an hour of trace is a minute here). GPUDECK_REPLAY_TRACE names a trace file;
@@ -10,7 +13,9 @@ demand, seeded by GPUDECK_REPLAY_SEED. Each entry runs as a command job that "tr
 checkpoints every step in $JOB_DIR and resumes from it (GPUDECK_ATTEMPT), so a preemption redoes at most the
 step it was in.
 
-Reported for both policies: mean and p95 job completion time, p95 queueing delay per priority, Jain's fairness
+Reported for each: mean, p50 and p95 job completion time, p95 queueing delay per priority and per GPU count, the
+error of `expected_start` as the API answered it at submission (median and p90 absolute, median signed; late is
+positive) next to the median wait, Jain's fairness
 index of the GPU-time the two equal researchers got while both had work queued, GPU utilization over the whole
 replay and while some job waited (the saturated box), preemptions and steps redone per preemption; and how long a
 scheduling round (a free worker's choice of its next job) takes with 10,000 jobs queued, against one with 100.
@@ -147,6 +152,8 @@ def write_trace(entries: list[Entry]) -> str:
 class Replay:
     jobs: dict[int, Entry] = field(default_factory=dict)
     submitted: dict[int, float] = field(default_factory=dict)
+    promised: dict[int, float | None] = field(default_factory=dict)
+    """expected_start as the API answered the submission (None: none, or it started at once)."""
     samples: list[tuple[float, dict[str, int], int]] = field(default_factory=list)
     """(time, GPUs held per owner, jobs queued) every half second."""
     records: dict[int, dict] = field(default_factory=dict)
@@ -155,7 +162,10 @@ class Replay:
     t1: float = 0.0
 
 
-def replay(tmp: Path, env: dict[str, str], entries: list[Entry], policy: dict[str, str]) -> Replay:
+def replay(
+    tmp: Path, env: dict[str, str], entries: list[Entry], policy: dict[str, str], estimates: list[float] | None = None
+) -> Replay:
+    """One replay; `estimates`: each entry's declared duration as a factor of its real one (None: none declared)."""
     fake_nvidia_smi(tmp / "bin", fake_gpus(GPUS))
     # GPUDECK_PREEMPT_AFTER's default (5 minutes), compressed as the trace is
     environ = {**env, "PATH": f"{tmp / 'bin'}:{env['PATH']}", "GPUDECK_PREEMPT_AFTER": PREEMPT_AFTER, **policy}
@@ -206,7 +216,7 @@ def replay(tmp: Path, env: dict[str, str], entries: list[Entry], policy: dict[st
         sampler = threading.Thread(target=sample, daemon=True)
         out.t0 = time.time()
         sampler.start()
-        for e in entries:
+        for n, e in enumerate(entries):
             at = out.t0 + e.submit_s / FACTOR
             time.sleep(max(0.0, at - time.time()))
             steps = max(1, round(e.duration_s / FACTOR / STEP_S))
@@ -218,11 +228,14 @@ def replay(tmp: Path, env: dict[str, str], entries: list[Entry], policy: dict[st
                 "total_steps": steps,
                 "name": f"{e.owner}-{e.priority}-{e.gpus}g",
             }
+            if estimates is not None:
+                body["expected_duration"] = max(1, round(steps * STEP_S * estimates[n]))
             resp = requests.post(f"{base}/api/v1/jobs", json=body, headers=tokens[e.owner], timeout=30)
             assert resp.status_code == 201, resp.text
             job_id = resp.json()["id"]
             out.jobs[job_id] = e
             out.submitted[job_id] = time.time()
+            out.promised[job_id] = stamp(resp.json().get("expected_start"))
         while True:
             page = requests.get(f"{base}/api/v1/jobs?status=queued,starting,running&limit=1", headers=root, timeout=30)
             if not page.json()["jobs"]:
@@ -265,11 +278,17 @@ def jain(xs: list[float]) -> float:
 
 def figures(r: Replay) -> dict[str, float]:
     jct, waits = [], {"high": [], "normal": [], "low": []}
+    by_size: dict[int, list[float]] = {}
+    errors = []
     for job_id, e in r.jobs.items():
         rec = r.records[job_id]
         created, first, ended = stamp(rec["created_at"]), stamp(rec.get("first_started_at")), stamp(rec["ended_at"])
         jct.append(ended - created)
         waits[e.priority].append(first - created)
+        by_size.setdefault(e.gpus, []).append(first - created)
+        if r.promised.get(job_id) is not None:
+            errors.append(first - r.promised[job_id])  # late: positive
+    all_waits = [w for ws in waits.values() for w in ws]
 
     # fairness: GPU-time alice and bob got while both had work queued or running
     def active(owner: str, t: float) -> bool:
@@ -287,9 +306,19 @@ def figures(r: Replay) -> dict[str, float]:
     busy = sum(dt * used for dt, used, _ in spans)
     waiting = [(dt, used) for dt, used, queued in spans if queued]  # while some job waited: the box was wanted
     preemptions = sum(rec.get("preemptions") or 0 for rec in r.records.values())
+    absolute = sorted(abs(x) for x in errors)
     return {
         "jct_mean_s": statistics.mean(jct),
+        "jct_p50_s": statistics.median(jct),
         "jct_p95_s": p95(jct),
+        "wait_p50_s": statistics.median(all_waits),
+        **{f"wait_p95_{g}gpu_s": p95(w) for g, w in sorted(by_size.items())},
+        "start_error_abs_p50_s": statistics.median(absolute) if absolute else float("nan"),
+        "start_error_abs_p90_s": absolute[min(len(absolute) - 1, math.ceil(0.9 * len(absolute)) - 1)]
+        if absolute
+        else float("nan"),
+        "start_error_signed_p50_s": statistics.median(errors) if errors else float("nan"),
+        "start_promises": len(errors),
         "wait_p95_high_s": p95(waits["high"]),
         "wait_p95_normal_s": p95(waits["normal"]),
         "wait_p95_low_s": p95(waits["low"]),
@@ -309,25 +338,36 @@ def test_sharing_replay(tmp_path, child_env):
     entries = read_trace(Path(trace_file).read_text()) if trace_file else make_trace()
     (tmp_path / "trace.csv").write_text(write_trace(entries))
     env = {**child_env, "GPUDECK_COMMAND_JOBS": "1"}
-    policies = {
-        "gpudeck": {},
-        "fifo": {"GPUDECK_PREEMPT": "off", "GPUDECK_FAIRSHARE": "off"},
+    rng = random.Random(SEED + 1)
+    off = [rng.uniform(0.5, 3.0) for _ in entries]
+    modes = os.environ.get("GPUDECK_REPLAY_ESTIMATES", "exact,off").split(",")
+    runs: dict[str, tuple[dict[str, str], list[float] | None]] = {}
+    if "exact" in modes:
+        runs["backfill"] = ({}, [1.0] * len(entries))
+    if "off" in modes:
+        runs["backfill~"] = ({}, off)
+    runs["no-backfill"] = ({"GPUDECK_BACKFILL": "off"}, [1.0] * len(entries))
+    runs["fifo"] = ({"GPUDECK_PREEMPT": "off", "GPUDECK_FAIRSHARE": "off", "GPUDECK_BACKFILL": "off"}, None)
+    results = {
+        name: figures(replay(tmp_path / name, env, entries, policy, est)) for name, (policy, est) in runs.items()
     }
-    results = {}
-    for name, policy in policies.items():
-        results[name] = figures(replay(tmp_path / name, env, entries, policy))
     print(f"\ntrace: {len(entries)} jobs ({tmp_path / 'trace.csv'}), time / {FACTOR:g}, {GPUS} fake GPUs")
-    keys = list(results["gpudeck"])
-    print(f"{'':30} {'gpudeck':>10} {'fifo':>10}")
+    print("backfill: durations declared exactly; backfill~: declared off by a factor of 0.5 to 3")
+    keys = sorted({k for r in results.values() for k in r}, key=lambda k: list(results["fifo"]).index(k)
+                  if k in results["fifo"] else 99)  # fmt: skip
+    print(f"{'':30}" + "".join(f"{name:>13}" for name in results))
     for k in keys:
-        print(f"{k:30} {results['gpudeck'][k]:10.3f} {results['fifo'][k]:10.3f}")
-    g, f = results["gpudeck"], results["fifo"]
-    assert g["wait_p95_high_s"] <= GRACE_S + 5, g
-    assert g["jain_alice_bob"] >= 0.9, g
-    # (over the whole replay, the drain at the end counts too: which jobs are left last is the policy's choice, but a
-    # box with nothing waiting is idle by no scheduler's fault; the target is for the saturated box)
-    assert g["utilization_while_jobs_wait"] >= f["utilization_while_jobs_wait"] - 0.02, (g, f)
-    assert g["redone_steps_per_preemption"] <= 1, g
+        print(f"{k:30}" + "".join(f"{r.get(k, float('nan')):13.3f}" for r in results.values()))
+    f = results["fifo"]
+    for name, g in results.items():
+        if name == "fifo":
+            continue
+        assert g["wait_p95_high_s"] <= GRACE_S + 5, (name, g)
+        assert g["jain_alice_bob"] >= 0.9, (name, g)
+        # (over the whole replay, the drain at the end counts too: which jobs are left last is the policy's choice,
+        # but a box with nothing waiting is idle by no scheduler's fault; the target is for the saturated box)
+        assert g["utilization_while_jobs_wait"] >= f["utilization_while_jobs_wait"] - 0.02, (name, g, f)
+        assert g["redone_steps_per_preemption"] <= 1, (name, g)
 
 
 def test_a_scheduling_round_with_10000_jobs_queued(redis):
