@@ -79,7 +79,7 @@ def estimate(
     more = queues.reader(redis, LINE_HEAD, BATCH)
     ordered = queues.order(found, used, s.fairshare, more, queues.entered(redis), now, s.fairshare_age_max_s)
     left = None if wanted is None else set(wanted)
-    for n, (job_id, _, _, rec) in enumerate(with_records(store, ordered, history)):
+    for n, (job_id, _, _, rec) in enumerate(with_records(store, ordered)):
         if n >= SCAN_MAX or left == set():
             break
         if rec is None:

@@ -58,29 +58,48 @@ def learn(redis: Any, rec: dict[str, Any], seconds: float) -> None:
     redis.expire(key, 90 * 86400)
 
 
-def learned(redis: Redis, recs: Iterable[dict[str, Any]]) -> dict[str, float]:
-    """Each shape's estimate (the QUANTILE of its owner's last runs) for these records, in one round trip."""
-    keys = sorted({durations_key(r.get("owner"), shape(r["spec"])) for r in recs})
-    if not keys:
-        return {}
-    with redis.pipeline(transaction=False) as pipe:
-        for key in keys:
-            pipe.lrange(key, 0, HISTORY - 1)
-        answers = pipe.execute()
-    out = {}
-    for key, values in zip(keys, answers):
-        runs = sorted(float(v) for v in values)
-        if runs:
-            out[key] = runs[min(len(runs) - 1, math.ceil(QUANTILE * len(runs)) - 1)]
-    return out
+class History:
+    """What gpudeck learned of jobs' durations, read from Redis as it is asked for (`of`), each owner's shape once
+    per History (a scheduling round makes one), several at once with `prefetch`."""
+
+    def __init__(self, redis: Redis):
+        self.redis = redis
+        self.known: dict[str, float | None] = {}
+
+    def prefetch(self, recs: Iterable[dict[str, Any]]) -> History:
+        keys = sorted({durations_key(r.get("owner"), shape(r["spec"])) for r in recs} - set(self.known))
+        if keys:
+            with self.redis.pipeline(transaction=False) as pipe:
+                for key in keys:
+                    pipe.lrange(key, 0, HISTORY - 1)
+                for key, values in zip(keys, pipe.execute()):
+                    self.known[key] = _quantile(values)
+        return self
+
+    def of(self, rec: dict[str, Any]) -> float | None:
+        """The estimate for `rec`'s owner and shape (the QUANTILE of their last runs), or None."""
+        key = durations_key(rec.get("owner"), shape(rec["spec"]))
+        if key not in self.known:
+            self.known[key] = _quantile(self.redis.lrange(key, 0, HISTORY - 1))
+        return self.known[key]
 
 
-def expected(rec: dict[str, Any], history: dict[str, float]) -> tuple[float | None, str | None]:
+def _quantile(values: list[Any]) -> float | None:
+    runs = sorted(float(v) for v in values)
+    return runs[min(len(runs) - 1, math.ceil(QUANTILE * len(runs)) - 1)] if runs else None
+
+
+def learned(redis: Redis, recs: Iterable[dict[str, Any]]) -> History:
+    """A History with these records' shapes read (one round trip)."""
+    return History(redis).prefetch(recs)
+
+
+def expected(rec: dict[str, Any], history: History) -> tuple[float | None, str | None]:
     """(seconds, where that comes from: declared, history, timeout) a job is expected to run; (None, None) unknown."""
     spec = rec["spec"]
     if spec.get("expected_duration"):
         return float(spec["expected_duration"]), "declared"
-    learnt = history.get(durations_key(rec.get("owner"), shape(spec)))
+    learnt = history.of(rec)
     timeout = float(spec["timeout"]) if spec.get("timeout") else None
     if learnt is not None and (timeout is None or learnt <= timeout):
         return learnt, "history"
@@ -89,7 +108,7 @@ def expected(rec: dict[str, Any], history: dict[str, float]) -> tuple[float | No
     return None, None
 
 
-def expected_end(rec: dict[str, Any], now: float, history: dict[str, float]) -> tuple[float, str | None]:
+def expected_end(rec: dict[str, Any], now: float, history: History) -> tuple[float, str | None]:
     """When a running job is expected to free its workers (INF: unknown), and from what: progress, or its expected
     duration's source."""
     p = rec.get("progress") or {}

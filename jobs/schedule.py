@@ -116,7 +116,7 @@ def place(redis: Redis, settings: Settings | None = None, now: float | None = No
         return _round(redis, policy_of(settings), time.time() if now is None else now) if held else []
 
 
-def timeline(r: Round, unavailable: Iterable[str], history: dict[str, float]) -> plan.Timeline:
+def timeline(r: Round, unavailable: Iterable[str], history: plan.History) -> plan.Timeline:
     """The plan's start: every worker busy until what holds it is expected to end (unavailable ones for good)."""
     tl = plan.Timeline(r.now, r.slots)
     held: set[str] = set()
@@ -164,7 +164,7 @@ def _round(redis: Redis, s: Settings, now: float) -> list[int]:
     more = queues.reader(redis, LINE_HEAD, LINE_HEAD * 4)
     ordered = queues.order(found, used, s.fairshare, more, queues.entered(redis), r.now, s.fairshare_age_max_s)
     quotas = tokens.quotas(redis)
-    for n, (job_id, priority, owner, rec) in enumerate(with_records(store, ordered, history)):
+    for n, (job_id, priority, owner, rec) in enumerate(with_records(store, ordered)):
         can_preempt = s.preempt and tries > 0 and PRIORITIES.index(priority) < lowest_running
         if n >= SCAN_MAX or (not r.free and not can_preempt and n >= SAYS_WHY):
             break
@@ -189,7 +189,9 @@ def _round(redis: Redis, s: Settings, now: float) -> list[int]:
             _waiting(store, rec, quota.waiting(owner or "", held[owner], limit))
             continue  # (over its owner's quota, it holds nobody else up, and preempts nobody)
         places, k = int(spec.get("workers") or 1), int(spec.get("gpus") or 0)
-        took, _ = plan.expected(rec, history)
+        # (its expected duration matters where it could start now, or where a reservation has a time to find)
+        wanted = s.backfill and (r.free or (depth > 0 and len(tl.times()) > 1))
+        took = plan.expected(rec, history)[0] if wanted else None
         if s.backfill:  # now, on workers free until it is expected to end (unknown: reserved by nobody)
             chosen = tl.fit_at([x.name for x in r.free], r.now, places, k, took)
         else:
@@ -235,14 +237,11 @@ LINE_HEAD = 8
 
 
 def with_records(
-    store: JobStore, ordered: Iterator[tuple[int, str, str | None]], history: dict[str, float] | None = None
+    store: JobStore, ordered: Iterator[tuple[int, str, str | None]]
 ) -> Iterator[tuple[int, str, str | None, dict[str, Any] | None]]:
-    """The line in order, each job with its record, read BATCH at a time; `history` gains their shapes' estimates
-    (jobs.plan.learned) as they are read."""
+    """The line in order, each job with its record, read BATCH at a time."""
     while batch := list(itertools.islice(ordered, BATCH)):
         recs = store.get_many([job_id for job_id, _, _ in batch])
-        if history is not None:
-            history.update(plan.learned(store.redis, [r for r in recs if r is not None]))
         for (job_id, priority, owner), rec in zip(batch, recs):
             yield job_id, priority, owner, rec
 
