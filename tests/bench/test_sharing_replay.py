@@ -360,13 +360,15 @@ def test_sharing_replay(tmp_path, child_env):
         print(f"{k:30}" + "".join(f"{r.get(k, float('nan')):13.3f}" for r in results.values()))
     f = results["fifo"]
     for name, g in results.items():
-        if name == "fifo":
+        if not name.startswith("backfill"):  # (the others are what it is compared with)
             continue
         assert g["wait_p95_high_s"] <= GRACE_S + 5, (name, g)
-        assert g["jain_alice_bob"] >= 0.9, (name, g)
+        assert g["jain_alice_bob"] >= 0.95, (name, g)
         # (over the whole replay, the drain at the end counts too: which jobs are left last is the policy's choice,
         # but a box with nothing waiting is idle by no scheduler's fault; the target is for the saturated box)
-        assert g["utilization_while_jobs_wait"] >= f["utilization_while_jobs_wait"] - 0.02, (name, g, f)
+        assert g["utilization_while_jobs_wait"] >= max(0.8, f["utilization_while_jobs_wait"] - 0.02), (name, g, f)
+        for size in (k for k in g if k.startswith("wait_p95_") and k.endswith("gpu_s")):  # no size starves
+            assert g[size] <= 3 * max(f.get(size, 0.0), 1.0), (name, size, g, f)
         assert g["redone_steps_per_preemption"] <= 1, (name, g)
 
 

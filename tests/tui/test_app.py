@@ -147,7 +147,7 @@ def test_jobs_table_updates_in_place_keeps_the_cursor_filters_sorts_and_opens_a_
 def test_c_cancels_every_selected_job_after_one_confirmation_and_S_reverses_the_order(stack):
     done = post(stack, QUICK)
     requests.get(f"{stack}/api/v1/jobs/{done}/wait?timeout=240", timeout=260)
-    waiting = [post(stack, {**QUICK, "gpus": 1}) for _ in range(2)]  # no GPU worker: they stay queued
+    waiting = [post(stack, {**QUICK, "gpus": 1, "expected_duration": "20m"}) for _ in range(2)]  # no GPU worker
 
     async def scenario():
         app = GpudeckApp(stack)
@@ -189,7 +189,7 @@ def test_c_cancels_every_selected_job_after_one_confirmation_and_S_reverses_the_
 
 
 def test_plus_minus_and_T_steer_the_queued_jobs_in_line(stack):
-    waiting = [post(stack, {**QUICK, "gpus": 1}) for _ in range(2)]  # no GPU worker: they stay queued
+    waiting = [post(stack, {**QUICK, "gpus": 1, "expected_duration": "20m"}) for _ in range(2)]  # no GPU worker
 
     async def scenario():
         app = GpudeckApp(stack)
@@ -210,6 +210,11 @@ def test_plus_minus_and_T_steer_the_queued_jobs_in_line(stack):
             help_ = await on_screen(pilot, app, KeysHelp)
             shown = "\n".join(text_of(w) for w in help_.query("Label, Static"))
             assert "raise or lower the priority" in shown and "top of their line" in shown
+            await pilot.press("escape")
+            app.push_screen(JobScreen(waiting[0]))  # what backfill plans with, and where it comes from
+            screen = await on_screen(pilot, app, JobScreen)
+            summary = screen.query_one("#job-summary", Static)
+            await until(pilot, lambda: "expected 20m (as declared)" in text_of(summary))
 
     run(scenario())
 

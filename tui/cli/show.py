@@ -13,7 +13,7 @@ from models.common import EXIT_OK
 from models.sourcetree import human
 from tui.cli.base import client, connection_options, echo_json, fmt, job_id_argument, json_option
 from tui.logtext import fold
-from tui.widgets.fmt import duration, gpus_text, progress_of, starts_in, usage_text, value_of
+from tui.widgets.fmt import duration, expected_text, gpus_text, progress_of, starts_in, usage_text, value_of
 
 FIRST = ("step", "epoch", "loss", "accuracy", "val_loss", "val_accuracy", "test_accuracy", "test_loss")
 """Fields shown first, in this order, in `show`'s metrics and result (the rest follow by name)."""
@@ -30,15 +30,6 @@ def _preempted(job: dict[str, Any]) -> str | None:
         return None
     last = (job.get("preempted_by") or {}).get("message")
     return f"{job['preemptions']} times" + (f"; last: {last}" if last else "")
-
-
-def _expected(job: dict[str, Any]) -> str | None:
-    """How long it is expected to run, and from what (what backfill plans with)."""
-    took, source = job.get("expected_duration_s"), job.get("expected_duration_source")
-    if took is None:
-        return None
-    said = {"declared": "as declared", "history": "from its owner's past runs", "timeout": "its timeout"}
-    return f"{duration(took)} ({said.get(source or '', source)})"
 
 
 def expected_start(job: dict[str, Any]) -> str | None:
@@ -124,7 +115,7 @@ def show(job_id, as_json) -> int:
         ("gpus", gpus_text(job) + (f" on {job['worker']}" if job.get("worker") else "")),
         ("in line", f"#{job['queue_position']} in {job['queue']}" if job.get("queue_position") else None),
         ("starts", expected_start(job)),
-        ("expected", _expected(job)),
+        ("expected", expected_text(job).removeprefix("expected ") or None),
         ("preempted", _preempted(job)),
         ("uses", usage_text(job.get("usage")) or None),
         ("progress", f"step {progress_of(p)}" if p.get("total_steps") else None),

@@ -30,6 +30,7 @@ from tui.widgets.fmt import (
     axis_ticks,
     bar,
     duration,
+    expected_text,
     gpus_text,
     in_line,
     num,
@@ -289,6 +290,7 @@ class JobScreen(Screen):
                 Text(f"eta {duration(job.get('eta_s')) or '-'}") if job["status"] == "running" else Text(""),
                 Text(f"loss {value_of(job.get('metrics'), 'loss') or '-'}"),
                 Text(in_line(job)),
+                Text(expected_text(job), style="dim"),
             ],
             width,
         )

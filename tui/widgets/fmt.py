@@ -272,6 +272,17 @@ def in_line(job: dict[str, Any]) -> str:
     return f"#{n} in line" + (f", ~{duration(left)}" if left is not None else "")
 
 
+EXPECTED_FROM = {"declared": "as declared", "history": "from its owner's past runs", "timeout": "its timeout"}
+
+
+def expected_text(job: dict[str, Any]) -> str:
+    """How long a queued or running job is expected to run, and from what (what backfill plans with); '' unknown."""
+    took, source = job.get("expected_duration_s"), job.get("expected_duration_source")
+    if took is None:
+        return ""
+    return f"expected {duration(took)} ({EXPECTED_FROM.get(source or '', source)})"
+
+
 def starts_in(job: dict[str, Any], now: float | None = None) -> float | None:
     """Seconds until a queued job's expected start (0 when it is due), or None without an estimate."""
     raw = job.get("expected_start")
