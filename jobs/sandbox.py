@@ -22,8 +22,10 @@ the worker's user in a user namespace with no capability. Either way `umount` an
 files of the service and of root (/etc/shadow, a 0600 file, a root-only socket) are out of reach by their
 permissions, and nothing can gain a privilege back (no_new_privs: setuid binaries and file capabilities do not
 apply). The job already runs in a session of its own, with no controlling terminal (the work-horse starts
-bubblewrap with setsid), which is what bubblewrap's --new-session would give; --die-with-parent ends the sandbox
-with bubblewrap's outer process.
+bubblewrap with setsid), which is what bubblewrap's --new-session would give. Not --die-with-parent: it would
+SIGKILL the job the moment its work-horse dies, where the shim's lifeline gives it SIGTERM first (a trainer saves
+a checkpoint, and the retried job resumes from it), then SIGKILL after the grace: the job never outlives its
+work-horse by more than that.
 
 bubblewrap's own process ignores SIGTERM (so a stop reaches the job through its process group and the job's exit
 status comes back through bubblewrap's); jobs.shim, the first process inside, gives the job SIGTERM's default
@@ -207,7 +209,7 @@ def wrap(
     itself runs with the environment of BWRAP_ENV, not the job's (a job's LD_PRELOAD or LD_LIBRARY_PATH never
     reaches a process outside its sandbox). `user`: the job's (uid, gid) where this process is root (job_user):
     the shim becomes that user, with no capability; None: a user namespace with no capability."""
-    args = ["--unshare-pid", "--unshare-ipc", "--die-with-parent", "--cap-drop", "ALL"]
+    args = ["--unshare-pid", "--unshare-ipc", "--cap-drop", "ALL"]
     if user is not None:  # (what the shim needs to become the job's user; it drops these too)
         args += ["--cap-add", "CAP_SETUID", "--cap-add", "CAP_SETGID", "--cap-add", "CAP_SETPCAP"]
     else:

@@ -214,7 +214,7 @@ def test_plus_minus_and_T_steer_the_queued_jobs_in_line(stack):
             app.push_screen(JobScreen(waiting[0]))  # what backfill plans with, and where it comes from
             screen = await on_screen(pilot, app, JobScreen)
             summary = screen.query_one("#job-summary", Static)
-            await until(pilot, lambda: "expected 20m (as declared)" in text_of(summary))
+            await until(pilot, lambda: "expected 20m00s (as declared)" in text_of(summary))
 
     run(scenario())
 

@@ -110,7 +110,7 @@ def test_ci_gates_tables_json_logs_datasets_and_tensorboard(gpudeck, tmp_path):
     assert json.loads(gpudeck("tensorboard", "--json").stdout) == []
 
 
-def test_usage_input_auth_and_unreachable_exit_codes(gpudeck):
+def test_usage_input_auth_and_unreachable_exit_codes(gpudeck, redis):
     bad = gpudeck("submit", "--model", "resnet21", "--dataset", "synthetic")
     assert bad.returncode == 2 and bad.stderr.count("model: unknown model 'resnet21'") == 1  # once, not twice
     assert gpudeck("submit", "--model", "lenet").returncode == 2  # --dataset missing: argparse
@@ -130,7 +130,22 @@ def test_usage_input_auth_and_unreachable_exit_codes(gpudeck):
     assert late.stderr.count("\r") == 0  # no live line when stderr is not a terminal
     gpudeck("submit", *LENET, "--gpus", "1")
     some = gpudeck("ls", "--limit", "1")
-    assert len(some.stdout.splitlines()) == 2 and "the newest 1 jobs shown; more with --limit" in some.stderr
+    assert len(some.stdout.splitlines()) == 2 and "1 of " in some.stderr and "--cursor" in some.stderr
+
+    # past one page (500): --cursor goes on where a page ended, --all reads every page (issue 41 #4)
+    from jobs import queues
+
+    for _ in range(1200):
+        queues.submit(redis, {"model": "lenet", "dataset": "synthetic:16x16x3", "gpus": 1})  # (no GPU: queued)
+    every = json.loads(gpudeck("ls", "--all", "--json").stdout)
+    ids = [j["id"] for j in every["jobs"]]
+    assert len(ids) == every["total"] >= 1200 and ids == sorted(set(ids), reverse=True)
+    first = gpudeck("ls", "--limit", "500")
+    nxt = first.stderr.split("--cursor ", 1)[1].split()[0]
+    second = json.loads(gpudeck("ls", "--limit", "500", "--cursor", nxt, "--json").stdout)["jobs"]
+    assert [j["id"] for j in second] == ids[500:1000]
+    table = gpudeck("ls", "--all")
+    assert len(table.stdout.splitlines()) == len(ids) + 1 and table.stderr == ""
 
 
 @pytest.mark.slow

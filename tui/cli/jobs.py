@@ -199,21 +199,28 @@ def send_source(api, command: str, source: str) -> str | int:  # noqa: ANN001
 @click.option("--tag", help="only jobs with this tag")
 @click.option("--mine", is_flag=True, help="only your jobs (those of your named token)")
 @click.option("--owner", help="only the jobs of this user (a token's name)")
-@click.option("--limit", type=int, default=20, show_default=True, help="the newest this many")
+@click.option("--limit", type=int, default=20, show_default=True, help="the newest this many (a page: at most 500)")
+@click.option("--cursor", type=Natural(), help="the page after this one: the `next_cursor` a page ended with")
+@click.option("--all", "every", is_flag=True, help="every job that matches, page after page (500 a page)")
 @json_option
-def ls(status, model, tag, mine, owner, limit, as_json) -> int:
+def ls(status, model, tag, mine, owner, limit, cursor, every, as_json) -> int:
     """List jobs, newest first."""
     if mine and owner:
         return fail("ls", "--mine and --owner choose the same thing: give one")
-    page = client().jobs(limit=limit, status=status, model=model, tag=tag, owner="me" if mine else owner)
+    api, who = client(), "me" if mine else owner
+    page = api.jobs(limit=500 if every else limit, cursor=cursor, status=status, model=model, tag=tag, owner=who)
+    jobs = list(page["jobs"])
+    while every and page.get("next_cursor") is not None:
+        page = api.jobs(limit=500, cursor=page["next_cursor"], status=status, model=model, tag=tag, owner=who)
+        jobs += page["jobs"]
     if as_json:
-        echo_json(page)
+        echo_json({**page, "jobs": jobs})
         return EXIT_OK
-    print_jobs(page["jobs"], owners=any(job.get("owner") for job in page["jobs"]))
+    print_jobs(jobs, owners=any(job.get("owner") for job in jobs))
     if page.get("next_cursor") is not None:  # on stderr: a script reading the table gets only the table
         click.echo(
-            f"gpudeck: the newest {len(page['jobs'])} jobs shown; more with --limit (up to 500) or --json's "
-            "next_cursor",
+            f"gpudeck: {len(jobs)} of {page.get('total', '?')} jobs shown; the next page: --cursor "
+            f"{page['next_cursor']} (or --all for every one)",
             err=True,
         )
     return EXIT_OK
