@@ -81,7 +81,7 @@ def schemas() -> dict[str, Any]:
                 "loguniform": {"type": "array", "prefixItems": [NUM, NUM], "minItems": 2, "maxItems": 2},
                 "uniform": {"type": "array", "prefixItems": [NUM, NUM], "minItems": 2, "maxItems": 2},
                 "int": {"type": "array", "prefixItems": [INT, INT], "minItems": 2, "maxItems": 2},
-                "choice": {"type": "array", "minItems": 1},
+                "choice": {"type": "array", "minItems": 1, "items": {"anyOf": [NUM, STR, BOOL]}},
             },
             "additionalProperties": False,
             "description": "[low, high] with low < high (loguniform: low > 0), or a list of choices",

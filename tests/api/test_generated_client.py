@@ -25,7 +25,8 @@ import sys
 
 from gpudeck_client import Client
 from gpudeck_client.api.jobs import get_job_metrics, submit_job, wait_job
-from gpudeck_client.models import CommandJobSpec, Job, JobStatus, Metrics
+from gpudeck_client.api.sweeps import submit_sweep
+from gpudeck_client.models import CommandJobSpec, Job, JobStatus, Metrics, SearchSweepInput, Sweep
 
 api = Client(base_url=sys.argv[1], raise_on_unexpected_status=True)
 spec = CommandJobSpec(
@@ -47,7 +48,13 @@ while done.status in (JobStatus.QUEUED, JobStatus.STARTING, JobStatus.RUNNING):
 metrics = get_job_metrics.sync(job.id, client=api)
 assert isinstance(metrics, Metrics), metrics
 losses: list[float] = [p.loss for p in metrics.train if isinstance(p.loss, float)]
-print(done.id, done.status.value, done.name, ",".join(done.spec.tags), losses)
+search = SearchSweepInput.from_dict(
+    {"search": "random", "base": {"command": "true", "gpus": 0}, "space": {"env.WIDTH": {"choice": [8, 16, "x"]}},
+     "metric": "loss", "max_trials": 1}
+)
+sweep = submit_sweep.sync(client=api, body=search)
+assert isinstance(sweep, Sweep), sweep
+print(done.id, done.status.value, done.name, ",".join(done.spec.tags), losses, sweep.id)
 """
 
 WRONG = """
@@ -62,8 +69,10 @@ def test_a_generated_client_submits_waits_and_reads_a_job_through_typed_models(t
     api = start_api(spawn, env)
     spawn("worker", "--cpu", env=env)
     env = {**child_env, "PATH": f"{BIN}:{child_env['PATH']}"}  # (the generator formats its output with ruff)
-    made = run_block("generated-client", int(api.rsplit(":", 1)[1]), tmp_path, env)[0]
-    assert "Warning" not in made and "Error" not in made, made
+    said: list[str] = []
+    made = run_block("generated-client", int(api.rsplit(":", 1)[1]), tmp_path, env, said)[0]
+    for text in (made, said[0]):  # (the generator drops what it cannot type with a warning, on either stream)
+        assert "Warning" not in text and "WARNING" not in text and "Error" not in text, text
     package = tmp_path / "gpudeck_client"
     # One module per tag, one function per operation named by its operationId.
     assert {p.name for p in (package / "api").iterdir() if p.is_dir()} >= {"jobs", "sweeps", "data", "service"}
@@ -84,8 +93,9 @@ def test_a_generated_client_submits_waits_and_reads_a_job_through_typed_models(t
         [sys.executable, "use.py", api], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120
     )
     assert ran.returncode == 0, ran.stdout + ran.stderr
-    job_id, status, name, tags, losses = ran.stdout.split(" ", 4)
+    job_id, status, name, tags, losses, sweep_id = ran.stdout.rsplit(" ", 1)[0].split(" ", 4) + [ran.stdout.split()[-1]]
     assert (status, name, tags, losses.strip()) == ("succeeded", "typed", "generated", "[1.0, 0.5, 0.3333333333333333]")
+    assert requests.get(f"{api}/api/v1/sweeps/{sweep_id}", timeout=10).json()["search"] == "random"  # (a search too)
     assert requests.get(f"{api}/api/v1/jobs/{job_id}", timeout=10).json()["status"] == "succeeded"
 
     # The type checker passes the right use and names the wrong field type before anything is sent.

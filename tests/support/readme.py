@@ -16,12 +16,17 @@ def walkthrough_commands(name: str = "walkthrough") -> list[str]:
     return [c.strip() for c in block.group(1).replace("\\\n", " ").splitlines() if c.strip()]
 
 
-def run_block(name: str, port: int, cwd: Path, env: dict[str, str] | None = None) -> list[str]:
-    """Run a README block's commands in order (bash, `localhost:8686` moved to `port`); their outputs."""
+def run_block(
+    name: str, port: int, cwd: Path, env: dict[str, str] | None = None, errors: list[str] | None = None
+) -> list[str]:
+    """Run a README block's commands in order (bash, `localhost:8686` moved to `port`); their outputs (and, into
+    `errors` when given, what each wrote on stderr)."""
     outputs = []
     for command in walkthrough_commands(name):
         command = command.replace("localhost:8686", f"localhost:{port}")
         run = subprocess.run(["bash", "-c", command], capture_output=True, text=True, timeout=240, cwd=cwd, env=env)
         assert run.returncode == 0, (command, run.stderr)
         outputs.append(run.stdout)
+        if errors is not None:
+            errors.append(run.stderr)
     return outputs
