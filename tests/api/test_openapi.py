@@ -37,6 +37,24 @@ def test_every_route_is_documented_and_every_documented_route_exists(app, client
     assert served == documented
 
 
+def test_every_array_says_what_it_holds(client):
+    """Issue 43 #2: a generated client drops a schema with an array of unknown items (a search's `choice` was one)."""
+    untyped = []
+
+    def walk(node, where: str) -> None:
+        if isinstance(node, dict):
+            if node.get("type") == "array" and "items" not in node and "prefixItems" not in node:
+                untyped.append(where)
+            for key, value in node.items():
+                walk(value, f"{where}/{key}")
+        elif isinstance(node, list):
+            for i, value in enumerate(node):
+                walk(value, f"{where}/{i}")
+
+    walk(client.get("/api/v1/openapi.json").json, "#")
+    assert untyped == []
+
+
 def test_every_operation_has_a_name_and_a_tag_for_a_generated_client(client):
     """Issue 24 #7: a generator names its functions by operationId (not get_api_v1_jobs_id_metrics) and puts them
     in a module per tag (not all in `default`)."""
