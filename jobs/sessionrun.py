@@ -13,6 +13,7 @@ import json
 import logging
 import os
 import secrets
+import site
 import socket
 import subprocess
 import sys
@@ -24,7 +25,7 @@ from typing import Any
 
 from redis import Redis
 
-from jobs import gpus, launch, terminal
+from jobs import gpus, launch, terminal, usage
 from jobs.launch import Refused, WorkerContext
 from jobs.proc import descendants, listening_pids
 from jobs.redis_server import free_port
@@ -40,12 +41,39 @@ WARN_BEFORE_S = 600
 """How long before an idle release or the max the session warns."""
 LOOK_EVERY_S = 2.0
 """How often the work-horse reads its GPUs' utilization and the notebook's activity."""
-JUPYTER_APPS = ("jupyter-lab", "jupyter-server")
-"""What a notebook session runs, the first its environment has."""
+JUPYTER_APPS = (("jupyterlab", "lab"), ("jupyter_server", ""))
+"""What a notebook session runs (`python -m MODULE`, with the session environment's own python: its kernel is that
+environment's), the first its environment sees, and the page its URL opens."""
 NO_JUPYTER = (
-    "this session's environment has no Jupyter ({where}): add jupyterlab (or jupyter-server) to the project's "
-    "requirements, or pip install jupyterlab in that environment"
+    "this session's environment has no {what} ({where}): add jupyterlab and ipykernel to the project's "
+    "requirements, or pip install jupyterlab ipykernel in that environment"
 )
+OWN_READ_S = 1.0
+"""Jupyter's last activity up to this long after the work-horse read /api/kernels is that reading's."""
+BUSY_CPU_PERCENT = 50.0
+"""A session whose processes use this much CPU (of one core) is in use, whatever its GPUs do."""
+
+
+def visible_sites(bin_dir: Path) -> list[Path]:
+    """The site-packages folders an environment's python imports from: its own, what its `.pth` files add (a project
+    environment that is not isolated sees the worker's packages that way), the worker's own for the worker's."""
+    if bin_dir == Path(sys.executable).parent:
+        return [Path(p) for p in site.getsitepackages()]
+    own = sorted(bin_dir.parent.glob("lib/python3*/site-packages"))
+    added = []
+    for sp in own:
+        for pth in sp.glob("*.pth"):
+            try:
+                lines = pth.read_text().splitlines()
+            except OSError:
+                continue
+            added += [Path(line.strip()) for line in lines if line.strip().startswith("/")]
+    return [*own, *(p for p in added if p.is_dir())]
+
+
+def sees(sites: list[Path], module: str) -> bool:
+    """Whether a package `module` is in one of `sites` (a file check: nothing of the environment runs)."""
+    return any((sp / module / "__init__.py").is_file() for sp in sites)
 
 
 def host_name(ctx: WorkerContext) -> str:
@@ -68,6 +96,7 @@ class SessionRun(JobRun):
         self.used = False  # what the last look (every LOOK_EVERY_S) found: a busy GPU, a notebook client
         self.warned: set[str] = set()
         self.info: dict[str, Any] = {}
+        self.kernels_read_at: float | None = None  # (when this work-horse last read /api/kernels: not a user's use)
 
     # -- what it runs --------------------------------------------------------------------------------------
     def _launch(
@@ -77,15 +106,19 @@ class SessionRun(JobRun):
         env = {**extra_env, "TERM": os.environ.get("TERM") or "xterm-256color"}
         secret_env = dict(spec.get("secret_env") or {})
         if spec.get("jupyter"):
-            app = next((bin_dir / a for a in JUPYTER_APPS if (bin_dir / a).exists()), None)
-            if app is None:
-                raise Refused(NO_JUPYTER.format(where=bin_dir.parent))
+            sites = visible_sites(bin_dir)
+            app = next(((m, page) for m, page in JUPYTER_APPS if sees(sites, m)), None)
+            if app is None or not sees(sites, "ipykernel"):
+                what = "Jupyter" if app is None else "Jupyter kernel (ipykernel)"
+                raise Refused(NO_JUPYTER.format(what=what, where=bin_dir.parent))
             port, token = free_port(), secrets.token_urlsafe(24)
-            self.jupyter = (port, token, "lab" if app.name == "jupyter-lab" else "")
+            self.jupyter = (port, token, app[1])
             secret_env["JUPYTER_TOKEN"] = token  # (in no argv, no record: only the owner reads it, from the API)
             idle = str(int(spec.get("idle") or 0))
             argv = [
-                str(app),
+                str(bin_dir / "python"),
+                "-m",
+                app[0],
                 "--ip=127.0.0.1",
                 f"--port={port}",
                 "--port-retries=0",
@@ -145,7 +178,7 @@ class SessionRun(JobRun):
         if not self.spawned:
             self.spawned = self.busy_at = time.monotonic()
         host = host_name(self.ctx)
-        self.info = {"host": host, **fields}
+        self.info = {"host": host, **fields, **({"warning": self.info["warning"]} if "warning" in self.info else {})}
         self.store.update(self.job_id, session=self.info)
         if self.relay is not None:
             self.relay.note(f"gpudeck: session started on {host}: gpudeck session attach {self.job_id}")
@@ -166,7 +199,7 @@ class SessionRun(JobRun):
                 self.relay.say(f"session {self.job_id} ends now ({reason})")
                 self.relay.hangup()
             return reason
-        if self.jupyter is not None and not self.info:
+        if self.jupyter is not None and "url" not in self.info:  # (a warning may have come first)
             port, token, page = self.jupyter
             if self._status() is not None:
                 self._publish(kind="notebook", port=port, url=f"http://127.0.0.1:{port}/{page}?token={token}")
@@ -202,11 +235,16 @@ class SessionRun(JobRun):
         self.store.update(self.job_id, session=self.info)
 
     def _in_use(self) -> bool:
-        """Somebody uses the session: a notebook client is connected or was active within the idle time, or one of
+        """Somebody uses the session: a notebook client is connected or was active within the idle time, one of its
+        kernels is busy (a cell running, nobody watching), its processes work the CPU (BUSY_CPU_PERCENT), or one of
         its GPUs is at BUSY_UTILIZATION or more."""
         if self.jupyter is not None and self._notebook_active():
             return True
-        return self._gpus_busy()
+        return self._cpu_busy() or self._gpus_busy()
+
+    def _cpu_busy(self) -> bool:
+        used = usage.read(self.redis, [self.job_id]).get(self.job_id) or {}
+        return float(used.get("cpu_percent") or 0) >= BUSY_CPU_PERCENT
 
     def _gpus_busy(self) -> bool:
         used = gpus.utilization(self.redis, socket.gethostname())  # (the host's sampler: jobs.gpus.Sampler)
@@ -238,14 +276,32 @@ class SessionRun(JobRun):
 
     def _notebook_active(self) -> bool:
         """Jupyter's own account of use (/api/status, which does not count as activity itself): a kernel
-        connection now, or activity since the last look."""
+        connection now, a kernel running a cell, or activity since the last look that was not this look's own
+        reading of the kernels (/api/kernels counts as activity to Jupyter)."""
         status = self._status()
         if status is None:
             return True  # (starting, or too busy to answer: not idle)
-        if status.get("connections"):
+        if status.get("connections") or self._kernel_busy():
             return True
         try:
             last = datetime.fromisoformat(str(status["last_activity"]).replace("Z", "+00:00")).timestamp()
         except (KeyError, ValueError):
             return False
-        return time.time() - last < LOOK_EVERY_S * 2
+        ours = self.kernels_read_at is not None and last <= self.kernels_read_at + OWN_READ_S
+        return time.time() - last < LOOK_EVERY_S * 2 and not ours
+
+    def _kernel_busy(self) -> bool:
+        """Whether one of the notebook's kernels runs a cell now (`execution_state`, /api/kernels)."""
+        assert self.jupyter is not None
+        port, token, _ = self.jupyter
+        request = urllib.request.Request(
+            f"http://127.0.0.1:{port}/api/kernels", headers={"Authorization": f"token {token}"}
+        )
+        try:
+            with urllib.request.urlopen(request, timeout=2) as answer:  # noqa: S310 (our own server, on loopback)
+                kernels = json.loads(answer.read())
+        except (OSError, ValueError):
+            return False
+        finally:
+            self.kernels_read_at = time.time()
+        return any(isinstance(k, dict) and k.get("execution_state") == "busy" for k in kernels)

@@ -6,6 +6,7 @@ without it."""
 from __future__ import annotations
 
 import asyncio
+import json
 import subprocess
 import sys
 import time
@@ -66,6 +67,45 @@ def job(url: str, job_id: int) -> dict:
 def utilization(url: str) -> object:
     hosts = requests.get(f"{url}/api/v1/gpus", timeout=10).json()["hosts"]
     return hosts[0]["gpus"][0]["utilization"] if hosts else None
+
+
+def run_cell(base: str, token: str, code: str, wait: bool = True) -> str:
+    """Start a kernel through Jupyter's REST API and run `code` in it over the kernel's websocket, as a notebook
+    client does; what it printed (`wait`), or nothing once the cell is sent (the socket closed: nobody connected)."""
+    import uuid
+
+    import websocket
+
+    auth = {"Authorization": f"token {token}"}
+    kernel = requests.post(f"{base}/api/kernels", json={"name": "python3"}, headers=auth, timeout=60)
+    assert kernel.status_code == 201, kernel.text
+    ws = websocket.create_connection(
+        f"{base.replace('http', 'ws', 1)}/api/kernels/{kernel.json()['id']}/channels?token={token}", timeout=60
+    )
+    msg_id = uuid.uuid4().hex
+    header = {"msg_id": msg_id, "username": "test", "session": uuid.uuid4().hex, "msg_type": "execute_request",
+              "version": "5.3", "date": ""}  # fmt: skip
+    content = {"code": code, "silent": False, "store_history": False, "user_expressions": {}, "allow_stdin": False}
+    ws.send(json.dumps({"header": header, "parent_header": {}, "metadata": {}, "content": content, "channel": "shell"}))
+    out = ""
+    try:
+        while wait:
+            reply = json.loads(ws.recv())
+            if reply.get("parent_header", {}).get("msg_id") != msg_id:
+                continue
+            if reply["msg_type"] == "stream":
+                out += reply["content"]["text"]
+            if reply["msg_type"] == "status" and reply["content"]["execution_state"] == "idle":
+                return out
+        until(lambda: kernel_busy(base, auth), 30, "the cell running")
+        return out
+    finally:
+        ws.close()
+
+
+def kernel_busy(base: str, auth: dict[str, str]) -> bool:
+    kernels = requests.get(f"{base}/api/kernels", headers=auth, timeout=10).json()
+    return any(k.get("execution_state") == "busy" for k in kernels)
 
 
 def marked(mark: str) -> list[str]:
@@ -225,6 +265,8 @@ def test_a_notebook_session_serves_jupyter_with_a_token_or_says_what_to_install(
     with_token = requests.get(status, headers={"Authorization": f"token {token}"}, timeout=5)  # (it answers already)
     assert with_token.status_code == 200 and "kernels" in with_token.json()
     assert requests.get(status, timeout=5).status_code == 403  # no token, no notebook
+    base = status.removesuffix("/api/status")
+    assert run_cell(base, token, "print(6 * 7)") == "42\n"  # a kernel, as a notebook client starts one
     asyncio.run(_tui_opens_the_notebook(url, sid, view))
     requests.post(f"{url}/api/v1/jobs/{sid}/cancel", timeout=10).raise_for_status()
     assert wait_ended(url, sid, timeout=60)["status"] == "canceled"
@@ -232,4 +274,16 @@ def test_a_notebook_session_serves_jupyter_with_a_token_or_says_what_to_install(
     bare = submit_job(url, {"kind": "session", "jupyter": True, "env_name": "bare"})
     refused = wait_ended(url, bare, timeout=60)
     assert (refused["status"], refused["reason"]) == ("failed", "bad_input")
-    assert "has no Jupyter" in refused["message"] and "add jupyterlab" in refused["message"]
+    assert "has no Jupyter" in refused["message"] and "add jupyterlab and ipykernel" in refused["message"]
+
+    # a short idle time (the URL is published all the same), and a busy kernel with nobody connected is use
+    quick = submit_job(url, {"kind": "session", "jupyter": True, "idle": "10s", "gpus": 1})
+    view = until(lambda: (v := job(url, quick)).get("url") and v, 60, "the notebook's URL")
+    page, token = view["url"].split("?token=")
+    base = page.split("/lab")[0].rstrip("/")
+    run_cell(base, token, "import time; time.sleep(25); print('done')", wait=False)  # then nobody is connected
+    started = time.monotonic()
+    until(lambda: time.monotonic() - started > 18, 30, "past the idle time")
+    assert job(url, quick)["status"] == "running"  # its kernel works: not released
+    ended = wait_ended(url, quick, timeout=120)  # once the cell is done, idle: released
+    assert (ended["status"], ended["reason"]) == ("canceled", "idle"), ended
