@@ -172,6 +172,12 @@ def command(
         bin_dir = found
         env["VIRTUAL_ENV"] = str(found.parent)
     env["PATH"] = f"{bin_dir}{os.pathsep}{env.get('PATH', '')}"
+    if not (bin_dir / "python").exists() and (bin_dir / "python3").exists():  # (Debian's /usr: python3 alone)
+        own = attempt.job_dir / ".gpudeck-bin"
+        own.mkdir(exist_ok=True)
+        if not (own / "python").is_symlink():
+            (own / "python").symlink_to(bin_dir / "python3")
+        env["PATH"] = f"{own}{os.pathsep}{env['PATH']}"
     job_dir = attempt.job_dir
     injected = {
         "GPUDECK_JOB_ID": str(attempt.job_id),

@@ -5,6 +5,7 @@ command line and options."""
 from __future__ import annotations
 
 import os
+import sys
 from pathlib import Path
 
 import pytest
@@ -144,3 +145,20 @@ def test_a_sandboxed_job_whose_work_horse_died_leaves_nothing_in_its_sandbox(ctx
             proc.kill()
             proc.wait()
         proc.stdout.close()
+
+
+def test_python_is_the_registered_environments_python3_where_it_has_no_python(ctx, attempt, tmp_path):
+    """Issue 43: `GPUDECK_ENVS=torch=/usr` on Debian (a /usr/bin with python3 and no python): a command's `python`
+    is that environment's python3, not `/bin/sh: python: not found`."""
+    import subprocess
+    from dataclasses import replace
+
+    usr = tmp_path / "usr"
+    (usr / "bin").mkdir(parents=True)
+    (usr / "bin" / "python3").symlink_to(os.path.realpath(sys.executable))
+    debian = replace(ctx, settings=replace(ctx.settings, envs=(("torch", usr),)))
+    how = launch.command(debian, attempt, {"command": "python -c 'import sys; print(sys.version_info[0])'",
+                                           "env_name": "torch"}, None, {})  # fmt: skip
+    ran = subprocess.run(how.argv, cwd=how.cwd, env=how.env, capture_output=True, text=True, timeout=60)
+    assert ran.returncode == 0 and ran.stdout.strip() == "3", ran.stderr
+    assert how.env["PATH"].split(os.pathsep)[1] == str(usr / "bin") and how.env["VIRTUAL_ENV"] == str(usr)
