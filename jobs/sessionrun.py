@@ -252,20 +252,23 @@ class SessionRun(JobRun):
             isinstance(used.get(str(g)), (int, float)) and used[str(g)] >= BUSY_UTILIZATION for g in self.ctx.gpu_ids
         )
 
-    def _status(self) -> dict[str, Any] | None:
-        """The notebook server's /api/status (None: it does not answer yet, or not now)."""
+    def _jupyter_get(self, path: str) -> Any:
+        """GET `path` of the session's own notebook server with its token (None: it does not answer yet, or not
+        now, or what listens on its port is not the session's: the token goes to nobody else)."""
         assert self.jupyter is not None
         port, token, _ = self.jupyter
-        if not self._ours(port):  # (its token goes to the session's own server, never to what took the port first)
+        if not self._ours(port):
             return None
-        request = urllib.request.Request(
-            f"http://127.0.0.1:{port}/api/status", headers={"Authorization": f"token {token}"}
-        )
+        request = urllib.request.Request(f"http://127.0.0.1:{port}{path}", headers={"Authorization": f"token {token}"})
         try:
             with urllib.request.urlopen(request, timeout=2) as answer:  # noqa: S310 (our own server, on loopback)
-                status = json.loads(answer.read())
+                return json.loads(answer.read())
         except (OSError, ValueError):
             return None
+
+    def _status(self) -> dict[str, Any] | None:
+        """The notebook server's /api/status (None: it does not answer yet, or not now)."""
+        status = self._jupyter_get("/api/status")
         return status if isinstance(status, dict) else None
 
     def _ours(self, port: int) -> bool:
@@ -292,16 +295,10 @@ class SessionRun(JobRun):
 
     def _kernel_busy(self) -> bool:
         """Whether one of the notebook's kernels runs a cell now (`execution_state`, /api/kernels)."""
-        assert self.jupyter is not None
-        port, token, _ = self.jupyter
-        request = urllib.request.Request(
-            f"http://127.0.0.1:{port}/api/kernels", headers={"Authorization": f"token {token}"}
-        )
         try:
-            with urllib.request.urlopen(request, timeout=2) as answer:  # noqa: S310 (our own server, on loopback)
-                kernels = json.loads(answer.read())
-        except (OSError, ValueError):
-            return False
+            kernels = self._jupyter_get("/api/kernels")
         finally:
             self.kernels_read_at = time.time()
-        return any(isinstance(k, dict) and k.get("execution_state") == "busy" for k in kernels)
+        return isinstance(kernels, list) and any(
+            isinstance(k, dict) and k.get("execution_state") == "busy" for k in kernels
+        )
