@@ -282,6 +282,14 @@ def on_a_terminal(
     return out.decode(errors="replace")
 
 
+def _a_terminals_child() -> None:
+    """What a program started from a person's terminal has: the terminal as its controlling one, and SIGINT's default
+    (a suite started in the background, as CI may start it, has SIGINT ignored, and children inherit that: Ctrl-C
+    would do nothing)."""
+    fcntl.ioctl(0, termios.TIOCSCTTY, 0)
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 class Terminal:
     """A program on a pseudo-terminal of its own, driven as a person would: `expect` what it shows, `send` keys.
     Its output is read by a thread (so nothing it writes blocks on us)."""
@@ -297,7 +305,7 @@ class Terminal:
             stdout=slave,
             stderr=slave,
             start_new_session=True,
-            preexec_fn=lambda: fcntl.ioctl(0, termios.TIOCSCTTY, 0),
+            preexec_fn=_a_terminals_child,
         )
         os.close(slave)
         self.out = b""
