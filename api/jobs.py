@@ -13,9 +13,9 @@ from api import auth, deps, longpoll
 from api.finite import finite
 from jobs import control, forecast, gang, notify, plan, queues, schedule, usage
 from jobs.errors import BadRequest, NotFound
-from jobs.views import job_view
+from jobs.views import LIVE, job_view
 from models.common import search_text
-from models.states import ACTIVE, PRIORITIES, Status
+from models.states import PRIORITIES, Status
 
 bp = Blueprint("jobs", __name__)
 
@@ -162,15 +162,14 @@ def views(recs: list[dict], with_tasks: bool = False) -> list[dict]:
     queued = [r["id"] for r in recs if r["status"] == "queued"]
     starts = forecast.estimate(redis, deps.settings(), queued) if queued else {}
     used = usage.read(redis, [r["id"] for r in recs if r["status"] in ("starting", "running")])
-    live = (Status.QUEUED.value, *ACTIVE)
-    history = plan.learned(redis, [r for r in recs if r["status"] in live])
+    history = plan.learned(redis, [r for r in recs if r["status"] in LIVE])
     return [
         job_view(
             r,
             tasks=gang.view(redis, r) if with_tasks else None,
             queue_position=line.get(r["id"]),
             expected_start=starts.get(r["id"], (None, None)),
-            expected=plan.expected(r, history) if r["status"] in live else (None, None),
+            expected=plan.expected(r, history) if r["status"] in LIVE else (None, None),
             usage=used.get(r["id"]),
             names_only=auth.names_only(r.get("owner")),
         )

@@ -76,8 +76,7 @@ def estimate(
     used = share.usage(redis, s.fairshare_halflife_s, active, now) if s.fairshare else {}
     out: dict[int, tuple[float | None, str | None]] = {}
     found = queues.lines(redis, LINE_HEAD)
-    more = queues.reader(redis, LINE_HEAD, BATCH)
-    ordered = queues.order(found, used, s.fairshare, more, queues.entered(redis), now, s.fairshare_age_max_s)
+    ordered = queues.scheduler_order(redis, s, found, used, now, queues.reader(redis, LINE_HEAD, BATCH))
     left = None if wanted is None else set(wanted)
     for n, (job_id, _, _, rec) in enumerate(with_records(store, ordered)):
         if n >= SCAN_MAX or left == set():
@@ -94,7 +93,7 @@ def estimate(
             out[job_id] = (None, NO_ESTIMATE if can else "no live workers can run it")
             continue
         out[job_id] = (start, None)
-        tl.hold({x.name for p in chosen for x in p}, start, start + took if took is not None else plan.INF)
+        tl.take({x.name for p in chosen for x in p}, start, took)
     for raw in redis.smembers(AFTER_KEY):
         job_id = int(raw)
         after = (store.get(job_id)["spec"].get("after") or []) if redis.exists(job_key(job_id)) else []

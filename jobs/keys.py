@@ -316,4 +316,4 @@ def auth_failures_key(scope: str) -> str:
 
 def durations_key(owner: str | None, shape: str) -> str:
     """A list: how long an owner's last succeeded runs of one job shape took (s), newest first (jobs.plan)."""
-    return f"gpudeck:durations:{owner or NO_OWNER}:{shape}"
+    return f"{PREFIX}:durations:{owner or NO_OWNER}:{shape}"

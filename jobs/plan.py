@@ -123,6 +123,11 @@ def expected_end(rec: dict[str, Any], now: float, history: History) -> tuple[flo
     return (end, source) if end > now else (INF, None)  # (overran: unknown from now on)
 
 
+def _until(start: float, took: float | None) -> float:
+    """When a job of `took` seconds that starts at `start` ends (INF: unknown)."""
+    return start + took if took is not None else INF
+
+
 @dataclass
 class Timeline:
     """Each worker's reserved intervals [start, end) from `now` on (end INF: for good)."""
@@ -136,6 +141,10 @@ class Timeline:
             if name in self.slots:
                 self.busy.setdefault(name, []).append((start, end))
 
+    def take(self, names: Iterable[str], start: float, took: float | None) -> None:
+        """Reserve `names` for a job of `took` seconds (None: unknown, for good) from `start`."""
+        self.hold(names, start, _until(start, took))
+
     def free(self, name: str, start: float, end: float) -> bool:
         """Whether `name` is reserved by nobody during [start, end)."""
         return all(e <= start or b >= end for b, e in self.busy.get(name, ()))
@@ -144,7 +153,7 @@ class Timeline:
         self, names: Iterable[str], start: float, places: int, k: int, took: float | None
     ) -> list[list[Slot]] | None:
         """The places a job of `took` seconds (None: unknown, for good) gets at `start` among `names`, or None."""
-        end = start + (took if took is not None else INF)
+        end = _until(start, took)
         pool = [self.slots[n] for n in names if n in self.slots and self.free(n, start, end)]
         return fit(pool, places, k)
 

@@ -63,7 +63,6 @@ class Need:
     isolated: bool
     local: bool = False
     """It holds what the job's source carries (its key has the source's digest and the owner)."""
-    owner: str | None = None
 
 
 REQUIREMENT = re.compile(
@@ -118,7 +117,7 @@ def need(spec: dict[str, Any], src: Path, owner: str | None = None) -> Need | No
     if not local:
         return found
     h = hashlib.sha256(f"{found.digest}\0{spec.get('source') or ''}\0{owner or ''}\0".encode())
-    return dataclasses.replace(found, digest=h.hexdigest()[:32], local=True, owner=owner)
+    return dataclasses.replace(found, digest=h.hexdigest()[:32], local=True)
 
 
 def _found(spec: dict[str, Any], src: Path, isolated: bool) -> Need | None:

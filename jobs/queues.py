@@ -278,6 +278,19 @@ def order(
                 heapq.heappush(heap, (weight(owner, nxt_id), place, nxt_id, owner))
 
 
+def scheduler_order(
+    redis: Redis,
+    settings: Settings,
+    found: dict[Line, list[tuple[int, float]]],
+    used: dict[str, float],
+    now: float,
+    more: More | None = None,
+) -> Iterator[tuple[int, str, str | None]]:
+    """`order` as the scheduler reads the line under `settings` (fair share, its age factor read from Redis at
+    `now`): the one order a round, expected starts and places in line all follow."""
+    return order(found, used, settings.fairshare, more, entered(redis), now, settings.fairshare_age_max_s)
+
+
 def positions(
     redis: Redis, recs: list[dict[str, Any]], settings: Settings | None = None, running: list[dict[str, Any]] = ()
 ) -> dict[int, int]:
@@ -289,10 +302,7 @@ def positions(
     s = settings or Settings.from_env({})
     used = usage(redis, s.fairshare_halflife_s, running) if s.fairshare else {}
     out = {}
-    ordered = order(
-        lines(redis), used, s.fairshare, ages=entered(redis), now=time.time(), age_max_s=s.fairshare_age_max_s
-    )
-    for n, (job_id, _, _) in enumerate(ordered, 1):
+    for n, (job_id, _, _) in enumerate(scheduler_order(redis, s, lines(redis), used, time.time()), 1):
         if job_id in wanted:
             out[job_id] = n
             if len(out) == len(wanted):

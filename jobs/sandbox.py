@@ -138,11 +138,7 @@ def hand_over(path: Path, user: tuple[int, int] | None) -> None:
 def take_back(path: Path) -> None:
     """Give `path` and everything in it back to this process's user (an environment once built: no job may change
     it afterwards, and what the service writes there never goes through a link a job left)."""
-    uid, gid = os.geteuid(), os.getegid()
-    for here, dirs, names in os.walk(path):
-        for n in dirs + names:
-            os.lchown(os.path.join(here, n), uid, gid)
-    os.lchown(path, uid, gid)
+    hand_over(path, (os.geteuid(), os.getegid()))
 
 
 def describe(mode: str, trusted: bool, user: str | None = None) -> str:

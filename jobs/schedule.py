@@ -161,8 +161,7 @@ def _round(redis: Redis, s: Settings, now: float) -> list[int]:
     preempting = {
         int(v["preempted_by"]["id"]) for v in active if stopping.get(v["id"]) == PREEMPTED and v.get("preempted_by")
     }
-    more = queues.reader(redis, LINE_HEAD, LINE_HEAD * 4)
-    ordered = queues.order(found, used, s.fairshare, more, queues.entered(redis), r.now, s.fairshare_age_max_s)
+    ordered = queues.scheduler_order(redis, s, found, used, r.now, queues.reader(redis, LINE_HEAD, LINE_HEAD * 4))
     quotas = tokens.quotas(redis)
     for n, (job_id, priority, owner, rec) in enumerate(with_records(store, ordered)):
         can_preempt = s.preempt and tries > 0 and PRIORITIES.index(priority) < lowest_running
@@ -200,7 +199,7 @@ def _round(redis: Redis, s: Settings, now: float) -> list[int]:
             r.placed.append(job_id)
             taken = {x.name for p in chosen for x in p}
             r.free = [x for x in r.free if x.name not in taken]
-            tl.hold(taken, r.now, r.now + took if took is not None else plan.INF)
+            tl.take(taken, r.now, took)
             held[owner] += gpus
             if sweep_id is not None:
                 sweep_running[sweep_id] += 1
@@ -217,7 +216,7 @@ def _round(redis: Redis, s: Settings, now: float) -> list[int]:
             depth -= 1
             start, picked = tl.earliest(places, k, took)
             if start is not None and picked is not None:
-                tl.hold({x.name for p in picked for x in p}, start, start + took if took is not None else plan.INF)
+                tl.take({x.name for p in picked for x in p}, start, took)
                 _waiting(store, rec, message)
                 continue
             keep = not reserved  # (no known time: what it could use stays free for the first such job)
