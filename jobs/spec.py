@@ -1,208 +1,120 @@
-"""Job specs: every field validated before anything is queued; unknown fields refused by name."""
+"""Job specs as the service takes them: the shape checked against the models of models/jobspec.py (every bad field
+named at once, in gpudeck's words), then what only the service knows — a dataset never uploaded, a source never
+stored, an unregistered environment (404), a server path outside GPUDECK_DATA_ROOTS (403) — for a spec whose shape
+is right; then the spec a job keeps, every default filled in."""
 
 from __future__ import annotations
 
 import os
-import re
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import pydantic
+
 from jobs.errors import Forbidden, ReferenceForbidden, ReferenceNotFound, ValidationError
-from jobs.keys import PRIORITIES
-from models import params as params_mod
 from models import sourcetree
-from models.catalog import MODELS, model_info, parse_dataset
-from models.common import NOTIFY_ENTRY, NOTIFY_EVENTS, notify_problem, parse_age  # noqa: F401 (re-exported)
-
-MAX_GPUS = 16
-"""Most GPUs one job (one worker) may ask for."""
-MAX_WORKERS = 64
-"""Most tasks (workers) of one multi-worker job."""
-
-FIELDS = (
-    "model",
-    "dataset",
-    "params",
-    "gpus",
-    "name",
-    "tags",
-    "priority",
-    "timeout",
-    "max_retries",
-    "workers",
-    "chief",
-    "command",
-    "source",
-    "env",
-    "secret_env",
-    "env_name",
-    "total_steps",
-    "after",
-    "preemptible",
-    "checkpoint_every",
-    "notify",
-    "requirements",
-    "isolated_env",
-    "kind",
-    "jupyter",
-    "idle",
-    "max",
-    "expected_duration",
+from models.catalog import parse_dataset
+from models.jobspec import (  # noqa: F401 (the names jobs/ and api/ import them by)
+    COMMAND_ONLY,
+    ENV_NAME,
+    FIELDS,
+    INJECTED,
+    INPUT,
+    KINDS,
+    MAX_AFTER,
+    MAX_GPUS,
+    MAX_TIMEOUT_S,
+    MAX_WORKERS,
+    NAME_MAX,
+    NOT_SYNTHETIC,
+    SESSION,
+    SESSION_IDLE_S,
+    SESSION_MAX_S,
+    Code,
+    CommandJobSpec,
+    Common,
+    Elsewhere,
+    ModelJobSpec,
+    Required,
+    Says,
+    SessionSpec,
+    _bounds,
+    _integral,
+    _seconds,
+    _session_top,
+    kind_of,
+    marker,
+    param_schema,
+    whole,
 )
-
-INJECTED = (
-    "GPUDECK_JOB_ID",
-    "BUILD_ID",
-    "GPUDECK_ATTEMPT",
-    "GPUDECK_RUN_ID",
-    "JOB_DIR",
-    "TRAINING_DIR",
-    "TENSORBOARD_DIR",
-    "DATA_DIR",
-    "SRC_DIR",
-    "GPU_COUNT",
-    "CUDA_VISIBLE_DEVICES",
-    "TF_CONFIG",
-    "GPUDECK_TASK_TYPE",
-    "GPUDECK_TASK_INDEX",
-    "MASTER_ADDR",
-    "MASTER_PORT",
-    "WORLD_SIZE",
-    "RANK",
-    "NODE_RANK",
-    "NNODES",
-    "LOCAL_RANK",
-    "LOCAL_WORLD_SIZE",
-    "PYTHONUNBUFFERED",
-)
-"""What the work-horse sets for a command job (README: "Your own training code"); a job's `env` cannot override
-them."""
-RESERVED_ENV = ("PATH", "VIRTUAL_ENV", "HOME", "REDIS_URL")
-RESERVED_PREFIX = "GPUDECK_"
-"""Also refused in a job's `env`: what gpudeck sets otherwise (PATH and VIRTUAL_ENV from `env_name`, HOME in the
-sandbox), the service's own settings (REDIS_URL, GPUDECK_*). Everything else, LD_* and PYTHONPATH included, is
-the job's: it reaches only the job's own processes, inside its sandbox."""
-ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
-NAME_MAX = 200
-"""Longest job name."""
-MAX_COMMAND = 16_384
-"""Longest command (characters of the string, or of all its arguments)."""
-MAX_TIMEOUT_S = 30 * 24 * 3600
-"""Longest `timeout` a job may ask for (30 days)."""
-MAX_TOTAL_STEPS = 10**12
-"""Largest `total_steps` of a command job."""
-COMMAND_ONLY = ("source", "env", "secret_env", "env_name", "total_steps", "requirements", "isolated_env")
-"""Spec fields only a command job has (besides `command` itself)."""
-SESSION = "session"
-"""The `kind` of an interactive session (a shell or a notebook on a worker, jobs.sessionrun)."""
-SESSION_ONLY = ("jupyter", "idle", "max")
-"""Spec fields only a session has."""
-SESSION_IDLE_S = 30 * 60
-"""A session's default `idle`: released after this long with nobody attached and its GPUs idle."""
-SESSION_MAX_S = 8 * 3600
-"""A session's default `max`: ended (reason timeout) after this long whatever it does."""
 
 COMMANDS_OFF = (
     "command jobs are turned off: they run any code as the gpudeck service. Turn on tokens (GPUDECK_TOKENS=...) "
     "on the API, or on a single-user machine set GPUDECK_COMMAND_JOBS=1, and restart it"
 )
 
-
 SECRET_WORDS = ("KEY", "TOKEN", "SECRET", "PASSWORD", "PASSWD", "CREDENTIAL", "AUTH")
 """A job env variable whose name holds one of these is shown as *** wherever a client can read it."""
 
 
-def masked(env: dict[str, str], names_only: bool = False) -> dict[str, str]:
-    """A job's env as clients see it: the values of names that look like secrets hidden (`names_only`: every
-    value, for a user who does not own the job)."""
-    return {k: "***" if names_only or any(w in k.upper() for w in SECRET_WORDS) else v for k, v in env.items()}
+def _problem(cls: type[Common], body: dict[str, Any], error: Any) -> dict[str, str]:
+    """One pydantic error in gpudeck's words: {field path: what is wrong}."""
+    loc = error["loc"][1:] if error["loc"] and error["loc"][0] in KINDS else error["loc"]
+    if not loc:
+        return {"body": error["msg"]}
+    field, kind, ctx = str(loc[0]), error["type"], error.get("ctx") or {}
+    value = body.get(field)
+    if kind == "gpudeck_many":
+        return dict(ctx["fields"])
+    if kind == "gpudeck":
+        return {field: ctx["problem"]}
+    if kind == "extra_forbidden":
+        away = next((m for other in KINDS.values() if other is not cls if (m := marker(other, field, Elsewhere))), None)
+        text = away.to(cls.kind_name).format(v=value) if away else f"unknown field; accepted: {', '.join(FIELDS)}"
+        return {field: text}
+    if kind == "missing":
+        required = marker(cls, field, Required)
+        return {field: required.text if required else "is required"}
+    says = marker(cls, field, Says)
+    if says:
+        return {field: says.text.format(v=value)}
+    if kind in ("int_type", "int_parsing", "int_from_float"):
+        return {field: f"must be an integer, got {type(value).__name__} {value!r}"}
+    if kind == "bool_type":
+        return {field: f"must be true or false, got {value!r}"}
+    if kind in ("greater_than_equal", "less_than_equal"):
+        lo, hi = _bounds(cls, field)
+        return {field: f"must be between {lo} and {hi}, got {value}"}
+    if kind == "string_pattern_mismatch":
+        return {field: f"must match {ctx['pattern']}, got {value!r}"}
+    if kind == "string_type":
+        return {field: f"must be a string, got {type(value).__name__} {value!r}"}
+    return {field: error["msg"]}
 
 
-def shown(spec: dict[str, Any], names_only: bool = False) -> dict[str, Any]:
-    """A spec as a client (or a file of the job dir) may show it: `secret_env` values never, `env` values masked
-    by name (`names_only`: all of them, for a user who is not the job's owner)."""
-    out = dict(spec)
-    if out.get("env"):
-        out["env"] = masked(out["env"], names_only)
-    if out.get("secret_env"):
-        out["secret_env"] = dict.fromkeys(out["secret_env"], "***")
-    return out
+def check_shape(body: Any, context: dict[str, Any] | None = None) -> Common:
+    """The typed spec of `body` as given (no defaults filled in), or ValidationError naming every bad field."""
+    if not isinstance(body, dict):
+        raise ValidationError({"body": f"must be a JSON object, got {type(body).__name__}"})
+    body = _integral(body)
+    cls = KINDS[kind_of(body)]
+    errors: dict[str, str] = {}
+    typed = None
+    try:
+        typed = INPUT.validate_python(body, context=context or {})
+    except pydantic.ValidationError as exc:
+        for error in exc.errors():
+            for field, problem in _problem(cls, body, error).items():
+                errors.setdefault(field, problem)
+    cls.rules(body, errors)
+    if errors or typed is None:
+        raise ValidationError(errors)
+    return typed
 
 
-def _secret_env(body: dict[str, Any]) -> str | None:
-    """`secret_env`: variables like `env` whose values are never shown or written to the job dir."""
-    problem = _env(body["secret_env"])
-    if problem:
-        return problem
-    both = sorted(set(body["secret_env"]) & set(body.get("env") or {}))
-    return f"{both[0]} is in env too: give each variable once" if both else None
-
-
-def is_command(spec: dict[str, Any]) -> bool:
-    """Whether a spec runs the user's own code (a command, or a session's shell or notebook) rather than a model of
-    the zoo: what only the users allowed to run commands may submit."""
-    return spec.get("command") is not None or is_session(spec)
-
-
-def is_session(spec: dict[str, Any]) -> bool:
-    """Whether a spec is an interactive session (`kind: session`)."""
-    return spec.get("kind") == SESSION
-
-
-def _seconds(value: Any, lo: int, hi: int) -> tuple[int | None, str | None]:
-    """(seconds, problem) of a duration given as seconds or as an age such as 30m or 8h."""
-    if isinstance(value, str):
-        try:
-            value = parse_age(value)
-        except ValueError as exc:
-            return None, str(exc)
-    problem = _int_in(value, lo, hi)
-    if problem:
-        return None, f"{problem} (seconds, or an age such as 30m or 8h)"
-    return value, None
-
-
-def command_words(spec: dict[str, Any], n: int = 3) -> str:
-    """The first words of a command job's command, for tables (a model job: its model)."""
-    cmd = spec.get("command")
-    if is_session(spec):
-        return "notebook" if spec.get("jupyter") else "shell"
-    if cmd is None:
-        return str(spec.get("model"))
-    words = cmd.split() if isinstance(cmd, str) else list(cmd)
-    return " ".join(words[:n]) + (" …" if len(words) > n else "")
-
-
-def is_multi_worker(spec: dict[str, Any]) -> bool:
-    """Whether a spec runs as several tasks (gang-scheduled, see jobs.gang)."""
-    return int(spec.get("workers") or 1) > 1
-
-
-INT_FIELDS = ("gpus", "timeout", "max_retries", "workers", "total_steps")
-"""Spec fields that hold integers."""
-
-
-def whole(value: Any) -> Any:
-    """An integral float as the int it is (in JSON, and JSON Schema's `integer`, 4.0 is 4); anything else as is."""
-    return int(value) if isinstance(value, float) and value.is_integer() else value
-
-
-def _integral(body: dict[str, Any]) -> dict[str, Any]:
-    """`body` with the integral floats of its integer fields and integer params as ints."""
-    out = {k: whole(v) if k in INT_FIELDS else v for k, v in body.items()}
-    if isinstance(out.get("params"), dict):
-        ints = {k for k, p in params_mod.PARAMS.items() if p.kind is int}
-        out["params"] = {k: whole(v) if k in ints else v for k, v in out["params"].items()}
-    return out
-
-
-def _int_in(value: Any, lo: int, hi: int) -> str | None:
-    if not isinstance(value, int) or isinstance(value, bool):
-        return f"must be an integer, got {type(value).__name__} {value!r}"
-    if not lo <= value <= hi:
-        return f"must be between {lo} and {hi}, got {value}"
-    return None
+# -- what only the service knows ---------------------------------------------------------------------------------
 
 
 def check_data_path(path: str, roots: tuple[Path, ...]) -> str | None:
@@ -223,126 +135,69 @@ SourceKnown = Callable[[str], bool]
 """Whether a source snapshot (its sha256) is stored."""
 
 
-def _command(value: Any) -> str | None:
-    if isinstance(value, str):
-        if not value.strip():
-            return "must not be empty"
-        return None if len(value) <= MAX_COMMAND else f"must be at most {MAX_COMMAND} characters"
-    if isinstance(value, list):
-        if not value or not all(isinstance(a, str) for a in value) or not value[0]:
-            return "as a list, must hold strings, the first (the program) not empty"
-        return None if sum(map(len, value)) <= MAX_COMMAND else f"must be at most {MAX_COMMAND} characters"
-    return f"must be a shell string or a list of arguments, got {type(value).__name__}"
+@dataclass(frozen=True)
+class Service:
+    """What the second step checks a well-shaped spec's references against."""
+
+    data_roots: tuple[Path, ...] = ()
+    pin: Pin | None = None
+    source_known: SourceKnown | None = None
+    envs: tuple[str, ...] = ()
+
+    def problems(self, typed: Common) -> Iterator[tuple[str, type[ValidationError], str]]:
+        """(field, the error it makes, what is wrong) for each reference that does not hold."""
+        dataset = getattr(typed, "dataset", None)
+        if dataset is not None:
+            ref = parse_dataset(dataset)
+            if ref.kind == "path" and (problem := check_data_path(ref.path, self.data_roots)):
+                yield "dataset", ReferenceForbidden, problem
+            elif ref.kind == "stored":
+                if self.pin is None:
+                    yield "dataset", ValidationError, "uploaded datasets are not available"
+                elif (problem := self.pin(ref.name, ref.version)[1]) is not None:
+                    yield "dataset", ReferenceNotFound, problem
+        source = getattr(typed, "source", None)
+        if source is not None:
+            if source.startswith(sourcetree.REF_PREFIX):
+                sha = sourcetree.parse_ref(source)
+                if self.source_known is None or sha is None or not self.source_known(sha):
+                    yield (
+                        "source",
+                        ReferenceNotFound,
+                        f"unknown source {source}; upload it first with POST /api/v1/sources",
+                    )
+            elif problem := check_data_path(source, self.data_roots):
+                yield "source", ReferenceForbidden, problem
+            elif not os.path.isdir(source):
+                yield "source", ReferenceNotFound, f"server folder {source!r} does not exist or is not a folder"
+        env_name = getattr(typed, "env_name", None)
+        if env_name is not None and env_name not in self.envs:
+            yield (
+                "env_name",
+                ReferenceNotFound,
+                f"unknown environment {env_name!r}; registered (GPUDECK_ENVS): {', '.join(self.envs) or 'none'}",
+            )
+
+    def check(self, typed: Common) -> None:
+        """Raise for the references that do not hold: 404 for what does not exist, 403 for a server path the
+        operator has not allowed (both kinds at once: 403; a problem that is no reference's: 400)."""
+        found = list(self.problems(typed))
+        if found:
+            errors = {field: problem for field, _, problem in found}
+            kinds = {kind for _, kind, _ in found}
+            for kind in (ValidationError, ReferenceForbidden, ReferenceNotFound):
+                if kind in kinds:
+                    raise kind(errors)
+
+    def pinned(self, dataset: str | None) -> str | None:
+        """An uploaded dataset as `name:version` (the version it has now when none was given)."""
+        if dataset is None or self.pin is None:
+            return dataset
+        ref = parse_dataset(dataset)
+        return self.pin(ref.name, ref.version)[0] if ref.kind == "stored" else dataset
 
 
-def _env(value: Any) -> str | None:
-    if not isinstance(value, dict):
-        return f"must be an object of NAME: value strings, got {type(value).__name__}"
-    if len(value) > 200:
-        return "must hold at most 200 variables"
-    for name, v in value.items():
-        if not ENV_NAME.fullmatch(name):
-            return f"{name!r} is not a valid variable name (letters, digits and _, not starting with a digit)"
-        if name in INJECTED:
-            return f"{name} is set by gpudeck for every command job and cannot be overridden"
-        if name in RESERVED_ENV or name.startswith(RESERVED_PREFIX):
-            return f"{name} is gpudeck's to set (PATH, VIRTUAL_ENV, HOME, REDIS_URL, GPUDECK_*): not in a job's env"
-        if not isinstance(v, str):
-            return f"{name}: values must be strings, got {type(v).__name__} {v!r}"
-        if "\x00" in v or len(v) > 32_768:
-            return f"{name}: values must be at most 32768 characters, without NUL"
-    return None
-
-
-def _session(
-    body: dict[str, Any], idle_range: tuple[int, int], errors: dict[str, str], session_max: int = MAX_TIMEOUT_S
-) -> dict[str, Any]:
-    """A session's own fields (jupyter, idle, max) with their defaults; problems into `errors`."""
-    if "command" in body:
-        errors["command"] = (
-            f"a session runs a shell (or a notebook: jupyter true), not a command; without kind {SESSION} it is a "
-            "command job"
-        )
-    for key, allowed, problem in (
-        ("timeout", (None,), "a session's limit is max (default 8h)"),
-        ("workers", (None, 1), "a session runs on one worker"),
-        ("total_steps", (None,), "belongs to command jobs"),
-        ("after", (None, []), "a session starts when it can (it waits for no job)"),
-    ):
-        if key in body and body[key] not in allowed:
-            errors[key] = problem
-    jupyter = body.get("jupyter", False)
-    if not isinstance(jupyter, bool):
-        errors["jupyter"] = f"must be true or false, got {jupyter!r}"
-    lo, hi = idle_range
-    idle, problem = _seconds(body["idle"], lo, hi) if body.get("idle") is not None else (min(SESSION_IDLE_S, hi), None)
-    if problem:
-        errors["idle"] = problem + (" (GPUDECK_SESSION_IDLE_MAX)" if "between" in problem else "")
-    top = max(60, min(MAX_TIMEOUT_S, session_max))
-    given = body.get("max")
-    most, problem = _seconds(given, 60, top) if given is not None else (min(SESSION_MAX_S, top), None)
-    if problem:
-        errors["max"] = problem + (" (GPUDECK_SESSION_MAX: an admin may ask for more)" if top < MAX_TIMEOUT_S else "")
-    return {"jupyter": jupyter is True, "idle": idle, "max": most}
-
-
-def _source(value: Any, data_roots: tuple[Path, ...], known: SourceKnown | None) -> tuple[str | None, type]:
-    """(what is wrong with a command job's source or None, the error a spec whose one problem it is raises)."""
-    if not isinstance(value, str) or not value:
-        bad = f"must be a src:<sha256> ref from POST /api/v1/sources or an absolute server folder, got {value!r}"
-        return bad, ValidationError
-    if value.startswith(sourcetree.REF_PREFIX):
-        sha = sourcetree.parse_ref(value)
-        if sha is None:
-            return f"{value!r} is not a src:<sha256> ref (64 lowercase hex digits)", ValidationError
-        if known is None or not known(sha):
-            return f"unknown source {value}; upload it first with POST /api/v1/sources", ReferenceNotFound
-        return None, ValidationError
-    if not value.startswith("/"):
-        return f"must be a src:<sha256> ref or an absolute server folder, got {value!r}", ValidationError
-    problem = check_data_path(value, data_roots)
-    if problem:
-        return problem, ReferenceForbidden
-    if not os.path.isdir(value):
-        return f"server folder {value!r} does not exist or is not a folder", ReferenceNotFound
-    return None, ValidationError
-
-
-MAX_AFTER = 100
-"""Most jobs one job may depend on."""
-
-
-def _requirements(value: Any, env_name: Any) -> str | None:
-    """`requirements`: a relative path inside the job's source (its environment is built from it)."""
-    if value is None:
-        return None
-    if env_name is not None:
-        return "a job runs with a registered environment (env_name) or one built from its requirements, not both"
-    if not isinstance(value, str) or not value or value.startswith("/") or ".." in value.split("/"):
-        return f"must be a relative path inside the job's source, e.g. requirements/train.txt; got {value!r}"
-    return None
-
-
-def _after(value: Any) -> str | None:
-    if not isinstance(value, list) or len(value) > MAX_AFTER:
-        return f"must be a list of at most {MAX_AFTER} job ids, got {value!r}"
-    if not all(isinstance(v, int) and not isinstance(v, bool) and v > 0 for v in value):
-        return f"must be job ids (positive whole numbers), got {value!r}"
-    return None
-
-
-def _checkpoint_every(value: Any) -> tuple[dict[str, int] | None, str | None]:
-    """`checkpoint_every`: a number of steps (200) or a duration ("90s", "5m") -> ({steps: N} | {seconds: N})."""
-    if isinstance(value, int) and not isinstance(value, bool) and value >= 1:
-        return {"steps": value}, None
-    if isinstance(value, str):
-        try:
-            seconds = parse_age(value)
-        except ValueError:
-            seconds = 0
-        if seconds >= 1:
-            return {"seconds": seconds}, None
-    return None, f"must be a number of steps (200) or a duration (90s, 5m), got {value!r}"
+# -- the spec a job keeps ------------------------------------------------------------------------------------------
 
 
 def validate(
@@ -358,179 +213,147 @@ def validate(
     idle_range: tuple[int, int] = (60, SESSION_MAX_S),
     session_max: int = MAX_TIMEOUT_S,
 ) -> dict[str, Any]:
-    """The normalized spec (defaults filled in, an uploaded dataset pinned to its version), or ValidationError
-    naming every bad field; a command job where they are not allowed is Forbidden."""
-    if not isinstance(body, dict):
-        raise ValidationError({"body": f"must be a JSON object, got {type(body).__name__}"})
-    body = _integral(body)
-    session = is_session(body)
-    command = "command" in body or session
-    if command and not commands_allowed:
+    """The normalized spec (defaults filled in, an uploaded dataset pinned to its version): the shape first
+    (ValidationError naming every bad field), then its references (Service.check); a command job where they are not
+    allowed is Forbidden before either."""
+    if isinstance(body, dict) and is_command(body) and not commands_allowed:
         raise Forbidden(COMMANDS_OFF, {"field": "command"})
-    errors: dict[str, str] = {}
-    for key in body:
-        if key not in FIELDS:
-            errors[key] = f"unknown field; accepted: {', '.join(FIELDS)}"
-    if "kind" in body and not session:
-        errors["kind"] = f"must be {SESSION!r} (a model job has model, a command job command), got {body['kind']!r}"
-    session_fields = _session(body, idle_range, errors, session_max) if session else {}
-    for key in SESSION_ONLY:
-        if key in body and not session:
-            errors[key] = f"belongs to sessions (kind: {SESSION})"
-    if command and "model" in body:
-        errors["model"] = "a job has either model (a zoo model) or command (your own code), not both"
-    elif not command and "model" not in body:
-        errors["model"] = "is required (or give command to run your own code)"
-    if not command and "dataset" not in body:
-        errors["dataset"] = "is required"
-    for key in COMMAND_ONLY:
-        if key in body and not command:
-            errors[key] = "belongs to command jobs (give command)"
-    if command and "params" in body:
-        errors["params"] = "belongs to model jobs; pass your script's options in its command"
-    model = body.get("model")
-    if "model" in body and not command and (not isinstance(model, str) or model_info(model) is None):
-        errors["model"] = f"unknown model {model!r}; known: {', '.join(MODELS)}"
-    dataset = body.get("dataset")
-    ref_errors: dict[str, Any] = {}  # field -> what a spec whose only problems are references raises
-    if dataset is not None or (not command and "dataset" in body):
-        try:
-            ref = parse_dataset(body["dataset"])
-            problem = check_data_path(ref.path, data_roots) if ref.kind == "path" else None
-            if problem:
-                ref_errors["dataset"] = ReferenceForbidden
-            if ref.kind == "stored":
-                dataset, problem = pin(ref.name, ref.version) if pin else (None, "uploaded datasets are not available")
-                ref_errors["dataset"] = ReferenceNotFound if pin else ValidationError
-            elif ref.kind == "synthetic" and command:
-                problem = "a command job's dataset is an uploaded NAME[:VERSION] or a server folder (its DATA_DIR)"
-            if problem:
-                errors["dataset"] = problem
-        except ValueError as exc:
-            errors["dataset"] = str(exc)
-    if command:
-        ref_errors["env_name"] = ReferenceNotFound  # a name no environment is registered under
-        source_problem, ref_errors["source"] = (
-            _source(body["source"], data_roots, source_known) if body.get("source") is not None else (None, None)
-        )
-        for key, problem in (
-            ("command", _command(body["command"]) if not session else None),
-            ("env", _env(body["env"]) if body.get("env") is not None else None),
-            ("secret_env", _secret_env(body) if body.get("secret_env") is not None else None),
-            ("source", source_problem),
-            (
-                "env_name",
-                None
-                if body.get("env_name") is None or body["env_name"] in envs
-                else f"unknown environment {body['env_name']!r}; registered (GPUDECK_ENVS): "
-                f"{', '.join(envs) or 'none'}",
-            ),
-            (
-                "total_steps",
-                _int_in(body["total_steps"], 1, MAX_TOTAL_STEPS) if body.get("total_steps") is not None else None,
-            ),
-            ("requirements", _requirements(body.get("requirements"), body.get("env_name"))),
-            (
-                "isolated_env",
-                None
-                if body.get("isolated_env") is None or isinstance(body["isolated_env"], bool)
-                else f"must be true or false, got {body['isolated_env']!r}",
-            ),
-        ):
-            if problem:
-                errors[key] = problem
-    else:
-        errors.update(params_mod.validate(body.get("params", {})))
-    checks = {
-        "gpus": lambda v: _int_in(v, 0, MAX_GPUS),
-        "timeout": lambda v: _int_in(v, 1, MAX_TIMEOUT_S),
-        "expected_duration": lambda v: _seconds(v, 1, MAX_TIMEOUT_S)[1],
-        "max_retries": lambda v: _int_in(v, 0, 10),
-        "workers": lambda v: _int_in(v, 1, MAX_WORKERS),
-        "chief": lambda v: (
-            f"must be true or false, got {v!r}"
-            if not isinstance(v, bool)
-            else "needs workers of 2 or more (the chief is task 0 of a multi-worker job)"
-            if v and not (isinstance(body.get("workers"), int) and body["workers"] > 1)
-            else None
-        ),
-        "priority": lambda v: None if v in PRIORITIES else f"must be one of {', '.join(PRIORITIES)}, got {v!r}",
-        "after": _after,
-        "notify": lambda v: notify_problem(v, webhooks),
-        "preemptible": lambda v: None if isinstance(v, bool) else f"must be true or false, got {v!r}",
-        "checkpoint_every": lambda v: (
-            "belongs to model jobs (a command checkpoints itself)" if command else _checkpoint_every(v)[1]
-        ),
-        "name": lambda v: (
-            None
-            if isinstance(v, str) and 0 < len(v) <= NAME_MAX
-            else f"must be a string of 1 to {NAME_MAX} characters, got {v!r}"
-        ),
-        "tags": lambda v: (
-            None
-            if isinstance(v, list) and len(v) <= 50 and all(isinstance(t, str) and 0 < len(t) <= 64 for t in v)
-            else "must be a list of at most 50 strings of 1 to 64 characters"
-        ),
-    }
-    for key, check in checks.items():
-        if key in body and body[key] is not None:
-            problem = check(body[key])
-            if problem:
-                errors[key] = problem
-    if errors:
-        # A well-formed spec whose only problems are references: 404 for what does not exist, 403 for a server
-        # path the operator has not allowed (both kinds at once: 403); any other problem makes it a 400.
-        kinds = {ref_errors.get(field) or ValidationError for field in errors}
-        for kind in (ValidationError, ReferenceForbidden, ReferenceNotFound):
-            if kind in kinds:
-                raise kind(errors)
+    context = {"webhooks": webhooks, "idle_range": idle_range, "session_max": session_max}
+    typed = check_shape(body, context)
+    service = Service(data_roots, pin, source_known, envs)
+    service.check(typed)
+    return normalized(typed, default_gpus, service, idle_range, session_max)
+
+
+def normalized(
+    typed: Common,
+    default_gpus: int,
+    service: Service = Service(),
+    idle_range: tuple[int, int] = (60, SESSION_MAX_S),
+    session_max: int = MAX_TIMEOUT_S,
+) -> dict[str, Any]:
+    """The spec a job keeps: every default filled in (what the engine reads); a declared field with no rule of its
+    own here is kept as given, when given."""
+    out = _normalized(typed, default_gpus, service, idle_range, session_max)
+    for name, value in typed:
+        if value is not None and value is not False and value != {} and value != []:
+            out.setdefault(name, value)
+    return out
+
+
+def _normalized(
+    typed: Common,
+    default_gpus: int,
+    service: Service = Service(),
+    idle_range: tuple[int, int] = (60, SESSION_MAX_S),
+    session_max: int = MAX_TIMEOUT_S,
+) -> dict[str, Any]:
+    """The fields whose kept form is not as given."""
     common = {
-        "gpus": body["gpus"] if body.get("gpus") is not None else default_gpus,
-        "tags": list(body.get("tags") or []),
-        "priority": body.get("priority") or "normal",
-        "timeout": body.get("timeout"),
-        "max_retries": body.get("max_retries") if body.get("max_retries") is not None else 1,
-        "workers": body.get("workers") or 1,
-        "chief": bool(body.get("chief")),
-        "after": list(body.get("after") or []),
-        "preemptible": body.get("preemptible") is not False,
-        **({"notify": list(body["notify"])} if body.get("notify") else {}),
+        "gpus": typed.gpus if typed.gpus is not None else default_gpus,
+        "tags": list(typed.tags or []),
+        "priority": typed.priority or "normal",
+        "timeout": typed.timeout,
+        "max_retries": typed.max_retries if typed.max_retries is not None else 1,
+        "workers": typed.workers or 1,
+        "chief": bool(typed.chief),
+        "after": list(typed.after or []),
+        "preemptible": typed.preemptible is not False,
+        **({"notify": list(typed.notify)} if typed.notify else {}),
         **(
-            {"expected_duration": _seconds(body["expected_duration"], 1, MAX_TIMEOUT_S)[0]}
-            if body.get("expected_duration") is not None
+            {"expected_duration": _seconds(typed.expected_duration, 1, MAX_TIMEOUT_S)[0]}
+            if typed.expected_duration is not None
             else {}
         ),
     }
-    if command:  # (the user's own code: a command, or a session's shell or notebook)
-        code = {
-            "source": body.get("source"),
-            "dataset": dataset,
-            "env": dict(body.get("env") or {}),
-            **({"secret_env": dict(body["secret_env"])} if body.get("secret_env") else {}),
-            "env_name": body.get("env_name"),
+    if isinstance(typed, ModelJobSpec):
+        return {
+            "model": typed.model,
+            "dataset": service.pinned(typed.dataset),
+            "params": dict(typed.params or {}),
+            **({"checkpoint_every": typed.checkpoint_every} if typed.checkpoint_every else {}),
+            "name": typed.name or typed.model,
+            **common,
         }
-        built = {
-            **({"requirements": body["requirements"]} if body.get("requirements") else {}),
-            **({"isolated_env": True} if body.get("isolated_env") else {}),
-            "name": body.get("name") or command_words(body)[:NAME_MAX],
+    assert isinstance(typed, Code)
+    code = {
+        "source": typed.source,
+        "dataset": service.pinned(typed.dataset),
+        "env": dict(typed.env or {}),
+        **({"secret_env": dict(typed.secret_env)} if typed.secret_env else {}),
+        "env_name": typed.env_name,
+        **({"requirements": typed.requirements} if typed.requirements else {}),
+        **({"isolated_env": True} if typed.isolated_env else {}),
+    }
+    if isinstance(typed, SessionSpec):
+        lo, hi = idle_range
+        idle = _seconds(typed.idle, lo, hi)[0] if typed.idle is not None else min(SESSION_IDLE_S, hi)
+        top = _session_top(session_max)
+        most = _seconds(typed.max, 60, top)[0] if typed.max is not None else min(SESSION_MAX_S, top)
+        return {
+            "kind": SESSION,
+            "jupyter": typed.jupyter is True,
+            "idle": idle,
+            "max": most,
+            **code,
+            "name": typed.name or ("notebook" if typed.jupyter else "shell"),
+            **common,
+            "timeout": most,
+            "max_retries": 0,  # (a lost session is not started again without its user)
+            "preemptible": False,  # (never preempted: somebody is typing in it)
         }
-        if session:
-            return {
-                "kind": SESSION,
-                **session_fields,
-                **code,
-                **built,
-                **common,
-                "timeout": session_fields["max"],
-                "max_retries": 0,  # (a lost session is not started again without its user)
-                "preemptible": False,  # (never preempted: somebody is typing in it)
-            }
-        return {"command": body["command"], **code, "total_steps": body.get("total_steps"), **built, **common}
+    assert isinstance(typed, CommandJobSpec)
     return {
-        "model": model,
-        "dataset": dataset,
-        "params": dict(body.get("params") or {}),
-        **({"checkpoint_every": body["checkpoint_every"]} if body.get("checkpoint_every") else {}),
-        "name": body.get("name") or model,
+        "command": typed.command,
+        **code,
+        "total_steps": typed.total_steps,
+        "name": typed.name or command_words({"command": typed.command})[:NAME_MAX],
         **common,
     }
+
+
+# -- reading a spec ---------------------------------------------------------------------------------------------
+
+
+def masked(env: dict[str, str], names_only: bool = False) -> dict[str, str]:
+    """A job's env as clients see it: the values of names that look like secrets hidden (`names_only`: every
+    value, for a user who does not own the job)."""
+    return {k: "***" if names_only or any(w in k.upper() for w in SECRET_WORDS) else v for k, v in env.items()}
+
+
+def shown(spec: dict[str, Any], names_only: bool = False) -> dict[str, Any]:
+    """A spec as a client (or a file of the job dir) may show it: `secret_env` values never, `env` values masked
+    by name (`names_only`: all of them, for a user who is not the job's owner)."""
+    out = dict(spec)
+    if out.get("env"):
+        out["env"] = masked(out["env"], names_only)
+    if out.get("secret_env"):
+        out["secret_env"] = dict.fromkeys(out["secret_env"], "***")
+    return out
+
+
+def is_command(spec: dict[str, Any]) -> bool:
+    """Whether a spec runs the user's own code (a command, or a session's shell or notebook) rather than a model of
+    the zoo: what only the users allowed to run commands may submit."""
+    return spec.get("command") is not None or "command" in spec or is_session(spec)
+
+
+def is_session(spec: dict[str, Any]) -> bool:
+    """Whether a spec is an interactive session (`kind: session`)."""
+    return spec.get("kind") == SESSION
+
+
+def command_words(spec: dict[str, Any], n: int = 3) -> str:
+    """The first words of a command job's command, for tables (a model job: its model)."""
+    cmd = spec.get("command")
+    if is_session(spec):
+        return "notebook" if spec.get("jupyter") else "shell"
+    if cmd is None:
+        return str(spec.get("model"))
+    words = cmd.split() if isinstance(cmd, str) else list(cmd)
+    return " ".join(words[:n]) + (" …" if len(words) > n else "")
+
+
+def is_multi_worker(spec: dict[str, Any]) -> bool:
+    """Whether a spec runs as several tasks (gang-scheduled, see jobs.gang)."""
+    return int(spec.get("workers") or 1) > 1

@@ -3,26 +3,11 @@ the forms of a job's fields the code validates with (so the document and the cod
 
 from __future__ import annotations
 
-import re
 from typing import Any
 
-from jobs.keys import PRIORITIES
-from jobs.spec import (
-    ENV_NAME,
-    INJECTED,
-    MAX_AFTER,
-    MAX_COMMAND,
-    MAX_GPUS,
-    MAX_TIMEOUT_S,
-    MAX_TOTAL_STEPS,
-    MAX_WORKERS,
-)
-from models.catalog import ALIASES, MODELS, NAME
-from models.params import AUGMENT_PARTS, PARAMS
-from models.sourcetree import REF
+from jobs import spec as spec_mod
 
 VERSION = "1.0.0"
-_JSON_TYPES = {int: "integer", float: "number", bool: "boolean", str: "string"}
 
 
 def _ref(name: str) -> dict[str, str]:
@@ -41,49 +26,6 @@ def _obj(props: dict[str, Any], required: list[str] | None = None, extra: bool =
         out["additionalProperties"] = False
     return out
 
-
-def _param_schema(name: str) -> dict[str, Any]:
-    p = PARAMS[name]
-    if p.kind is list:
-        return {
-            "type": "array",
-            "minItems": 1,
-            "uniqueItems": True,
-            "items": {"type": "number", "exclusiveMinimum": 0, "exclusiveMaximum": 1},
-        }
-    out = {"type": _JSON_TYPES[p.kind], "description": p.help, **p.bounds(choices="enum")}
-    if name == "augment":
-        part = "|".join(re.escape(a) for a in AUGMENT_PARTS)
-        out["pattern"] = rf"^({part})(\+({part}))*$"
-    return out
-
-
-_SIDE, _CLASSES = r"([1-9][0-9]{0,2}|10[01][0-9]|102[0-4])", r"([2-9]|[1-9][0-9]{1,3}|10000)"
-DATASET_PATTERN = (
-    rf"^(synthetic(:{_SIDE}x{_SIDE}x[13](:{_CLASSES})?)?"  # generated: H, W in 1..1024, C 1 or 3, K classes
-    rf"|{NAME}(:{NAME})?"  # an uploaded NAME[:VERSION]
-    r"|/.+)$"  # a server path (under GPUDECK_DATA_ROOTS, else 403)
-)
-"""The forms models.catalog.parse_dataset reads."""
-NOT_SYNTHETIC = {"not": {"pattern": "^synthetic(:|$)"}}
-"""A command job's dataset: its DATA_DIR is a folder, never generated data."""
-
-NULL_IS_DEFAULT = (
-    "gpus",
-    "name",
-    "tags",
-    "priority",
-    "max_retries",
-    "workers",
-    "chief",
-    "env",
-    "secret_env",
-    "dataset",
-    "after",
-    "preemptible",
-    "notify",
-)
-"""Optional spec fields a null stands for the default of (the others are nullable in the spec itself)."""
 
 STR, INT, NUM, BOOL = {"type": "string"}, {"type": "integer"}, {"type": "number"}, {"type": "boolean"}
 TIME = {"type": "string", "format": "date-time"}
@@ -175,119 +117,37 @@ def _body(schema: str) -> dict[str, Any]:
     return {"required": True, "content": {"application/json": {"schema": _ref(schema)}}}
 
 
-def spec_props() -> dict[str, Any]:
-    """Every field of a job spec, as the code validates it (jobs.spec, models.params)."""
-    params = {
-        **_obj({k: _param_schema(k) for k in PARAMS}, extra=False),
-        "not": {"required": ["epochs", "steps"]},  # one or the other
-    }
+def _untitled(node: Any) -> Any:
+    """A pydantic JSON Schema without the titles it makes up from field names (a generator names types by them)."""
+    if isinstance(node, dict):
+        return {k: _untitled(v) for k, v in node.items() if not (k == "title" and isinstance(v, str))}
+    if isinstance(node, list):
+        return [_untitled(v) for v in node]
+    return node
+
+
+def spec_schemas() -> dict[str, Any]:
+    """Each kind of job spec a client submits, as jobs.spec declares it (pydantic's JSON Schema)."""
     return {
-        "model": {
-            **STR,
-            "enum": [*MODELS, *sorted(ALIASES)],
-            "description": "a model name or alias (GET /api/v1/models)",
-        },
-        "dataset": {
-            **STR,
-            "pattern": DATASET_PATTERN,
-            "description": "synthetic[:HxWxC[:K]], an uploaded NAME[:VERSION], or a server path under "
-            "GPUDECK_DATA_ROOTS",
-        },
-        "params": params,
-        "gpus": {**INT, "minimum": 0, "maximum": MAX_GPUS},
-        "name": {**STR, "minLength": 1, "maxLength": 200},
-        "tags": {"type": "array", "maxItems": 50, "items": {**STR, "minLength": 1, "maxLength": 64}},
-        "priority": {**STR, "enum": list(PRIORITIES)},
-        "timeout": _nullable({**INT, "minimum": 1, "maximum": MAX_TIMEOUT_S}),
-        "max_retries": {**INT, "minimum": 0, "maximum": 10},
-        "workers": {**INT, "minimum": 1, "maximum": MAX_WORKERS, "description": "tasks of a multi-worker job"},
-        "chief": {**BOOL, "description": "task 0 runs as TF_CONFIG type chief (needs workers >= 2)"},
-        "command": {
-            "description": "your own code instead of a model: a shell string (/bin/sh -c) or a list of arguments; "
-            "needs GPUDECK_TOKENS or GPUDECK_COMMAND_JOBS=1 on the API (else 403)",
-            "anyOf": [
-                {**STR, "minLength": 1, "maxLength": MAX_COMMAND},
-                {"type": "array", "minItems": 1, "prefixItems": [{**STR, "minLength": 1}], "items": STR},
-            ],
-        },
-        "source": _nullable(
-            {
-                **STR,
-                "pattern": f"^({REF.pattern}|/.+)$",
-                "description": "src:<sha256> from POST /api/v1/sources, or a server folder under "
-                "GPUDECK_DATA_ROOTS (snapshotted at submission)",
-            }
-        ),
-        "env": {
-            "type": "object",
-            "description": f"variables for the command; not one of {', '.join(INJECTED)}",
-            "propertyNames": {"pattern": f"^{ENV_NAME.pattern}$"},
-            "additionalProperties": STR,
-        },
-        "secret_env": {
-            "type": "object",
-            "description": "variables like env whose values are never shown (names only, values ***) nor written "
-            "to the job dir",
-            "propertyNames": {"pattern": f"^{ENV_NAME.pattern}$"},
-            "additionalProperties": STR,
-        },
-        "env_name": _nullable({**STR, "description": "an environment registered with GPUDECK_ENVS"}),
-        "total_steps": _nullable(
-            {**INT, "minimum": 1, "maximum": MAX_TOTAL_STEPS, "description": "for progress and ETA of a command job"}
-        ),
-        "after": {
-            "type": "array",
-            "maxItems": MAX_AFTER,
-            "items": {**INT, "minimum": 1},
-            "description": "job ids this job waits for: it starts once all succeeded, and is canceled "
-            "(dependency_failed) when one fails or is canceled",
-        },
-        "preemptible": {
-            **BOOL,
-            "description": "false: never stopped to make room for a higher-priority job (only an admin may say so "
-            "when tokens are configured); default true",
-        },
-        "requirements": _nullable(
-            {
-                **STR,
-                "description": "a requirements file in the source to build the job's environment from (default: "
-                "the source's uv.lock with pyproject.toml, else its requirements.txt)",
-            }
-        ),
-        "isolated_env": {**BOOL, "description": "its built environment does not see the worker's packages"},
-        "notify": {
-            "type": "array",
-            "maxItems": 10,
-            "items": {**STR, "pattern": "^[A-Za-z0-9_-]{1,40}(:[a-z_]+(,[a-z_]+)*)?$"},
-            "description": "the operator's endpoints (GPUDECK_WEBHOOKS) told when the job ends: `lab`, or "
-            "`lab:failed,canceled` (events: succeeded, failed, canceled, stopped_early, any)",
-        },
-        "kind": {
-            **STR,
-            "enum": ["session"],
-            "description": "session: an interactive shell (or a notebook: jupyter) on a worker, released when idle",
-        },
-        "jupyter": {**BOOL, "description": "a session runs Jupyter (Lab, else Server) instead of a shell"},
-        "idle": {
-            "description": "a session ends (reason idle) after this long with nobody attached and its GPUs under 5% "
-            "(default 30m, at most GPUDECK_SESSION_IDLE_MAX): seconds or an age (30m)",
-            "anyOf": [{**INT, "minimum": 1}, {**STR, "pattern": "^[0-9]+[smhdw]$"}],
-        },
-        "max": {
-            "description": "a session ends (reason timeout) after this long (default 8h): seconds or an age (8h)",
-            "anyOf": [{**INT, "minimum": 60}, {**STR, "pattern": "^[0-9]+[smhdw]$"}],
-        },
-        "expected_duration": _nullable(
-            {
-                "description": "how long the job is expected to run, seconds or an age (20m): the scheduler lets it "
-                "start early in a gap another job's reservation leaves when it ends in time (backfill); it is never "
-                "stopped for running longer (timeout does that)",
-                "anyOf": [{**INT, "minimum": 1, "maximum": MAX_TIMEOUT_S}, {**STR, "pattern": "^[0-9]+[smhdw]$"}],
-            }
-        ),
-        "checkpoint_every": {
-            "description": "a model job also checkpoints every N steps, or every duration (90s, 5m): a preempted "
-            "job loses at most that much",
-            "anyOf": [{**INT, "minimum": 1}, {**STR, "pattern": "^[0-9]+[smhdw]$"}],
-        },
+        cls.__name__: _untitled(cls.model_json_schema(ref_template="#/components/schemas/{model}"))
+        for cls in spec_mod.KINDS.values()
     }
+
+
+def _not_null(schema: dict[str, Any]) -> dict[str, Any]:
+    """A field's schema without its null (a null stands for the field's default)."""
+    ways = schema.get("anyOf")
+    if ways and {"type": "null"} in ways:
+        rest = [w for w in ways if w != {"type": "null"}]
+        out = {k: v for k, v in schema.items() if k not in ("anyOf", "default")}
+        return {**out, **rest[0]} if len(rest) == 1 else {**out, "anyOf": rest}
+    return {k: v for k, v in schema.items() if k != "default"}
+
+
+def field_schemas() -> dict[str, Any]:
+    """Every field of a job spec of any kind -> its schema (not null), from the first kind that declares it."""
+    out: dict[str, Any] = {}
+    for schema in spec_schemas().values():
+        for name, prop in schema["properties"].items():
+            out.setdefault(name, _not_null(prop))
+    return out

@@ -11,8 +11,6 @@ from api.openapi.base import (
     INT,
     JOB_LINKS,
     NEXT_OFFSET,
-    NOT_SYNTHETIC,
-    NULL_IS_DEFAULT,
     NUM,
     OWNER,
     STR,
@@ -28,15 +26,17 @@ from api.openapi.base import (
     _path_id,
     _q,
     _ref,
+    field_schemas,
+    spec_schemas,
 )
-from api.openapi.base import spec_props as base_spec_props
-from jobs.spec import COMMAND_ONLY, SESSION_ONLY
 from models.states import PRIORITIES, Reason, Status
+
+KEPT = ("gpus", "name", "tags", "priority", "max_retries", "workers", "after", "preemptible")
+"""The fields every kept spec has a value of (the others may be null there)."""
 
 
 def schemas() -> dict[str, Any]:
     """The components/schemas of jobs: a spec, a job, its tasks, logs, files and metrics."""
-    spec_props = base_spec_props()
     point = _obj(
         {
             **{
@@ -55,53 +55,12 @@ def schemas() -> dict[str, Any]:
             "if": {"required": ["chief"], "properties": {"chief": {"const": True}}},
             "then": {"required": ["workers"], "properties": {"workers": {"type": "integer", "minimum": 2}}},
         },
-        # Each kind with all of its fields (a generator types every one of them; null is the default of each
-        # optional field), and no field of the other kind.
-        "ModelJobSpec": _obj(
-            {
-                k: v if k == "dataset" else _nullable(v) if k in NULL_IS_DEFAULT else v  # (its dataset: not null)
-                for k, v in spec_props.items()
-                if k not in ("command", *COMMAND_ONLY, "kind", *SESSION_ONLY)
-            },
-            ["model", "dataset"],
-            extra=False,
-        )
-        | {"description": "a job that trains a model of the zoo"},
-        "CommandJobSpec": _obj(
-            {
-                k: _nullable(v) if k in NULL_IS_DEFAULT else v
-                for k, v in spec_props.items()
-                if k not in ("model", "params", "checkpoint_every", "kind", *SESSION_ONLY)
-            }
-            | {"dataset": _nullable({**spec_props["dataset"], **NOT_SYNTHETIC})},  # a folder, never synthetic
-            ["command"],
-            extra=False,
-        )
-        | {"description": "a job that runs your own command (needs GPUDECK_TOKENS or GPUDECK_COMMAND_JOBS=1)"},
-        "SessionSpec": _obj(
-            {
-                k: _nullable(v) if k in NULL_IS_DEFAULT else v
-                for k, v in spec_props.items()
-                if k not in ("model", "params", "checkpoint_every", "command", "total_steps", "timeout", "chief")
-                and k not in ("workers", "after", "preemptible")
-            }
-            | {"dataset": _nullable({**spec_props["dataset"], **NOT_SYNTHETIC})},
-            ["kind"],
-            extra=False,
-        )
-        | {
-            "description": "an interactive session: a shell (gpudeck session attach) or a notebook (jupyter) on a "
-            "worker's GPUs, allowed where command jobs are"
-        },
+        **spec_schemas(),  # (each kind with all of its fields, as jobs.spec declares them; null: the default)
         "JobSpec": _obj(
-            {
-                k: v
-                if k in ("gpus", "name", "tags", "priority", "max_retries", "workers", "after", "preemptible")
-                else _nullable(v)
-                for k, v in spec_props.items()
-            },
-            ["gpus", "name", "tags", "priority", "timeout", "max_retries", "workers", "after", "preemptible"],
-        ),
+            {k: v if k in KEPT else _nullable(v) for k, v in field_schemas().items()},
+            list(KEPT) + ["timeout"],
+        )
+        | {"description": "a job's spec as it is kept: every default filled in"},
         "Progress": _obj(
             {
                 "step": _nullable(INT),

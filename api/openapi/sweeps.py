@@ -7,7 +7,6 @@ from typing import Any
 from api.openapi.base import (
     BOOL,
     INT,
-    NOT_SYNTHETIC,
     NUM,
     OWNER,
     STR,
@@ -18,25 +17,21 @@ from api.openapi.base import (
     _nullable,
     _obj,
     _op,
-    _param_schema,
     _path_id,
     _q,
     _ref,
+    field_schemas,
 )
-from api.openapi.base import spec_props as base_spec_props
 from jobs.search import DEFAULT_CONCURRENT, DEFAULT_TRIALS, ZOO_METRICS
 from jobs.search import MAX_TRIALS as SEARCH_MAX_TRIALS
-from jobs.spec import (
-    COMMAND_ONLY,
-    FIELDS,
-)
+from jobs.spec import COMMAND_ONLY, FIELDS, NOT_SYNTHETIC, param_schema
 from jobs.sweeps import MAX_JOBS as SWEEP_MAX_JOBS
 from models.params import PARAMS
 
 
 def schemas() -> dict[str, Any]:
     """The components/schemas of sweeps."""
-    spec_props = base_spec_props()
+    spec_props = field_schemas()
     return {
         "SweepInput": {
             "description": "a grid (one job per combination) or a search (trials sampled and stopped early)",
@@ -110,7 +105,7 @@ def schemas() -> dict[str, Any]:
                         **{
                             k: {"type": "array", "minItems": 1, "items": spec_props[k]} for k in FIELDS if k != "params"
                         },
-                        **{f"params.{k}": {"type": "array", "minItems": 1, "items": _param_schema(k)} for k in PARAMS},
+                        **{f"params.{k}": {"type": "array", "minItems": 1, "items": param_schema(k)} for k in PARAMS},
                     },
                     "additionalProperties": False,
                 },

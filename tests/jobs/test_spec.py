@@ -27,7 +27,7 @@ def test_defaults_are_filled_in():
 
 def test_every_bad_field_is_reported_at_once():
     with pytest.raises(ValidationError) as err:
-        spec.validate({"model": "x", "dataset": "y", "gpus": 99, "extra": 1}, default_gpus=0)
+        spec.validate({"model": "x", "dataset": 5, "gpus": 99, "extra": 1}, default_gpus=0)
     assert set(err.value.fields) == {"model", "dataset", "gpus", "extra"}
     assert "(and 3 more)" in err.value.message
 

@@ -11,6 +11,8 @@ import shutil
 import sys
 import threading
 import time
+import types
+import typing
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -19,8 +21,9 @@ import click
 from rich.console import Console
 from rich.table import Table
 
+from models import jobspec
 from models.common import DEFAULT_API, EXIT_JOB_FAILED, EXIT_OK, parse_age, parse_size
-from models.states import ENDED, PRIORITIES
+from models.states import ENDED
 from tui.widgets.fmt import (
     WARNED,
     accuracy_text,
@@ -188,67 +191,69 @@ class Pair(click.ParamType):
             return key, raw
 
 
-SPEC_OPTIONS = ("gpus", "workers", "priority", "name", "timeout", "max_retries", "expected_duration")
-"""Spec fields that submit and run take from options of the same name."""
+class CountOrAge(click.ParamType):
+    """A number of steps (200) or a duration as people write it (90s, 5m)."""
+
+    name = "N|AGE"
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> int | str:
+        text = str(value).strip()
+        if text.isdigit():
+            return int(text)
+        try:
+            parse_age(text)
+        except ValueError:
+            self.fail(f"write a number of steps (200) or a duration such as 90s or 5m, got {value!r}", param, ctx)
+        return text
 
 
-def spec_options(f: Callable) -> Callable:
-    """The job-spec options `submit` and `run` share, declared once."""
-    options = [
-        click.option("--gpus", type=int, help="GPUs per task (default: 1 when a GPU worker is live, else 0)"),
-        click.option("--workers", type=int, help="tasks of a multi-worker (TF_CONFIG) job, each on its own worker"),
-        click.option("--chief", is_flag=True, help="task 0 of a multi-worker job runs as a `chief` task"),
-        click.option("--priority", type=click.Choice(PRIORITIES), help="which line it waits in (default normal)"),
-        click.option("--name", help="the job's name (default: from the model or the command)"),
-        click.option("--tag", "tags", multiple=True, help="a tag (repeatable)"),
-        click.option("--timeout", type=Duration(), metavar="S|AGE", help="stop the job after this: 3600, 90m, 12h"),
-        click.option(
-            "--expected",
-            "expected_duration",
-            type=Duration(),
-            metavar="S|AGE",
-            help="how long it should run (20m): lets it start early in a gap (backfill); never stops it",
-        ),
-        click.option("--max-retries", type=int, help="automatic retries after worker_lost (1)"),
-        click.option(
-            "--not-preemptible",
-            is_flag=True,
-            help="never stopped to make room for a higher-priority job (admins only, where there are tokens)",
-        ),
-        click.option(
-            "--after",
-            "after",
-            type=Natural(),
-            multiple=True,
-            metavar="ID",
-            help="start only once job ID has succeeded (repeatable); canceled if it fails",
-        ),
-        click.option(
-            "--notify",
-            "notify",
-            multiple=True,
-            metavar="NAME[:EVENTS]",
-            help="tell the operator's endpoint NAME when the job ends (repeatable; lab:failed,canceled; lab:any)",
-        ),
-    ]
-    for option in reversed(options):
-        f = option(f)
-    return f
+def _spec_option(name: str, field: Any, cli: jobspec.Cli) -> Callable[[Callable], Callable]:
+    """The option of one spec field, as its declaration (models/jobspec.py) says."""
+    kw: dict[str, Any] = {"help": cli.help or field.description, "metavar": cli.metavar, "multiple": cli.multiple}
+    if cli.flag_value is not None:
+        return click.option(cli.flag, name, is_flag=True, help=kw["help"])
+    choices = [a for t in typing.get_args(field.annotation) for a in typing.get_args(t)] or typing.get_args(
+        field.annotation
+    )
+    if cli.reads:
+        kw["type"] = {"duration": Duration(), "natural": Natural(), "count_or_age": CountOrAge()}[cli.reads]
+    elif typing.get_origin(field.annotation) in (typing.Union, types.UnionType) and int in choices:
+        kw["type"] = int
+    elif choices and all(isinstance(c, str) for c in choices):
+        kw["type"] = click.Choice(choices)
+    return click.option(cli.flag, name, **{k: v for k, v in kw.items() if v is not None})
 
 
-def spec_fields(spec: dict[str, Any], options: dict[str, Any], keys: Iterable[str] = SPEC_OPTIONS) -> dict[str, Any]:
-    """`spec` with what the command line gave: `keys` as they are, --chief, --tag."""
-    spec.update({k: options[k] for k in keys if options.get(k) is not None})
-    if options.get("chief"):
-        spec["chief"] = True
-    if options.get("tags"):
-        spec["tags"] = list(options["tags"])
-    if options.get("after"):
-        spec["after"] = list(options["after"])
-    if options.get("not_preemptible"):
-        spec["preemptible"] = False
-    if options.get("notify"):
-        spec["notify"] = list(options["notify"])
+def _cli_fields(kind: str, only: Iterable[str] | None) -> list[tuple[str, Any, jobspec.Cli]]:
+    cls = jobspec.KINDS[kind]
+    found = [(n, f, jobspec.marker(cls, n, jobspec.Cli)) for n, f in cls.model_fields.items()]
+    return [(n, f, c) for n, f, c in found if c is not None and (only is None or n in only)]
+
+
+def spec_options(kind: str, only: Iterable[str] | None = None) -> Callable[[Callable], Callable]:
+    """The options of a `kind` of job (model, command, session) that mirror spec fields, made from their
+    declarations (models/jobspec.py): one declaration per field, here as in the API and its document."""
+
+    def decorate(f: Callable) -> Callable:
+        for name, field, cli in reversed(_cli_fields(kind, only)):
+            f = _spec_option(name, field, cli)(f)
+        return f
+
+    return decorate
+
+
+def spec_fields(spec: dict[str, Any], options: dict[str, Any], kind: str) -> dict[str, Any]:
+    """`spec` with what the command line gave for the fields its options mirror (spec_options)."""
+    for name, _, cli in _cli_fields(kind, None):
+        value = options.get(name)
+        if cli.flag_value is not None:
+            if value:
+                spec[name] = cli.flag_value
+        elif cli.multiple:
+            if value:
+                spec[name] = list(value)
+        elif value is not None:
+            spec[name] = value
     return spec
 
 

@@ -18,7 +18,6 @@ from models.common import EXIT_INTERRUPTED, EXIT_JOB_FAILED, EXIT_OK, EXIT_USAGE
 from models.sourcetree import human
 from models.states import ENDED, PRIORITIES
 from tui.cli.base import (
-    SPEC_OPTIONS,
     Age,
     LiveLines,
     LiveStatus,
@@ -57,21 +56,14 @@ def fail(command: str, message: str) -> int:
 @click.option("--model", required=True, help="a model of the zoo (GET /api/v1/models lists them)")
 @click.option("--dataset", required=True, help="synthetic, a dataset name[:version] or a server folder")
 @click.option("--param", "params", multiple=True, type=Pair("KEY=VALUE", as_json=True), help="a training param")
-@spec_options
-@click.option(
-    "--checkpoint-every",
-    metavar="N|AGE",
-    help="also checkpoint every N steps or every AGE (90s, 5m): a preempted job loses at most that much",
-)
+@spec_options("model")
 @click.option("--idempotency-key", help="submitting again with the same key returns the first job (CI)")
 @click.option("--wait", is_flag=True, help="wait for the job; exit 1 unless it succeeded")
 @min_accuracy_option
 @json_option
-def submit(model, dataset, params, checkpoint_every, idempotency_key, wait, min_accuracy, as_json, **options) -> int:
+def submit(model, dataset, params, idempotency_key, wait, min_accuracy, as_json, **options) -> int:
     """Submit a training job of the zoo."""
-    spec = spec_fields({"model": model, "dataset": dataset, "params": dict(params)}, options)
-    if checkpoint_every:
-        spec["checkpoint_every"] = int(checkpoint_every) if checkpoint_every.isdigit() else checkpoint_every
+    spec = spec_fields({"model": model, "dataset": dataset, "params": dict(params)}, options, "model")
     api = client()
     job = api.submit(spec, idempotency_key=idempotency_key)
     if not (wait or min_accuracy is not None):
@@ -92,7 +84,7 @@ def submit(model, dataset, params, checkpoint_every, idempotency_key, wait, min_
 @click.option("--source", default=".", metavar="DIR", help="the folder to send (default: .)")
 @click.option("--no-source", is_flag=True, help="send no folder (the command needs no files)")
 @click.option("--dataset", help="an uploaded NAME[:VERSION] or a server folder: the job's $DATA_DIR")
-@spec_options
+@spec_options("command")
 @click.option("--env", "env", multiple=True, type=Pair("NAME=VALUE"), help="a variable (repeatable)")
 @click.option(
     "--secret-env",
@@ -101,10 +93,6 @@ def submit(model, dataset, params, checkpoint_every, idempotency_key, wait, min_
     type=Pair("NAME=VALUE"),
     help="a variable whose value is never shown nor written to the job dir (repeatable)",
 )
-@click.option("--env-name", help="a Python environment the operator registered (GPUDECK_ENVS)")
-@click.option("--requirements", metavar="PATH", help="build the job's environment from this file of the source")
-@click.option("--isolated-env", is_flag=True, help="its built environment sees none of the worker's packages")
-@click.option("--total-steps", type=int, help="the steps your script will log, for progress and ETA")
 @min_accuracy_option
 @click.option("--detach", is_flag=True, help="print the job id and return")
 @click.argument("command", nargs=-1, type=click.UNPROCESSED)
@@ -125,9 +113,9 @@ def run(source, no_source, env, secret_env, min_accuracy, detach, command, **opt
         if isinstance(ref, int):
             return ref
         spec["source"] = ref
-    spec_fields(spec, options, (*SPEC_OPTIONS, "dataset", "total_steps", "env_name", "requirements"))
-    if options.get("isolated_env"):
-        spec["isolated_env"] = True
+    spec_fields(spec, options, "command")
+    if options.get("dataset"):
+        spec["dataset"] = options["dataset"]
     if env:
         spec["env"] = dict(env)
     if secret_env:

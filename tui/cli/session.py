@@ -12,8 +12,8 @@ from typing import Any
 import click
 
 from models.common import EXIT_INTERRUPTED, EXIT_JOB_FAILED, EXIT_OK
-from models.states import ENDED, PRIORITIES
-from tui.cli.base import Duration, Pair, client, connection_options, job_id_argument, spec_fields
+from models.states import ENDED
+from tui.cli.base import Pair, client, connection_options, job_id_argument, spec_fields, spec_options
 from tui.cli.jobs import fail, send_source
 from tui.cli.show import expected_start
 from tui.widgets.fmt import as_me, duration, in_line
@@ -114,6 +114,12 @@ def _ended(job: dict[str, Any]) -> str:
     return f"session {job['id']} {job['status']}: {job.get('message') or job.get('reason') or ''}"
 
 
+SESSION_KIND = "session"
+SESSION_OPTIONS = ("gpus", "name", "tags", "priority", "env_name", "requirements", "idle", "max", "jupyter")
+"""The session's fields `gpudeck session` mirrors (its other fields are a job's that a session keeps at their
+defaults)."""
+
+
 @click.group(
     name="session",
     invoke_without_command=True,
@@ -121,21 +127,13 @@ def _ended(job: dict[str, Any]) -> str:
     "waiting (which cancels it).",
 )
 @connection_options
-@click.option("--gpus", type=int, help="GPUs (default: 1 when a GPU worker is live, else 0)")
 @click.option("--source", metavar="DIR", help="a folder to send: the session's working directory (its copy)")
 @click.option("--dataset", help="an uploaded NAME[:VERSION] or a server folder: the session's $DATA_DIR")
-@click.option("--env-name", help="a Python environment the operator registered (GPUDECK_ENVS)")
-@click.option("--requirements", metavar="PATH", help="build the session's environment from this file of the source")
 @click.option("--env", "env", multiple=True, type=Pair("NAME=VALUE"), help="a variable (repeatable)")
-@click.option("--name", help="the session's name (default: shell, or notebook)")
-@click.option("--tag", "tags", multiple=True, help="a tag (repeatable)")
-@click.option("--priority", type=click.Choice(PRIORITIES), help="which line it waits in (default normal)")
-@click.option("--idle", type=Duration(), metavar="AGE", help="released after this long unused (default 30m)")
-@click.option("--max", "most", type=Duration(), metavar="AGE", help="ended after this long (default 8h)")
-@click.option("--jupyter", is_flag=True, help="run Jupyter (Lab, else Server) instead of a shell")
+@spec_options(SESSION_KIND, SESSION_OPTIONS)
 @click.option("--detach", is_flag=True, help="print the session's id once queued and return")
 @click.pass_context
-def session(ctx: click.Context, source, env, tags, most, detach, **options) -> int:
+def session(ctx: click.Context, source, env, detach, **options) -> int:
     """Queue an interactive session and attach to it: a shell on a worker, with its GPUs pinned
     (CUDA_VISIBLE_DEVICES), GPUDECK_JOB_ID, JOB_DIR, the source copy as its working directory and the project's
     environment; or, with --jupyter, a notebook server with a token, its URL and ssh tunnel line printed.
@@ -151,8 +149,8 @@ def session(ctx: click.Context, source, env, tags, most, detach, **options) -> i
         if isinstance(ref, int):
             return ref
         spec["source"] = ref
-    spec.update({k: v for k, v in options.items() if v not in (None, False)})
-    spec_fields(spec, {"max": most, "env": dict(env) or None, "tags": tags}, ("max", "env"))
+    spec_fields(spec, options, SESSION_KIND)
+    spec.update({k: v for k, v in {"dataset": options.get("dataset"), "env": dict(env)}.items() if v})
     job = api.submit(spec)
     if detach:
         click.echo(job["id"])

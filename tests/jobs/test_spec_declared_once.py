@@ -1,0 +1,57 @@
+"""A job field is declared once (issue 38): one declaration in models/jobspec.py, and the API validates it, keeps
+it, documents it and `gpudeck submit --help` offers it. The test adds a field to a copy of the code, in that one
+place, and looks at all four."""
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+FIELD = """
+    gpu_share: Annotated[str | None, Cli("--gpu-share", "a part of one GPU, as 10G")] = Field(
+        None, pattern="^[0-9]+G$", description="how much of one GPU's memory the job needs"
+    )
+"""
+PROBE = """
+import json
+from jobs import spec
+from jobs.errors import ValidationError
+from api.openapi import document
+base = {"model": "lenet", "dataset": "synthetic"}
+try:
+    spec.validate({**base, "gpu_share": "lots"}, default_gpus=0)
+    bad = None
+except ValidationError as exc:
+    bad = exc.fields
+kept = spec.validate({**base, "gpu_share": "10G"}, default_gpus=0)
+schemas = document()["components"]["schemas"]
+print(json.dumps({
+    "bad": bad,
+    "kept": kept.get("gpu_share"),
+    "documented": {k: "gpu_share" in schemas[k]["properties"] for k in ("ModelJobSpec", "CommandJobSpec", "JobSpec")},
+}))
+"""
+
+
+def test_a_field_added_in_one_place_is_validated_kept_documented_and_offered(tmp_path):
+    for package in ("api", "jobs", "models", "tui"):
+        shutil.copytree(ROOT / package, tmp_path / package, ignore=shutil.ignore_patterns("__pycache__"))
+    declared = tmp_path / "models" / "jobspec.py"
+    text = declared.read_text()
+    anchor = '    kind_name: ClassVar[str] = ""\n'
+    assert text.count(anchor) == 1
+    declared.write_text(text.replace(anchor, anchor + FIELD))
+    env = {**os.environ, "PYTHONPATH": str(tmp_path)}
+    probe = subprocess.run([sys.executable, "-c", PROBE], cwd=tmp_path, env=env, capture_output=True, text=True)
+    assert probe.returncode == 0, probe.stderr
+    seen = json.loads(probe.stdout)
+    assert seen["bad"] == {"gpu_share": "must match ^[0-9]+G$, got 'lots'"}
+    assert seen["kept"] == "10G"
+    assert seen["documented"] == {"ModelJobSpec": True, "CommandJobSpec": True, "JobSpec": True}
+    helped = subprocess.run(
+        [sys.executable, "-m", "tui.cli", "submit", "--help"], cwd=tmp_path, env=env, capture_output=True, text=True
+    )
+    assert helped.returncode == 0 and "--gpu-share" in helped.stdout and "a part of one GPU" in helped.stdout
