@@ -16,7 +16,7 @@ install: $(STAMP)
 # ~95 s. If uv cannot be had or fails, pip installs the same.
 PIP_INSTALL = $(BIN)/python -m pip install -q --disable-pip-version-check
 UV_INSTALL = $(BIN)/uv pip install -q --python $(BIN)/python --compile-bytecode
-# bubblewrap (Debian's package) makes each job's sandbox (jobs/sandbox.py): installed here as root where it is
+# bubblewrap (Debian's package) makes each job's sandbox (jobs/run/sandbox.py): installed here as root where it is
 # missing; without it jobs run unsandboxed and named users may not run commands (the README's security section).
 BWRAP_INSTALL = command -v bwrap >/dev/null 2>&1 || { [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1 && \
 	  { DEBIAN_FRONTEND=noninteractive apt-get install -y -q bubblewrap >/dev/null 2>&1 || \

@@ -16,9 +16,10 @@ from redis.exceptions import RedisError
 
 from api import deps
 from api.errors import error_response
-from jobs import sandbox, tokens
+from jobs import tokens
 from jobs.errors import BadRequest, Forbidden
 from jobs.keys import auth_failures_key
+from jobs.run import sandbox
 from jobs.settings import Settings
 from jobs.spec import MAX_TIMEOUT_S, is_command
 from jobs.tokens import User

@@ -5,7 +5,8 @@ from __future__ import annotations
 from flask import Blueprint, request
 
 from api import auth, deps
-from jobs import control, disk, forecast, gpus, pyenv, quota, search, sweeps, worker
+from jobs import control, disk, forecast, gpus, quota, search, sweeps, worker
+from jobs.run import pyenv
 from jobs.spec import shown
 from jobs.views import job_view
 
@@ -25,7 +26,7 @@ def drain(name: str):
 
 @bp.get("/envs")
 def environments():
-    """The projects' Python environments built on this host (jobs.pyenv): size, when built and last used, by
+    """The projects' Python environments built on this host (jobs.run.pyenv): size, when built and last used, by
     which jobs."""
     deps.only_args(request.args, ())
     return {"envs": pyenv.listing(deps.settings())}

@@ -91,7 +91,6 @@ def up(host, port, home, gpus, cpu_workers) -> int:
 @click.command(cls=ServerCommand)
 @click.option("--gpus", help="GPU indices this worker owns, e.g. 0 or 2,3")
 @click.option("--cpu", is_flag=True, help="a CPU-only worker")
-@click.option("--drain", metavar="NAME", help="ask worker NAME (see GET /api/v1/workers) to finish its job and exit")
 @click.option("--name", help="worker name (default host.gpuN.pid)")
 @click.option("--burst", is_flag=True, help="exit when the queues are empty")
 @click.option(
@@ -105,22 +104,13 @@ def up(host, port, home, gpus, cpu_workers) -> int:
     type=Parsed("SIZE", parse_size, "a size like 8G or 512M"),
     help="cap each trainer's memory (RLIMIT_DATA), e.g. 16G",
 )
-@click.option("--api", "api_url", metavar="URL", help="with --drain: the API to ask (default $GPUDECK_API)")
-@click.option("--token", metavar="T", help="with --drain: bearer token (default $GPUDECK_TOKEN)")
-def worker(gpus, cpu, drain, name, burst, stop_grace, max_memory, api_url, token) -> int:
-    """Run one worker pinned to GPUs (or the CPU), or drain one (--drain NAME asks the API)."""
-    if sum(map(bool, (gpus, cpu, drain))) > 1:
-        click.echo("gpudeck worker: --gpus, --cpu and --drain exclude each other: give one", err=True)
+def worker(gpus, cpu, name, burst, stop_grace, max_memory) -> int:
+    """Run one worker pinned to GPUs (or the CPU); `gpudeck drain NAME` asks one to finish its job and exit."""
+    if cpu and gpus:
+        click.echo("gpudeck worker: --gpus and --cpu exclude each other: give one", err=True)
         return EXIT_USAGE
-    if drain:  # a request to the API, as a client command makes it (with `gpudeck --api/--token`, or these)
-        from tui.cli.base import client
-
-        meta = click.get_current_context().meta
-        meta.update({k: v for k, v in (("gpudeck.api", api_url), ("gpudeck.token", token)) if v})
-        click.echo(json.dumps(client().drain(drain)))
-        return EXIT_OK
     if not cpu and not gpus:
-        click.echo("gpudeck worker: give --gpus LIST or --cpu (or --drain NAME)", err=True)
+        click.echo("gpudeck worker: give --gpus LIST or --cpu", err=True)
         return EXIT_USAGE
     from jobs import worker as rq_worker
 

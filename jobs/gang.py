@@ -1,7 +1,7 @@
 """Multi-worker jobs: the tasks of a placement (jobs.schedule hands out all of a job's places at once, each task
 on its place's first worker), their rendezvous through Redis, and the one decision of how the whole job ended.
 
-Each task then runs like a single job (jobs.taskrun.TaskRun): it publishes host:port, waits for the other
+Each task then runs like a single job (jobs.run.taskrun.TaskRun): it publishes host:port, waits for the other
 tasks' addresses, and starts its trainer with TF_CONFIG. When one task fails, is canceled or its worker
 goes away, the others are told to stop (the job's stop key) and the last one to end decides the job's
 state (`finish`). A task that never arrives (its worker took a single job at the same instant) makes the

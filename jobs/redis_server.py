@@ -13,7 +13,7 @@ import time
 from pathlib import Path
 
 from jobs.errors import ConfigError
-from jobs.proc import running, stop_pid
+from jobs.run.proc import running, stop_pid
 
 log = logging.getLogger(__name__)
 

@@ -105,7 +105,7 @@ def parse(redis: Redis, body: dict[str, Any], settings: Settings, owner: str | N
     max_trials = _whole(body.get("max_trials", DEFAULT_TRIALS), "max_trials", 1, MAX_TRIALS, errors)
     concurrent = _whole(body.get("max_concurrent", DEFAULT_CONCURRENT), "max_concurrent", 1, MAX_TRIALS, errors)
     budget = body.get("time_budget")
-    if isinstance(budget, str) and AGE.match(budget.strip().lower()):
+    if isinstance(budget, str) and AGE.match(budget.strip().lower()):  # (the one grammar: 90m, 1h30m)
         budget = parse_age(budget)
     if budget is not None and (not isinstance(budget, int) or isinstance(budget, bool) or budget < 1):
         errors["time_budget"] = f"must be seconds (a whole number of 1 or more) or an age such as 30m, got {budget!r}"

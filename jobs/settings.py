@@ -6,6 +6,7 @@ import os
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from jobs.errors import ConfigError
 from models.common import AGE, DEFAULT_API, DEFAULT_PORT, parse_age, parse_size  # noqa: F401 (their home for jobs/)
@@ -88,6 +89,11 @@ def _duration(raw: str) -> int:
         return parse_age(raw)
     except ValueError:
         raise ValueError(f"write a duration such as 0, 90s, 5m or 7d, got {raw!r}") from None
+
+
+def _seconds(env, name: str, default: Any) -> Any:
+    """A duration setting (`0`, `90s`, `5m`, `1h30m`, `7d`) as seconds; unset: the field's one default."""
+    return _checked(_duration, env, name) if env.get(name) else default
 
 
 def _names(raw: str) -> tuple[str, ...]:
@@ -229,36 +235,20 @@ class Settings:
             keep_checkpoints=_checked(keep_checkpoints, env, KEEP_CHECKPOINTS_ENV),
             advertise_host=(env.get("GPUDECK_ADVERTISE_HOST") or "").strip() or None,
             preempt=_switch(env, "GPUDECK_PREEMPT", True),
-            preempt_after_s=_checked(_duration, env, "GPUDECK_PREEMPT_AFTER")
-            if env.get("GPUDECK_PREEMPT_AFTER")
-            else 300,
+            preempt_after_s=_seconds(env, "GPUDECK_PREEMPT_AFTER", cls.preempt_after_s),
             fairshare=_switch(env, "GPUDECK_FAIRSHARE", True),
-            fairshare_halflife_s=_checked(_duration, env, "GPUDECK_FAIRSHARE_HALFLIFE")
-            if env.get("GPUDECK_FAIRSHARE_HALFLIFE")
-            else 7 * 86400,
-            fairshare_age_max_s=_checked(_duration, env, "GPUDECK_FAIRSHARE_AGE_MAX")
-            if env.get("GPUDECK_FAIRSHARE_AGE_MAX")
-            else 86400,
+            fairshare_halflife_s=_seconds(env, "GPUDECK_FAIRSHARE_HALFLIFE", cls.fairshare_halflife_s),
+            fairshare_age_max_s=_seconds(env, "GPUDECK_FAIRSHARE_AGE_MAX", cls.fairshare_age_max_s),
             backfill=_switch(env, "GPUDECK_BACKFILL", True),
             foreign_memory=_size(env, "GPUDECK_FOREIGN_MEMORY", cls.foreign_memory, zero=True),
             webhooks=_webhooks(env),
-            webhook_retry_s=_checked(_duration, env, "GPUDECK_WEBHOOK_RETRY")
-            if env.get("GPUDECK_WEBHOOK_RETRY")
-            else 5.0,
-            env_max_bytes=_size(env, "GPUDECK_ENV_MAX_BYTES", 20 << 30),
-            env_max_age_s=_checked(_duration, env, "GPUDECK_ENV_MAX_AGE")
-            if env.get("GPUDECK_ENV_MAX_AGE")
-            else 30 * 86400,
-            session_idle_min_s=int(_checked(_duration, env, "GPUDECK_SESSION_IDLE_MIN"))
-            if env.get("GPUDECK_SESSION_IDLE_MIN")
-            else 60,
-            session_idle_max_s=int(_checked(_duration, env, "GPUDECK_SESSION_IDLE_MAX"))
-            if env.get("GPUDECK_SESSION_IDLE_MAX")
-            else 4 * 3600,
+            webhook_retry_s=_seconds(env, "GPUDECK_WEBHOOK_RETRY", cls.webhook_retry_s),
+            env_max_bytes=_size(env, "GPUDECK_ENV_MAX_BYTES", cls.env_max_bytes),
+            env_max_age_s=_seconds(env, "GPUDECK_ENV_MAX_AGE", cls.env_max_age_s),
+            session_idle_min_s=_seconds(env, "GPUDECK_SESSION_IDLE_MIN", cls.session_idle_min_s),
+            session_idle_max_s=_seconds(env, "GPUDECK_SESSION_IDLE_MAX", cls.session_idle_max_s),
             public_url=(env.get("GPUDECK_PUBLIC_URL") or "").strip().rstrip("/") or None,
-            session_max_s=int(_checked(_duration, env, "GPUDECK_SESSION_MAX"))
-            if env.get("GPUDECK_SESSION_MAX")
-            else 24 * 3600,
+            session_max_s=_seconds(env, "GPUDECK_SESSION_MAX", cls.session_max_s),
             job_user=(env.get("GPUDECK_JOB_USER") or "").strip() or None,
             pass_env=_checked(_names, env, "GPUDECK_PASS_ENV"),
         )

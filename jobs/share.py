@@ -9,14 +9,13 @@ from __future__ import annotations
 
 import functools
 import json
-import os
 import time
 from typing import Any
 
 from redis import Redis
 
 from jobs.keys import NO_OWNER, SHARE_KEY
-from models.common import parse_age
+from jobs.settings import Settings
 
 # KEYS: SHARE_KEY. ARGV: owner, charge (GPU-seconds), now, half-life (s).
 _CHARGE = """
@@ -35,16 +34,9 @@ return tostring(usage)
 
 @functools.cache
 def halflife_s() -> float:
-    """GPUDECK_FAIRSHARE_HALFLIFE of this process (jobs.settings checked it at start), for charges made where no
-    Settings is at hand (an attempt's end)."""
-    raw = (os.environ.get("GPUDECK_FAIRSHARE_HALFLIFE") or "").strip()
-    try:
-        return float(parse_age(raw)) if raw else DEFAULT_HALFLIFE_S
-    except ValueError:
-        return DEFAULT_HALFLIFE_S
-
-
-DEFAULT_HALFLIFE_S = 7 * 86400.0
+    """GPUDECK_FAIRSHARE_HALFLIFE of this process (jobs.settings read it, and checked it at start), for charges made
+    where no Settings is at hand (an attempt's end)."""
+    return float(Settings.from_env().fairshare_halflife_s)
 
 
 def owner_of(owner: str | None) -> str:

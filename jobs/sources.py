@@ -3,7 +3,7 @@
 An upload is extracted safely (jobs.archives), hashed (models.sourcetree, the same digest `gpudeck run` computes
 before it uploads), and kept once: the same tree uploaded again stores nothing new. A server folder named as a
 job's source is snapshotted the same way when the job is submitted, so later edits never change a queued job.
-A stored snapshot is never changed; each job runs in its own copy (jobs.runner).
+A stored snapshot is never changed; each job runs in its own copy (jobs.run.runner).
 """
 
 from __future__ import annotations

@@ -14,11 +14,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO
 
-from jobs import sandbox
 from jobs.errors import ConfigError
 from jobs.gpus import list_gpus
-from jobs.proc import pdeathsig, python_module
 from jobs.redis_server import EmbeddedRedis
+from jobs.run import sandbox
+from jobs.run.proc import pdeathsig, python_module
 from jobs.settings import DEFAULT_PORT, Settings
 
 log = logging.getLogger(__name__)

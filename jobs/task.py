@@ -1,7 +1,7 @@
-"""The RQ tasks: module-level and small; the work lives in jobs.runner and jobs.taskrun. Their names
+"""The RQ tasks: module-level and small; the work lives in jobs.run.runner and jobs.run.taskrun. Their names
 (jobs.keys.RUN_JOB, RUN_TASK) are stored in Redis with every queued attempt, so they stay here.
 
-A gpudeck worker passes its context (jobs.launch.WorkerContext) explicitly with each job (jobs.worker.GpudeckJob);
+A gpudeck worker passes its context (jobs.run.launch.WorkerContext) explicitly with each job (jobs.worker.GpudeckJob);
 run elsewhere, a task builds one from the environment."""
 
 from __future__ import annotations
@@ -10,9 +10,10 @@ import time
 
 from rq import get_current_job
 
-from jobs import gang, runner, sessionrun, taskrun
+from jobs import gang
 from jobs.errors import NotFound
-from jobs.launch import WorkerContext
+from jobs.run import runner, sessionrun, taskrun
+from jobs.run.launch import WorkerContext
 from jobs.settings import Settings
 from jobs.spec import is_session
 from jobs.store import JobStore

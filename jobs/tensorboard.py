@@ -21,8 +21,8 @@ from redis import Redis
 from jobs.errors import BadRequest, Unavailable, ValidationError
 from jobs.keys import tensorboard_key, tensorboard_lock_key
 from jobs.periodic import Periodic
-from jobs.proc import pdeathsig, running, stop_pid
 from jobs.redis_server import free_port
+from jobs.run.proc import pdeathsig, running, stop_pid
 from jobs.settings import Settings
 from jobs.spec import whole
 from jobs.store import JobStore, iso

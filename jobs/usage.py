@@ -72,7 +72,7 @@ class UsageMeter:
 
 
 def _sandbox_machinery(pid: str) -> bool:
-    """bubblewrap's processes and jobs.shim (jobs.sandbox): around a job, not of it; not counted as its own."""
+    """bubblewrap's processes and jobs.run.shim (jobs.run.sandbox): around a job, not of it; not counted as its own."""
     try:
         with open(f"/proc/{pid}/cmdline", "rb") as f:
             cmd = f.read(4096)

@@ -87,7 +87,7 @@ def job_view(
 
 
 def _session(rec: dict[str, Any], status: Status, names_only: bool) -> dict[str, Any]:
-    """How a live session is reached (jobs.sessionrun): `attach` (host, the command; its port and secret for its
+    """How a live session is reached (jobs.run.sessionrun): `attach` (host, the command; its port and secret for its
     owner only) for a shell, `url` (with its token for its owner only) and `tunnel` for a notebook; its warning."""
     info = rec.get("session") if status in (Status.STARTING, Status.RUNNING) else None
     out: dict[str, Any] = {"attach": None, "url": None, "tunnel": None}

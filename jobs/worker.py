@@ -16,7 +16,7 @@ from rq import Worker
 from rq.command import send_shutdown_command
 from rq.job import Job
 
-from jobs import control, disk, gang, launch, sandbox, schedule, taskrecord
+from jobs import control, disk, gang, schedule, taskrecord
 from jobs.errors import ConfigError, NotFound
 from jobs.gpus import Sampler
 from jobs.keys import (
@@ -31,10 +31,11 @@ from jobs.keys import (
     waiting_key,
     worker_info_key,
 )
-from jobs.launch import WorkerContext
 from jobs.lifecycle import worker_lost
 from jobs.notify import Notifier
 from jobs.reaper import Reaper
+from jobs.run import launch, sandbox
+from jobs.run.launch import WorkerContext
 from jobs.search import Searcher
 from jobs.settings import Settings
 from jobs.store import JobStore, iso, passing, write_refusal

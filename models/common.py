@@ -34,7 +34,10 @@ def parse_size(text: str) -> int:
     return value
 
 
-AGE = re.compile(r"^(\d+)([smhdw])$")
+AGE = re.compile(r"^(?:\d+[smhdw])+$")
+"""A duration as people write it, the one grammar of gpudeck (API, CLI, TUI, settings): a number and a unit, or
+several (45s, 90m, 12h, 2d, 2w, 1h30m)."""
+AGE_PART = re.compile(r"(\d+)([smhdw])")
 AGE_S = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 7 * 86400}
 
 
@@ -51,11 +54,17 @@ def duration(seconds: float | None) -> str:
 
 
 def parse_age(text: str) -> int:
-    """`30d`, `12h`, `2w`, `90m`, `45s` as seconds; ValueError otherwise."""
-    m = AGE.match(text.strip().lower())
-    if not m:
-        raise ValueError(f"write an age such as 30d, 12h or 2w, got {text!r}")
-    return int(m.group(1)) * AGE_S[m.group(2)]
+    """`30d`, `12h`, `2w`, `90m`, `45s`, `1h30m` as seconds (AGE); ValueError otherwise."""
+    t = text.strip().lower()
+    if not AGE.match(t):
+        raise ValueError(f"write a duration such as 90m, 1h30m, 12h or 2w, got {text!r}")
+    return sum(int(n) * AGE_S[unit] for n, unit in AGE_PART.findall(t))
+
+
+def parse_duration(text: str) -> int:
+    """Seconds as a whole number (3600) or as an age (90m, 1h30m: parse_age); ValueError otherwise."""
+    t = text.strip()
+    return int(t) if t.isdigit() else parse_age(t)
 
 
 def search_text(job: dict) -> str:

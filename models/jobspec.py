@@ -68,7 +68,7 @@ MAX_TOTAL_STEPS = 10**12
 MAX_AFTER = 100
 """Most jobs one job may depend on."""
 SESSION = "session"
-"""The `kind` of an interactive session (a shell or a notebook on a worker, jobs.sessionrun)."""
+"""The `kind` of an interactive session (a shell or a notebook on a worker, jobs.run.sessionrun)."""
 SESSION_IDLE_S = 30 * 60
 """A session's default `idle`: released after this long with nobody attached and its GPUs idle."""
 SESSION_MAX_S = 8 * 3600
@@ -151,7 +151,7 @@ def _with_context(fn: Callable[[Any, dict[str, Any]], str | None]) -> Problem:
     return fn  # type: ignore[return-value]
 
 
-AGE_PATTERN = "^[0-9]+[smhdw]$"
+AGE_PATTERN = "^([0-9]+[smhdw])+$"
 INT, STR, BOOL = {"type": "integer"}, {"type": "string"}, {"type": "boolean"}
 
 

@@ -1,4 +1,4 @@
-"""The contract between a work-horse (jobs.runner) and the trainer it starts (python -m models.train).
+"""The contract between a work-horse (jobs.run.runner) and the trainer it starts (python -m models.train).
 
 Both sides import this module; it imports nothing (no TensorFlow), so the worker can too. It lives in
 `models` because `models` never imports `jobs`; docs/architecture.md describes the protocol.

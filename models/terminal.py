@@ -1,4 +1,4 @@
-"""The wire between `gpudeck session attach` and a session's terminal on its worker (jobs.terminal serves it,
+"""The wire between `gpudeck session attach` and a session's terminal on its worker (jobs.run.terminal serves it,
 tui.attach speaks it): plain TCP on 127.0.0.1 of the worker's host, standard library only.
 
 - The client opens with one line, `GPUDECK-ATTACH 1 SECRET ROWS COLS\\n`; the server answers `OK\\n`, or

@@ -12,8 +12,8 @@ import pytest
 from redis import Redis
 
 from jobs import tokens
-from jobs.proc import python_module
 from jobs.redis_server import EmbeddedRedis, free_port
+from jobs.run.proc import python_module
 from jobs.settings import Settings
 from tests.support.live import FAKE_SMI, Proc, fake_nvidia_smi, start_api
 

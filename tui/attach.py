@@ -1,4 +1,4 @@
-"""`gpudeck session attach`'s side of a session's terminal (models.terminal's wire; jobs.terminal serves it):
+"""`gpudeck session attach`'s side of a session's terminal (models.terminal's wire; jobs.run.terminal serves it):
 this terminal in raw mode, its keystrokes and size to the session, the session's output here, until the session's
 shell is gone (the session ended) or Ctrl-] (detached: the session goes on)."""
 
@@ -28,9 +28,24 @@ class Attached:
 
 
 def local_host(host: str) -> bool:
-    """Whether a session on `host` runs on this machine (attached to directly, not through ssh)."""
-    names = {socket.gethostname(), socket.getfqdn(), "localhost", "127.0.0.1", os.environ.get("GPUDECK_ADVERTISE_HOST")}
-    return host in names
+    """Whether a session on `host` (the worker's name for its host, or the address it advertises) runs on this
+    machine, to be attached to directly rather than through ssh: one of this machine's names, or an address one of
+    its interfaces has (a socket can be bound to it)."""
+    if host in {socket.gethostname(), socket.getfqdn(), "localhost"}:
+        return True
+    try:
+        addresses = {info[4][0] for info in socket.getaddrinfo(host, None, proto=socket.IPPROTO_TCP)}
+    except (OSError, UnicodeError):
+        return False
+    for address in addresses:
+        family = socket.AF_INET6 if ":" in address else socket.AF_INET
+        try:
+            with socket.socket(family, socket.SOCK_STREAM) as probe:
+                probe.bind((address, 0))
+            return True
+        except OSError:
+            continue
+    return False
 
 
 def _size(fd: int) -> tuple[int, int]:

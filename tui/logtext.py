@@ -22,7 +22,7 @@ FOLD_MIN = 2
 
 
 ENV_LINE = re.compile(r"^(?:\[\w+\] )?\[env\] ")
-"""A line of the build of the job's Python environment (jobs.buildenv): its own folded phase."""
+"""A line of the build of the job's Python environment (jobs.run.buildenv): its own folded phase."""
 
 
 def is_banner(line: str) -> bool:

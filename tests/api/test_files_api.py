@@ -14,7 +14,7 @@ import tarfile
 import pytest
 import requests
 
-from jobs.proc import python_module
+from jobs.run.proc import python_module
 from models.sourcetree import human
 from tests.support.live import start_api, submit_job, wait_succeeded
 from tests.support.readme import run_block

@@ -352,7 +352,7 @@ def test_a_script_that_trains_twice_keeps_its_runs_apart(client, redis, tmp_path
     """Issue 24 #2: a script that trains twice, each training into its own run folder (steps start at 0 again):
     every point says its run, the job lists its runs, `?run=` gives one training's curve, progress follows the
     newest, and the result is the newest run's last values (not a mix of both)."""
-    from jobs.pump import Output
+    from jobs.run.pump import Output
     from jobs.scalars import ScalarReader
     from jobs.store import JobStore
     from tests.support.events import scalar_event, write

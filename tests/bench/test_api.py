@@ -20,8 +20,8 @@ import requests
 from redis import Redis
 from rq import Queue
 
-from jobs.proc import python_module
 from jobs.redis_server import EmbeddedRedis, free_port
+from jobs.run.proc import python_module
 
 N_JOBS = int(os.environ.get("BENCH_JOBS", "10000"))
 CLIENTS = 8

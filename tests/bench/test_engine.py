@@ -16,7 +16,7 @@ import time
 
 import pytest
 
-from jobs.proc import python_module
+from jobs.run.proc import python_module
 from jobs.store import JobStore
 from tests.support import ratio
 

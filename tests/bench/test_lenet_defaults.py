@@ -11,7 +11,7 @@ import json
 import os
 import subprocess
 
-from jobs.proc import python_module
+from jobs.run.proc import python_module
 
 SEEDS = range(int(os.environ.get("GPUDECK_BENCH_SEEDS", "5")))
 

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import requests
 
-from jobs.proc import python_module
+from jobs.run.proc import python_module
 from tests.support.live import Terminal, fake_nvidia_smi, start_api, until
 from tests.support.wheels import wheel
 

@@ -42,7 +42,7 @@ import pytest
 import requests
 
 from jobs import queues, schedule
-from jobs.proc import python_module
+from jobs.run.proc import python_module
 from models.states import PRIORITIES
 from tests.support.live import fake_nvidia_smi
 from tests.support.stack import Up

@@ -21,8 +21,8 @@ from redis import Redis
 
 from jobs import control
 from jobs.keys import job_key
-from jobs.proc import python_module
 from jobs.redis_server import EmbeddedRedis, free_port
+from jobs.run.proc import python_module
 from jobs.settings import Settings
 from jobs.store import JobStore
 

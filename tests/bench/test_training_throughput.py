@@ -13,7 +13,7 @@ import json
 import subprocess
 import sys
 
-from jobs.proc import python_module
+from jobs.run.proc import python_module
 from tests.support import formats, ratio
 
 STEPS, BATCH, WARMUP = 120, 128, 10

@@ -18,8 +18,8 @@ import requests
 from redis import Redis
 
 from jobs import queues
-from jobs.proc import python_module
 from jobs.redis_server import EmbeddedRedis, free_port
+from jobs.run.proc import python_module
 from jobs.store import JobStore
 from tests.support.live import cpu_seconds
 

@@ -23,8 +23,8 @@ import requests
 from redis import Redis
 
 from jobs import tokens
-from jobs.proc import python_module
 from jobs.redis_server import EmbeddedRedis, free_port
+from jobs.run.proc import python_module
 
 N_TOKENS = 1000
 BLOCKS, PER_BLOCK = 10, 100

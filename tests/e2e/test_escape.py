@@ -15,9 +15,9 @@ from pathlib import Path
 import pytest
 import requests
 
-from jobs.proc import python_module
 from jobs.redis_server import EmbeddedRedis
-from jobs.sandbox import runtime_paths, unavailable
+from jobs.run.proc import python_module
+from jobs.run.sandbox import runtime_paths, unavailable
 from tests.support.stack import Up
 
 pytestmark = pytest.mark.slow

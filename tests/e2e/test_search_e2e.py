@@ -16,7 +16,7 @@ import pytest
 import requests
 import yaml
 
-from jobs.proc import python_module
+from jobs.run.proc import python_module
 from tests.support.digits import digits_arrays, write_digits_idx
 from tests.support.live import start_api, until
 from tests.support.readme import README, run_block

@@ -16,7 +16,7 @@ import pytest
 import requests
 from textual.widgets import DataTable, Static
 
-from jobs.proc import python_module
+from jobs.run.proc import python_module
 from tests.support.live import Terminal, fake_nvidia_smi, start_api, submit_job, until, wait_ended
 from tests.support.pilot import on_screen, text_of
 from tests.support.pilot import until as until_shown

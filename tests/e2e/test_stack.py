@@ -10,8 +10,8 @@ import time
 import pytest
 import requests
 
-from jobs.proc import python_module
 from jobs.redis_server import free_port
+from jobs.run.proc import python_module
 from tests.support.live import alive, cmdline, descendants, parent, until
 from tests.support.stack import Up
 

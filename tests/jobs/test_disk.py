@@ -19,8 +19,8 @@ from api import create_app
 from jobs import control, disk, outcome
 from jobs.errors import ConfigError
 from jobs.keys import job_key, rq_job_id
-from jobs.launch import LogFile
 from jobs.redis_server import EmbeddedRedis, free_port
+from jobs.run.launch import LogFile
 from jobs.settings import Settings
 from jobs.store import JobStore
 from models.states import Reason, Status
@@ -79,7 +79,7 @@ def test_below_the_floor_new_jobs_and_uploads_are_507_and_nothing_is_stored(sett
 def test_a_worker_takes_no_job_while_the_disk_is_below_the_floor(settings, redis, monkeypatch, caplog):
     from jobs import worker
     from jobs.keys import private_queue
-    from jobs.launch import WorkerContext
+    from jobs.run.launch import WorkerContext
 
     rec, _ = control.submit(redis, GOOD)
     free, _ = disk.space(settings.home)
@@ -243,7 +243,7 @@ def test_a_retried_model_job_resumes_from_the_job_it_retries_unless_asked_not_to
     [
         ({"GPUDECK_RETENTION": "running:3d"}, "'running' is not an ended status"),
         ({"GPUDECK_RETENTION": "failed"}, "STATUSES:AGE"),
-        ({"GPUDECK_RETENTION": "failed:3 days"}, "30d, 12h or 2w"),
+        ({"GPUDECK_RETENTION": "failed:3 days"}, "90m, 1h30m, 12h or 2w"),
         ({"GPUDECK_RETENTION": "failed:3d;failed:4d"}, "two rules"),
         ({"GPUDECK_KEEP_CHECKPOINTS": "0"}, "at least 1 or 'all'"),
         ({"GPUDECK_MIN_FREE": "lots"}, "512M or 8G"),

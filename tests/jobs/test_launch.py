@@ -1,4 +1,4 @@
-"""What an attempt runs, without Redis or RQ (jobs.launch): a command's environment (gpudeck's variables, the job's
+"""What an attempt runs, without Redis or RQ (jobs.run.launch): a command's environment (gpudeck's variables, the job's
 own, its secrets; none of the worker's), the trainer's, a retry's checkpoints, refusals, and the sandbox's
 command line and options."""
 
@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from jobs import launch, sandbox
+from jobs.run import launch, sandbox
 from jobs.settings import Settings
 from models import protocol
 
@@ -85,7 +85,7 @@ def test_the_sandbox_gets_the_environment_through_a_descriptor_and_bwrap_runs_wi
         assert boxed.sandboxed and boxed.argv[0].endswith("bwrap") and "--args" in boxed.argv
         inside = boxed.argv[boxed.argv.index("--") + 1 :]  # what bubblewrap runs: the shim, then the command
         who = "-" if os.geteuid() else ":".join(map(str, sandbox.job_user(None) or ()))  # (root: GPUDECK_JOB_USER)
-        assert inside[-8:] == ["-m", "jobs.shim", str(lifeline), who, "--", "/bin/sh", "-c", "true"], inside
+        assert inside[-8:] == ["-m", "jobs.run.shim", str(lifeline), who, "--", "/bin/sh", "-c", "true"], inside
         assert "k" not in boxed.argv and set(boxed.env) <= set(sandbox.BWRAP_ENV)  # the secret is not on its line
         options_fd = boxed.fds()[0]
         options = os.pread(options_fd, 1 << 20, 0).split(b"\0")

@@ -17,8 +17,8 @@ import pytest
 import requests
 
 from jobs import notify
-from jobs.proc import python_module
 from jobs.redis_server import free_port
+from jobs.run.proc import python_module
 from tests.support.live import start_api, submit_job, until, wait_ended
 from tests.support.readme import run_block
 

@@ -1,5 +1,5 @@
-"""Issue 37 #1 as an attacker would try it, without a stack: a job in its sandbox (jobs.launch.sandboxed, as a worker
-starts it) reads its capabilities, unmounts each cover and remounts `/` read-write, reads /etc/shadow and a 0600
+"""Issue 37 #1 as an attacker would try it, without a stack: a job in its sandbox (jobs.run.launch.sandboxed, as a
+worker starts it) reads its capabilities, unmounts each cover and remounts `/` read-write, reads /etc/shadow and a 0600
 file of the service in a 0700 folder, talks to a root-only unix socket, writes outside its dirs, tries su. Every
 attempt fails; it still writes its job dir, /tmp and HOME. As root (as CI runs) the job is GPUDECK_JOB_USER; as a
 plain user, that user in a user namespace. And the job's environment is an allowlist (#5)."""
@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from jobs import launch, sandbox
+from jobs.run import launch, sandbox
 from jobs.settings import Settings
 
 SCRIPT = Path(__file__).resolve().parents[1] / "support" / "scripts" / "privilege.py"
@@ -125,8 +125,8 @@ def test_the_listener_of_a_port_is_known_by_its_process(tmp_path):
     there. A process of another job that bound the port first is not the session's own."""
     import time
 
-    from jobs.proc import descendants, listening_pids
     from jobs.redis_server import free_port
+    from jobs.run.proc import descendants, listening_pids
 
     port = free_port()
     code = f"import socket,time; s=socket.socket(); s.bind(('127.0.0.1',{port})); s.listen(); print(1, flush=True)"

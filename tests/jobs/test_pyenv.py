@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from jobs import pyenv
+from jobs.run import pyenv
 from jobs.settings import Settings
 
 

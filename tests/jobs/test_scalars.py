@@ -92,7 +92,7 @@ def test_result_json_must_be_an_object(tmp_path: Path):
 
 def test_a_line_as_a_terminal_leaves_it():
     """Issue 24 #5: carriage returns overwrite, backspaces step back, ESC[K erases, colours go."""
-    from jobs.pump import as_shown
+    from jobs.run.pump import as_shown
 
     assert as_shown("plain line") == "plain line"
     assert as_shown("1/3 [>..]\r2/3 [=>.]\r3/3 [==>]") == "3/3 [==>]"
@@ -108,7 +108,7 @@ def test_progress_follows_the_loss_clock_and_never_reads_past_its_total(redis):
     past its total gives no ETA rather than a negative one."""
     import time
 
-    from jobs.pump import Output
+    from jobs.run.pump import Output
     from jobs.store import JobStore
     from jobs.views import job_view
 
@@ -135,7 +135,7 @@ def test_the_line_being_drawn_is_shown_at_most_once_a_second_and_goes_with_its_n
     and ends the live line."""
     import time
 
-    from jobs.pump import LIVE_EVERY_S, Output
+    from jobs.run.pump import LIVE_EVERY_S, Output
     from jobs.store import JobStore
 
     store = JobStore(redis)

@@ -90,7 +90,7 @@ def test_two_tasks_on_one_host_may_make_the_source_folder_at_the_same_moment(tmp
     by the other between its check and its mkdir goes on (the chaos soak found that race: FileExistsError)."""
     from pathlib import Path
 
-    from jobs.launch import WorkerContext, source_copy
+    from jobs.run.launch import WorkerContext, source_copy
     from jobs.settings import Settings
 
     job_dir = tmp_path / "jobs" / "7"

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from jobs.sandbox import unavailable
+from jobs.run.sandbox import unavailable
 from tests.support.live import alive, until, wait_job
 
 pytestmark = pytest.mark.slow

@@ -1,4 +1,4 @@
-"""A session's terminal relay (jobs.terminal) with a real shell on a real pseudo-terminal, and real attach clients
+"""A session's terminal relay (jobs.run.terminal) with a real shell on a real pseudo-terminal, and real attach clients
 (tui.attach's connect, models.terminal's frames): no Redis, no worker."""
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ import time
 
 import pytest
 
-from jobs import terminal
+from jobs.run import terminal
 from models import terminal as wire
 from tests.support.live import until
 from tui.attach import AttachError, connect

@@ -7,7 +7,7 @@ import subprocess
 
 import pytest
 
-from jobs.proc import python_module
+from jobs.run.proc import python_module
 
 
 def gpudeck(*args: str) -> subprocess.CompletedProcess:

@@ -94,7 +94,7 @@ def test_synthetic_is_learnable_and_seeded():
 def test_convert_writes_tfrecords_that_read_back(tmp_path):
     import subprocess
 
-    from jobs.proc import python_module
+    from jobs.run.proc import python_module
 
     train, test = formats.images(7, (28, 28, 1)), formats.images(3, (28, 28, 1), seed=3)
     formats.idx(tmp_path / "mnist", train, test)

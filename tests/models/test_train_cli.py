@@ -5,7 +5,7 @@ import subprocess
 
 import pytest
 
-from jobs.proc import python_module
+from jobs.run.proc import python_module
 
 pytestmark = pytest.mark.slow
 

@@ -9,7 +9,7 @@ import time
 import numpy as np
 import pytest
 
-from jobs.proc import python_module
+from jobs.run.proc import python_module
 from models import params
 from models.datasets import load
 from models.pipeline import Preprocess

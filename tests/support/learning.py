@@ -8,7 +8,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from jobs.proc import python_module
+from jobs.run.proc import python_module
 
 FLOOR = 0.90
 """Test accuracy either way must reach on the digits (chance is 0.10)."""

@@ -7,8 +7,8 @@ import subprocess
 import time
 from pathlib import Path
 
-from jobs.proc import python_module
 from jobs.redis_server import free_port
+from jobs.run.proc import python_module
 from tests.support.live import kill_tree, wait_http
 
 

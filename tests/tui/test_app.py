@@ -14,8 +14,8 @@ import requests
 from textual.coordinate import Coordinate
 from textual.widgets import DataTable, Input, Label, Log, Static
 
-from jobs.proc import python_module
 from jobs.redis_server import free_port
+from jobs.run.proc import python_module
 from jobs.settings import parse_size
 from models.sourcetree import human
 from tests.support.live import FAKE_SMI, fake_nvidia_smi, start_api
@@ -892,7 +892,7 @@ def test_a_progress_bar_is_drawn_live_in_the_api_the_cli_and_the_tui(stack, sett
     """Issue 24 #5: while a bar is being drawn (no newline yet) its state is shown as a terminal would — after
     the log in /logs?live=1, in place under `gpudeck logs -f` on a terminal, under the TUI's log pane — and never
     becomes a line of the log until its newline; then its final state is one line."""
-    from jobs.pump import as_shown
+    from jobs.run.pump import as_shown
     from tests.support.live import on_a_terminal
     from tests.support.live import until as until_http
 

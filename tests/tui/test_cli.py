@@ -11,8 +11,8 @@ import subprocess
 import pytest
 import requests
 
-from jobs.proc import python_module
 from jobs.redis_server import free_port
+from jobs.run.proc import python_module
 from tests.support.formats import cifar_tgz
 from tests.support.live import start_api
 

@@ -51,7 +51,8 @@ def test_every_command_has_complete_help():
     ("argv", "words"),
     [
         (["logs", "1", "--tail", "-1"], "gpudeck logs: --tail: must be a whole number of 0 or more, got '-1'"),
-        (["rm", "--older-than", "soon", "--status", "failed"], "gpudeck rm: --older-than: write an age such as 30d"),
+        (["rm", "--older-than", "soon", "--status", "failed"], "--older-than: write a duration such as 90m, 1h30m"),
+        (["wait", "1", "--timeout", "soon"], "gpudeck wait: --timeout: write seconds (3600) or a duration such as 90m"),
         (["submit", "--model", "lenet", "--dataset", "x", "--param", "lr"], "--param: takes KEY=VALUE, got 'lr'"),
         (["submit", "--model", "lenet"], "Missing option '--dataset'"),
         (["submit", "--model", "lenet", "--dataset", "x", "--priority", "urgent"], "'urgent' is not one of"),
@@ -192,7 +193,7 @@ def test_several_ids_each_with_its_outcome_and_durations_where_seconds_go(api_wi
     assert main(["retry", str(ids[1]), str(ids[2]), "--api", url]) == 0
     assert capsys.readouterr().out.count("resubmitted as job") == 2
     assert main(["submit", "--model", "lenet", "--dataset", "synthetic", "--timeout", "soon", "--api", url]) == 2
-    assert "--timeout: write seconds (3600) or a duration such as 90m or 12h" in capsys.readouterr().err
+    assert "--timeout: write seconds (3600) or a duration such as 90m, 1h30m or 12h" in capsys.readouterr().err
 
 
 def test_a_run_that_diverged_without_a_nan_is_warned_of_and_numbers_read_as_numbers(api_with_a_log, redis, capsys):
@@ -231,3 +232,46 @@ def test_show_folds_tensorflows_start_up_lines_in_a_failed_jobs_tail(api_with_a_
     assert main(["show", "1", "--api", url]) == 0
     shown = [line[11:] for line in capsys.readouterr().out.splitlines() if line.startswith("      log  ")]
     assert shown == fold(lines) and folded_line(3) in shown and not any("cpu_feature_guard" in s for s in shown)
+
+
+def test_one_duration_grammar_everywhere():
+    """Issue 38 §3: the API, the CLI, the TUI's form and the settings read durations alike (models.common)."""
+    from models.common import parse_age, parse_duration
+    from tui.cli.base import Age, Duration
+    from tui.screens.submit import seconds
+
+    for text, want in (("90", 90), ("90s", 90), ("30m", 1800), ("1h30m", 5400), ("2d12h", 216000)):
+        assert parse_duration(text) == Duration().convert(text, None, None) == seconds(text) == want
+        if not text.isdigit():
+            assert parse_age(text) == Age().convert(text, None, None) == want
+    for bad in ("soon", "1.5h", "h", "-5m", ""):
+        assert seconds(bad) is None
+        with pytest.raises(ValueError):
+            parse_duration(bad)
+
+
+def test_drain_is_a_client_command(api_with_a_log, redis, capsys):
+    """Issue 38 §3: `gpudeck drain NAME` asks the API (the server's `worker` command no longer calls it)."""
+    url, _ = api_with_a_log
+    from rq import Worker
+
+    Worker(["cpu"], connection=redis, name="node-a.gpu0.1").register_birth()  # (RQ's registry: a live worker)
+    assert main(["drain", "node-a.gpu0.1", "--api", url]) == 0
+    assert capsys.readouterr().out.strip() == "worker node-a.gpu0.1: draining"
+    assert redis.get("gpudeck:worker:node-a.gpu0.1:drain") is not None
+    assert main(["drain", "nobody", "--api", url]) == 2
+    assert "nobody" in capsys.readouterr().err
+    assert main(["worker", "--drain", "x"]) == 2  # (no such option any more: one clear line)
+
+
+def test_a_session_host_is_local_by_this_machines_own_addresses(monkeypatch):
+    """Issue 38 §3: whether `gpudeck session attach` goes direct or through ssh is decided on the client from its
+    own names and addresses, never from the server's GPUDECK_ADVERTISE_HOST."""
+    import socket
+
+    from tui.attach import local_host
+
+    monkeypatch.setenv("GPUDECK_ADVERTISE_HOST", "192.0.2.7")  # (a server's setting: the client ignores it)
+    assert not local_host("192.0.2.7")
+    assert local_host("127.0.0.1") and local_host(socket.gethostname())
+    assert not local_host("203.0.113.9") and not local_host("no-such-host.invalid")

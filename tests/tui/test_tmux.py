@@ -11,7 +11,7 @@ import time
 import pytest
 import requests
 
-from jobs.proc import python_module
+from jobs.run.proc import python_module
 from tests.support.live import start_api, until
 
 pytestmark = [

@@ -19,7 +19,7 @@ from tui.cli.base import connection_options
 
 SERVER_COMMANDS = {
     "up": ("jobs.cli", "up", "Start Redis, the API and one worker per GPU; Ctrl-C stops all."),
-    "worker": ("jobs.cli", "worker", "Run one worker pinned to GPUs (or the CPU), or drain one."),
+    "worker": ("jobs.cli", "worker", "Run one worker pinned to GPUs (or the CPU)."),
     "token": ("jobs.cli", "token", "Named tokens, on the server: create, ls, revoke."),
     "api": ("api.serve", "api", "Serve the REST API (gunicorn)."),
 }

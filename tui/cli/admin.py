@@ -107,6 +107,18 @@ def tui(job) -> int:
 
 @click.command()
 @connection_options
+@click.argument("name")
+@json_option
+def drain(name, as_json) -> int:
+    """Ask worker NAME (gpudeck workers, or GET /api/v1/workers) to finish its job, take no new one and exit
+    (admins only, where there are tokens); `gpudeck up` does not restart it."""
+    answer = client().drain(name)
+    echo_json(answer) if as_json else click.echo(f"worker {answer['worker']}: draining")
+    return EXIT_OK
+
+
+@click.command()
+@connection_options
 @json_option
 def share(as_json) -> int:
     """Fair share per person, like Slurm's sshare: decayed GPU-hours used, share, GPUs held, running, queued."""
@@ -158,4 +170,4 @@ def envs(as_json) -> int:
     return EXIT_OK
 
 
-COMMANDS = (whoami, audit, tf_config, share, tui, envs)
+COMMANDS = (drain, whoami, audit, tf_config, share, tui, envs)

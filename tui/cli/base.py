@@ -22,7 +22,7 @@ from rich.console import Console
 from rich.table import Table
 
 from models import jobspec
-from models.common import DEFAULT_API, EXIT_JOB_FAILED, EXIT_OK, parse_age, parse_size
+from models.common import DEFAULT_API, EXIT_JOB_FAILED, EXIT_OK, parse_age, parse_duration, parse_size
 from models.states import ENDED
 from tui.widgets.fmt import (
     WARNED,
@@ -148,13 +148,10 @@ class Duration(click.ParamType):
     def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> int:
         if isinstance(value, int):
             return value
-        text = str(value).strip()
-        if text.isdigit():
-            return int(text)
         try:
-            return parse_age(text)
+            return parse_duration(str(value))
         except ValueError:
-            self.fail(f"write seconds (3600) or a duration such as 90m or 12h, got {value!r}", param, ctx)
+            self.fail(f"write seconds (3600) or a duration such as 90m, 1h30m or 12h, got {value!r}", param, ctx)
 
 
 class Age(click.ParamType):

@@ -19,6 +19,7 @@ from models.sourcetree import human
 from models.states import ENDED, PRIORITIES
 from tui.cli.base import (
     Age,
+    Duration,
     LiveLines,
     LiveStatus,
     Natural,
@@ -218,7 +219,9 @@ def ls(status, model, tag, mine, owner, limit, cursor, every, as_json) -> int:
 @connection_options
 @job_id_argument
 @min_accuracy_option
-@click.option("--timeout", type=Natural(), metavar="S", help=f"give up after S seconds (exit {EXIT_WAIT_TIMEOUT})")
+@click.option(
+    "--timeout", type=Duration(), metavar="S|AGE", help=f"give up after this long: 600, 10m (exit {EXIT_WAIT_TIMEOUT})"
+)
 @json_option
 def wait(job_id, min_accuracy, timeout, as_json) -> int:
     """Wait for a job to end; exit 1 unless it succeeded."""

@@ -15,18 +15,18 @@ from textual.screen import ModalScreen
 from textual.suggester import SuggestFromList
 from textual.widgets import Button, Footer, Input, Label, Select
 
+from models.common import parse_duration
+
 FIELDS = ("model", "dataset", "params", "command", "source", "env", "gpus", "name", "tags", "timeout")
 COMMAND_FIELDS = ("command", "source", "env")
-DURATION = re.compile(r"^(?:(\d+)h)?(?:(\d+)m)?(?:(\d+)s?)?$")
 
 
 def seconds(text: str) -> int | None:
-    """`90`, `90s`, `30m`, `2h`, `1h30m` as seconds; None when it is none of these."""
-    m = DURATION.match(text.strip())
-    if not m or not any(m.groups()):
+    """`90`, `90s`, `30m`, `2h`, `1h30m` as seconds (models.common.parse_duration); None when it is none of these."""
+    try:
+        return parse_duration(text) or None
+    except ValueError:
         return None
-    h, mins, s = (int(g or 0) for g in m.groups())
-    return h * 3600 + mins * 60 + s
 
 
 class CompletingInput(Input):

@@ -1,6 +1,6 @@
-"""`python -m jobs.buildenv`: build a project's Python environment with uv, inside the job's sandbox (building runs
+"""`python -m jobs.run.buildenv`: build a project's Python environment with uv, inside the job's sandbox (building runs
 the project's own code: build backends, setup.py), into the one folder the sandbox lets it write. Every line of
-its output goes to the job's log after `[env] `; its exit status is uv's. The work-horse (jobs.pyenv) decides
+its output goes to the job's log after `[env] `; its exit status is uv's. The work-horse (jobs.run.pyenv) decides
 whether to build, holds the lock, and marks the folder ready once this succeeded: a folder without the mark is
 never used. Imports nothing but the standard library (it runs with the worker's Python, in the sandbox)."""
 
@@ -50,7 +50,7 @@ def show_worker(env_dir: Path, worker_sites: list[str]) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m jobs.buildenv")
+    ap = argparse.ArgumentParser(prog="python -m jobs.run.buildenv")
     ap.add_argument("--uv", required=True)
     ap.add_argument("--env", required=True, type=Path, help="the folder to build into")
     ap.add_argument("--python", required=True)

@@ -1,7 +1,7 @@
 """A session's terminal on its worker, Redis-free: the pseudo-terminal its shell runs on, and the relay that lets
 `gpudeck session attach` clients (models.terminal's wire, on 127.0.0.1) type into it and see it, several at once,
 for as long as the shell lives. The relay knows who is attached and when somebody last typed: what a session's
-idle rule reads (jobs.sessionrun)."""
+idle rule reads (jobs.run.sessionrun)."""
 
 from __future__ import annotations
 
@@ -48,7 +48,7 @@ def controlling_terminal() -> None:
 class Relay:
     """Serves the master side of a pseudo-terminal to attach clients until the terminal is gone (every process
     holding its slave ended). `log_w`: a pipe the relay writes its own lines to (who attached, what it says) and
-    closes at the end: the job's log and the end of the attempt for jobs.pump."""
+    closes at the end: the job's log and the end of the attempt for jobs.run.pump."""
 
     def __init__(self, master: int, log_w: int, secret: str | None = None):
         self.master = master
@@ -158,7 +158,7 @@ class Relay:
             self.listener.close()
             with self._lock:  # (no say, hangup or note writes to a descriptor closed here, or reused)
                 os.close(self.master)  # (the shell, if any is left, is hung up)
-                os.close(self.log_w)  # the attempt's "output" ends: jobs.pump returns once the process has too
+                os.close(self.log_w)  # the attempt's "output" ends: jobs.run.pump returns once the process has too
                 for fd in (self._wake_r, self._wake_w):
                     os.close(fd)
                 self.done.set()

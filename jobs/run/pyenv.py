@@ -9,7 +9,7 @@ it is isolated. Later jobs with the same files reuse it.
   a path, directory or editable source (the project itself), a VCS or URL source, a line gpudeck cannot read — puts
   the source's digest and the job's owner into the key: one user's build never runs in another user's job.
 
-- Built in the job's sandbox (jobs.buildenv: the build runs the project's code), which may write that folder only.
+- Built in the job's sandbox (jobs.run.buildenv: the build runs the project's code), which may write that folder only.
 - One build per environment and host: the work-horse holds `envs/.<digest>.lock` exclusively (flock) while it
   builds, and shared while its job runs with it; another waiting for it beats and answers stop requests meanwhile,
   then reuses what was built. An environment a running job holds is never removed.
@@ -36,7 +36,7 @@ from pathlib import Path
 from typing import Any
 
 from jobs.archives import tree_bytes
-from jobs.proc import python_module
+from jobs.run.proc import python_module
 from jobs.settings import Settings
 
 READY = ".gpudeck-ready"
@@ -181,7 +181,7 @@ def build_argv(settings: Settings, need: Need, path: Path) -> list[str]:
     """The builder's command line (run in the job's sandbox, which may write `path` only)."""
     import uv
 
-    argv = python_module("jobs.buildenv", "--uv", uv.find_uv_bin(), "--env", str(path), "--python", sys.executable)
+    argv = python_module("jobs.run.buildenv", "--uv", uv.find_uv_bin(), "--env", str(path), "--python", sys.executable)
     argv += ["--packages", str(need.packages)]
     argv += ["--requirements", str(need.path)] if need.kind == "requirements" else ["--project", str(need.path)]
     if not need.isolated:

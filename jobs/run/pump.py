@@ -19,8 +19,8 @@ from redis import Redis
 from redis.exceptions import RedisError
 
 from jobs import notify
-from jobs.launch import RUN_ID_ENV, LogFile, signal_group
-from jobs.proc import end_descendants, kill_marked
+from jobs.run.launch import RUN_ID_ENV, LogFile, signal_group
+from jobs.run.proc import end_descendants, kill_marked
 from jobs.scalars import ScalarReader, newest_run_result, read_result
 from jobs.store import LIVE_TTL_S, JobStore, passing
 from models import protocol
@@ -267,7 +267,7 @@ class Output:
 
 
 class Running(Protocol):
-    """What pump() needs of the attempt it serves (jobs.runner.JobRun)."""
+    """What pump() needs of the attempt it serves (jobs.run.runner.JobRun)."""
 
     job_id: int
     run_id: str

@@ -3,7 +3,7 @@ working dir and environment of a trainer or a command (Launch), the job's own co
 checkpoints, and the process-level helpers (its log file, limits, signals, the kernel's OOM count).
 
 Everything here reads and writes files and processes only, so it is tested without Redis or RQ
-(tests/jobs/test_launch.py); jobs.runner drives it for an attempt."""
+(tests/jobs/test_launch.py); jobs.run.runner drives it for an attempt."""
 
 from __future__ import annotations
 
@@ -20,9 +20,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from jobs import sandbox, sources
-from jobs.proc import pdeathsig, python_module
+from jobs import sources
 from jobs.redis_server import free_port
+from jobs.run import sandbox
+from jobs.run.proc import pdeathsig, python_module
 from jobs.scalars import EVENT_FILE_MARK
 from jobs.settings import Settings
 from models import protocol, sourcetree
@@ -155,7 +156,7 @@ def command(
 ) -> Launch:
     """A command job's `/bin/sh -c COMMAND` in its own source copy, with the variables of the README's table; none
     of the worker's secrets. Refused when its environment or source is not on this worker. `built`: the project's
-    own environment (jobs.pyenv), whose python comes first."""
+    own environment (jobs.run.pyenv), whose python comes first."""
     env = base_env(attempt, ctx.settings)
     src = source_copy(ctx, spec, attempt.job_dir)
     bin_dir = Path(sys.executable).parent  # `python` is the worker's own, with TensorFlow
@@ -207,7 +208,7 @@ def command(
 def sandboxed(
     ctx: WorkerContext, how: Launch, job_dir: Path, readable: list[Path], lifeline: int, writable: list[Path] = ()
 ) -> Launch:
-    """`how` run in a sandbox of its own (jobs.sandbox) where this worker makes one; else as it is. `lifeline`:
+    """`how` run in a sandbox of its own (jobs.run.sandbox) where this worker makes one; else as it is. `lifeline`:
     the read end of a pipe whose write end the work-horse holds (the job is stopped when it closes)."""
     if not sandbox.active(ctx.settings.sandbox):
         return how

@@ -1,5 +1,5 @@
 """An interactive session in a work-horse: a job of kind `session` (jobs.spec) whose process is a shell on a
-pseudo-terminal (jobs.terminal serves it to `gpudeck session attach`) or a Jupyter server on 127.0.0.1 with a
+pseudo-terminal (jobs.run.terminal serves it to `gpudeck session attach`) or a Jupyter server on 127.0.0.1 with a
 token, in the sandbox, environment and source copy of a command job, on the GPUs the scheduler gave it.
 
 Its end: the shell exits (succeeded); nobody attached and its GPUs under 5 % for `idle` seconds (succeeded,
@@ -25,11 +25,12 @@ from typing import Any
 
 from redis import Redis
 
-from jobs import gpus, launch, terminal, usage
-from jobs.launch import Refused, WorkerContext
-from jobs.proc import descendants, listening_pids
+from jobs import gpus, usage
 from jobs.redis_server import free_port
-from jobs.runner import JobRun
+from jobs.run import launch, terminal
+from jobs.run.launch import Refused, WorkerContext
+from jobs.run.proc import descendants, listening_pids
+from jobs.run.runner import JobRun
 from models.common import duration
 from models.states import Reason
 

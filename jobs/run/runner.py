@@ -1,6 +1,6 @@
-"""One attempt of one job in a work-horse: claim it, launch its process (jobs.launch), pump its output
-(jobs.pump), and record how it ended (jobs.outcome decides, jobs.lifecycle applies). jobs.taskrun is one task of a
-multi-worker job, the same attempt with other hooks."""
+"""One attempt of one job in a work-horse: claim it, launch its process (jobs.run.launch), pump its output
+(jobs.run.pump), and record how it ended (jobs.outcome decides, jobs.lifecycle applies). jobs.run.taskrun is one
+task of a multi-worker job, the same attempt with other hooks."""
 
 from __future__ import annotations
 
@@ -19,12 +19,13 @@ from typing import Any
 from redis import Redis
 from redis.exceptions import RedisError
 
-from jobs import datasets, gang, launch, lifecycle, outcome, pyenv, sandbox
+from jobs import datasets, gang, lifecycle, outcome
 from jobs.archives import tree_bytes
 from jobs.keys import metrics_key, rq_job_id, stop_channel
-from jobs.launch import NO_SPACE, Attempt, LogFile, Refused, WorkerContext
-from jobs.proc import become_subreaper, end_descendants, kill_marked
-from jobs.pump import Output, Writes, pump
+from jobs.run import launch, pyenv, sandbox
+from jobs.run.launch import NO_SPACE, Attempt, LogFile, Refused, WorkerContext
+from jobs.run.proc import become_subreaper, end_descendants, kill_marked
+from jobs.run.pump import Output, Writes, pump
 from jobs.scalars import ScalarReader
 from jobs.spec import is_command, masked, shown
 from jobs.store import JobStore, passing, through_outage
@@ -40,7 +41,7 @@ HORSE_NICENESS = 5
 
 class JobRun:
     """One attempt of one job: start the trainer, pump its output and events, record the end. TaskRun
-    (jobs.taskrun) is one task of a multi-worker job; the hooks `claim`, `prepare`, `stand_down`, `beat`,
+    (jobs.run.taskrun) is one task of a multi-worker job; the hooks `claim`, `prepare`, `stand_down`, `beat`,
     `stop_reason`, `grace`, `started` and `finish` are where the two differ."""
 
     prefix = ""
@@ -187,7 +188,7 @@ class JobRun:
         return launch.sandboxed(self.ctx, how, self.job_dir, readable, self.lifeline[0])
 
     def _environment(self, spec: dict[str, Any], log_file: LogFile) -> Path | bool | None:
-        """The project's own environment (jobs.pyenv) when its source asks for one: reused, or built now in the
+        """The project's own environment (jobs.run.pyenv) when its source asks for one: reused, or built now in the
         job's sandbox, its output a phase of the job's log. None: it runs with the worker's Python (or the
         registered env_name); False: the build failed (`env_failed`) or a stop came first."""
         if spec.get("env_name"):
@@ -272,7 +273,7 @@ class JobRun:
         )
 
     def _start(self, how: launch.Launch, fds: tuple[int, ...]) -> subprocess.Popen[bytes]:
-        """Start the attempt's process (a session's shell starts on a terminal instead: jobs.sessionrun)."""
+        """Start the attempt's process (a session's shell starts on a terminal instead: jobs.run.sessionrun)."""
         return self._spawn(how, fds)
 
     def _say(self, log_file: LogFile, line: str) -> None:

@@ -13,11 +13,12 @@ from typing import Any
 from redis import Redis
 from redis.exceptions import RedisError
 
-from jobs import gang, launch, outcome, taskrecord
+from jobs import gang, outcome, taskrecord
 from jobs.keys import rq_task_id
-from jobs.launch import WorkerContext
 from jobs.redis_server import free_port
-from jobs.runner import JobRun
+from jobs.run import launch
+from jobs.run.launch import WorkerContext
+from jobs.run.runner import JobRun
 from jobs.store import HEARTBEAT_TTL_S, passing
 from models import tfconfig
 from models.states import Reason, TaskStatus

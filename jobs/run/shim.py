@@ -1,4 +1,4 @@
-"""`python -m jobs.shim FD USER -- ARGV…`: the first process of a job inside its sandbox (jobs.sandbox).
+"""`python -m jobs.run.shim FD USER -- ARGV…`: the first process of a job inside its sandbox (jobs.run.sandbox).
 
 USER is `UID:GID` where the worker runs as root: the shim first becomes that user for good — every capability
 dropped from the bounding set (bubblewrap left it CAP_SETPCAP for that), no supplementary group, real, effective
@@ -66,7 +66,7 @@ def become(user: str) -> str | None:
 def main(argv: list[str]) -> int:
     fd, user, sep, *command = argv
     if sep != "--" or not command:
-        print("usage: python -m jobs.shim FD USER -- COMMAND…", file=sys.stderr)
+        print("usage: python -m jobs.run.shim FD USER -- COMMAND…", file=sys.stderr)
         return 2
     why = become(user)
     if why is not None:

@@ -12,10 +12,10 @@ a user's command above all — cannot see or reach the service:
 
 The network is shared (the tasks of a multi-worker job talk to each other, scripts download): `gpudeck up`'s
 Redis listens on a unix socket only, which the sandbox hides; a Redis on TCP (several hosts) must require a
-password, which no job is given (jobs.launch.HIDDEN_ENV).
+password, which no job is given (jobs.run.launch.HIDDEN_ENV).
 
 No privilege: where the worker runs as root, the job runs as GPUDECK_JOB_USER (`nobody` unless the operator names
-a dedicated user): bubblewrap keeps only CAP_SETUID, CAP_SETGID and CAP_SETPCAP for jobs.shim, which drops every
+a dedicated user): bubblewrap keeps only CAP_SETUID, CAP_SETGID and CAP_SETPCAP for jobs.run.shim, which drops every
 capability (the bounding set too), every group, and becomes that user before anything of the job runs; the job's
 dir (and an environment being built) is handed to that user first. Where the worker is not root, the job runs as
 the worker's user in a user namespace with no capability. Either way `umount` and `mount` fail (no capability),
@@ -28,7 +28,7 @@ a checkpoint, and the retried job resumes from it), then SIGKILL after the grace
 work-horse by more than that.
 
 bubblewrap's own process ignores SIGTERM (so a stop reaches the job through its process group and the job's exit
-status comes back through bubblewrap's); jobs.shim, the first process inside, gives the job SIGTERM's default
+status comes back through bubblewrap's); jobs.run.shim, the first process inside, gives the job SIGTERM's default
 again, and stops it when the work-horse dies (its lifeline pipe closes), as a cancel would.
 """
 
@@ -45,7 +45,7 @@ from pathlib import Path
 from urllib.parse import urlparse
 
 from jobs.errors import ConfigError
-from jobs.proc import python_module
+from jobs.run.proc import python_module
 
 MODES = ("auto", "bwrap", "off")
 """GPUDECK_SANDBOX: auto (bubblewrap where it works), bwrap (required: a worker without it does not start), off."""
@@ -199,7 +199,7 @@ def wrap(
 ) -> tuple[list[str], list[str]]:
     """`argv` run by bubblewrap in a sandbox as the module's doc describes: `job_dir` (and `writable`) writable,
     `readable` (a dataset, a registered environment, a project's built one) read-only, `home` (GPUDECK_HOME) and
-    the Redis socket's folder hidden; under jobs.shim, which stops the job when `lifeline` (an inherited pipe's
+    the Redis socket's folder hidden; under jobs.run.shim, which stops the job when `lifeline` (an inherited pipe's
     read end) closes; with exactly `env`. Returns (the command line, bubblewrap's options): the options, `env`
     among them, are read from `options_fd` (`--args`), so no value shows in a process listing, and bubblewrap
     itself runs with the environment of BWRAP_ENV, not the job's (a job's LD_PRELOAD or LD_LIBRARY_PATH never
@@ -249,7 +249,7 @@ def wrap(
         args += ["--setenv", name, value]
     command = [shutil.which("bwrap") or "bwrap", "--args", str(options_fd), "--"]
     who = f"{user[0]}:{user[1]}" if user is not None else "-"
-    return [*command, *python_module("jobs.shim", str(lifeline), who, "--"), *argv], args
+    return [*command, *python_module("jobs.run.shim", str(lifeline), who, "--"), *argv], args
 
 
 BWRAP_ENV = ("PATH", "LANG", "LC_ALL")
