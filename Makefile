@@ -49,7 +49,7 @@ OTHER_CPUS ?= 0
 test-other: install
 	env $(OTHER_MACHINE) taskset -c $(OTHER_CPUS) $(BIN)/python -m pytest -n 2 --dist loadgroup $(PYTEST_ARGS)
 
-# The quick loop: lint, then every test that starts no stack and trains nothing.
+# The quick loop: lint and types, then every test that starts no stack and trains nothing.
 check: lint
 	$(BIN)/python -m pytest -n auto --maxprocesses 4 --dist loadgroup -m "not slow" $(PYTEST_ARGS)
 
@@ -58,9 +58,11 @@ bench: install
 	  || $(PIP_INSTALL) -e '.[$(TF_EXTRA),test,bench]' --config-settings editable_mode=compat
 	$(BIN)/python -m pytest tests/bench -s --durations=0 $(PYTEST_ARGS)
 
+# mypy type-checks api/, jobs/ and models/ (pyproject.toml's [tool.mypy]); the job spec's pydantic models are typed.
 lint: install
 	$(BIN)/ruff check api jobs models tui tests
 	$(BIN)/ruff format --check api jobs models tui tests
+	$(BIN)/mypy
 
 format: install
 	$(BIN)/ruff format api jobs models tui tests

@@ -20,7 +20,8 @@ def finite(value: Any) -> Any:
     if isinstance(value, float):
         return value if math.isfinite(value) else None
     if isinstance(value, dict):
-        out, flags = {}, {}
+        out: dict[str, Any] = {}
+        flags: dict[str, str] = {}
         for k, v in value.items():
             if isinstance(v, float) and not math.isfinite(v):
                 flags[k] = "nan" if math.isnan(v) else ("inf" if v > 0 else "-inf")

@@ -62,7 +62,8 @@ def regular(path: Path, rel: str) -> None:
     try:
         mode = os.stat(path).st_mode
     except OSError as exc:
-        raise NotFound(f"path {rel!r} cannot be read ({exc.strerror.lower()})", {"field": "path"}) from None
+        why = (exc.strerror or str(exc)).lower()
+        raise NotFound(f"path {rel!r} cannot be read ({why})", {"field": "path"}) from None
     if not stat.S_ISREG(mode):
         raise NotFound(f"path {rel!r} is not a regular file (a FIFO, a socket or a device)", {"field": "path"})
 

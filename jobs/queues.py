@@ -8,7 +8,7 @@ import hashlib
 import heapq
 import json
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 from redis import Redis
@@ -292,7 +292,7 @@ def scheduler_order(
 
 
 def positions(
-    redis: Redis, recs: list[dict[str, Any]], settings: Settings | None = None, running: list[dict[str, Any]] = ()
+    redis: Redis, recs: list[dict[str, Any]], settings: Settings | None = None, running: Sequence[dict[str, Any]] = ()
 ) -> dict[int, int]:
     """Each queued job's place in line (1: the next the scheduler considers), in the scheduler's own order
     (jobs.queues.order). A job waiting for its dependencies has none."""

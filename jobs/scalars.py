@@ -111,7 +111,7 @@ class ScalarReader:
         self.max_step: int | None = None
 
     def _event_files(self) -> list[Path]:
-        found = []
+        found: list[Path] = []
         for here, dirs, names in os.walk(self.job_dir):
             if Path(here) == self.job_dir:
                 dirs[:] = [d for d in dirs if d not in SKIP_DIRS]

@@ -145,10 +145,10 @@ def _round(redis: Redis, s: Settings, now: float) -> list[int]:
     tl = timeline(r, set(unavailable) | set(blocked), history)
     depth = plan.RESERVE_DEPTH
     used = share.usage(redis, s.fairshare_halflife_s, active, r.now) if s.fairshare else {}
-    held = Counter()
-    for rec in active:
-        held[rec.get("owner")] += quota.job_gpus(rec["spec"])
-    sweep_running = Counter(rec.get("sweep_id") for rec in active if rec.get("sweep_id") is not None)
+    held: Counter[str | None] = Counter()
+    for one in active:
+        held[one.get("owner")] += quota.job_gpus(one["spec"])
+    sweep_running = Counter(one.get("sweep_id") for one in active if one.get("sweep_id") is not None)
     limits: dict[int, int | None] = {}
     stopping = _stopping(redis, active)
     # the lowest priority a job could be preempted from, among those that may be (and the others stopping)
@@ -284,7 +284,7 @@ def _assign(r: Round, store: JobStore, rec: dict[str, Any], chosen: list[list[Sl
         for index, (lead, ids) in enumerate(zip(leads, gpu_ids)):
             taskrecord.place(pipe, job_id, index, gen, lead.name, lead.host, ids)
         pipe.execute()
-    fields = {
+    fields: dict[str, Any] = {
         "status": Status.STARTING.value,
         "gen": gen,
         "placed_at": r.now,

@@ -192,8 +192,8 @@ class Settings:
     webhooks: tuple[Webhook, ...] = ()
     public_url: str | None = None
     webhook_retry_s: float = 5.0
-    env_max_bytes: int | None = 20 << 30
-    env_max_age_s: int | None = 30 * 86400
+    env_max_bytes: int = 20 << 30
+    env_max_age_s: int = 30 * 86400
     session_idle_min_s: int = 60
     session_idle_max_s: int = 4 * 3600
     session_max_s: int = 24 * 3600

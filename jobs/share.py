@@ -10,6 +10,7 @@ from __future__ import annotations
 import functools
 import json
 import time
+from collections.abc import Sequence
 from typing import Any
 
 from redis import Redis
@@ -74,7 +75,7 @@ def attempt_seconds(rec: dict[str, Any], now: float | None = None) -> float:
 
 
 def usage(
-    redis: Redis, halflife_s: float, running: list[dict[str, Any]] = (), now: float | None = None
+    redis: Redis, halflife_s: float, running: Sequence[dict[str, Any]] = (), now: float | None = None
 ) -> dict[str, float]:
     """Every owner's decayed usage now, with what their running jobs (`running`: active records) used so far."""
     now = time.time() if now is None else now

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import builtins
 import json
 import logging
 import time
@@ -344,7 +345,7 @@ class JobStore:
         last = self.redis.xrevrange(key, count=1)
         return int(last[0][0].split(b"-")[1]) if last else 0
 
-    def append_lines(self, job_id: int, lines: list[str], pipe: Any) -> None:
+    def append_lines(self, job_id: int, lines: builtins.list[str], pipe: Any) -> None:
         """Queue log lines into `pipe`, numbered on from the stream's last line inside Redis, so the tasks of
         a multi-worker job can write one log between them."""
         if lines:
@@ -372,7 +373,7 @@ class JobStore:
             approximate=True,
         )
 
-    def read_lines(self, job_id: int, offset: int, count: int = 10_000) -> tuple[list[str], int]:
+    def read_lines(self, job_id: int, offset: int, count: int = 10_000) -> tuple[builtins.list[str], int]:
         """Log lines after line `offset` and the offset to resume from."""
         entries = self.redis.xrange(log_key(job_id), min=f"0-{offset + 1}", count=count)
         if not entries:
@@ -384,11 +385,11 @@ class JobStore:
         """Block until a log line after `offset` exists or `block_ms` passes."""
         self.redis.xread({log_key(job_id): f"0-{offset}"}, count=1, block=block_ms)
 
-    def read_points(self, job_id: int) -> list[dict[str, Any]]:
+    def read_points(self, job_id: int) -> builtins.list[dict[str, Any]]:
         """Every stored metric point, in order."""
         return [json.loads(f[b"p"]) for _, f in self.redis.xrange(metrics_key(job_id))]
 
-    def read_points_raw(self, job_id: int, after: int = 0) -> tuple[int | None, list[tuple[int, bytes]]]:
+    def read_points_raw(self, job_id: int, after: int = 0) -> tuple[int | None, builtins.list[tuple[int, bytes]]]:
         """(number of the oldest point still stored, [(number, point as JSON)] after point `after`): what a
         reader that keeps the points it has seen needs (an oldest number it did not see means a trim)."""
         key = metrics_key(job_id)

@@ -316,7 +316,7 @@ def apply_values(record: dict[str, Any], trial: dict[str, Any]) -> dict[str, Any
 def listing(redis: Redis, limit: int = 50) -> list[dict[str, Any]]:
     """The newest sweeps, each in brief."""
     last = int(redis.get(SWEEP_COUNTER_KEY) or 0)
-    out = []
+    out: list[dict[str, Any]] = []
     for sweep_id in range(last, 0, -1):
         if len(out) >= limit:
             break

@@ -81,7 +81,7 @@ def create(
         raise BadRequest(f"--notify: {problem}", {"field": "notify"})
     now = time.time() if now is None else now
     token = "gpd_" + secrets.token_urlsafe(32)
-    meta = {
+    meta: dict[str, Any] = {
         "name": name,
         "sha256": digest(token),
         "role": "admin" if admin else "user",

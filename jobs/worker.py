@@ -65,7 +65,8 @@ class GpudeckWorker(Worker):
     """RQ's forking worker, which also stops its trainer honestly when the worker goes away."""
 
     def __init__(self, *args: Any, context: WorkerContext | None = None, **kwargs: Any):
-        super().__init__(*args, job_class=GpudeckJob, **kwargs)
+        kwargs["job_class"] = GpudeckJob
+        super().__init__(*args, **kwargs)
         self.context = context
 
     def perform_job(self, job: Any, queue: Any, execution: Any) -> bool:
@@ -106,7 +107,7 @@ class GpudeckWorker(Worker):
                 waited = True
             self.heartbeat()
             time.sleep(LOW_DISK_POLL_S)
-        if waited:
+        if waited and settings is not None:
             if self._stop_requested:
                 return None  # asked to stop while it waited: no job now
             log.warning("worker %s: there is room again under %s; it takes jobs", self.name, settings.home)

@@ -119,7 +119,7 @@ class CheckpointEvery:
     def due(self, step: int, last_save: float) -> bool:
         if self.steps:
             return step % self.steps == 0
-        return bool(self.seconds) and time.monotonic() - last_save >= self.seconds
+        return self.seconds is not None and self.seconds > 0 and time.monotonic() - last_save >= self.seconds
 
 
 class Trainer:
@@ -128,7 +128,9 @@ class Trainer:
     def __init__(self, spec: dict[str, Any], job_dir: Path):
         self.spec = spec
         self.job_dir = Path(job_dir)
-        self.p = params_mod.resolve(spec.get("params") or {}, model_info(spec["model"]).name)
+        info = model_info(spec["model"])
+        assert info is not None, spec["model"]  # (the API refused any other)
+        self.p = params_mod.resolve(spec.get("params") or {}, info.name)
         self._stop_requested = False
 
     def _on_sigterm(self, signum: int, frame: Any) -> None:

@@ -71,7 +71,7 @@ TAGS = {
 
 def _named(paths: dict[str, Any]) -> dict[str, Any]:
     """`paths` with each operation's operationId and tag (KeyError for an operation OPERATIONS does not name)."""
-    out = {}
+    out: dict[str, Any] = {}
     for path, ops in paths.items():
         out[path] = {}
         for method, op in ops.items():

@@ -206,7 +206,12 @@ def command(
 
 
 def sandboxed(
-    ctx: WorkerContext, how: Launch, job_dir: Path, readable: list[Path], lifeline: int, writable: list[Path] = ()
+    ctx: WorkerContext,
+    how: Launch,
+    job_dir: Path,
+    readable: list[Path],
+    lifeline: int,
+    writable: tuple[Path, ...] | list[Path] = (),
 ) -> Launch:
     """`how` run in a sandbox of its own (jobs.run.sandbox) where this worker makes one; else as it is. `lifeline`:
     the read end of a pipe whose write end the work-horse holds (the job is stopped when it closes)."""

@@ -270,8 +270,11 @@ class Running(Protocol):
     """What pump() needs of the attempt it serves (jobs.run.runner.JobRun)."""
 
     job_id: int
-    run_id: str
     reports: bool
+
+    @property
+    def run_id(self) -> str: ...
+
     output: Output
     writes: Writes
 
@@ -284,7 +287,7 @@ class Running(Protocol):
 
 def _drain(fd: int) -> tuple[bytes, bool]:
     """Everything a non-blocking pipe holds now, and whether its writer has closed it."""
-    parts = []
+    parts: list[bytes] = []
     while True:
         try:
             chunk = os.read(fd, 1 << 16)

@@ -39,6 +39,10 @@ HORSE_NICENESS = 5
 """The work-horse lowers its CPU priority by this much once its trainer runs (the trainer keeps its own)."""
 
 
+class NotBuilt(Exception):
+    """The job's environment was not built: the build failed (JobRun.env_failed says how) or a stop came first."""
+
+
 class JobRun:
     """One attempt of one job: start the trainer, pump its output and events, record the end. TaskRun
     (jobs.run.taskrun) is one task of a multi-worker job; the hooks `claim`, `prepare`, `stand_down`, `beat`,
@@ -127,12 +131,13 @@ class JobRun:
         oom_before = launch.oom_kills()
         become_subreaper()  # what the job starts and orphans comes up to this work-horse, which ends it
         try:
-            built = self._environment(spec, log_file) if self.command else None
-            if built is False:  # (its build failed, or a stop came first)
+            try:
+                built = self._environment(spec, log_file) if self.command else None
+            except NotBuilt:  # (its build failed, or a stop came first)
                 for fd in (events_r, events_w, *self.lifeline):
                     os.close(fd)
                 return self.finish(None if self.env_failed is None else 1, oom_before=None)
-            how = self._launch(spec, extra_env, events_w, built or None)
+            how = self._launch(spec, extra_env, events_w, built)
         except Refused as exc:
             self.refused = str(exc)
             self.preamble.append(f"gpudeck: cannot start the command: {exc}")
@@ -182,15 +187,16 @@ class JobRun:
         how = launch.command(self.ctx, attempt, spec, self.data_dir, extra_env, built)
         readable += [built] if built is not None else []
         if self.reports:
-            self.output.reader = ScalarReader(self.job_dir, ignore=launch.shipped_event_files(how.source))
+            shipped = launch.shipped_event_files(how.source) if how.source is not None else set()
+            self.output.reader = ScalarReader(self.job_dir, ignore=shipped)
             env_shown = {**masked(spec.get("env") or {}), **dict.fromkeys(spec.get("secret_env") or {}, "***")}
             self.store.update(self.job_id, environment={**how.injected, **env_shown})
         return launch.sandboxed(self.ctx, how, self.job_dir, readable, self.lifeline[0])
 
-    def _environment(self, spec: dict[str, Any], log_file: LogFile) -> Path | bool | None:
+    def _environment(self, spec: dict[str, Any], log_file: LogFile) -> Path | None:
         """The project's own environment (jobs.run.pyenv) when its source asks for one: reused, or built now in the
         job's sandbox, its output a phase of the job's log. None: it runs with the worker's Python (or the
-        registered env_name); False: the build failed (`env_failed`) or a stop came first."""
+        registered env_name). NotBuilt: the build failed (`env_failed`) or a stop came first."""
         if spec.get("env_name"):
             return None
         launch.may_run_unsandboxed(self.ctx, self.owner)
@@ -204,16 +210,20 @@ class JobRun:
         s = self.ctx.settings
         path = pyenv.folder(s, need)
         self.env_lock = pyenv.open_lock(s, need)
-        waiting = lambda: (self.beat(), self.stop_reason() is None)[1]  # noqa: E731
+
+        def waiting() -> bool:
+            self.beat()
+            return self.stop_reason() is None
+
         if not pyenv.acquire(self.env_lock, False, waiting):
-            return False
+            raise NotBuilt
         if not pyenv.is_ready(path):
             fcntl.flock(self.env_lock, fcntl.LOCK_UN)
             if not pyenv.acquire(self.env_lock, True, waiting):
-                return False
+                raise NotBuilt
             if not pyenv.is_ready(path):  # (else another job built it while this one waited)
                 if not self._build(spec, need, path, log_file):
-                    return False
+                    raise NotBuilt
             fcntl.flock(self.env_lock, fcntl.LOCK_SH)  # (held while the job runs: never removed under it)
         else:
             self._say(

@@ -31,6 +31,7 @@ class TaskRun(JobRun):
 
     def __init__(self, job_id: int, index: int, gen: int, redis: Redis, ctx: WorkerContext):
         super().__init__(job_id, redis, ctx, gen)
+        self.gen: int = gen  # (a task is always of one placement)
         self.index = index
         self.reports = index == 0
         self.spec = self.store.get(job_id)["spec"]
@@ -66,7 +67,7 @@ class TaskRun(JobRun):
                     raise
                 time.sleep(1.0)
         placed = gang.tasks(self.redis, self.job_id, n)
-        addresses = [t.get("address") for t in placed]
+        addresses = [str(t.get("address")) for t in placed]
         chief = addresses[0] if spec.get("chief") else None
         cluster = tfconfig.cluster(list(addresses[1:] if chief else addresses), chief=chief)
         kind, i = gang.task_name(spec, self.index)
@@ -116,7 +117,7 @@ class TaskRun(JobRun):
             fields["message"] = f"stopped ({stop})"
         if failure is not None:
             fields.update(reason=failure.reason.value if failure.reason else "", message=failure.message or "")
-        taskrecord.ended(self.redis, self.job_id, self.index, status, **fields)
+        taskrecord.ended(self.redis, self.job_id, self.index, TaskStatus(status), **fields)
         if failure is not None:
             self.store.request_stop(self.job_id, outcome.TASK_FAILED, only_first=True)  # the others stop
             log.warning("job %s task %s failed: %s", self.job_id, self.prefix.strip(), failure.message)

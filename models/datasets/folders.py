@@ -63,10 +63,11 @@ def from_dir(path: Path) -> Source | None:
     if not len(splits["train"][0]) or not len(splits["test"][0]):
         raise DatasetError(f"{path}: train/ and test/ must each hold at least one .png/.jpg image")
     first = tf.io.decode_image(tf.io.read_file(splits["train"][0][0]), expand_animations=False)
-    shape = tuple(int(d) for d in first.shape)
+    h, w, c = (int(d) for d in first.shape)
+    shape = (h, w, c)
     decode = _decoder(shape)  # type: ignore[arg-type]
 
-    def split_of(name: str) -> Split | None:
+    def split_of(name: str) -> Split | None:  # (train and test: always there, checked above)
         if name not in splits:
             return None
         paths, labels = splits[name]
@@ -82,8 +83,8 @@ def from_dir(path: Path) -> Source | None:
         format="image-folders",
         shape=shape,
         num_classes=len(classes),  # type: ignore[arg-type]
-        train=split_of("train"),
-        test=split_of("test"),
+        train=split_of("train"),  # type: ignore[arg-type]
+        test=split_of("test"),  # type: ignore[arg-type]
         validation=split_of("validation"),  # type: ignore[arg-type]
         class_names=classes,
         path=path,
