@@ -29,9 +29,12 @@ class Attached:
 
 def local_host(host: str) -> bool:
     """Whether a session on `host` (the worker's name for its host, or the address it advertises) runs on this
-    machine, to be attached to directly rather than through ssh: one of this machine's names, or an address one of
-    its interfaces has (a socket can be bound to it)."""
+    machine, to be attached to directly rather than through ssh: one of this machine's names, the name this
+    machine's workers advertise where the client shares their environment, or an address one of its interfaces
+    has (a socket can be bound to it)."""
     if host in {socket.gethostname(), socket.getfqdn(), "localhost"}:
+        return True
+    if host == os.environ.get("GPUDECK_ADVERTISE_HOST"):  # (a client in the shell that runs this host's workers)
         return True
     try:
         addresses = {info[4][0] for info in socket.getaddrinfo(host, None, proto=socket.IPPROTO_TCP)}

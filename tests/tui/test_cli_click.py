@@ -264,14 +264,15 @@ def test_drain_is_a_client_command(api_with_a_log, redis, capsys):
     assert main(["worker", "--drain", "x"]) == 2  # (no such option any more: one clear line)
 
 
-def test_a_session_host_is_local_by_this_machines_own_addresses(monkeypatch):
-    """Issue 38 §3: whether `gpudeck session attach` goes direct or through ssh is decided on the client from its
-    own names and addresses, never from the server's GPUDECK_ADVERTISE_HOST."""
+def test_a_session_host_is_local_by_this_machines_own_names_and_addresses(monkeypatch):
+    """Whether `gpudeck session attach` goes direct or through ssh: this machine's names and the addresses of its
+    interfaces are local (as is the name its workers advertise, in a shell that shares their environment)."""
     import socket
 
     from tui.attach import local_host
 
-    monkeypatch.setenv("GPUDECK_ADVERTISE_HOST", "192.0.2.7")  # (a server's setting: the client ignores it)
-    assert not local_host("192.0.2.7")
-    assert local_host("127.0.0.1") and local_host(socket.gethostname())
-    assert not local_host("203.0.113.9") and not local_host("no-such-host.invalid")
+    monkeypatch.delenv("GPUDECK_ADVERTISE_HOST", raising=False)
+    assert local_host("127.0.0.1") and local_host("localhost") and local_host(socket.gethostname())
+    assert not local_host("203.0.113.9") and not local_host("no-such-host.invalid") and not local_host("gpu-box-7")
+    monkeypatch.setenv("GPUDECK_ADVERTISE_HOST", "gpu-box-7")
+    assert local_host("gpu-box-7")
