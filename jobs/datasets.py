@@ -19,7 +19,7 @@ from jobs.errors import Conflict, NotFound, TooLarge, Unprocessable, ValidationE
 from jobs.keys import DATASETS_KEY, dataset_key, dataset_order_key, dataset_upload_key
 from jobs.settings import Settings
 from jobs.store import JobStore, iso
-from models.catalog import NAME, STORED
+from models.catalog import NAME, STORED, parse_dataset
 
 
 # -- the registry ------------------------------------------------------------------------------
@@ -185,3 +185,15 @@ def local_path(redis: Redis, settings: Settings, ref: str) -> Path:
     raw = redis.hget(dataset_key(name), version)
     root = json.loads(raw)["root"] if raw else "."
     return (settings.datasets_dir / name / version / root).resolve()
+
+
+def local_dir(redis: Redis, settings: Settings, dataset: str | None) -> Path | None:
+    """Where a job's dataset lies on this host (None: it names none, or generated data)."""
+    if not dataset:
+        return None
+    ref = parse_dataset(dataset)
+    if ref.kind == "synthetic":
+        return None
+    if ref.kind == "stored":
+        return local_path(redis, settings, dataset)
+    return Path(ref.path or dataset)

@@ -113,42 +113,51 @@ def of_exit(
     return End(Status.FAILED, Reason.EXIT_NONZERO, f"{who} exited with status {returncode}")
 
 
-def of_job(
-    stop: str | None,
-    returncode: int | None,
-    has_result: bool,
-    oom: bool,
-    command: bool = False,
-    diverged: dict | None = None,
-    full: bool = False,
-    refusal: str | None = None,
-    no_space: bool = False,
-    environment: str | None = None,
-    session: str | None = None,
-) -> End:
+@dataclass(frozen=True)
+class Facts:
+    """What the job-end table weighs of one attempt (or task) that ended: the stop asked for (its reason), the
+    exit status (None: it never started), whether it left a result, and what the attempt saw — the kernel's OOM
+    killer, the divergence event, a full disk, a refusal to start, its job dir unwritable, its environment's failed
+    build, a session's kind."""
+
+    stop: str | None
+    returncode: int | None
+    has_result: bool = False
+    oom: bool = False
+    command: bool = False
+    diverged: dict | None = None
+    full: bool = False
+    refusal: str | None = None
+    no_space: bool = False
+    environment: str | None = None
+    session: str | None = None
+
+
+def of_job(f: Facts) -> End:
     """A single job whose trainer (or command) ended (returncode None: it never started): an attempt that could
     not start (`refusal`: the worker refused it; `no_space`: its job dir could not be written) fails so; else a
     trial its search stopped early ends so; else a result wins (a command's exit 0 is its success, result or not),
     then a requested stop, then the exit status."""
-    if refusal is not None:
-        return refused(refusal)
-    if no_space:
+    if f.refusal is not None:
+        return refused(f.refusal)
+    if f.no_space:
         return DISK_FULL
-    if stop == Reason.STOPPED_EARLY.value:  # (whatever the stopped script's exit: the search ended it)
-        return STOPPED[stop]
-    if environment is not None and stop not in STOPPED:  # (its environment's build failed: the job never ran)
-        return End(Status.FAILED, Reason.ENVIRONMENT, environment)
-    if session and stop == Reason.TIMEOUT.value:
+    if f.stop == Reason.STOPPED_EARLY.value:  # (whatever the stopped script's exit: the search ended it)
+        return STOPPED[f.stop]
+    if f.environment is not None and f.stop not in STOPPED:  # (its environment's build failed: the job never ran)
+        return End(Status.FAILED, Reason.ENVIRONMENT, f.environment)
+    if f.session and f.stop == Reason.TIMEOUT.value:
         return End(Status.FAILED, Reason.TIMEOUT, "the session reached its max time")
-    if session and stop in STOPPED:  # (a notebook server exits 0 on SIGTERM: the stop says why it ended)
-        return STOPPED[stop]
-    if session == "shell" and stop is None and returncode is not None:  # (a notebook's server: as a command's)
-        return End(Status.SUCCEEDED, None, f"the session ended: its shell exited with status {returncode}")
-    if returncode == EXIT_OK and (has_result or command):
+    if f.session and f.stop in STOPPED:  # (a notebook server exits 0 on SIGTERM: the stop says why it ended)
+        return STOPPED[f.stop]
+    if f.session == "shell" and f.stop is None and f.returncode is not None:  # (a notebook's server: as a command's)
+        return End(Status.SUCCEEDED, None, f"the session ended: its shell exited with status {f.returncode}")
+    if f.returncode == EXIT_OK and (f.has_result or f.command):
         return SUCCEEDED
-    if stop in STOPPED:
-        return STOPPED[stop]
-    return of_exit(returncode, oom, who="the command" if command else "the trainer", diverged=diverged, full=full)
+    if f.stop in STOPPED:
+        return STOPPED[f.stop]
+    who = "the command" if f.command else "the trainer"
+    return of_exit(f.returncode, f.oom, who=who, diverged=f.diverged, full=f.full)
 
 
 def _diverged(event: dict) -> str:
@@ -161,31 +170,21 @@ def _diverged(event: dict) -> str:
     )
 
 
-def of_task(
-    stop: str | None,
-    returncode: int | None,
-    oom: bool,
-    command: bool = False,
-    diverged: dict | None = None,
-    full: bool = False,
-    refusal: str | None = None,
-    no_space: bool = False,
-    environment: str | None = None,
-) -> tuple[str, End | None]:
+def of_task(f: Facts) -> tuple[str, End | None]:
     """One task of a multi-worker job ended: its own status (`succeeded`, `stopped`, `failed`) and, when it
     failed by itself, why (which then ends the whole job through of_tasks). `refusal`, `no_space`: as of_job."""
-    if refusal is not None:
-        return "failed", refused(refusal)
-    if no_space:
+    if f.refusal is not None:
+        return "failed", refused(f.refusal)
+    if f.no_space:
         return "failed", DISK_FULL
-    if environment is not None and not stop:
-        return "failed", End(Status.FAILED, Reason.ENVIRONMENT, environment)
-    if returncode == EXIT_OK:
+    if f.environment is not None and not f.stop:
+        return "failed", End(Status.FAILED, Reason.ENVIRONMENT, f.environment)
+    if f.returncode == EXIT_OK:
         return "succeeded", None
-    if stop or returncode is None:
+    if f.stop or f.returncode is None:
         return "stopped", None
-    who = "the command" if command else "the trainer"
-    return "failed", of_exit(returncode, oom, who=who, diverged=diverged, full=full)
+    who = "the command" if f.command else "the trainer"
+    return "failed", of_exit(f.returncode, f.oom, who=who, diverged=f.diverged, full=f.full)
 
 
 def of_tasks(

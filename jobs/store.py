@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 import builtins
+import contextlib
 import json
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from datetime import datetime, timezone
 from typing import Any, TypeVar
 
@@ -399,3 +400,40 @@ class JobStore:
             first, entries = pipe.execute()
         oldest = int(first[0][0].split(b"-")[1]) if first else None
         return oldest, [(int(eid.split(b"-")[1]), f[b"p"]) for eid, f in entries]
+
+
+class StopListener:
+    """The stops an attempt is told of on its stop channel (jobs.control publishes there what Redis cannot record,
+    a cancel while its disk is full): `heard` is kept until the attempt's end is recorded."""
+
+    def __init__(self, redis: Redis, job_id: int):
+        self.redis, self.job_id = redis, job_id
+        self.heard: str | None = None
+        self._sub: Any = None
+
+    @contextlib.contextmanager
+    def listening(self) -> Iterator[StopListener]:
+        try:
+            self._sub = self.redis.pubsub(ignore_subscribe_messages=True)
+            self._sub.subscribe(stop_channel(self.job_id))
+        except RedisError as exc:
+            if not passing(exc):
+                raise
+            self._sub = None  # away now: a stop is recorded once it is back, as ever
+        try:
+            yield self
+        finally:
+            if self._sub is not None:
+                self._sub.close()
+                self._sub = None
+
+    def heard_now(self) -> str | None:
+        """A stop told of but not recorded (or one this attempt asked for itself while Redis could not record it)."""
+        while self.heard is None and self._sub is not None:
+            message = self._sub.get_message(timeout=0)
+            if message is None:
+                break
+            if message.get("type") == "message":
+                self.heard = message["data"].decode()
+                log.warning("job %s: stop (%s) heard while Redis cannot record it", self.job_id, self.heard)
+        return self.heard

@@ -27,6 +27,7 @@ from jobs.run.proc import pdeathsig, python_module
 from jobs.scalars import EVENT_FILE_MARK
 from jobs.settings import Settings
 from models import protocol, sourcetree
+from models.catalog import parse_dataset
 from models.protocol import KEEP_CHECKPOINTS_ENV
 
 log = logging.getLogger(__name__)
@@ -394,3 +395,39 @@ def oom_kills() -> int | None:
     except (OSError, ValueError):
         pass
     return None
+
+
+class Descriptors:
+    """The file descriptors an attempt opens, each closed once: by the code that is done with it (`close`), by
+    whoever it is handed to (`release`), else when the attempt leaves the `with`."""
+
+    def __init__(self) -> None:
+        self.open: set[int] = set()
+
+    def pipe(self) -> tuple[int, int]:
+        r, w = os.pipe()
+        self.open |= {r, w}
+        return r, w
+
+    def close(self, fd: int) -> None:
+        if fd in self.open:
+            self.open.discard(fd)
+            os.close(fd)
+
+    def release(self, fd: int) -> int:
+        self.open.discard(fd)
+        return fd
+
+    def __enter__(self) -> Descriptors:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        for fd in sorted(self.open):
+            self.close(fd)
+
+
+def trainer_spec(spec: dict[str, Any], data_dir: Path | None) -> dict[str, Any]:
+    """The spec a trainer reads (its job dir's spec.json): an uploaded dataset's folder on this host filled in."""
+    if spec.get("command") is not None or parse_dataset(spec["dataset"]).kind != "stored":
+        return spec
+    return dict(spec, dataset_path=str(data_dir))

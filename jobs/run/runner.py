@@ -4,11 +4,10 @@ task of a multi-worker job, the same attempt with other hooks."""
 
 from __future__ import annotations
 
-import fcntl
+import contextlib
 import json
 import logging
 import os
-import shutil
 import subprocess
 import time
 import uuid
@@ -17,20 +16,18 @@ from pathlib import Path
 from typing import Any
 
 from redis import Redis
-from redis.exceptions import RedisError
 
 from jobs import datasets, gang, lifecycle, outcome
 from jobs.archives import tree_bytes
-from jobs.keys import metrics_key, rq_job_id, stop_channel
-from jobs.run import launch, pyenv, sandbox
+from jobs.keys import metrics_key, rq_job_id
+from jobs.run import launch, projectenv
 from jobs.run.launch import NO_SPACE, Attempt, LogFile, Refused, WorkerContext
 from jobs.run.proc import become_subreaper, end_descendants, kill_marked
 from jobs.run.pump import Output, Writes, pump
 from jobs.scalars import ScalarReader
 from jobs.spec import is_command, masked, shown
-from jobs.store import JobStore, passing, through_outage
+from jobs.store import JobStore, StopListener, through_outage
 from models import protocol
-from models.catalog import parse_dataset
 from models.states import ACTIVE, Status
 
 log = logging.getLogger(__name__)
@@ -39,14 +36,11 @@ HORSE_NICENESS = 5
 """The work-horse lowers its CPU priority by this much once its trainer runs (the trainer keeps its own)."""
 
 
-class NotBuilt(Exception):
-    """The job's environment was not built: the build failed (JobRun.env_failed says how) or a stop came first."""
-
-
 class JobRun:
-    """One attempt of one job: start the trainer, pump its output and events, record the end. TaskRun
-    (jobs.run.taskrun) is one task of a multi-worker job; the hooks `claim`, `prepare`, `stand_down`, `beat`,
-    `stop_reason`, `grace`, `started` and `finish` are where the two differ."""
+    """One attempt of one job, in phases: claim it, prepare (its environment), plan_launch (what runs, in its
+    sandbox), start it, pump its output and events, finish (the job-end table's verdict applied). TaskRun
+    (jobs.run.taskrun) and SessionRun (jobs.run.sessionrun) are attempts with other hooks: `claim`, `prepare`,
+    `stand_down`, `plan_launch`, `start`, `beat`, `stop_reason`, `grace`, `started`, `facts` and `finish`."""
 
     prefix = ""
     """Put before every log line (a task's `[worker1] `)."""
@@ -75,8 +69,7 @@ class JobRun:
         self.owner: str | None = None
         self.data_dir: Path | None = None
         self._run_id: str | None = None
-        self._stops: Any = None  # the Pub/Sub of stop_channel while the attempt runs
-        self._stop_heard: str | None = None
+        self.stops = StopListener(redis, job_id)
         self.env_failed: str | None = None
         """Why the project's environment could not be built (the job ends failed, reason environment)."""
         self.env_lock: int | None = None
@@ -96,10 +89,10 @@ class JobRun:
         if self.attempt > 1 and self.reports:  # (an earlier attempt's points stay; this one goes on after them)
             self.output.seen_step = (rec.get("progress") or {}).get("step")
         try:
-            self.data_dir = self._data_dir(spec.get("dataset"))
+            self.data_dir = datasets.local_dir(self.redis, self.ctx.settings, spec.get("dataset"))
             self.job_dir.mkdir(parents=True, exist_ok=True)
             # (every user may read a job dir's files: a command's env values and secrets stay out of it)
-            written = self._trainer_spec(spec) if not self.command else shown(spec, names_only=True)
+            written = launch.trainer_spec(spec, self.data_dir) if not self.command else shown(spec, names_only=True)
             launch.write_new(self.job_dir / "spec.json", json.dumps(written, indent=2) + "\n")
             log_file = LogFile(self.job_dir / "log.txt")
         except OSError as exc:
@@ -118,51 +111,40 @@ class JobRun:
             return self.stand_down()
         if self.stop_reason():  # canceled between dequeue and now
             return self.finish(None, oom_before=None)
-        self._listen()
-        try:
+        with self.stops.listening():
             return self._launched(spec, extra_env, log_file)
-        finally:
-            if self._stops is not None:
-                self._stops.close()
 
     def _launched(self, spec: dict[str, Any], extra_env: dict[str, str], log_file: LogFile) -> str:
-        events_r, events_w = os.pipe()
-        self.lifeline = os.pipe()  # (a sandboxed job is stopped when the write end, ours alone, closes)
-        oom_before = launch.oom_kills()
-        become_subreaper()  # what the job starts and orphans comes up to this work-horse, which ends it
-        try:
+        with launch.Descriptors() as fds:  # (each closed once: where it is done with, else at the end)
+            events_r, events_w = fds.pipe()
+            self.lifeline = fds.pipe()  # (a sandboxed job is stopped when the write end, ours alone, closes)
+            oom_before = launch.oom_kills()
+            become_subreaper()  # what the job starts and orphans comes up to this work-horse, which ends it
             try:
-                built = self._environment(spec, log_file) if self.command else None
-            except NotBuilt:  # (its build failed, or a stop came first)
-                for fd in (events_r, events_w, *self.lifeline):
-                    os.close(fd)
-                return self.finish(None if self.env_failed is None else 1, oom_before=None)
-            how = self._launch(spec, extra_env, events_w, built)
-        except Refused as exc:
-            self.refused = str(exc)
-            self.preamble.append(f"gpudeck: cannot start the command: {exc}")
-        if self.preamble:
-            pipe = self.redis.pipeline(transaction=False)
-            self.output.handle("log", [line.encode() for line in self.preamble], log_file, pipe)
-            pipe.execute()
-        if self.refused:
-            for fd in (events_r, events_w, *self.lifeline):
-                os.close(fd)
-            return self.finish(None, oom_before=None)
-        proc = self._start(how, () if self.command else (events_w,))  # (a command has no events to send)
-        os.close(events_w)
-        how.close_files()
-        if not how.sandboxed:
-            os.close(self.lifeline[0])
-        self.started(proc.pid)
-        try:
-            os.nice(HORSE_NICENESS)
-        except OSError:
-            pass
-        log.info("job %s%s: trainer pid %s in %s", self.job_id, self.prefix.rstrip(), proc.pid, self.job_dir)
-        pump(self, proc, os.fdopen(events_r, "rb"), log_file, spec.get("timeout"))
-        returncode = proc.wait()
-        os.close(self.lifeline[1])
+                try:
+                    built = projectenv.ready(self, spec, log_file) if self.command else None
+                except projectenv.NotBuilt:  # (its build failed, or a stop came first)
+                    return self.finish(None if self.env_failed is None else 1, oom_before=None)
+                how = self.plan_launch(spec, extra_env, events_w, built)
+            except Refused as exc:
+                self.refused = str(exc)
+                self.preamble.append(f"gpudeck: cannot start the command: {exc}")
+            if self.preamble:
+                self.say(log_file, *self.preamble)
+            if self.refused:
+                return self.finish(None, oom_before=None)
+            proc = self.start(how, () if self.command else (events_w,))  # (a command has no events to send)
+            fds.close(events_w)
+            how.close_files()
+            if not how.sandboxed:
+                fds.close(self.lifeline[0])
+            self.started(proc.pid)
+            with contextlib.suppress(OSError):
+                os.nice(HORSE_NICENESS)
+            log.info("job %s%s: trainer pid %s in %s", self.job_id, self.prefix.rstrip(), proc.pid, self.job_dir)
+            pump(self, proc, os.fdopen(fds.release(events_r), "rb"), log_file, spec.get("timeout"))
+            returncode = proc.wait()
+            fds.close(self.lifeline[1])
         if how.sandboxed and 128 < returncode <= 128 + 64:  # bubblewrap's (and the shim's) 128 + N for signal N
             returncode = 128 - returncode
         self.log_full = log_file.full
@@ -172,7 +154,7 @@ class JobRun:
             through_outage(lambda: self.writes.flush(self.writes.pipeline(), strict=True), "the job's output")
         return through_outage(lambda: self.finish(returncode, oom_before), f"the end of job {self.job_id}")
 
-    def _launch(
+    def plan_launch(
         self, spec: dict[str, Any], extra_env: dict[str, str], events_w: int, built: Path | None = None
     ) -> launch.Launch:
         """What this attempt runs (Refused when it cannot start here); a command's variables go in its record."""
@@ -193,81 +175,7 @@ class JobRun:
             self.store.update(self.job_id, environment={**how.injected, **env_shown})
         return launch.sandboxed(self.ctx, how, self.job_dir, readable, self.lifeline[0])
 
-    def _environment(self, spec: dict[str, Any], log_file: LogFile) -> Path | None:
-        """The project's own environment (jobs.run.pyenv) when its source asks for one: reused, or built now in the
-        job's sandbox, its output a phase of the job's log. None: it runs with the worker's Python (or the
-        registered env_name). NotBuilt: the build failed (`env_failed`) or a stop came first."""
-        if spec.get("env_name"):
-            return None
-        launch.may_run_unsandboxed(self.ctx, self.owner)
-        src = launch.source_copy(self.ctx, spec, self.job_dir)
-        try:
-            need = pyenv.need(spec, src, self.owner)
-        except pyenv.Unusable as exc:
-            raise Refused(str(exc)) from None
-        if need is None:
-            return None
-        s = self.ctx.settings
-        path = pyenv.folder(s, need)
-        self.env_lock = pyenv.open_lock(s, need)
-
-        def waiting() -> bool:
-            self.beat()
-            return self.stop_reason() is None
-
-        if not pyenv.acquire(self.env_lock, False, waiting):
-            raise NotBuilt
-        if not pyenv.is_ready(path):
-            fcntl.flock(self.env_lock, fcntl.LOCK_UN)
-            if not pyenv.acquire(self.env_lock, True, waiting):
-                raise NotBuilt
-            if not pyenv.is_ready(path):  # (else another job built it while this one waited)
-                if not self._build(spec, need, path, log_file):
-                    raise NotBuilt
-            fcntl.flock(self.env_lock, fcntl.LOCK_SH)  # (held while the job runs: never removed under it)
-        else:
-            self._say(
-                log_file, f"gpudeck: reusing environment {need.digest[:12]} ({need.packages} packages, {need.kind})"
-            )
-        pyenv.used(path, self.job_id)
-        return path
-
-    def _build(self, spec: dict[str, Any], need: pyenv.Need, path: Path, log_file: LogFile) -> bool:
-        """Build the environment at `path` in the job's sandbox (only `path` writable besides the job dir), its
-        output in the log, beating and answering stops as a running job does; mark it ready when it succeeded."""
-        pyenv.start_build(path)
-        self.store.update(self.job_id, message=f"building environment ({need.packages} packages)")
-        env = launch.base_env(Attempt(self.job_id, self.attempt, self.run_id, self.job_dir), self.ctx.settings, True)
-        how = launch.Launch(pyenv.build_argv(self.ctx.settings, need, path), self.job_dir / "src", env)
-        lifeline = os.pipe()  # (its own: the job's is for the job)
-        how = launch.sandboxed(self.ctx, how, self.job_dir, pyenv.index_paths(), lifeline[0], writable=[path])
-        events_r, events_w = os.pipe()
-        os.close(events_w)  # (a build sends no events)
-        proc = self._spawn(how)
-        how.close_files()
-        if not how.sandboxed:
-            os.close(lifeline[0])
-        pump(self, proc, os.fdopen(events_r, "rb"), log_file, spec.get("timeout"))
-        returncode = proc.wait()
-        os.close(lifeline[1])
-        kill_marked(launch.RUN_ID_ENV, self.run_id)
-        if returncode != 0 or self.stop_reason():
-            if not self.stop_reason():
-                self.env_failed = f"the project's environment could not be built (uv exited with status {returncode})"
-            shutil.rmtree(path, ignore_errors=True)
-            return False
-        if os.geteuid() == 0:  # (built as the job's user: the service's from now on, unchangeable by any job)
-            sandbox.take_back(path)
-        pyenv.mark_ready(path, need, self.job_id, self.owner)
-        removed = pyenv.prune(self.ctx.settings, keep=need.digest, owner=self.owner)
-        if removed:
-            self._say(
-                log_file, f"gpudeck: removed {len(removed)} least recently used environments (GPUDECK_ENV_MAX_BYTES)"
-            )
-        self.store.update(self.job_id, message=None)
-        return True
-
-    def _spawn(self, how: launch.Launch, fds: tuple[int, ...] = ()) -> subprocess.Popen[bytes]:
+    def spawn(self, how: launch.Launch, fds: tuple[int, ...] = ()) -> subprocess.Popen[bytes]:
         """Start what `how` runs (the job, or its environment's build): its output one pipe, its own process
         group (cancel and timeout signal the whole tree), a sandbox's options and lifeline (and `fds`) passed."""
         return subprocess.Popen(
@@ -282,13 +190,14 @@ class JobRun:
             preexec_fn=launch.preexec(self.ctx.max_memory, how.sandboxed),
         )
 
-    def _start(self, how: launch.Launch, fds: tuple[int, ...]) -> subprocess.Popen[bytes]:
+    def start(self, how: launch.Launch, fds: tuple[int, ...]) -> subprocess.Popen[bytes]:
         """Start the attempt's process (a session's shell starts on a terminal instead: jobs.run.sessionrun)."""
-        return self._spawn(how, fds)
+        return self.spawn(how, fds)
 
-    def _say(self, log_file: LogFile, line: str) -> None:
+    def say(self, log_file: LogFile, *lines: str) -> None:
+        """Lines of gpudeck's own into the job's log, as its output is written."""
         pipe = self.redis.pipeline(transaction=False)
-        self.output.handle("log", [line.encode()], log_file, pipe)
+        self.output.handle("log", [line.encode() for line in lines], log_file, pipe)
         pipe.execute()
 
     @property
@@ -307,25 +216,8 @@ class JobRun:
         self.store.transition(self.job_id, ACTIVE, disk_bytes=tree_bytes(self.job_dir))
 
     def request_stop(self, reason: str) -> None:
-        self._stop_heard = self._stop_heard or reason  # (kept should Redis refuse to record it)
+        self.stops.heard = self.stops.heard or reason  # (kept should Redis refuse to record it)
         self.store.request_stop(self.job_id, reason)
-
-    def _data_dir(self, dataset: str | None) -> Path | None:
-        """Where the job's dataset lies on this host (None: it names none, or generated data)."""
-        if not dataset:
-            return None
-        ref = parse_dataset(dataset)
-        if ref.kind == "synthetic":
-            return None
-        if ref.kind == "stored":
-            return datasets.local_path(self.redis, self.ctx.settings, dataset)
-        return Path(ref.path or dataset)
-
-    def _trainer_spec(self, spec: dict[str, Any]) -> dict[str, Any]:
-        """The spec the trainer reads: an uploaded dataset's folder on this host is filled in."""
-        if is_command(spec) or parse_dataset(spec["dataset"]).kind != "stored":
-            return spec
-        return dict(spec, dataset_path=str(self.data_dir))
 
     # -- hooks -------------------------------------------------------------------------------
     def claim(self) -> bool:
@@ -352,29 +244,7 @@ class JobRun:
         self.store.beat(self.job_id, self.ctx.name)
 
     def stop_reason(self) -> str | None:
-        return self.store.stop_reason(self.job_id) or self.heard_stop()
-
-    def _listen(self) -> None:
-        """Listen for a stop that Redis cannot record (jobs.control.cancel while its disk is full)."""
-        try:
-            self._stops = self.redis.pubsub(ignore_subscribe_messages=True)
-            self._stops.subscribe(stop_channel(self.job_id))
-        except RedisError as exc:
-            if not passing(exc):
-                raise
-            self._stops = None  # away now: a stop is recorded once it is back, as ever
-
-    def heard_stop(self) -> str | None:
-        """A stop this attempt was told of but Redis could not record (or this work-horse asked for itself, a
-        timeout, while it could not): kept here until the end is recorded."""
-        while self._stop_heard is None and self._stops is not None:
-            message = self._stops.get_message(timeout=0)
-            if message is None:
-                break
-            if message.get("type") == "message":
-                self._stop_heard = message["data"].decode()
-                log.warning("job %s: stop (%s) heard while Redis cannot record it", self.job_id, self._stop_heard)
-        return self._stop_heard
+        return self.store.stop_reason(self.job_id) or self.stops.heard_now()
 
     def grace(self, reason: str | None) -> float:
         """Seconds between SIGTERM and SIGKILL for a stop with this reason."""
@@ -393,28 +263,29 @@ class JobRun:
         if self.command and self.reports and returncode == protocol.EXIT_OK:
             self.output.command_result(self.job_dir)
 
-    def facts(self, returncode: int | None, oom_before: int | None) -> dict[str, Any]:
-        """What the job-end table (jobs.outcome) weighs, beside the stop reason and the exit status."""
+    def facts(self, returncode: int | None, oom_before: int | None) -> outcome.Facts:
+        """What the job-end table (jobs.outcome) weighs of this attempt."""
         tail = self.output.tail
         killed = oom_before is not None and (launch.oom_kills() or 0) > oom_before
-        return {
-            "oom": outcome.out_of_memory(returncode, tail, killed),
-            "command": self.command,
-            "diverged": self.output.diverged,
+        return outcome.Facts(
+            stop=self.stop_reason(),
+            returncode=returncode,
+            has_result=self.output.result is not None,
+            oom=outcome.out_of_memory(returncode, tail, killed),
+            command=self.command,
+            diverged=self.output.diverged,
             # the process failed for want of disk space: its last lines say so, or log.txt found none
-            "full": outcome.disk_full(returncode, tail) or (self.log_full and returncode not in (0, None)),
-            "refusal": self.refused,
-            "no_space": self.no_space is not None,
-            "environment": self.env_failed,
-        }
+            full=outcome.disk_full(returncode, tail) or (self.log_full and returncode not in (0, None)),
+            refusal=self.refused,
+            no_space=self.no_space is not None,
+            environment=self.env_failed,
+        )
 
     def finish(self, returncode: int | None, oom_before: int | None) -> str:
         """Record the honest final state (jobs.outcome decides, jobs.lifecycle applies): succeeded, canceled,
         failed with a typed reason, or queued again after a worker_lost stop while retries last."""
-        stop = self.stop_reason()
         self._command_result(returncode)
-        facts = self.facts(returncode, oom_before)
-        end = outcome.of_job(stop, returncode, self.output.result is not None, **facts)
+        end = outcome.of_job(self.facts(returncode, oom_before))
         size = tree_bytes(self.job_dir)
         kept = launch.newest_checkpoint(self.job_dir) if end.requeue and not self.command else None
         status = lifecycle.end(  # (its own attempt only: never the next one, should the reaper have moved on)

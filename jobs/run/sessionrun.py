@@ -19,13 +19,14 @@ import subprocess
 import sys
 import time
 import urllib.request
+from dataclasses import replace
 from datetime import datetime
 from pathlib import Path
 from typing import Any
 
 from redis import Redis
 
-from jobs import gpus, usage
+from jobs import gpus, outcome, usage
 from jobs.redis_server import free_port
 from jobs.run import launch, terminal
 from jobs.run.launch import Refused, WorkerContext
@@ -100,7 +101,7 @@ class SessionRun(JobRun):
         self.kernels_read_at: float | None = None  # (when this work-horse last read /api/kernels: not a user's use)
 
     # -- what it runs --------------------------------------------------------------------------------------
-    def _launch(
+    def plan_launch(
         self, spec: dict[str, Any], extra_env: dict[str, str], events_w: int, built: Path | None = None
     ) -> launch.Launch:
         bin_dir = self._bin_dir(spec, built)
@@ -132,7 +133,7 @@ class SessionRun(JobRun):
             shell = next((s for s in ("/bin/bash", "/usr/bin/bash") if os.path.exists(s)), "/bin/sh")
             argv = [shell, "-i"]
             env["PS1"] = f"[gpudeck {self.job_id}] \\w\\$ " if shell.endswith("bash") else f"[gpudeck {self.job_id}] $ "
-        return super()._launch({**spec, "command": argv, "secret_env": secret_env}, env, events_w, built)
+        return super().plan_launch({**spec, "command": argv, "secret_env": secret_env}, env, events_w, built)
 
     def _bin_dir(self, spec: dict[str, Any], built: Path | None) -> Path:
         if built is not None:
@@ -143,9 +144,9 @@ class SessionRun(JobRun):
                 return found
         return Path(sys.executable).parent
 
-    def _start(self, how: launch.Launch, fds: tuple[int, ...]) -> subprocess.Popen[bytes]:
+    def start(self, how: launch.Launch, fds: tuple[int, ...]) -> subprocess.Popen[bytes]:
         if self.jupyter is not None:
-            self.proc = self._spawn(how, fds)  # (its URL is published once it answers: stop_reason)
+            self.proc = self.spawn(how, fds)  # (its URL is published once it answers: stop_reason)
             self.spawned = self.busy_at = time.monotonic()
             return self.proc
         master, slave = terminal.open_pty()
@@ -188,8 +189,8 @@ class SessionRun(JobRun):
     def grace(self, reason: str | None) -> float:
         return min(self.ctx.stop_grace_s, 5.0)  # (a shell or a notebook server has nothing to checkpoint)
 
-    def facts(self, returncode: int | None, oom_before: int | None) -> dict[str, Any]:
-        return {**super().facts(returncode, oom_before), "session": "notebook" if self.jupyter else "shell"}
+    def facts(self, returncode: int | None, oom_before: int | None) -> outcome.Facts:
+        return replace(super().facts(returncode, oom_before), session="notebook" if self.jupyter else "shell")
 
     def stop_reason(self) -> str | None:
         reason = super().stop_reason()

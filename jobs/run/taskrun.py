@@ -87,7 +87,7 @@ class TaskRun(JobRun):
         taskrecord.beat(self.redis, self.job_id, self.index, self.ctx.name, HEARTBEAT_TTL_S)
 
     def stop_reason(self) -> str | None:
-        reason = self.store.stop_reason(self.job_id) or self.heard_stop()
+        reason = self.store.stop_reason(self.job_id) or self.stops.heard_now()
         if reason is None and not gang.current(self.redis, self.job_id, self.gen):
             return "unplaced"
         return reason
@@ -108,8 +108,9 @@ class TaskRun(JobRun):
 
     def finish(self, returncode: int | None, oom_before: int | None) -> str:
         self._command_result(returncode)
-        stop = self.stop_reason()
-        status, failure = outcome.of_task(stop, returncode, **self.facts(returncode, oom_before))
+        facts = self.facts(returncode, oom_before)
+        stop = facts.stop
+        status, failure = outcome.of_task(facts)
         fields: dict[str, Any] = {"log_tail": self.output.tail}
         if returncode is not None:
             fields["returncode"] = returncode

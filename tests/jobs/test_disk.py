@@ -179,12 +179,12 @@ def test_a_process_that_failed_on_a_full_disk_ends_disk_full_not_oom_or_exit_non
         "-00000-of-00001.tempstate1; No space left on device",
     ]
     assert outcome.disk_full(1, tf_tail) and outcome.out_of_memory(1, tf_tail, False)  # (it reads like both)
-    end = outcome.of_job(None, 1, False, oom=True, full=True)
+    end = outcome.of_job(outcome.Facts(None, 1, False, oom=True, full=True))
     assert (end.status, end.reason, end.retry) == (Status.FAILED, Reason.DISK_FULL, False)
     assert "retry" in end.message
     assert outcome.disk_full(1, ["OSError: [Errno 28] No space left on device: 'out.bin'"])
     assert not outcome.disk_full(0, ["No space left on device"])  # a clean exit is a clean exit
-    assert outcome.of_task(None, 1, False, command=True, full=True)[1].reason == Reason.DISK_FULL
+    assert outcome.of_task(outcome.Facts(None, 1, oom=False, command=True, full=True))[1].reason == Reason.DISK_FULL
 
 
 def _ended(redis, settings: Settings, status: str, ended_at: float) -> int:

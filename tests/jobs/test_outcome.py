@@ -42,17 +42,24 @@ BASE = {"model": "resnet20", "dataset": "synthetic", "params": {"steps": 2}}
     ],
 )
 def test_the_table_for_a_single_job(stop, returncode, has_result, oom, expected):
-    end = outcome.of_job(stop, returncode, has_result, oom)
+    end = outcome.of_job(outcome.Facts(stop, returncode, has_result, oom))
     assert (end.status, end.reason, end.message) == expected
     assert end.retry == (end.reason == Reason.WORKER_LOST)
 
 
 def test_a_commands_exit_status_means_only_success_or_failure():
-    assert outcome.of_job(None, 0, False, False, command=True) == outcome.SUCCEEDED  # no result.json needed
-    end = outcome.of_job(None, EXIT_BAD_INPUT, False, False, command=True)  # argparse's usage error, not ours
+    assert (
+        outcome.of_job(outcome.Facts(None, 0, False, False, command=True)) == outcome.SUCCEEDED
+    )  # no result.json needed
+    end = outcome.of_job(
+        outcome.Facts(None, EXIT_BAD_INPUT, False, False, command=True)
+    )  # argparse's usage error, not ours
     assert (end.reason, end.message) == (Reason.EXIT_NONZERO, "the command exited with status 2")
-    assert outcome.of_job("canceled", EXIT_STOPPED, False, False, command=True).status == Status.CANCELED
-    assert outcome.of_task(None, 2, False, command=True)[1].message == "the command exited with status 2"
+    assert outcome.of_job(outcome.Facts("canceled", EXIT_STOPPED, False, False, command=True)).status == Status.CANCELED
+    assert (
+        outcome.of_task(outcome.Facts(None, 2, oom=False, command=True))[1].message
+        == "the command exited with status 2"
+    )
 
 
 @pytest.mark.parametrize(
@@ -69,7 +76,7 @@ def test_a_commands_exit_status_means_only_success_or_failure():
     ],
 )
 def test_the_table_for_a_session(kind, stop, returncode, expected):
-    end = outcome.of_job(stop, returncode, False, False, command=True, session=kind)
+    end = outcome.of_job(outcome.Facts(stop, returncode, False, False, command=True, session=kind))
     assert (end.status, end.reason) == expected
     if stop == "timeout":
         assert end.message == "the session reached its max time"
@@ -79,14 +86,22 @@ def test_the_table_for_a_session(kind, stop, returncode, expected):
 
 def test_a_diverged_trainer_fails_as_diverged_and_says_where():
     event = {"step": 37, "loss": "nan", "checkpoint_step": 32}
-    end = outcome.of_job(None, EXIT_DIVERGED, False, False, diverged=event)
+    end = outcome.of_job(outcome.Facts(None, EXIT_DIVERGED, False, False, diverged=event))
     assert (end.status, end.reason, end.retry) == (Status.FAILED, Reason.DIVERGED, False)
     assert end.message == "the training loss became nan at step 37; the checkpoint of step 32 is kept"
-    end = outcome.of_job(None, EXIT_DIVERGED, False, False, diverged={**event, "loss": "inf", "checkpoint_step": None})
+    end = outcome.of_job(
+        outcome.Facts(None, EXIT_DIVERGED, False, False, diverged={**event, "loss": "inf", "checkpoint_step": None})
+    )
     assert end.message == "the training loss became inf at step 37; no checkpoint was saved before it"
-    assert outcome.of_task(None, EXIT_DIVERGED, False)[1].reason == Reason.DIVERGED  # a task without the event
-    assert outcome.of_job("canceled", EXIT_DIVERGED, False, False, diverged=event).status == Status.CANCELED
-    assert outcome.of_job(None, EXIT_DIVERGED, False, False, command=True).reason == Reason.EXIT_NONZERO  # a script's 3
+    assert (
+        outcome.of_task(outcome.Facts(None, EXIT_DIVERGED, oom=False))[1].reason == Reason.DIVERGED
+    )  # a task without the event
+    assert (
+        outcome.of_job(outcome.Facts("canceled", EXIT_DIVERGED, False, False, diverged=event)).status == Status.CANCELED
+    )
+    assert (
+        outcome.of_job(outcome.Facts(None, EXIT_DIVERGED, False, False, command=True)).reason == Reason.EXIT_NONZERO
+    )  # a script's 3
 
 
 def test_out_of_memory_from_the_kernel_or_the_log():
@@ -127,8 +142,10 @@ def test_the_first_task_to_fail_is_blamed_not_its_peer():
     stopped = [{"label": f"worker{i}", "worker": f"w{i}", "status": "stopped"} for i in range(2)]
     end, _ = outcome.of_tasks("preempted", stopped, 2, has_result=False)  # preempted as a whole: back in line
     assert (end.status, end.reason, end.requeue, end.retry) == (Status.QUEUED, Reason.PREEMPTED, True, False)
-    assert outcome.of_job("preempted", 0, True, False) == outcome.SUCCEEDED  # it finished within the grace
-    assert outcome.of_job("preempted", -15, False, False).requeue
+    assert (
+        outcome.of_job(outcome.Facts("preempted", 0, True, False)) == outcome.SUCCEEDED
+    )  # it finished within the grace
+    assert outcome.of_job(outcome.Facts("preempted", -15, False, False)).requeue
 
 
 def _running(redis, **spec):
