@@ -13,6 +13,7 @@ import signal
 import subprocess
 import time
 from collections.abc import Callable
+from dataclasses import dataclass, field
 from typing import IO, Any, Protocol
 
 from redis import Redis
@@ -298,6 +299,52 @@ def _drain(fd: int) -> tuple[bytes, bool]:
         parts.append(chunk)
 
 
+@dataclass
+class Every:
+    """An action of the pump's loop done every `seconds` (its first after `seconds`)."""
+
+    seconds: float
+    action: Callable[[float], object]
+    last: float = field(default_factory=time.monotonic)
+
+    def tick(self, now: float) -> None:
+        if now - self.last >= self.seconds:
+            self.last = now
+            self.action(now)
+
+
+@dataclass
+class Stopping:
+    """A stop of the attempt's process: asked for (a request, or its timeout) -> SIGTERM to its group -> SIGKILL
+    once the stop's grace has passed."""
+
+    run: Running
+    proc: subprocess.Popen[bytes]
+    timeout: int | None
+    deadline: float | None = None
+    termed_at: float | None = None
+    grace: float = 0.0
+
+    def poll(self, now: float) -> None:
+        if self.termed_at is not None:
+            return
+        run, writes = self.run, self.run.writes
+        if self.deadline is not None and now > self.deadline:
+            log.warning("job %s: timeout of %ss passed; stopping its trainer", run.job_id, self.timeout)
+            writes.reachable(lambda: run.request_stop(Reason.TIMEOUT.value))
+        reason = writes.reachable(run.stop_reason)
+        if reason:
+            log.info("job %s: stop requested (%s): SIGTERM to its process group", run.job_id, reason)
+            signal_group(self.proc.pid, signal.SIGTERM)
+            self.termed_at, self.grace = now, run.grace(reason)
+
+    def escalate(self, now: float) -> None:
+        if self.termed_at is not None and now - self.termed_at > self.grace:
+            log.warning("job %s: still running %.0fs after SIGTERM: SIGKILL", self.run.job_id, self.grace)
+            signal_group(self.proc.pid, signal.SIGKILL)
+            self.termed_at = float("inf")
+
+
 def pump(
     run: Running, proc: subprocess.Popen[bytes], events: IO[bytes], log_file: LogFile, timeout: int | None
 ) -> None:
@@ -311,12 +358,15 @@ def pump(
     sel.register(events, selectors.EVENT_READ, "events")
     buffers = {"log": b"", "events": b""}
     out, writes = run.output, run.writes
-    deadline = time.monotonic() + timeout if timeout else None
-    last_beat = last_poll = last_scan = last_disk = time.monotonic()
-    termed_at: float | None = None
+    stopping = Stopping(run, proc, timeout, time.monotonic() + timeout if timeout else None, grace=run.grace(None))
+    timers = [  # (what the loop does every so often, after reading and writing what came)
+        Every(HEARTBEAT_EVERY_S, lambda now: writes.reachable(run.beat)),
+        *([Every(DISK_EVERY_S, lambda now: writes.reachable(run.measure))] if run.reports else []),
+        Every(STOP_POLL_S, stopping.poll),
+    ]
+    last_scan = time.monotonic()
     exited_at: float | None = None
     ended_strays_at: float | None = None
-    grace = run.grace(None)
     while sel.get_map():
         ready = sel.select(STOP_POLL_S)
         if ready:
@@ -335,7 +385,7 @@ def pump(
         out.drawing(buffers["log"], pipe)
         now = time.monotonic()
         scanned = out.reader is not None and now - last_scan >= SCAN_EVERY_S
-        if scanned:
+        if scanned:  # (its points go in with this flush; what it read is marked read once they are in)
             out.scan(pipe)
             last_scan = now
         writes.flush(pipe)
@@ -344,26 +394,9 @@ def pump(
         if out.went_running and run.reports and writes.carry is None:  # (written: its notifications, for `any`)
             out.went_running = False
             writes.reachable(lambda: notify.enqueue(out.store.redis, out.store.get(out.job_id)))
-        if now - last_beat >= HEARTBEAT_EVERY_S:
-            writes.reachable(run.beat)
-            last_beat = now
-        if run.reports and now - last_disk >= DISK_EVERY_S:
-            writes.reachable(run.measure)
-            last_disk = now
-        if termed_at is None and now - last_poll >= STOP_POLL_S:
-            last_poll = now
-            if deadline is not None and now > deadline:
-                log.warning("job %s: timeout of %ss passed; stopping its trainer", run.job_id, timeout)
-                writes.reachable(lambda: run.request_stop(Reason.TIMEOUT.value))
-            reason = writes.reachable(run.stop_reason)
-            if reason:
-                log.info("job %s: stop requested (%s): SIGTERM to its process group", run.job_id, reason)
-                signal_group(proc.pid, signal.SIGTERM)
-                termed_at, grace = now, run.grace(reason)
-        if termed_at is not None and now - termed_at > grace:
-            log.warning("job %s: still running %.0fs after SIGTERM: SIGKILL", run.job_id, grace)
-            signal_group(proc.pid, signal.SIGKILL)
-            termed_at = float("inf")
+        for timer in timers:
+            timer.tick(now)
+        stopping.escalate(now)
         if exited_at is None and proc.poll() is not None:
             exited_at = now
         elif exited_at is not None and now - exited_at > EXIT_LINGER_S and sel.get_map():
@@ -383,5 +416,5 @@ def pump(
         out.scan(pipe)
         writes.flush(pipe)
         out.reader.save()
-    if termed_at is not None:
+    if stopping.termed_at is not None:
         signal_group(proc.pid, signal.SIGKILL)  # anything the trainer left in its group goes with it
