@@ -167,7 +167,8 @@ def describe(mode: str, trusted: bool, user: str | None = None) -> str:
 def runtime_paths() -> list[Path]:
     """What the job's programs need to read: this Python (the worker's environment and the one it was made from)
     and the folder gpudeck's own packages are imported from (an editable install, a checkout)."""
-    here = Path(__file__).resolve().parents[1]
+    here = Path(__file__).resolve().parents[2]  # (jobs/run/sandbox.py: the folder that holds jobs/ and models/)
+    assert (here / "models").is_dir() and (here / "jobs").is_dir(), here
     return [Path(sys.prefix), Path(sys.base_prefix), here]
 
 

@@ -162,3 +162,11 @@ def test_python_is_the_registered_environments_python3_where_it_has_no_python(ct
     ran = subprocess.run(how.argv, cwd=how.cwd, env=how.env, capture_output=True, text=True, timeout=60)
     assert ran.returncode == 0 and ran.stdout.strip() == "3", ran.stderr
     assert how.env["PATH"].split(os.pathsep)[1] == str(usr / "bin") and how.env["VIRTUAL_ENV"] == str(usr)
+
+
+def test_the_sandbox_shows_the_folder_gpudecks_packages_are_imported_from():
+    """A job's trainer runs `python -m models.train` inside the sandbox: the folder holding models/ and jobs/ must
+    be readable there, wherever the checkout lies (a clone under /tmp, which the sandbox otherwise covers)."""
+    import models
+
+    assert Path(models.__file__).resolve().parents[1] in sandbox.runtime_paths()
