@@ -135,8 +135,10 @@ class JobRun:
                 return self.finish(None, oom_before=None)
             proc = self.start(how, () if self.command else (events_w,))  # (a command has no events to send)
             fds.close(events_w)
-            how.close_files()
-            if not how.sandboxed:
+            how.close_files()  # (a sandbox's: its options and the lifeline's read end, now the sandbox's alone)
+            if how.sandboxed:
+                fds.release(self.lifeline[0])
+            else:
                 fds.close(self.lifeline[0])
             self.started(proc.pid)
             with contextlib.suppress(OSError):
