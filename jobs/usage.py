@@ -79,7 +79,7 @@ def _sandbox_machinery(pid: str) -> bool:
     except OSError:
         return False
     first = cmd.split(b"\0", 1)[0]
-    return first.endswith(b"bwrap") or b"\0-m\0jobs.shim\0" in cmd
+    return first.endswith(b"bwrap") or b"\0-m\0jobs.run.shim\0" in cmd
 
 
 def gpu_usage(gpus: list[dict[str, Any]] | None, job_id: int) -> list[dict[str, Any]]:
