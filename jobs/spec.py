@@ -40,13 +40,13 @@ from models.jobspec import (  # noqa: F401 (the names jobs/ and api/ import them
     Required,
     Says,
     SessionSpec,
-    _bounds,
-    _integral,
-    _seconds,
-    _session_top,
+    bounds_of,
+    integral,
     kind_of,
     marker,
     param_schema,
+    seconds_of,
+    session_top,
     whole,
 )
 
@@ -85,7 +85,7 @@ def _problem(cls: type[Common], body: dict[str, Any], error: Any) -> dict[str, s
     if kind == "bool_type":
         return {field: f"must be true or false, got {value!r}"}
     if kind in ("greater_than_equal", "less_than_equal"):
-        lo, hi = _bounds(cls, field)
+        lo, hi = bounds_of(cls, field)
         return {field: f"must be between {lo} and {hi}, got {value}"}
     if kind == "string_pattern_mismatch":
         return {field: f"must match {ctx['pattern']}, got {value!r}"}
@@ -98,7 +98,7 @@ def check_shape(body: Any, context: dict[str, Any] | None = None) -> Common:
     """The typed spec of `body` as given (no defaults filled in), or ValidationError naming every bad field."""
     if not isinstance(body, dict):
         raise ValidationError({"body": f"must be a JSON object, got {type(body).__name__}"})
-    body = _integral(body)
+    body = integral(body)
     cls = KINDS[kind_of(body)]
     errors: dict[str, str] = {}
     typed = None
@@ -261,7 +261,7 @@ def _normalized(
         "preemptible": typed.preemptible is not False,
         **({"notify": list(typed.notify)} if typed.notify else {}),
         **(
-            {"expected_duration": _seconds(typed.expected_duration, 1, MAX_TIMEOUT_S)[0]}
+            {"expected_duration": seconds_of(typed.expected_duration, 1, MAX_TIMEOUT_S)[0]}
             if typed.expected_duration is not None
             else {}
         ),
@@ -287,9 +287,9 @@ def _normalized(
     }
     if isinstance(typed, SessionSpec):
         lo, hi = idle_range
-        idle = _seconds(typed.idle, lo, hi)[0] if typed.idle is not None else min(SESSION_IDLE_S, hi)
-        top = _session_top(session_max)
-        most = _seconds(typed.max, 60, top)[0] if typed.max is not None else min(SESSION_MAX_S, top)
+        idle = seconds_of(typed.idle, lo, hi)[0] if typed.idle is not None else min(SESSION_IDLE_S, hi)
+        top = session_top(session_max)
+        most = seconds_of(typed.max, 60, top)[0] if typed.max is not None else min(SESSION_MAX_S, top)
         return {
             "kind": SESSION,
             "jupyter": typed.jupyter is True,

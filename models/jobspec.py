@@ -155,7 +155,7 @@ AGE_PATTERN = "^([0-9]+[smhdw])+$"
 INT, STR, BOOL = {"type": "integer"}, {"type": "string"}, {"type": "boolean"}
 
 
-def _seconds(value: Any, lo: int, hi: int) -> tuple[int | None, str | None]:
+def seconds_of(value: Any, lo: int, hi: int) -> tuple[int | None, str | None]:
     """(seconds, problem) of a duration given as seconds or as an age such as 30m or 8h."""
     if isinstance(value, str):
         try:
@@ -174,7 +174,7 @@ def _duration(lo: int, hi: int | None, description: str) -> Any:
         "description": description,
         "anyOf": [{**INT, "minimum": lo, **({"maximum": hi} if hi else {})}, {**STR, "pattern": AGE_PATTERN}],
     }
-    return Check(lambda v: _seconds(v, lo, hi or MAX_TIMEOUT_S)[1], schema)
+    return Check(lambda v: seconds_of(v, lo, hi or MAX_TIMEOUT_S)[1], schema)
 
 
 def _int_in(value: Any, lo: int, hi: int) -> str | None:
@@ -190,7 +190,7 @@ def whole(value: Any) -> Any:
     return int(value) if isinstance(value, float) and value.is_integer() else value
 
 
-def _integral(body: dict[str, Any]) -> dict[str, Any]:
+def integral(body: dict[str, Any]) -> dict[str, Any]:
     """`body` with the integral floats of its integer fields and integer params as ints."""
     ints = {name for name, kind in _FIELD_TYPES.items() if kind is int}
     out = {k: whole(v) if k in ints else v for k, v in body.items()}
@@ -335,17 +335,17 @@ def _params(value: Any) -> dict[str, str]:
 
 def _session_idle(value: Any, context: dict[str, Any]) -> str | None:
     lo, hi = context.get("idle_range", (60, SESSION_MAX_S))
-    problem = _seconds(value, lo, hi)[1]
+    problem = seconds_of(value, lo, hi)[1]
     return problem + " (GPUDECK_SESSION_IDLE_MAX)" if problem and "between" in problem else problem
 
 
 def _session_max(value: Any, context: dict[str, Any]) -> str | None:
-    top = _session_top(context.get("session_max", MAX_TIMEOUT_S))
-    problem = _seconds(value, 60, top)[1]
+    top = session_top(context.get("session_max", MAX_TIMEOUT_S))
+    problem = seconds_of(value, 60, top)[1]
     return problem + " (GPUDECK_SESSION_MAX: an admin may ask for more)" if problem and top < MAX_TIMEOUT_S else problem
 
 
-def _session_top(session_max: int) -> int:
+def session_top(session_max: int) -> int:
     return max(60, min(MAX_TIMEOUT_S, session_max))
 
 
@@ -784,7 +784,7 @@ def marker(cls: type[BaseModel], field: str, kind: type) -> Any:
     return next((m for m in info.metadata if isinstance(m, kind)), None) if info else None
 
 
-def _bounds(cls: type[BaseModel], field: str) -> tuple[Any, Any]:
+def bounds_of(cls: type[BaseModel], field: str) -> tuple[Any, Any]:
     info = cls.model_fields[field]
     lo = next((m.ge for m in info.metadata if hasattr(m, "ge")), None)
     hi = next((m.le for m in info.metadata if hasattr(m, "le")), None)
