@@ -32,15 +32,14 @@ log = logging.getLogger(__name__)
 def submit(
     redis: Redis,
     body: Any,
-    settings: Settings | None = None,
+    settings: Settings,
     idempotency_key: str | None = None,
     extra: dict[str, Any] | None = None,
 ) -> tuple[dict[str, Any], bool]:
     """Validate and queue a job (once per Idempotency-Key when one is given); it is placed right away when it can
     start. Returns (record, replayed). Refused while the disk is below
     GPUDECK_MIN_FREE."""
-    if settings is not None:
-        disk.ensure_room(settings, "a new job")
+    disk.ensure_room(settings, "a new job")
     if idempotency_key is None:
         rec, replayed = queues.submit(redis, body, settings, extra=extra), False
     else:
@@ -114,7 +113,7 @@ def stop_sweep(redis: Redis, sweep_id: int, redis_url: str | None = None) -> dic
 def retry(
     redis: Redis,
     job_id: int,
-    settings: Settings | None = None,
+    settings: Settings,
     resume: bool = True,
     extra: dict[str, Any] | None = None,
 ) -> dict[str, Any]:

@@ -14,15 +14,15 @@ from jobs import plan, queues, quota, share
 from jobs.keys import AFTER_KEY, job_key
 from jobs.placement import fit, live_slots
 from jobs.queues import waiting_for
-from jobs.schedule import BATCH, LINE_HEAD, SCAN_MAX, Round, policy_of, timeline, with_records
+from jobs.schedule import BATCH, LINE_HEAD, SCAN_MAX, Round, timeline, with_records
 from jobs.settings import Settings
 from jobs.store import JobStore
 
 
-def share_table(redis: Redis, settings: Settings | None = None) -> list[dict[str, Any]]:
+def share_table(redis: Redis, settings: Settings) -> list[dict[str, Any]]:
     """Per owner (like Slurm's sshare): decayed usage in GPU-hours, its share of everybody's, GPUs held now,
     running and queued jobs."""
-    s = policy_of(settings)
+    s = settings
     store = JobStore(redis)
     active = store.active()
     used = share.usage(redis, s.fairshare_halflife_s, active)
@@ -58,7 +58,7 @@ NO_ESTIMATE = (
 
 
 def estimate(
-    redis: Redis, settings: Settings | None = None, wanted: Iterable[int] | None = None, now: float | None = None
+    redis: Redis, settings: Settings, wanted: Iterable[int] | None = None, now: float | None = None
 ) -> dict[int, tuple[float | None, str | None]]:
     """Every queued job's expected start (like `squeue --start`), from the plan the scheduler follows (jobs.plan):
     the line in the scheduler's order over a timeline where each running job holds its workers until its expected
@@ -66,7 +66,7 @@ def estimate(
     reservation), and a job may start before one ahead of it only where it ends before that one's reservation
     (backfill). (time, None) or (None, why there is no estimate). `wanted`: the jobs asked about (it stops once it
     has them all)."""
-    s = policy_of(settings)
+    s = settings
     now = time.time() if now is None else now
     store = JobStore(redis)
     slots, unavailable = live_slots(redis)

@@ -71,10 +71,10 @@ def check_after(redis: Redis, after: list[int]) -> None:
         )
 
 
-def validate(redis: Redis, body: Any, settings: Settings | None = None, default_gpus: int | None = None) -> dict:
+def validate(redis: Redis, body: Any, settings: Settings, default_gpus: int | None = None) -> dict:
     """spec.validate with what only the store and the settings know: live GPU workers (the default gpus), uploaded
     datasets and sources, data roots, whether command jobs are allowed, the registered environments."""
-    s = settings or Settings.from_env({})
+    s = settings
     if default_gpus is None:
         default_gpus = 1 if live_gpu_workers(redis) else 0
     spec = spec_mod.validate(
@@ -97,14 +97,14 @@ def validate(redis: Redis, body: Any, settings: Settings | None = None, default_
 def submit(
     redis: Redis,
     body: Any,
-    settings: Settings | None = None,
+    settings: Settings,
     extra: dict[str, Any] | None = None,
     also: Callable[[Any, int], None] | None = None,
 ) -> dict[str, Any]:
     """Validate, assign the next id, and write the record (with `extra` fields) and the RQ job in one transaction
     (with what `also(pipe, job_id)` adds). A command job's source is pinned: a server folder is snapshotted now,
     and the record keeps the snapshot's description."""
-    s = settings or Settings.from_env({})
+    s = settings
     spec = validate(redis, body, s)
     quota.check_fits(redis, (extra or {}).get("owner"), spec)
     source = None
@@ -292,14 +292,14 @@ def scheduler_order(
 
 
 def positions(
-    redis: Redis, recs: list[dict[str, Any]], settings: Settings | None = None, running: Sequence[dict[str, Any]] = ()
+    redis: Redis, recs: list[dict[str, Any]], settings: Settings, running: Sequence[dict[str, Any]] = ()
 ) -> dict[int, int]:
     """Each queued job's place in line (1: the next the scheduler considers), in the scheduler's own order
     (jobs.queues.order). A job waiting for its dependencies has none."""
     wanted = {r["id"] for r in recs if r["status"] == Status.QUEUED.value}
     if not wanted:
         return {}
-    s = settings or Settings.from_env({})
+    s = settings
     used = usage(redis, s.fairshare_halflife_s, running) if s.fairshare else {}
     out = {}
     for n, (job_id, _, _) in enumerate(scheduler_order(redis, s, lines(redis), used, time.time()), 1):
@@ -322,7 +322,7 @@ PENDING_S = 120
 
 
 def submit_once(
-    redis: Redis, body: Any, key: str, settings: Settings | None = None, extra: dict[str, Any] | None = None
+    redis: Redis, body: Any, key: str, settings: Settings, extra: dict[str, Any] | None = None
 ) -> tuple[dict[str, Any], bool]:
     """submit() under an Idempotency-Key: the same key within 24 h returns the first job and creates nothing.
     Keys are the owner's own (`extra["owner"]`): bob's key sent by alice is a new key. Returns (record, replayed)."""

@@ -104,16 +104,12 @@ class Round:
     placed: list[int] = field(default_factory=list)
 
 
-def policy_of(settings: Settings | None) -> Settings:
-    return settings or Settings.from_env({})
-
-
 # -- the round -------------------------------------------------------------------------------------
-def place(redis: Redis, settings: Settings | None = None, now: float | None = None) -> list[int]:
+def place(redis: Redis, settings: Settings, now: float | None = None) -> list[int]:
     """One scheduling round (see the module's docstring); returns the ids placed. Runs under the scheduler's lock:
     a round that finds another running does nothing. `now`: the round's clock (tests move it)."""
     with _lock(redis, wait_s=0) as held:
-        return _round(redis, policy_of(settings), time.time() if now is None else now) if held else []
+        return _round(redis, settings, time.time() if now is None else now) if held else []
 
 
 def timeline(r: Round, unavailable: Iterable[str], history: plan.History) -> plan.Timeline:
@@ -476,14 +472,14 @@ class Placer(Periodic):
 
     what, every_s = "placer", PLACE_EVERY_S
 
-    def __init__(self, redis_url: str, worker: str, settings: Settings | None = None):
+    def __init__(self, redis_url: str, worker: str, settings: Settings):
         super().__init__(redis_url, "gpudeck-placer")
         self.worker = worker
         self.settings = settings
 
     def round(self) -> None:
         self.redis.set(alive_key(self.worker), "1", ex=ALIVE_TTL_S)
-        low = disk.low(self.settings) if self.settings is not None else None
+        low = disk.low(self.settings)
         if low is not None:  # its work-horse would take no job: none is placed on it
             self.redis.set(paused_key(self.worker), f"the disk is below GPUDECK_MIN_FREE ({low} bytes free)", ex=10)
         else:
@@ -530,7 +526,7 @@ def _queued(store: JobStore, job_id: int, what: str) -> dict[str, Any]:
     return rec
 
 
-def reprioritize(redis: Redis, job_id: int, priority: str, settings: Settings | None = None) -> dict[str, Any]:
+def reprioritize(redis: Redis, job_id: int, priority: str, settings: Settings) -> dict[str, Any]:
     """A queued job goes to the line of another priority, keeping its place in submission order."""
     store = JobStore(redis)
     with locked(redis):

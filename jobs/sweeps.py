@@ -58,11 +58,11 @@ def expand(base: Any, grid: Any) -> list[dict[str, Any]]:
     return [search.apply(base, combo) for combo in combinations(base, grid)]
 
 
-def create(redis: Redis, body: Any, settings: Settings | None = None, owner: str | None = None) -> dict[str, Any]:
+def create(redis: Redis, body: Any, settings: Settings, owner: str | None = None) -> dict[str, Any]:
     """A grid: validate every combination first (all or nothing), then submit one job each (all `owner`'s) under a
     new sweep id. A search (random, tpe): validate it, then create its study and launch its first trials."""
     if search.is_search(body):
-        return _create_search(redis, body, settings or Settings.from_env({}), owner)
+        return _create_search(redis, body, settings, owner)
     if not isinstance(body, dict) or set(body) - {"base", "grid", "max_concurrent", "search", "metric", "mode"}:
         raise ValidationError(
             {

@@ -130,7 +130,8 @@ class GpudeckWorker(Worker):
 
     def _place(self) -> None:
         self.connection.set(alive_key(self.name), "1", ex=schedule.ALIVE_TTL_S)
-        schedule.place(self.connection, self.context.settings if self.context else None)
+        if self.context is not None:  # (a worker made without one, as RQ's own tools make it, places nothing)
+            schedule.place(self.connection, self.context.settings)
 
     def _redis_refusal(self) -> str | None:
         try:

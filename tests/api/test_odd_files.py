@@ -8,12 +8,13 @@ import socket
 import threading
 
 from jobs import control
+from tests.support.policy import DEFAULTS
 
 GOOD = {"model": "lenet", "dataset": "synthetic:8x8x1", "params": {"steps": 2}}
 
 
 def test_only_regular_files_are_listed_and_served(client, redis, settings):
-    rec, _ = control.submit(redis, GOOD)
+    rec, _ = control.submit(redis, GOOD, DEFAULTS)
     job_dir = settings.job_dir(rec["id"])
     job_dir.mkdir(parents=True)
     (job_dir / "model.keras").write_bytes(b"weights")

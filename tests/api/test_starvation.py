@@ -18,6 +18,7 @@ import requests
 from api.guard import HEAD_S
 from jobs import control
 from tests.support.live import start_api
+from tests.support.policy import DEFAULTS
 
 pytestmark = pytest.mark.slow
 
@@ -58,7 +59,7 @@ def first_bytes(socks: list[socket.socket], within: float) -> list[bytes | None]
 def test_slow_senders_and_slow_readers_starve_nothing(spawn, child_env, settings, redis):
     url = start_api(spawn, child_env)
     host, port = urlparse(url).hostname, urlparse(url).port
-    rec, _ = control.submit(redis, {"model": "lenet", "dataset": "synthetic:8x8x1", "params": {"steps": 2}})
+    rec, _ = control.submit(redis, {"model": "lenet", "dataset": "synthetic:8x8x1", "params": {"steps": 2}}, DEFAULTS)
     job_dir = settings.job_dir(rec["id"])
     job_dir.mkdir(parents=True)
     (job_dir / "big.bin").write_bytes(b"\0" * (8 << 20))  # far more than a socket's buffers hold

@@ -45,6 +45,7 @@ from jobs import queues, schedule
 from jobs.run.proc import python_module
 from models.states import PRIORITIES
 from tests.support.live import fake_nvidia_smi
+from tests.support.policy import DEFAULTS
 from tests.support.stack import Up
 from tests.support.workers import register
 
@@ -382,15 +383,17 @@ def test_a_scheduling_round_with_10000_jobs_queued(redis):
         redis.flushdb()
         for i in range(8):
             register(redis, f"busy{i}", gpus=(str(i),))
-        running = [queues.submit(redis, one, extra={"owner": f"user{i}"})["id"] for i in range(8)]
-        assert sorted(schedule.place(redis)) == running
+        running = [queues.submit(redis, one, DEFAULTS, extra={"owner": f"user{i}"})["id"] for i in range(8)]
+        assert sorted(schedule.place(redis, DEFAULTS)) == running
         for n in range(queued):  # two GPUs each: none fits the one free worker, so every round looks again
-            queues.submit(redis, {**one, "gpus": 2, "priority": PRIORITIES[n % 3]}, extra={"owner": f"user{n % 20}"})
+            queues.submit(
+                redis, {**one, "gpus": 2, "priority": PRIORITIES[n % 3]}, DEFAULTS, extra={"owner": f"user{n % 20}"}
+            )
         register(redis, "free", gpus=("8",))
         times = []
         for _ in range(40):
             t = time.perf_counter()
-            assert schedule.place(redis) == []
+            assert schedule.place(redis, DEFAULTS) == []
             times.append((time.perf_counter() - t) * 1000)
         return statistics.median(times[5:])
 

@@ -25,6 +25,7 @@ from jobs.redis_server import EmbeddedRedis, free_port
 from jobs.run.proc import python_module
 from jobs.settings import Settings
 from jobs.store import JobStore
+from tests.support.policy import DEFAULTS
 
 SPEC = {"model": "lenet", "dataset": "synthetic", "params": {"steps": 10}}
 N_JOBS = int(os.environ.get("BENCH_JOBS", "10000"))
@@ -89,7 +90,7 @@ def stack(tmp_path):
 
 
 def _ended_job(redis: Redis) -> int:
-    rec, _ = control.submit(redis, SPEC)
+    rec, _ = control.submit(redis, SPEC, DEFAULTS)
     store = JobStore(redis)
     store.transition(rec["id"], ("queued",), status="running", started_at=time.time() - 10)
     store.transition(rec["id"], ("running",), status="failed", ended_at=time.time() - 5, reason="exit_nonzero")

@@ -22,6 +22,7 @@ from jobs.redis_server import EmbeddedRedis, free_port
 from jobs.run.proc import python_module
 from jobs.store import JobStore
 from tests.support.live import cpu_seconds
+from tests.support.policy import DEFAULTS
 
 N_JOBS = 1000
 LOG_LINES = 100_000
@@ -40,7 +41,7 @@ def test_jobs_table_refresh_idle_cpu_and_memory_with_1000_jobs(tmp_path):
     redis_url = server.start()
     redis = Redis.from_url(redis_url)
     for _ in range(N_JOBS):
-        queues.submit(redis, SPEC)
+        queues.submit(redis, SPEC, DEFAULTS)
     # Job 1 gets a 100,000-line log, written the way a work-horse writes one (numbered stream entries).
     store = JobStore(redis)
     for first in range(1, LOG_LINES + 1, 10_000):

@@ -24,6 +24,7 @@ from jobs.run.launch import LogFile
 from jobs.settings import Settings
 from jobs.store import JobStore
 from models.states import Reason, Status
+from tests.support.policy import DEFAULTS
 from tests.support.workers import register
 
 GOOD = {"model": "lenet", "dataset": "synthetic", "params": {"steps": 20}}
@@ -81,7 +82,7 @@ def test_a_worker_takes_no_job_while_the_disk_is_below_the_floor(settings, redis
     from jobs.keys import private_queue
     from jobs.run.launch import WorkerContext
 
-    rec, _ = control.submit(redis, GOOD)
+    rec, _ = control.submit(redis, GOOD, DEFAULTS)
     free, _ = disk.space(settings.home)
     monkeypatch.setattr(worker, "LOW_DISK_POLL_S", 0.05)
     low = WorkerContext(replace(settings, min_free=free + (1 << 40)), "w")
@@ -188,7 +189,7 @@ def test_a_process_that_failed_on_a_full_disk_ends_disk_full_not_oom_or_exit_non
 
 
 def _ended(redis, settings: Settings, status: str, ended_at: float) -> int:
-    rec, _ = control.submit(redis, GOOD)
+    rec, _ = control.submit(redis, GOOD, DEFAULTS)
     store = JobStore(redis)
     store.transition(rec["id"], ("queued",), status="running", started_at=ended_at - 60)
     store.transition(rec["id"], ("running",), status=status, ended_at=ended_at)
@@ -206,7 +207,7 @@ def test_retention_deletes_what_the_policy_says_and_nothing_else(settings, redis
         "old succeeded": _ended(redis, settings, "succeeded", now - 89 * DAY),
         "older succeeded": _ended(redis, settings, "succeeded", now - 91 * DAY),
     }
-    running, _ = control.submit(redis, GOOD)
+    running, _ = control.submit(redis, GOOD, DEFAULTS)
     JobStore(redis).transition(running["id"], ("queued",), status="running", started_at=now - 100 * DAY)
     off = control.apply_retention(redis, settings, now=now)  # no GPUDECK_RETENTION: nothing goes
     assert off == [] and all(settings.job_dir(i).exists() for i in jobs.values())

@@ -9,6 +9,7 @@ from jobs.keys import line_key
 from jobs.store import JobStore
 from models.protocol import EXIT_BAD_INPUT, EXIT_DIVERGED, EXIT_STOPPED
 from models.states import Reason, Status
+from tests.support.policy import DEFAULTS
 
 BASE = {"model": "resnet20", "dataset": "synthetic", "params": {"steps": 2}}
 
@@ -149,7 +150,7 @@ def test_the_first_task_to_fail_is_blamed_not_its_peer():
 
 
 def _running(redis, **spec):
-    rec, _ = control.submit(redis, {**BASE, **spec})
+    rec, _ = control.submit(redis, {**BASE, **spec}, DEFAULTS)
     JobStore(redis).transition(rec["id"], (Status.QUEUED.value,), status=Status.RUNNING.value)
     return JobStore(redis).get(rec["id"])
 
@@ -186,7 +187,7 @@ def test_a_job_retried_goes_back_in_line_at_its_old_place(redis):
 
 
 def test_cancel_while_queued_leaves_the_queue(redis):
-    rec, _ = control.submit(redis, BASE)
+    rec, _ = control.submit(redis, BASE, DEFAULTS)
     job = control.cancel(redis, rec["id"])
     assert (job["status"], job["reason"], job["message"]) == ("canceled", "canceled", "canceled while queued")
     assert redis.zcard(line_key("normal", None)) == 0

@@ -9,6 +9,7 @@ from jobs import control, lifecycle, outcome, queues, sweeps
 from jobs.errors import Conflict, NotFound
 from jobs.store import JobStore
 from models.states import Status
+from tests.support.policy import DEFAULTS
 from tests.support.workers import register, take_all
 
 TINY = {"model": "lenet", "dataset": "synthetic:28x28x1", "params": {"steps": 2, "batch_size": 8}}
@@ -18,8 +19,8 @@ def test_the_line_is_high_then_normal_then_low_and_first_come_first_served_withi
     ids = {}
     for name, priority in (("low", "low"), ("normal-1", "normal"), ("high", "high"), ("normal-2", None)):
         body = {**TINY, "priority": priority} if priority else TINY
-        ids[name] = control.submit(redis, body)[0]["id"]
-    two_gpus = control.submit(redis, {**TINY, "gpus": 2, "priority": "high"})[0]["id"]
+        ids[name] = control.submit(redis, body, DEFAULTS)[0]["id"]
+    two_gpus = control.submit(redis, {**TINY, "gpus": 2, "priority": "high"}, DEFAULTS)[0]["id"]
     register(redis, "cpu")
     assert take_all(redis, "cpu") == [ids["high"], ids["normal-1"], ids["normal-2"], ids["low"]]
     register(redis, "gpus", gpus=("0", "1"))
@@ -27,7 +28,7 @@ def test_the_line_is_high_then_normal_then_low_and_first_come_first_served_withi
 
 
 def test_a_sweep_ranks_ended_jobs_by_test_accuracy_unfinished_last(redis):
-    sweep = sweeps.create(redis, {"base": TINY, "grid": {"params.lr": [0.2, 0.1, 0.0]}})
+    sweep = sweeps.create(redis, {"base": TINY, "grid": {"params.lr": [0.2, 0.1, 0.0]}}, DEFAULTS)
     low, high, unfinished = sweep["job_ids"]
     store = JobStore(redis)
     for job_id, accuracy in ((low, 0.31), (high, 0.87)):
@@ -45,33 +46,33 @@ def test_a_sweep_ranks_ended_jobs_by_test_accuracy_unfinished_last(redis):
 
 def test_the_jobs_of_a_sweep_are_named_by_their_swept_values(redis):
     grid = {"params.lr": [0.1, 0.01], "model": ["lenet"], "params.batch_size": [8]}
-    sweep = sweeps.create(redis, {"base": {**TINY, "name": "lr-scan"}, "grid": grid})
+    sweep = sweeps.create(redis, {"base": {**TINY, "name": "lr-scan"}, "grid": grid}, DEFAULTS)
     names = [JobStore(redis).get(i)["spec"]["name"] for i in sweep["job_ids"]]
     assert names == ["lr-scan lr=0.1 model=lenet batch_size=8", "lr-scan lr=0.01 model=lenet batch_size=8"]
-    named = sweeps.create(redis, {"base": TINY, "grid": {"name": ["a", "b"]}})  # a grid over names keeps them
+    named = sweeps.create(redis, {"base": TINY, "grid": {"name": ["a", "b"]}}, DEFAULTS)  # a grid over names keeps them
     assert [JobStore(redis).get(i)["spec"]["name"] for i in named["job_ids"]] == ["a", "b"]
 
 
 def test_each_queued_job_knows_its_place_in_the_line_the_scheduler_takes(redis):
     """queues.positions agrees with the order the scheduler really hands the jobs out in."""
-    low = control.submit(redis, {**TINY, "priority": "low"})[0]["id"]
-    normal = [control.submit(redis, TINY)[0]["id"] for _ in range(2)]
-    high = control.submit(redis, {**TINY, "priority": "high"})[0]["id"]
-    two_gpus = control.submit(redis, {**TINY, "gpus": 2})[0]["id"]
+    low = control.submit(redis, {**TINY, "priority": "low"}, DEFAULTS)[0]["id"]
+    normal = [control.submit(redis, TINY, DEFAULTS)[0]["id"] for _ in range(2)]
+    high = control.submit(redis, {**TINY, "priority": "high"}, DEFAULTS)[0]["id"]
+    two_gpus = control.submit(redis, {**TINY, "gpus": 2}, DEFAULTS)[0]["id"]
     store = JobStore(redis)
     recs = [store.get(i) for i in (low, *normal, high, two_gpus)]
-    line = queues.positions(redis, recs)
+    line = queues.positions(redis, recs, DEFAULTS)
     assert line == {high: 1, normal[0]: 2, normal[1]: 3, two_gpus: 4, low: 5}  # one line over every kind of job
     register(redis, "cpu")
     assert sorted(line, key=lambda i: (i == two_gpus, line[i])) == [*take_all(redis, "cpu"), two_gpus]
-    assert queues.positions(redis, [store.get(i) for i in (low, high)]) == {}  # taken: no longer in line
+    assert queues.positions(redis, [store.get(i) for i in (low, high)], DEFAULTS) == {}  # taken: no longer in line
 
 
 def test_deleting_an_ended_job_leaves_nothing_of_it_and_refuses_one_that_has_not_ended(redis, settings):
     body = {**TINY, "tags": ["keep-me"]}
-    sweep = sweeps.create(redis, {"base": TINY, "grid": {"params.lr": [0.1, 0.2]}})
+    sweep = sweeps.create(redis, {"base": TINY, "grid": {"params.lr": [0.1, 0.2]}}, DEFAULTS)
     first, second = sweep["job_ids"]
-    keyed, _ = control.submit(redis, body, idempotency_key="nightly-1")
+    keyed, _ = control.submit(redis, body, DEFAULTS, idempotency_key="nightly-1")
     store = JobStore(redis)
     with redis.pipeline() as pipe:
         store.append_lines(first, ["a line"], pipe)
@@ -94,15 +95,15 @@ def test_deleting_an_ended_job_leaves_nothing_of_it_and_refuses_one_that_has_not
     assert left == [] and not job_dir.exists() and not list(settings.jobs_dir.glob(".deleted-*"))
     assert [r["id"] for r in store.list(limit=10)] == [second]
     assert sweeps.summary(redis, sweep["id"])["total"] == 1  # the sweep keeps its other run
-    replay, replayed = control.submit(redis, body, idempotency_key="nightly-1")  # the key answers no more
+    replay, replayed = control.submit(redis, body, DEFAULTS, idempotency_key="nightly-1")  # the key answers no more
     assert not replayed and replay["id"] not in (first, keyed["id"])
     with pytest.raises(NotFound):
         control.delete(redis, settings, [first])
 
 
 def test_the_order_reads_a_long_line_a_little_at_a_time_and_misses_nothing(redis):
-    ids = [queues.submit(redis, TINY, extra={"owner": "alice"})["id"] for _ in range(45)]
-    ids += [queues.submit(redis, TINY, extra={"owner": "bob"})["id"] for _ in range(3)]
+    ids = [queues.submit(redis, TINY, DEFAULTS, extra={"owner": "alice"})["id"] for _ in range(45)]
+    ids += [queues.submit(redis, TINY, DEFAULTS, extra={"owner": "bob"})["id"] for _ in range(3)]
     asked = []  # what reached Redis
     read = queues.reader(redis, 8, 16)
     zrange = redis.zrange
@@ -133,11 +134,11 @@ def test_an_idempotent_submission_that_dies_never_holds_its_key_for_long(redis, 
     from redis import ConnectionError as RedisConnectionError
 
     spec = {"model": "lenet", "dataset": "synthetic", "gpus": 0}
-    rec, replayed = queues.submit_once(redis, spec, "k1")
+    rec, replayed = queues.submit_once(redis, spec, "k1", DEFAULTS)
     slot = rec["idempotency"]
     assert not replayed and JobStore(redis).get(rec["id"])["idempotency"] == slot
     assert redis.ttl(slot) > queues.PENDING_S  # answered: kept for a day
-    assert queues.submit_once(redis, spec, "k1") == (JobStore(redis).get(rec["id"]), True)
+    assert queues.submit_once(redis, spec, "k1", DEFAULTS) == (JobStore(redis).get(rec["id"]), True)
 
     def dies(*args, **kwargs):
         raise RedisConnectionError("Redis went away")
@@ -145,7 +146,7 @@ def test_an_idempotent_submission_that_dies_never_holds_its_key_for_long(redis, 
     monkeypatch.setattr(queues, "validate", dies)
     monkeypatch.setattr(redis, "delete", dies)  # (nor can the request free its key on its way out)
     with pytest.raises(RedisConnectionError):
-        queues.submit_once(redis, spec, "k2")
+        queues.submit_once(redis, spec, "k2", DEFAULTS)
     monkeypatch.undo()
     pending = [k for k in redis.keys("gpudeck:idempotency:*") if k.decode() != slot]
     assert len(pending) == 1 and 0 < redis.ttl(pending[0]) <= queues.PENDING_S

@@ -14,13 +14,16 @@ from jobs.keys import gpus_key, rq_hold_id, rq_job_id, stop_key
 from jobs.store import JobStore
 from jobs.worker import describe
 from models.states import Status
+from tests.support.policy import DEFAULTS
 from tests.support.workers import box, placed_on, rec, taken
 
 JOB = {"model": "lenet", "dataset": "synthetic:8x8x1", "params": {"steps": 2}, "gpus": 1}
 
 
 def submit(redis, settings=None, owner=None, **spec) -> int:
-    return control.submit(redis, {**JOB, **spec}, settings, extra={"owner": owner} if owner else None)[0]["id"]
+    return control.submit(redis, {**JOB, **spec}, settings or DEFAULTS, extra={"owner": owner} if owner else None)[0][
+        "id"
+    ]
 
 
 def succeed(redis, job_id: int) -> None:
@@ -56,7 +59,7 @@ def test_a_job_bigger_than_every_host_is_refused_at_submission(redis, client):
     }
     assert redis.keys("gpudeck:job:*") == []
     with pytest.raises(ValidationError):  # each task of a multi-worker job on one host too
-        control.submit(redis, {**JOB, "gpus": 5, "workers": 2})
+        control.submit(redis, {**JOB, "gpus": 5, "workers": 2}, DEFAULTS)
 
 
 def test_a_waiting_3_gpu_job_is_not_starved_by_a_stream_of_1_gpu_jobs(redis):
@@ -67,11 +70,11 @@ def test_a_waiting_3_gpu_job_is_not_starved_by_a_stream_of_1_gpu_jobs(redis):
     stream = [submit(redis) for _ in range(3)]
     for i, job_id in enumerate(first[:3]):
         succeed(redis, job_id)  # a GPU frees: it is kept for the 3-GPU job, not handed to the stream
-        assert schedule.place(redis) == ([three] if i == 2 else [])
+        assert schedule.place(redis, DEFAULTS) == ([three] if i == 2 else [])
     assert sorted(rec(redis, three)["gpu_ids"]) == ["0", "1", "2"]
     assert all(rec(redis, i)["status"] == "queued" for i in stream)
     succeed(redis, first[3])
-    assert schedule.place(redis) == stream[:1]
+    assert schedule.place(redis, DEFAULTS) == stream[:1]
 
 
 def test_a_1_gpu_job_goes_where_it_splits_no_free_pair(redis):
@@ -90,8 +93,8 @@ def test_fair_share_the_owner_who_used_least_goes_next(redis):
     bob = [submit(redis, owner="bob") for _ in range(2)]
     running(redis, alice[0], ago=600)
     succeed(redis, alice[0])  # alice has used 600 GPU-seconds, bob none
-    assert schedule.place(redis) == [bob[0]]
-    line = queues.positions(redis, [rec(redis, i) for i in (*alice[1:3], bob[1])])
+    assert schedule.place(redis, DEFAULTS) == [bob[0]]
+    line = queues.positions(redis, [rec(redis, i) for i in (*alice[1:3], bob[1])], DEFAULTS)
     assert line[bob[1]] < line[alice[1]] < line[alice[2]]
     assert placed_on(redis, names)[names[0]][-1] == rq_job_id(bob[0], 1)
 
@@ -182,14 +185,14 @@ def test_dependencies_wait_for_success_and_cancel_on_failure(redis):
     assert rec(redis, c)["message"] == f"waiting for jobs {a}, {b}" and rec(redis, c)["status"] == "queued"
     running(redis, a)
     succeed(redis, a)
-    schedule.place(redis)
+    schedule.place(redis, DEFAULTS)
     running(redis, b)
     succeed(redis, b)
-    assert schedule.place(redis) == [c]  # both succeeded: into the line, and placed
+    assert schedule.place(redis, DEFAULTS) == [c]  # both succeeded: into the line, and placed
     d = submit(redis)
     e = submit(redis, after=[d])
     control.cancel(redis, d)
-    schedule.place(redis)
+    schedule.place(redis, DEFAULTS)
     failed = rec(redis, e)
     assert (failed["status"], failed["reason"], failed["message"]) == (
         "canceled",
@@ -204,17 +207,17 @@ def test_dependencies_wait_for_success_and_cancel_on_failure(redis):
 def test_a_sweep_holds_at_most_max_concurrent_workers_and_holds_up_nobody_else(redis):
     box(redis, 4)
     body = {"base": {**JOB}, "grid": {"params.lr": [0.1, 0.2, 0.3, 0.4]}, "max_concurrent": 2}
-    sweep = sweeps.create(redis, body)
-    schedule.place(redis)
+    sweep = sweeps.create(redis, body, DEFAULTS)
+    schedule.place(redis, DEFAULTS)
     states = [rec(redis, i)["status"] for i in sweep["job_ids"]]
     assert states == ["starting", "starting", "queued", "queued"]
     assert rec(redis, sweep["job_ids"][2])["message"] == f"waiting: sweep {sweep['id']} runs 2 of 2 at once"
     other = submit(redis)
     assert rec(redis, other)["status"] == "starting"
     succeed(redis, sweep["job_ids"][0])
-    assert schedule.place(redis) == [sweep["job_ids"][2]]
+    assert schedule.place(redis, DEFAULTS) == [sweep["job_ids"][2]]
     with pytest.raises(ValidationError):
-        sweeps.create(redis, {**body, "max_concurrent": 0})
+        sweeps.create(redis, {**body, "max_concurrent": 0}, DEFAULTS)
 
 
 def test_a_gpu_a_foreign_process_fills_takes_no_job(redis):
@@ -232,7 +235,7 @@ def test_a_gpu_a_foreign_process_fills_takes_no_job(redis):
     state = {w["name"]: w["state"] for w in describe(redis)}
     assert state[names[0]] == "waiting: pid 4242 (bob) uses 30.1 GiB of GPU 0"
     redis.delete(gpus_key("box"))  # bob's notebook ended
-    assert schedule.place(redis) == [second]
+    assert schedule.place(redis, DEFAULTS) == [second]
 
 
 def test_a_placed_job_that_is_canceled_frees_its_gpus(redis):

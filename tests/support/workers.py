@@ -9,6 +9,7 @@ from rq import Queue, Worker
 
 from jobs import keys, lifecycle, outcome, schedule
 from jobs.keys import worker_info_key as info_key
+from tests.support.policy import DEFAULTS
 
 
 def register(redis, name: str, host: str = "box", gpus: tuple[str, ...] = ()) -> str:
@@ -50,7 +51,7 @@ def take_all(redis, worker: str) -> list[int]:
     out, until it hands out no more: the order a lone worker runs the line in."""
     taken: list[int] = []
     while True:
-        schedule.place(redis)
+        schedule.place(redis, DEFAULTS)
         ids = placed_on(redis, [worker])[worker]
         if not ids:
             return taken

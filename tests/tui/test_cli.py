@@ -15,6 +15,7 @@ from jobs.redis_server import free_port
 from jobs.run.proc import python_module
 from tests.support.formats import cifar_tgz
 from tests.support.live import start_api
+from tests.support.policy import DEFAULTS
 
 LENET = ["--model", "lenet", "--dataset", "synthetic:16x16x3", "--param", "steps=3", "--param", "batch_size=8"]
 
@@ -136,7 +137,9 @@ def test_usage_input_auth_and_unreachable_exit_codes(gpudeck, redis):
     from jobs import queues
 
     for _ in range(1200):
-        queues.submit(redis, {"model": "lenet", "dataset": "synthetic:16x16x3", "gpus": 1})  # (no GPU: queued)
+        queues.submit(
+            redis, {"model": "lenet", "dataset": "synthetic:16x16x3", "gpus": 1}, DEFAULTS
+        )  # (no GPU: queued)
     every = json.loads(gpudeck("ls", "--all", "--json").stdout)
     ids = [j["id"] for j in every["jobs"]]
     assert len(ids) == every["total"] >= 1200 and ids == sorted(set(ids), reverse=True)
