@@ -16,6 +16,7 @@ import pydantic
 from jobs.errors import Forbidden, ReferenceForbidden, ReferenceNotFound, ValidationError
 from models import sourcetree
 from models.catalog import parse_dataset
+from models.common import did_you_mean
 from models.jobspec import (  # noqa: F401 (the names jobs/ and api/ import them by)
     COMMAND_ONLY,
     ENV_NAME,
@@ -72,7 +73,11 @@ def _problem(cls: type[Common], body: dict[str, Any], error: Any) -> dict[str, s
         return {field: ctx["problem"]}
     if kind == "extra_forbidden":
         away = next((m for other in KINDS.values() if other is not cls if (m := marker(other, field, Elsewhere))), None)
-        text = away.to(cls.kind_name).format(v=value) if away else f"unknown field; accepted: {', '.join(FIELDS)}"
+        text = (
+            away.to(cls.kind_name).format(v=value)
+            if away
+            else f"unknown field; {did_you_mean(field, FIELDS)}accepted: {', '.join(FIELDS)}"
+        )
         return {field: text}
     if kind == "missing":
         required = marker(cls, field, Required)

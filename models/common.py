@@ -7,7 +7,9 @@ lives in `models` because `models` is the bottom package, which every other one 
 
 from __future__ import annotations
 
+import difflib
 import re
+from collections.abc import Iterable
 from typing import Any
 
 EXIT_OK, EXIT_JOB_FAILED, EXIT_USAGE, EXIT_UNREACHABLE, EXIT_WAIT_TIMEOUT = 0, 1, 2, 3, 4
@@ -98,3 +100,19 @@ def notify_problem(value: Any, webhooks: tuple[str, ...] | None) -> str | None:
             known = ", ".join(webhooks) or "none (GPUDECK_WEBHOOKS is not set)"
             return f"no endpoint {m.group(1)!r}; the operator's: {known}"
     return None
+
+
+def did_you_mean(word: object, known: Iterable[str]) -> str:
+    """`did you mean 'steps'? ` when `word` is close to one of `known` (difflib), else nothing: what a message about
+    a mistyped name says before it lists every accepted one."""
+    if not isinstance(word, str):
+        return ""
+    close = difflib.get_close_matches(word, list(known), n=5, cutoff=0.7)
+    best = max(
+        close, key=lambda k: (difflib.SequenceMatcher(None, word, k).ratio(), _common_prefix(word, k)), default=None
+    )
+    return f"did you mean {best!r}? " if best else ""
+
+
+def _common_prefix(a: str, b: str) -> int:
+    return next((i for i, (x, y) in enumerate(zip(a, b)) if x != y), min(len(a), len(b)))

@@ -17,7 +17,7 @@ from pydantic_core import PydanticCustomError, core_schema
 from models import params as params_mod
 from models import sourcetree
 from models.catalog import ALIASES, MODELS, NAME, model_info, parse_dataset
-from models.common import notify_problem, parse_age
+from models.common import did_you_mean, notify_problem, parse_age
 from models.states import PRIORITIES
 
 MAX_GPUS = 16
@@ -249,9 +249,9 @@ def _folder_dataset(value: Any) -> str | None:
 
 
 def _model(value: Any) -> str | None:
-    return (
-        None if isinstance(value, str) and model_info(value) else f"unknown model {value!r}; known: {', '.join(MODELS)}"
-    )
+    if isinstance(value, str) and model_info(value):
+        return None
+    return f"unknown model {value!r}; {did_you_mean(value, [*MODELS, *ALIASES])}known: {', '.join(MODELS)}"
 
 
 def _command(value: Any) -> str | None:

@@ -5,6 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from models.common import did_you_mean
+
 
 @dataclass(frozen=True)
 class Param:
@@ -175,7 +177,8 @@ def validate(params: Any) -> dict[str, str]:
     for name, value in params.items():
         param = PARAMS.get(name)
         if param is None:
-            errors[f"params.{name}"] = f"unknown param; accepted: {', '.join(sorted(PARAMS))}"
+            hint = did_you_mean(name, PARAMS)
+            errors[f"params.{name}"] = f"unknown param; {hint}accepted: {', '.join(sorted(PARAMS))}"
             continue
         problem = param.check(value)
         if problem is None and name == "augment":

@@ -47,7 +47,9 @@ def test_a_queued_job_has_no_logs_or_metrics_yet(client):
 
 
 BAD = [
-    ({**GOOD, "model": "resnet21"}, "model", "unknown model"),
+    ({**GOOD, "model": "resnet21"}, "model", "unknown model 'resnet21'; did you mean 'resnet20'? known:"),
+    ({**GOOD, "gpu": 1}, "gpu", "unknown field; did you mean 'gpus'? accepted:"),
+    ({**GOOD, "params": {"stpes": 5}}, "params.stpes", "unknown param; did you mean 'steps'? accepted:"),
     ({**GOOD, "dataset": "my data"}, "dataset", "unknown dataset"),
     ({"dataset": "synthetic"}, "model", "is required"),
     ({"model": "resnet20"}, "dataset", "is required"),

@@ -114,6 +114,7 @@ def test_ci_gates_tables_json_logs_datasets_and_tensorboard(gpudeck, tmp_path):
 def test_usage_input_auth_and_unreachable_exit_codes(gpudeck, redis):
     bad = gpudeck("submit", "--model", "resnet21", "--dataset", "synthetic")
     assert bad.returncode == 2 and bad.stderr.count("model: unknown model 'resnet21'") == 1  # once, not twice
+    assert "did you mean 'resnet20'?" in bad.stderr
     assert gpudeck("submit", "--model", "lenet").returncode == 2  # --dataset missing: argparse
     assert gpudeck("show", "99").returncode == 2
     denied = gpudeck("ls", GPUDECK_TOKEN="wrong")
