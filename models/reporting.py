@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import logging
+import math
 import os
 from pathlib import Path
 from typing import IO, Any
@@ -71,22 +72,42 @@ class Reporter:
 
 
 GREW = 1e3
-"""A training loss that rose this many times over its first value has left the place it started from."""
+"""A training loss that rose this many times over where it started — its first value, or what an untrained model
+scores (ln of the number of classes, for cross-entropy) when the loss exploded before its first point — has left
+the place it started from."""
 CHANCE_MARGIN = 1.5
 """A test accuracy no higher than this many times chance (1/classes) learned nothing."""
 
 
-def divergence_warning(first: float | None, peak: float | None, accuracy: float, classes: int, lr: Any) -> str | None:
+def divergence_warning(
+    first: float | None, peak: float | None, accuracy: float, classes: int, lr: Any, test_loss: float | None = None
+) -> str | None:
     """Why a run that ended normally (no NaN, so not failed as diverged) still diverged: its training loss grew by
-    orders of magnitude (`first`, `peak`: of its metric points) and its test accuracy is at chance. None when not:
-    it is a warning in the result, not a failure (the job did what it was asked)."""
-    if first is None or peak is None or not first > 0 or classes < 2:
+    orders of magnitude over where it started (`first`, `peak`: of its metric points; where the loss exploded before
+    its first point, over what an untrained model scores, ln(classes)) and it learned nothing (test accuracy at
+    chance, or a test loss above the untrained model's). None when not: it is a warning in the result, not a failure
+    (the job did what it was asked)."""
+    if peak is None or not peak > 0 or classes < 2 or (first is not None and not first > 0):
         return None
-    grew = peak / first
+    untrained = math.log(classes)
+    start = untrained if first is None else min(first, untrained)
     chance = 1 / classes
-    if not (grew >= GREW and accuracy <= CHANCE_MARGIN * chance):
+    at_chance = accuracy <= CHANCE_MARGIN * chance
+    above = test_loss is not None and test_loss > untrained
+    if not (peak / start >= GREW and (at_chance or above)):
         return None
+    if first is not None and first <= 10 * untrained:  # (it began where a model begins: say from where)
+        grew = f"grew from {first:.3g} to {peak:.3g}"
+    else:
+        logged = f"{first:.3g}" if first is not None else "none"
+        grew = (
+            f"grew to {peak:.3g} from an untrained model's {untrained:.3g} (ln {classes}; its first logged: {logged})"
+        )
+    why = (
+        f"test accuracy {accuracy:.3f} is at chance (1/{classes} = {chance:.3f})"
+        if at_chance
+        else f"its test loss {test_loss:.3g} is above an untrained model's (test accuracy {accuracy:.3f})"
+    )
     return (
-        f"the training loss grew from {first:.3g} to {peak:.3g} and test accuracy {accuracy:.3f} is at chance "
-        f"(1/{classes} = {chance:.3f}): training diverged without reaching NaN; try a lower lr (this run: {lr})"
+        f"the training loss {grew} and {why}: training diverged without reaching NaN; try a lower lr (this run: {lr})"
     )

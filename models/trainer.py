@@ -398,7 +398,7 @@ class Trainer:
             "images_per_sec": round(train_images / train_time, 1) if train_time else None,
             "duration_s": round(time.time() - started, 2),
         }
-        warning = divergence_warning(first_loss, peak_loss, test["accuracy"], classes, p["lr"])
+        warning = divergence_warning(first_loss, peak_loss, test["accuracy"], classes, p["lr"], test["loss"])
         if warning:
             result["warning"] = warning
             log.warning("%s", warning)

@@ -54,3 +54,17 @@ def test_a_divergence_warning_needs_a_loss_that_grew_by_orders_and_an_accuracy_a
     assert divergence_warning(2.3, 2.3, 0.1, 10, 0.001) is None  # chance, but it never grew: too short a run
     assert divergence_warning(None, None, 0.1, 10, 1.0) is None  # no metric point
     assert divergence_warning(0.0, 5.0, 0.1, 10, 1.0) is None
+
+
+def test_a_loss_that_exploded_before_its_first_point_is_judged_against_an_untrained_model():
+    """Issue 42 #2: lenet at lr 100 logged 4.5e20 first and 4.5e21 at its peak: against its first point it grew
+    only tenfold, against what an untrained model scores (ln 10 = 2.30) by twenty orders. A test loss above the
+    untrained model's says it learned nothing even where test accuracy is a little above chance."""
+    from models.reporting import divergence_warning
+
+    said = divergence_warning(4.5e20, 4.5e21, 0.0996, 10, 100.0)
+    assert said and "grew to 4.5e+21 from an untrained model's 2.3 (ln 10; its first logged: 4.5e+20)" in said
+    said = divergence_warning(3.3e10, 3.3e11, 0.17, 10, 100.0, test_loss=89.3)
+    assert said and "its test loss 89.3 is above an untrained model's (test accuracy 0.170)" in said
+    assert divergence_warning(3.3e10, 3.3e11, 0.17, 10, 100.0, test_loss=1.2) is None  # above chance, loss low: learned
+    assert divergence_warning(2.3, 3.3e11, 0.9, 10, 100.0, test_loss=0.3) is None

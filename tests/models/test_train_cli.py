@@ -6,6 +6,7 @@ import subprocess
 import pytest
 
 from jobs.run.proc import python_module
+from models.protocol import EXIT_DIVERGED
 
 pytestmark = pytest.mark.slow
 
@@ -81,3 +82,19 @@ def test_given_neither_epochs_nor_steps_a_run_trains_one_epoch_of_at_least_200_s
     assert params.total_steps({}, resolved, steps_per_epoch=390) == 390  # CIFAR-10: one epoch
     assert params.total_steps({"epochs": 1}, params.resolve({"epochs": 1}), steps_per_epoch=16) == 16  # as asked
     assert params.total_steps({"steps": 7}, params.resolve({"steps": 7}), steps_per_epoch=16) == 7
+
+
+def test_lenet_at_lr_100_never_passes_silently_whatever_the_seed(tmp_path):
+    """Issue 42 #2: plain SGD at the API's largest lr explodes before the first logged point. Whatever the seed (and
+    the CPU's float path), the run either fails as diverged (a NaN: exit 3) or succeeds with a warning in its result;
+    it never ends as a plain success."""
+    for seed in (1, 2, 3):
+        job_dir = tmp_path / f"seed{seed}"
+        params = {"steps": 40, "batch_size": 16, "log_every": 10, "seed": seed, "optimizer": "sgd", "lr": 100}
+        run = train(tmp_path, {"model": "lenet", "dataset": "synthetic:28x28x1", "params": params}, job_dir)
+        if run.returncode == EXIT_DIVERGED:  # (its log says where: "the training loss became nan at step N")
+            assert "became nan" in run.stdout, run.stdout[-3000:]
+            continue
+        assert run.returncode == 0, run.stdout[-3000:]
+        result = json.loads((job_dir / "result.json").read_text())
+        assert "training diverged without reaching NaN" in result.get("warning", ""), (seed, result)

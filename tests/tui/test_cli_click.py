@@ -213,6 +213,9 @@ def test_a_run_that_diverged_without_a_nan_is_warned_of_and_numbers_read_as_numb
     assert f"  warning  {warning}" in out and "grew from 2.31 to 9.6e+09" in out and "at chance" in out
     assert "result  " in out and "  warning  " not in out.split("result  ", 1)[1]  # not a result value too
     assert "6.380e+32" in out and "36.3s" in out and "230.4" in out and "36.3300" not in out
+    assert main(["wait", "1", "--api", url]) == 0  # it succeeded; a waiting CI log says with what warning
+    assert f"gpudeck: job 1 succeeded with a warning: {warning}" in capsys.readouterr().err
+    assert main(["wait", "1", "--min-accuracy", "0.5", "--api", url]) == 1  # the gate that fails it
     assert main(["ls", "--api", url]) == 0
     row = capsys.readouterr().out.splitlines()[1]
     assert "succeeded⚠" in row and "6.382e+32" in row, row

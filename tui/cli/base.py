@@ -449,6 +449,8 @@ def verdict(job: dict[str, Any], min_accuracy: float | None) -> int:
         why = ": ".join(str(x) for x in (job.get("reason"), job.get("message")) if x)
         click.echo(f"gpudeck: job {job['id']} {job['status']}" + (f" ({why})" if why else ""), err=True)
         return EXIT_JOB_FAILED
+    if job.get("warning"):  # (it succeeded, as it was asked to; what it learned is the gate's to judge)
+        click.echo(f"gpudeck: job {job['id']} succeeded with a warning: {job['warning']}", err=True)
     if min_accuracy is not None:
         result = job.get("result") or {}
         # A zoo job reports test_accuracy; a command job may report only what it logged.
