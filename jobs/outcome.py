@@ -142,7 +142,9 @@ def of_job(f: Facts) -> End:
         return refused(f.refusal)
     if f.no_space:
         return DISK_FULL
-    if f.stop == Reason.STOPPED_EARLY.value:  # (whatever the stopped script's exit: the search ended it)
+    if f.stop == Reason.STOPPED_EARLY.value:  # (whatever the stopped script's exit: the search ended it) …
+        if f.returncode == EXIT_OK and f.has_result and not f.command:  # … unless the trainer had finished first
+            return SUCCEEDED
         return STOPPED[f.stop]
     if f.environment is not None and f.stop not in STOPPED:  # (its environment's build failed: the job never ran)
         return End(Status.FAILED, Reason.ENVIRONMENT, f.environment)

@@ -465,7 +465,7 @@ def _end(the_study: Any, trial: dict[str, Any], rec: dict[str, Any], metric: str
     value = (rec.get("result") or {}).get(metric)
     value = value if isinstance(value, (int, float)) and not isinstance(value, bool) else trial["last"]
     if rec["status"] == Status.SUCCEEDED.value and value is not None and math.isfinite(value):
-        trial["metric"] = float(value)
+        trial.update(metric=float(value), stopped_early=False)  # (a stop that came after its last step: complete)
         _tell(the_study, trial, states.COMPLETE, float(value))
         return
     trial["metric"] = None

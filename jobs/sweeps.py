@@ -231,19 +231,21 @@ def summary(redis: Redis, sweep_id: int, redis_url: str | None = None) -> dict[s
             )
     sign = -1.0 if mode == "max" else 1.0
 
+    def ranked(r: dict[str, Any]) -> bool:
+        """Trials that ended well, finished or stopped early, rank by their metric (the last a stopped one reported:
+        as Determined and Ray Tune rank); running and failed ones do not."""
+        return r["metric"] is not None and r["status"] == "succeeded"
+
     def order(r: dict[str, Any]) -> tuple:
-        """Finished trials best first, then the rest (stopped, running, failed) by their last value."""
-        final = r["metric"] is not None and r["status"] == "succeeded" and not r["stopped_early"]
-        return (not final, r["metric"] is None, sign * (r["metric"] or 0.0), r.get("job") or r.get("job_id") or 0)
+        """Ranked trials best first, then the rest (running, failed) by their last value."""
+        return (not ranked(r), r["metric"] is None, sign * (r["metric"] or 0.0), r.get("job") or r.get("job_id") or 0)
 
     trials.sort(key=order)
     rows.sort(key=order)
     for rank, row in enumerate(rows, 1):
-        final = row["metric"] is not None and row["status"] == "succeeded" and not row["stopped_early"]
-        row["rank"] = rank if final else None
+        row["rank"] = rank if ranked(row) else None
     done = sum(r["status"] in ENDED for r in rows)
-    finals = [t for t in trials if t["metric"] is not None and t["status"] == "succeeded" and not t["stopped_early"]]
-    best = finals[0] if finals else None
+    best = next((t for t in trials if ranked(t)), None)
     stopped = redis.get(sweep_stop_key(sweep_id))
     unended = any(t["status"] not in (*ENDED, "deleted") for t in trials)
     if kind == "grid":

@@ -149,6 +149,16 @@ def test_the_first_task_to_fail_is_blamed_not_its_peer():
     assert outcome.of_job(outcome.Facts("preempted", -15, False, False)).requeue
 
 
+def test_a_stop_that_came_after_the_last_step_is_no_stop():
+    """Issue 42 #3: a search asked a trial to stop as its trainer wrote its result: it finished; a command that
+    exits 0 on the stop's SIGTERM still ends stopped early (its exit says nothing of having finished)."""
+    assert outcome.of_job(outcome.Facts("stopped_early", 0, has_result=True)) == outcome.SUCCEEDED
+    assert outcome.of_job(outcome.Facts("stopped_early", -15)).reason == Reason.STOPPED_EARLY
+    assert (
+        outcome.of_job(outcome.Facts("stopped_early", 0, has_result=True, command=True)).reason == Reason.STOPPED_EARLY
+    )
+
+
 def _running(redis, **spec):
     rec, _ = control.submit(redis, {**BASE, **spec}, DEFAULTS)
     JobStore(redis).transition(rec["id"], (Status.QUEUED.value,), status=Status.RUNNING.value)

@@ -183,6 +183,40 @@ def test_asha_stops_the_trials_worse_at_a_rung_and_launches_the_next_at_once(com
     assert [f.state.name for f in frozen] == ["COMPLETE", "PRUNED", "FAIL", "COMPLETE", "COMPLETE"]
 
 
+def test_a_trial_that_finished_before_its_stop_is_complete_and_stopped_trials_rank_too(command_client, redis, settings):
+    """Issue 42 #3: with trials shorter than the stop's reaction, the stop arrives after the last step: the trial
+    finished (jobs.outcome makes its end a success, not a stop) and ranks as complete; a trial stopped early ranks
+    too, by the last value it reported (as Determined and Ray Tune rank), so the best is the best of all."""
+    made = make(
+        command_client, metric="val_loss", max_trials=3, max_concurrent=3, seed=1,
+        stopping={"kind": "asha", "min_steps": 10, "reduction_factor": 2},
+    )  # fmt: skip
+    sweep_id, (first, second, third) = made["id"], made["job_ids"]
+    trials, store = Trials(redis), JobStore(redis)
+    for job_id in (first, second, third):
+        trials.run(job_id)
+    trials.points(first, "val_loss", [(10, 0.5)])
+    drive(redis, settings, sweep_id)
+    trials.points(second, "val_loss", [(10, 1.9)])
+    trials.points(third, "val_loss", [(10, 2.0)])
+    drive(redis, settings, sweep_id)
+    assert store.stop_reason(second) == store.stop_reason(third) == "stopped_early"
+    # second had trained its last step when the stop came: its trainer's end is a success with a result
+    store.update(second, status="succeeded", reason=None, ended_at=1.0, result={"val_loss": 1.8})
+    trials.end(third)  # third was stopped: its last value, 2.0, stands
+    trials.points(first, "val_loss", [(20, 2.5)])  # first went on and got worse
+    trials.end(first)
+    drive(redis, settings, sweep_id)
+    shown = command_client.get(f"/api/v1/sweeps/{sweep_id}").json
+    by_job = {t["job"]: t for t in shown["trials"]}
+    assert (by_job[second]["stopped_early"], by_job[second]["metric"]) == (False, 1.8)
+    assert (by_job[third]["stopped_early"], by_job[third]["metric"]) == (True, 2.0)
+    assert [r["job_id"] for r in shown["jobs"]] == [second, third, first]
+    assert [r["rank"] for r in shown["jobs"]] == [1, 2, 3] and shown["best"]["job"] == second
+    frozen = search.frozen_trials(settings.redis_url, json.loads(redis.get(f"gpudeck:sweep:{sweep_id}")))
+    assert sorted(f.state.name for f in frozen) == ["COMPLETE", "COMPLETE", "PRUNED"]
+
+
 def test_a_stopped_search_launches_no_more_and_a_budget_ends_it(command_client, redis, settings):
     made = make(command_client, metric="loss", max_trials=10, max_concurrent=1)
     sweep_id, (first,) = made["id"], made["job_ids"]

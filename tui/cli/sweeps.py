@@ -80,7 +80,7 @@ def sweep_show(sweep_id, as_json) -> int:
     head = ["RANK", "JOB", *(k.rpartition(".")[2].upper() for k in fields), "STATUS", "STEP", metric.upper()]
     rows, rank = [], 0
     for t in shown["trials"]:
-        ranked = t["metric"] is not None and t["status"] == "succeeded" and not t["stopped_early"]
+        ranked = t["metric"] is not None and t["status"] == "succeeded"  # (stopped early too: jobs.sweeps ranks so)
         rank += ranked
         rows.append(
             [
