@@ -89,6 +89,8 @@ def requeue(
     (or `of_attempt`) was is put back."""
     store = JobStore(redis)
     attempt = rec.get("attempt", 1) + 1
+    started = rec.get("started_at")
+    ran = (rec.get("ran_s") or 0.0) + (max(0.0, time.time() - started) if started else 0.0)
     ok = store.transition(
         job_id,
         ACTIVE,
@@ -99,6 +101,7 @@ def requeue(
         message=message,
         slots=None,
         pid=None,
+        ran_s=round(ran, 2),  # (the attempts before this one, for the time it has run in all)
         **fields,
     )
     if ok:

@@ -64,6 +64,7 @@ FLOAT_FIELDS = (
     "placed_at",
     "claimed_at",
     "seq",
+    "ran_s",
 )
 INT_FIELDS = ("id", "pid", "attempt", "gen", "disk_bytes", "resumes", "preemptions")
 HEARTBEAT_TTL_S = 15

@@ -13,6 +13,14 @@ LIVE = (Status.QUEUED.value, *ACTIVE)
 """Statuses whose expected duration the scheduler plans with."""
 
 
+def _ran(rec: dict[str, Any], status: Status, elapsed: float | None) -> float | None:
+    """Seconds it has run in all: its earlier attempts' (`ran_s`, kept at each requeue) and, unless it waits in line
+    again, this one's."""
+    before = rec.get("ran_s") or 0.0
+    now = elapsed if status != Status.QUEUED and elapsed is not None else 0.0
+    return round(before + now, 2) if before or now else None
+
+
 def _warning(rec: dict[str, Any]) -> str | None:
     """What a job that ended normally still warns of (its trainer's result says: a loss that diverged without a
     NaN and a test accuracy at chance)."""
@@ -57,6 +65,7 @@ def job_view(
         "first_started_at": iso(rec.get("first_started_at")),
         "ended_at": iso(ended),
         "elapsed_s": round(elapsed, 2) if elapsed is not None else None,
+        "ran_s": _ran(rec, status, elapsed),
         "eta_s": progress.pop("eta_s"),
         "progress": progress,
         "metrics": rec.get("metrics"),

@@ -114,6 +114,9 @@ def schemas() -> dict[str, Any]:
                 ),
                 "ended_at": _nullable(TIME),
                 "elapsed_s": _nullable(NUM),
+                "ran_s": _nullable(
+                    {**NUM, "description": "seconds it has run in all, over every attempt (elapsed_s: this one's)"}
+                ),
                 "eta_s": _nullable(NUM),
                 "progress": _ref("Progress"),
                 "metrics": _nullable(_obj({NONFINITE: _ref("Nonfinite")})),

@@ -160,6 +160,24 @@ def test_a_preemption_is_no_retry(redis, now_settings):
     assert lifecycle.end(redis, low, outcome.lost("no heartbeat")) == "failed"
 
 
+def test_a_preempted_job_says_how_long_it_ran_in_all(redis, now_settings):
+    """Issue 42 #5: `elapsed_s` is this attempt's; `ran_s` adds the attempts before it (kept at each requeue), so a
+    job preempted after an hour does not read as twenty seconds old once it runs again."""
+    from jobs.views import job_view
+
+    box(redis, 1)
+    low = submit(redis, now_settings, priority="low")
+    running(redis, low, ago=600.0)  # (its work-horse started it ten minutes ago)
+    submit(redis, now_settings, priority="high")
+    assert lifecycle.end(redis, low, outcome.STOPPED["preempted"]) == "queued"
+    waiting = job_view(rec(redis, low))
+    assert 599 <= waiting["ran_s"] <= 660 and waiting["attempt"] == 2  # (queued again: its earlier time only)
+    t = time.time() - 20
+    JobStore(redis).transition(low, ("queued",), status="running", started_at=t, running_at=t)
+    again = job_view(rec(redis, low))
+    assert 19 <= again["elapsed_s"] <= 40 and 619 <= again["ran_s"] <= 700
+
+
 @pytest.mark.parametrize("why", ["too_young", "not_preemptible", "preempt_off", "same_priority", "over_quota"])
 def test_who_is_never_preempted_and_who_never_preempts(redis, now_settings, why):
     from jobs import tokens

@@ -7,7 +7,7 @@ from rich.console import Console
 
 from tui.cli.base import job_lines, status_line
 from tui.screens.gpus import GpusScreen
-from tui.widgets.fmt import accuracy_text, in_line, job_cells
+from tui.widgets.fmt import accuracy_text, in_line, job_cells, over_attempts
 
 RUNNING = {
     "id": 7,
@@ -211,3 +211,10 @@ def test_chart_ticks_are_round_and_evenly_spaced():
     assert shown == ["0.005", "0.01", "0.015"], shown
     where, shown = axis_ticks(-9.2, 1.5, log10=True)  # many decades: powers of ten, a few of them
     assert all(float(w).is_integer() for w in where) and 2 <= len(where) <= 6 and "1e-09" in shown, shown
+
+
+def test_a_job_that_ran_more_than_once_says_its_whole_time_and_preemptions():
+    assert over_attempts({"attempt": 1, "preemptions": 0, "ran_s": 19.0}) == ""
+    said = over_attempts({"attempt": 4, "preemptions": 3, "ran_s": 671.0})
+    assert said == " (11m11s in all, 4 attempts, preempted 3×)"
+    assert over_attempts({"attempt": 2, "preemptions": 0, "ran_s": None}) == " (2 attempts)"

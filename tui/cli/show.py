@@ -13,7 +13,16 @@ from models.common import EXIT_OK
 from models.sourcetree import human
 from tui.cli.base import client, connection_options, echo_json, fmt, job_id_argument, json_option
 from tui.logtext import fold
-from tui.widgets.fmt import duration, expected_text, gpus_text, progress_of, starts_in, usage_text, value_of
+from tui.widgets.fmt import (
+    duration,
+    expected_text,
+    gpus_text,
+    over_attempts,
+    progress_of,
+    starts_in,
+    usage_text,
+    value_of,
+)
 
 FIRST = ("step", "epoch", "loss", "accuracy", "val_loss", "val_accuracy", "test_accuracy", "test_loss")
 """Fields shown first, in this order, in `show`'s metrics and result (the rest follow by name)."""
@@ -119,7 +128,7 @@ def show(job_id, as_json) -> int:
         ("preempted", _preempted(job)),
         ("uses", usage_text(job.get("usage")) or None),
         ("progress", f"step {progress_of(p)}" if p.get("total_steps") else None),
-        ("elapsed", duration(job["elapsed_s"]) if job.get("elapsed_s") is not None else None),
+        ("elapsed", duration(job["elapsed_s"]) + over_attempts(job) if job.get("elapsed_s") is not None else None),
         ("eta", duration(job["eta_s"]) if job.get("eta_s") is not None and job["status"] == "running" else None),
         ("metrics", _pairs({k: v for k, v in (job.get("metrics") or {}).items() if k != "run"}) or None),
         ("runs", _runs(job.get("runs") or [])),

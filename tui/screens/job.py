@@ -35,6 +35,7 @@ from tui.widgets.fmt import (
     in_line,
     num,
     one_line,
+    over_attempts,
     status,
     usage_text,
     value_of,
@@ -286,7 +287,7 @@ class JobScreen(Screen):
         progress = flow(
             [
                 Text(f"{bar(p.get('fraction'), 20)}  step {p.get('step') or 0}/{p.get('total_steps') or '?'}"),
-                Text(f"elapsed {duration(job.get('elapsed_s')) or '-'}"),
+                Text(f"elapsed {duration(job.get('elapsed_s')) or '-'}" + over_attempts(job)),
                 Text(f"eta {duration(job.get('eta_s')) or '-'}") if job["status"] == "running" else Text(""),
                 Text(f"loss {value_of(job.get('metrics'), 'loss') or '-'}"),
                 Text(in_line(job)),

@@ -381,3 +381,14 @@ def axis_ticks(lo: float, hi: float, log10: bool = False, count: int = 5) -> tup
     else:
         ticks = [math.log10(v) for v in nice_ticks(10**lo, 10**hi, count) if v > 0]
     return ticks, [tick_label(t, log10=True) for t in ticks]
+
+
+def over_attempts(job: dict[str, Any]) -> str:
+    """What a job that ran more than once has run in all: ` (11m02s in all, 3 attempts, preempted 3×)`; else empty
+    (elapsed is this attempt's: a preempted job would read as young)."""
+    attempts, preempted = job.get("attempt") or 1, job.get("preemptions") or 0
+    if attempts < 2 and not preempted:
+        return ""
+    parts = [f"{duration(job['ran_s'])} in all" if job.get("ran_s") else None, f"{attempts} attempts"]
+    parts.append(f"preempted {preempted}×" if preempted else None)
+    return " (" + ", ".join(p for p in parts if p) + ")"
