@@ -3,6 +3,7 @@
 import io
 import time
 
+import pytest
 from rich.console import Console
 
 from tui.cli.base import job_lines, status_line
@@ -218,3 +219,40 @@ def test_a_job_that_ran_more_than_once_says_its_whole_time_and_preemptions():
     said = over_attempts({"attempt": 4, "preemptions": 3, "ran_s": 671.0})
     assert said == " (11m11s in all, 4 attempts, preempted 3×)"
     assert over_attempts({"attempt": 2, "preemptions": 0, "ran_s": None}) == " (2 attempts)"
+
+
+@pytest.mark.parametrize("columns", [80, 100, 119, 120, 130, 150, 200])
+def test_the_gpus_table_never_cuts_a_gpus_host_index_or_numbers(columns):
+    """Issue 42 #1: from 120 columns the wide table; host, index, utilization, memory, temperature and power keep
+    their width (the name, history and holder give way), and where they would not fit the compact table is shown."""
+    from tui.screens.gpus import WIDE, fits_wide
+
+    hosts = [
+        {
+            "host": f"gpu-node-{h}",
+            "gpus": [
+                {"uuid": f"GPU-{h}{i}", "index": i, "name": "NVIDIA H100 80GB HBM3", "utilization": 87 - i,
+                 "memory_used_mib": 40000 + i, "memory_total_mib": 81559, "temperature_c": 61,
+                 "power_draw_w": 312.4, "power_limit_w": 700, "processes": [],
+                 "held_by": {"job_id": 1200 + i, "owner": "alice", "kind": None}}
+                for i in range(4)
+            ],
+        }
+        for h in ("a1", "b2")
+    ]  # fmt: skip
+    width = columns - 2  # (the scroll bar)
+    wide = columns >= WIDE and fits_wide(hosts, width)
+    assert wide == (columns >= 120)  # (these hosts fit the wide table from 120 on)
+    out = io.StringIO()
+    Console(file=out, width=width, color_system=None).print(GpusScreen()._gpus(hosts, wide, width))
+    lines = out.getvalue().splitlines()
+    rows = [line for line in lines[1:] if line.strip()]
+    assert len(rows) == 8 and all(len(line.rstrip()) <= width for line in lines)
+    for row, (h, i) in zip(rows, [(h, i) for h in ("a1", "b2") for i in range(4)]):
+        words = row.split()
+        assert f"{87 - i}%" in words, row
+        if wide:
+            assert words[:2] == [f"gpu-node-{h}", str(i)] and "61°C" in words and "312/700W" in words, row
+            assert f"{40000 + i}/81559" in row, row  # (the name may give way: NVIDIA …)
+        else:
+            assert words[0] == f"gpu-node-{h}:{i}" and "39.1/80G" in words, row

@@ -33,11 +33,92 @@ def gpu_history() -> dict[str, deque]:
     return defaultdict(lambda: deque(maxlen=HISTORY))
 
 
-def _table(*columns: str) -> Table:
-    table = Table(expand=True, box=None, padding=(0, 1), header_style="bold")
+def _table(*columns: str, widths: dict[str, int] | None = None) -> Table:
+    """A table of `columns` over the screen's width; `widths`: each column's, set (the wide GPUs table: what
+    identifies a GPU and its numbers are never cut, the name, history and holder give way first)."""
+    table = Table(expand=widths is None, box=None, padding=(0, 1), header_style="bold")
     for col in columns:
-        table.add_column(col, no_wrap=True, overflow="ellipsis")
+        table.add_column(col, no_wrap=True, overflow="ellipsis", width=(widths or {}).get(col))
     return table
+
+
+SHRINKS = {"HISTORY": 7, "NAME": 8, "HELD BY": 10}
+"""The wide table's columns that give way when it is narrow, and the least each keeps."""
+GIVING_WAY = (("HISTORY", 7), ("HELD BY", 24), ("NAME", 14), ("HELD BY", 10), ("NAME", 8))
+"""In which order they give way, and down to what: the history, the holder's long tail, the name's, then both."""
+
+
+def _wide_cells(host: str, g: dict[str, Any], history: list[Any]) -> list[Any]:
+    used, total = g.get("memory_used_mib"), g.get("memory_total_mib")
+    mem = bar(used / total, 8) if used is not None and total else NA
+    power = f"{na(g.get('power_draw_w'), digits=0)}/{na(g.get('power_limit_w'), 'W', 0)}"
+    return [
+        host,
+        str(g["index"]),
+        g["name"],
+        bar(g["utilization"] / 100, 8) if g.get("utilization") is not None else NA,
+        f"{mem} {na(used)}/{na(total, ' MiB')}",
+        na(g.get("temperature_c"), "°C"),
+        power,
+        Text(sparkline(history, 12), style="cyan"),
+    ]
+
+
+def _holders(g: dict[str, Any]) -> str:
+    """Who holds a GPU: the job pinned to it (and its owner), else the jobs nvidia-smi sees on it; and what no
+    gpudeck job runs there (a notebook started by hand keeps the GPU from jobs)."""
+    procs = g.get("processes") or []
+    held = g.get("held_by")
+    jobs = (
+        f"{held.get('kind') or 'job'} {held['job_id']}" + (f" · {held['owner']}" if held.get("owner") else "")
+        if held
+        else ", ".join(sorted({f"job {p['job_id']}" for p in procs if p.get("job_id")}))
+    )
+    foreign = [
+        f"foreign pid {p['pid']}"
+        + (f" ({p['user']})" if p.get("user") else "")
+        + (f" {p['used_memory_mib'] / 1024:.1f} GiB" if p.get("used_memory_mib") else "")
+        for p in procs
+        if not p.get("job_id")
+    ]
+    return ", ".join(x for x in (jobs, *foreign) if x) or "-"
+
+
+WIDE_COLUMNS = ("HOST", "GPU", "NAME", "UTIL", "MEMORY", "TEMP", "POWER", "HISTORY", "HELD BY")
+
+
+def _kept_widths(hosts: list[dict[str, Any]]) -> dict[str, int]:
+    """The width each column that is never cut needs: its header or its widest cell."""
+    widths = {c: len(c) for c in WIDE_COLUMNS if c not in SHRINKS}
+    for host in hosts:
+        for g in host["gpus"]:
+            for col, cell in zip(WIDE_COLUMNS, _wide_cells(host["host"], g, [])):
+                if col not in SHRINKS:
+                    widths[col] = max(widths[col], len(str(cell)))
+    return widths
+
+
+def fits_wide(hosts: list[dict[str, Any]], width: int) -> bool:
+    """Whether the wide GPUs table fits `width` columns with nothing that identifies a GPU or reads a number cut:
+    else the compact one (nvitop's) is shown."""
+    need = sum(_kept_widths(hosts).values()) + sum(SHRINKS.values()) + 2 * len(WIDE_COLUMNS)
+    return need <= width
+
+
+def wide_widths(hosts: list[dict[str, Any]], natural: dict[str, int], width: int) -> dict[str, int]:
+    """Each wide column's width within `width`: the kept ones their content's; the others their `natural` width
+    while there is room, giving way in SHRINKS order down to their least; the holder takes what is left."""
+    out = _kept_widths(hosts)
+    room = width - 2 * len(WIDE_COLUMNS) - sum(out.values())
+    wants = {c: max(least, natural.get(c, least)) for c, least in SHRINKS.items()}
+    over = sum(wants.values()) - room
+    for col, floor in GIVING_WAY:
+        give = min(max(0, over), max(0, wants[col] - max(floor, SHRINKS[col])))
+        wants[col] -= give
+        over -= give
+    out.update(wants)
+    out["HELD BY"] = max(SHRINKS["HELD BY"], room - wants["HISTORY"] - wants["NAME"])
+    return out
 
 
 class GpusScreen(Screen):
@@ -79,7 +160,8 @@ class GpusScreen(Screen):
 
     def apply(self, state: dict[str, Any], sample: bool = True) -> None:
         self.state = state
-        wide = self.app.size.width >= WIDE
+        width = self.app.size.width
+        wide = width >= WIDE and fits_wide(state["hosts"], width - 2)  # (the scroll bar's columns)
         if sample:
             for host in state["hosts"]:
                 for g in host["gpus"]:
@@ -95,55 +177,38 @@ class GpusScreen(Screen):
         if key == self.shown and not (state["hosts"] and sample):
             return
         self.shown = key
-        parts = [self._gpus(state["hosts"], wide), Text(""), self._workers(state["workers"], state["running"], wide)]
+        parts = [
+            self._gpus(state["hosts"], wide, width - 2),
+            Text(""),
+            self._workers(state["workers"], state["running"], wide),
+        ]
         self.query_one("#gpus", Static).update(Group(*parts, Text(""), self._line(state["queued"])))
 
-    def _gpus(self, hosts: list[dict[str, Any]], wide: bool = True) -> Table | Text:
+    def _gpus(self, hosts: list[dict[str, Any]], wide: bool = True, width: int = 200) -> Table | Text:
         if not hosts:
             return Text("GPUs: none reports (no worker sees nvidia-smi): CPU workers only.", style="dim")
+        held = {g["uuid"]: _holders(g) for h in hosts for g in h["gpus"]}
         if wide:
-            table = _table("HOST", "GPU", "NAME", "UTIL", "MEMORY", "TEMP", "POWER", "HISTORY", "HELD BY")
+            natural = {
+                "NAME": max(len(g["name"]) for h in hosts for g in h["gpus"]),
+                "HISTORY": 12,
+                "HELD BY": max(len(j) for j in held.values()),
+            }
+            table = _table(*WIDE_COLUMNS, widths=wide_widths(hosts, natural, width))
         else:
             table = _table("GPU", "UTIL", "MEMORY", "HELD BY")
             table.columns[-1].no_wrap = False  # (the one column that may take two lines)
         for host in hosts:
             for g in host["gpus"]:
-                used, total = g.get("memory_used_mib"), g.get("memory_total_mib")
-                mem = bar(used / total, 8) if used is not None and total else NA
-                procs = g.get("processes") or []
-                held = g.get("held_by")  # the job pinned to it (and its owner), else what nvidia-smi sees on it
-                jobs = (
-                    f"{held.get('kind') or 'job'} {held['job_id']}"
-                    + (f" · {held['owner']}" if held.get("owner") else "")
-                    if held
-                    else ", ".join(sorted({f"job {p['job_id']}" for p in procs if p.get("job_id")}))
-                )
-                foreign = [  # what no gpudeck job runs there: a notebook started by hand keeps the GPU from jobs
-                    f"foreign pid {p['pid']}"
-                    + (f" ({p['user']})" if p.get("user") else "")
-                    + (f" {p['used_memory_mib'] / 1024:.1f} GiB" if p.get("used_memory_mib") else "")
-                    for p in procs
-                    if not p.get("job_id")
-                ]
-                jobs = ", ".join(x for x in (jobs, *foreign) if x)
+                jobs = held[g["uuid"]]
                 if not wide:
-                    where = f"{one_line(host['host'], 10)}:{g['index']}" if len(hosts) > 1 else str(g["index"])
+                    used, total = g.get("memory_used_mib"), g.get("memory_total_mib")
+                    where = f"{one_line(host['host'], 20)}:{g['index']}" if len(hosts) > 1 else str(g["index"])
                     util = g.get("utilization")
                     memory = f"{used / 1024:.1f}/{total / 1024:.0f}G" if used is not None and total else NA
-                    table.add_row(where, f"{util}%" if util is not None else NA, memory, jobs or "-")
+                    table.add_row(where, f"{util}%" if util is not None else NA, memory, jobs)
                     continue
-                power = f"{na(g.get('power_draw_w'), digits=0)}/{na(g.get('power_limit_w'), 'W', 0)}"
-                table.add_row(
-                    host["host"],
-                    str(g["index"]),
-                    g["name"],
-                    bar(g["utilization"] / 100, 8) if g.get("utilization") is not None else NA,
-                    f"{mem} {na(used)}/{na(total, ' MiB')}",
-                    na(g.get("temperature_c"), "°C"),
-                    power,
-                    Text(sparkline(list(self.history[g["uuid"]]), 12), style="cyan"),
-                    jobs or "-",
-                )
+                table.add_row(*_wide_cells(host["host"], g, list(self.history[g["uuid"]])), jobs)
         return table
 
     @staticmethod
