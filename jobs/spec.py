@@ -247,11 +247,7 @@ def normalized(
 
 
 def _normalized(
-    typed: Common,
-    default_gpus: int,
-    service: Service = Service(),
-    idle_range: tuple[int, int] = (60, SESSION_MAX_S),
-    session_max: int = MAX_TIMEOUT_S,
+    typed: Common, default_gpus: int, service: Service, idle_range: tuple[int, int], session_max: int
 ) -> dict[str, Any]:
     """The fields whose kept form is not as given."""
     common = {
