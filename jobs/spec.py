@@ -36,20 +36,15 @@ from models.jobspec import (  # noqa: F401 (the names jobs/ and api/ import them
     Code,
     CommandJobSpec,
     Common,
-    Elsewhere,
     ModelJobSpec,
-    Required,
-    Says,
     SessionSpec,
     bounds_of,
     integral,
     kind_of,
-    marker,
     param_schema,
-    seconds_of,
     session_top,
-    whole,
 )
+from models.specfields import Elsewhere, Required, Says, marker, seconds_of
 
 COMMANDS_OFF = (
     "command jobs are turned off: they run any code as the gpudeck service. Turn on tokens (GPUDECK_TOKENS=...) "

@@ -24,8 +24,8 @@ from jobs.periodic import Periodic
 from jobs.redis_server import free_port
 from jobs.run.proc import pdeathsig, running, stop_pid
 from jobs.settings import Settings
-from jobs.spec import whole
 from jobs.store import JobStore, iso
+from models.specfields import whole
 
 log = logging.getLogger(__name__)
 

@@ -6,18 +6,28 @@ submit`'s options are made from them (tui/cli/base.py). A new field is one decla
 from __future__ import annotations
 
 import re
-from collections.abc import Callable
-from dataclasses import dataclass
 from typing import Annotated, Any, ClassVar, Literal
 
-import pydantic
 from pydantic import BaseModel, ConfigDict, Discriminator, Field, Tag, TypeAdapter
-from pydantic_core import PydanticCustomError, core_schema
 
 from models import params as params_mod
 from models import sourcetree
 from models.catalog import ALIASES, MODELS, NAME, model_info, parse_dataset
 from models.common import did_you_mean, notify_problem, parse_age
+from models.specfields import (
+    AGE_PATTERN,
+    INT,
+    STR,
+    Check,
+    Cli,
+    Elsewhere,
+    Problem,
+    Required,
+    Says,
+    seconds_of,
+    whole,
+    with_context,
+)
 from models.states import PRIORITIES
 
 MAX_GPUS = 16
@@ -74,120 +84,17 @@ SESSION_IDLE_S = 30 * 60
 SESSION_MAX_S = 8 * 3600
 """A session's default `max`: ended (reason timeout) after this long whatever it does."""
 
-# -- how a field is declared -------------------------------------------------------------------------------------
+# -- durations ------------------------------------------------------------------------------------------------------
 
 
-@dataclass(frozen=True)
-class Says:
-    """A field's own words for a value of the wrong shape (instead of pydantic's): `{v!r}` is the value given."""
-
-    text: str
-
-
-@dataclass(frozen=True)
-class Required:
-    """What a required field's absence is told (default: "is required")."""
-
-    text: str
-
-
-@dataclass(frozen=True)
-class Elsewhere:
-    """What a field given to a kind of job it does not belong to is told: `text`, or the kind's own words."""
-
-    text: str
-    model: str | None = None
-    command: str | None = None
-    session: str | None = None
-
-    def to(self, kind: str) -> str:
-        return getattr(self, kind) or self.text
-
-
-@dataclass(frozen=True)
-class Cli:
-    """The field mirrored by an option of `gpudeck submit`/`run`/`session` (tui/cli/base.py makes it): its flag,
-    help (default: the field's description) and how it reads — `multiple`: repeatable, a list; `flag_value`: a
-    switch that sets the field to it; `reads`: "duration" (3600, 90m), "natural" (a whole number), "count_or_age"
-    (200 or 90s); else as the field's type says (an integer, one of a Literal's values, text)."""
-
-    flag: str
-    help: str = ""
-    metavar: str | None = None
-    multiple: bool = False
-    flag_value: Any = None
-    reads: str | None = None
-
-
-Problem = Callable[[Any], "str | dict[str, str] | None"]
-
-
-@dataclass(frozen=True, eq=False)
-class Check:
-    """A field's check written out (what is wrong, or None) and the JSON Schema that says the same, side by side.
-    A check may answer several problems at once as {field path: problem}."""
-
-    problem: Problem
-    schema: dict[str, Any]
-
-    def __get_pydantic_core_schema__(self, source: Any, handler: pydantic.GetCoreSchemaHandler) -> Any:
-        return core_schema.with_info_after_validator_function(self._check, handler(source))
-
-    def __get_pydantic_json_schema__(self, schema: Any, handler: pydantic.GetJsonSchemaHandler) -> dict[str, Any]:
-        return dict(self.schema)
-
-    def _check(self, value: Any, info: core_schema.ValidationInfo) -> Any:
-        problem: Any = self.problem
-        found = problem(value, info.context or {}) if getattr(problem, "needs_context", False) else problem(value)
-        if isinstance(found, dict) and found:
-            raise PydanticCustomError("gpudeck_many", "{fields}", {"fields": found})
-        if isinstance(found, str):
-            raise PydanticCustomError("gpudeck", "{problem}", {"problem": found})
-        return value
-
-
-def _with_context(fn: Callable[[Any, dict[str, Any]], str | None]) -> Problem:
-    fn.needs_context = True  # type: ignore[attr-defined]
-    return fn  # type: ignore[return-value]
-
-
-AGE_PATTERN = "^([0-9]+[smhdw])+$"
-INT, STR, BOOL = {"type": "integer"}, {"type": "string"}, {"type": "boolean"}
-
-
-def seconds_of(value: Any, lo: int, hi: int) -> tuple[int | None, str | None]:
-    """(seconds, problem) of a duration given as seconds or as an age such as 30m or 8h."""
-    if isinstance(value, str):
-        try:
-            value = parse_age(value)
-        except ValueError as exc:
-            return None, str(exc)
-    problem = _int_in(value, lo, hi)
-    if problem:
-        return None, f"{problem} (seconds, or an age such as 30m or 8h)"
-    return value, None
-
-
-def _duration(lo: int, hi: int | None, description: str) -> Any:
-    """Seconds or an age (30m): the check and its schema; `hi` None: the service's setting bounds it (later)."""
+def _duration(lo: int, hi: int | None, description: str, check: Problem | None = None) -> Any:
+    """Seconds or an age (30m): the check and its schema; `hi` None: the service's setting bounds it (`check`, which
+    then replaces the plain bounds check)."""
     schema = {
         "description": description,
         "anyOf": [{**INT, "minimum": lo, **({"maximum": hi} if hi else {})}, {**STR, "pattern": AGE_PATTERN}],
     }
-    return Check(lambda v: seconds_of(v, lo, hi or MAX_TIMEOUT_S)[1], schema)
-
-
-def _int_in(value: Any, lo: int, hi: int) -> str | None:
-    if not isinstance(value, int) or isinstance(value, bool):
-        return f"must be an integer, got {type(value).__name__} {value!r}"
-    if not lo <= value <= hi:
-        return f"must be between {lo} and {hi}, got {value}"
-    return None
-
-
-def whole(value: Any) -> Any:
-    """An integral float as the int it is (in JSON, and JSON Schema's `integer`, 4.0 is 4); anything else as is."""
-    return int(value) if isinstance(value, float) and value.is_integer() else value
+    return Check(check or (lambda v: seconds_of(v, lo, hi or MAX_TIMEOUT_S)[1]), schema)
 
 
 def integral(body: dict[str, Any]) -> dict[str, Any]:
@@ -466,7 +373,7 @@ class Common(BaseModel):
         Annotated[
             Any,
             Check(
-                _with_context(_notify),
+                with_context(_notify),
                 {
                     "type": "array",
                     "maxItems": 10,
@@ -698,13 +605,12 @@ class SessionSpec(Code):
     idle: Annotated[
         Annotated[
             Any,
-            Check(
-                _with_context(_session_idle),
-                {
-                    "description": "a session ends (reason idle) after this long with nobody attached and its GPUs "
-                    "under 5% (default 30m, at most GPUDECK_SESSION_IDLE_MAX): seconds or an age (30m)",
-                    "anyOf": [{**INT, "minimum": 1}, {**STR, "pattern": AGE_PATTERN}],
-                },
+            _duration(
+                1,
+                None,
+                "a session ends (reason idle) after this long with nobody attached and its GPUs under 5% (default "
+                "30m, at most GPUDECK_SESSION_IDLE_MAX): seconds or an age (30m)",
+                with_context(_session_idle),
             ),
         ]
         | None,
@@ -714,13 +620,11 @@ class SessionSpec(Code):
     max: Annotated[
         Annotated[
             Any,
-            Check(
-                _with_context(_session_max),
-                {
-                    "description": "a session ends (reason timeout) after this long (default 8h): seconds or an age "
-                    "(8h)",
-                    "anyOf": [{**INT, "minimum": 60}, {**STR, "pattern": AGE_PATTERN}],
-                },
+            _duration(
+                60,
+                None,
+                "a session ends (reason timeout) after this long (default 8h): seconds or an age (8h)",
+                with_context(_session_max),
             ),
         ]
         | None,
@@ -776,12 +680,6 @@ _FIELD_TYPES = {
     for name, f in cls.model_fields.items()
     if f.annotation is int or int in getattr(f.annotation, "__args__", ())
 }
-
-
-def marker(cls: type[BaseModel], field: str, kind: type) -> Any:
-    """The declaration's `kind` marker (Says, Elsewhere, Cli, Required) on `field` of `cls`, or None."""
-    info = cls.model_fields.get(field)
-    return next((m for m in info.metadata if isinstance(m, kind)), None) if info else None
 
 
 def bounds_of(cls: type[BaseModel], field: str) -> tuple[Any, Any]:

@@ -24,13 +24,15 @@ from tui.screens.job import KEYS as JOB_KEYS
 from tui.screens.job import JobScreen
 from tui.screens.jobs import KEYS as JOBS_KEYS
 from tui.screens.jobs import JobsScreen
+from tui.screens.share import ShareScreen
 from tui.screens.submit import SubmitScreen
 from tui.screens.sweep import KEYS as SWEEP_KEYS
 from tui.screens.sweep import SweepScreen
 from tui.widgets.chrome import Banner
+from tui.widgets.fmt import box_summary
 
-HEALTH_EVERY_S = 30.0
-"""How often the title bar's free disk space is read."""
+STATUS_EVERY_S = 5.0
+"""How often the title bar's line is read: the box's GPUs busy, the jobs queued, yours, the free disk space."""
 BACKOFF_S = (2, 4, 8, 16, 30)
 
 
@@ -43,8 +45,9 @@ class GpudeckApp(App):
     BINDINGS = [
         Binding("q", "quit", "Quit"),
         Binding("question_mark", "toggle_help", "Help", key_display="?"),
-        Binding("n", "submit", "New job"),
-        Binding("g", "gpus", "GPUs"),
+        Binding("n", "submit", "New"),  # (a new job: "New job" ran under the palette key at 80 columns)
+        Binding("g", "gpus", "GPUs", show=False),  # (in `?` and the palette: the footer fits 80 columns)
+        Binding("u", "share", "Share", show=False),
     ]
 
     def __init__(self, api_url: str, token: str | None = None, job: int | None = None):
@@ -55,6 +58,8 @@ class GpudeckApp(App):
         self.failures = 0
         self.retry_at = 0.0
         self.sub_title = self.api_url
+        self.me: dict[str, Any] | None = None
+        """Who the token is (GET /api/v1/whoami), read once: the title bar says what is yours."""
         self.gpu_history = gpu_history()
         """Each GPU's utilization samples, for the GPUs screen's sparkline: kept while the app runs, not per visit."""
 
@@ -127,23 +132,32 @@ class GpudeckApp(App):
     # -- screens -------------------------------------------------------------------------------
     def on_mount(self) -> None:
         self.read_health()
-        self.set_interval(HEALTH_EVERY_S, self.read_health)
+        self.set_interval(STATUS_EVERY_S, self.read_health)
         self.push_screen(JobsScreen())
         if self.first_job is not None:
             self.push_screen(JobScreen(self.first_job))
 
     def read_health(self) -> None:
-        """The free space under the server's GPUDECK_HOME, in the title bar (`low`: below GPUDECK_MIN_FREE, where
-        new jobs are refused)."""
-        if self.api_ready():
-            self.call_api(lambda c: c.request("GET", "/healthz").json(), self._health, group="health", exclusive=True)
-
-    def _health(self, health: dict[str, Any]) -> None:
-        space = health.get("disk")
-        if not space:
+        """The title bar's line: the box (`3/4 GPUs busy · 5 queued · you: 2/2 GPUs`), then the free space under
+        the server's GPUDECK_HOME (`LOW`: below GPUDECK_MIN_FREE, where new jobs are refused), then the API."""
+        if not self.api_ready():
             return
-        low = " — LOW: new jobs refused" if space.get("low") else ""
-        self.sub_title = f"{self.api_url} · {human(space['free_bytes'])} free{low}"
+
+        def read(c: Client) -> tuple[dict[str, Any], dict[str, Any], list[dict[str, Any]], dict[str, Any]]:
+            me = self.me if self.me is not None else c.whoami()
+            health = c.request("GET", "/healthz").json()
+            return health, c.share(), c.request("GET", "/api/v1/workers").json()["workers"], me
+
+        self.call_api(read, self._health, group="health", exclusive=True)
+
+    def _health(self, answer: tuple[dict[str, Any], dict[str, Any], list[dict[str, Any]], dict[str, Any]]) -> None:
+        health, share, workers, self.me = answer
+        parts = [box_summary(share, workers, self.me)]
+        if space := health.get("disk"):
+            parts.append(
+                f"{human(space['free_bytes'])} free" + (" — LOW: new jobs refused" if space.get("low") else "")
+            )
+        self.sub_title = " · ".join([*parts, self.api_url])
 
     def action_toggle_help(self) -> None:
         """gpudeck's keys for the current screen (a screen without its own list gets Textual's help panel)."""
@@ -183,6 +197,10 @@ class GpudeckApp(App):
     def action_gpus(self) -> None:
         if not isinstance(self.screen, GpusScreen):
             self.push_screen(GpusScreen(self.gpu_history))
+
+    def action_share(self) -> None:
+        if not isinstance(self.screen, ShareScreen):
+            self.push_screen(ShareScreen())
 
     def action_submit(self) -> None:
         def opened(job: dict | None) -> None:

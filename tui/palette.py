@@ -20,10 +20,26 @@ class GpudeckCommands(Provider):
         app = self.app
         out: list[tuple[str, str, Callable[[], object]]] = [
             ("GPUs and workers", "GPUs, workers, what their jobs use, the queued jobs in line", app.action_gpus),
+            (
+                "Fair share",
+                "who uses the box: GPUs held, decayed GPU-hours, running and queued, per person",
+                app.action_share,
+            ),
             ("New job", "the form to submit a job", app.action_submit),
             ("TensorBoard", "TensorBoard on the current job (or the selected ones)", app.action_tensorboard),
             ("Keys", "gpudeck's keys on this screen", app.action_toggle_help),
         ]
+        from tui.screens.jobs import JobsScreen
+
+        if isinstance(self.screen, JobsScreen):  # (what + - T do there, found by name)
+            out += [
+                ("Priority up", "raise the priority of the selected queued jobs (or this one): +", partial(
+                    self.screen.action_priority, -1)),
+                ("Priority down", "lower the priority of the selected queued jobs (or this one): -", partial(
+                    self.screen.action_priority, 1)),
+                ("Top of line", "move the selected queued jobs (or this one) to the top of their line: T",
+                 self.screen.action_top),
+            ]  # fmt: skip
         for facet in ("all", "running", "starting", "queued", *ENDED):
             out.append((f"Show {facet} jobs", f"the jobs table, status: {facet}", partial(app.show_jobs, facet)))
         # Textual's own (theme, quit, screenshot, …) after gpudeck's: this provider is the palette's only one, so

@@ -12,6 +12,10 @@ from pathlib import Path
 PR_SET_PDEATHSIG = 1
 
 
+SHIM = "jobs.run.shim"
+"""The module a job's sandbox starts first (`python -m SHIM …`), by name: the sandbox runs it, usage tells it apart."""
+
+
 def python_module(module: str, *args: str) -> list[str]:
     """argv for `python -m module args`, without the current directory on sys.path (Python >= 3.11),
     so a user's own `models/` or `api/` folder where they ran gpudeck cannot shadow ours."""

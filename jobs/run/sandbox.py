@@ -45,7 +45,7 @@ from pathlib import Path
 from urllib.parse import urlparse
 
 from jobs.errors import ConfigError
-from jobs.run.proc import python_module
+from jobs.run.proc import SHIM, python_module
 
 MODES = ("auto", "bwrap", "off")
 """GPUDECK_SANDBOX: auto (bubblewrap where it works), bwrap (required: a worker without it does not start), off."""
@@ -250,7 +250,7 @@ def wrap(
         args += ["--setenv", name, value]
     command = [shutil.which("bwrap") or "bwrap", "--args", str(options_fd), "--"]
     who = f"{user[0]}:{user[1]}" if user is not None else "-"
-    return [*command, *python_module("jobs.run.shim", str(lifeline), who, "--"), *argv], args
+    return [*command, *python_module(SHIM, str(lifeline), who, "--"), *argv], args
 
 
 BWRAP_ENV = ("PATH", "LANG", "LC_ALL")

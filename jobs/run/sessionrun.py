@@ -180,7 +180,8 @@ class SessionRun(JobRun):
         if not self.spawned:
             self.spawned = self.busy_at = time.monotonic()
         host = host_name(self.ctx)
-        self.info = {"host": host, **fields, **({"warning": self.info["warning"]} if "warning" in self.info else {})}
+        kept: dict[str, Any] = {k: self.info[k] for k in ("warning", "warned") if k in self.info}
+        self.info = {"host": host, **fields, **kept}
         self.store.update(self.job_id, session=self.info)
         if self.relay is not None:
             self.relay.note(f"gpudeck: session started on {host}: gpudeck session attach {self.job_id}")
@@ -220,8 +221,9 @@ class SessionRun(JobRun):
             self.request_stop(Reason.IDLE.value)
             return self.stop_reason()
         if self.busy_at == now:
-            self.warned.discard("idle")
-        elif idle_left <= WARN_BEFORE_S and "idle" not in self.warned:
+            if "idle" in self.warned:  # somebody came back: the warning no longer holds
+                self._unwarn("idle")
+        elif idle_left <= min(WARN_BEFORE_S, idle_s * 2 / 3) and "idle" not in self.warned:  # (not at once)
             self._warn(
                 "idle", f"idle: released in {duration(max(0.0, idle_left))} unless someone attaches or its GPUs work"
             )
@@ -234,7 +236,15 @@ class SessionRun(JobRun):
         if self.relay is not None:
             self.relay.say(f"session {self.job_id} {text}")
         self.info = {**self.info, "warning": f"{text} (said at {datetime.now().astimezone():%H:%M:%S})"}
+        self.info["warned"] = what
         self.store.update(self.job_id, session=self.info)
+
+    def _unwarn(self, what: str) -> None:
+        """`what`'s warning no longer holds: off the record (unless a later one of another kind replaced it)."""
+        self.warned.discard(what)
+        if self.info.get("warned") == what:
+            self.info = {k: v for k, v in self.info.items() if k not in ("warning", "warned")}
+            self.store.update(self.job_id, session=self.info)
 
     def _in_use(self) -> bool:
         """Somebody uses the session: a notebook client is connected or was active within the idle time, one of its

@@ -236,6 +236,7 @@ def test_a_session_is_released_when_nobody_is_attached_and_its_gpu_is_idle_and_n
     until(lambda: job(url, busy)["status"] == "running", 60, "the busy session running")
     time.sleep(7)  # (over two idle times and two looks at the GPU: what must not happen does not)
     assert job(url, busy)["status"] == "running"
+    assert not job(url, busy).get("warning")  # (used: no "released unless…" on its record)
     util.write_text("0")
     assert wait_ended(url, busy, timeout=60)["reason"] == "idle"
 
@@ -249,7 +250,7 @@ def test_a_session_is_released_when_nobody_is_attached_and_its_gpu_is_idle_and_n
         assert told.returncode == 0, told.stderr
         assert f"attach there: ssh -t gpu-box-7 gpudeck session attach {watched}" in told.stdout
         time.sleep(6)  # attached, typing nothing, past its idle time and a look at the GPU: not idle
-        assert job(url, watched)["status"] == "running"
+        assert job(url, watched)["status"] == "running" and not job(url, watched).get("warning")
         at = term.send("\x1d")  # Ctrl-]: detach, the session goes on
         assert term.wait(30) == 0
         term.expect(rf"detached from session {watched}; it goes on", after=at)

@@ -41,3 +41,11 @@ def text_of(widget) -> str:
     console = Console(width=120, file=io.StringIO(), record=True)
     console.print(content)
     return console.export_text()
+
+
+def footer_overlaps(screen, width: int) -> list[str]:
+    """The footer's keys that overlap the next one or run past `width` columns (Textual's footer draws the command
+    palette's key over the right end: `t Tens▏` was cut by it at 80 columns); empty when every key reads whole."""
+    keys = sorted(((k.region.x, k.region.right, k.description) for k in screen.query("FooterKey")), key=lambda k: k[0])
+    over = [a[2] for a, b in zip(keys, keys[1:]) if a[1] > b[0]]
+    return over + [k[2] for k in keys if k[1] > width]

@@ -19,12 +19,13 @@ from jobs.run.proc import python_module
 from jobs.settings import parse_size
 from models.sourcetree import human
 from tests.support.live import FAKE_SMI, fake_nvidia_smi, start_api
-from tests.support.pilot import on_screen, text_of, until
+from tests.support.pilot import footer_overlaps, on_screen, text_of, until
 from tui.app import GpudeckApp
 from tui.screens.dialogs import Confirm, KeysHelp, TensorBoardDialog
 from tui.screens.gpus import GpusScreen
 from tui.screens.job import JobScreen
-from tui.screens.jobs import JobsScreen
+from tui.screens.jobs import JobsScreen, id_of
+from tui.screens.share import ShareScreen
 from tui.screens.submit import SubmitScreen
 from tui.screens.sweep import SweepScreen
 from tui.widgets.chrome import Banner
@@ -154,7 +155,7 @@ def test_c_cancels_every_selected_job_after_one_confirmation_and_S_reverses_the_
         async with app.run_test(size=(80, 24)) as pilot:
             table = app.screen.query_one("#jobs", DataTable)
             await until(pilot, lambda: table.row_count == 3)
-            ids = lambda: [int(str(table.get_cell_at((r, 0))).removeprefix("✓ ")) for r in range(3)]  # noqa: E731
+            ids = lambda: [id_of(table.get_cell_at((r, 0))) for r in range(3)]  # noqa: E731
             assert ids() == [waiting[1], waiting[0], done]
             await pilot.press("S")  # reverse: oldest first
             await until(pilot, lambda: ids() == [done, waiting[0], waiting[1]])
@@ -201,6 +202,11 @@ def test_plus_minus_and_T_steer_the_queued_jobs_in_line(stack):
             await until(pilot, lambda: job(stack, waiting[1])["queue_position"] == 1, 10)
             await pilot.press("plus")
             await until(pilot, lambda: job(stack, waiting[1])["spec"]["priority"] == "high", 10)
+            # issue 42 #4: the line you can see: at 80 columns a mark beside the id, and the title bar's summary
+            await until(pilot, lambda: str(table.get_cell(str(waiting[1]), "id")).endswith(f"{waiting[1]}↑"), 10)
+            assert str(table.get_cell(str(waiting[0]), "id")) == str(waiting[0])  # (normal: no mark)
+            await until(pilot, lambda: app.sub_title.startswith("0/1 workers busy · 2 queued · "), 10)
+            assert footer_overlaps(app.screen, 80) == []
             await pilot.press("minus")
             await until(pilot, lambda: job(stack, waiting[1])["spec"]["priority"] == "normal", 10)
             await pilot.press("minus")
@@ -211,10 +217,20 @@ def test_plus_minus_and_T_steer_the_queued_jobs_in_line(stack):
             shown = "\n".join(text_of(w) for w in help_.query("Label, Static"))
             assert "raise or lower the priority" in shown and "top of their line" in shown
             await pilot.press("escape")
-            app.push_screen(JobScreen(waiting[0]))  # what backfill plans with, and where it comes from
+            table.move_cursor(row=table.get_row_index(str(waiting[0])))
+            await pilot.press("l")  # the job's screen, on its log (as k9s)
             screen = await on_screen(pilot, app, JobScreen)
+            assert screen.job_id == waiting[0] and screen._active_tab() == "tab-log"
             summary = screen.query_one("#job-summary", Static)
             await until(pilot, lambda: "expected 20m00s (as declared)" in text_of(summary))
+            assert "priority normal" in text_of(summary)
+            await palette(pilot, "share", "Fair share")  # who uses the box, as gpudeck share prints it
+            share = await on_screen(pilot, app, ShareScreen)
+            body = share.query_one("#share", Static)
+            await until(pilot, lambda: "OWNER" in text_of(body), 10)
+            row = next(line.split() for line in text_of(body).splitlines() if line.lstrip().startswith("- "))
+            assert row[-3:] == ["0", "0", "2"], text_of(body)  # GPUS, RUNNING, QUEUED
+            assert "least used first" in text_of(body)
 
     run(scenario())
 
@@ -397,7 +413,7 @@ def test_a_failed_job_says_why_on_its_first_screen_and_its_log_can_be_searched(s
             await pilot.press("G")
             await pilot.pause(0.2)
             assert screen.follow and "FileNotFoundError: no /data/cifar here" in visible()
-            await pilot.press("g")
+            await pilot.press("home")
             await pilot.pause(0.2)
             assert log.scroll_y == 0 and visible()[0] == log.lines[0].strip()
             await pilot.press("slash", *"nothing like this", "enter")
@@ -929,3 +945,48 @@ def test_a_progress_bar_is_drawn_live_in_the_api_the_cli_and_the_tui(stack, sett
     screen_lines = [as_shown(line) for line in shown.replace("\r\n", "\n").split("\n")]
     assert [line for line in screen_lines if line] == ["training", "5/5 [=====] - loss: 0.4", "done"], shown
     assert logs(live=1) == "training\n5/5 [=====] - loss: 0.4\ndone\n"
+
+
+def test_a_search_on_train_loss_charts_train_loss_and_shows_its_loss_once():
+    """Issue 42 #3: a search that ranks on train `loss` charts train loss at every point its trials reported (not
+    the 1-2 validation points each has), and its table has one loss column, not LOSS and LAST LOSS side by side;
+    a search on val_accuracy charts validation accuracy. (The screen as the API answers it; no stack.)"""
+    from textual.app import App
+
+    def summary(metric: str) -> dict:
+        rows = [
+            {"job_id": 7, "status": "succeeded", "fraction": 1.0, "rank": 1, "metric": 0.17, "last_loss": 0.17,
+             "test_accuracy": 0.9, "env.LR": 0.1},
+            {"job_id": 8, "status": "running", "fraction": 0.5, "rank": 2, "metric": 0.46, "last_loss": 0.46,
+             "test_accuracy": None, "env.LR": 0.9},
+        ]  # fmt: skip
+        return {"id": 3, "search": "random", "mode": "min", "metric": metric, "space": {"env.LR": {}}, "grid": {},
+                "budget": {"trials": 2}, "max_trials": 2, "ended": 1, "total": 2, "jobs": rows,
+                "best": {"job_id": 7, "values": {"env.LR": 0.1}, "metric": 0.17}}  # fmt: skip
+
+    points = {
+        j: [{"step": s, "loss": 1 / s + j, "accuracy": s / 100} for s in range(1, 91)]
+        + [{"step": 45, "val_loss": 0.5, "val_accuracy": 0.4}, {"step": 90, "val_loss": 0.3, "val_accuracy": 0.6}]
+        for j in (7, 8)
+    }
+
+    class Quiet(SweepScreen):
+        def poll(self) -> None:  # (no API: the test gives the answers)
+            pass
+
+    async def scenario(metric: str) -> tuple[list[str], dict[str, str]]:
+        app = App()
+        async with app.run_test(size=(120, 40)) as pilot:
+            screen = Quiet(3)
+            await app.push_screen(screen)
+            screen.apply(summary(metric), points)
+            await pilot.pause()
+            table = screen.query_one("#sweep-jobs", DataTable)
+            return [str(c.label) for c in table.ordered_columns], dict(screen.charted)
+
+    columns, charted = run(scenario("loss"))
+    assert columns == ["RANK", "JOB", "LR", "STATUS", "PROGRESS", "LOSS", "TEST ACC"], columns
+    assert charted["sweep-loss"] == "loss"  # train loss: 90 points a trial, not 2
+    columns, charted = run(scenario("val_accuracy"))
+    assert columns[-2:] == ["TEST ACC", "LAST LOSS"] and "VAL_ACCURACY" in columns, columns
+    assert charted == {"sweep-loss": "val_loss", "sweep-acc": "val_accuracy"}, charted

@@ -256,3 +256,55 @@ def test_the_gpus_table_never_cuts_a_gpus_host_index_or_numbers(columns):
             assert f"{40000 + i}/81559" in row, row  # (the name may give way: NVIDIA …)
         else:
             assert words[0] == f"gpu-node-{h}:{i}" and "39.1/80G" in words, row
+
+
+def test_the_title_bar_says_how_the_box_is_used_and_what_is_yours():
+    """Issue 42 #4: `3/4 GPUs busy · 5 queued · you: 2/2 GPUs`, from /share, /workers and /whoami as answered."""
+    from tui.widgets.fmt import box_summary
+
+    workers = [
+        {"host": "box", "gpus": ["0", "1"], "alive": True, "job_id": 3},
+        {"host": "box", "gpus": ["2"], "alive": True, "job_id": 4},
+        {"host": "box", "gpus": ["3"], "alive": True, "job_id": None},
+        {"host": "box", "gpus": ["4"], "alive": False, "job_id": None},  # (lost: not counted)
+    ]
+    share = {
+        "owners": [
+            {"owner": "alice", "gpus": 2, "running": 1, "queued": 4},
+            {"owner": "bob", "gpus": 1, "running": 1, "queued": 1},
+        ]
+    }
+    alice = {"name": "alice", "auth": "named", "max_gpus": 2}
+    assert box_summary(share, workers, alice) == "3/4 GPUs busy · 5 queued · you: 2/2 GPUs"
+    assert box_summary(share, workers, {**alice, "name": "carol", "max_gpus": None}) == (
+        "3/4 GPUs busy · 5 queued · you: 0 GPUs"
+    )
+    assert box_summary(share, workers, {"name": None, "auth": "none"}) == "3/4 GPUs busy · 5 queued"
+    cpus = [{**w, "gpus": []} for w in workers]
+    assert box_summary({"owners": []}, cpus, None) == "2/3 workers busy · 0 queued"
+
+
+def test_the_header_shows_the_priority_and_a_session_its_limits_not_steps():
+    """Issue 42 #4 and a should-fix: a job's header names its priority; a shell session's reads how long it has
+    been up and its idle and max times, not `step 0/? eta -`."""
+    from tui.widgets.jobtext import header_text
+
+    head = header_text({**RUNNING, "spec": {**RUNNING["spec"], "priority": "high"}, "elapsed_s": 30}, 120).plain
+    assert "priority high" in head and "step 5/10" in head
+    session = {
+        "id": 9,
+        "name": "shell",
+        "status": "running",
+        "spec": {"kind": "session", "idle": 1800, "max": 28800, "priority": "normal", "gpus": 1},
+        "elapsed_s": 65,
+    }
+    head = header_text(session, 120).plain
+    assert "up 1m05s" in head and "released after 30m00s unused, ends after 8h00m" in head, head
+    assert "step" not in head and "eta" not in head, head
+
+
+def test_a_priority_other_than_normal_is_marked_in_both_tables():
+    cells = job_cells({**RUNNING, "spec": {**RUNNING["spec"], "priority": "low"}})
+    assert (str(cells["priority"]), cells["mark"]) == ("low", "↓")
+    cells = job_cells(RUNNING)  # (a spec kept before priorities: normal)
+    assert (str(cells["priority"]), cells["mark"]) == ("normal", "")

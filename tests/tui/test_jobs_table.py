@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 
+import pytest
 from textual.app import App, ComposeResult
 
 from tui.screens.jobs import JobsTable
@@ -41,3 +42,114 @@ def test_a_row_drawn_before_its_widths_were_measured_is_drawn_again_at_the_new_w
     assert "wider lr sweep" not in before  # (what the old widths make of it: the test draws that case)
     assert "wider lr sweep  queued" in after
     assert "wider lr sweep  running" in changed
+
+
+def _jobs(owner: str | None) -> list[dict]:
+    from datetime import datetime, timedelta, timezone
+
+    later = (datetime.now(timezone.utc) + timedelta(seconds=250)).isoformat()
+    spec = {"model": "resnet20", "gpus": 1, "priority": "normal"}
+    return [
+        {"id": 1234, "owner": owner, "name": "lrsweep lr=0.1 model=lenet batch=128", "status": "running",
+         "spec": spec, "progress": {"fraction": 0.5, "step": 50, "total_steps": 100},
+         "metrics": {"loss": 0.0001234, "accuracy": 0.875}, "elapsed_s": 3723, "eta_s": 3723, "gpu_ids": ["0", "1"],
+         "disk_bytes": 123456789},
+        {"id": 1235, "owner": owner, "name": "wider lr sweep baseline", "status": "queued", "queue_position": 12,
+         "expected_start": later, "spec": {**spec, "priority": "high", "gpus": 2}},
+        {"id": 1236, "owner": owner, "name": "x", "status": "failed", "reason": "dependency_failed",
+         "result": {"test_accuracy": 0.9123}, "metrics": {"loss": 12.5}, "elapsed_s": 59,
+         "spec": {**spec, "priority": "low", "command": ["python", "train.py"], "model": None}},
+        {"id": 1237, "owner": owner, "name": "s", "status": "succeeded", "warning": "w", "elapsed_s": 100000,
+         "result": {"test_accuracy": 0.9123}, "spec": spec, "disk_bytes": 10**12},
+    ]  # fmt: skip
+
+
+@pytest.mark.parametrize("width", [80, 100, 110, 120, 150, 200])
+@pytest.mark.parametrize("owner", [None, "bartholomew"])
+def test_the_jobs_table_fits_the_terminal_and_cuts_only_names(width, owner):
+    """Issue 42 (should-fix): at 80 columns running rows read a bare `eta`, at 120 the columns stopped at `ELA`.
+    At every width every column shown fits, no cell but a name, owner or model is ever cut, the names keep 16
+    cells in the wide set (columns give way first: disk, elapsed, GPU, model), and what matters is always there:
+    the id with its priority mark or the PRI column, status, progress or place in line, the time or ETA."""
+    from tui.screens.jobs import JobsScreen
+
+    class Quiet(JobsScreen):
+        def refresh_jobs(self) -> None:  # (no API: the test gives the answer)
+            pass
+
+    async def scenario() -> tuple[int, int, list[str], list[str]]:
+        app = App()
+        async with app.run_test(size=(width, 24)) as pilot:
+            screen = Quiet()
+            await app.push_screen(screen)
+            await pilot.pause()
+            screen.apply(_jobs(owner))
+            await pilot.pause(0.3)
+            table = screen.query_one("#jobs", JobsTable)
+            lines = [table.render_line(y).text for y in range(5)]
+            return table.virtual_size.width, table.size.width, [k for k, _ in screen.columns], lines
+
+    virtual, shown, columns, lines = asyncio.run(scenario())
+    assert virtual <= shown, (virtual, shown, lines)
+    header, *rows = lines
+    by_id = {int(r.split()[0].rstrip("↑↓")): r for r in rows}
+    compact = width < 110
+    eta = "eta 1h02m" if compact else "1h02m"
+    assert "running" in by_id[1234] and "50%" in by_id[1234] and eta in by_id[1234], lines
+    assert "#12 ~4m" in by_id[1235], lines
+    assert ("✗ after" if compact else "failed·after") in by_id[1236], lines
+    if compact:
+        assert by_id[1235].split()[0] == "1235↑" and by_id[1236].split()[0] == "1236↓", lines
+    else:
+        assert "PRI" in header and " high " in by_id[1235] and " low " in by_id[1236], lines
+        assert "wider lr sweep baseline" in by_id[1235] or "wider lr sweep b" in by_id[1235], lines
+    if width >= 160 or (width >= 150 and owner is None):
+        assert "931.3 GiB" in by_id[1237], lines
+    assert ("owner" in columns) == (owner is not None)
+
+
+def test_the_gpus_screen_opens_the_job_that_holds_the_gpu_under_its_cursor():
+    """Issue 42 (should-fix): the GPUs screen was static; ↓/j moves a cursor over the GPUs (the row reversed) and
+    enter opens the job that holds it, as nvitop and k9s do; a GPU nobody's job holds says so."""
+    from tui.screens.gpus import GpusScreen
+
+    gpu = {"name": "NVIDIA H100 80GB HBM3", "utilization": 5, "memory_used_mib": 1, "memory_total_mib": 81559}
+    state = {
+        "hosts": [
+            {"host": "box", "gpus": [
+                {**gpu, "index": 0, "uuid": "GPU-a", "held_by": None},
+                {**gpu, "index": 1, "uuid": "GPU-b", "held_by": {"job_id": 42, "owner": "alice"}},
+            ]},
+        ],
+        "workers": [],
+        "running": {},
+        "queued": [],
+    }  # fmt: skip
+    opened: list[int] = []
+
+    class Box(App):
+        def open_job(self, job_id: int) -> None:
+            opened.append(job_id)
+
+    class Quiet(GpusScreen):
+        def poll(self) -> None:  # (no API: the test gives the answer)
+            pass
+
+    async def scenario() -> list[str]:
+        app = Box()
+        async with app.run_test(size=(120, 30)) as pilot:
+            screen = Quiet()
+            await app.push_screen(screen)
+            screen.apply(state)
+            await pilot.press("enter")  # GPU 0: nobody's job
+            await pilot.pause()
+            told = [n.message for n in app._notifications]
+            await pilot.press("j", "enter")
+            await pilot.pause()
+            await pilot.press("down", "down", "up", "up", "up", "enter")  # (it stays within the GPUs)
+            await pilot.pause()
+            return told
+
+    told = asyncio.run(scenario())
+    assert told == ["GPU 0: no gpudeck job holds it"], told
+    assert opened == [42], opened

@@ -192,7 +192,7 @@ def test_config_and_result_scroll_at_once_and_the_footer_offers_what_works_there
 
     from textual.containers import VerticalScroll
 
-    from tests.support.pilot import until
+    from tests.support.pilot import footer_overlaps, until
     from tui.screens.job import JobScreen
 
     def offered(screen) -> set[str]:
@@ -204,6 +204,8 @@ def test_config_and_result_scroll_at_once_and_the_footer_offers_what_works_there
             screen = await until(pilot, lambda: app.screen if isinstance(app.screen, JobScreen) else None, 30)
             await until(pilot, lambda: screen.job is not None and screen.lines, 30)
             assert "toggle_follow" in offered(screen)
+            await pilot.pause(0.2)
+            assert footer_overlaps(screen, 80) == []  # (issue 42: `t Tens▏` was cut at 80 columns)
             await pilot.press("3")
             scroll = screen.query_one("#tab-config").query_one(VerticalScroll)
             await until(pilot, lambda: scroll.max_scroll_y > 0, 10)

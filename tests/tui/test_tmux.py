@@ -66,7 +66,7 @@ def test_tui_in_tmux_at_80x24(spawn, child_env, tmp_path):
         tmux("send-keys", "-t", session, "Escape")
         wait_for(session, "STATUS")  # back on the jobs screen (a lone ESC needs a moment to read as one)
         text = wait_for(session, "STATUS")
-        for key in ("Open", "Select", "Filter", "Cancel", "New job", "Quit"):  # the footer's keys fit 80 columns
+        for key in ("Open", "Select", "Filter", "Cancel", "New", "Quit"):  # the footer's keys fit 80 columns
             assert key in text, text
         tmux("send-keys", "-t", session, "?")
         wait_for(session, "Keys: jobs")  # gpudeck's keys for the jobs screen

@@ -10,7 +10,7 @@ import click
 from models.common import EXIT_OK, EXIT_USAGE
 from models.sourcetree import human
 from tui.cli.base import client, connection_options, echo_json, json_option, print_table, settings
-from tui.widgets.fmt import duration, one_line
+from tui.widgets.fmt import SHARE_COLUMNS, duration, one_line, share_rows, share_rule
 
 
 @click.command()
@@ -126,22 +126,8 @@ def share(as_json) -> int:
     if as_json:
         echo_json(doc)
         return EXIT_OK
-    rows = [
-        (
-            o["owner"] or "-",
-            f"{o['usage_gpu_hours']:.2f}",
-            f"{100 * o['share']:.1f}%",
-            o["gpus"],
-            o["running"],
-            o["queued"],
-        )
-        for o in doc["owners"]
-    ]
-    print_table(("OWNER", "GPU-HOURS", "SHARE", "GPUS", "RUNNING", "QUEUED"), rows, right=[1, 2, 3, 4, 5])
-    days = doc["halflife_s"] / 86400
-    order = f"least used first (half-life {days:g} days)" if doc["fairshare"] else "first come, first served"
-    preempt = f"after {doc['preempt_after_s']}s of running" if doc.get("preempt") else "off"
-    click.echo(f"(within a priority: {order}; preemption of lower priorities: {preempt})", err=True)
+    print_table(SHARE_COLUMNS, share_rows(doc), right=[1, 2, 3, 4, 5])
+    click.echo(f"({share_rule(doc)})", err=True)
     return EXIT_OK
 
 

@@ -21,7 +21,7 @@ import click
 from rich.console import Console
 from rich.table import Table
 
-from models import jobspec
+from models import jobspec, specfields
 from models.common import DEFAULT_API, EXIT_JOB_FAILED, EXIT_OK, parse_age, parse_duration, parse_size
 from models.states import ENDED
 from tui.widgets.fmt import (
@@ -204,7 +204,7 @@ class CountOrAge(click.ParamType):
         return text
 
 
-def _spec_option(name: str, field: Any, cli: jobspec.Cli) -> Callable[[Callable], Callable]:
+def _spec_option(name: str, field: Any, cli: specfields.Cli) -> Callable[[Callable], Callable]:
     """The option of one spec field, as its declaration (models/jobspec.py) says."""
     kw: dict[str, Any] = {"help": cli.help or field.description, "metavar": cli.metavar, "multiple": cli.multiple}
     if cli.flag_value is not None:
@@ -221,9 +221,9 @@ def _spec_option(name: str, field: Any, cli: jobspec.Cli) -> Callable[[Callable]
     return click.option(cli.flag, name, **{k: v for k, v in kw.items() if v is not None})
 
 
-def _cli_fields(kind: str, only: Iterable[str] | None) -> list[tuple[str, Any, jobspec.Cli]]:
+def _cli_fields(kind: str, only: Iterable[str] | None) -> list[tuple[str, Any, specfields.Cli]]:
     cls = jobspec.KINDS[kind]
-    found = [(n, f, jobspec.marker(cls, n, jobspec.Cli)) for n, f in cls.model_fields.items()]
+    found = [(n, f, specfields.marker(cls, n, specfields.Cli)) for n, f in cls.model_fields.items()]
     return [(n, f, c) for n, f, c in found if c is not None and (only is None or n in only)]
 
 

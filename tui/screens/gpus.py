@@ -121,8 +121,21 @@ def wide_widths(hosts: list[dict[str, Any]], natural: dict[str, int], width: int
     return out
 
 
+def _job_of(g: dict[str, Any]) -> int | None:
+    """The gpudeck job on a GPU: the one pinned to it, else the first nvidia-smi sees there."""
+    held = g.get("held_by")
+    if held:
+        return int(held["job_id"])
+    return next((int(p["job_id"]) for p in g.get("processes") or [] if p.get("job_id")), None)
+
+
 class GpusScreen(Screen):
-    BINDINGS = [Binding("escape,backspace,q", "app.pop_screen", "Back")]
+    BINDINGS = [
+        Binding("escape,backspace,q", "app.pop_screen", "Back"),
+        Binding("enter", "open", "Open its job", priority=True),
+        Binding("down,j", "move(1)", "Down", show=False, priority=True),  # (PgUp, PgDn scroll the page)
+        Binding("up,k", "move(-1)", "Up", show=False, priority=True),
+    ]
 
     def __init__(self, history: dict[str, deque] | None = None) -> None:
         """`history`: the utilization samples per GPU, kept by the app so the sparkline goes on where it was."""
@@ -130,6 +143,8 @@ class GpusScreen(Screen):
         self.history: dict[str, deque] = history if history is not None else gpu_history()
         self.shown: Any = None
         self.state: dict[str, Any] | None = None
+        self.cursor = 0
+        """The GPU (in the order shown) that ↑/↓ are on; enter opens the job that holds it."""
 
     def compose(self) -> ComposeResult:
         yield from chrome()
@@ -169,6 +184,7 @@ class GpusScreen(Screen):
         # what is drawn, less the heartbeat times: a box where nothing changes sends nothing to the terminal
         key = (
             wide,
+            self.cursor,
             state["hosts"],
             [{k: v for k, v in w.items() if k != "last_heartbeat"} for w in state["workers"]],
             {i: (j.get("name"), j.get("usage")) for i, j in state["running"].items()},
@@ -198,17 +214,20 @@ class GpusScreen(Screen):
         else:
             table = _table("GPU", "UTIL", "MEMORY", "HELD BY")
             table.columns[-1].no_wrap = False  # (the one column that may take two lines)
+        n = -1
         for host in hosts:
             for g in host["gpus"]:
+                n += 1
                 jobs = held[g["uuid"]]
+                style = "reverse" if n == self.cursor else None  # (the GPU enter opens the job of)
                 if not wide:
                     used, total = g.get("memory_used_mib"), g.get("memory_total_mib")
                     where = f"{one_line(host['host'], 20)}:{g['index']}" if len(hosts) > 1 else str(g["index"])
                     util = g.get("utilization")
                     memory = f"{used / 1024:.1f}/{total / 1024:.0f}G" if used is not None and total else NA
-                    table.add_row(where, f"{util}%" if util is not None else NA, memory, jobs)
+                    table.add_row(where, f"{util}%" if util is not None else NA, memory, jobs, style=style)
                     continue
-                table.add_row(*_wide_cells(host["host"], g, list(self.history[g["uuid"]])), jobs)
+                table.add_row(*_wide_cells(host["host"], g, list(self.history[g["uuid"]])), jobs, style=style)
         return table
 
     @staticmethod
@@ -260,3 +279,26 @@ class GpusScreen(Screen):
             if len(jobs) > LINE_SHOWN:
                 out.append(f", … {len(jobs) - LINE_SHOWN} more", style="dim")
         return out
+
+    # -- a GPU and its job ---------------------------------------------------------------------------
+    def _gpus_shown(self) -> list[dict[str, Any]]:
+        return [g for h in (self.state or {}).get("hosts") or [] for g in h["gpus"]]
+
+    def action_move(self, step: int) -> None:
+        gpus = self._gpus_shown()
+        if gpus:
+            self.cursor = max(0, min(len(gpus) - 1, self.cursor + step))
+            self.apply(self.state or {}, sample=False)
+
+    def action_open(self) -> None:
+        """Open the job that holds the GPU under the cursor (as nvitop and k9s open a row)."""
+        gpus = self._gpus_shown()
+        if not gpus:
+            self.notify("no GPU to open: this box reports none", severity="warning")
+            return
+        g = gpus[min(self.cursor, len(gpus) - 1)]
+        job_id = _job_of(g)
+        if job_id is None:
+            self.notify(f"GPU {g['index']}: no gpudeck job holds it", severity="warning")
+            return
+        self.app.open_job(job_id)  # type: ignore[attr-defined]

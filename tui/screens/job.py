@@ -19,29 +19,16 @@ from textual_plotext import PlotextPlot
 
 from tui.attach import local_host
 from tui.client import split_live
-from tui.logtext import ERROR_LINE, Folder, explain, fold
+from tui.logtext import ERROR_LINE, Folder, explain
 from tui.screens.dialogs import Confirm, notebook_dialog, open_tensorboard, session_text
 from tui.widgets.chrome import chrome
 from tui.widgets.fmt import (
     ENDED,
-    RICH_COLOR,
     UNENDED,
-    WARNED,
     axis_ticks,
-    bar,
-    duration,
-    expected_text,
-    gpus_text,
-    in_line,
-    num,
-    one_line,
-    over_attempts,
-    status,
-    usage_text,
-    value_of,
 )
-from tui.widgets.jobtext import fields_text, flow, runs_text  # noqa: F401 (re-exported: their old home)
-from tui.widgets.panes import Chart, FollowLog, _rows  # noqa: F401 (re-exported: their old home)
+from tui.widgets.jobtext import curves_text, fields_text, header_text, result_text
+from tui.widgets.panes import Chart, FollowLog, _rows
 
 LOG_ACTIONS = frozenset(
     {"toggle_follow", "toggle_wrap", "toggle_fold", "next_match", "next_error", "log_end", "log_start"}
@@ -68,7 +55,7 @@ KEYS = [
             ("w", "wrap long lines on/off"),
             ("/  n  N", "search; next and previous match"),
             ("e", "next error or traceback"),
-            ("g  G", "start; end (and follow again)"),
+            ("home  G end", "start; end (and follow again)  (g: the GPUs, as on every screen)"),
             ("j  k", "scroll down and up"),
             ("b", "show or fold TensorFlow's start-up lines"),
         ],
@@ -94,13 +81,13 @@ class JobScreen(Screen):
         Binding("j", "scroll_log(1)", "Down", show=False),
         Binding("k", "scroll_log(-1)", "Up", show=False),
         Binding("f", "toggle_follow", "Follow"),
-        Binding("w", "toggle_wrap", "Wrap"),
-        Binding("slash", "search", "Search", key_display="/"),
+        Binding("w", "toggle_wrap", "Wrap", show=False),
+        Binding("slash", "search", "Search", key_display="/", show=False),
         Binding("n", "next_match(1)", "Next match", show=False),
         Binding("N", "next_match(-1)", "Previous match", show=False),
         Binding("e", "next_error", "Error"),
         Binding("G,end", "log_end", "End", show=False),
-        Binding("g,home", "log_start", "Start", show=False),
+        Binding("home", "log_start", "Start", show=False),  # (not g: g is the GPUs on every screen)
         Binding("b", "toggle_fold", "Banner", show=False),
         Binding("l", "toggle_log_scale", "Log scale", show=False),
         Binding("R", "next_run", "Next run", show=False),
@@ -108,8 +95,8 @@ class JobScreen(Screen):
         Binding("2", "tab('tab-curves')", "Curves", show=False),
         Binding("3", "tab('tab-config')", "Config", show=False),
         Binding("4", "tab('tab-result')", "Result", show=False),
-        Binding("c", "cancel", "Cancel job"),
-        Binding("r", "retry", "Retry job"),
+        Binding("c", "cancel", "Cancel"),
+        Binding("r", "retry", "Retry"),
         Binding("t", "tensorboard", "TensorBoard"),
         Binding("a", "attach", "Attach", show=False),
     ]
@@ -230,7 +217,7 @@ class JobScreen(Screen):
         config = {"spec": job["spec"], "source": job.get("source"), "environment": job.get("environment")}
         shown = {k: v for k, v in config.items() if v} if job["spec"].get("command") is not None else job["spec"]
         self._put("config", fields_text(shown))
-        self._put("result", self._result(job))
+        self._put("result", result_text(job))
         if job["status"] != self.bound_status:  # cancel and retry follow the status (the footer is redrawn)
             self.bound_status = job["status"]
             self.refresh_bindings()
@@ -267,44 +254,9 @@ class JobScreen(Screen):
         return [part for line in lines for part in (textwrap.wrap(line, width) or [""])]
 
     def _summary(self, job: dict[str, Any]) -> None:
-        p = job.get("progress") or {}
-        tasks = "".join(
-            f"\n  {t['type']}:{t['task_index']} {t['status']} on {t['worker']}" for t in job.get("tasks") or []
-        )
-        state = status(job["status"], None, job.get("warning"))
-        if job.get("reason"):
-            state.append(f" ({job['reason']})", style="red")
-        width = max(20, (self.size.width or self.app.size.width) - 2)
-        head = flow(
-            [
-                Text(f"job {job['id']}  {one_line(job.get('name'), 40)}", style="bold"),
-                state,
-                Text(runs_text(job["spec"])),
-                Text(f"{gpus_text(job)} on {job.get('worker') or '-'}"),
-            ],
-            width,
-        )
-        progress = flow(
-            [
-                Text(f"{bar(p.get('fraction'), 20)}  step {p.get('step') or 0}/{p.get('total_steps') or '?'}"),
-                Text(f"elapsed {duration(job.get('elapsed_s')) or '-'}" + over_attempts(job)),
-                Text(f"eta {duration(job.get('eta_s')) or '-'}") if job["status"] == "running" else Text(""),
-                Text(f"loss {value_of(job.get('metrics'), 'loss') or '-'}"),
-                Text(in_line(job)),
-                Text(expected_text(job), style="dim"),
-            ],
-            width,
-        )
-        text = Text.assemble(
-            head,
-            tasks,
-            "\n",
-            progress,
-            (f"\n{usage_text(job['usage'])}", "dim") if job.get("usage") else "",
-            f"\n{job['message']}" if job.get("message") else "",
-            (f"\n{WARNED} {job['warning']}", "yellow") if job.get("warning") else "",
-            (f"\n{way_in}", "bold") if (way_in := session_text(job)) else "",
-        )
+        text = header_text(job, max(20, (self.size.width or self.app.size.width) - 2))
+        if way_in := session_text(job):
+            text.append(f"\n{way_in}", style="bold")
         if job["status"] == "failed":  # why, on the first screen: the lines that explain it
             for line in explain(job.get("log_tail") or [], most=4):
                 text.append("\n  " + line[: max(20, self.size.width - 4)], style="red")
@@ -367,44 +319,8 @@ class JobScreen(Screen):
         self._draw()
 
     def _curves(self) -> Text:
-        """One line a metric: first → last value, its min and max, how many points (the charts draw them)."""
-        out = Text()
         colors = {key: color for _, _, lines in self.CURVES for key, _, color in lines}
-        for key, label in (
-            ("loss", "train loss"),
-            ("val_loss", "val loss"),
-            ("accuracy", "train acc"),
-            ("val_accuracy", "val acc"),
-        ):
-            values = [p[key] for p in self.run_points() if isinstance(p.get(key), (int, float))]
-            bad = [p["step"] for p in self.run_points() if key in (p.get("nonfinite") or {})]
-            if not values and not bad:
-                continue
-            out.append(f"{label:>9} ━ ", style=f"bold {RICH_COLOR.get(colors[key], colors[key])}")  # (the legend)
-            if values:
-                lo, hi = min(values), max(values)
-                out.append(f"{num(values[0])} → {num(values[-1])} (min {num(lo)}, max {num(hi)}, {len(values)} points)")
-            if bad:
-                out.append(f"  not finite from step {bad[0]}", style="red")
-            out.append("\n")
-        runs = (self.job or {}).get("runs") or []
-        if len(runs) > 1:  # a script that trained several times: one training at a time
-            out.append(f"run {self.shown_run()} ({runs.index(self.shown_run()) + 1} of {len(runs)}; R: next)  ", "bold")
-        out.append("l: loss on a log or linear scale", style="dim")
-        return out if self.points else Text("no metric points yet")
-
-    def _result(self, job: dict[str, Any]) -> Text:
-        if job.get("result"):
-            result = job["result"]
-            shown = [k for k in result if k not in ("nonfinite", "warning")]
-            text = Text("\n".join(f"{k:>15}  {value_of(result, k)}" for k in shown))
-            if job.get("warning"):
-                text.append(f"\n\n{WARNED} {job['warning']}", style="yellow")
-            return text
-        if job["status"] in ("failed", "canceled"):
-            tail = "\n".join(fold(job.get("log_tail") or []))  # (TensorFlow's start-up lines as one)
-            return Text(f"{job['status']}: {job.get('reason')}\n{job.get('message') or ''}\n\n{tail}", style="red")
-        return Text("no result yet")
+        return curves_text(self.run_points(), (self.job or {}).get("runs") or [], self.shown_run(), colors)
 
     # -- actions -------------------------------------------------------------------------------
     def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:

@@ -16,18 +16,32 @@ from textual.widgets import DataTable, Footer, Input, Static
 from textual.widgets.data_table import ColumnKey, RowKey
 
 from models.common import search_text
+from models.states import PRIORITIES
 from tui.client import ApiError
 from tui.screens.dialogs import Confirm, open_tensorboard
 from tui.screens.job import JobScreen
 from tui.screens.sweep import SweepScreen, sweep_of
 from tui.widgets.chrome import chrome
-from tui.widgets.fmt import ENDED, UNENDED, EtaSmoother, accuracy, gpus_text, human, id_list, job_cells, what
+from tui.widgets.fmt import (
+    ENDED,
+    PRIORITY_MARK,
+    UNENDED,
+    EtaSmoother,
+    accuracy,
+    gpus_text,
+    human,
+    id_list,
+    job_cells,
+    uncut,
+    what,
+)
 
 COLUMNS = [
     ("id", "ID"),
     ("name", "NAME"),
     ("model", "MODEL"),
     ("status", "STATUS"),
+    ("priority", "PRI"),
     ("progress", "PROGRESS"),
     ("loss", "LOSS"),
     ("acc", "ACC"),
@@ -46,8 +60,52 @@ COMPACT = [
     ("time", "TIME/ETA"),
 ]
 """The columns below WIDE_COLUMNS terminal columns: every one that matters in 80 (MODEL and GPU are in the job's
-own screen), with elapsed and ETA in one cell."""
+own screen), with elapsed and ETA in one cell, and a priority other than normal as a mark beside the id (↑ high,
+↓ low)."""
 WIDE_COLUMNS = 110
+FLEX = {"name": (6, 40), "owner": (5, 12), "model": (8, 16)}
+"""The columns that shrink to fit the terminal (their cells cut to the width given), the least and most each
+takes (the room left: FILL)."""
+FILL = (("name", 24), ("owner", 12), ("model", 16), ("name", 40))
+"""Who gets the room left over their least, in turns, up to how wide."""
+FLEX_WIDE = {**FLEX, "name": (16, 40)}
+"""The same in the wide set, where a name keeps 16 cells and columns give way before it shrinks further."""
+GIVE_WAY = ("disk", "elapsed", "gpu", "model")
+"""The wide set's columns left out, in this order, where even the shrunk names leave them no room."""
+
+
+def fit_columns(
+    columns: list[tuple[str, str]], natural: dict[str, int], width: int, flex: dict[str, tuple[int, int]] = FLEX
+) -> tuple[list[tuple[str, str]], dict[str, int]]:
+    """The columns that fit `width` cells and the width of each FLEX one, from each column's widest cell
+    (`natural`; a FLEX column's uncut): every other column keeps its whole width (a cell is never cut), the FLEX
+    ones shrink (no further than their least), and where that is not enough, GIVE_WAY's columns are left out."""
+    cols = list(columns)
+
+    def wants(key: str, label: str) -> int:
+        return max(natural.get(key, 0), len(label))
+
+    while True:
+        fixed = sum(wants(k, label) for k, label in cols if k not in flex) + 2 * len(cols)  # (cell padding)
+        least = sum(min(flex[k][0], wants(k, label)) for k, label in cols if k in flex)
+        dropping = [k for k in GIVE_WAY if k in {c[0] for c in cols}]
+        if fixed + least <= width or not dropping:
+            break
+        cols = [c for c in cols if c[0] != dropping[0]]
+    caps = {k: min(flex[k][0], wants(k, label)) for k, label in cols if k in flex}
+    room = width - fixed - sum(caps.values())
+    for key, most in FILL:  # the room left, in turns
+        if key in caps and room > 0:
+            label = next(label for k, label in cols if k == key)
+            more = max(0, min(room, min(most, flex[key][1], wants(key, label)) - caps[key]))
+            caps[key] += more
+            room -= more
+    return cols, caps
+
+
+def id_of(id_cell: Any) -> int:
+    """The job id in an ID cell (`✓ 12↑`: selected, and its priority mark)."""
+    return int(str(id_cell).removeprefix("✓ ").rstrip("".join(PRIORITY_MARK.values())))
 
 
 class JobsTable(DataTable):
@@ -113,6 +171,7 @@ SORT_VALUES = {
     "name": lambda job: natural(str(job.get("name") or "")) or None,
     "model": lambda job: what(job["spec"]),
     "status": lambda job: job["status"],
+    "priority": lambda job: PRIORITIES.index((job.get("spec") or {}).get("priority") or "normal"),
     "progress": lambda job: (job.get("progress") or {}).get("fraction"),
     "loss": lambda job: (job.get("metrics") or {}).get("loss"),
     "acc": lambda job: accuracy(job)[0],
@@ -132,7 +191,7 @@ KEYS = [
         [
             ("↑ ↓  j k", "move"),
             ("home  end  G", "the first, the last job"),
-            ("enter", "open the job"),
+            ("enter  l", "open the job (on its log)"),
             ("space", "select (✓ beside the id)"),
             ("a  A", "select every job shown; clear the selection"),
         ],
@@ -157,6 +216,7 @@ KEYS = [
             ("w", "the sweep of this job: its runs ranked, their curves overlaid"),
             ("n", "new job"),
             ("g", "GPUs and workers"),
+            ("u", "who uses the box: fair share per person"),
         ],
     ),
     (
@@ -183,6 +243,7 @@ class JobsScreen(Screen):
         Binding("k", "move(-1)", "Up", show=False),
         Binding("t", "tensorboard", "TensorBoard", show=False),
         Binding("w", "sweep", "Sweep", show=False),
+        Binding("l", "open", "Log", show=False),  # (as k9s: the job's screen opens on its log)
         Binding("D", "delete", "Delete", show=False),
         Binding("plus", "priority(-1)", "Priority up", show=False),
         Binding("minus", "priority(1)", "Priority down", show=False),
@@ -201,9 +262,12 @@ class JobsScreen(Screen):
         self.facet = 0
         self.eta = EtaSmoother()
         self.refreshed_at = 0.0
-        self.written: dict[int, tuple[tuple, dict[str, str]]] = {}
-        """Per row: (the answer it was written from, selected, compact) and the text of each cell written."""
+        self.written: dict[int, tuple[tuple, dict[str, str], dict[str, int]]] = {}
+        """Per row: (the answer it was written from, selected, compact, caps), the text of each cell written, and
+        the width of its FLEX cells uncut."""
         self.state_line = ""
+        self.caps: dict[str, int] = {}
+        """The width each FLEX column's cells are cut to (fit_columns)."""
         self.ordered_by: tuple = ()
         self.owners = False
         self.gpus_alike = False
@@ -234,11 +298,34 @@ class JobsScreen(Screen):
         return columns
 
     def on_resize(self) -> None:
-        """A terminal that crossed WIDE_COLUMNS gets the other set of columns (the rows are written again)."""
+        """A terminal that crossed WIDE_COLUMNS gets the other set of columns, and every width fits again (the
+        rows are written again)."""
         self._set_columns()
+        self._fit()
 
-    def _set_columns(self) -> None:
-        columns = self._columns_for(self.app.size.width)
+    def _fit(self) -> None:
+        """The columns and FLEX widths that fit the terminal's width for the rows written (a vertical scroll bar
+        takes its columns); where they change, the rows are written again at them."""
+        if not self.written:
+            return
+        table = self.query_one("#jobs", JobsTable)
+        natural: dict[str, int] = {}
+        for _, texts, full in self.written.values():
+            for key, text in (*texts.items(), *full.items()):
+                natural[key] = max(natural.get(key, 0), cell_len(text) if isinstance(text, str) else text)
+        scrollbar = table.styles.scrollbar_size_vertical if table.row_count >= table.size.height - 1 else 0
+        width = (table.size.width or self.app.size.width) - scrollbar
+        base = self._columns_for(self.app.size.width)
+        columns, caps = fit_columns(base, natural, width, FLEX if any(k == "time" for k, _ in base) else FLEX_WIDE)
+        if columns != self.columns:
+            self.caps = caps
+            self._set_columns(columns)  # (which writes every row again)
+        elif caps != self.caps:
+            self.caps = caps
+            self._resort()
+
+    def _set_columns(self, columns: list[tuple[str, str]] | None = None) -> None:
+        columns = self._columns_for(self.app.size.width) if columns is None else columns
         if columns == self.columns:
             return
         self.columns = columns
@@ -309,28 +396,33 @@ class JobsScreen(Screen):
         if any(j.get("owner") for j in jobs) != self.owners or alike != self.gpus_alike:
             self.owners, self.gpus_alike = any(j.get("owner") for j in jobs), alike
             self._set_columns()
-        compact, now = self.columns[-1][0] == "time", time.monotonic()
+        compact, now = any(k == "time" for k, _ in self.columns), time.monotonic()
         order_by = (self.sort_column, self.sort_reverse, len(shown))
         moved = order_by != self.ordered_by
         changes: dict[str, dict[str, Any]] = {}
+        wrote = False
         for job_id, job in shown.items():
-            seen = (job, job_id in self.selected, compact)
+            seen = (job, job_id in self.selected, compact, self.caps)
             before = self.written.get(job_id)
             if before is not None and before[0] == seen:
                 continue  # the same answer as last time: nothing to write (a running job's elapsed differs)
             moved = True
             job = {**job, "eta_s": self.eta(job_id, job.get("eta_s") if job["status"] == "running" else None, now)}
-            cells = job_cells(job, compact)
-            cells["id"] = Text(("✓ " if job_id in self.selected else "") + str(job_id), justify="right")
-            texts = {key: str(cells[key]) for key, _ in self.columns}
+            cells = job_cells(job, compact, self.caps)
+            mark = cells["mark"] if compact else ""
+            cells["id"] = Text(("✓ " if job_id in self.selected else "") + str(job_id) + mark, justify="right")
+            texts = {key: str(cells[key]) for key in cells}  # (every one: a column left out may fit later)
             if before is None:
                 table.add_row(*(cells[k] for k, _ in self.columns), key=str(job_id))
             else:
                 changed = {key: cells[key] for key, text in texts.items() if before[1].get(key) != text}
                 if changed:
                     changes[str(job_id)] = changed
-            self.written[job_id] = (seen, texts)
+            self.written[job_id] = (seen, texts, uncut(job))
+            wrote = True
         table.set_cells(changes)
+        if wrote:
+            self._fit()
         if moved:  # (rows that are all as they were, sorted as they were, are in order)
             self.ordered_by = order_by
             order = sorted(shown, key=self._order_key, reverse=self.sort_reverse)
@@ -356,7 +448,7 @@ class JobsScreen(Screen):
         return ((value is None) != self.sort_reverse, value if value is not None else 0, job_id)
 
     def _key_of(self, id_cell: Any) -> Any:
-        return self._order_key(int(str(id_cell).removeprefix("✓ ")))
+        return self._order_key(id_of(id_cell))
 
     def _cursor_job(self) -> int | None:
         table = self.query_one("#jobs", DataTable)

@@ -73,6 +73,8 @@ class SweepScreen(Screen):
         self.log_scale = True
         self.shown_rows: Any = None
         self.drawn: Any = None
+        self.charted: dict[str, str] = {}
+        """Each chart's metric as drawn last (`loss`, `val_accuracy`, …)."""
 
     def compose(self) -> ComposeResult:
         yield from chrome()
@@ -139,7 +141,7 @@ class SweepScreen(Screen):
         )
         self.query_one("#sweep-summary", Static).update(head)
         self._table(summary["jobs"], fields, metric, best["job_id"] if best else None)
-        self._draw(summary["jobs"], fields)
+        self._draw(summary["jobs"], metric)
 
     def _table(self, rows: list[dict[str, Any]], grid: dict[str, Any], metric: str, best: int | None) -> None:
         table = self.query_one("#sweep-jobs", DataTable)
@@ -157,7 +159,9 @@ class SweepScreen(Screen):
             columns = [("status", "STATUS"), ("progress", "PROGRESS"), ("metric", metric.upper())]
             if metric != "test_accuracy":
                 columns.append(("acc", "TEST ACC"))
-            for k, title in (*columns, ("loss", "LAST LOSS")):
+            if metric != "loss":  # (a search that ranks on loss: that column is its last loss already)
+                columns.append(("loss", "LAST LOSS"))
+            for k, title in columns:
                 table.add_column(title, key=k)
         table.clear()
         drawn = {r["job_id"]: COLORS[n % len(COLORS)] for n, r in enumerate(_drawn(rows))}
@@ -180,13 +184,16 @@ class SweepScreen(Screen):
             ]
             if metric != "test_accuracy":
                 cells.append(num(r.get("test_accuracy")))
-            table.add_row(*cells, num(r.get("last_loss")), key=str(r["job_id"]))
+            if metric != "loss":
+                cells.append(num(r.get("last_loss")))
+            table.add_row(*cells, key=str(r["job_id"]))
         if current is not None and str(current) in table.rows:
             table.move_cursor(row=table.get_row_index(str(current)), animate=False)
 
-    def _draw(self, rows: list[dict[str, Any]], grid: dict[str, Any]) -> None:
-        """Validation loss (log10 unless `l`) and accuracy of the drawn runs by step (training loss and accuracy
-        until some run has validation points)."""
+    def _draw(self, rows: list[dict[str, Any]], ranked_by: str) -> None:
+        """Loss (log10 unless `l`) and accuracy of the drawn runs by step: what the sweep ranks on where it is one
+        of them (a search on train `loss` draws train loss, at every point a trial reported), else validation
+        where some run has validation points, training until then."""
         runs = [(r, self.points.get(r["job_id"]) or []) for r in _drawn(rows)]
         key = (self.log_scale, [(r["job_id"], len(p), p[-1] if p else None) for r, p in runs])
         if key == self.drawn:
@@ -196,9 +203,13 @@ class SweepScreen(Screen):
             plt = self.query_one(f"#{widget_id}", Chart).plt
             plt.clear_data()
             log_scale = metric == "loss" and self.log_scale
-            # validation curves where a run has them; training curves until any run has
-            kind = "validation" if any(_series(p, f"val_{metric}", log_scale) for _, p in runs) else "train"
-            key = f"val_{metric}" if kind == "validation" else metric
+            if ranked_by in (metric, f"val_{metric}"):  # what the trials are ranked on
+                key = ranked_by
+            else:  # validation curves where a run has them; training curves until any run has
+                has_val = any(_series(p, f"val_{metric}", log_scale) for _, p in runs)
+                key = f"val_{metric}" if has_val else metric
+            kind = "validation" if key.startswith("val_") else "train"
+            self.charted[widget_id] = key
             for n, (_, points) in enumerate(runs):
                 xy = _series(points, key, log_scale)
                 if xy:

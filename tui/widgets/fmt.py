@@ -9,6 +9,7 @@ import time
 from datetime import datetime
 from typing import Any
 
+from rich.cells import cell_len
 from rich.text import Text
 
 from models.common import duration  # noqa: F401 (its old home: the screens and the CLI take it from here)
@@ -83,14 +84,14 @@ def as_me(ssh_line: str) -> str:
     return f"{head} {getpass.getuser()}@{host}"
 
 
-def num(value: Any, digits: int = 4) -> str:
-    """A metric: `digits` decimals, in e-notation past a million or below a thousandth (a loss of 6.4e+32 is not
-    33 digits and `.0000`)."""
+def num(value: Any, digits: int = 4, sci: int = 3) -> str:
+    """A metric: `digits` decimals, in e-notation (`sci` decimals at most) past a million or below a thousandth (a
+    loss of 6.4e+32 is not 33 digits and `.0000`)."""
     if value is None:
         return ""
     if isinstance(value, float):
         if value and math.isfinite(value) and not 1e-3 <= abs(value) < 1e6:
-            return f"{value:.{min(digits, 3)}e}"
+            return f"{value:.{min(digits, sci)}e}"
         return f"{value:.{digits}f}"
     return str(value)
 
@@ -105,14 +106,14 @@ UNITS: dict[str, Any] = {
 """Values that are not a metric to 4 decimals: a duration, a rate, a count of epochs, a learning rate."""
 
 
-def value_of(obj: dict[str, Any] | None, key: str, digits: int = 4) -> str:
+def value_of(obj: dict[str, Any] | None, key: str, digits: int = 4, sci: int = 3) -> str:
     """A number of an answer's object (`metrics`, `result`, a point) as text: `nan`/`inf` where the API answered
     null and named the field in `nonfinite`; empty when there is none."""
     obj = obj or {}
     value = obj.get(key)
     if key in UNITS and isinstance(value, (int, float)) and not isinstance(value, bool):
         return UNITS[key](value)
-    return (obj.get("nonfinite") or {}).get(key) or num(value, digits)
+    return (obj.get("nonfinite") or {}).get(key) or num(value, digits, sci)
 
 
 def na(value: Any, unit: str = "", digits: int = 0) -> str:
@@ -209,9 +210,31 @@ def progress_of(p: dict[str, Any]) -> str:
     return f"{step if step is not None else '-'}/{p.get('total_steps')}"
 
 
-def job_cells(job: dict[str, Any], compact: bool = False) -> dict[str, Any]:
-    """One jobs-table row, by column key; `compact`: the narrow forms of an 80-column table (a shorter name and
-    bar, three decimals, elapsed and ETA in one `time` cell)."""
+PRIORITY_MARK = {"high": "↑", "low": "↓"}
+"""A priority in the 80-column table (normal: nothing), beside the id."""
+PRIORITY_STYLE = {"high": "bold", "normal": "dim", "low": ""}
+
+
+def priority_text(job: dict[str, Any]) -> Text:
+    """A job's priority as the wide table and the job's header show it: `high`, `normal` (dim), `low`."""
+    value = (job.get("spec") or {}).get("priority") or "normal"
+    return Text(value, style=PRIORITY_STYLE.get(value, ""))
+
+
+def uncut(job: dict[str, Any]) -> dict[str, int]:
+    """How wide a job's name, owner and model cells would be, uncut (what the table shrinks to fit)."""
+    return {
+        "name": cell_len(one_line(job.get("name") or "", 10_000)),
+        "owner": cell_len(job.get("owner") or ""),
+        "model": cell_len(what(job["spec"])),
+    }
+
+
+def job_cells(job: dict[str, Any], compact: bool = False, caps: dict[str, int] | None = None) -> dict[str, Any]:
+    """One jobs-table row, by column key; `compact`: the narrow forms of an 80-column table (a shorter bar,
+    three decimals, a short place in line, elapsed and ETA in one `time` cell); `caps`: the width the name, owner
+    and model are cut to (else 12, 6, 12 compact; 24, 12, 16)."""
+    caps = caps or {}
     p = job.get("progress") or {}
     metrics = job.get("metrics") or {}
     eta = duration(job.get("eta_s")) if job["status"] == "running" else ""
@@ -222,12 +245,14 @@ def job_cells(job: dict[str, Any], compact: bool = False) -> dict[str, Any]:
         state = Text(FAILED_MARK + (REASON_SHORT.get(reason, reason) or "failed"), style=state.style)
     return {
         "id": job["id"],
-        "owner": one_line(job.get("owner") or "", 6 if compact else 12),
-        "name": keep_tail(job.get("name") or "", 12 if compact else 24),
-        "model": one_line(what(job["spec"]), 12 if compact else 16),
+        "owner": one_line(job.get("owner") or "", caps.get("owner", 6 if compact else 12)),
+        "name": keep_tail(job.get("name") or "", caps.get("name", 12 if compact else 24)),
+        "model": one_line(what(job["spec"]), caps.get("model", 12 if compact else 16)),
         "status": state,
-        "progress": bar(p.get("fraction"), 5 if compact else 10) or in_line(job),
-        "loss": value_of(metrics, "loss", 3 if compact else 4),
+        "priority": priority_text(job) if (job.get("spec") or {}).get("priority", "normal") != "normal" else "",
+        "mark": PRIORITY_MARK.get((job.get("spec") or {}).get("priority") or "normal", ""),
+        "progress": bar(p.get("fraction"), 5 if compact else 10) or in_line(job, short=True),
+        "loss": value_of(metrics, "loss", 3 if compact else 4, sci=1 if compact else 3),
         "acc": (f"{value:.3f} {which}" if compact else f"{value:.4f} {which}") if value is not None else "",
         "gpu": gpus_text(job),
         "elapsed": duration(job.get("elapsed_s")),
@@ -255,7 +280,7 @@ def usage_text(usage: dict[str, Any] | None) -> str:
     return " · ".join(parts)
 
 
-def in_line(job: dict[str, Any]) -> str:
+def in_line(job: dict[str, Any], short: bool = False) -> str:
     """`#3 in line, ~4m00s` for a queued job whose place (and expected start) the API knows, `quota` for one that
     waits for its owner's GPU quota (`waiting: alice holds 2 of 2 GPUs`), `after 12` for one that waits for its
     dependencies; else empty."""
@@ -269,6 +294,8 @@ def in_line(job: dict[str, Any]) -> str:
     if not n:
         return ""
     left = starts_in(job)
+    if short:  # (an 80-column table: `#3 ~4m00s`)
+        return f"#{n}" + (f" ~{duration(left)}" if left is not None else " in line")
     return f"#{n} in line" + (f", ~{duration(left)}" if left is not None else "")
 
 
@@ -392,3 +419,48 @@ def over_attempts(job: dict[str, Any]) -> str:
     parts = [f"{duration(job['ran_s'])} in all" if job.get("ran_s") else None, f"{attempts} attempts"]
     parts.append(f"preempted {preempted}×" if preempted else None)
     return " (" + ", ".join(p for p in parts if p) + ")"
+
+
+SHARE_COLUMNS = ("OWNER", "GPU-HOURS", "SHARE", "GPUS", "RUNNING", "QUEUED")
+
+
+def share_rows(doc: dict[str, Any]) -> list[tuple[Any, ...]]:
+    """`GET /api/v1/share`'s owners as rows of SHARE_COLUMNS (least used first, as the scheduler orders them)."""
+    return [
+        (
+            o["owner"] or "-",
+            f"{o['usage_gpu_hours']:.2f}",
+            f"{100 * o['share']:.1f}%",
+            o["gpus"],
+            o["running"],
+            o["queued"],
+        )
+        for o in doc["owners"]
+    ]
+
+
+def share_rule(doc: dict[str, Any]) -> str:
+    """How the line is ordered between people, and whether higher priorities preempt."""
+    days = doc["halflife_s"] / 86400
+    order = f"least used first (half-life {days:g} days)" if doc["fairshare"] else "first come, first served"
+    preempt = f"after {duration(doc['preempt_after_s'])} of running" if doc.get("preempt") else "off"
+    return f"within a priority: {order}; preemption of lower priorities: {preempt}"
+
+
+def box_summary(share: dict[str, Any], workers: list[dict[str, Any]], me: dict[str, Any] | None) -> str:
+    """The title bar's line, as k9s and htop have one: `3/4 GPUs busy · 5 queued · you: 2/2 GPUs` (a box without
+    GPUs: `2/3 workers busy`; `you` only for a named token, with its GPU quota when it has one)."""
+    owners = share.get("owners") or []
+    live = [w for w in workers if w.get("alive")]
+    gpus = {(w.get("host"), g) for w in live for g in w.get("gpus") or []}
+    if gpus:
+        parts = [f"{min(sum(o['gpus'] for o in owners), len(gpus))}/{len(gpus)} GPUs busy"]
+    else:
+        parts = [f"{sum(1 for w in live if w.get('job_id'))}/{len(live)} workers busy"]
+    parts.append(f"{sum(o['queued'] for o in owners)} queued")
+    if me and me.get("auth") == "named":
+        mine = next((o for o in owners if o["owner"] == me.get("name")), None)
+        held = mine["gpus"] if mine else 0
+        cap = me.get("max_gpus")
+        parts.append(f"you: {held}/{cap} GPUs" if cap is not None else f"you: {held} GPU{'' if held == 1 else 's'}")
+    return " · ".join(parts)

@@ -1,5 +1,6 @@
-"""A job's screen as text: its header's parts (what it runs, laid out so a line breaks between parts, never inside
-one) and its config as aligned fields. Plain text in, rich Text out; tui.screens.job draws them."""
+"""A job's screen as text: its header (what it runs, laid out so a line breaks between parts, never inside one, its
+progress and what it uses), the numbers above its curves, its result, and its config as aligned fields. Plain data
+in, rich Text out; tui.screens.job draws them."""
 
 from __future__ import annotations
 
@@ -10,7 +11,23 @@ from typing import Any
 
 from rich.text import Text
 
-from tui.widgets.fmt import one_line
+from tui.logtext import fold
+from tui.widgets.fmt import (
+    RICH_COLOR,
+    WARNED,
+    bar,
+    duration,
+    expected_text,
+    gpus_text,
+    in_line,
+    num,
+    one_line,
+    over_attempts,
+    priority_text,
+    status,
+    usage_text,
+    value_of,
+)
 
 
 def fields_text(config: dict[str, Any]) -> Text:
@@ -73,3 +90,102 @@ def flow(parts: list[Text], width: int, gap: str = "  ") -> Text:
         out.append_text(part)
         used += part.cell_len
     return out
+
+
+def header_text(job: dict[str, Any], width: int) -> Text:
+    """A job's header at `width` cells: which job, its state, what it runs on which GPUs, its tasks; its progress,
+    time (over every attempt), eta, loss, place in line and expected duration; what it uses, its message and
+    warning."""
+    p = job.get("progress") or {}
+    tasks = "".join(f"\n  {t['type']}:{t['task_index']} {t['status']} on {t['worker']}" for t in job.get("tasks") or [])
+    state = status(job["status"], None, job.get("warning"))
+    if job.get("reason"):
+        state.append(f" ({job['reason']})", style="red")
+    head = flow(
+        [
+            Text(f"job {job['id']}  {one_line(job.get('name'), 40)}", style="bold"),
+            state,
+            Text.assemble("priority ", priority_text(job)),
+            Text(runs_text(job["spec"])),
+            Text(f"{gpus_text(job)} on {job.get('worker') or '-'}"),
+        ],
+        width,
+    )
+    spec = job["spec"]
+    if spec.get("kind") == "session":  # (no steps, no loss: how long it has been up, and its limits)
+        limits = (
+            f"released after {duration(spec.get('idle')) or '-'} unused, ends after {duration(spec.get('max')) or '-'}"
+        )
+        progress = flow(
+            [Text(f"up {duration(job.get('elapsed_s')) or '-'}"), Text(in_line(job)), Text(limits, "dim")], width
+        )
+    else:
+        progress = _progress(job, p, width)
+    return Text.assemble(
+        head,
+        tasks,
+        "\n",
+        progress,
+        (f"\n{usage_text(job['usage'])}", "dim") if job.get("usage") else "",
+        f"\n{job['message']}" if job.get("message") else "",
+        (f"\n{WARNED} {job['warning']}", "yellow") if job.get("warning") else "",
+    )
+
+
+def _progress(job: dict[str, Any], p: dict[str, Any], width: int) -> Text:
+    return flow(
+        [
+            Text(f"{bar(p.get('fraction'), 20)}  step {p.get('step') or 0}/{p.get('total_steps') or '?'}"),
+            Text(f"elapsed {duration(job.get('elapsed_s')) or '-'}" + over_attempts(job)),
+            Text(f"eta {duration(job.get('eta_s')) or '-'}") if job["status"] == "running" else Text(""),
+            Text(f"loss {value_of(job.get('metrics'), 'loss') or '-'}"),
+            Text(in_line(job)),
+            Text(expected_text(job), style="dim"),
+        ],
+        width,
+    )
+
+
+CURVE_LABELS = (
+    ("loss", "train loss"),
+    ("val_loss", "val loss"),
+    ("accuracy", "train acc"),
+    ("val_accuracy", "val acc"),
+)
+
+
+def curves_text(points: list[dict[str, Any]], runs: list[str], shown: str | None, colors: dict[str, str]) -> Text:
+    """One line a metric of the run `shown` (`points`: its points): first -> last value, its min and max, how many
+    points, in its chart's colour (the legend); which run of `runs` it is when there are several."""
+    out = Text()
+    for key, label in CURVE_LABELS:
+        values = [p[key] for p in points if isinstance(p.get(key), (int, float))]
+        bad = [p["step"] for p in points if key in (p.get("nonfinite") or {})]
+        if not values and not bad:
+            continue
+        out.append(f"{label:>9} ━ ", style=f"bold {RICH_COLOR.get(colors[key], colors[key])}")  # (the legend)
+        if values:
+            lo, hi = min(values), max(values)
+            out.append(f"{num(values[0])} → {num(values[-1])} (min {num(lo)}, max {num(hi)}, {len(values)} points)")
+        if bad:
+            out.append(f"  not finite from step {bad[0]}", style="red")
+        out.append("\n")
+    if len(runs) > 1 and shown in runs:  # a script that trained several times: one training at a time
+        out.append(f"run {shown} ({runs.index(shown) + 1} of {len(runs)}; R: next)  ", "bold")
+    out.append("l: loss on a log or linear scale", style="dim")
+    return out if points else Text("no metric points yet")
+
+
+def result_text(job: dict[str, Any]) -> Text:
+    """A job's result (and its warning), or why it has none: a failure's reason, message and log tail."""
+    if job.get("result"):
+        result = job["result"]
+        shown = [k for k in result if k not in ("nonfinite", "warning")]
+        text = Text("\n".join(f"{k:>15}  {value_of(result, k)}" for k in shown))
+        if job.get("warning"):
+            text.append(f"\n\n{WARNED} {job['warning']}", style="yellow")
+        return text
+    if job["status"] in ("failed", "canceled"):
+        tail = "\n".join(fold(job.get("log_tail") or []))  # (TensorFlow's start-up lines as one)
+        return Text(f"{job['status']}: {job.get('reason')}\n{job.get('message') or ''}\n\n{tail}", style="red")
+    return Text("no result yet")
