@@ -29,9 +29,11 @@ def share_table(redis: Redis, settings: Settings) -> list[dict[str, Any]]:
     queued: Counter[str] = Counter()
     for (_, owner), members in queues.lines(redis).items():
         queued[share.owner_of(owner)] += len(members)
-    for raw in redis.smembers(AFTER_KEY):
-        owner = redis.hget(job_key(int(raw)), "owner")
-        queued[share.owner_of(owner.decode() if owner else None)] += 1
+    with redis.pipeline(transaction=False) as pipe:  # (one round trip for the jobs waiting on dependencies)
+        for raw in redis.smembers(AFTER_KEY):
+            pipe.hget(job_key(int(raw)), "owner")
+        for owner in pipe.execute():
+            queued[share.owner_of(owner.decode() if owner else None)] += 1
     running: Counter[str] = Counter(share.owner_of(r.get("owner")) for r in active)
     gpus: Counter[str] = Counter()
     for r in active:
@@ -77,7 +79,8 @@ def estimate(
     out: dict[int, tuple[float | None, str | None]] = {}
     found = queues.lines(redis, LINE_HEAD)
     ordered = queues.scheduler_order(redis, s, found, used, now, queues.reader(redis, LINE_HEAD, BATCH))
-    left = None if wanted is None else set(wanted)
+    asked_of = None if wanted is None else set(wanted)
+    left = None if asked_of is None else set(asked_of)
     for n, (job_id, _, _, rec) in enumerate(with_records(store, ordered)):
         if n >= SCAN_MAX or left == set():
             break
@@ -94,8 +97,9 @@ def estimate(
             continue
         out[job_id] = (start, None)
         tl.take({x.name for p in chosen for x in p}, start, took)
-    for raw in redis.smembers(AFTER_KEY):
-        job_id = int(raw)
-        after = (store.get(job_id)["spec"].get("after") or []) if redis.exists(job_key(job_id)) else []
+    waiting = [int(raw) for raw in redis.smembers(AFTER_KEY)]
+    asked = waiting if asked_of is None else sorted(set(waiting) & asked_of)  # (not all 1,000: the ones asked of)
+    for job_id, rec in zip(asked, store.get_many(asked)):
+        after = (rec["spec"].get("after") or []) if rec else []
         out[job_id] = (None, waiting_for(after) if after else "waiting for its dependencies")
     return out

@@ -24,7 +24,7 @@ def job_keys(job_id: int, workers: int = 1, gens: int = 0) -> list[str]:
     """Every key of one job: its record, streams, heartbeat, stop and usage; its `workers` tasks' records and
     heartbeats; the rendezvous of its placements 1..`gens`. What deleting a job removes."""
     keys = [job_key(job_id), log_key(job_id), live_key(job_id), metrics_key(job_id), heartbeat_key(job_id)]
-    keys += [stop_key(job_id)]
+    keys += [stop_key(job_id), dependants_key(job_id)]
     keys += [usage_key(job_id), notifications_key(job_id), *(task_key(job_id, k) for k in range(workers))]
     keys += [task_beat_key(job_id, k) for k in range(workers)]
     return keys + [k for g in range(1, gens + 1) for k in (arrived_key(job_id, g), go_key(job_id, g))]
@@ -33,6 +33,11 @@ def job_keys(job_id: int, workers: int = 1, gens: int = 0) -> list[str]:
 def job_key(job_id: int) -> str:
     """The hash of one job record."""
     return f"{PREFIX}:job:{job_id}"
+
+
+def dependants_key(job_id: int) -> str:
+    """Set of the queued jobs that wait for this one (their `after` names it): looked at when it ends."""
+    return f"{PREFIX}:job:{job_id}:dependants"
 
 
 def log_key(job_id: int) -> str:
@@ -106,6 +111,10 @@ LINES_KEY = f"{PREFIX}:lines"
 """Set of the non-empty lines, each `PRIORITY:OWNER` (`-` for jobs without an owner)."""
 AFTER_KEY = f"{PREFIX}:after"
 """Set of queued jobs waiting for their dependencies (`after`) before they join their line."""
+AFTER_CHECK_KEY = f"{PREFIX}:after:check"
+"""Set of the jobs of AFTER_KEY to look at in the next round: new ones, and the dependants of a job that ended."""
+AFTER_SWEPT_KEY = f"{PREFIX}:after:swept"
+"""Held (with a TTL) while a sweep of every waiting job is not due again: the net under the index."""
 QUEUED_AT_KEY = f"{PREFIX}:queued-at"
 """Hash: job id -> when it entered its line (the age that fair share's age factor reads)."""
 SCHEDULE_LOCK_KEY = f"{PREFIX}:schedule:lock"

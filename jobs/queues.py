@@ -18,10 +18,12 @@ from jobs import datasets, quota, sources
 from jobs import spec as spec_mod
 from jobs.errors import Conflict, ReferenceNotFound, Unprocessable, ValidationError
 from jobs.keys import (
+    AFTER_CHECK_KEY,
     AFTER_KEY,
     LINES_KEY,
     PRIORITIES,
     QUEUED_AT_KEY,
+    dependants_key,
     idempotency_key,
     job_key,
     line_key,
@@ -141,6 +143,9 @@ def enqueue(
     `target`: Redis or a pipeline."""
     if waiting:
         target.sadd(AFTER_KEY, job_id)
+        target.sadd(AFTER_CHECK_KEY, job_id)  # (once: a dependency may have ended already)
+        for dep in spec.get("after") or []:  # (the index the end of each looks in)
+            target.sadd(dependants_key(dep), job_id)
         return
     priority = spec.get("priority", "normal")
     target.zadd(line_key(priority, owner), {str(job_id): job_id if seq is None else seq})

@@ -19,8 +19,10 @@ from redis.exceptions import TimeoutError as RedisTimeoutError
 from jobs.errors import NotFound
 from jobs.keys import (
     ACTIVE_KEY,
+    AFTER_CHECK_KEY,
     COUNTER_KEY,
     INDEX_KEY,
+    dependants_key,
     heartbeat_key,
     job_key,
     live_key,
@@ -29,7 +31,7 @@ from jobs.keys import (
     stop_channel,
     stop_key,
 )
-from models.states import Status
+from models.states import ENDED, Status
 
 LOG_MAXLEN = 100_000
 """Log lines kept in a job's Redis stream (the job dir's log.txt keeps all of them)."""
@@ -264,6 +266,9 @@ class JobStore:
                         pipe.sadd(ACTIVE_KEY, job_id)
                     elif "status" in fields:
                         pipe.srem(ACTIVE_KEY, job_id)
+                    if fields.get("status") in ENDED:  # the jobs that wait for this one: looked at next round
+                        pipe.sunionstore(AFTER_CHECK_KEY, [AFTER_CHECK_KEY, dependants_key(job_id)])
+                        pipe.delete(dependants_key(job_id))
                     pipe.execute()
                     return True
                 except WatchError:

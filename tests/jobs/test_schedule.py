@@ -222,6 +222,50 @@ def test_dependencies_wait_for_success_and_cancel_on_failure(redis):
     assert "after" in err.value.fields and rec(redis, c)["status"] == "starting"
 
 
+def _records_read(redis, action) -> int:
+    """How many job records (HGETALL) `action` reads."""
+
+    def calls() -> int:
+        return int(redis.info("commandstats").get("cmdstat_hgetall", {}).get("calls", 0))
+
+    before = calls()
+    action()
+    return calls() - before
+
+
+def test_a_round_looks_only_at_the_dependants_of_a_job_that_ended_not_every_waiting_job(redis):
+    """Issue 41 §3: with 1,000 jobs waiting on one running job, a round reads none of their records; when
+    another job ends, exactly its dependants are looked at (and join the line); every AFTER_SWEEP_S one round of
+    the box looks at all of them (the net under the index: a job queued before the index, or a change missed)."""
+    from jobs.keys import AFTER_SWEPT_KEY, dependants_key
+
+    box(redis, 2)
+    long, short = submit(redis), submit(redis)
+    running(redis, long)
+    running(redis, short)
+    many = [submit(redis, after=[long]) for _ in range(1000)]
+    few = [submit(redis, after=[short]) for _ in range(5)]
+    schedule.place(redis, DEFAULTS)  # (the first round of the box: a sweep of everything, and the new ones)
+    assert redis.exists(AFTER_SWEPT_KEY)
+    idle = _records_read(redis, lambda: schedule.place(redis, DEFAULTS))
+    assert idle < 20, idle  # (the running job, the workers' own: not the 1,005 waiting)
+    succeed(redis, short)
+    ended = _records_read(redis, lambda: schedule.place(redis, DEFAULTS))
+    assert 5 <= ended < 25, ended
+    assert [rec(redis, j)["status"] for j in few] == ["starting"] + ["queued"] * 4  # (in line; one on the free GPU)
+    assert not any(redis.sismember("gpudeck:after", j) for j in few)
+    assert all(rec(redis, j)["message"] == f"waiting for job {long}" for j in many[:3])
+    # jobs the index does not know of (as ones queued before it existed) wait for the sweep, then join their line
+    redis.delete(dependants_key(long), "gpudeck:after:check")
+    succeed(redis, long)
+    schedule.place(redis, DEFAULTS)
+    assert all(redis.sismember("gpudeck:after", j) for j in many)  # (only the sweep looks at them now)
+    redis.delete(AFTER_SWEPT_KEY)  # (AFTER_SWEEP_S later)
+    swept = _records_read(redis, lambda: schedule.place(redis, DEFAULTS))
+    assert swept >= 1000 and not any(redis.sismember("gpudeck:after", j) for j in many), swept
+    assert not redis.exists(dependants_key(short))  # (used once, at its end)
+
+
 def test_a_sweep_holds_at_most_max_concurrent_workers_and_holds_up_nobody_else(redis):
     box(redis, 4)
     body = {"base": {**JOB}, "grid": {"params.lr": [0.1, 0.2, 0.3, 0.4]}, "max_concurrent": 2}

@@ -306,5 +306,5 @@ def test_the_header_shows_the_priority_and_a_session_its_limits_not_steps():
 def test_a_priority_other_than_normal_is_marked_in_both_tables():
     cells = job_cells({**RUNNING, "spec": {**RUNNING["spec"], "priority": "low"}})
     assert (str(cells["priority"]), cells["mark"]) == ("low", "↓")
-    cells = job_cells(RUNNING)  # (a spec kept before priorities: normal)
-    assert (str(cells["priority"]), cells["mark"]) == ("normal", "")
+    cells = job_cells(RUNNING)  # (a spec kept before priorities: normal, the default, shown as nothing)
+    assert (str(cells["priority"]), cells["mark"]) == ("", "")

@@ -174,6 +174,9 @@ class GpusScreen(Screen):
             self.apply(self.state, sample=False)  # the other set of columns
 
     def apply(self, state: dict[str, Any], sample: bool = True) -> None:
+        if bool(self._gpus_shown()) != bool(state.get("hosts")):
+            self.state = state
+            self.refresh_bindings()  # (enter is offered once there are GPUs)
         self.state = state
         width = self.app.size.width
         wide = width >= WIDE and fits_wide(state["hosts"], width - 2)  # (the scroll bar's columns)
@@ -283,6 +286,11 @@ class GpusScreen(Screen):
     # -- a GPU and its job ---------------------------------------------------------------------------
     def _gpus_shown(self) -> list[dict[str, Any]]:
         return [g for h in (self.state or {}).get("hosts") or [] for g in h["gpus"]]
+
+    def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
+        if action in ("open", "move"):  # (offered where there is a GPU to choose)
+            return bool(self._gpus_shown())
+        return True
 
     def action_move(self, step: int) -> None:
         gpus = self._gpus_shown()
