@@ -300,8 +300,10 @@ class JobsScreen(Screen):
     def on_resize(self) -> None:
         """A terminal that crossed WIDE_COLUMNS gets the other set of columns, and every width fits again (the
         rows are written again)."""
-        self._set_columns()
-        self._fit()
+        if self.written:
+            self._fit()
+        else:
+            self._set_columns()
 
     def _fit(self) -> None:
         """The columns and FLEX widths that fit the terminal's width for the rows written (a vertical scroll bar
@@ -415,7 +417,7 @@ class JobsScreen(Screen):
             if before is None:
                 table.add_row(*(cells[k] for k, _ in self.columns), key=str(job_id))
             else:
-                changed = {key: cells[key] for key, text in texts.items() if before[1].get(key) != text}
+                changed = {key: cells[key] for key, _ in self.columns if before[1].get(key) != texts[key]}
                 if changed:
                     changes[str(job_id)] = changed
             self.written[job_id] = (seen, texts, uncut(job))
