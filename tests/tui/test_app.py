@@ -113,7 +113,9 @@ def test_jobs_table_updates_in_place_keeps_the_cursor_filters_sorts_and_opens_a_
             await until(pilot, lambda: table.row_count == 2)
             assert [str(table.get_cell_at((r, 0))) for r in range(2)] == [str(second), str(first)]  # newest first
             assert str(table.get_cell(str(second), "status")) == "succeeded"
-            disk = await until(pilot, lambda: re.search(r"· ([\d.]+ [KMGT]?i?B) free · http", app.sub_title))  # title bar
+            disk = await until(
+                pilot, lambda: re.search(r"· ([\d.]+ [KMGT]?i?B) free · http", app.sub_title)
+            )  # title bar
             free = requests.get(f"{stack}/healthz", timeout=10).json()["disk"]["free_bytes"]
             shown = parse_size(disk.group(1).replace("i", "").replace(" ", ""))  # other tests write meanwhile:
             assert abs(shown - free) < 0.05 * free + (1 << 30), (disk.group(1), free)  # as much, not to the byte
