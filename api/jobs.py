@@ -159,7 +159,9 @@ def views(recs: list[dict], with_tasks: bool = False) -> list[dict]:
     running job's usage (CPU, memory, GPU)."""
     redis = deps.redis()
     line = queues.positions(redis, recs, deps.settings())
-    queued = [r["id"] for r in recs if r["status"] == "queued"]
+    # (expected starts for the jobs the plan reaches: one further in line than it looks has none, and asking for
+    # it would walk the plan to its end for nothing)
+    queued = [r["id"] for r in recs if r["status"] == "queued" and line.get(r["id"], 0) <= forecast.SCAN_MAX]
     starts = forecast.estimate(redis, deps.settings(), queued) if queued else {}
     used = usage.read(redis, [r["id"] for r in recs if r["status"] in ("starting", "running")])
     history = plan.learned(redis, [r for r in recs if r["status"] in LIVE])

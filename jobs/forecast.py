@@ -71,16 +71,23 @@ def estimate(
     s = settings
     now = time.time() if now is None else now
     store = JobStore(redis)
+    out: dict[int, tuple[float | None, str | None]] = {}
+    waiting = {int(raw) for raw in redis.smembers(AFTER_KEY)}
+    asked_of = None if wanted is None else set(wanted)
+    asked = sorted(waiting if asked_of is None else waiting & asked_of)  # (not all 1,000: the ones asked of)
+    for job_id, rec in zip(asked, store.get_many(asked)):
+        after = (rec["spec"].get("after") or []) if rec else []
+        out[job_id] = (None, waiting_for(after) if after else "waiting for its dependencies")
+    left = None if asked_of is None else asked_of - waiting  # (a job waiting on dependencies is in no line)
+    if left == set():
+        return out
     slots, unavailable = live_slots(redis)
     active = store.active()
     history = plan.learned(redis, active)
     tl = timeline(Round(redis, s, now, slots, [], active), unavailable, history)
     used = share.usage(redis, s.fairshare_halflife_s, active, now) if s.fairshare else {}
-    out: dict[int, tuple[float | None, str | None]] = {}
     found = queues.lines(redis, LINE_HEAD)
     ordered = queues.scheduler_order(redis, s, found, used, now, queues.reader(redis, LINE_HEAD, BATCH))
-    asked_of = None if wanted is None else set(wanted)
-    left = None if asked_of is None else set(asked_of)
     for n, (job_id, _, _, rec) in enumerate(with_records(store, ordered)):
         if n >= SCAN_MAX or left == set():
             break
@@ -97,9 +104,4 @@ def estimate(
             continue
         out[job_id] = (start, None)
         tl.take({x.name for p in chosen for x in p}, start, took)
-    waiting = [int(raw) for raw in redis.smembers(AFTER_KEY)]
-    asked = waiting if asked_of is None else sorted(set(waiting) & asked_of)  # (not all 1,000: the ones asked of)
-    for job_id, rec in zip(asked, store.get_many(asked)):
-        after = (rec["spec"].get("after") or []) if rec else []
-        out[job_id] = (None, waiting_for(after) if after else "waiting for its dependencies")
     return out

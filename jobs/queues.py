@@ -301,18 +301,48 @@ def positions(
 ) -> dict[int, int]:
     """Each queued job's place in line (1: the next the scheduler considers), in the scheduler's own order
     (jobs.queues.order). A job waiting for its dependencies has none."""
-    wanted = {r["id"] for r in recs if r["status"] == Status.QUEUED.value}
-    if not wanted:
+    queued = [r for r in recs if r["status"] == Status.QUEUED.value]
+    if not queued:
         return {}
+    out, absent = _alone_in_priority(redis, queued)
+    wanted = {r["id"] for r in queued} - set(out) - absent
+    if not wanted:
+        return out
     s = settings
     used = usage(redis, s.fairshare_halflife_s, running) if s.fairshare else {}
-    out = {}
     for n, (job_id, _, _) in enumerate(scheduler_order(redis, s, lines(redis), used, time.time()), 1):
         if job_id in wanted:
             out[job_id] = n
-            if len(out) == len(wanted):
+            if wanted <= out.keys():
                 break
     return out
+
+
+def _alone_in_priority(redis: Redis, queued: list[dict[str, Any]]) -> tuple[dict[int, int], set[int]]:
+    """The places of the jobs whose line is the only one of its priority, without walking the line: every job of a
+    higher priority comes first, then this line in its own order (ZRANK), whatever fair share says (with one owner
+    at a priority there is nobody to take turns with); and those of them in no line (waiting for dependencies).
+    The others are in neither: positions walks the order for them."""
+    names = [parse_line_name(n.decode()) for n in redis.smembers(LINES_KEY)]
+    mine = {r["id"]: (r["spec"].get("priority", "normal"), r.get("owner")) for r in queued}
+    alone = {i: line for i, line in mine.items() if [n for n in names if n[0] == line[0]] == [line]}
+    if not alone:
+        return {}, set()
+    with redis.pipeline(transaction=False) as pipe:
+        for name in names:
+            pipe.zcard(line_key(*name))
+        for job_id, line in alone.items():
+            pipe.zrank(line_key(*line), str(job_id))
+        answers = pipe.execute()
+    sizes = dict(zip(names, answers[: len(names)]))
+    out, absent = {}, set()
+    for (job_id, (priority, _)), rank in zip(alone.items(), answers[len(names) :]):
+        if rank is None:
+            absent.add(job_id)  # (not in its line: waiting for its dependencies)
+            continue
+        ahead = sum(size for (p, _), size in sizes.items() if PRIORITIES.index(p) < PRIORITIES.index(priority))
+        out[job_id] = ahead + int(rank) + 1
+    return out, absent
 
 
 def move(redis: Redis, rec: dict[str, Any], place: float) -> None:

@@ -151,3 +151,29 @@ def test_an_idempotent_submission_that_dies_never_holds_its_key_for_long(redis, 
     pending = [k for k in redis.keys("gpudeck:idempotency:*") if k.decode() != slot]
     assert len(pending) == 1 and 0 < redis.ttl(pending[0]) <= queues.PENDING_S
     assert len(JobStore(redis).list(limit=10)) == 1  # nothing was created for it
+
+
+@pytest.mark.parametrize("fair", [True, False])
+def test_a_place_found_without_walking_the_line_is_the_place_the_walk_finds(redis, fair):
+    """Issue 41 §3: a job alone in its priority (one owner there) gets its place from the lines' sizes and its rank
+    (no walk over 10,000 jobs); it must be the place of the scheduler's own order, next to priorities shared by
+    several owners (those are walked) and a job waiting on a dependency (none)."""
+    from dataclasses import replace
+
+    settings = replace(DEFAULTS, fairshare=fair)
+    made = []
+    for owner, priority, n in (("alice", "high", 3), ("bob", "high", 2), ("carol", "normal", 4), ("dan", "low", 3)):
+        for _ in range(n):
+            body = {**TINY, "priority": priority}
+            made.append(control.submit(redis, body, settings, extra={"owner": owner})[0]["id"])
+    waiting = control.submit(redis, {**TINY, "after": [made[0]]}, settings, extra={"owner": "carol"})[0]["id"]
+    store = JobStore(redis)
+    walked = {
+        job_id: n
+        for n, (job_id, _, _) in enumerate(
+            queues.scheduler_order(redis, settings, queues.lines(redis), {}, time.time()), 1
+        )
+    }
+    for one in [*made, waiting]:  # each asked alone (the fast path for carol's and dan's), then all at once
+        assert queues.positions(redis, [store.get(one)], settings) == ({one: walked[one]} if one in walked else {})
+    assert queues.positions(redis, [store.get(i) for i in [*made, waiting]], settings) == walked
