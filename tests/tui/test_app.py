@@ -780,7 +780,8 @@ def test_a_table_that_holds_the_newest_jobs_says_so_and_its_filter_reaches_older
 ):
     """Issue 25 #3 and #9: with more jobs than the table reads, the state line says how many there are and that
     only the newest were read; the filter asks the API, so a job older than those is found; Home/End and G go to
-    the first and last row, `a` selects every visible job and `A` clears the selection."""
+    the first and last row, `a` selects every visible job and `A` clears the selection. Issue 41 §4: an older job
+    that is still live (queued here) stays in the table."""
     import tui.screens.jobs as jobs_screen_module
     from jobs.store import JobStore
     from tui.screens.jobs import FACETS
@@ -789,6 +790,8 @@ def test_a_table_that_holds_the_newest_jobs_says_so_and_its_filter_reaches_older
     store = JobStore(redis)
     for i in range(1, 31):
         store.create(i, {**QUICK, "name": "needle-old" if i == 3 else f"bulk{i * 7}"}, "gpus-0")  # 2 and 3 digits
+        if i != 2:
+            store.update(i, status="succeeded")  # (job 2, older than the newest 20, still waits)
     url = start_api(spawn, child_env)
 
     async def drive():
@@ -796,22 +799,22 @@ def test_a_table_that_holds_the_newest_jobs_says_so_and_its_filter_reaches_older
         async with app.run_test(size=(120, 40)) as pilot:
             screen = app.screen
             state = screen.query_one("#jobs-state", Static)
-            await until(pilot, lambda: "20 of 30 (the newest 20 read" in text_of(state), 20)
+            await until(pilot, lambda: "21 of 30 (the newest 20 and every live job read" in text_of(state), 20)
             table = screen.query_one("#jobs", DataTable)
-            assert "3" not in table.rows  # beyond the newest 20
+            assert "3" not in table.rows and "2" in table.rows  # beyond the newest 20; older, but queued
             await pilot.press("slash", *"needle", "enter")
             await until(pilot, lambda: list(table.rows) == ["3"] if table.row_count else False, 20)
             assert "1 of 1 jobs" in text_of(state)
             await pilot.press("escape")
-            await until(pilot, lambda: table.row_count == 20, 20)
+            await until(pilot, lambda: table.row_count == 21, 20)
             await pilot.press("end")
-            assert screen._cursor_job() == 11  # newest first: the last row is the oldest read
+            assert screen._cursor_job() == 2  # newest first: the last row is the oldest read
             await pilot.press("home")
             assert screen._cursor_job() == 30
             await pilot.press("G")
-            assert screen._cursor_job() == 11
+            assert screen._cursor_job() == 2
             await pilot.press("a")
-            await until(pilot, lambda: len(screen.selected) == 20, 5)
+            await until(pilot, lambda: len(screen.selected) == 21, 5)
             await pilot.press("A")
             await until(pilot, lambda: not screen.selected, 5)
 
@@ -833,7 +836,7 @@ def test_a_table_that_holds_the_newest_jobs_says_so_and_its_filter_reaches_older
             await pilot.press("f")  # the running facet: its rows at once (none runs), not the old ones for a while
             assert "status: running" in text_of(state) and table.row_count == 0
             await pilot.press(*"f" * (len(FACETS) - 1))  # back to all
-            await until(pilot, lambda: table.row_count == 20, 10)
+            await until(pilot, lambda: table.row_count == 21, 10)
             await pilot.press("s")  # sort by name: over every job, not only the newest read
             await until(pilot, lambda: screen.sort_column == "name" and table.row_count == 30, 10)
             names = [str(table.get_row(row.key)[1]) for row in table.ordered_rows]

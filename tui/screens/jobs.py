@@ -151,6 +151,9 @@ class JobsTable(DataTable):
 
 
 FACETS = (None, "running", "starting", "queued", *ENDED)
+LIVE_FACETS = (None, "running", "starting", "queued")
+"""The facets under which a job older than the newest MAX_JOBS is still read when it is live (up to 500 of them):
+nobody's running or queued job falls out of the table because 1,000 newer ones ended."""
 REFRESH_S = 2.0
 MAX_JOBS = 1000
 """Newest jobs the table holds, sorted by id."""
@@ -367,7 +370,13 @@ class JobsScreen(Screen):
                 cursor, total = page["next_cursor"], page.get("total")
                 if cursor is None:
                     break
-            return jobs[:most], total, cursor is not None or len(jobs) > most
+            more = cursor is not None or len(jobs) > most
+            jobs = jobs[:most]
+            if more and status in LIVE_FACETS:  # (older jobs still live stay in the table, whatever the window)
+                seen = {j["id"] for j in jobs}
+                live = status or ",".join(LIVE_FACETS[1:])
+                jobs += [j for j in client.jobs(limit=500, status=live, q=words)["jobs"] if j["id"] not in seen]
+            return jobs, total, more
 
         self.app.call_api(fetch, self._read, group="jobs-refresh", exclusive=True)
 
@@ -437,7 +446,9 @@ class JobsScreen(Screen):
         filt = f"  filter: {self.filter_text!r}" if self.filter_text else ""
         sel = f"  selected: {', '.join(map(str, sorted(self.selected)))}" if self.selected else ""
         arrow = "↓" if self.sort_reverse else "↑"
-        of = f"{len(jobs)}" if not self.more else f"{self.total} (the newest {len(jobs)} read: / and f search all)"
+        newest = min(len(jobs), MAX_JOBS if self.sort_column == "id" else SORTED_MAX_JOBS)
+        live = " and every live job" if len(jobs) > newest else ""
+        of = f"{len(jobs)}" if not self.more else f"{self.total} (the newest {newest}{live} read: / and f search all)"
         line = f"{len(shown)} of {of} jobs  status: {facet}  sort: {self.sort_column}{arrow}{filt}{sel}"
         if line != self.state_line:
             self.state_line = line
