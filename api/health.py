@@ -52,7 +52,19 @@ def healthz():
         # what a client's form offers (named tokens require a token, as GPUDECK_TOKENS does)
         "command_jobs": settings.command_jobs_allowed or tokens.any_named(deps.redis()),
         "disk": space,
+        "redis_saving": _saving(deps.redis()),
     }
+
+
+def _saving(redis) -> str:
+    """How Redis keeps the queue across a restart: `appendonly`, `snapshots`, `none`, or `unknown` (a Redis that
+    will not say: CONFIG off, as some managed ones have it)."""
+    try:
+        if int(redis.info("persistence").get("aof_enabled") or 0):
+            return "appendonly"
+        return "snapshots" if (redis.config_get("save").get("save") or "").strip() else "none"
+    except RedisError:
+        return "unknown"
 
 
 class _Collector:

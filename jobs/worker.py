@@ -294,6 +294,8 @@ def describe(redis: Redis) -> list[dict[str, Any]]:
                 "alive": beating,
                 "job_id": current if beating else None,
                 "draining": bool(redis.exists(drain_key(w.name))),
+                "sandboxed": info.get("sandboxed"),
+                "isolation": info.get("isolation"),
                 "last_heartbeat": iso(w.last_heartbeat.timestamp()) if w.last_heartbeat else None,  # (one form)
             }
         )
@@ -323,7 +325,9 @@ def run(
         settings=settings, name=name, gpu_ids=list(gpus), stop_grace_s=stop_grace_s, max_memory=max_memory
     )
     redis = settings.redis()
-    redis.set(worker_info_key(name), json.dumps({"host": host, "gpus": gpus}), ex=7 * 24 * 3600)
+    isolation = sandbox.describe(settings.sandbox, settings.command_jobs_trusted, settings.job_user)
+    info = {"host": host, "gpus": gpus, "sandboxed": sandbox.active(settings.sandbox), "isolation": isolation}
+    redis.set(worker_info_key(name), json.dumps(info), ex=7 * 24 * 3600)
     worker = GpudeckWorker(
         [private_queue(name)],
         name=name,
@@ -350,7 +354,6 @@ def run(
         private_queue(name),
         os.environ["CUDA_VISIBLE_DEVICES"],
     )
-    isolation = sandbox.describe(settings.sandbox, settings.command_jobs_trusted, settings.job_user)
     log.info("worker %s: %s", name, isolation)
     try:
         worker.work(burst=burst, logging_level="INFO")

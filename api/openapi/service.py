@@ -68,6 +68,8 @@ def schemas() -> dict[str, Any]:
                 "job_id": _nullable(INT),
                 "draining": BOOL,
                 "last_heartbeat": _nullable(TIME),
+                "sandboxed": {**_nullable(BOOL), "description": "whether its jobs run in a bubblewrap sandbox"},
+                "isolation": {**_nullable(STR), "description": "how its jobs are isolated, as it said at start"},
             },
             ["name", "host", "gpus", "queues", "state", "alive", "job_id", "draining"],
         ),
@@ -182,6 +184,11 @@ def schemas() -> dict[str, Any]:
                     ),
                     "description": "space under GPUDECK_HOME; `low`: below GPUDECK_MIN_FREE, new jobs and uploads "
                     "are refused (507) and workers take no new job",
+                },
+                "redis_saving": {
+                    **STR,
+                    "enum": ["appendonly", "snapshots", "none", "unknown"],
+                    "description": "how Redis keeps the queue across its restart (none: a restart loses every job)",
                 },
             },
             ["status", "redis", "workers", "workers_alive", "long_polls", "command_jobs"],

@@ -19,8 +19,7 @@ import requests
 
 from jobs import queues
 from jobs.settings import Settings
-from tests.bench.test_sharing_replay import fake_gpus
-from tests.support.live import fake_nvidia_smi
+from tests.support.live import fake_gpus, fake_nvidia_smi
 from tests.support.stack import Up
 
 WINDOW_S = float(os.environ.get("GPUDECK_BENCH_WINDOW_S", "20"))

@@ -44,7 +44,7 @@ import requests
 from jobs import queues, schedule
 from jobs.run.proc import python_module
 from models.states import PRIORITIES
-from tests.support.live import fake_nvidia_smi
+from tests.support.live import fake_gpus, fake_nvidia_smi
 from tests.support.policy import DEFAULTS
 from tests.support.stack import Up
 from tests.support.workers import register
@@ -78,12 +78,6 @@ while step < total:
         f.write(str(step))
     os.replace(ckpt + ".tmp", ckpt)
 """.replace("STEP_S", str(STEP_S))
-
-
-def fake_gpus(n: int) -> str:
-    listing = "".join(f"GPU {i}: NVIDIA H100 80GB HBM3 (UUID: GPU-{i:04d})\\n" for i in range(n))
-    rows = "".join(f"{i}, GPU-{i:04d}, NVIDIA H100 80GB HBM3, 0, 0, 81559, 40, 70.0, 700.00\\n" for i in range(n))
-    return f"case \"$*\" in\n  *-L*) printf '{listing}' ;;\n  *--query-gpu*) printf '{rows}' ;;\nesac\nexit 0\n"
 
 
 # -- the trace -------------------------------------------------------------------------------------

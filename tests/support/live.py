@@ -234,6 +234,13 @@ exit 0  # as the real tool does after a successful query
 """
 
 
+def fake_gpus(n: int) -> str:
+    """The body of a FAKE nvidia-smi (none exist here): `n` idle H100s, no process on them."""
+    listing = "".join(f"GPU {i}: NVIDIA H100 80GB HBM3 (UUID: GPU-{i:04d})\\n" for i in range(n))
+    rows = "".join(f"{i}, GPU-{i:04d}, NVIDIA H100 80GB HBM3, 0, 0, 81559, 40, 70.0, 700.00\\n" for i in range(n))
+    return f"case \"$*\" in\n  *-L*) printf '{listing}' ;;\n  *--query-gpu*) printf '{rows}' ;;\nesac\nexit 0\n"
+
+
 QUEUED = {"model": "lenet", "dataset": "synthetic:16x16x3", "params": {"steps": 3}}
 """Nothing runs it (no worker): its follows and waits stay open."""
 

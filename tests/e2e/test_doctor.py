@@ -1,0 +1,52 @@
+"""`gpudeck doctor` against a real `gpudeck up` on two FAKE GPUs (a fake nvidia-smi on PATH: none exist here): every
+check passes, a short real training runs on each GPU at once, each on its own; then on a Redis that would lose the
+queue at a restart it says so, says what to do, and exits 1."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+
+import pytest
+
+from jobs.run.proc import python_module
+from tests.support.live import fake_gpus, fake_nvidia_smi
+from tests.support.stack import Up
+
+pytestmark = pytest.mark.slow
+
+
+def test_gpudeck_doctor_says_whether_the_box_is_ready_and_what_to_do(tmp_path, child_env, redis, redis_url):
+    fake_nvidia_smi(tmp_path / "bin", fake_gpus(2))
+    env = {**child_env, "PATH": f"{tmp_path / 'bin'}:{child_env['PATH']}"}
+    up = Up(tmp_path / "home", env, tmp_path / "up.log", redis_url=redis_url)
+    cli = {k: v for k, v in env.items() if k != "REDIS_URL"} | {"GPUDECK_API": up.url}
+    try:
+        ran = subprocess.run(python_module("tui.cli", "doctor"), env=cli, capture_output=True, text=True, timeout=600)
+        assert ran.returncode == 0, (ran.stdout, ran.stderr, up.output()[-3000:])
+        lines = ran.stdout.splitlines()
+        marks = {line.split()[1]: line.split()[0] for line in lines[1:] if line[:1] in "✓✗–"}
+        assert marks["api"] == marks["redis"] == marks["disk"] == marks["workers"] == marks["sandbox"] == "✓", lines
+        assert marks["gpus"] == "✓" and "2: " in next(x for x in lines if " gpus " in x), lines
+        trials = [x for x in lines if " training (job " in x]
+        assert len(trials) == 2 and all(x.startswith("✓") and "20 steps on " in x for x in trials), lines
+        assert sorted("(GPU 0)" in x for x in trials) == [False, True] and any("(GPU 1)" in x for x in trials), lines
+
+        assert next(x for x in lines if " pinning " in x).startswith("✓"), lines
+        assert ran.stderr.strip().endswith("ready")
+
+        saved = redis.config_get("save")["save"]
+        redis.config_set("save", "")  # (the session's Redis: no append-only file, and now no snapshots either)
+        try:
+            ran = subprocess.run(
+                python_module("tui.cli", "doctor", "--no-job", "--json"), env=cli, capture_output=True, text=True
+            )
+        finally:
+            redis.config_set("save", saved)
+        assert ran.returncode == 1, (ran.stdout, ran.stderr)
+        doc = json.loads(ran.stdout)
+        saving = next(x for x in doc["checks"] if x["name"] == "redis saving")
+        assert doc["ok"] is False and saving["result"] == "fail" and "appendonly yes" in saving["fix"], doc
+        assert next(x for x in doc["checks"] if x["name"] == "training")["result"] == "skip"
+    finally:
+        up.kill()

@@ -1,0 +1,164 @@
+"""`gpudeck doctor`: is this gpudeck ready to run jobs? One table of checks through the API, as a user reaches it
+(the API, Redis and whether it keeps the queue across a restart, the disk, the workers and their sandboxes, the
+GPUs their hosts report), then a short real training job on each GPU (or on a CPU worker where there is none),
+pinned and timed. ✓ passed, ✗ failed (with what to do), – not applicable here (and why). Exit 0 only when no check
+failed."""
+
+from __future__ import annotations
+
+import time
+from dataclasses import asdict, dataclass
+from typing import Any
+
+import click
+
+from models.common import EXIT_OK
+from models.sourcetree import human
+from tui.cli.base import client, connection_options, echo_json, json_option, print_table
+from tui.client import ApiError, Client
+
+EXIT_UNHEALTHY = 1
+MARK = {"ok": "✓", "fail": "✗", "skip": "–"}
+TRIAL_STEPS = 20
+
+
+@dataclass
+class Check:
+    name: str
+    result: str  # ok, fail, skip
+    detail: str
+    fix: str | None = None
+
+
+def _api(c: Client, url: str) -> tuple[list[Check], dict[str, Any] | None]:
+    try:
+        health = c.request("GET", "/healthz").json()
+    except ApiError as exc:  # (a 503: Redis unreachable, the body says so)
+        return [Check("api", "fail", f"{url} answered {exc.status}: {exc.message}")], None
+    out = [Check("api", "ok", f"{url} answers ({health['status']})")]
+    if health["redis"] == "ok":
+        out.append(Check("redis", "ok", "reachable, takes writes"))
+    else:
+        fix = "free the disk Redis saves to (it refuses writes until then)"
+        out.append(Check("redis", "fail", health["redis"], fix))
+    saving = health.get("redis_saving", "unknown")
+    if saving in ("appendonly", "snapshots"):
+        out.append(Check("redis saving", "ok", f"keeps the queue across a restart ({saving})"))
+    elif saving == "none":
+        fix = "set `appendonly yes` in its redis.conf (gpudeck up's embedded Redis does), or `save 60 1`"
+        out.append(Check("redis saving", "fail", "a restart of Redis loses every job", fix))
+    else:
+        out.append(Check("redis saving", "skip", "Redis does not say (CONFIG is off there)"))
+    space = health.get("disk") or {}
+    if space:
+        text = f"{human(space['free_bytes'])} free of {human(space['total_bytes'])} under {space['path']}"
+        if space["low"]:
+            fix = "delete old jobs (gpudeck rm, GPUDECK_RETENTION) or lower GPUDECK_MIN_FREE"
+            out.append(Check("disk", "fail", f"{text}: below {human(space['min_free_bytes'])}", fix))
+        else:
+            out.append(Check("disk", "ok", text))
+    return out, health
+
+
+def _workers(workers: list[dict[str, Any]]) -> list[Check]:
+    alive = [w for w in workers if w["alive"]]
+    lost = [w["name"] for w in workers if not w["alive"]]
+    out = []
+    if not alive:
+        out.append(Check("workers", "fail", "none alive: no job can run", "start them: gpudeck up, or gpudeck worker"))
+    else:
+        hosts = sorted({w["host"] for w in alive})
+        out.append(Check("workers", "ok", f"{len(alive)} alive on {', '.join(hosts)}"))
+    if lost:
+        fix = "see its host (its process died or the host is away); it is forgotten once it stops beating for good"
+        out.append(Check("lost workers", "fail", ", ".join(lost), fix))
+    bare = sorted({w["host"] for w in alive if w.get("sandboxed") is False})
+    if bare:
+        fix = "install bubblewrap (apt install bubblewrap) and restart the workers; README: What a job can reach"
+        out.append(Check("sandbox", "fail", f"jobs run without a sandbox on {', '.join(bare)}", fix))
+    elif alive and all(w.get("sandboxed") for w in alive):
+        out.append(Check("sandbox", "ok", "every job in bubblewrap (its own PID and mount namespace, no capability)"))
+    elif alive:
+        out.append(Check("sandbox", "skip", "the workers do not say (started by an older gpudeck)"))
+    return out
+
+
+def _gpus(hosts: list[dict[str, Any]]) -> list[Check]:
+    gpus = [(h["host"], g) for h in hosts for g in h.get("gpus") or []]
+    if not gpus:
+        return [Check("gpus", "skip", "no worker's host reports a GPU (no nvidia-smi there): CPU workers only")]
+    listed = ", ".join(
+        f"{host}:{g['index']} {g.get('name')} {human((g.get('memory_total_mib') or 0) * 2**20)}" for host, g in gpus
+    )
+    return [Check("gpus", "ok", f"{len(gpus)}: {listed}")]
+
+
+def _trials(c: Client, workers: list[dict[str, Any]], timeout_s: int) -> list[Check]:
+    """A short real training on each GPU a worker serves, all at once (one job each: pinned, mixed precision and
+    XLA), or one on a CPU worker where none serves a GPU; each job's GPUs, time and images/s."""
+    n_gpus = len({(w["host"], g) for w in workers if w["alive"] for g in w["gpus"]})
+    params: dict[str, Any] = {"steps": TRIAL_STEPS}
+    if n_gpus:
+        params |= {"mixed_precision": True, "xla": True}
+    spec = {"model": "lenet", "dataset": "synthetic", "params": params, "gpus": 1 if n_gpus else 0}
+    spec |= {"name": "gpudeck doctor", "tags": ["doctor"], "priority": "high"}
+    try:
+        made = [c.submit(spec)["id"] for _ in range(max(1, n_gpus))]
+    except ApiError as exc:
+        return [Check("training", "fail", f"the API refused the trial job: {exc.message}")]
+    out, placed = [], []
+    deadline = time.monotonic() + timeout_s
+    for job_id in made:
+        job = c.wait(job_id, timeout=max(1, int(deadline - time.monotonic())))
+        if job["status"] != "succeeded":
+            if job["status"] not in ("succeeded", "failed", "canceled"):
+                c.cancel(job_id)
+            why = job.get("message") or job.get("reason") or job["status"]
+            fix = f"gpudeck logs {job_id}; gpudeck show {job_id}"
+            out.append(Check(f"training (job {job_id})", "fail", f"{job['status']}: {why}", fix))
+            continue
+        where = ",".join(job.get("gpu_ids") or []) or "cpu"
+        placed.append(where)
+        rate = (job.get("result") or {}).get("images_per_sec")
+        took = job.get("elapsed_s")
+        text = f"{TRIAL_STEPS} steps on {job.get('worker')} (GPU {where}) in {took:.1f} s" if took else where
+        out.append(Check(f"training (job {job_id})", "ok", text + (f", {rate:,.0f} images/s" if rate else "")))
+    if n_gpus > 1 and placed:
+        if len(set(placed)) == len(placed) == n_gpus:
+            out.append(Check("pinning", "ok", f"each trial on its own GPU ({', '.join(sorted(placed))})"))
+        elif len(placed) == n_gpus:
+            out.append(Check("pinning", "fail", f"trials shared GPUs: {placed}", "gpudeck show on the jobs above"))
+    return out
+
+
+@click.command()
+@connection_options
+@click.option("--no-job", is_flag=True, help="skip the trial training (only what the API and workers report)")
+@click.option("--timeout", "timeout_s", type=int, default=600, show_default=True, help="seconds the trials may take")
+@json_option
+def doctor(no_job, timeout_s, as_json) -> int:
+    """Is this gpudeck ready? API, Redis and its saving, disk, workers and their sandboxes, GPUs, and a short real
+    training job on each GPU (one on a CPU worker where there is none). Exit 0 only when no check failed."""
+    c = client()
+    checks, health = _api(c, c.base_url)
+    if health is not None:
+        workers = c.request("GET", "/api/v1/workers").json()["workers"]
+        hosts = c.request("GET", "/api/v1/gpus").json()["hosts"]
+        checks += _workers(workers) + _gpus(hosts)
+        if no_job:
+            checks.append(Check("training", "skip", "--no-job"))
+        elif any(w["alive"] for w in workers):
+            checks += _trials(c, workers, timeout_s)
+        else:
+            checks.append(Check("training", "skip", "no worker alive to run it"))
+    failed = any(x.result == "fail" for x in checks)
+    if as_json:
+        echo_json({"ok": not failed, "checks": [asdict(x) for x in checks]})
+    else:
+        rows = [(MARK[x.result], x.name, x.detail + (f"\n  fix: {x.fix}" if x.fix else "")) for x in checks]
+        print_table(("", "CHECK", "RESULT"), rows)
+        click.echo("ready" if not failed else "not ready: see the ✗ lines", err=True)
+    return EXIT_UNHEALTHY if failed else EXIT_OK
+
+
+COMMANDS = (doctor,)
