@@ -397,6 +397,7 @@ class Trainer:
             "epochs": round(step / steps_per_epoch, 4),
             "images_per_sec": round(train_images / train_time, 1) if train_time else None,
             "duration_s": round(time.time() - started, 2),
+            "gpus_seen": len(tf.config.list_physical_devices("GPU")),  # (what TensorFlow found: gpudeck doctor)
         }
         warning = divergence_warning(first_loss, peak_loss, test["accuracy"], classes, p["lr"], test["loss"])
         if warning:

@@ -92,6 +92,7 @@ def schemas() -> dict[str, Any]:
                 },
                 NONFINITE: _ref("Nonfinite"),
                 "warning": {**STR, "description": "the run diverged without a NaN (see the Job's `warning`)"},
+                "gpus_seen": {**INT, "description": "GPUs TensorFlow found inside the job's sandbox (a zoo job)"},
             }
         ),
         "Job": _obj(

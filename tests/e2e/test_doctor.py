@@ -1,6 +1,7 @@
-"""`gpudeck doctor` against a real `gpudeck up` on two FAKE GPUs (a fake nvidia-smi on PATH: none exist here): every
-check passes, a short real training runs on each GPU at once, each on its own; then on a Redis that would lose the
-queue at a restart it says so, says what to do, and exits 1."""
+"""`gpudeck doctor` against a real `gpudeck up` on two FAKE GPUs (a fake nvidia-smi on PATH: none exist here): a
+short real training runs on each GPU at once, each on its own, and the doctor says that TensorFlow saw no GPU in
+them (true: these are fakes) and what to do, exit 1; every other check passes (`--no-job`: exit 0); on a Redis
+that would lose the queue at a restart it says so, says what to do, and exits 1."""
 
 from __future__ import annotations
 
@@ -23,8 +24,11 @@ def test_gpudeck_doctor_says_whether_the_box_is_ready_and_what_to_do(tmp_path, c
     cli = {k: v for k, v in env.items() if k != "REDIS_URL"} | {"GPUDECK_API": up.url}
     try:
         ran = subprocess.run(python_module("tui.cli", "doctor"), env=cli, capture_output=True, text=True, timeout=600)
-        assert ran.returncode == 0, (ran.stdout, ran.stderr, up.output()[-3000:])
+        assert ran.returncode == 1, (ran.stdout, ran.stderr, up.output()[-3000:])  # (fake GPUs: TensorFlow sees none)
         lines = ran.stdout.splitlines()
+        blind = next(x for x in lines if " tensorflow sees the GPU " in x)
+        assert blind.startswith("✗") and "trained on CPU" in blind, lines
+        assert "fix: TensorFlow found no GPU inside the job's sandbox" in ran.stdout
         marks = {line.split()[1]: line.split()[0] for line in lines[1:] if line[:1] in "✓✗–"}
         assert marks["api"] == marks["redis"] == marks["disk"] == marks["workers"] == marks["sandbox"] == "✓", lines
         assert marks["gpus"] == "✓" and "2: " in next(x for x in lines if " gpus " in x), lines
@@ -33,7 +37,10 @@ def test_gpudeck_doctor_says_whether_the_box_is_ready_and_what_to_do(tmp_path, c
         assert sorted("(GPU 0)" in x for x in trials) == [False, True] and any("(GPU 1)" in x for x in trials), lines
 
         assert next(x for x in lines if " pinning " in x).startswith("✓"), lines
-        assert ran.stderr.strip().endswith("ready")
+        assert [x[:1] for x in lines[1:] if x[:1] in "✓✗–"].count("✗") == 1, lines  # (that one only)
+        assert ran.stderr.strip().endswith("not ready: see the ✗ lines")
+        ran = subprocess.run(python_module("tui.cli", "doctor", "--no-job"), env=cli, capture_output=True, text=True)
+        assert ran.returncode == 0 and ran.stderr.strip().endswith("ready"), (ran.stdout, ran.stderr)
 
         saved = redis.config_get("save")["save"]
         redis.config_set("save", "")  # (the session's Redis: no append-only file, and now no snapshots either)

@@ -41,7 +41,10 @@ def test_train_writes_the_job_dir(tmp_path):
     assert set(train_points[0]) >= {"step", "epoch", "loss", "accuracy", "lr", "images_per_sec"}
     assert any("val_loss" in p and "val_accuracy" in p for p in points(job_dir))
     result = json.loads((job_dir / "result.json").read_text())
-    assert set(result) == {"test_accuracy", "test_top5", "test_loss", "steps", "epochs", "images_per_sec", "duration_s"}
+    assert set(result) == {
+        *("test_accuracy", "test_top5", "test_loss", "steps", "epochs", "images_per_sec", "duration_s", "gpus_seen")
+    }
+    assert result["gpus_seen"] == 0  # (no GPU here)
     assert result["steps"] == 6 and 0 <= result["test_accuracy"] <= result["test_top5"] <= 1
     assert (job_dir / "model.keras").stat().st_size > 0
     assert list((job_dir / "tensorboard" / "train").glob("events.out.tfevents.*"))

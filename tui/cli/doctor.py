@@ -106,7 +106,7 @@ def _trials(c: Client, workers: list[dict[str, Any]], timeout_s: int) -> list[Ch
         made = [c.submit(spec)["id"] for _ in range(max(1, n_gpus))]
     except ApiError as exc:
         return [Check("training", "fail", f"the API refused the trial job: {exc.message}")]
-    out, placed = [], []
+    out, placed, blind = [], [], []
     deadline = time.monotonic() + timeout_s
     for job_id in made:
         job = c.wait(job_id, timeout=max(1, int(deadline - time.monotonic())))
@@ -119,10 +119,20 @@ def _trials(c: Client, workers: list[dict[str, Any]], timeout_s: int) -> list[Ch
             continue
         where = ",".join(job.get("gpu_ids") or []) or "cpu"
         placed.append(where)
+        if n_gpus and not (job.get("result") or {}).get("gpus_seen"):
+            blind.append(str(job_id))
         rate = (job.get("result") or {}).get("images_per_sec")
         took = job.get("elapsed_s")
         text = f"{TRIAL_STEPS} steps on {job.get('worker')} (GPU {where}) in {took:.1f} s" if took else where
         out.append(Check(f"training (job {job_id})", "ok", text + (f", {rate:,.0f} images/s" if rate else "")))
+    if n_gpus and placed and blind:
+        fix = (
+            "TensorFlow found no GPU inside the job's sandbox: the CPU build (pip install 'gpudeck[gpu]', or make "
+            "install where nvidia-smi lists a GPU), or the driver's libraries or /dev/nvidia* not reachable there"
+        )
+        out.append(Check("tensorflow sees the GPU", "fail", f"not in job {', '.join(blind)} (trained on CPU)", fix))
+    elif n_gpus and placed:
+        out.append(Check("tensorflow sees the GPU", "ok", "in every trial, inside its sandbox"))
     if n_gpus > 1 and placed:
         if len(set(placed)) == len(placed) == n_gpus:
             out.append(Check("pinning", "ok", f"each trial on its own GPU ({', '.join(sorted(placed))})"))
