@@ -10,7 +10,7 @@ from typing import Any
 
 from redis import Redis
 
-from jobs import queues, quota, search
+from jobs import queues, quota, search, views
 from jobs import spec as spec_mod
 from jobs.errors import NotFound, TooLarge, ValidationError
 from jobs.keys import SEARCHING_KEY, SWEEP_COUNTER_KEY, sweep_key, sweep_stop_key
@@ -148,11 +148,6 @@ def _get(spec: dict[str, Any], key: str) -> Any:
     return (spec.get("params") or {}).get(sub) if sub else spec.get(top)
 
 
-def _fraction(rec: dict[str, Any]) -> float | None:
-    p = rec.get("progress") or {}
-    return round(p["step"] / p["total_steps"], 4) if p.get("step") is not None and p.get("total_steps") else None
-
-
 def max_concurrent(redis: Redis, sweep_id: int) -> int | None:
     """How many of a sweep's jobs may hold workers at once (None: no limit, or the sweep is gone)."""
     raw = redis.get(sweep_key(sweep_id))
@@ -209,7 +204,7 @@ def summary(redis: Redis, sweep_id: int, redis_url: str | None = None) -> dict[s
                 if early
                 else trial.get("rung"),
                 "step": trial.get("step") if kind != "grid" else ((rec or {}).get("progress") or {}).get("step"),
-                "fraction": _fraction(rec) if rec else None,
+                "fraction": views.fraction(rec) if rec else None,
             }
         )
         if rec is not None:
@@ -218,7 +213,7 @@ def summary(redis: Redis, sweep_id: int, redis_url: str | None = None) -> dict[s
                     "job_id": trial["job"],
                     "name": spec.get("name"),
                     "status": status,
-                    "fraction": _fraction(rec),
+                    "fraction": views.fraction(rec),
                     "reason": rec.get("reason"),
                     **values,
                     "metric": value,

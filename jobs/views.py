@@ -46,7 +46,7 @@ def job_view(
     status = Status(rec["status"])
     started, running, ended = rec.get("started_at"), rec.get("running_at"), rec.get("ended_at")
     elapsed = ((ended or now) - started) if started else None
-    progress = _progress(rec.get("progress") or {}, running, ended or now, status)
+    progress = _progress(rec.get("progress") or {}, running, ended or now, status, fraction(rec))
     spec = {"after": [], "preemptible": True, **shown(rec["spec"], names_only)}  # (records made before they were)
     return {
         "id": rec["id"],
@@ -137,10 +137,25 @@ def sweep_id(rec: dict[str, Any]) -> int | None:
     return None
 
 
-def _progress(p: dict[str, Any], running_at: float | None, now: float, status: Status) -> dict[str, Any]:
+def fraction(rec: dict[str, Any]) -> float | None:
+    """How much of its steps a job did: never above 1, and whole once it ran to its end (succeeded, not stopped
+    early) whatever its last step read (Keras logs epochs 0-4 of five: a finished run read 80 %)."""
+    p = rec.get("progress") or {}
+    step, total = p.get("step"), p.get("total_steps")
+    if not total:
+        return None
+    if rec.get("status") == Status.SUCCEEDED.value and rec.get("reason") != Reason.STOPPED_EARLY.value:
+        return 1.0
+    return round(min(step / total, 1.0), 4) if step is not None else None
+
+
+def _progress(
+    p: dict[str, Any], running_at: float | None, now: float, status: Status, done: float | None
+) -> dict[str, Any]:
+    """A job's progress as the API answers it (`done`: its fraction)."""
     step, total = p.get("step"), p.get("total_steps")
     out: dict[str, Any] = {"step": step, "total_steps": total, "epoch": None, "epochs": p.get("epochs")}
-    out["fraction"] = round(min(step / total, 1.0), 4) if step is not None and total else None  # never above 1
+    out["fraction"] = done
     if step is not None and p.get("steps_per_epoch"):
         out["epoch"] = round(step / p["steps_per_epoch"], 3)
     eta = None

@@ -127,6 +127,11 @@ def test_progress_follows_the_loss_clock_and_never_reads_past_its_total(redis):
     store.update(1, progress={**out.progress, "step": 5625})  # a script whose clock is not the total's
     view = job_view(store.get(1))
     assert view["progress"]["fraction"] == 1.0 and view["eta_s"] is None
+    # issue 43: Keras logs epochs 0-4 of five; a run that finished is whole, one a search stopped early is not
+    store.update(1, progress={**out.progress, "step": 4}, status="succeeded", ended_at=time.time())
+    assert job_view(store.get(1))["progress"]["fraction"] == 1.0
+    store.update(1, progress={**out.progress, "step": 2}, reason="stopped_early")
+    assert job_view(store.get(1))["progress"]["fraction"] == 0.4
 
 
 def test_the_line_being_drawn_is_shown_at_most_once_a_second_and_goes_with_its_newline(redis, client):
