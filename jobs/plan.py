@@ -113,7 +113,7 @@ def expected_end(rec: dict[str, Any], now: float, history: History) -> tuple[flo
     duration's source."""
     p = rec.get("progress") or {}
     step, total, first = p.get("step"), p.get("total_steps"), p.get("first_step") or 0
-    since = rec.get("running_at")
+    since = p.get("since") or rec.get("running_at")  # (a script's second training counts from its first point)
     if step and total and since and step > first:
         return now + max(0.0, (now - float(since)) / (step - first) * (total - step)), "progress"
     took, source = expected(rec, history)

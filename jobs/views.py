@@ -159,6 +159,7 @@ def _progress(
     if step is not None and p.get("steps_per_epoch"):
         out["epoch"] = round(step / p["steps_per_epoch"], 3)
     eta = None
+    running_at = p.get("since") or running_at  # (a script's second training: from its first point, not the job's)
     if status == Status.RUNNING and running_at and step is not None and total:
         done = step - p.get("first_step", 0)
         if done > 0 and step <= total:  # (past its total, the clock is not the one total counts: no ETA)

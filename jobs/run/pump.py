@@ -236,7 +236,7 @@ class Output:
             self.runs.append(run)
             fields["runs"] = list(self.runs)
             if self.progress.get("run") is not None and isinstance(data.get("step"), int):
-                self.progress.update(step=None, first_step=data["step"])
+                self.progress.update(step=None, first_step=data["step"], since=time.time())  # (its own clock)
             self.progress["run"] = run
         if isinstance(data.get("step"), int) and ("loss" in data or not self.loss_clock):
             if run is None or run == self.progress.get("run"):

@@ -185,3 +185,29 @@ def test_pytorch_summary_writer_scalars_are_points_named_by_their_tags(tmp_path:
         {"step": 1, "run": "runs/exp1", "Loss/train": 0.5, "Accuracy/test": 0.75},
     ], points
     writer.close()
+
+
+def test_a_second_training_gets_its_eta_from_its_own_clock_not_the_jobs(redis):
+    """Issue 43 (should-fix): a script that trains twice showed `eta 5m53s` with 69 s left: the second run's steps
+    were timed from the job's start. A new run counts from its first point."""
+    import time
+
+    from jobs.run.pump import Output
+    from jobs.store import JobStore
+    from jobs.views import job_view
+
+    store = JobStore(redis)
+    store.create(1, {"command": ["python", "train.py"], "total_steps": 5, "gpus": 0}, "gpus-0")
+    out = Output(store, 1)
+    out.progress = {"step": None, "total_steps": 5, "steps_per_epoch": None}
+    store.update(1, status="running", running_at=time.time() - 600)  # (the first training took ten minutes)
+    for point in [{"step": s, "run": "fit/A", "loss": 1.0 / (s + 1)} for s in range(5)] + [
+        {"step": 0, "run": "fit/B", "loss": 0.9},
+        {"step": 2, "run": "fit/B", "loss": 0.5},
+    ]:
+        pipe = redis.pipeline()
+        store.update(1, pipe=pipe, **out.point(point, pipe))
+        pipe.execute()
+    since = store.get(1)["progress"]["since"]
+    view = job_view(store.get(1), now=since + 10)  # two steps of B in its first ten seconds: three more take 15 s
+    assert (view["progress"]["step"], view["eta_s"]) == (2, 15.0), view["progress"]
