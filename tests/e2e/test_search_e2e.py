@@ -97,7 +97,10 @@ def test_random_search_with_asha_stops_the_bad_learning_rates_of_a_model_job(tmp
     stopped = [t for t in shown["trials"] if t["stopped_early"]]
     assert stopped and all(t["status"] == "succeeded" for t in stopped)
     rung0 = shown["rungs"][0]
-    assert rung0["step"] == 30 and {e["job"] for e in rung0["trials"] if not e["passed"]} >= {t["job"] for t in stopped}
+    assert rung0["step"] == 30
+    for t in (t for t in stopped if t["rung"] is not None):  # each stopped where it fell short (rung 0, or later:
+        at = next(r for r in shown["rungs"] if r["rung"] == t["rung"])  # a middling lr may pass the first)
+        assert any(e["job"] == t["job"] and not e["passed"] for e in at["trials"]), (t, shown["rungs"])
     jobs = [get(api, f"/jobs/{job}") for job in trials]
     assert most_at_once(jobs) <= 2
     one = next(j for j in jobs if j["stopped_early"])
