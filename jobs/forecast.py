@@ -10,7 +10,7 @@ from typing import Any
 
 from redis import Redis
 
-from jobs import plan, queues, quota, share
+from jobs import plan, queues, quota, share, usage
 from jobs.keys import AFTER_KEY, job_key
 from jobs.placement import fit, live_slots
 from jobs.queues import waiting_for
@@ -38,8 +38,10 @@ def share_table(redis: Redis, settings: Settings) -> list[dict[str, Any]]:
     gpus: Counter[str] = Counter()
     for r in active:
         gpus[share.owner_of(r.get("owner"))] += quota.job_gpus(r["spec"])
+    idle = usage.idle_gpu_hours(redis)
     total = sum(used.values()) or 1.0
-    owners = sorted(set(used) | set(queued) | set(running), key=lambda o: (used.get(o, 0.0), o))
+    idlers = {share.owner_of(o) for o in idle}  # (who held GPUs idle, even with no usage left to decay)
+    owners = sorted(set(used) | set(queued) | set(running) | idlers, key=lambda o: (used.get(o, 0.0), o))
     return [
         {
             "owner": None if o == share.owner_of(None) else o,
@@ -48,6 +50,7 @@ def share_table(redis: Redis, settings: Settings) -> list[dict[str, Any]]:
             "gpus": gpus[o],
             "running": running[o],
             "queued": queued[o],
+            "idle_gpu_hours": round(idle.get(None if o == share.owner_of(None) else o, 0.0), 3),
         }
         for o in owners
     ]

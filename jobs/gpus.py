@@ -166,6 +166,7 @@ class Sampler(Periodic):
         super().__init__(redis_url, "gpudeck-gpu-sampler")
         self.host = host or socket.gethostname()
         self.meter = usage.UsageMeter()
+        self.sampled_at: float | None = None
 
     def lease_key(self) -> str:
         return gpus_lock_key(self.host)
@@ -182,11 +183,23 @@ class Sampler(Periodic):
                         out[task["pid"]] = job_id
         return out
 
+    def held(self) -> dict[int, tuple[str | None, list[str]]]:
+        """The jobs that hold GPUs on this host: job id -> (owner, GPU indices)."""
+        return {
+            rec["id"]: (rec.get("owner"), list(rec["gpu_ids"]))
+            for rec in JobStore(self.redis).active()
+            if rec.get("gpu_ids") and str(rec.get("worker", "")).startswith(f"{self.host}.")
+        }
+
     def round(self) -> None:
         # every process of a job's trainers (a command's python under its shell too) maps to the job
         used, members = self.meter.measure(self.pid_jobs())
         gpus = sample(members)
+        now = time.monotonic()
         if gpus is not None:
             doc = {"host": self.host, "sampled_at": time.time(), "gpus": gpus}
             self.redis.set(gpus_key(self.host), json.dumps(doc), ex=SAMPLE_TTL_S)
+            if self.sampled_at is not None:  # (a job's GPUs over its life: what it held them for, how busy)
+                usage.account(self.redis, self.host, self.held(), gpus, min(now - self.sampled_at, 3 * SAMPLE_EVERY_S))
+        self.sampled_at = now if gpus is not None else None
         usage.write(self.redis, self.host, used, gpus)

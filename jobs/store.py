@@ -67,6 +67,9 @@ FLOAT_FIELDS = (
     "claimed_at",
     "seq",
     "ran_s",
+    "gpu_seconds",  # (a job's GPUs over its life: jobs.usage.account adds to these three)
+    "gpu_busy_seconds",
+    "gpu_idle_seconds",
 )
 INT_FIELDS = ("id", "pid", "attempt", "gen", "disk_bytes", "resumes", "preemptions")
 HEARTBEAT_TTL_S = 15

@@ -13,7 +13,7 @@ from typing import Any
 
 from redis import Redis
 
-from jobs.keys import usage_key
+from jobs.keys import IDLE_GPU_KEY, job_key, usage_key
 from jobs.run.proc import SHIM
 
 TTL_S = 10
@@ -112,6 +112,53 @@ def write(redis: Redis, host: str, usage: dict[int, dict[str, Any]], gpus: list[
             pipe.hset(usage_key(job_id), host, json.dumps(doc))
             pipe.expire(usage_key(job_id), TTL_S)
         pipe.execute()
+
+
+IDLE_PERCENT = 5
+"""A GPU under this utilization is idle (as Princeton's jobstats and slurm-job-exporter count it)."""
+
+
+def account(redis: Redis, host: str, held: dict[int, tuple[str | None, list[str]]], gpus: list[dict[str, Any]] | None,
+            seconds: float) -> None:  # fmt: skip
+    """`seconds` more of GPU life for each job holding GPUs on `host` (`held`: job id -> (owner, its GPU indices
+    here)), as nvidia-smi read them: GPU-seconds held, utilization-weighted seconds, and idle seconds (under
+    IDLE_PERCENT) on the job's record, and its owner's idle GPU-seconds (IDLE_GPU_KEY). A GPU whose utilization
+    nvidia-smi does not report ([N/A]) is not counted."""
+    util = {
+        str(g.get("index")): float(g["utilization"])
+        for g in gpus or []
+        if isinstance(g.get("utilization"), (int, float))
+    }
+    with redis.pipeline(transaction=False) as pipe:
+        for job_id, (owner, indices) in held.items():
+            read = [util[i] for i in indices if i in util]
+            if not read:
+                continue
+            idle = sum(seconds for u in read if u < IDLE_PERCENT)
+            pipe.hincrbyfloat(job_key(job_id), "gpu_seconds", seconds * len(read))
+            pipe.hincrbyfloat(job_key(job_id), "gpu_busy_seconds", sum(seconds * u / 100 for u in read))
+            pipe.hincrbyfloat(job_key(job_id), "gpu_idle_seconds", idle)
+            if idle:
+                pipe.hincrbyfloat(IDLE_GPU_KEY, owner or "-", idle)
+        pipe.execute()
+
+
+def life(rec: dict[str, Any]) -> dict[str, Any] | None:
+    """A job's GPUs over its life so far (account): mean utilization, and how much of its GPU-time was idle; None
+    before its first reading."""
+    held = float(rec.get("gpu_seconds") or 0)
+    if not held:
+        return None
+    return {
+        "mean_percent": round(100 * float(rec.get("gpu_busy_seconds") or 0) / held, 1),
+        "idle_percent": round(100 * float(rec.get("gpu_idle_seconds") or 0) / held, 1),
+        "gpu_seconds": round(held, 1),
+    }
+
+
+def idle_gpu_hours(redis: Redis) -> dict[str | None, float]:
+    """Each owner's idle GPU-hours (held under IDLE_PERCENT) so far (None: jobs without an owner)."""
+    return {(None if k == b"-" else k.decode()): float(v) / 3600 for k, v in redis.hgetall(IDLE_GPU_KEY).items()}
 
 
 def read(redis: Redis, job_ids: list[int]) -> dict[int, dict[str, Any]]:

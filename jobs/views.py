@@ -7,6 +7,7 @@ from typing import Any
 
 from jobs.spec import is_command, is_session, shown
 from jobs.store import iso
+from jobs.usage import life as gpu_life
 from models.states import ACTIVE, Reason, Status
 
 LIVE = (Status.QUEUED.value, *ACTIVE)
@@ -86,6 +87,7 @@ def job_view(
         "preemptions": rec.get("preemptions", 0),
         "preempted_by": rec.get("preempted_by") if rec.get("preemptions") else None,
         "usage": usage if status in (Status.STARTING, Status.RUNNING) else None,
+        "gpu_life": gpu_life(rec),
         "disk_bytes": rec.get("disk_bytes"),
         "resumes": rec.get("resumes"),
         "sweep_id": sweep_id(rec),

@@ -179,6 +179,16 @@ def schemas() -> dict[str, Any]:
                     | {"description": "the last preemption: by which job, at which step, from which checkpoint"}
                 ),
                 "usage": _nullable(_ref("Usage")),
+                "gpu_life": {
+                    **_nullable(
+                        _obj(
+                            {"mean_percent": NUM, "idle_percent": NUM, "gpu_seconds": NUM},
+                            ["mean_percent", "idle_percent", "gpu_seconds"],
+                        )
+                    ),
+                    "description": "its GPUs over its life so far, as nvidia-smi read them every 2 s: mean "
+                    "utilization, the share of its GPU-time under 5 %, GPU-seconds read; null before the first",
+                },
                 "disk_bytes": _nullable(
                     {**INT, "description": "bytes of the job dir: measured every 30 s while it runs, and at its end"}
                 ),

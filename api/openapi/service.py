@@ -209,6 +209,10 @@ def schemas() -> dict[str, Any]:
                             "gpus": INT,
                             "running": INT,
                             "queued": INT,
+                            "idle_gpu_hours": {
+                                "type": "number",
+                                "description": "GPU-hours their jobs held GPUs under 5 % utilization (not decayed)",
+                            },
                         },
                         ["owner", "usage_gpu_hours", "share", "gpus", "running", "queued"],
                     ),

@@ -218,7 +218,7 @@ def test_the_readme_section_as_written(stack_of, child_env, tmp_path):
     assert "preempted  1 times" in first and "preempted by job 4 (high)" in first, first
     assert client.get("/api/v1/jobs/3").json()["status"] == "succeeded"
     assert "on GPUs 0,1" in client.get("/api/v1/jobs/1/logs").text
-    assert share.splitlines()[0].split() == ["OWNER", "GPU-HOURS", "SHARE", "GPUS", "RUNNING", "QUEUED"]
+    assert share.splitlines()[0].split() == ["OWNER", "GPU-HOURS", "SHARE", "GPUS", "RUNNING", "QUEUED", "IDLE-GPU-H"]
 
 
 def test_backfill_starts_a_short_job_at_once_beside_a_reserved_big_one(stack_of, child_env, tmp_path):

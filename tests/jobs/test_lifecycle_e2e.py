@@ -163,6 +163,14 @@ def test_two_workers_pinned_to_two_fake_gpus(client, spawn, child_env, tmp_path)
             {"index": int(seen), "utilization": 97 if seen == "0" else None, "memory_used_mib": 512, "host": ANY}
         ]
         assert used["rss_bytes"] > 100 * 2**20 and used["processes"] >= 1  # a TensorFlow trainer
+        if seen == "0":  # its GPU over its life (the fake reads 97 %; GPU 1's [N/A] is not counted)
+            deadline = time.monotonic() + 30
+            while not (life := client.get(f"/api/v1/jobs/{i}").json["gpu_life"]):
+                assert time.monotonic() < deadline
+                time.sleep(0.2)
+            assert life["mean_percent"] == 97.0 and life["idle_percent"] == 0.0 and life["gpu_seconds"] > 0, life
+        else:
+            assert client.get(f"/api/v1/jobs/{i}").json["gpu_life"] is None
     workers = client.get("/api/v1/workers").json["workers"]
     assert sorted(w["gpus"] for w in workers) == [["0"], ["1"]]
     assert all(w["queues"] == ["gpus-1"] for w in workers)

@@ -231,7 +231,7 @@ def test_plus_minus_and_T_steer_the_queued_jobs_in_line(stack):
             body = share.query_one("#share", Static)
             await until(pilot, lambda: "OWNER" in text_of(body), 10)
             row = next(line.split() for line in text_of(body).splitlines() if line.lstrip().startswith("- "))
-            assert row[-3:] == ["0", "0", "2"], text_of(body)  # GPUS, RUNNING, QUEUED
+            assert row[-4:] == ["0", "0", "2", "0.00"], text_of(body)  # GPUS, RUNNING, QUEUED, IDLE-GPU-H
             assert "least used first" in text_of(body)
 
     run(scenario())

@@ -126,7 +126,7 @@ def share(as_json) -> int:
     if as_json:
         echo_json(doc)
         return EXIT_OK
-    print_table(SHARE_COLUMNS, share_rows(doc), right=[1, 2, 3, 4, 5])
+    print_table(SHARE_COLUMNS, share_rows(doc), right=[1, 2, 3, 4, 5, 6])
     click.echo(f"({share_rule(doc)})", err=True)
     return EXIT_OK
 

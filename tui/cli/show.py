@@ -16,6 +16,7 @@ from tui.logtext import fold
 from tui.widgets.fmt import (
     duration,
     expected_text,
+    gpu_life_text,
     gpus_text,
     over_attempts,
     progress_of,
@@ -127,6 +128,7 @@ def show(job_id, as_json) -> int:
         ("expected", expected_text(job).removeprefix("expected ") or None),
         ("preempted", _preempted(job)),
         ("uses", usage_text(job.get("usage")) or None),
+        ("gpus used", gpu_life_text(job) or None),
         ("progress", f"step {progress_of(p)}" if p.get("total_steps") else None),
         ("elapsed", duration(job["elapsed_s"]) + over_attempts(job) if job.get("elapsed_s") is not None else None),
         ("eta", duration(job["eta_s"]) if job.get("eta_s") is not None and job["status"] == "running" else None),

@@ -280,6 +280,14 @@ def usage_text(usage: dict[str, Any] | None) -> str:
     return " · ".join(parts)
 
 
+def gpu_life_text(job: dict[str, Any]) -> str:
+    """A job's GPUs over its life so far: `GPU 37% mean, 12% of its GPU-time idle`; '' before the first reading."""
+    life = job.get("gpu_life")
+    if not life:
+        return ""
+    return f"GPU {life['mean_percent']:.0f}% mean, {life['idle_percent']:.0f}% of its GPU-time idle (under 5%)"
+
+
 def in_line(job: dict[str, Any], short: bool = False) -> str:
     """`#3 in line, ~4m00s` for a queued job whose place (and expected start) the API knows, `quota` for one that
     waits for its owner's GPU quota (`waiting: alice holds 2 of 2 GPUs`), `after 12` for one that waits for its
@@ -421,7 +429,7 @@ def over_attempts(job: dict[str, Any]) -> str:
     return " (" + ", ".join(p for p in parts if p) + ")"
 
 
-SHARE_COLUMNS = ("OWNER", "GPU-HOURS", "SHARE", "GPUS", "RUNNING", "QUEUED")
+SHARE_COLUMNS = ("OWNER", "GPU-HOURS", "SHARE", "GPUS", "RUNNING", "QUEUED", "IDLE-GPU-H")
 
 
 def share_rows(doc: dict[str, Any]) -> list[tuple[Any, ...]]:
@@ -434,6 +442,7 @@ def share_rows(doc: dict[str, Any]) -> list[tuple[Any, ...]]:
             o["gpus"],
             o["running"],
             o["queued"],
+            f"{o.get('idle_gpu_hours') or 0:.2f}",
         )
         for o in doc["owners"]
     ]

@@ -18,6 +18,7 @@ from tui.widgets.fmt import (
     bar,
     duration,
     expected_text,
+    gpu_life_text,
     gpus_text,
     in_line,
     num,
@@ -127,6 +128,7 @@ def header_text(job: dict[str, Any], width: int) -> Text:
         "\n",
         progress,
         (f"\n{usage_text(job['usage'])}", "dim") if job.get("usage") else "",
+        (f"\n{gpu_life_text(job)}", "dim") if job.get("gpu_life") else "",
         f"\n{job['message']}" if job.get("message") else "",
         (f"\n{WARNED} {job['warning']}", "yellow") if job.get("warning") else "",
     )
