@@ -431,6 +431,8 @@ def _preempt(
 
 
 # -- dependencies ----------------------------------------------------------------------------------
+CHECK_MAX = 10_000
+"""Waiting jobs one round looks at, at most, of those whose dependencies changed (the rest: the next round)."""
 AFTER_SWEEP_S = 60
 """How often some round looks at every job waiting for its dependencies (the index's net: jobs queued before it
 existed, or a change it missed), not only at those the index says changed."""
@@ -444,7 +446,9 @@ def release_dependencies(redis: Redis, store: JobStore, everything: bool | None 
     finds out)."""
     if everything is None:
         everything = bool(redis.set(AFTER_SWEPT_KEY, 1, nx=True, ex=AFTER_SWEEP_S))
-    looked = list(redis.smembers(AFTER_CHECK_KEY))
+    # taken, not read: a job that ends while this round looks is put back, for the next round (a crash between
+    # taking and looking loses nothing either: the sweep looks at every waiting job within AFTER_SWEEP_S)
+    looked = list(redis.spop(AFTER_CHECK_KEY, CHECK_MAX) or [])
     if everything:
         ids = [int(raw) for raw in redis.smembers(AFTER_KEY)]
     elif looked:
@@ -456,8 +460,6 @@ def release_dependencies(redis: Redis, store: JobStore, everything: bool | None 
         ids = []
     for job_id in sorted(ids):
         _release(redis, store, job_id)
-    if looked:
-        redis.srem(AFTER_CHECK_KEY, *looked)  # (after: a round that failed half-way looks at them again)
 
 
 def _release(redis: Redis, store: JobStore, job_id: int) -> None:
