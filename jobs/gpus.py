@@ -171,11 +171,12 @@ class Sampler(Periodic):
     def lease_key(self) -> str:
         return gpus_lock_key(self.host)
 
-    def pid_jobs(self) -> dict[int, int]:
+    def pid_jobs(self, active: list[dict[str, Any]]) -> dict[int, int]:
+        """Trainer pid on this host -> its job, of the `active` records."""
         out = {}
-        for rec in JobStore(self.redis).active():  # (one deleted meanwhile is not among them)
+        for rec in active:  # (one deleted meanwhile is not among them)
             job_id = rec["id"]
-            if rec.get("pid") and str(rec.get("worker", "")).startswith(f"{self.host}."):
+            if rec.get("pid") and self.here(rec):
                 out[rec["pid"]] = job_id
             if is_multi_worker(rec["spec"]):
                 for task in taskrecord.read(self.redis, job_id, rec["spec"]["workers"]):
@@ -183,23 +184,22 @@ class Sampler(Periodic):
                         out[task["pid"]] = job_id
         return out
 
-    def held(self) -> dict[int, tuple[str | None, list[str]]]:
-        """The jobs that hold GPUs on this host: job id -> (owner, GPU indices)."""
-        return {
-            rec["id"]: (rec.get("owner"), list(rec["gpu_ids"]))
-            for rec in JobStore(self.redis).active()
-            if rec.get("gpu_ids") and str(rec.get("worker", "")).startswith(f"{self.host}.")
-        }
+    def here(self, rec: dict[str, Any]) -> bool:
+        """Whether a job's worker runs on this host."""
+        return str(rec.get("worker", "")).startswith(f"{self.host}.")
 
     def round(self) -> None:
+        active = JobStore(self.redis).active()  # (read once: the processes' jobs, and who holds which GPUs here)
         # every process of a job's trainers (a command's python under its shell too) maps to the job
-        used, members = self.meter.measure(self.pid_jobs())
+        used, members = self.meter.measure(self.pid_jobs(active))
         gpus = sample(members)
         now = time.monotonic()
         if gpus is not None:
             doc = {"host": self.host, "sampled_at": time.time(), "gpus": gpus}
             self.redis.set(gpus_key(self.host), json.dumps(doc), ex=SAMPLE_TTL_S)
             if self.sampled_at is not None:  # (a job's GPUs over its life: what it held them for, how busy)
-                usage.account(self.redis, self.host, self.held(), gpus, min(now - self.sampled_at, 3 * SAMPLE_EVERY_S))
+                mine = [r for r in active if r.get("gpu_ids") and self.here(r)]
+                held = {r["id"]: (r.get("owner"), list(r["gpu_ids"])) for r in mine}
+                usage.account(self.redis, self.host, held, gpus, min(now - self.sampled_at, 3 * SAMPLE_EVERY_S))
         self.sampled_at = now if gpus is not None else None
         usage.write(self.redis, self.host, used, gpus)
