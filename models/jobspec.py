@@ -5,15 +5,53 @@ submit`'s options are made from them (tui/cli/base.py). A new field is one decla
 
 from __future__ import annotations
 
-import re
 from typing import Annotated, Any, ClassVar, Literal
 
 from pydantic import BaseModel, ConfigDict, Discriminator, Field, Tag, TypeAdapter
 
 from models import params as params_mod
 from models import sourcetree
-from models.catalog import ALIASES, MODELS, NAME, model_info, parse_dataset
-from models.common import did_you_mean, notify_problem, parse_age
+from models.catalog import ALIASES, MODELS
+from models.specchecks import (  # noqa: F401 (re-exported: their old home)
+    CODE_ELSEWHERE,
+    COMMAND_ELSEWHERE,
+    DATASET_DOC,
+    DATASET_PATTERN,
+    ENV_NAME,
+    ENV_SCHEMA,
+    INJECTED,
+    MAX_AFTER,
+    MAX_COMMAND,
+    MAX_GPUS,
+    MAX_TIMEOUT_S,
+    MAX_TOTAL_STEPS,
+    MAX_WORKERS,
+    NAME_MAX,
+    NOT_SYNTHETIC,
+    RESERVED_ENV,
+    RESERVED_PREFIX,
+    SESSION,
+    SESSION_ELSEWHERE,
+    SESSION_IDLE_S,
+    SESSION_MAX_S,
+    check_after,
+    check_checkpoint_every,
+    check_command,
+    check_dataset,
+    check_env,
+    check_folder_dataset,
+    check_model,
+    check_notify,
+    check_params,
+    check_requirements,
+    check_secret_env_rule,
+    check_session_idle,
+    check_session_max,
+    check_source,
+    duration_of,
+    param_schema,
+    session_top,
+)
 from models.specfields import (
     AGE_PATTERN,
     INT,
@@ -21,80 +59,12 @@ from models.specfields import (
     Check,
     Cli,
     Elsewhere,
-    Problem,
     Required,
     Says,
-    seconds_of,
     whole,
     with_context,
 )
 from models.states import PRIORITIES
-
-MAX_GPUS = 16
-"""Most GPUs one job (one worker) may ask for."""
-MAX_WORKERS = 64
-"""Most tasks (workers) of one multi-worker job."""
-INJECTED = (
-    "GPUDECK_JOB_ID",
-    "BUILD_ID",
-    "GPUDECK_ATTEMPT",
-    "GPUDECK_RUN_ID",
-    "JOB_DIR",
-    "TRAINING_DIR",
-    "TENSORBOARD_DIR",
-    "DATA_DIR",
-    "SRC_DIR",
-    "GPU_COUNT",
-    "CUDA_VISIBLE_DEVICES",
-    "TF_CONFIG",
-    "GPUDECK_TASK_TYPE",
-    "GPUDECK_TASK_INDEX",
-    "MASTER_ADDR",
-    "MASTER_PORT",
-    "WORLD_SIZE",
-    "RANK",
-    "NODE_RANK",
-    "NNODES",
-    "LOCAL_RANK",
-    "LOCAL_WORLD_SIZE",
-    "PYTHONUNBUFFERED",
-)
-"""What the work-horse sets for a command job (README: "Your own training code"); a job's `env` cannot override
-them."""
-RESERVED_ENV = ("PATH", "VIRTUAL_ENV", "HOME", "REDIS_URL")
-RESERVED_PREFIX = "GPUDECK_"
-"""Also refused in a job's `env`: what gpudeck sets otherwise (PATH and VIRTUAL_ENV from `env_name`, HOME in the
-sandbox), the service's own settings (REDIS_URL, GPUDECK_*). Everything else, LD_* and PYTHONPATH included, is
-the job's: it reaches only the job's own processes, inside its sandbox."""
-ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
-NAME_MAX = 200
-"""Longest job name."""
-MAX_COMMAND = 16_384
-"""Longest command (characters of the string, or of all its arguments)."""
-MAX_TIMEOUT_S = 30 * 24 * 3600
-"""Longest `timeout` a job may ask for (30 days)."""
-MAX_TOTAL_STEPS = 10**12
-"""Largest `total_steps` of a command job."""
-MAX_AFTER = 100
-"""Most jobs one job may depend on."""
-SESSION = "session"
-"""The `kind` of an interactive session (a shell or a notebook on a worker, jobs.run.sessionrun)."""
-SESSION_IDLE_S = 30 * 60
-"""A session's default `idle`: released after this long with nobody attached and its GPUs idle."""
-SESSION_MAX_S = 8 * 3600
-"""A session's default `max`: ended (reason timeout) after this long whatever it does."""
-
-# -- durations ------------------------------------------------------------------------------------------------------
-
-
-def _duration(lo: int, hi: int | None, description: str, check: Problem | None = None) -> Any:
-    """Seconds or an age (30m): the check and its schema; `hi` None: the service's setting bounds it (`check`, which
-    then replaces the plain bounds check)."""
-    schema = {
-        "description": description,
-        "anyOf": [{**INT, "minimum": lo, **({"maximum": hi} if hi else {})}, {**STR, "pattern": AGE_PATTERN}],
-    }
-    return Check(check or (lambda v: seconds_of(v, lo, hi or MAX_TIMEOUT_S)[1]), schema)
 
 
 def integral(body: dict[str, Any]) -> dict[str, Any]:
@@ -107,168 +77,6 @@ def integral(body: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
-# -- the checks of fields whose shape a type alone does not say -----------------------------------------------------
-
-_JSON_TYPES = {int: "integer", float: "number", bool: "boolean", str: "string"}
-
-
-def param_schema(name: str) -> dict[str, Any]:
-    p = params_mod.PARAMS[name]
-    if p.kind is list:
-        return {
-            "type": "array",
-            "minItems": 1,
-            "uniqueItems": True,
-            "items": {"type": "number", "exclusiveMinimum": 0, "exclusiveMaximum": 1},
-        }
-    out = {"type": _JSON_TYPES[p.kind], "description": p.help, **p.bounds(choices="enum")}
-    if name == "augment":
-        part = "|".join(re.escape(a) for a in params_mod.AUGMENT_PARTS)
-        out["pattern"] = rf"^({part})(\+({part}))*$"
-    return out
-
-
-_SIDE, _CLASSES = r"([1-9][0-9]{0,2}|10[01][0-9]|102[0-4])", r"([2-9]|[1-9][0-9]{1,3}|10000)"
-DATASET_PATTERN = (
-    rf"^(synthetic(:{_SIDE}x{_SIDE}x[13](:{_CLASSES})?)?"  # generated: H, W in 1..1024, C 1 or 3, K classes
-    rf"|{NAME}(:{NAME})?"  # an uploaded NAME[:VERSION]
-    r"|/.+)$"  # a server path (under GPUDECK_DATA_ROOTS, else 403)
-)
-"""The forms models.catalog.parse_dataset reads."""
-NOT_SYNTHETIC = {"not": {"pattern": "^synthetic(:|$)"}}
-"""A command job's dataset: its DATA_DIR is a folder, never generated data."""
-DATASET_DOC = "synthetic[:HxWxC[:K]], an uploaded NAME[:VERSION], or a server path under GPUDECK_DATA_ROOTS"
-
-
-def _dataset(value: Any) -> str | None:
-    try:
-        parse_dataset(value)
-    except ValueError as exc:
-        return str(exc)
-    return None
-
-
-def _folder_dataset(value: Any) -> str | None:
-    problem = _dataset(value)
-    if problem is None and parse_dataset(value).kind == "synthetic":
-        return "a command job's dataset is an uploaded NAME[:VERSION] or a server folder (its DATA_DIR)"
-    return problem
-
-
-def _model(value: Any) -> str | None:
-    if isinstance(value, str) and model_info(value):
-        return None
-    return f"unknown model {value!r}; {did_you_mean(value, [*MODELS, *ALIASES])}known: {', '.join(MODELS)}"
-
-
-def _command(value: Any) -> str | None:
-    if isinstance(value, str):
-        if not value.strip():
-            return "must not be empty"
-        return None if len(value) <= MAX_COMMAND else f"must be at most {MAX_COMMAND} characters"
-    if isinstance(value, list):
-        if not value or not all(isinstance(a, str) for a in value) or not value[0]:
-            return "as a list, must hold strings, the first (the program) not empty"
-        return None if sum(map(len, value)) <= MAX_COMMAND else f"must be at most {MAX_COMMAND} characters"
-    return f"must be a shell string or a list of arguments, got {type(value).__name__}"
-
-
-def _env(value: Any) -> str | None:
-    if not isinstance(value, dict):
-        return f"must be an object of NAME: value strings, got {type(value).__name__}"
-    if len(value) > 200:
-        return "must hold at most 200 variables"
-    for name, v in value.items():
-        if not ENV_NAME.fullmatch(name):
-            return f"{name!r} is not a valid variable name (letters, digits and _, not starting with a digit)"
-        if name in INJECTED:
-            return f"{name} is set by gpudeck for every command job and cannot be overridden"
-        if name in RESERVED_ENV or name.startswith(RESERVED_PREFIX):
-            return f"{name} is gpudeck's to set (PATH, VIRTUAL_ENV, HOME, REDIS_URL, GPUDECK_*): not in a job's env"
-        if not isinstance(v, str):
-            return f"{name}: values must be strings, got {type(v).__name__} {v!r}"
-        if "\x00" in v or len(v) > 32_768:
-            return f"{name}: values must be at most 32768 characters, without NUL"
-    return None
-
-
-def _secret_env_rule(body: dict[str, Any]) -> str | None:
-    """`secret_env`: variables like `env` whose values are never shown or written to the job dir — never both."""
-    both = sorted(set(body["secret_env"]) & set(body.get("env") or {}))
-    return f"{both[0]} is in env too: give each variable once" if both else None
-
-
-def _source(value: Any) -> str | None:
-    """A command job's source, its shape: a src:<sha256> ref or an absolute server folder (`_source_found`)."""
-    if not isinstance(value, str) or not value:
-        return f"must be a src:<sha256> ref from POST /api/v1/sources or an absolute server folder, got {value!r}"
-    if value.startswith(sourcetree.REF_PREFIX):
-        return None if sourcetree.parse_ref(value) else f"{value!r} is not a src:<sha256> ref (64 lowercase hex digits)"
-    return None if value.startswith("/") else f"must be a src:<sha256> ref or an absolute server folder, got {value!r}"
-
-
-def _requirements(value: Any) -> str | None:
-    """`requirements`: a relative path inside the job's source (its environment is built from it)."""
-    if not isinstance(value, str) or not value or value.startswith("/") or ".." in value.split("/"):
-        return f"must be a relative path inside the job's source, e.g. requirements/train.txt; got {value!r}"
-    return None
-
-
-def _after(value: Any) -> str | None:
-    if not isinstance(value, list) or len(value) > MAX_AFTER:
-        return f"must be a list of at most {MAX_AFTER} job ids, got {value!r}"
-    if not all(isinstance(v, int) and not isinstance(v, bool) and v > 0 for v in value):
-        return f"must be job ids (positive whole numbers), got {value!r}"
-    return None
-
-
-def _checkpoint_every(value: Any) -> tuple[dict[str, int] | None, str | None]:
-    """`checkpoint_every`: a number of steps (200) or a duration ("90s", "5m") -> ({steps: N} | {seconds: N})."""
-    if isinstance(value, int) and not isinstance(value, bool) and value >= 1:
-        return {"steps": value}, None
-    if isinstance(value, str):
-        try:
-            seconds = parse_age(value)
-        except ValueError:
-            seconds = 0
-        if seconds >= 1:
-            return {"seconds": seconds}, None
-    return None, f"must be a number of steps (200) or a duration (90s, 5m), got {value!r}"
-
-
-def _params(value: Any) -> dict[str, str]:
-    return params_mod.validate(value)
-
-
-def _session_idle(value: Any, context: dict[str, Any]) -> str | None:
-    lo, hi = context.get("idle_range", (60, SESSION_MAX_S))
-    problem = seconds_of(value, lo, hi)[1]
-    return problem + " (GPUDECK_SESSION_IDLE_MAX)" if problem and "between" in problem else problem
-
-
-def _session_max(value: Any, context: dict[str, Any]) -> str | None:
-    top = session_top(context.get("session_max", MAX_TIMEOUT_S))
-    problem = seconds_of(value, 60, top)[1]
-    return problem + " (GPUDECK_SESSION_MAX: an admin may ask for more)" if problem and top < MAX_TIMEOUT_S else problem
-
-
-def session_top(session_max: int) -> int:
-    return max(60, min(MAX_TIMEOUT_S, session_max))
-
-
-def _notify(value: Any, context: dict[str, Any]) -> str | None:
-    return notify_problem(value, context.get("webhooks"))
-
-
-ENV_SCHEMA = {
-    "type": "object",
-    "propertyNames": {"pattern": f"^{ENV_NAME.pattern}$"},
-    "additionalProperties": STR,
-    "maxProperties": 200,
-}
-COMMAND_ELSEWHERE = Elsewhere("belongs to command jobs (give command)", session="belongs to command jobs")
-CODE_ELSEWHERE = Elsewhere("belongs to command jobs (give command)")
-SESSION_ELSEWHERE = Elsewhere(f"belongs to sessions (kind: {SESSION})")
 Priority = Literal["high", "normal", "low"]
 assert PRIORITIES == Priority.__args__  # type: ignore[attr-defined]
 
@@ -315,7 +123,7 @@ class Common(BaseModel):
     expected_duration: Annotated[
         Annotated[
             Any,
-            _duration(
+            duration_of(
                 1,
                 MAX_TIMEOUT_S,
                 "how long the job is expected to run, seconds or an age (20m): the scheduler lets it start early in "
@@ -350,7 +158,7 @@ class Common(BaseModel):
         Annotated[
             Any,
             Check(
-                _after,
+                check_after,
                 {
                     "type": "array",
                     "maxItems": MAX_AFTER,
@@ -373,7 +181,7 @@ class Common(BaseModel):
         Annotated[
             Any,
             Check(
-                with_context(_notify),
+                with_context(check_notify),
                 {
                     "type": "array",
                     "maxItems": 10,
@@ -407,7 +215,7 @@ class ModelJobSpec(Common):
         Annotated[
             Any,
             Check(
-                _model,
+                check_model,
                 {
                     **STR,
                     "enum": [*MODELS, *sorted(ALIASES)],
@@ -418,12 +226,12 @@ class ModelJobSpec(Common):
         Required("is required (or give command to run your own code)"),
         Elsewhere("a job has either model (a zoo model) or command (your own code), not both"),
     ]
-    dataset: Annotated[Any, Check(_dataset, {**STR, "pattern": DATASET_PATTERN, "description": DATASET_DOC})]
+    dataset: Annotated[Any, Check(check_dataset, {**STR, "pattern": DATASET_PATTERN, "description": DATASET_DOC})]
     params: Annotated[
         Annotated[
             Any,
             Check(
-                _params,
+                check_params,
                 {
                     "type": "object",
                     "properties": {k: param_schema(k) for k in params_mod.PARAMS},
@@ -439,7 +247,7 @@ class ModelJobSpec(Common):
         Annotated[
             Any,
             Check(
-                lambda v: _checkpoint_every(v)[1],
+                lambda v: check_checkpoint_every(v)[1],
                 {
                     "description": "a model job also checkpoints every N steps, or every duration (90s, 5m): a "
                     "preempted job loses at most that much",
@@ -465,7 +273,7 @@ class Code(Common):
         Annotated[
             Any,
             Check(
-                _source,
+                check_source,
                 {
                     **STR,
                     "pattern": f"^({sourcetree.REF.pattern}|/.+)$",
@@ -481,7 +289,7 @@ class Code(Common):
         Annotated[
             Any,
             Check(
-                _folder_dataset,
+                check_folder_dataset,
                 {
                     **STR,
                     "pattern": DATASET_PATTERN,
@@ -495,7 +303,9 @@ class Code(Common):
     env: Annotated[
         Annotated[
             Any,
-            Check(_env, {**ENV_SCHEMA, "description": f"variables for the command; not one of {', '.join(INJECTED)}"}),
+            Check(
+                check_env, {**ENV_SCHEMA, "description": f"variables for the command; not one of {', '.join(INJECTED)}"}
+            ),
         ]
         | None,
         CODE_ELSEWHERE,
@@ -504,7 +314,7 @@ class Code(Common):
         Annotated[
             Any,
             Check(
-                _env,
+                check_env,
                 {
                     **ENV_SCHEMA,
                     "description": "variables like env whose values are never shown (names only, values ***) nor "
@@ -522,7 +332,7 @@ class Code(Common):
         Annotated[
             Any,
             Check(
-                _requirements,
+                check_requirements,
                 {
                     **STR,
                     "description": "a requirements file in the source to build the job's environment from (default: "
@@ -552,7 +362,7 @@ class Code(Common):
             and isinstance(body.get("env"), dict)
             and "secret_env" not in errors
         ):
-            problem = _secret_env_rule(body)
+            problem = check_secret_env_rule(body)
             if problem:
                 errors["secret_env"] = problem
 
@@ -565,7 +375,7 @@ class CommandJobSpec(Code):
         Annotated[
             Any,
             Check(
-                _command,
+                check_command,
                 {
                     "description": "your own code instead of a model: a shell string (/bin/sh -c) or a list of "
                     "arguments; needs GPUDECK_TOKENS or GPUDECK_COMMAND_JOBS=1 on the API (else 403)",
@@ -605,12 +415,12 @@ class SessionSpec(Code):
     idle: Annotated[
         Annotated[
             Any,
-            _duration(
+            duration_of(
                 1,
                 None,
                 "a session ends (reason idle) after this long with nobody attached and its GPUs under 5% (default "
                 "30m, at most GPUDECK_SESSION_IDLE_MAX): seconds or an age (30m)",
-                with_context(_session_idle),
+                with_context(check_session_idle),
             ),
         ]
         | None,
@@ -620,11 +430,11 @@ class SessionSpec(Code):
     max: Annotated[
         Annotated[
             Any,
-            _duration(
+            duration_of(
                 60,
                 None,
                 "a session ends (reason timeout) after this long (default 8h): seconds or an age (8h)",
-                with_context(_session_max),
+                with_context(check_session_max),
             ),
         ]
         | None,

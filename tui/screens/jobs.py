@@ -13,7 +13,6 @@ from textual.binding import Binding
 from textual.containers import Horizontal
 from textual.screen import Screen
 from textual.widgets import DataTable, Footer, Input, Static
-from textual.widgets.data_table import ColumnKey, RowKey
 
 from models.common import search_text
 from models.states import PRIORITIES
@@ -24,7 +23,6 @@ from tui.screens.sweep import SweepScreen, sweep_of
 from tui.widgets.chrome import chrome
 from tui.widgets.fmt import (
     ENDED,
-    PRIORITY_MARK,
     UNENDED,
     EtaSmoother,
     accuracy,
@@ -35,120 +33,18 @@ from tui.widgets.fmt import (
     uncut,
     what,
 )
-
-COLUMNS = [
-    ("id", "ID"),
-    ("name", "NAME"),
-    ("model", "MODEL"),
-    ("status", "STATUS"),
-    ("priority", "PRI"),
-    ("progress", "PROGRESS"),
-    ("loss", "LOSS"),
-    ("acc", "ACC"),
-    ("gpu", "GPU"),
-    ("elapsed", "ELAPSED"),
-    ("eta", "ETA"),
-    ("disk", "DISK"),
-]
-COMPACT = [
-    ("id", "ID"),
-    ("name", "NAME"),
-    ("status", "STATUS"),
-    ("progress", "PROGRESS"),
-    ("loss", "LOSS"),
-    ("acc", "ACC"),
-    ("time", "TIME/ETA"),
-]
-"""The columns below WIDE_COLUMNS terminal columns: every one that matters in 80 (MODEL and GPU are in the job's
-own screen), with elapsed and ETA in one cell, and a priority other than normal as a mark beside the id (↑ high,
-↓ low)."""
-WIDE_COLUMNS = 110
-FLEX = {"name": (6, 40), "owner": (5, 12), "model": (8, 16)}
-"""The columns that shrink to fit the terminal (their cells cut to the width given), the least and most each
-takes (the room left: FILL)."""
-FILL = (("name", 24), ("owner", 12), ("model", 16), ("name", 40))
-"""Who gets the room left over their least, in turns, up to how wide."""
-FLEX_WIDE = {**FLEX, "name": (16, 40)}
-"""The same in the wide set, where a name keeps 16 cells and columns give way before it shrinks further."""
-GIVE_WAY = ("disk", "elapsed", "gpu", "model")
-"""The wide set's columns left out, in this order, where even the shrunk names leave them no room."""
-
-
-def fit_columns(
-    columns: list[tuple[str, str]], natural: dict[str, int], width: int, flex: dict[str, tuple[int, int]] = FLEX
-) -> tuple[list[tuple[str, str]], dict[str, int]]:
-    """The columns that fit `width` cells and the width of each FLEX one, from each column's widest cell
-    (`natural`; a FLEX column's uncut): every other column keeps its whole width (a cell is never cut), the FLEX
-    ones shrink (no further than their least), and where that is not enough, GIVE_WAY's columns are left out."""
-    cols = list(columns)
-
-    def wants(key: str, label: str) -> int:
-        return max(natural.get(key, 0), len(label))
-
-    while True:
-        fixed = sum(wants(k, label) for k, label in cols if k not in flex) + 2 * len(cols)  # (cell padding)
-        least = sum(min(flex[k][0], wants(k, label)) for k, label in cols if k in flex)
-        dropping = [k for k in GIVE_WAY if k in {c[0] for c in cols}]
-        if fixed + least <= width or not dropping:
-            break
-        cols = [c for c in cols if c[0] != dropping[0]]
-    caps = {k: min(flex[k][0], wants(k, label)) for k, label in cols if k in flex}
-    room = width - fixed - sum(caps.values())
-    for key, most in FILL:  # the room left, in turns
-        if key in caps and room > 0:
-            label = next(label for k, label in cols if k == key)
-            more = max(0, min(room, min(most, flex[key][1], wants(key, label)) - caps[key]))
-            caps[key] += more
-            room -= more
-    return cols, caps
-
-
-def id_of(id_cell: Any) -> int:
-    """The job id in an ID cell (`✓ 12↑`: selected, and its priority mark)."""
-    return int(str(id_cell).removeprefix("✓ ").rstrip("".join(PRIORITY_MARK.values())))
-
-
-class JobsTable(DataTable):
-    """The jobs table. `set_cells` repaints only the rows it changes: DataTable.update_cell repaints the whole
-    table (over SSH, every visible row sent again each time a running job's elapsed time ticks), and each call
-    invalidates its row caches (finding a row's place again costs a pass over every row). Home and End (and G, as
-    in less and the job screen) go to the first and last job, not to the first and last column."""
-
-    BINDINGS = [
-        Binding("home", "scroll_top", "First", show=False),
-        Binding("end,G", "scroll_bottom", "Last", show=False),
-    ]
-
-    def _update_dimensions(self, new_rows) -> None:  # noqa: ANN001 - DataTable's
-        """Column widths are measured when the app is next idle, after new rows may have been drawn at the old
-        widths; DataTable neither repaints (unless its size changes) nor moves its `_update_count`, which keys
-        its line caches, so a row drawn before could stay cut (`wide` for `wider lr sw…`) until a cell of it
-        changed. Drop those lines and repaint once the widths are measured."""
-        super()._update_dimensions(new_rows)
-        self._update_count += 1
-        self.refresh()
-
-    def set_cells(self, changes: dict[str, dict[str, Any]]) -> None:
-        """Write `{row key: {column key: value}}` and repaint those rows (all of them, once measured, when a
-        value is wider than its column: `running` in a column sized for `queued` showed `runnin`)."""
-        if not changes:
-            return
-        widened = False
-        for row_key, cells in changes.items():  # what update_cell does, less its refresh() of everything
-            for column_key, value in cells.items():
-                self._data[RowKey(row_key)][ColumnKey(column_key)] = value
-                column = self.columns[ColumnKey(column_key)]
-                width = value.cell_len if isinstance(value, Text) else cell_len(str(value))
-                if width > column.content_width:  # (columns only grow: a narrower value leaves them be)
-                    column.content_width, widened = width, True
-        self._update_count += 1  # once: the render caches are keyed by it
-        if widened:
-            self._require_update_dimensions = True  # measured on idle, then all repainted (_update_dimensions)
-            self.check_idle()
-            return
-        for row_key in changes:
-            self.refresh_row(self.get_row_index(row_key))
-
+from tui.widgets.jobstable import (  # noqa: F401 (re-exported: their old home)
+    COLUMNS,
+    COMPACT,
+    FILL,
+    FLEX,
+    FLEX_WIDE,
+    GIVE_WAY,
+    WIDE_COLUMNS,
+    JobsTable,
+    fit_columns,
+    id_of,
+)
 
 FACETS = (None, "running", "starting", "queued", *ENDED)
 LIVE_FACETS = (None, "running", "starting", "queued")
