@@ -131,13 +131,13 @@ class GpudeckApp(App):
 
     # -- screens -------------------------------------------------------------------------------
     def on_mount(self) -> None:
-        self.read_health()
-        self.set_interval(STATUS_EVERY_S, self.read_health)
+        self.read_title()
+        self.set_interval(STATUS_EVERY_S, self.read_title)
         self.push_screen(JobsScreen())
         if self.first_job is not None:
             self.push_screen(JobScreen(self.first_job))
 
-    def read_health(self) -> None:
+    def read_title(self) -> None:
         """The title bar's line: the box (`3/4 GPUs busy · 5 queued · you: 2/2 GPUs`), then the free space under
         the server's GPUDECK_HOME (`LOW`: below GPUDECK_MIN_FREE, where new jobs are refused), then the API."""
         if not self.api_ready():
@@ -148,9 +148,9 @@ class GpudeckApp(App):
             health = c.request("GET", "/healthz").json()
             return health, c.share(), c.request("GET", "/api/v1/workers").json()["workers"], me
 
-        self.call_api(read, self._health, group="health", exclusive=True)
+        self.call_api(read, self._show_title, group="title", exclusive=True)
 
-    def _health(self, answer: tuple[dict[str, Any], dict[str, Any], list[dict[str, Any]], dict[str, Any]]) -> None:
+    def _show_title(self, answer: tuple[dict[str, Any], dict[str, Any], list[dict[str, Any]], dict[str, Any]]) -> None:
         health, share, workers, self.me = answer
         parts = [box_summary(share, workers, self.me)]
         if space := health.get("disk"):

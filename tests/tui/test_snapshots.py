@@ -89,7 +89,7 @@ class SnapshotApp(GpudeckApp):
         super().on_mount()
         self.sub_title = "http://127.0.0.1:8686"
 
-    def read_health(self) -> None:
+    def read_title(self) -> None:
         pass
 
 
