@@ -34,11 +34,14 @@ def environments():
 
 @bp.get("/gpus")
 def gpu_stats():
-    """Each host's newest sample, each GPU with the job (and its owner) that holds it now."""
+    """Each host's newest sample, each GPU with the jobs (and their owners) that hold it now: `holders`, one job of
+    whole GPUs or the jobs sharing it (`gpu_memory`: a share's bytes); `held_by`, the first of them."""
     hosts, held = gpus.read_all(deps.redis()), quota.holders(deps.redis())
     for host in hosts:
         for gpu in host.get("gpus", []):
-            gpu["held_by"] = held.get((host["host"], str(gpu.get("index"))))
+            who = held.get((host["host"], str(gpu.get("index"))), [])
+            gpu["holders"] = who
+            gpu["held_by"] = who[0] if who else None
     return {"hosts": hosts, "next_cursor": None}
 
 

@@ -12,9 +12,9 @@ from redis import Redis
 
 from jobs import plan, queues, quota, share, usage
 from jobs.keys import AFTER_KEY, job_key
-from jobs.placement import fit, live_slots
+from jobs.placement import choose, live_slots, taken_of
 from jobs.queues import waiting_for
-from jobs.schedule import BATCH, LINE_HEAD, SCAN_MAX, Round, timeline, with_records
+from jobs.schedule import BATCH, LINE_HEAD, SCAN_MAX, Round, gpu_room, timeline, with_records
 from jobs.settings import Settings
 from jobs.store import JobStore
 
@@ -87,7 +87,8 @@ def estimate(
     slots, unavailable = live_slots(redis)
     active = store.active()
     history = plan.learned(redis, active)
-    tl = timeline(Round(redis, s, now, slots, [], active), unavailable, history)
+    capacity, live = gpu_room(redis, s, slots)
+    tl = timeline(Round(redis, s, now, slots, [], active, capacity=capacity, live=live), unavailable, history)
     used = share.usage(redis, s.fairshare_halflife_s, active, now) if s.fairshare else {}
     found = queues.lines(redis, LINE_HEAD)
     ordered = queues.scheduler_order(redis, s, found, used, now, queues.reader(redis, LINE_HEAD, BATCH))
@@ -99,12 +100,14 @@ def estimate(
         if left is not None:
             left.discard(job_id)
         places, k = int(rec["spec"].get("workers") or 1), int(rec["spec"].get("gpus") or 0)
+        part = rec["spec"].get("gpu_memory") if k else None
         took, _ = plan.expected(rec, history)
-        start, chosen = tl.earliest(places, k, took)
+        start, chosen = tl.earliest(places, k, took, part)
         if start is None or chosen is None:
-            can = fit(list(slots.values()), places, k) is not None
+            room = lambda key: capacity.get(key, -plan.INF)  # noqa: E731 (an empty box's room)
+            can = choose(list(slots.values()), places, k, part, lambda key: 0.0, room) is not None
             out[job_id] = (None, NO_ESTIMATE if can else "no live workers can run it")
             continue
         out[job_id] = (start, None)
-        tl.take({x.name for p in chosen for x in p}, start, took)
+        tl.take({x.name for p in chosen for x in p}, start, took, taken_of(rec["spec"]))
     return out

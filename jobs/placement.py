@@ -5,7 +5,8 @@ foreign process on their GPU), the workers an active job holds, and fitting a jo
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable
+import math
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
 
@@ -25,6 +26,81 @@ class Slot:
     name: str
     host: str
     gpus: tuple[str, ...]
+
+
+GpuKey = tuple[str, str]
+"""A GPU: (host, its index)."""
+WHOLE = math.inf
+"""What a job of whole GPUs takes of each: all of it (a share takes its `gpu_memory`, in bytes)."""
+
+
+def gpu_keys(slot: Slot) -> list[GpuKey]:
+    return [(slot.host, g) for g in slot.gpus]
+
+
+def taken_of(spec: dict[str, Any]) -> float:
+    """What a job takes of each GPU it holds: its `gpu_memory` (bytes), else all of it (WHOLE)."""
+    return float(spec["gpu_memory"]) if spec.get("gpu_memory") else WHOLE
+
+
+def memory(redis: Redis, hosts: Iterable[str]) -> dict[GpuKey, tuple[int, int]]:
+    """Each GPU's (total, used) memory in bytes, from its host's newest nvidia-smi sample (GPUs with no sample, or
+    none reported, are missing)."""
+    hosts = sorted(set(hosts))
+    out: dict[GpuKey, tuple[int, int]] = {}
+    for host, raw in zip(hosts, redis.mget([gpus_key(h) for h in hosts]) if hosts else []):
+        try:
+            for g in json.loads(raw)["gpus"] if raw else []:
+                total, used = g.get("memory_total_mib"), g.get("memory_used_mib")
+                if isinstance(total, (int, float)):
+                    out[(host, str(g.get("index")))] = (int(total) << 20, int(used or 0) << 20)
+        except (ValueError, KeyError, TypeError):
+            continue
+    return out
+
+
+def whole_pool(pool: Iterable[Slot], busy: Callable[[GpuKey], float]) -> list[Slot]:
+    """The workers a job of whole GPUs may take: every GPU of theirs held by nobody (`busy` 0), one worker per
+    GPU (a GPU's other workers are its share slots)."""
+    seen: set[GpuKey] = set()
+    out = []
+    for s in sorted(pool, key=lambda s: s.name):
+        keys = set(gpu_keys(s))
+        if keys & seen or any(busy(g) > 0 for g in keys):
+            continue
+        seen |= keys
+        out.append(s)
+    return out
+
+
+def fit_share(pool: Iterable[Slot], amount: float, room: Callable[[GpuKey], float]) -> list[list[Slot]] | None:
+    """One worker of a GPU with `room` for `amount` bytes, or None. Best fit: the GPU left with the least room
+    (fill one before opening another), then the lowest host and index."""
+    options = [
+        (room(key) - amount, key, s.name, s)
+        for s in pool
+        if len(s.gpus) == 1
+        for key in gpu_keys(s)
+        if room(key) >= amount
+    ]
+    if not options:
+        return None
+    return [[min(options, key=lambda o: o[:3])[3]]]
+
+
+def choose(
+    pool: list[Slot],
+    places: int,
+    gpus: int,
+    share: float | None,
+    busy: Callable[[GpuKey], float],
+    room: Callable[[GpuKey], float],
+) -> list[list[Slot]] | None:
+    """A job's places out of `pool`: a share on one GPU with room for it, whole GPUs held by nobody, or CPU
+    workers. `busy`: what is taken of a GPU (WHOLE: held whole); `room`: what a share may still take of it."""
+    if gpus and share:
+        return fit_share(pool, share, room)
+    return fit(whole_pool(pool, busy) if gpus else pool, places, gpus)
 
 
 def live_slots(redis: Redis) -> tuple[dict[str, Slot], set[str]]:
@@ -120,19 +196,20 @@ def _sum_to(members: list[Slot], gpus: int) -> list[Slot] | None:
     return None
 
 
-def partial(pool: list[Slot], places: int, gpus: int) -> list[Slot]:
-    """The workers a job that does not fit yet keeps for itself: on the hosts where most of what it needs is
-    free, up to what it needs."""
+def partial(pool: list[Slot], places: int, gpus: int, busy: Callable[[GpuKey], float] = lambda g: 0.0) -> list[Slot]:
+    """The workers a job of whole GPUs that does not fit yet keeps for itself: on the hosts where most of what it
+    needs is free, up to what it needs; a GPU shares hold counts (the fewest shares first: kept, it takes no new
+    one, and is whole once they end), one held whole does not."""
     if gpus == 0:
         return [s for s in pool if not s.gpus][:places]
     by_host: dict[str, list[Slot]] = {}
-    for s in pool:
+    for s in whole_pool(pool, lambda g: WHOLE if busy(g) == WHOLE else 0.0):
         if s.gpus:
             by_host.setdefault(s.host, []).append(s)
     kept: list[Slot] = []
     for host in sorted(by_host, key=lambda h: -sum(len(s.gpus) for s in by_host[h]))[:places]:
         need = gpus
-        for s in sorted(by_host[host], key=lambda s: len(s.gpus)):
+        for s in sorted(by_host[host], key=lambda s: (len(s.gpus), sum(busy(g) for g in gpu_keys(s)), s.name)):
             if len(s.gpus) <= need:
                 kept.append(s)
                 need -= len(s.gpus)

@@ -27,7 +27,7 @@ from typing import Any
 from redis import Redis
 
 from jobs.keys import durations_key
-from jobs.placement import Slot, fit
+from jobs.placement import WHOLE, GpuKey, Slot, choose, gpu_keys
 
 INF = math.inf
 HISTORY = 20
@@ -130,41 +130,75 @@ def _until(start: float, took: float | None) -> float:
 
 @dataclass
 class Timeline:
-    """Each worker's reserved intervals [start, end) from `now` on (end INF: for good)."""
+    """Each worker's reserved intervals [start, end) from `now` on (end INF: for good), and each GPU's: what of it
+    is taken then (a share's bytes, or all of it: WHOLE). `capacity`: what shares may take of each GPU (its memory
+    less the reserve; a GPU missing takes no share); `live`: what is free on it now (nvidia-smi's)."""
 
     now: float
     slots: dict[str, Slot]
     busy: dict[str, list[tuple[float, float]]] = field(default_factory=dict)
+    capacity: dict[GpuKey, float] = field(default_factory=dict)
+    live: dict[GpuKey, float] = field(default_factory=dict)
+    gpus: dict[GpuKey, list[tuple[float, float, float]]] = field(default_factory=dict)
 
-    def hold(self, names: Iterable[str], start: float, end: float) -> None:
+    def hold(self, names: Iterable[str], start: float, end: float, amount: float = WHOLE) -> None:
+        """`names` reserved during [start, end), and `amount` of each of their GPUs (0: the workers only)."""
+        keys: set[GpuKey] = set()
         for name in names:
             if name in self.slots:
                 self.busy.setdefault(name, []).append((start, end))
+                keys.update(gpu_keys(self.slots[name]))
+        for key in keys if amount > 0 else ():
+            self.gpus.setdefault(key, []).append((start, end, amount))
 
-    def take(self, names: Iterable[str], start: float, took: float | None) -> None:
-        """Reserve `names` for a job of `took` seconds (None: unknown, for good) from `start`."""
-        self.hold(names, start, _until(start, took))
+    def take(self, names: Iterable[str], start: float, took: float | None, amount: float = WHOLE) -> None:
+        """Reserve `names` (and `amount` of their GPUs) for a job of `took` seconds (None: unknown, for good) from
+        `start`."""
+        self.hold(names, start, _until(start, took), amount)
 
     def free(self, name: str, start: float, end: float) -> bool:
         """Whether `name` is reserved by nobody during [start, end)."""
         return all(e <= start or b >= end for b, e in self.busy.get(name, ()))
 
+    def taken(self, key: GpuKey, start: float, end: float) -> float:
+        """The most of GPU `key` taken at any time during [start, end) (WHOLE: held whole then)."""
+        spans = self.gpus.get(key, ())
+        points = [start] + [b for b, _, _ in spans if start < b < end]
+        return max((sum(a for b, e, a in spans if b <= p < e) for p in points), default=0.0)
+
     def fit_at(
-        self, names: Iterable[str], start: float, places: int, k: int, took: float | None
+        self,
+        names: Iterable[str],
+        start: float,
+        places: int,
+        k: int,
+        took: float | None,
+        share: float | None = None,
     ) -> list[list[Slot]] | None:
-        """The places a job of `took` seconds (None: unknown, for good) gets at `start` among `names`, or None."""
+        """The places a job of `took` seconds (None: unknown, for good) gets at `start` among `names`, or None;
+        `share`: the bytes of one GPU it takes (None: whole GPUs)."""
         end = _until(start, took)
         pool = [self.slots[n] for n in names if n in self.slots and self.free(n, start, end)]
-        return fit(pool, places, k)
+
+        def room(key: GpuKey) -> float:
+            if key not in self.capacity:
+                return -INF
+            left = self.capacity[key] - self.taken(key, start, end)
+            return min(left, self.live.get(key, INF)) if start <= self.now else left
+
+        return choose(pool, places, k, share, lambda key: self.taken(key, start, end), room)
 
     def times(self) -> list[float]:
         """When something may start: now, and every end of a reservation still to come."""
-        return sorted({self.now} | {e for v in self.busy.values() for _, e in v if self.now < e < INF})
+        ends = {e for v in self.busy.values() for _, e in v} | {e for v in self.gpus.values() for _, e, _ in v}
+        return sorted({self.now} | {e for e in ends if self.now < e < INF})
 
-    def earliest(self, places: int, k: int, took: float | None) -> tuple[float | None, list[list[Slot]] | None]:
+    def earliest(
+        self, places: int, k: int, took: float | None, share: float | None = None
+    ) -> tuple[float | None, list[list[Slot]] | None]:
         """The earliest time a job of `took` seconds fits, with its places; (None, None) when no known time."""
         for t in self.times():
-            chosen = self.fit_at(self.slots, t, places, k, took)
+            chosen = self.fit_at(self.slots, t, places, k, took, share)
             if chosen is not None:
                 return t, chosen
         return None, None

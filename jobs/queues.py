@@ -31,12 +31,13 @@ from jobs.keys import (
     parse_line_name,
     queue_name,
 )
-from jobs.placement import host_gpus
+from jobs.placement import host_gpus, memory
 from jobs.settings import Settings
 from jobs.share import owner_of, usage
 from jobs.spec import is_multi_worker
 from jobs.store import JobStore
 from models import sourcetree
+from models.common import size_text
 from models.states import Status
 
 RQ_JOB_TTL = 7 * 24 * 3600
@@ -48,10 +49,29 @@ def live_gpu_workers(redis: Redis) -> int:
     return sum(host_gpus(redis).values())
 
 
-def check_hosts(redis: Redis, spec: dict[str, Any]) -> None:
+def check_gpu_memory(redis: Redis, wanted: int, hosts: list[str], reserve: int) -> None:
+    """ValidationError naming `gpu_memory` for a share larger than any live GPU's memory less the reserve (GPUs
+    whose memory no sample gives yet refuse nothing)."""
+    found = memory(redis, hosts)
+    if not found:
+        return
+    (host, index), (total, _) = max(found.items(), key=lambda kv: (kv[1][0], kv[0]))
+    if wanted > total - reserve:
+        raise ValidationError(
+            {
+                "gpu_memory": f"asks {size_text(wanted)} of one GPU; the largest, GPU {index} of {host}, has "
+                f"{size_text(total)}, {size_text(max(0, total - reserve))} of it for jobs "
+                "(GPUDECK_GPU_MEMORY_RESERVE keeps the rest)"
+            }
+        )
+
+
+def check_hosts(redis: Redis, spec: dict[str, Any], reserve: int = 0) -> None:
     """ValidationError for a job that asks more GPUs (per worker) than any live host has: it could never start.
     With no live GPU worker (a stack still starting, a host away) nothing is refused."""
     hosts = host_gpus(redis)
+    if spec.get("gpu_memory") and any(hosts.values()):
+        check_gpu_memory(redis, spec["gpu_memory"], [h for h, n in hosts.items() if n], reserve)
     if not any(hosts.values()) or spec["gpus"] <= max(hosts.values()):
         return
     host, most = max(hosts.items(), key=lambda kv: (kv[1], kv[0]))
@@ -92,7 +112,7 @@ def validate(redis: Redis, body: Any, settings: Settings, default_gpus: int | No
         session_max=s.session_max_s,
     )
     check_after(redis, spec.get("after") or [])
-    check_hosts(redis, spec)
+    check_hosts(redis, spec, s.gpu_memory_reserve)
     return spec
 
 

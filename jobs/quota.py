@@ -25,9 +25,15 @@ def job_gpus(spec: dict[str, Any]) -> int:
     return int(spec.get("gpus") or 0) * int(spec.get("workers") or 1)
 
 
-def held(redis: Redis, owner: str) -> int:
-    """The GPUs `owner`'s active jobs hold now (every task's of a multi-worker job)."""
-    return sum(job_gpus(rec["spec"]) for rec in JobStore(redis).active() if rec.get("owner") == owner)
+def holds(rec: dict[str, Any]) -> float:
+    """The GPUs an active job holds: every task's; a share its part of one (`gpu_fraction`, set where it is placed;
+    all of one until then)."""
+    return float(rec["gpu_fraction"]) if rec.get("gpu_fraction") else job_gpus(rec["spec"])
+
+
+def held(redis: Redis, owner: str) -> float:
+    """The GPUs `owner`'s active jobs hold now (every task's of a multi-worker job, a share's part of one)."""
+    return sum(holds(rec) for rec in JobStore(redis).active() if rec.get("owner") == owner)
 
 
 def limit_for(redis: Redis, owner: str | None, gpus: int) -> int | None:
@@ -48,17 +54,23 @@ def check_fits(redis: Redis, owner: str | None, spec: dict[str, Any]) -> None:
         )
 
 
-def waiting(owner: str, holds: int, limit: int) -> str:
-    """The message of a job that waits for its owner's quota."""
-    return f"waiting: {owner} holds {holds} of {limit} GPU{'' if limit == 1 else 's'}"
+def waiting(owner: str, holds: float, limit: int) -> str:
+    """The message of a job that waits for its owner's quota (a share held counts as its part of a GPU)."""
+    return f"waiting: {owner} holds {round(holds, 2):g} of {limit} GPU{'' if limit == 1 else 's'}"
 
 
-def holders(redis: Redis) -> dict[tuple[str, str], dict[str, Any]]:
-    """Who holds each GPU now: (host, GPU index) -> {job_id, owner}, from the active jobs' workers."""
-    out: dict[tuple[str, str], dict[str, Any]] = {}
+def holders(redis: Redis) -> dict[tuple[str, str], list[dict[str, Any]]]:
+    """Who holds each GPU now: (host, GPU index) -> [{job_id, owner, kind, gpu_memory}] (one job holding it whole,
+    or the jobs sharing it, gpu_memory their bytes), from the active jobs' workers."""
+    out: dict[tuple[str, str], list[dict[str, Any]]] = {}
     for rec in JobStore(redis).active():
         job_id = rec["id"]
-        who = {"job_id": job_id, "owner": rec.get("owner"), "kind": "session" if is_session(rec["spec"]) else "job"}
+        who = {
+            "job_id": job_id,
+            "owner": rec.get("owner"),
+            "kind": "session" if is_session(rec["spec"]) else "job",
+            "gpu_memory": rec["spec"].get("gpu_memory"),
+        }
         places = []
         if is_multi_worker(rec["spec"]):
             for task in taskrecord.read(redis, job_id, int(rec["spec"]["workers"])):
@@ -70,5 +82,5 @@ def holders(redis: Redis) -> dict[tuple[str, str], dict[str, Any]]:
                 places.append((json.loads(raw).get("host"), rec.get("gpu_ids") or []))
         for host, gpu_ids in places:
             for gpu in gpu_ids:
-                out[(str(host), str(gpu))] = who
+                out.setdefault((str(host), str(gpu)), []).append(who)
     return out

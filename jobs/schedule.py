@@ -62,10 +62,22 @@ from jobs.keys import (
     waiting_key,
 )
 from jobs.periodic import Periodic
-from jobs.placement import Slot, fit, foreign, live_slots, partial, slots_of
+from jobs.placement import (
+    GpuKey,
+    Slot,
+    choose,
+    foreign,
+    gpu_keys,
+    live_slots,
+    memory,
+    partial,
+    slots_of,
+    taken_of,
+)
 from jobs.settings import Settings
 from jobs.spec import command_words, is_multi_worker
 from jobs.store import JobStore
+from models.common import size_text
 from models.states import PRIORITIES, Reason, Status
 
 log = logging.getLogger(__name__)
@@ -100,6 +112,32 @@ class Round:
     holders: dict[str, int] = field(default_factory=dict)
     """worker name -> the active job holding it."""
     placed: list[int] = field(default_factory=list)
+    capacity: dict[GpuKey, float] = field(default_factory=dict)
+    """What shares may take of each GPU (bytes)."""
+    live: dict[GpuKey, float] = field(default_factory=dict)
+    """What is free on each GPU now (nvidia-smi's)."""
+
+    def taken(self, gone: set[int]) -> dict[GpuKey, float]:
+        """What the active jobs but `gone` take of each GPU now."""
+        out: dict[GpuKey, float] = {}
+        for rec in self.active:
+            if rec["id"] in gone:
+                continue
+            keys = {key for n in slots_of(rec) if n in self.slots for key in gpu_keys(self.slots[n])}
+            for key in keys:
+                out[key] = out.get(key, 0.0) + taken_of(rec["spec"])
+        return out
+
+    def fits(
+        self, pool: list[Slot], places: int, k: int, share: float | None, gone: set[int]
+    ) -> list[list[Slot]] | None:
+        """Whether a job fits `pool` now once the jobs `gone` have ended."""
+        use = self.taken(gone)
+
+        def room(key: GpuKey) -> float:
+            return self.capacity.get(key, -plan.INF) - use.get(key, 0.0)
+
+        return choose(pool, places, k, share, lambda key: use.get(key, 0.0), room)
 
 
 # -- the round -------------------------------------------------------------------------------------
@@ -111,15 +149,23 @@ def place(redis: Redis, settings: Settings, now: float | None = None) -> list[in
 
 
 def timeline(r: Round, unavailable: Iterable[str], history: plan.History) -> plan.Timeline:
-    """The plan's start: every worker busy until what holds it is expected to end (unavailable ones for good)."""
-    tl = plan.Timeline(r.now, r.slots)
+    """The plan's start: every worker busy until what holds it is expected to end (unavailable ones for good), and
+    what each job takes of its GPUs (all, or its share) until then; what shares may take of each GPU."""
+    tl = plan.Timeline(r.now, r.slots, capacity=r.capacity, live=r.live)
     held: set[str] = set()
     for rec in r.active:
         end, _ = plan.expected_end(rec, r.now, history)
-        tl.hold(slots_of(rec), r.now, end)
+        tl.hold(slots_of(rec), r.now, end, taken_of(rec["spec"]))
         held.update(slots_of(rec))
-    tl.hold(set(unavailable) - held, r.now, plan.INF)  # (draining, paused, foreign: not what a job holds)
+    tl.hold(set(unavailable) - held, r.now, plan.INF, 0)  # (draining, paused, foreign: not what a job holds)
     return tl
+
+
+def gpu_room(redis: Redis, s: Settings, slots: dict[str, Slot]) -> tuple[dict[GpuKey, float], dict[GpuKey, float]]:
+    """What shares may take of each GPU (its memory less GPUDECK_GPU_MEMORY_RESERVE) and what is free on it now."""
+    found = memory(redis, {x.host for x in slots.values() if x.gpus})
+    capacity = {key: float(max(0, total - s.gpu_memory_reserve)) for key, (total, _) in found.items()}
+    return capacity, {key: float(total - used) for key, (total, used) in found.items()}
 
 
 def _round(redis: Redis, s: Settings, now: float) -> list[int]:
@@ -131,7 +177,8 @@ def _round(redis: Redis, s: Settings, now: float) -> list[int]:
     blocked = foreign(redis, [slots[n] for n in slots if n not in holders], s.foreign_memory)
     _say_waiting(redis, blocked)
     free = [x for n, x in slots.items() if n not in holders and n not in unavailable and n not in blocked]
-    r = Round(redis, s, now, slots, free, active, holders)
+    capacity, live = gpu_room(redis, s, slots)
+    r = Round(redis, s, now, slots, free, active, holders, capacity=capacity, live=live)
     found = queues.lines(redis, LINE_HEAD)  # each line's head; the rest as the round reaches it
     if not found:
         return []
@@ -141,7 +188,7 @@ def _round(redis: Redis, s: Settings, now: float) -> list[int]:
     used = share.usage(redis, s.fairshare_halflife_s, active, r.now) if s.fairshare else {}
     held: Counter[str | None] = Counter()
     for one in active:
-        held[one.get("owner")] += quota.job_gpus(one["spec"])
+        held[one.get("owner")] += quota.holds(one)
     sweep_running = Counter(one.get("sweep_id") for one in active if one.get("sweep_id") is not None)
     limits: dict[int, int | None] = {}
     stopping = _stopping(redis, active)
@@ -177,28 +224,30 @@ def _round(redis: Redis, s: Settings, now: float) -> list[int]:
                 _waiting(store, rec, f"waiting: sweep {sweep_id} runs {sweep_running[sweep_id]} of {cap} at once")
                 continue
         gpus = quota.job_gpus(spec)
+        if spec.get("gpu_memory") and r.capacity:  # (a share counts as its part of the largest GPU until placed)
+            gpus = min(1.0, spec["gpu_memory"] / (max(r.capacity.values()) + s.gpu_memory_reserve))
         limit = quotas.get(owner) if owner and gpus else None
         if limit is not None and held[owner] + gpus > limit:
             _waiting(store, rec, quota.waiting(owner or "", held[owner], limit))
             continue  # (over its owner's quota, it holds nobody else up, and preempts nobody)
         places, k = int(spec.get("workers") or 1), int(spec.get("gpus") or 0)
+        part = spec.get("gpu_memory") if k else None
         # (its expected duration matters where it could start now, or where a reservation has a time to find)
         wanted = s.backfill and (r.free or (depth > 0 and len(tl.times()) > 1))
         took = plan.expected(rec, history)[0] if wanted else None
-        if s.backfill:  # now, on workers free until it is expected to end (unknown: reserved by nobody)
-            chosen = tl.fit_at([x.name for x in r.free], r.now, places, k, took)
-        else:
-            chosen = fit(r.free, places, k)
+        # now, on workers (and GPU memory) free until it is expected to end (unknown: reserved by nobody); without
+        # backfill, free for good: only what running jobs hold is taken then
+        chosen = tl.fit_at([x.name for x in r.free], r.now, places, k, took if s.backfill else None, part)
         if chosen is not None and _assign(r, store, rec, chosen):
             r.placed.append(job_id)
             taken = {x.name for p in chosen for x in p}
             r.free = [x for x in r.free if x.name not in taken]
-            tl.take(taken, r.now, took)
-            held[owner] += gpus
+            tl.take(taken, r.now, took, taken_of(spec))
+            held[owner] += quota.holds(store.get(job_id)) if spec.get("gpu_memory") else gpus
             if sweep_id is not None:
                 sweep_running[sweep_id] += 1
             continue
-        message = _need(places, k, r.free)
+        message = _need_share(r, tl, part) if part else _need(places, k, r.free)
         if can_preempt:
             tries -= 1
             said = _preempt(r, store, rec, places, k, stopping)
@@ -208,14 +257,14 @@ def _round(redis: Redis, s: Settings, now: float) -> list[int]:
         keep = job_id in preempting or not (s.backfill or reserved)
         if s.backfill and job_id not in preempting and depth > 0:  # a reservation in time (conservative backfill)
             depth -= 1
-            start, picked = tl.earliest(places, k, took)
+            start, picked = tl.earliest(places, k, took, part)
             if start is not None and picked is not None:
-                tl.take({x.name for p in picked for x in p}, start, took)
+                tl.take({x.name for p in picked for x in p}, start, took, taken_of(spec))
                 _waiting(store, rec, message)
                 continue
             keep = not reserved  # (no known time: what it could use stays free for the first such job)
-        if keep:  # what it could use stays free for it, for good
-            kept = {x.name for x in partial(r.free, places, k)}
+        if keep and not part:  # what it could use stays free for it, for good (a share keeps no GPU)
+            kept = {x.name for x in partial(r.free, places, k, lambda key: tl.taken(key, r.now, r.now + 1))}
             r.free = [x for x in r.free if x.name not in kept]
             tl.hold(kept, r.now, plan.INF)
             reserved = True
@@ -248,6 +297,16 @@ def _need(places: int, k: int, free: list[Slot]) -> str:
     for x in free:
         most[x.host] += len(x.gpus)
     return f"waiting for {on}; {max(most.values(), default=0)} free on one host now"
+
+
+def _need_share(r: Round, tl: plan.Timeline, part: float) -> str:
+    if not r.capacity:
+        return f"waiting for {size_text(part)} of one GPU; no GPU's memory is known yet (no nvidia-smi sample)"
+    room = max(
+        (min(c - tl.taken(key, r.now, r.now + 1), r.live.get(key, plan.INF)) for key, c in r.capacity.items()),
+        default=0.0,
+    )
+    return f"waiting for {size_text(part)} of one GPU; {size_text(max(0.0, room))} free on one GPU now"
 
 
 def _waiting(store: JobStore, rec: dict[str, Any], message: str) -> None:
@@ -285,6 +344,7 @@ def _assign(r: Round, store: JobStore, rec: dict[str, Any], chosen: list[list[Sl
         "started_at": r.now,
         "worker": ", ".join(x.name for x in leads),
         "gpu_ids": [g for ids in gpu_ids for g in ids],
+        "gpu_fraction": _fraction(r, spec, chosen),
         "slots": [x.name for p in chosen for x in p],
         "first_started_at": rec.get("first_started_at") or r.now,
         "reason": None,
@@ -321,6 +381,16 @@ def _assign(r: Round, store: JobStore, rec: dict[str, Any], chosen: list[list[Sl
     return True
 
 
+def _fraction(r: Round, spec: dict[str, Any], chosen: list[list[Slot]]) -> float | None:
+    """What part of its GPU a share holds (its bytes over the GPU's memory), for fair share and quotas; None for a
+    job of whole GPUs."""
+    if not spec.get("gpu_memory") or not chosen[0][0].gpus:
+        return None
+    key = gpu_keys(chosen[0][0])[0]
+    total = r.capacity.get(key, 0.0) + r.settings.gpu_memory_reserve
+    return round(min(1.0, float(spec["gpu_memory"]) / total), 4) if total > 0 else 1.0
+
+
 def _push(redis: Redis, worker: str, func: str, args: tuple, rq_id: str, what: str) -> None:
     Queue(private_queue(worker), connection=redis).enqueue_call(
         func,
@@ -349,9 +419,15 @@ def victims_for(
 ) -> tuple[list[dict[str, Any]], bool]:
     """(the fewest running jobs to stop so that `rec` fits, whether what is already being stopped suffices)."""
     rank = PRIORITIES.index(rec["spec"].get("priority", "normal"))
-    coming = [r.slots[n] for v in r.active if stopping.get(v["id"]) for n in slots_of(v) if n in r.slots]
+    part = rec["spec"].get("gpu_memory") if k else None
+    going = {v["id"] for v in r.active if stopping.get(v["id"])}
+    coming = [r.slots[n] for v in r.active if v["id"] in going for n in slots_of(v) if n in r.slots]
     pool = list(r.free) + coming
-    if fit(pool, places, k) is not None:
+
+    def fits(victims: list[dict[str, Any]]) -> bool:
+        return r.fits(pool + _freed(r, victims), places, k, part, going | {v["id"] for v in victims}) is not None
+
+    if fits([]):
         return [], True
     candidates = [
         v
@@ -367,19 +443,19 @@ def victims_for(
             -float(v.get("started_at") or 0),
         )
     )
-    alone = next((v for v in candidates if fit(pool + _freed(r, [v]), places, k) is not None), None)
+    alone = next((v for v in candidates if fits([v])), None)
     if alone is not None:  # one job makes room: the first such in the order of preference
         return [alone], False
     chosen: list[dict[str, Any]] = []
     for v in candidates:
         chosen.append(v)
-        if fit(pool + _freed(r, chosen), places, k) is not None:
+        if fits(chosen):
             break
     else:
         return [], False
     for v in list(reversed(chosen[:-1])):  # drop any the others make unnecessary
         rest = [c for c in chosen if c is not v]
-        if fit(pool + _freed(r, rest), places, k) is not None:
+        if fits(rest):
             chosen = rest
     return chosen, False
 

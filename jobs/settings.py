@@ -96,6 +96,16 @@ def _seconds(env, name: str, default: Any) -> Any:
     return _checked(_duration, env, name) if env.get(name) else default
 
 
+def _jobs_per_gpu(raw: str) -> int:
+    """GPUDECK_JOBS_PER_GPU: workers `gpudeck up` starts on each GPU (its job slots: whole-GPU jobs take one, jobs
+    with `gpu_memory` share the rest), 1 to 16; unset: 1."""
+    if not raw.strip():
+        return 1
+    if not raw.strip().isdigit() or not 1 <= int(raw) <= 16:
+        raise ValueError(f"GPUDECK_JOBS_PER_GPU must be a whole number from 1 to 16, got {raw!r}")
+    return int(raw)
+
+
 def _names(raw: str) -> tuple[str, ...]:
     """GPUDECK_PASS_ENV: variable names, comma-separated (a trailing `*` takes every name with that prefix)."""
     names = tuple(n.strip() for n in raw.split(",") if n.strip())
@@ -189,6 +199,9 @@ class Settings:
     fairshare_age_max_s: int = 86400
     backfill: bool = True
     foreign_memory: int = 1 << 30
+    gpu_memory_reserve: int = 1 << 30
+    gpu_memory_grace_s: int = 10
+    jobs_per_gpu: int = 1
     webhooks: tuple[Webhook, ...] = ()
     public_url: str | None = None
     webhook_retry_s: float = 5.0
@@ -241,6 +254,9 @@ class Settings:
             fairshare_age_max_s=_seconds(env, "GPUDECK_FAIRSHARE_AGE_MAX", cls.fairshare_age_max_s),
             backfill=_switch(env, "GPUDECK_BACKFILL", True),
             foreign_memory=_size(env, "GPUDECK_FOREIGN_MEMORY", cls.foreign_memory, zero=True),
+            gpu_memory_reserve=_size(env, "GPUDECK_GPU_MEMORY_RESERVE", cls.gpu_memory_reserve, zero=True),
+            gpu_memory_grace_s=_seconds(env, "GPUDECK_GPU_MEMORY_GRACE", cls.gpu_memory_grace_s),
+            jobs_per_gpu=_checked(_jobs_per_gpu, env, "GPUDECK_JOBS_PER_GPU"),
             webhooks=_webhooks(env),
             webhook_retry_s=_seconds(env, "GPUDECK_WEBHOOK_RETRY", cls.webhook_retry_s),
             env_max_bytes=_size(env, "GPUDECK_ENV_MAX_BYTES", cls.env_max_bytes),

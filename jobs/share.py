@@ -71,7 +71,8 @@ def attempt_seconds(rec: dict[str, Any], now: float | None = None) -> float:
     started = rec.get("started_at")
     if not started:
         return 0.0
-    return slots(rec["spec"]) * max(0.0, (time.time() if now is None else now) - float(started))
+    held = float(rec["gpu_fraction"]) if rec.get("gpu_fraction") else slots(rec["spec"])  # (a share: its part)
+    return held * max(0.0, (time.time() if now is None else now) - float(started))
 
 
 def usage(

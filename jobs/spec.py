@@ -21,6 +21,8 @@ from models.jobspec import (  # noqa: F401 (the names jobs/ and api/ import them
     COMMAND_ONLY,
     ENV_NAME,
     FIELDS,
+    GPU_MEMORY_MAX,
+    GPU_MEMORY_MIN,
     INJECTED,
     INPUT,
     KINDS,
@@ -44,7 +46,7 @@ from models.jobspec import (  # noqa: F401 (the names jobs/ and api/ import them
     param_schema,
     session_top,
 )
-from models.specfields import Elsewhere, Required, Says, marker, seconds_of
+from models.specfields import Elsewhere, Required, Says, bytes_of, marker, seconds_of
 
 COMMANDS_OFF = (
     "command jobs are turned off: they run any code as the gpudeck service. Turn on tokens (GPUDECK_TOKENS=...) "
@@ -246,7 +248,12 @@ def _normalized(
 ) -> dict[str, Any]:
     """The fields whose kept form is not as given."""
     common = {
-        "gpus": typed.gpus if typed.gpus is not None else default_gpus,
+        "gpus": typed.gpus if typed.gpus is not None else (1 if typed.gpu_memory is not None else default_gpus),
+        **(
+            {"gpu_memory": bytes_of(typed.gpu_memory, GPU_MEMORY_MIN, GPU_MEMORY_MAX)[0]}
+            if typed.gpu_memory is not None
+            else {}
+        ),
         "tags": list(typed.tags or []),
         "priority": typed.priority or "normal",
         "timeout": typed.timeout,

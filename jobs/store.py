@@ -70,6 +70,7 @@ FLOAT_FIELDS = (
     "gpu_seconds",  # (a job's GPUs over its life: jobs.usage.account adds to these three)
     "gpu_busy_seconds",
     "gpu_idle_seconds",
+    "gpu_fraction",  # (a share: its part of its GPU, jobs.schedule)
 )
 INT_FIELDS = ("id", "pid", "attempt", "gen", "disk_bytes", "resumes", "preemptions")
 HEARTBEAT_TTL_S = 15

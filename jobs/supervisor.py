@@ -129,12 +129,18 @@ class Stack:
         )
         self.api.start()
         gpus = self.gpus if self.gpus is not None else [g["index"] for g in list_gpus()]
+        per_gpu = self.settings.jobs_per_gpu  # (a GPU's job slots: whole-GPU jobs take one, shares the others)
         for gpu in gpus:
-            self.workers.append(
-                Child(
-                    f"worker gpu {gpu}", [*py, "worker", "--gpus", gpu], self.logs_dir / f"worker-gpu{gpu}.log", env=env
+            for k in range(per_gpu):
+                suffix = f"-{k}" if per_gpu > 1 else ""
+                self.workers.append(
+                    Child(
+                        f"worker gpu {gpu}" + (f" #{k}" if per_gpu > 1 else ""),
+                        [*py, "worker", "--gpus", gpu],
+                        self.logs_dir / f"worker-gpu{gpu}{suffix}.log",
+                        env=env,
+                    )
                 )
-            )
         cpu = self.cpu_workers if self.cpu_workers is not None else (0 if gpus else 1)
         for i in range(cpu):
             self.workers.append(

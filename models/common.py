@@ -36,6 +36,14 @@ def parse_size(text: str) -> int:
     return value
 
 
+def size_text(n: float) -> str:
+    """Bytes as a short size people read: 10G, 1.5G, 512M."""
+    for unit, size in (("T", 1 << 40), ("G", 1 << 30), ("M", 1 << 20), ("K", 1 << 10)):
+        if n >= size:
+            return f"{n / size:.1f}".removesuffix(".0") + unit
+    return f"{int(n)}B"
+
+
 AGE = re.compile(r"^(?:\d+[smhdw])+$")
 """A duration as people write it, the one grammar of gpudeck (API, CLI, TUI, settings): a number and a unit, or
 several (45s, 90m, 12h, 2d, 2w, 1h30m)."""

@@ -19,6 +19,8 @@ from models.specchecks import (  # noqa: F401 (re-exported: their old home)
     DATASET_PATTERN,
     ENV_NAME,
     ENV_SCHEMA,
+    GPU_MEMORY_MAX,
+    GPU_MEMORY_MIN,
     INJECTED,
     MAX_AFTER,
     MAX_COMMAND,
@@ -55,12 +57,14 @@ from models.specchecks import (  # noqa: F401 (re-exported: their old home)
 from models.specfields import (
     AGE_PATTERN,
     INT,
+    SIZE_PATTERN,
     STR,
     Check,
     Cli,
     Elsewhere,
     Required,
     Says,
+    bytes_of,
     whole,
     with_context,
 )
@@ -98,6 +102,24 @@ class Common(BaseModel):
         int | None,
         Cli("--workers", "tasks of a multi-worker (TF_CONFIG) job, each on its own worker"),
     ] = Field(None, ge=1, le=MAX_WORKERS, description="tasks of a multi-worker job (default 1)")
+    gpu_memory: Annotated[
+        Annotated[
+            Any,
+            Check(
+                lambda v: bytes_of(v, GPU_MEMORY_MIN, GPU_MEMORY_MAX)[1],
+                {
+                    "description": "part of one GPU: this much of its memory (10G, 512M, or bytes), capped for the "
+                    "job; several such jobs share a GPU (needs gpus 1 and one worker). Default: whole GPUs",
+                    "anyOf": [
+                        {**INT, "minimum": GPU_MEMORY_MIN, "maximum": GPU_MEMORY_MAX},
+                        {**STR, "pattern": SIZE_PATTERN},
+                    ],
+                },
+            ),
+        ]
+        | None,
+        Cli("--gpu-memory", "part of one GPU: this much of its memory (10G), shared with other such jobs", "SIZE"),
+    ] = None
     chief: Annotated[
         bool | None, Cli("--chief", "task 0 of a multi-worker job runs as a `chief` task", flag_value=True)
     ] = Field(None, description="task 0 runs as TF_CONFIG type chief (needs workers >= 2)")
@@ -203,6 +225,11 @@ class Common(BaseModel):
     @classmethod
     def rules(cls, body: dict[str, Any], errors: dict[str, str]) -> None:
         """What one field says about another, on the body as given (problems into `errors`)."""
+        share = body.get("gpu_memory")
+        if share is not None and body.get("gpus") not in (None, 1):
+            errors.setdefault("gpu_memory", f"is part of one GPU: it needs gpus 1, got gpus {body.get('gpus')!r}")
+        elif share is not None and isinstance(body.get("workers"), int) and body["workers"] > 1:
+            errors.setdefault("gpu_memory", "is part of one GPU: a multi-worker job holds whole GPUs (drop workers)")
         if body.get("chief") is True and not (isinstance(body.get("workers"), int) and body["workers"] > 1):
             errors.setdefault("chief", "needs workers of 2 or more (the chief is task 0 of a multi-worker job)")
 

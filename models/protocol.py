@@ -22,6 +22,23 @@ JOB_ID_ENV = "GPUDECK_JOB_ID"
 STOP_GRACE_ENV = "GPUDECK_STOP_GRACE"
 """Seconds the trainer has after SIGTERM to checkpoint before it ends itself."""
 
+GPU_MEMORY_ENV = "GPUDECK_GPU_MEMORY"
+"""A share's GPU memory in bytes (a job with `gpu_memory`): the zoo trainer caps TensorFlow's GPU at it."""
+
+
+def share_env(gpu_memory: int | None, fraction: float | None) -> dict[str, str]:
+    """What a job with a share of a GPU is told: GPU_MEMORY_ENV, and the frameworks' own knobs where one exists:
+    TensorFlow grows its memory as it needs it instead of taking the whole GPU at start (its hard cap is the
+    trainer's logical device, or the script's own call), JAX preallocates its part of the GPU and no more
+    (XLA_PYTHON_CLIENT_MEM_FRACTION). PyTorch's cap is the script's call (README: "Several jobs on one GPU")."""
+    if not gpu_memory:
+        return {}
+    out = {GPU_MEMORY_ENV: str(int(gpu_memory)), "TF_FORCE_GPU_ALLOW_GROWTH": "true"}
+    if fraction:
+        out["XLA_PYTHON_CLIENT_MEM_FRACTION"] = f"{fraction:.4f}"
+    return out
+
+
 KEEP_CHECKPOINTS_ENV = "GPUDECK_KEEP_CHECKPOINTS"
 """How many of its newest checkpoints a trainer keeps (`all`: every one); the exported model is the newest."""
 DEFAULT_KEEP_CHECKPOINTS = 2

@@ -15,6 +15,10 @@ from models.specfields import AGE_PATTERN, INT, STR, Check, Elsewhere, Problem, 
 
 MAX_GPUS = 16
 """Most GPUs one job (one worker) may ask for."""
+GPU_MEMORY_MIN = 64 << 20
+"""Smallest part of a GPU a job may ask for (`gpu_memory`)."""
+GPU_MEMORY_MAX = 1 << 40
+"""Largest `gpu_memory` the spec's shape takes (a live GPU's own memory bounds it: jobs.queues.check_hosts)."""
 MAX_WORKERS = 64
 """Most tasks (workers) of one multi-worker job."""
 INJECTED = (

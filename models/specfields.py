@@ -4,6 +4,7 @@ the JSON Schema that says the same), and the small checks several fields share (
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -12,7 +13,7 @@ import pydantic
 from pydantic import BaseModel
 from pydantic_core import PydanticCustomError, core_schema
 
-from models.common import parse_age
+from models.common import parse_age, parse_size, size_text  # noqa: F401 (size_text: the spec's words)
 
 # -- how a field is declared -------------------------------------------------------------------------------------
 
@@ -105,6 +106,27 @@ def seconds_of(value: Any, lo: int, hi: int) -> tuple[int | None, str | None]:
     problem = int_in(value, lo, hi)
     if problem:
         return None, f"{problem} (seconds, or an age such as 30m or 8h)"
+    return value, None
+
+
+SIZE_PATTERN = r"^[0-9]+(\.[0-9]+)? ?([KkMmGgTt](i?[Bb])?)?$"
+"""A size as people write it: bytes, or a number and a unit (512M, 10G, 1.5GiB, 10GB: binary units all)."""
+
+
+def bytes_of(value: Any, lo: int, hi: int) -> tuple[int | None, str | None]:
+    """(bytes, problem) of a size given as bytes or as 512M, 10G, 1.5GiB (K, M, G, T are powers of 1024)."""
+    if isinstance(value, str):
+        text = value.strip()
+        if not re.fullmatch(SIZE_PATTERN, text):
+            return None, f"must be a size such as 512M, 10G or 1.5GiB (or bytes), got {value!r}"
+        try:
+            value = parse_size(re.sub(r"(?i)i?b$", "", text).replace(" ", ""))
+        except ValueError:
+            return None, f"must be a size such as 512M, 10G or 1.5GiB (or bytes), got {value!r}"
+    if not isinstance(value, int) or isinstance(value, bool):
+        return None, f"must be a size such as 512M, 10G or 1.5GiB (or bytes), got {type(value).__name__} {value!r}"
+    if not lo <= value <= hi:
+        return None, f"must be between {size_text(lo)} and {size_text(hi)}, got {size_text(value)}"
     return value, None
 
 

@@ -63,6 +63,22 @@ def make_strategy() -> tf.distribute.Strategy:
     return tf.distribute.get_strategy()
 
 
+def cap_gpu_memory(config: Any, environ: Any) -> str | None:
+    """A share's cap (protocol.GPU_MEMORY_ENV, bytes): each visible GPU becomes one logical device of that much
+    memory, set before anything touches a device, so TensorFlow never allocates past it. What it did, for the
+    log (None: no share). `config`: tf.config."""
+    raw = environ.get(protocol.GPU_MEMORY_ENV)
+    if not raw:
+        return None
+    mib = int(raw) >> 20
+    gpus = config.list_physical_devices("GPU")
+    if not gpus:
+        return f"gpu_memory {mib} MiB: TensorFlow sees no GPU here, nothing to cap"
+    for gpu in gpus:
+        config.set_logical_device_configuration(gpu, [config.LogicalDeviceConfiguration(memory_limit=mib)])
+    return f"gpu_memory: TensorFlow's GPU capped at {mib} MiB (a logical device with memory_limit)"
+
+
 def chief_and_task(strategy: tf.distribute.Strategy) -> tuple[bool, str]:
     """Whether this process writes the job dir (the chief, or worker 0 when there is no chief), and its task."""
     resolver = getattr(strategy, "cluster_resolver", None)
@@ -143,6 +159,9 @@ class Trainer:
     def _setup(self):
         """Strategy, data, model, optimizer: everything the loop needs."""
         p = self.p
+        capped = cap_gpu_memory(tf.config, os.environ)  # (first: before anything touches a device)
+        if capped:
+            log.info("%s", capped)
         if p["mixed_precision"]:
             gpu = bool(tf.config.list_physical_devices("GPU"))
             keras.mixed_precision.set_global_policy("mixed_float16" if gpu else "mixed_bfloat16")

@@ -107,15 +107,27 @@ def schemas() -> dict[str, Any]:
                 },
                 "held_by": _nullable(
                     {
-                        **_obj(
-                            {"job_id": INT, "owner": _nullable(STR), "kind": {**STR, "enum": ["job", "session"]}},
-                            ["job_id", "owner"],
-                        ),
-                        "description": "the active job whose worker is pinned to this GPU, and who owns it",
+                        **_ref("GpuHolder"),
+                        "description": "the first of `holders` (null: nobody holds it)",
                     }
                 ),
+                "holders": {
+                    "type": "array",
+                    "items": _ref("GpuHolder"),
+                    "description": "the active jobs on this GPU: one that holds it whole, or the jobs sharing it "
+                    "(each with its gpu_memory)",
+                },
             },
             ["index", "uuid", "name", "utilization", "memory_used_mib", "memory_total_mib", "processes"],
+        ),
+        "GpuHolder": _obj(
+            {
+                "job_id": INT,
+                "owner": _nullable(STR),
+                "kind": {**STR, "enum": ["job", "session"]},
+                "gpu_memory": _nullable({**INT, "description": "a share's bytes of the GPU (null: it holds it whole)"}),
+            },
+            ["job_id", "owner"],
         ),
         "GpuHosts": _obj(
             {

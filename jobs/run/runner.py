@@ -109,6 +109,9 @@ class JobRun:
         extra_env = self.prepare(spec)
         if extra_env is None:
             return self.stand_down()
+        if spec.get("gpu_memory"):  # (a share of a GPU: its cap, and the frameworks' knobs)
+            fraction = self.store.get(self.job_id).get("gpu_fraction")
+            extra_env = {**protocol.share_env(spec["gpu_memory"], fraction), **extra_env}
         if self.stop_reason():  # canceled between dequeue and now
             return self.finish(None, oom_before=None)
         with self.stops.listening():

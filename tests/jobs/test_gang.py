@@ -45,7 +45,7 @@ def test_a_job_takes_all_its_workers_at_once_or_none(redis, client):
 
 def test_order_priority_and_queues(redis):
     cpu = [register(redis, f"c{i}") for i in range(2)]
-    gpu = [register(redis, f"g{i}", gpus=("0",)) for i in range(2)]
+    gpu = [register(redis, f"g{i}", gpus=(str(i),)) for i in range(2)]
     three = control.submit(redis, {**BASE, "workers": 3}, DEFAULTS)[0]  # more than there are: waits, first in line
     low = control.submit(redis, {**BASE, "workers": 2, "priority": "low"}, DEFAULTS)[0]
     high = control.submit(redis, {**BASE, "workers": 2, "priority": "high"}, DEFAULTS)[0]

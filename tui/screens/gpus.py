@@ -16,6 +16,7 @@ from textual.containers import VerticalScroll
 from textual.screen import Screen
 from textual.widgets import Footer, Static
 
+from models.common import size_text
 from tui.widgets.chrome import chrome
 from tui.widgets.fmt import NA, bar, human, na, one_line, sparkline
 
@@ -68,9 +69,14 @@ def _holders(g: dict[str, Any]) -> str:
     """Who holds a GPU: the job pinned to it (and its owner), else the jobs nvidia-smi sees on it; and what no
     gpudeck job runs there (a notebook started by hand keeps the GPU from jobs)."""
     procs = g.get("processes") or []
-    held = g.get("held_by")
+    held = g.get("holders") or ([g["held_by"]] if g.get("held_by") else [])
     jobs = (
-        f"{held.get('kind') or 'job'} {held['job_id']}" + (f" · {held['owner']}" if held.get("owner") else "")
+        ", ".join(
+            f"{h.get('kind') or 'job'} {h['job_id']}"
+            + (f" · {h['owner']}" if h.get("owner") else "")
+            + (f" · {size_text(h['gpu_memory'])}" if h.get("gpu_memory") else "")
+            for h in held
+        )
         if held
         else ", ".join(sorted({f"job {p['job_id']}" for p in procs if p.get("job_id")}))
     )

@@ -12,7 +12,7 @@ from typing import Any
 from rich.cells import cell_len
 from rich.text import Text
 
-from models.common import duration  # noqa: F401 (its old home: the screens and the CLI take it from here)
+from models.common import duration, size_text  # noqa: F401 (duration: its old home; the screens and the CLI take it from here)
 from models.sourcetree import human
 from models.states import ENDED, UNENDED  # noqa: F401 (the screens take them from here)
 
@@ -196,10 +196,14 @@ def accuracy_text(job: dict[str, Any]) -> str:
 
 def gpus_text(job: dict[str, Any]) -> str:
     """Which GPUs, in a form that cannot be mistaken for another: `cpu` (a job that asks for none), `2 GPUs` (a
-    count, before it is placed), `GPU 0` / `GPU 0,1` (the indices it holds)."""
+    count, before it is placed), `GPU 0` / `GPU 0,1` (the indices it holds); a share of one says how much:
+    `10G of GPU 0`, `10G of a GPU`."""
     held = job.get("gpu_ids") or []
+    part = job["spec"].get("gpu_memory")
     if held:
-        return f"GPU {','.join(map(str, held))}"
+        return (f"{size_text(part)} of " if part else "") + f"GPU {','.join(map(str, held))}"
+    if part:
+        return f"{size_text(part)} of a GPU"
     wanted = job["spec"].get("gpus") or 0
     return "cpu" if wanted == 0 else f"{wanted} GPU{'s' if wanted != 1 else ''}"
 

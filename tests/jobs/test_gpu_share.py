@@ -1,0 +1,189 @@
+"""Several jobs on one GPU, against a real Redis: `gpu_memory` shares packed best-fit within a GPU's memory less the
+reserve and within what is free on it now, whole GPUs kept whole, a whole-GPU job not starved by a stream of
+shares, preemption of shares, quotas and fair share counting a share's part. Workers are registered as `gpudeck up`
+registers GPUDECK_JOBS_PER_GPU of them per GPU (tests/e2e/test_gpu_share.py runs the real stack)."""
+
+import json
+import random
+import time
+from dataclasses import replace
+
+import pytest
+
+from jobs import control, lifecycle, outcome, quota, schedule, share
+from jobs.errors import ValidationError
+from jobs.keys import gpus_key, stop_key
+from jobs.store import JobStore
+from tests.support.policy import DEFAULTS
+from tests.support.workers import rec, register, taken
+
+G = 1 << 30
+JOB = {"model": "lenet", "dataset": "synthetic:8x8x1", "params": {"steps": 2}}
+H100_MIB = 81559
+"""An H100's memory as nvidia-smi reports it (79.6 GiB): 78.6 GiB for shares past the 1 GiB reserve."""
+
+
+def gpus(redis, per_gpu: int = 4, n: int = 2, host: str = "box", used_mib: dict[int, int] | None = None) -> list:
+    """A host of `n` GPUs with `per_gpu` workers each, and its nvidia-smi sample (memory used per GPU)."""
+    names = [register(redis, f"{host}.gpu{i}.{j}", host=host, gpus=(str(i),)) for i in range(n) for j in range(per_gpu)]
+    sample(redis, host, n, used_mib or {})
+    return names
+
+
+def sample(redis, host: str, n: int, used_mib: dict[int, int]) -> None:
+    rows = [
+        {"index": i, "uuid": f"GPU-{i}", "memory_total_mib": H100_MIB, "memory_used_mib": used_mib.get(i, 0)}
+        for i in range(n)
+    ]
+    redis.set(gpus_key(host), json.dumps({"host": host, "gpus": rows}))
+
+
+def submit(redis, settings=DEFAULTS, owner=None, **spec) -> int:
+    body = {**JOB, **spec}
+    return control.submit(redis, body, settings, extra={"owner": owner} if owner else None)[0]["id"]
+
+
+def on(redis, job_id: int) -> str | None:
+    """The GPU a started job holds ("0"), or None while it waits."""
+    r = rec(redis, job_id)
+    return ",".join(r["gpu_ids"]) if r["status"] != "queued" else None
+
+
+def end(redis, job_id: int) -> None:
+    taken(redis, job_id)
+    assert lifecycle.end(redis, job_id, outcome.SUCCEEDED)
+
+
+def test_four_10g_shares_fill_one_gpu_and_a_whole_gpu_job_takes_the_other(redis):
+    gpus(redis)
+    shares = [submit(redis, gpu_memory="10G") for _ in range(4)]
+    whole = submit(redis, gpus=1)
+    assert [on(redis, i) for i in shares] == ["0"] * 4  # best fit: one GPU filled before another is opened
+    assert on(redis, whole) == "1"
+    assert len({rec(redis, i)["worker"] for i in shares}) == 4  # each on a worker (a job slot) of its own
+    assert rec(redis, shares[0])["spec"]["gpu_memory"] == 10 * G and rec(redis, shares[0])["spec"]["gpus"] == 1
+    assert rec(redis, shares[0])["gpu_fraction"] == pytest.approx(10 * 1024 / H100_MIB, abs=1e-4)
+    # a fifth share: GPU 0's four slots are busy and GPU 1 is held whole
+    fifth = submit(redis, gpu_memory="10G")
+    assert on(redis, fifth) is None
+    assert rec(redis, fifth)["message"] == "waiting for 10G of one GPU; 38.6G free on one GPU now"
+
+
+def test_shares_fit_within_the_gpus_memory_less_the_reserve(redis):
+    gpus(redis, n=1)
+    big = submit(redis, gpu_memory="40G")
+    second = submit(redis, gpu_memory="40G")  # 80 > 78.6 GiB: waits though a worker of the GPU is free
+    small = submit(redis, gpu_memory="38G")  # 78 fits
+    assert (on(redis, big), on(redis, second), on(redis, small)) == ("0", None, "0")
+    end(redis, big)
+    schedule.place(redis, DEFAULTS)
+    assert on(redis, second) == "0"
+
+
+def test_what_nvidia_smi_says_is_in_use_counts_too(redis):
+    gpus(redis, used_mib={0: 75 * 1024})  # a foreign process (or a job past its share) holds 75 GiB of GPU 0
+    first = submit(redis, gpu_memory="10G")
+    assert on(redis, first) == "1"  # GPU 0 is declared empty, but only 4.6 GiB of it is free
+    assert on(redis, submit(redis, gpu_memory="4G")) == "0"
+
+
+def test_a_share_waits_while_no_gpus_memory_is_known_and_a_whole_job_does_not(redis):
+    for i in range(2):
+        register(redis, f"box.gpu{i}", gpus=(str(i),))  # (no nvidia-smi sample)
+    part = submit(redis, gpu_memory="10G")
+    assert on(redis, part) is None
+    assert rec(redis, part)["message"] == (
+        "waiting for 10G of one GPU; no GPU's memory is known yet (no nvidia-smi sample)"
+    )
+    assert on(redis, submit(redis, gpus=1)) is not None
+
+
+def test_a_whole_gpu_job_is_not_starved_by_a_stream_of_shares(redis):
+    gpus(redis, per_gpu=4, n=1)
+    running = [submit(redis, gpu_memory="10G") for _ in range(3)]
+    assert all(on(redis, i) == "0" for i in running)
+    whole = submit(redis, gpus=1)  # waits for the shares on the GPU to end
+    stream = []
+    for job_id in running:
+        stream.append(submit(redis, gpu_memory="10G"))  # a new share each time one ends: none starts
+        end(redis, job_id)
+        schedule.place(redis, DEFAULTS)
+        assert on(redis, stream[-1]) is None
+    assert on(redis, whole) == "0"
+    assert all(on(redis, i) is None for i in stream)
+    end(redis, whole)
+    schedule.place(redis, DEFAULTS)
+    assert [on(redis, i) for i in stream] == ["0"] * 3
+
+
+def test_a_high_whole_gpu_job_preempts_the_low_shares_of_one_gpu(redis):
+    gpus(redis, per_gpu=2, n=2)
+    s = replace(DEFAULTS, preempt_after_s=0)
+    low = [submit(redis, s, gpu_memory="30G", priority="low") for _ in range(3)]  # two on GPU 0, one on GPU 1
+    normal = submit(redis, s, gpu_memory="30G")  # beside the third: both GPUs now hold shares
+    assert [on(redis, i) for i in low] == ["0", "0", "1"] and on(redis, normal) == "1"
+    high = submit(redis, s, gpus=1, priority="high")
+    said = rec(redis, high)["message"]
+    assert said.startswith("preempting jobs ") and set(said.split()[2:]) == {
+        f"{low[0]}",
+        f"{low[1]}",
+        "(low),",
+        "(low)",
+    }
+    assert [redis.get(stop_key(i)) for i in low] == [b"preempted", b"preempted", None]  # the GPU 1 share is spared
+
+
+def test_a_share_counts_as_its_part_of_a_gpu_for_quotas_and_fair_share(redis):
+    gpus(redis, per_gpu=4, n=1)
+    first = submit(redis, owner="alice", gpu_memory="20G")
+    r = rec(redis, first)
+    assert quota.holds(r) == r["gpu_fraction"] == pytest.approx(20 * 1024 / H100_MIB, abs=1e-4)
+    r["started_at"] = time.time() - 100
+    assert share.attempt_seconds(r) == pytest.approx(100 * r["gpu_fraction"], rel=0.01)
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_no_gpu_is_ever_given_more_than_its_memory_or_a_share_beside_a_whole_job(redis, seed):
+    """A random stream of shares (1 to 40 GiB) and whole-GPU jobs on 2 GPUs of 4 slots each, jobs ending at random:
+    after every round, each GPU's shares stay within its memory less the reserve, and a GPU held whole holds
+    nothing else."""
+    rnd = random.Random(seed)
+    gpus(redis, per_gpu=4, n=2)
+    store = JobStore(redis)
+    capacity = (H100_MIB << 20) - DEFAULTS.gpu_memory_reserve
+    for _ in range(60):
+        if rnd.random() < 0.75:
+            submit(redis, **({"gpus": 1} if rnd.random() < 0.2 else {"gpu_memory": rnd.randint(1, 40) * G}))
+        active = store.active()
+        if active and rnd.random() < 0.5:
+            end(redis, rnd.choice(active)["id"])
+        schedule.place(redis, DEFAULTS)
+        held: dict[str, list[dict]] = {}
+        for r in store.active():
+            held.setdefault(r["gpu_ids"][0], []).append(r)
+        for jobs in held.values():
+            whole = [r for r in jobs if not r["spec"].get("gpu_memory")]
+            assert len(whole) == 0 or len(jobs) == 1
+            assert sum(r["spec"].get("gpu_memory") or 0 for r in jobs) <= capacity
+            assert len({r["worker"] for r in jobs}) == len(jobs)
+
+
+def test_bad_shares_are_refused_naming_gpu_memory_and_nothing_is_stored(redis, client):
+    gpus(redis, n=1)
+    for body, problem in (
+        (
+            {"gpu_memory": "100G"},
+            "asks 100G of one GPU; the largest, GPU 0 of box, has 79.6G, 78.6G of it for jobs "
+            "(GPUDECK_GPU_MEMORY_RESERVE keeps the rest)",
+        ),
+        ({"gpu_memory": "ten gigs"}, "must be a size such as 512M, 10G or 1.5GiB (or bytes), got 'ten gigs'"),
+        ({"gpu_memory": "1M"}, "must be between 64M and 1T, got 1M"),
+        ({"gpu_memory": "10G", "gpus": 2}, "is part of one GPU: it needs gpus 1, got gpus 2"),
+        ({"gpu_memory": "10G", "workers": 2}, "is part of one GPU: a multi-worker job holds whole GPUs (drop workers)"),
+    ):
+        resp = client.post("/api/v1/jobs", json={**JOB, **body})
+        assert resp.status_code == 400, body
+        assert resp.json["details"]["fields"]["gpu_memory"] == problem
+    assert redis.keys("gpudeck:job:*") == []
+    with pytest.raises(ValidationError):
+        control.submit(redis, {**JOB, "gpu_memory": "79G"}, DEFAULTS)  # over 78.6G
