@@ -20,6 +20,8 @@ from jobs.keys import GPUS_PATTERN, gpus_key, gpus_lock_key
 from jobs.periodic import Periodic
 from jobs.spec import is_multi_worker
 from jobs.store import JobStore
+from models.common import size_text
+from models.states import Reason
 
 log = logging.getLogger(__name__)
 
@@ -162,11 +164,12 @@ class Sampler(Periodic):
 
     what, every_s, lease_share = "gpu sampler", SAMPLE_EVERY_S, 0.9
 
-    def __init__(self, redis_url: str, host: str | None = None):
+    def __init__(self, redis_url: str, host: str | None = None, grace_s: float = 10.0):
         super().__init__(redis_url, "gpudeck-gpu-sampler")
         self.host = host or socket.gethostname()
         self.meter = usage.UsageMeter()
         self.sampled_at: float | None = None
+        self.watchdog = Watchdog(grace_s)
 
     def lease_key(self) -> str:
         return gpus_lock_key(self.host)
@@ -203,3 +206,50 @@ class Sampler(Periodic):
                 usage.account(self.redis, self.host, held, gpus, min(now - self.sampled_at, 3 * SAMPLE_EVERY_S))
         self.sampled_at = now if gpus is not None else None
         usage.write(self.redis, self.host, used, gpus)
+        if gpus is not None:
+            self.watchdog.look(JobStore(self.redis), [r for r in active if self.here(r)], gpus, now)
+
+
+class Watchdog:
+    """Every share's GPU memory against its `gpu_memory`, from each sample's processes (each process counts for
+    the job whose process tree holds it, so nobody pays for a neighbour): a job above its share for longer than
+    `grace_s` is stopped as a cancel stops it, reason gpu_memory_exceeded, its record saying the peak and the share.
+    A job of whole GPUs is never watched (it has the GPU)."""
+
+    def __init__(self, grace_s: float):
+        self.grace_s = grace_s
+        self.over: dict[int, tuple[float, int, str]] = {}
+        """job id -> (when it went over, its peak in bytes, its GPU) while it stays over."""
+
+    def look(self, store: JobStore, active: list[dict[str, Any]], gpus: list[dict[str, Any]], now: float) -> None:
+        shares = {r["id"]: r for r in active if r["spec"].get("gpu_memory")}
+        used: dict[int, int] = {}
+        where: dict[int, str] = {}
+        for gpu in gpus:
+            for p in gpu.get("processes") or []:
+                if p.get("job_id") in shares:
+                    used[p["job_id"]] = used.get(p["job_id"], 0) + (int(p.get("used_memory_mib") or 0) << 20)
+                    where[p["job_id"]] = str(gpu.get("index"))
+        for job_id in set(self.over) - set(shares):
+            del self.over[job_id]
+        for job_id, rec in shares.items():
+            cap = int(rec["spec"]["gpu_memory"])
+            if used.get(job_id, 0) <= cap:
+                self.over.pop(job_id, None)
+                continue
+            since, peak, _ = self.over.get(job_id, (now, 0, ""))
+            peak = max(peak, used[job_id])
+            self.over[job_id] = (since, peak, where[job_id])
+            if now - since < self.grace_s or store.stop_reason(job_id):
+                continue
+            message = (
+                f"it used {size_text(peak)} of GPU {where[job_id]} (its peak) for {now - since:.0f} s, more than "
+                f"its gpu_memory of {size_text(cap)} (GPUDECK_GPU_MEMORY_GRACE: {self.grace_s:g} s): stopped so "
+                "that the jobs sharing the GPU go on"
+            )
+            store.update(
+                job_id,
+                gpu_memory_exceeded={"peak": peak, "gpu_memory": cap, "gpu": where[job_id], "message": message},
+            )
+            store.request_stop(job_id, Reason.GPU_MEMORY_EXCEEDED.value, only_first=True)
+            log.warning("job %s: %s", job_id, message)

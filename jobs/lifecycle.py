@@ -43,7 +43,10 @@ def end(
             said = f"{outcome.message or ''}; retrying"
             return Status.QUEUED.value if requeue(redis, job_id, rec, said, of_attempt=fence, **fields) else None
     before = rec if rec is not None else store.get(job_id)
-    if not store.transition(job_id, allowed, of_attempt=fence, ended_at=time.time(), **outcome.fields(), **fields):
+    said = outcome.fields()
+    if outcome.reason == Reason.GPU_MEMORY_EXCEEDED and (before.get("gpu_memory_exceeded") or {}).get("message"):
+        said["message"] = before["gpu_memory_exceeded"]["message"]  # (the watchdog's: the peak and the share)
+    if not store.transition(job_id, allowed, of_attempt=fence, ended_at=time.time(), **said, **fields):
         return None
     _charge(redis, before)
     if outcome.status == Status.SUCCEEDED and before.get("started_at") and before["spec"].get("kind") != "session":

@@ -45,6 +45,11 @@ STOPPED: dict[str, End] = {
     Reason.WORKER_LOST.value: End(Status.FAILED, Reason.WORKER_LOST, "its worker shut down while it ran", retry=True),
     Reason.PREEMPTED.value: End(Status.QUEUED, Reason.PREEMPTED, "preempted", requeue=True),
     Reason.STOPPED_EARLY.value: End(Status.SUCCEEDED, Reason.STOPPED_EARLY, "stopped early by its search"),
+    Reason.GPU_MEMORY_EXCEEDED.value: End(
+        Status.FAILED,
+        Reason.GPU_MEMORY_EXCEEDED,
+        "it used more GPU memory than its gpu_memory for longer than GPUDECK_GPU_MEMORY_GRACE",
+    ),
     Reason.IDLE.value: End(
         Status.CANCELED, Reason.IDLE, "released when idle: nobody attached and its GPUs under 5% for its idle time"
     ),

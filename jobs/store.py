@@ -53,6 +53,7 @@ JSON_FIELDS = (
     "preempted_by",
     "runs",
     "early_stop",
+    "gpu_memory_exceeded",
     "session",
     "trial",
 )

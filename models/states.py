@@ -43,6 +43,8 @@ class Reason(str, Enum):
     """A trial its search stopped (succeeded: not a failure; its checkpoint is kept)."""
     IDLE = "idle"
     """A session released for want of use: nobody attached and its GPUs idle for its `idle` time (canceled)."""
+    GPU_MEMORY_EXCEEDED = "gpu_memory_exceeded"
+    """A job with a share of a GPU used more of its memory than its `gpu_memory` for longer than the grace."""
 
 
 ACTIVE = (Status.STARTING.value, Status.RUNNING.value)

@@ -12,6 +12,7 @@ import pytest
 
 from jobs import control, lifecycle, outcome, quota, schedule, share
 from jobs.errors import ValidationError
+from jobs.gpus import Watchdog
 from jobs.keys import gpus_key, stop_key
 from jobs.store import JobStore
 from tests.support.policy import DEFAULTS
@@ -187,3 +188,37 @@ def test_bad_shares_are_refused_naming_gpu_memory_and_nothing_is_stored(redis, c
     assert redis.keys("gpudeck:job:*") == []
     with pytest.raises(ValidationError):
         control.submit(redis, {**JOB, "gpu_memory": "79G"}, DEFAULTS)  # over 78.6G
+
+
+def test_the_watchdog_stops_a_share_over_its_memory_past_the_grace_and_spares_its_neighbour(redis):
+    gpus(redis, n=1)
+    over, under = submit(redis, gpu_memory="10G"), submit(redis, gpu_memory="10G")
+    store = JobStore(redis)
+    dog = Watchdog(grace_s=10)
+
+    def look(at: float, over_mib: int, under_mib: int = 4096) -> None:
+        procs = [
+            {"pid": 100, "used_memory_mib": over_mib - 1024, "job_id": over},
+            {"pid": 101, "used_memory_mib": 1024, "job_id": over},  # (a job's processes add up)
+            {"pid": 200, "used_memory_mib": under_mib, "job_id": under},
+            {"pid": 300, "used_memory_mib": 30_000, "job_id": None},  # (a foreign process is nobody's share)
+        ]
+        dog.look(store, store.active(), [{"index": 0, "processes": procs}], at)
+
+    look(0, 12 * 1024)
+    look(8, 9 * 1024)  # back under its share: the grace starts again
+    look(9, 12 * 1024)
+    look(15, 13 * 1024)
+    assert redis.get(stop_key(over)) is None
+    look(19, 12 * 1024)
+    assert redis.get(stop_key(over)) == b"gpu_memory_exceeded" and redis.get(stop_key(under)) is None
+    taken(redis, over)
+    assert lifecycle.end(redis, over, outcome.STOPPED["gpu_memory_exceeded"]) == "failed"
+    r = rec(redis, over)
+    assert r["reason"] == "gpu_memory_exceeded"
+    assert r["message"] == (
+        "it used 13G of GPU 0 (its peak) for 10 s, more than its gpu_memory of 10G (GPUDECK_GPU_MEMORY_GRACE: 10 s): "
+        "stopped so that the jobs sharing the GPU go on"
+    )
+    assert r["gpu_memory_exceeded"]["peak"] == 13 * G and r["gpu_memory_exceeded"]["gpu_memory"] == 10 * G
+    assert rec(redis, under)["status"] == "starting"

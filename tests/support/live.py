@@ -241,6 +241,36 @@ def fake_gpus(n: int) -> str:
     return f"case \"$*\" in\n  *-L*) printf '{listing}' ;;\n  *--query-gpu*) printf '{rows}' ;;\nesac\nexit 0\n"
 
 
+def fake_gpus_in_use(n: int) -> str:
+    """The body of a FAKE nvidia-smi (none exist here): `n` H100s whose compute processes are the `sleep`
+    processes that carry FAKE_GPU_MIB=N in their environment, each said to use N MiB of the GPU its
+    CUDA_VISIBLE_DEVICES names; each GPU's memory.used is the sum of its processes'. A test's job says how much it
+    "uses" by its env (`{"FAKE_GPU_MIB": "12288"}`) and `exec sleep`s."""
+    listing = "".join(f"GPU {i}: NVIDIA H100 80GB HBM3 (UUID: GPU-{i:04d})\\n" for i in range(n))
+    return f"""apps() {{
+  for pid in $(pgrep -x sleep); do
+    env=$(tr '\\0' '\\n' < /proc/$pid/environ 2>/dev/null) || continue
+    mib=$(printf '%s\\n' "$env" | sed -n 's/^FAKE_GPU_MIB=//p')
+    gpu=$(printf '%s\\n' "$env" | sed -n 's/^CUDA_VISIBLE_DEVICES=//p')
+    [ -n "$mib" ] && [ -n "$gpu" ] && printf '%s, sleep, %s, GPU-%04d\\n' "$pid" "$mib" "$gpu"
+  done
+}}
+case "$*" in
+  *-L*) printf '{listing}' ;;
+  *--query-gpu*)
+    used=$(apps)
+    i=0
+    while [ $i -lt {n} ]; do
+      mib=$(printf '%s\\n' "$used" | awk -F', ' -v u="GPU-$(printf %04d $i)" '$4 == u {{s += $3}} END {{print s + 0}}')
+      printf '%s, GPU-%04d, NVIDIA H100 80GB HBM3, 0, %s, 81559, 40, 70.0, 700.00\\n' $i $i "$mib"
+      i=$((i + 1))
+    done ;;
+  *--query-compute-apps*) apps ;;
+esac
+exit 0
+"""
+
+
 QUEUED = {"model": "lenet", "dataset": "synthetic:16x16x3", "params": {"steps": 3}}
 """Nothing runs it (no worker): its follows and waits stay open."""
 

@@ -17,12 +17,23 @@ def walkthrough_commands(name: str = "walkthrough") -> list[str]:
 
 
 def run_block(
-    name: str, port: int, cwd: Path, env: dict[str, str] | None = None, errors: list[str] | None = None
+    name: str,
+    port: int,
+    cwd: Path,
+    env: dict[str, str] | None = None,
+    errors: list[str] | None = None,
+    stop_before: str | None = None,
+    start_at: str | None = None,
 ) -> list[str]:
     """Run a README block's commands in order (bash, `localhost:8686` moved to `port`); their outputs (and, into
-    `errors` when given, what each wrote on stderr)."""
+    `errors` when given, what each wrote on stderr). `stop_before` / `start_at`: the block up to the first command
+    that starts with it, or from there on (a test looks at what the first part did before the rest runs)."""
     outputs = []
-    for command in walkthrough_commands(name):
+    commands = walkthrough_commands(name)
+    cut = next((i for i, c in enumerate(commands) if c.startswith(stop_before or start_at or "\0")), len(commands))
+    assert (stop_before or start_at) is None or cut < len(commands), f"no command of {name} starts so"
+    commands = commands[:cut] if stop_before else commands[cut:] if start_at else commands
+    for command in commands:
         command = command.replace("localhost:8686", f"localhost:{port}")
         run = subprocess.run(["bash", "-c", command], capture_output=True, text=True, timeout=240, cwd=cwd, env=env)
         assert run.returncode == 0, (command, run.stderr)

@@ -28,6 +28,7 @@ from tui.widgets.fmt import (
     WARNED,
     accuracy_text,
     duration,
+    gpus_text,
     in_line,
     one_line,
     progress_of,
@@ -293,7 +294,7 @@ def fmt(value: Any) -> str:
     return str(value)
 
 
-JOB_HEAD = ("ID", "STATUS", "NAME", "MODEL", "PROGRESS", "LOSS", "ACC (test/val/batch)")
+JOB_HEAD = ("ID", "STATUS", "NAME", "MODEL", "GPUS", "PROGRESS", "LOSS", "ACC (test/val/batch)")
 OWNER_AT = 2
 """Where the OWNER column goes when jobs have owners (named tokens): after the status."""
 
@@ -305,6 +306,7 @@ def job_row(job: dict[str, Any], owners: bool = False) -> list[str]:
         shown_status(job) + (WARNED if job.get("warning") else ""),
         one_line(job.get("name"), 20),
         one_line(what(job["spec"]), 14),
+        gpus_text(job),
         progress_of(p) if p.get("total_steps") else in_line(job) or "-",
         value_of(job.get("metrics"), "loss") or "-",
         accuracy_text(job) or "-",
@@ -317,10 +319,10 @@ def job_row(job: dict[str, Any], owners: bool = False) -> list[str]:
 def job_lines(jobs: Sequence[dict[str, Any]], owners: bool = False) -> list[str]:
     """`gpudeck ls`'s table: a header, then a row a job (an OWNER column where `owners`)."""
     head = list(JOB_HEAD)
-    right = {0, 4, 5}
+    right = {0, 5, 6}
     if owners:
         head.insert(OWNER_AT, "OWNER")
-        right = {0, 5, 6}
+        right = {0, 6, 7}
     return table_lines(head, [job_row(j, owners) for j in jobs], right)
 
 

@@ -1,0 +1,81 @@
+"""Several jobs on one GPU for real: `gpudeck up` with GPUDECK_JOBS_PER_GPU=4 on two FAKE GPUs (a fake nvidia-smi
+on PATH that reports each job's `sleep` as using the FAKE_GPU_MIB its environment says: we have no GPU), real
+workers and jobs. The README's block packs four 10G shares on GPU 0 beside a whole-GPU job on GPU 1; then the
+watchdog stops a share that uses more than it asked for and spares the one beside it, and a zoo job with a share
+tells TensorFlow its cap."""
+
+import os
+import sys
+
+import pytest
+import requests
+
+from tests.support.live import fake_gpus_in_use, fake_nvidia_smi, until
+from tests.support.readme import run_block
+from tests.support.stack import Up
+
+pytestmark = pytest.mark.slow
+
+G = 1 << 30
+
+
+def test_four_shares_pack_one_gpu_and_the_watchdog_stops_only_the_overuser(tmp_path, child_env):
+    fake_nvidia_smi(tmp_path / "bin", fake_gpus_in_use(2))
+    env = {
+        **child_env,
+        "PATH": f"{tmp_path / 'bin'}:{child_env['PATH']}",
+        "GPUDECK_COMMAND_JOBS": "1",
+        "GPUDECK_JOBS_PER_GPU": "4",
+        "GPUDECK_GPU_MEMORY_GRACE": "3s",
+    }
+    up = Up(tmp_path / "home", env, tmp_path / "up.log")
+    api = requests.Session()
+
+    def get(path: str):
+        return api.get(up.url + path, timeout=30).json()
+
+    def job(job_id: int) -> dict:
+        return get(f"/api/v1/jobs/{job_id}")
+
+    try:
+        until(lambda: len(get("/api/v1/workers")["workers"]) == 8, 90, "four workers per GPU")
+        until(lambda: get("/api/v1/gpus")["hosts"], 30, "a GPU sample")  # (what shares are packed by)
+        client_env = {**env, "GPUDECK_API": up.url, "PATH": f"{os.path.dirname(sys.executable)}:{env['PATH']}"}
+        # (the cancel at its end runs later: the block is run up to its listing first)
+        ran = run_block("walkthrough-gpu-share", up.port, tmp_path, client_env, stop_before="gpudeck cancel")
+        shares, whole = [1, 2, 3, 4], 5
+        for i in (*shares, whole):
+            until(lambda i=i: job(i)["status"] == "running", 60, f"job {i} running")
+        assert [job(i)["gpu_ids"] for i in shares] == [["0"]] * 4
+        assert len({job(i)["worker"] for i in shares}) == 4 and job(whole)["gpu_ids"] == ["1"]
+        listing = ran[2]
+        assert listing.count("10G of GPU 0") == 4 and "GPU 1" in listing, listing
+        log = until(lambda: "bytes of GPU" in (t := api.get(f"{up.url}/api/v1/jobs/1/logs").text) and t, 30, "log")
+        assert f"{10 * G} bytes of GPU 0" in log
+        gpus = {g["index"]: g for h in get("/api/v1/gpus")["hosts"] for g in h["gpus"]}
+        assert sorted((h["job_id"], h["gpu_memory"]) for h in gpus[0]["holders"]) == [(i, 10 * G) for i in shares]
+        assert [(h["job_id"], h["gpu_memory"]) for h in gpus[1]["holders"]] == [(whole, None)]
+        run_block("walkthrough-gpu-share", up.port, tmp_path, client_env, start_at="gpudeck cancel")
+        for i in (*shares, whole):
+            until(lambda i=i: job(i)["status"] == "canceled", 60, f"job {i} canceled")
+
+        # one share uses 12 GiB of its 10, the one beside it 4: the first is stopped, the second goes on
+        def sleeper(mib: int) -> dict:
+            return {"command": "exec sleep 300", "gpu_memory": "10G", "env": {"FAKE_GPU_MIB": str(mib)}}
+
+        over = api.post(f"{up.url}/api/v1/jobs", json=sleeper(12 * 1024), timeout=30).json()["id"]
+        fine = api.post(f"{up.url}/api/v1/jobs", json=sleeper(4 * 1024), timeout=30).json()["id"]
+        ended = until(lambda: (j := job(over))["status"] == "failed" and j, 60, "the overuser stopped")
+        assert ended["reason"] == "gpu_memory_exceeded"
+        assert ended["message"].startswith("it used 12G of GPU 0 (its peak) for "), ended["message"]
+        assert "more than its gpu_memory of 10G" in ended["message"]
+        assert job(fine)["status"] == "running" and job(fine)["gpu_ids"] == ["0"]
+        api.post(f"{up.url}/api/v1/jobs/{fine}/cancel", timeout=30)
+
+        # a zoo job with a share: its trainer caps TensorFlow (here: says there is no GPU to cap)
+        zoo = {"model": "lenet", "dataset": "synthetic:16x16x3", "params": {"steps": 2}, "gpu_memory": "4G"}
+        lenet = api.post(f"{up.url}/api/v1/jobs", json=zoo, timeout=30).json()["id"]
+        until(lambda: job(lenet)["status"] == "succeeded", 120, "the lenet share")
+        assert "gpu_memory 4096 MiB: TensorFlow sees no GPU here" in api.get(f"{up.url}/api/v1/jobs/{lenet}/logs").text
+    finally:
+        up.kill()
