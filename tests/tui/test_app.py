@@ -655,6 +655,12 @@ def test_submit_form_shows_api_errors_at_the_field_then_opens_the_new_job(stack)
             form.query_one("#f-gpus", Input).value = "x"
             await pilot.press("ctrl+s")
             assert "whole number" in text_of(form.query_one("#e-gpus", Label))
+            form.query_one("#f-gpus", Input).value = "1"
+            form.query_one("#f-gpu_memory", Input).value = "lots"  # (part of a GPU: the API reads the size)
+            await pilot.press("ctrl+s")
+            share_error = form.query_one("#e-gpu_memory", Label)
+            await until(pilot, lambda: "must be a size such as 512M, 10G" in text_of(share_error))
+            form.query_one("#f-gpu_memory", Input).value = ""
             form.query_one("#f-gpus", Input).value = "0"
             form.query_one("#f-tags", Input).value = "baseline, cifar"
             form.query_one("#f-timeout", Input).value = "soon"

@@ -17,7 +17,7 @@ from textual.widgets import Button, Footer, Input, Label, Select
 
 from models.common import parse_duration
 
-FIELDS = ("model", "dataset", "params", "command", "source", "env", "gpus", "name", "tags", "timeout")
+FIELDS = ("model", "dataset", "params", "command", "source", "env", "gpus", "gpu_memory", "name", "tags", "timeout")
 COMMAND_FIELDS = ("command", "source", "env")
 
 
@@ -59,6 +59,7 @@ class SubmitScreen(ModalScreen[dict | None]):
                 ("source", "a command job's folder: src:<sha256> (gpudeck run uploads one) or a server folder"),
                 ("env", "a command job's variables: SEED=1 WANDB_MODE=offline"),
                 ("gpus", "GPUs (empty: 1 if a GPU worker is live, else 0)"),
+                ("gpu_memory", "part of one GPU, shared with other jobs: 10G (empty: whole GPUs)"),
                 ("name", "a name (default: the model)"),
                 ("tags", "tags, separated by spaces or commas: baseline cifar"),
                 ("timeout", "stop it after: 90s, 30m, 2h, 1h30m (empty: never)"),
@@ -133,6 +134,8 @@ class SubmitScreen(ModalScreen[dict | None]):
             if not value["gpus"].isdigit():
                 raise FieldError("gpus", f"must be a whole number, got {value['gpus']!r}")
             spec["gpus"] = int(value["gpus"])
+        if value["gpu_memory"]:
+            spec["gpu_memory"] = value["gpu_memory"]  # (the API reads the size, and says what is wrong here)
         if value["name"]:
             spec["name"] = value["name"]
         if value["tags"]:
