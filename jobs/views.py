@@ -60,6 +60,7 @@ def job_view(
         "queue": rec.get("queue"),
         "worker": rec.get("worker"),
         "gpu_ids": rec.get("gpu_ids"),
+        "gpu_fraction": rec.get("gpu_fraction"),
         "attempt": rec.get("attempt", 1),
         "created_at": iso(rec.get("created_at")),
         "started_at": iso(started),

@@ -107,6 +107,13 @@ def schemas() -> dict[str, Any]:
                 "queue": STR,
                 "worker": _nullable(STR),
                 "gpu_ids": _nullable({"type": "array", "items": STR}),
+                "gpu_fraction": _nullable(
+                    {
+                        **NUM,
+                        "description": "a share (gpu_memory): its part of the GPU it runs on, as quotas and "
+                        "fair share count it",
+                    }
+                ),
                 "attempt": INT,
                 "created_at": TIME,
                 "started_at": _nullable(TIME),
