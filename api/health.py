@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from collections import Counter
 from pathlib import Path
 
@@ -53,7 +54,35 @@ def healthz():
         "command_jobs": settings.command_jobs_allowed or tokens.any_named(deps.redis()),
         "disk": space,
         "redis_saving": _saving(deps.redis()),
+        "gpus_not_released": not_released(deps.redis()),
     }
+
+
+NOT_RELEASED_S = 60
+"""How long a process may hold GPU memory after its job ended before /healthz names it."""
+
+
+def not_released(redis, now: float | None = None) -> list[dict]:
+    """GPU memory still held a minute after its job ended (a process that outlived it: jobs.gpus.Leftovers): host,
+    GPU, the job, the pid, MiB, for how long. Such a GPU takes no job of whole GPUs meanwhile."""
+    now = time.time() if now is None else now
+    out = []
+    for host in gpus_mod.read_all(redis):
+        for g in host.get("gpus", []):
+            for p in g.get("processes") or []:
+                since = p.get("left_since")
+                if p.get("left_by") is not None and since is not None and now - since >= NOT_RELEASED_S:
+                    out.append(
+                        {
+                            "host": host.get("host"),
+                            "gpu": str(g.get("index")),
+                            "job_id": p["left_by"],
+                            "pid": p.get("pid"),
+                            "used_memory_mib": p.get("used_memory_mib"),
+                            "for_s": round(now - since),
+                        }
+                    )
+    return out
 
 
 def _saving(redis) -> str:

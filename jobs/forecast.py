@@ -87,8 +87,9 @@ def estimate(
     slots, unavailable = live_slots(redis)
     active = store.active()
     history = plan.learned(redis, active)
-    capacity, live = gpu_room(redis, s, slots)
-    tl = timeline(Round(redis, s, now, slots, [], active, capacity=capacity, live=live), unavailable, history)
+    capacity, live, outlived = gpu_room(redis, s, slots)
+    r = Round(redis, s, now, slots, [], active, capacity=capacity, live=live, left=outlived)
+    tl = timeline(r, unavailable, history)
     used = share.usage(redis, s.fairshare_halflife_s, active, now) if s.fairshare else {}
     found = queues.lines(redis, LINE_HEAD)
     ordered = queues.scheduler_order(redis, s, found, used, now, queues.reader(redis, LINE_HEAD, BATCH))

@@ -170,6 +170,7 @@ class Sampler(Periodic):
         self.meter = usage.UsageMeter()
         self.sampled_at: float | None = None
         self.watchdog = Watchdog(grace_s)
+        self.leftovers = Leftovers()
 
     def lease_key(self) -> str:
         return gpus_lock_key(self.host)
@@ -198,6 +199,7 @@ class Sampler(Periodic):
         gpus = sample(members)
         now = time.monotonic()
         if gpus is not None:
+            self.leftovers.mark(gpus, time.time())
             doc = {"host": self.host, "sampled_at": time.time(), "gpus": gpus}
             self.redis.set(gpus_key(self.host), json.dumps(doc), ex=SAMPLE_TTL_S)
             if self.sampled_at is not None:  # (a job's GPUs over its life: what it held them for, how busy)
@@ -208,6 +210,34 @@ class Sampler(Periodic):
         usage.write(self.redis, self.host, used, gpus)
         if gpus is not None:
             self.watchdog.look(JobStore(self.redis), [r for r in active if self.here(r)], gpus, now)
+
+
+class Leftovers:
+    """Processes that outlive their job on a GPU: a pid a sample once mapped to a job that the next samples see
+    with no live job is marked `left_by` (that job) and `left_since` (when first seen so). The scheduler gives the
+    GPU no job of whole GPUs while one holds memory there (jobs.placement.memory), /healthz names those held for a
+    minute."""
+
+    def __init__(self) -> None:
+        self.owned: dict[int, int] = {}
+        """pid -> the job it was seen as (while nvidia-smi lists it)."""
+        self.since: dict[int, float] = {}
+
+    def mark(self, gpus: list[dict[str, Any]], now: float) -> None:
+        seen: set[int] = set()
+        for gpu in gpus:
+            for p in gpu.get("processes") or []:
+                pid = p.get("pid")
+                seen.add(pid)
+                if p.get("job_id") is not None:
+                    self.owned[pid] = p["job_id"]
+                    self.since.pop(pid, None)
+                elif pid in self.owned:
+                    p["left_by"] = self.owned[pid]
+                    p["left_since"] = self.since.setdefault(pid, now)
+        for pid in set(self.owned) - seen:
+            del self.owned[pid]
+            self.since.pop(pid, None)
 
 
 class Watchdog:

@@ -43,17 +43,19 @@ def taken_of(spec: dict[str, Any]) -> float:
     return float(spec["gpu_memory"]) if spec.get("gpu_memory") else WHOLE
 
 
-def memory(redis: Redis, hosts: Iterable[str]) -> dict[GpuKey, tuple[int, int]]:
-    """Each GPU's (total, used) memory in bytes, from its host's newest nvidia-smi sample (GPUs with no sample, or
-    none reported, are missing)."""
+def memory(redis: Redis, hosts: Iterable[str]) -> dict[GpuKey, tuple[int, int, int]]:
+    """Each GPU's (total, used, left) memory in bytes, from its host's newest nvidia-smi sample: `left`, what
+    processes that outlived their job still hold there (jobs.gpus.Leftovers). GPUs with no sample, or none
+    reported, are missing."""
     hosts = sorted(set(hosts))
-    out: dict[GpuKey, tuple[int, int]] = {}
+    out: dict[GpuKey, tuple[int, int, int]] = {}
     for host, raw in zip(hosts, redis.mget([gpus_key(h) for h in hosts]) if hosts else []):
         try:
             for g in json.loads(raw)["gpus"] if raw else []:
                 total, used = g.get("memory_total_mib"), g.get("memory_used_mib")
+                left = sum(int(p.get("used_memory_mib") or 1) for p in g.get("processes") or [] if p.get("left_by"))
                 if isinstance(total, (int, float)):
-                    out[(host, str(g.get("index")))] = (int(total) << 20, int(used or 0) << 20)
+                    out[(host, str(g.get("index")))] = (int(total) << 20, int(used or 0) << 20, left << 20)
         except (ValueError, KeyError, TypeError):
             continue
     return out
@@ -146,6 +148,8 @@ def foreign(redis: Redis, slots: Iterable[Slot], limit_bytes: int) -> dict[str, 
                 used = (p.get("used_memory_mib") or 0) * (1 << 20)
                 if p.get("job_id") is None and used > limit_bytes:
                     user = f" ({p['user']})" if p.get("user") else ""
+                    if p.get("left_by") is not None:
+                        user += f", left by ended job {p['left_by']},"
                     why = f"waiting: pid {p['pid']}{user} uses {used / (1 << 30):.1f} GiB of GPU {gpu.get('index')}"
                     for s in members:
                         if str(gpu.get("index")) in s.gpus and s.name not in out:

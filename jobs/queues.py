@@ -55,7 +55,7 @@ def check_gpu_memory(redis: Redis, wanted: int, hosts: list[str], reserve: int) 
     found = memory(redis, hosts)
     if not found:
         return
-    (host, index), (total, _) = max(found.items(), key=lambda kv: (kv[1][0], kv[0]))
+    (host, index), (total, _, _) = max(found.items(), key=lambda kv: (kv[1][0], kv[0]))
     if wanted > total - reserve:
         raise ValidationError(
             {

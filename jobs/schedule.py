@@ -116,6 +116,8 @@ class Round:
     """What shares may take of each GPU (bytes)."""
     live: dict[GpuKey, float] = field(default_factory=dict)
     """What is free on each GPU now (nvidia-smi's)."""
+    left: dict[GpuKey, float] = field(default_factory=dict)
+    """What processes that outlived their job hold on each GPU: it takes no job of whole GPUs until they let go."""
 
     def taken(self, gone: set[int]) -> dict[GpuKey, float]:
         """What the active jobs but `gone` take of each GPU now."""
@@ -126,6 +128,8 @@ class Round:
             keys = {key for n in slots_of(rec) if n in self.slots for key in gpu_keys(self.slots[n])}
             for key in keys:
                 out[key] = out.get(key, 0.0) + taken_of(rec["spec"])
+        for key, held in self.left.items():
+            out[key] = out.get(key, 0.0) + held
         return out
 
     def fits(
@@ -158,14 +162,20 @@ def timeline(r: Round, unavailable: Iterable[str], history: plan.History) -> pla
         tl.hold(slots_of(rec), r.now, end, taken_of(rec["spec"]))
         held.update(slots_of(rec))
     tl.hold(set(unavailable) - held, r.now, plan.INF, 0)  # (draining, paused, foreign: not what a job holds)
+    for key, left in r.left.items():  # (a process that outlived its job: until it lets go)
+        tl.gpus.setdefault(key, []).append((r.now, plan.INF, left))
     return tl
 
 
-def gpu_room(redis: Redis, s: Settings, slots: dict[str, Slot]) -> tuple[dict[GpuKey, float], dict[GpuKey, float]]:
-    """What shares may take of each GPU (its memory less GPUDECK_GPU_MEMORY_RESERVE) and what is free on it now."""
+def gpu_room(
+    redis: Redis, s: Settings, slots: dict[str, Slot]
+) -> tuple[dict[GpuKey, float], dict[GpuKey, float], dict[GpuKey, float]]:
+    """What shares may take of each GPU (its memory less GPUDECK_GPU_MEMORY_RESERVE), what is free on it now, and
+    what processes that outlived their job still hold on it."""
     found = memory(redis, {x.host for x in slots.values() if x.gpus})
-    capacity = {key: float(max(0, total - s.gpu_memory_reserve)) for key, (total, _) in found.items()}
-    return capacity, {key: float(total - used) for key, (total, used) in found.items()}
+    capacity = {key: float(max(0, total - s.gpu_memory_reserve)) for key, (total, _, _) in found.items()}
+    live = {key: float(total - used) for key, (total, used, _) in found.items()}
+    return capacity, live, {key: float(left) for key, (_, _, left) in found.items() if left}
 
 
 def _round(redis: Redis, s: Settings, now: float) -> list[int]:
@@ -177,8 +187,8 @@ def _round(redis: Redis, s: Settings, now: float) -> list[int]:
     blocked = foreign(redis, [slots[n] for n in slots if n not in holders], s.foreign_memory)
     _say_waiting(redis, blocked)
     free = [x for n, x in slots.items() if n not in holders and n not in unavailable and n not in blocked]
-    capacity, live = gpu_room(redis, s, slots)
-    r = Round(redis, s, now, slots, free, active, holders, capacity=capacity, live=live)
+    capacity, live, left = gpu_room(redis, s, slots)
+    r = Round(redis, s, now, slots, free, active, holders, capacity=capacity, live=live, left=left)
     found = queues.lines(redis, LINE_HEAD)  # each line's head; the rest as the round reaches it
     if not found:
         return []

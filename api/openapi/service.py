@@ -101,6 +101,10 @@ def schemas() -> dict[str, Any]:
                             "used_memory_mib": _nullable(NUM),
                             "job_id": _nullable(INT),
                             "user": _nullable({**STR, "description": "who runs it (a foreign process: no job_id)"}),
+                            "left_by": _nullable(
+                                {**INT, "description": "the job this process outlived (it still holds memory)"}
+                            ),
+                            "left_since": _nullable({**NUM, "description": "when it was first seen so (Unix s)"}),
                         },
                         ["pid", "job_id"],
                     ),
@@ -201,6 +205,22 @@ def schemas() -> dict[str, Any]:
                     **STR,
                     "enum": ["appendonly", "snapshots", "none", "unknown"],
                     "description": "how Redis keeps the queue across its restart (none: a restart loses every job)",
+                },
+                "gpus_not_released": {
+                    "type": "array",
+                    "items": _obj(
+                        {
+                            "host": STR,
+                            "gpu": STR,
+                            "job_id": INT,
+                            "pid": INT,
+                            "used_memory_mib": _nullable(NUM),
+                            "for_s": INT,
+                        },
+                        ["host", "gpu", "job_id", "pid", "for_s"],
+                    ),
+                    "description": "GPU memory a process still holds a minute after its job ended: that GPU takes "
+                    "no job of whole GPUs until it is released",
                 },
             },
             ["status", "redis", "workers", "workers_alive", "long_polls", "command_jobs"],

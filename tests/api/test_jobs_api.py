@@ -155,6 +155,7 @@ def test_healthz_without_workers_is_degraded_but_up(client, settings):
         "long_polls": {"open": 0, "limit": 224, "per_client": 56},  # 256 threads, 32 kept for short requests
         "command_jobs": False,  # neither tokens nor GPUDECK_COMMAND_JOBS=1
         "redis_saving": "snapshots",  # (the tests' Redis: no append-only file, Redis's default snapshots)
+        "gpus_not_released": [],
     }
 
 

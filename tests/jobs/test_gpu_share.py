@@ -12,7 +12,7 @@ import pytest
 
 from jobs import control, lifecycle, outcome, quota, schedule, share
 from jobs.errors import ValidationError
-from jobs.gpus import Watchdog
+from jobs.gpus import Leftovers, Watchdog
 from jobs.keys import gpus_key, stop_key
 from jobs.store import JobStore
 from tests.support.policy import DEFAULTS
@@ -222,3 +222,34 @@ def test_the_watchdog_stops_a_share_over_its_memory_past_the_grace_and_spares_it
     )
     assert r["gpu_memory_exceeded"]["peak"] == 13 * G and r["gpu_memory_exceeded"]["gpu_memory"] == 10 * G
     assert rec(redis, under)["status"] == "starting"
+
+
+def test_a_process_that_outlives_its_job_keeps_whole_gpu_jobs_off_its_gpu_and_healthz_names_it(redis, client):
+    gpus(redis, per_gpu=1, n=2)
+    marks = Leftovers()
+    first = [{"index": 0, "processes": [{"pid": 4242, "used_memory_mib": 900, "job_id": 7}]}]
+    marks.mark(first, 1000.0)  # job 7's trainer on GPU 0
+    later = [{"index": 0, "processes": [{"pid": 4242, "used_memory_mib": 900, "job_id": None}]}]
+    marks.mark(later, 1010.0)  # job 7 ended; its process still holds 900 MiB
+    assert later[0]["processes"][0]["left_by"] == 7 and later[0]["processes"][0]["left_since"] == 1010.0
+    marks.mark(later, 1030.0)
+    assert later[0]["processes"][0]["left_since"] == 1010.0  # (since it was first seen so)
+    rows = [
+        {"index": 0, "memory_total_mib": H100_MIB, "memory_used_mib": 900, "processes": later[0]["processes"]},
+        {"index": 1, "memory_total_mib": H100_MIB, "memory_used_mib": 0, "processes": []},
+    ]
+    rows[0]["processes"][0]["left_since"] = time.time() - 90
+    redis.set(gpus_key("box"), json.dumps({"host": "box", "sampled_at": time.time(), "gpus": rows}))
+    part = submit(redis, gpu_memory="10G")
+    assert on(redis, part) == "0"  # a share fits beside it (best fit: the GPU it fills most)
+    end(redis, part)
+    whole = [submit(redis, gpus=1) for _ in range(2)]
+    # GPU 0's worker is free and nobody holds it, but its memory is not all back: no whole-GPU job goes there
+    assert [on(redis, i) for i in whole] == ["1", None]
+    said = client.get("/healthz").json["gpus_not_released"]
+    assert [(g["host"], g["gpu"], g["job_id"], g["pid"], g["used_memory_mib"]) for g in said] == [
+        ("box", "0", 7, 4242, 900)
+    ]
+    assert said[0]["for_s"] >= 90
+    marks.mark([{"index": 0, "processes": []}], 1040.0)  # released: forgotten
+    assert marks.owned == {} and marks.since == {}

@@ -81,7 +81,7 @@ def _holders(g: dict[str, Any]) -> str:
         else ", ".join(sorted({f"job {p['job_id']}" for p in procs if p.get("job_id")}))
     )
     foreign = [
-        f"foreign pid {p['pid']}"
+        (f"pid {p['pid']} of ended job {p['left_by']}, not released" if p.get("left_by") else f"foreign pid {p['pid']}")
         + (f" ({p['user']})" if p.get("user") else "")
         + (f" {p['used_memory_mib'] / 1024:.1f} GiB" if p.get("used_memory_mib") else "")
         for p in procs
