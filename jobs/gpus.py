@@ -62,18 +62,33 @@ def _run(args: list[str], timeout: float) -> str | None:
         return None
 
 
+MIG_LINE = re.compile(r"^MIG (\S+)\s+Device\s+(\d+): \(UUID: (MIG-[^)]+)\)$")
+"""A MIG instance under its GPU in `nvidia-smi -L` (`  MIG 1g.10gb     Device  0: (UUID: MIG-…)`)."""
+
+
 def list_gpus(timeout: float = 10.0) -> list[dict[str, str]]:
-    """`nvidia-smi -L` as [{index, name, uuid}]; empty when there is no nvidia-smi or it fails."""
+    """`nvidia-smi -L` as [{index, name, uuid}]: each GPU, or, for a GPU the operator split into MIG instances,
+    each instance in its place (index and uuid its `MIG-` UUID, which CUDA_VISIBLE_DEVICES pins, `parent` its
+    GPU's index): the GPU itself runs nothing then. Empty when there is no nvidia-smi or it fails."""
     out = _run(["-L"], timeout)
     if out is None:
         log.info("no GPUs: nvidia-smi -L did not answer")
         return []
-    gpus = []
+    gpus: list[dict[str, str]] = []
     for line in out.splitlines():
         m = GPU_LINE.match(line.strip())
         if m:
             gpus.append({"index": m.group(1), "name": m.group(2), "uuid": m.group(3) or ""})
-    return gpus
+            continue
+        mig = MIG_LINE.match(line.strip())
+        if mig and gpus:
+            parent = next(g for g in reversed(gpus) if "parent" not in g)
+            gpus.append(
+                {"index": mig.group(3), "name": f"{parent['name']} MIG {mig.group(1)}", "uuid": mig.group(3),
+                 "parent": parent["index"]}
+            )  # fmt: skip
+    split = {g["parent"] for g in gpus if "parent" in g}
+    return [g for g in gpus if "parent" in g or g["index"] not in split]
 
 
 def _value(raw: str) -> Any:

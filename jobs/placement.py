@@ -34,6 +34,10 @@ WHOLE = math.inf
 """What a job of whole GPUs takes of each: all of it (a share takes its `gpu_memory`, in bytes)."""
 
 
+MIG = "MIG-"
+"""How a MIG instance's id begins (its UUID: what CUDA_VISIBLE_DEVICES pins it by)."""
+
+
 def gpu_keys(slot: Slot) -> list[GpuKey]:
     return [(slot.host, g) for g in slot.gpus]
 
@@ -102,6 +106,8 @@ def choose(
     workers. `busy`: what is taken of a GPU (WHOLE: held whole); `room`: what a share may still take of it."""
     if gpus and share:
         return fit_share(pool, share, room)
+    if gpus > 1:  # (a process uses one MIG instance at most: a MIG device serves jobs of one GPU)
+        pool = [s for s in pool if not any(g.startswith(MIG) for g in s.gpus)]
     return fit(whole_pool(pool, busy) if gpus else pool, places, gpus)
 
 
@@ -165,7 +171,7 @@ def slots_of(rec: dict[str, Any]) -> list[str]:
 def fit(pool: list[Slot], places: int, gpus: int) -> list[list[Slot]] | None:
     """`places` places of `gpus` GPUs each (a CPU worker each for 0) out of `pool`, or None. Best fit: each place
     on the host with the fewest free GPUs that still has enough; a job of several places spreads over hosts first."""
-    left = sorted(pool, key=lambda s: (s.host, [int(g) if g.isdigit() else g for g in s.gpus], s.name))
+    left = sorted(pool, key=lambda s: (s.host, [(0, int(g), "") if g.isdigit() else (1, 0, g) for g in s.gpus], s.name))
     chosen: list[list[Slot]] = []
     used_hosts: set[str] = set()
     for _ in range(places):
@@ -206,6 +212,8 @@ def partial(pool: list[Slot], places: int, gpus: int, busy: Callable[[GpuKey], f
     one, and is whole once they end), one held whole does not."""
     if gpus == 0:
         return [s for s in pool if not s.gpus][:places]
+    if gpus > 1:
+        pool = [s for s in pool if not any(g.startswith(MIG) for g in s.gpus)]
     by_host: dict[str, list[Slot]] = {}
     for s in whole_pool(pool, lambda g: WHOLE if busy(g) == WHOLE else 0.0):
         if s.gpus:

@@ -79,3 +79,33 @@ def test_four_shares_pack_one_gpu_and_the_watchdog_stops_only_the_overuser(tmp_p
         assert "gpu_memory 4096 MiB: TensorFlow sees no GPU here" in api.get(f"{up.url}/api/v1/jobs/{lenet}/logs").text
     finally:
         up.kill()
+
+
+MIG_L = (
+    "GPU 0: NVIDIA A100-SXM4-40GB (UUID: GPU-e91edf3b-b297-37c1-a2a7-7601c98e4fcd)\\n"
+    "  MIG 3g.20gb     Device  0: (UUID: MIG-4c8ba8e8-bcb1-5b3a-b6d3-8f1bb7b8d3ad)\\n"
+    "  MIG 3g.20gb     Device  1: (UUID: MIG-9f1bb7b8-0000-5b3a-b6d3-4c8ba8e8d3ad)\\n"
+)
+
+
+def test_gpudeck_up_serves_each_mig_instance_and_pins_a_job_by_its_uuid(tmp_path, child_env):
+    fake_nvidia_smi(tmp_path / "bin", f"case \"$*\" in\n  *-L*) printf '{MIG_L}' ;;\nesac\nexit 0\n")
+    env = {**child_env, "PATH": f"{tmp_path / 'bin'}:{child_env['PATH']}", "GPUDECK_COMMAND_JOBS": "1"}
+    up = Up(tmp_path / "home", env, tmp_path / "up.log")
+    try:
+
+        def listed() -> list:
+            return requests.get(f"{up.url}/api/v1/workers", timeout=10).json()["workers"]
+
+        until(lambda: len(listed()) == 2, 60, "a worker per MIG instance")
+        workers = listed()
+        migs = sorted(g for w in workers for g in w["gpus"])
+        assert migs == ["MIG-4c8ba8e8-bcb1-5b3a-b6d3-8f1bb7b8d3ad", "MIG-9f1bb7b8-0000-5b3a-b6d3-4c8ba8e8d3ad"]
+        body = {"command": "echo pinned to $CUDA_VISIBLE_DEVICES", "gpus": 1}
+        job_id = requests.post(f"{up.url}/api/v1/jobs", json=body, timeout=30).json()["id"]
+        job = until(lambda: (j := requests.get(f"{up.url}/api/v1/jobs/{job_id}", timeout=10).json())["status"]
+                    == "succeeded" and j, 60, "the job")  # fmt: skip
+        assert job["gpu_ids"][0] in migs
+        assert f"pinned to {job['gpu_ids'][0]}" in requests.get(f"{up.url}/api/v1/jobs/{job_id}/logs", timeout=10).text
+    finally:
+        up.kill()

@@ -253,3 +253,16 @@ def test_a_process_that_outlives_its_job_keeps_whole_gpu_jobs_off_its_gpu_and_he
     assert said[0]["for_s"] >= 90
     marks.mark([{"index": 0, "processes": []}], 1040.0)  # released: forgotten
     assert marks.owned == {} and marks.since == {}
+
+
+def test_mig_instances_are_scheduled_as_devices_of_their_own(redis):
+    a, b = "MIG-4c8ba8e8-bcb1-5b3a-b6d3-8f1bb7b8d3ad", "MIG-9f1bb7b8-0000-5b3a-b6d3-4c8ba8e8d3ad"
+    for name, device in (("box.mig-a", a), ("box.mig-b", b)):
+        register(redis, name, gpus=(device,))
+    sample(redis, "box", 1, {})  # (nvidia-smi's rows are whole GPUs': a MIG instance's memory is not among them)
+    pair = submit(redis, gpus=2)
+    assert on(redis, pair) is None  # one process uses one MIG instance at most: two are not a job's two GPUs
+    ones = [submit(redis, gpus=1) for _ in range(2)]
+    assert sorted(on(redis, i) for i in ones) == sorted([a, b])  # each pinned by its MIG UUID
+    end(redis, ones[0])
+    assert on(redis, submit(redis, gpu_memory="4G")) is None  # a share goes to a GPU whose memory is known

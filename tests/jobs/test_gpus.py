@@ -27,3 +27,22 @@ def test_no_gpus_when_nvidia_smi_fails_or_is_missing(tmp_path, monkeypatch):
     assert list_gpus() == []
     monkeypatch.setenv("PATH", str(tmp_path / "empty"))
     assert list_gpus() == []
+
+
+MIG_L_OUTPUT = """\
+GPU 0: NVIDIA A100-SXM4-40GB (UUID: GPU-e91edf3b-b297-37c1-a2a7-7601c98e4fcd)
+  MIG 3g.20gb     Device  0: (UUID: MIG-4c8ba8e8-bcb1-5b3a-b6d3-8f1bb7b8d3ad)
+  MIG 1g.5gb      Device  1: (UUID: MIG-9f1bb7b8-0000-5b3a-b6d3-4c8ba8e8d3ad)
+GPU 1: NVIDIA A100-SXM4-40GB (UUID: GPU-0a0b0c0d-aaaa-bbbb-cccc-ddddeeeeffff)
+"""
+
+
+def test_mig_instances_are_devices_of_their_own_in_place_of_their_gpu(tmp_path, monkeypatch):
+    fake_nvidia_smi(tmp_path / "bin", f"cat <<'OUT'\n{MIG_L_OUTPUT}OUT\n")
+    monkeypatch.setenv("PATH", f"{tmp_path / 'bin'}:{__import__('os').environ['PATH']}")
+    a, b = "MIG-4c8ba8e8-bcb1-5b3a-b6d3-8f1bb7b8d3ad", "MIG-9f1bb7b8-0000-5b3a-b6d3-4c8ba8e8d3ad"
+    assert list_gpus() == [
+        {"index": a, "name": "NVIDIA A100-SXM4-40GB MIG 3g.20gb", "uuid": a, "parent": "0"},
+        {"index": b, "name": "NVIDIA A100-SXM4-40GB MIG 1g.5gb", "uuid": b, "parent": "0"},
+        {"index": "1", "name": "NVIDIA A100-SXM4-40GB", "uuid": "GPU-0a0b0c0d-aaaa-bbbb-cccc-ddddeeeeffff"},
+    ]
