@@ -202,6 +202,7 @@ class Settings:
     gpu_memory_reserve: int = 1 << 30
     gpu_memory_grace_s: int = 10
     jobs_per_gpu: int = 1
+    mps: bool = False
     webhooks: tuple[Webhook, ...] = ()
     public_url: str | None = None
     webhook_retry_s: float = 5.0
@@ -257,6 +258,7 @@ class Settings:
             gpu_memory_reserve=_size(env, "GPUDECK_GPU_MEMORY_RESERVE", cls.gpu_memory_reserve, zero=True),
             gpu_memory_grace_s=_seconds(env, "GPUDECK_GPU_MEMORY_GRACE", cls.gpu_memory_grace_s),
             jobs_per_gpu=_checked(_jobs_per_gpu, env, "GPUDECK_JOBS_PER_GPU"),
+            mps=_switch(env, "GPUDECK_MPS", False),
             webhooks=_webhooks(env),
             webhook_retry_s=_seconds(env, "GPUDECK_WEBHOOK_RETRY", cls.webhook_retry_s),
             env_max_bytes=_size(env, "GPUDECK_ENV_MAX_BYTES", cls.env_max_bytes),

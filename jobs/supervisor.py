@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO
 
+from jobs import mps
 from jobs.errors import ConfigError
 from jobs.gpus import list_gpus
 from jobs.redis_server import EmbeddedRedis
@@ -95,6 +96,8 @@ class Stack:
         self.cpu_workers = cpu_workers
         self.api: Child | None = None
         self.workers: list[Child] = []
+        self.mps_gpus: list[str] = []
+        """The GPUs whose MPS control daemon this stack started (GPUDECK_MPS=on): stopped with it."""
         self._stopping = False
         self._redis_deaths = 0
         self._redis_started = 0.0
@@ -129,6 +132,10 @@ class Stack:
         )
         self.api.start()
         gpus = self.gpus if self.gpus is not None else [g["index"] for g in list_gpus()]
+        if self.settings.mps:  # (one control daemon a GPU, before its workers: they refuse to start without it)
+            for gpu in gpus:
+                mps.start(self.settings, gpu)
+                self.mps_gpus.append(gpu)
         per_gpu = self.settings.jobs_per_gpu  # (a GPU's job slots: whole-GPU jobs take one, shares the others)
         for gpu in gpus:
             for k in range(per_gpu):
@@ -253,6 +260,8 @@ class Stack:
             c.signal(signal.SIGKILL)
             if c.proc:
                 c.proc.wait()
+        for gpu in self.mps_gpus:  # (their clients, the jobs, have ended)
+            mps.stop(self.settings, gpu)
         if self.redis:
             self.redis.stop(timeout=max(0.5, 9.5 - (time.monotonic() - t0)))
 

@@ -16,7 +16,7 @@ from rq import Worker
 from rq.command import send_shutdown_command
 from rq.job import Job
 
-from jobs import control, disk, gang, schedule, taskrecord
+from jobs import control, disk, gang, mps, schedule, taskrecord
 from jobs.errors import ConfigError, NotFound
 from jobs.gpus import Sampler
 from jobs.keys import (
@@ -316,6 +316,7 @@ def run(
         raise ConfigError(f"GPUDECK_SANDBOX=bwrap, but {sandbox.unavailable()}")
     if sandbox.active(settings.sandbox):
         sandbox.job_user(settings.job_user)  # (ConfigError for a user this host has not, or root)
+    mps.check_worker(settings, gpus)  # (GPUDECK_MPS=on: its GPU's daemon must be up)
     # Before anything can import TensorFlow: the trainers this worker starts inherit it.
     os.environ["CUDA_VISIBLE_DEVICES"] = ",".join(gpus)
     host = socket.gethostname()

@@ -224,6 +224,7 @@ def sandboxed(
     for path in (job_dir, *writable):  # (what the job may write is its user's)
         sandbox.hand_over(path, user)
     options = tempfile.TemporaryFile()  # noqa: SIM115 (its descriptor outlives this call: the runner closes it)
+    pipes = how.env.get("CUDA_MPS_PIPE_DIRECTORY")  # (its GPU's MPS daemon: the sandbox's /tmp is its own)
     argv, args = sandbox.wrap(
         how.argv,
         cwd=how.cwd,
@@ -232,6 +233,7 @@ def sandboxed(
         redis_url=s.redis_url,
         readable=readable,
         writable=writable,
+        shared=[Path(pipes)] if pipes else [],
         lifeline=lifeline,
         env=how.env,
         options_fd=options.fileno(),

@@ -17,7 +17,7 @@ from typing import Any
 
 from redis import Redis
 
-from jobs import datasets, gang, lifecycle, outcome
+from jobs import datasets, gang, lifecycle, mps, outcome
 from jobs.archives import tree_bytes
 from jobs.keys import metrics_key, rq_job_id
 from jobs.run import launch, projectenv
@@ -109,9 +109,10 @@ class JobRun:
         extra_env = self.prepare(spec)
         if extra_env is None:
             return self.stand_down()
+        fraction = self.store.get(self.job_id).get("gpu_fraction") if spec.get("gpu_memory") else None
         if spec.get("gpu_memory"):  # (a share of a GPU: its cap, and the frameworks' knobs)
-            fraction = self.store.get(self.job_id).get("gpu_fraction")
             extra_env = {**protocol.share_env(spec["gpu_memory"], fraction), **extra_env}
+        extra_env = {**mps.job_env(self.ctx.settings, self.ctx.gpu_ids, spec.get("gpu_memory"), fraction), **extra_env}
         if self.stop_reason():  # canceled between dequeue and now
             return self.finish(None, oom_before=None)
         with self.stops.listening():

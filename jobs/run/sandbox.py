@@ -193,12 +193,14 @@ def wrap(
     redis_url: str | None = None,
     readable: list[Path] | tuple[Path, ...] = (),
     writable: list[Path] | tuple[Path, ...] = (),
+    shared: list[Path] | tuple[Path, ...] = (),
     lifeline: int,
     env: dict[str, str],
     options_fd: int,
     user: tuple[int, int] | None = None,
 ) -> tuple[list[str], list[str]]:
-    """`argv` run by bubblewrap in a sandbox as the module's doc describes: `job_dir` (and `writable`) writable,
+    """`argv` run by bubblewrap in a sandbox as the module's doc describes: `job_dir` (and `writable`, and `shared`:
+    folders several jobs talk through, left their owner's) writable,
     `readable` (a dataset, a registered environment, a project's built one) read-only, `home` (GPUDECK_HOME) and
     the Redis socket's folder hidden; under jobs.run.shim, which stops the job when `lifeline` (an inherited pipe's
     read end) closes; with exactly `env`. Returns (the command line, bubblewrap's options): the options, `env`
@@ -244,6 +246,9 @@ def wrap(
             bind("--ro-bind", path)
     for path in writable:  # (an environment being built: the one folder under GPUDECK_HOME a build may write)
         bind("--bind", path)
+    for path in shared:  # (a GPU's MPS pipes: the daemon's, which every job of that GPU talks to)
+        if path.is_dir():
+            bind("--bind", path)
     bind("--bind", job_dir)
     args += ["--chdir", str(cwd), "--clearenv"]
     for name, value in env.items():

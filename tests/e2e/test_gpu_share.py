@@ -109,3 +109,57 @@ def test_gpudeck_up_serves_each_mig_instance_and_pins_a_job_by_its_uuid(tmp_path
         assert f"pinned to {job['gpu_ids'][0]}" in requests.get(f"{up.url}/api/v1/jobs/{job_id}/logs", timeout=10).text
     finally:
         up.kill()
+
+
+def fake_mps_control(bin_dir, record) -> None:
+    """A FAKE nvidia-cuda-mps-control (no GPU, no driver here): `-d` makes the control pipe a real daemon makes in
+    CUDA_MPS_PIPE_DIRECTORY (a named pipe) and records what it was started with; `quit` on its input removes it."""
+    path = bin_dir / "nvidia-cuda-mps-control"
+    path.write_text(
+        "#!/bin/sh\n# FAKE nvidia-cuda-mps-control for tests\n"
+        'dir="${CUDA_MPS_PIPE_DIRECTORY:-/tmp/nvidia-mps}"\n'
+        'if [ "$1" = -d ]; then\n'
+        '  mkfifo "$dir/control"\n'
+        f'  echo "started gpu=$CUDA_VISIBLE_DEVICES pipes=$dir logs=$CUDA_MPS_LOG_DIRECTORY" >> {record}\n'
+        "  exit 0\n"
+        "fi\n"
+        "read command\n"
+        f'echo "$command gpu=$CUDA_VISIBLE_DEVICES" >> {record}\n'
+        '[ "$command" = quit ] && rm -f "$dir/control"\n'
+        "exit 0\n"
+    )
+    path.chmod(0o755)
+
+
+def test_mps_a_daemon_per_gpu_and_a_share_is_its_client_inside_its_sandbox(tmp_path, child_env):
+    fake_nvidia_smi(tmp_path / "bin", fake_gpus_in_use(1))
+    record = tmp_path / "mps.log"
+    fake_mps_control(tmp_path / "bin", record)
+    home = tmp_path / "home"
+    env = {
+        **child_env,
+        "PATH": f"{tmp_path / 'bin'}:{child_env['PATH']}",
+        "GPUDECK_COMMAND_JOBS": "1",
+        "GPUDECK_JOBS_PER_GPU": "2",
+        "GPUDECK_MPS": "on",
+    }
+    up = Up(home, env, tmp_path / "up.log")
+    try:
+        pipes = home / "mps" / "0" / "pipe"
+        assert record.read_text() == f"started gpu=0 pipes={pipes} logs={home / 'mps' / '0' / 'log'}\n"
+        until(lambda: len(requests.get(f"{up.url}/api/v1/workers", timeout=10).json()["workers"]) == 2, 60, "workers")
+        until(lambda: requests.get(f"{up.url}/api/v1/gpus", timeout=10).json()["hosts"], 30, "a GPU sample")
+        look = (
+            'echo "pipes=$CUDA_MPS_PIPE_DIRECTORY limit=$CUDA_MPS_PINNED_DEVICE_MEM_LIMIT '
+            'threads=$CUDA_MPS_ACTIVE_THREAD_PERCENTAGE"; test -p "$CUDA_MPS_PIPE_DIRECTORY/control" && echo seen'
+        )
+        job_id = requests.post(f"{up.url}/api/v1/jobs", json={"command": look, "gpu_memory": "10G"}, timeout=30)
+        job_id = job_id.json()["id"]
+        until(lambda: requests.get(f"{up.url}/api/v1/jobs/{job_id}", timeout=10).json()["status"] == "succeeded", 60)
+        log = requests.get(f"{up.url}/api/v1/jobs/{job_id}/logs", timeout=10).text
+        assert f"pipes={pipes} limit=0=10240M threads=50" in log  # (an even split over 2 slots beats 10G's 13 %)
+        assert "seen" in log  # the daemon's pipe, inside the job's sandbox (whose /tmp is its own)
+        up.stop()  # (as Ctrl-C stops it)
+        assert record.read_text().splitlines()[-1] == "quit gpu=0"  # the daemon stopped with the stack
+    finally:
+        up.kill()
