@@ -41,14 +41,16 @@ def end(
         retries = rec.get("attempt", 1) - int(rec.get("preemptions") or 0)  # (a preemption is not a retry)
         if retries <= rec["spec"].get("max_retries", 0):
             said = f"{outcome.message or ''}; retrying"
-            return Status.QUEUED.value if requeue(redis, job_id, rec, said, of_attempt=fence, **fields) else None
+            again = requeue(redis, job_id, rec, said, of_attempt=fence, charged=outcome.charged, **fields)
+            return Status.QUEUED.value if again else None
     before = rec if rec is not None else store.get(job_id)
     said = outcome.fields()
     if outcome.reason == Reason.GPU_MEMORY_EXCEEDED and (before.get("gpu_memory_exceeded") or {}).get("message"):
         said["message"] = before["gpu_memory_exceeded"]["message"]  # (the watchdog's: the peak and the share)
     if not store.transition(job_id, allowed, of_attempt=fence, ended_at=time.time(), **said, **fields):
         return None
-    _charge(redis, before)
+    if outcome.charged:
+        _charge(redis, before)
     if outcome.status == Status.SUCCEEDED and before.get("started_at") and before["spec"].get("kind") != "session":
         plan.learn(redis, before, time.time() - float(before["started_at"]))  # (what the next estimate learns from)
     _notify(redis, job_id)
@@ -85,6 +87,7 @@ def requeue(
     message: str,
     reason: Reason = Reason.WORKER_LOST,
     of_attempt: int | None = None,
+    charged: bool = True,
     **fields: Any,
 ) -> bool:
     """Put a job back in its line as its next attempt (at its old place); a trainer resumes from the newest
@@ -108,7 +111,8 @@ def requeue(
         **fields,
     )
     if ok:
-        _charge(redis, rec)
+        if charged:  # (an attempt another job's fault ended is not its owner's usage)
+            _charge(redis, rec)
         store.clear_stop(job_id)
         queues.enqueue(redis, job_id, rec["spec"], rec.get("owner"), rec.get("seq"))
         _notify(redis, job_id)  # (queued again: for `any`)

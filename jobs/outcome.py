@@ -26,6 +26,8 @@ class End:
     retry: bool = False
     requeue: bool = False
     """Preempted: back in line at once, not a retry (max_retries is not used)."""
+    charged: bool = True
+    """Whether the attempt's GPU time counts against its owner's fair share (not when another job's fault ended it)."""
 
     def fields(self) -> dict[str, Any]:
         """The record fields this end sets (None removes a field)."""
@@ -64,6 +66,29 @@ DISK_FULL_MARKERS = ("No space left on device", "[Errno 28]", "Disk quota exceed
 before OOM_MARKERS (TensorFlow reports a failed file write as a ResourceExhaustedError)."""
 OOM_MARKERS = ("MemoryError", "ResourceExhaustedError", "OOM when allocating", "out of memory")
 """Log text by which a training process that ran out of memory is recognised."""
+
+
+MPS_FAULT_MARKERS = (
+    "CUDA_ERROR_MPS_CLIENT_TERMINATED",
+    "cudaErrorMpsClientTerminated",
+    "MPS client has been terminated by the server",
+    "CUDA_ERROR_MPS_SERVER_NOT_READY",
+    "cudaErrorMpsServerNotReady",
+)
+"""What CUDA says to the MPS clients of a GPU whose server a fault of one of them brought down: the others did
+nothing wrong."""
+MPS_FAULT = End(
+    Status.FAILED,
+    Reason.WORKER_LOST,
+    "its GPU's MPS server ended it after a fault of another job sharing the GPU (not its own)",
+    retry=True,
+    charged=False,
+)
+
+
+def mps_fault(returncode: int | None, log_tail: Iterable[str]) -> bool:
+    """Whether a process that failed was ended by its GPU's MPS server for another client's fault."""
+    return returncode not in (EXIT_OK, None) and any(m in line for line in log_tail for m in MPS_FAULT_MARKERS)
 
 
 def lost(message: str) -> End:
@@ -136,6 +161,7 @@ class Facts:
     no_space: bool = False
     environment: str | None = None
     session: str | None = None
+    mps_fault: bool = False
 
 
 def of_job(f: Facts) -> End:
@@ -163,6 +189,8 @@ def of_job(f: Facts) -> End:
         return SUCCEEDED
     if f.stop in STOPPED:
         return STOPPED[f.stop]
+    if f.mps_fault:  # (infrastructure: another client's fault took the GPU's MPS server down)
+        return MPS_FAULT
     who = "the command" if f.command else "the trainer"
     return of_exit(f.returncode, f.oom, who=who, diverged=f.diverged, full=f.full)
 

@@ -285,6 +285,7 @@ class JobRun:
             refusal=self.refused,
             no_space=self.no_space is not None,
             environment=self.env_failed,
+            mps_fault=outcome.mps_fault(returncode, tail),
         )
 
     def finish(self, returncode: int | None, oom_before: int | None) -> str:

@@ -10,7 +10,7 @@ from dataclasses import replace
 
 import pytest
 
-from jobs import control, lifecycle, outcome, quota, schedule, share
+from jobs import control, lifecycle, outcome, quota, schedule, share, sweeps
 from jobs.errors import ValidationError
 from jobs.gpus import Leftovers, Watchdog
 from jobs.keys import gpus_key, stop_key
@@ -266,3 +266,20 @@ def test_mig_instances_are_scheduled_as_devices_of_their_own(redis):
     assert sorted(on(redis, i) for i in ones) == sorted([a, b])  # each pinned by its MIG UUID
     end(redis, ones[0])
     assert on(redis, submit(redis, gpu_memory="4G")) is None  # a share goes to a GPU whose memory is known
+
+
+def test_a_high_share_preempts_a_low_whole_gpu_job_and_a_sweeps_trials_share(redis):
+    gpus(redis, per_gpu=2, n=1)
+    s = replace(DEFAULTS, preempt_after_s=0)
+    low = submit(redis, s, gpus=1, priority="low")
+    assert on(redis, low) == "0"
+    high = submit(redis, s, gpu_memory="20G", priority="high")
+    assert rec(redis, high)["message"] == f"preempting job {low} (low)"
+    end(redis, low)  # (as its stop ends it)
+    schedule.place(redis, s)
+    assert on(redis, high) == "0"
+    made = sweeps.create(redis, {"base": {**JOB, "gpu_memory": "20G"}, "grid": {"params.lr": [0.1, 0.2]}}, s)
+    schedule.place(redis, s)
+    trials = [rec(redis, j["id"]) for j in made["jobs"]]
+    assert [t["spec"]["gpu_memory"] for t in trials] == [20 * G, 20 * G]
+    assert sum(on(redis, t["id"]) == "0" for t in trials) == 1  # one beside the high share: one slot left

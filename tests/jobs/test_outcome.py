@@ -201,3 +201,25 @@ def test_cancel_while_queued_leaves_the_queue(redis):
     job = control.cancel(redis, rec["id"])
     assert (job["status"], job["reason"], job["message"]) == ("canceled", "canceled", "canceled while queued")
     assert redis.zcard(line_key("normal", None)) == 0
+
+
+def test_a_job_the_gpus_mps_server_ended_for_another_jobs_fault_is_retried_and_not_charged(redis):
+    tail = ["RuntimeError: CUDA error: the MPS client has been terminated by the server"]
+    assert outcome.mps_fault(1, ["cudaErrorMpsClientTerminated"]) and outcome.mps_fault(-6, tail)
+    assert not outcome.mps_fault(1, ["CUDA error: an illegal memory access was encountered"])  # (the faulty one)
+    assert not outcome.mps_fault(0, tail)
+    end = outcome.of_job(outcome.Facts(None, 1, command=True, mps_fault=True))
+    assert (end.status, end.reason, end.retry, end.charged) == (Status.FAILED, Reason.WORKER_LOST, True, False)
+    assert outcome.of_job(outcome.Facts("canceled", 1, mps_fault=True)).status == Status.CANCELED  # (a stop first)
+    rec = _running(redis, max_retries=1)
+    store = JobStore(redis)
+    store.update(rec["id"], started_at=1.0)  # (it held its GPU a long while)
+    assert lifecycle.end(redis, rec["id"], end) == "queued"
+    assert store.get(rec["id"])["message"] == (
+        "its GPU's MPS server ended it after a fault of another job sharing the GPU (not its own); retrying"
+    )
+    assert redis.hgetall("gpudeck:share") == {}  # its owner is not charged for the attempt
+    other = _running(redis, max_retries=1)
+    store.update(other["id"], started_at=1.0)
+    assert lifecycle.end(redis, other["id"], outcome.lost("no heartbeat")) == "queued"
+    assert list(redis.hgetall("gpudeck:share")) == [b"-"]  # (where a worker was lost, the attempt is charged)
