@@ -145,10 +145,10 @@ class Round:
 
 
 # -- the round -------------------------------------------------------------------------------------
-def place(redis: Redis, settings: Settings, now: float | None = None) -> list[int]:
+def place(redis: Redis, settings: Settings, now: float | None = None, wait_s: float = 0.0) -> list[int]:
     """One scheduling round (see the module's docstring); returns the ids placed. Runs under the scheduler's lock:
-    a round that finds another running does nothing. `now`: the round's clock (tests move it)."""
-    with _lock(redis, wait_s=0) as held:
+    a round that finds another running (for `wait_s`) does nothing. `now`: the round's clock (tests move it)."""
+    with _lock(redis, wait_s=wait_s) as held:
         return _round(redis, settings, time.time() if now is None else now) if held else []
 
 

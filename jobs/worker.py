@@ -131,7 +131,9 @@ class GpudeckWorker(Worker):
     def _place(self) -> None:
         self.connection.set(alive_key(self.name), "1", ex=schedule.ALIVE_TTL_S)
         if self.context is not None:  # (a worker made without one, as RQ's own tools make it, places nothing)
-            schedule.place(self.connection, self.context.settings)
+            # (after a round another process is running: what it places here is on this worker's queue before it
+            # looks; a burst worker that looked first would leave it there and exit)
+            schedule.place(self.connection, self.context.settings, wait_s=2.0)
 
     def _redis_refusal(self) -> str | None:
         try:
