@@ -5,7 +5,8 @@ from __future__ import annotations
 from flask import Blueprint, request
 
 from api import auth, deps
-from jobs import control, disk, forecast, gpus, quota, search, sweeps, worker
+from jobs import control, disk, forecast, gpuhealth, gpus, quota, search, sweeps, worker
+from jobs.errors import NotFound
 from jobs.run import pyenv
 from jobs.spec import shown
 from jobs.views import job_view
@@ -37,12 +38,24 @@ def gpu_stats():
     """Each host's newest sample, each GPU with the jobs (and their owners) that hold it now: `holders`, one job of
     whole GPUs or the jobs sharing it (`gpu_memory`: a share's bytes); `held_by`, the first of them."""
     hosts, held = gpus.read_all(deps.redis()), quota.holders(deps.redis())
+    out = gpuhealth.cordons(deps.redis())
     for host in hosts:
         for gpu in host.get("gpus", []):
             who = held.get((host["host"], str(gpu.get("index"))), [])
             gpu["holders"] = who
             gpu["held_by"] = who[0] if who else None
+            gpu["cordoned"] = out.get((host["host"], str(gpu.get("index"))))
     return {"hosts": hosts, "next_cursor": None}
+
+
+@bp.post("/gpus/<host>/<gpu>/uncordon")
+def uncordon(host: str, gpu: str):
+    """Put a GPU a hardware error took out of service back in service (admins only, where there are tokens)."""
+    auth.admin_only("uncordon a GPU")
+    was = gpuhealth.cordons(deps.redis()).get((host, gpu))
+    if not gpuhealth.uncordon(deps.redis(), host, gpu):
+        raise NotFound(f"GPU {gpu} of {host} is not cordoned", {"host": host, "gpu": gpu})
+    return {"host": host, "gpu": gpu, "uncordoned": True, "was": was}
 
 
 @bp.get("/share")

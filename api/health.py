@@ -8,11 +8,11 @@ from pathlib import Path
 
 from flask import Blueprint, Response, current_app
 from prometheus_client import CollectorRegistry, generate_latest
-from prometheus_client.core import GaugeMetricFamily
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from redis.exceptions import RedisError
 
 from api import deps
-from jobs import disk, queues, store, tokens
+from jobs import disk, gpuhealth, queues, store, tokens
 from jobs import gpus as gpus_mod
 from jobs import worker as worker_mod
 from jobs.keys import AFTER_KEY, PRIORITIES, job_key, queue_name
@@ -141,6 +141,15 @@ class _Collector:
                 if g.get("memory_total_mib") is not None:
                     total.add_metric(key, g["memory_total_mib"] * 2**20)
         yield from (util, used, total)
+        xids = CounterMetricFamily(
+            "gpudeck_gpu_errors", "XIDs the kernel log reported per GPU.", labels=["host", "gpu", "xid"]
+        )
+        for (host_name, gpu, xid), n in sorted(gpuhealth.errors(self.redis).items()):
+            xids.add_metric([host_name, gpu, str(xid)], n)
+        yield xids
+        cordoned = GaugeMetricFamily("gpudeck_gpus_cordoned", "GPUs out of service after a hardware error.")
+        cordoned.add_metric([], len(gpuhealth.cordons(self.redis)))
+        yield cordoned
         settings = deps.settings()
         free = GaugeMetricFamily("gpudeck_disk_free_bytes", "Free bytes on the filesystem of GPUDECK_HOME.")
         free.add_metric([], disk.space(settings.home)[0])

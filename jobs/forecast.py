@@ -14,7 +14,7 @@ from jobs import plan, queues, quota, share, usage
 from jobs.keys import AFTER_KEY, job_key
 from jobs.placement import choose, live_slots, taken_of
 from jobs.queues import waiting_for
-from jobs.schedule import BATCH, LINE_HEAD, SCAN_MAX, Round, gpu_room, timeline, with_records
+from jobs.schedule import BATCH, LINE_HEAD, SCAN_MAX, Round, cordoned, gpu_room, timeline, with_records
 from jobs.settings import Settings
 from jobs.store import JobStore
 
@@ -85,6 +85,7 @@ def estimate(
     if left == set():
         return out
     slots, unavailable = live_slots(redis)
+    unavailable = set(unavailable) | set(cordoned(redis, slots.values()))
     active = store.active()
     history = plan.learned(redis, active)
     capacity, live, outlived = gpu_room(redis, s, slots)

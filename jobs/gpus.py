@@ -15,7 +15,7 @@ from typing import Any
 
 from redis import Redis
 
-from jobs import taskrecord, usage
+from jobs import gpuhealth, taskrecord, usage
 from jobs.keys import GPUS_PATTERN, gpus_key, gpus_lock_key
 from jobs.periodic import Periodic
 from jobs.spec import is_multi_worker
@@ -186,6 +186,7 @@ class Sampler(Periodic):
         self.sampled_at: float | None = None
         self.watchdog = Watchdog(grace_s)
         self.leftovers = Leftovers()
+        self.kernel = gpuhealth.KernelLog()
 
     def lease_key(self) -> str:
         return gpus_lock_key(self.host)
@@ -225,6 +226,9 @@ class Sampler(Periodic):
         usage.write(self.redis, self.host, used, gpus)
         if gpus is not None:
             self.watchdog.look(JobStore(self.redis), [r for r in active if self.here(r)], gpus, now)
+            events = self.kernel.read()  # (the kernel log's new XIDs: a GPU that failed, or a job's own error)
+            if events:
+                gpuhealth.handle(self.redis, self.host, events, active)
 
 
 class Leftovers:

@@ -183,6 +183,15 @@ def gpus_lock_key(host: str) -> str:
     return f"{gpus_key(host)}:lock"
 
 
+def cordon_key(host: str, gpu: str) -> str:
+    """A GPU taken out of service by a hardware error (JSON: xid, at, text), until an admin uncordons it."""
+    return f"{PREFIX}:cordon:{host}:{gpu}"
+
+
+CORDON_PATTERN = f"{PREFIX}:cordon:*"
+GPU_ERRORS_KEY = f"{PREFIX}:gpu-errors"
+"""Hash: host|gpu|xid -> how many times the kernel log reported it."""
+
 GPUS_PATTERN = f"{PREFIX}:gpus:*"
 """Matches every host's sample (and its lock: readers skip keys ending in `:lock`)."""
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 import time
+from dataclasses import replace
 from typing import Any
 
 from redis import Redis
@@ -15,6 +16,11 @@ from jobs.store import JobStore
 from models.states import ACTIVE, Reason, Status
 
 log = logging.getLogger(__name__)
+
+
+TOLD_BY = {Reason.GPU_MEMORY_EXCEEDED: "gpu_memory_exceeded", Reason.GPU_ERROR: "gpu_error"}
+"""Ends whose message is in the record, under this field, written by what stopped the job (the GPU watchdog: the
+peak and the share; GPU health: the XID)."""
 
 
 def end(
@@ -36,17 +42,20 @@ def end(
     if outcome.requeue:
         rec = rec or store.get(job_id)
         return Status.QUEUED.value if preempted(redis, job_id, rec, checkpoint, of_attempt=fence, **fields) else None
+    if outcome.reason in TOLD_BY:  # (the watcher that stopped it wrote what it saw in the record)
+        rec = rec or store.get(job_id)
+        told = (rec.get(TOLD_BY[outcome.reason]) or {}).get("message")
+        outcome = replace(outcome, message=told or outcome.message)
     if outcome.retry:
         rec = rec or store.get(job_id)
         retries = rec.get("attempt", 1) - int(rec.get("preemptions") or 0)  # (a preemption is not a retry)
         if retries <= rec["spec"].get("max_retries", 0):
             said = f"{outcome.message or ''}; retrying"
-            again = requeue(redis, job_id, rec, said, of_attempt=fence, charged=outcome.charged, **fields)
+            reason = outcome.reason or Reason.WORKER_LOST
+            again = requeue(redis, job_id, rec, said, reason, of_attempt=fence, charged=outcome.charged, **fields)
             return Status.QUEUED.value if again else None
     before = rec if rec is not None else store.get(job_id)
     said = outcome.fields()
-    if outcome.reason == Reason.GPU_MEMORY_EXCEEDED and (before.get("gpu_memory_exceeded") or {}).get("message"):
-        said["message"] = before["gpu_memory_exceeded"]["message"]  # (the watchdog's: the peak and the share)
     if not store.transition(job_id, allowed, of_attempt=fence, ended_at=time.time(), **said, **fields):
         return None
     if outcome.charged:

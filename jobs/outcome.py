@@ -52,6 +52,14 @@ STOPPED: dict[str, End] = {
         Reason.GPU_MEMORY_EXCEEDED,
         "it used more GPU memory than its gpu_memory for longer than GPUDECK_GPU_MEMORY_GRACE",
     ),
+    Reason.GPU_ERROR.value: End(
+        Status.FAILED,
+        Reason.GPU_ERROR,
+        "its GPU failed (a hardware XID): the GPU is cordoned, the job retried elsewhere from its checkpoint",
+        retry=True,
+        charged=False,
+    ),
+    "gpu_app_error": End(Status.FAILED, Reason.GPU_ERROR, "its GPU reported an error of the job's own code (an XID)"),
     Reason.IDLE.value: End(
         Status.CANCELED, Reason.IDLE, "released when idle: nobody attached and its GPUs under 5% for its idle time"
     ),

@@ -41,7 +41,7 @@ from typing import Any
 from redis import Redis
 from rq import Queue
 
-from jobs import disk, plan, queues, quota, share, sweeps, taskrecord, tokens
+from jobs import disk, gpuhealth, plan, queues, quota, share, sweeps, taskrecord, tokens
 from jobs.depends import AFTER_SWEEP_S, CHECK_MAX, release_dependencies  # noqa: F401 (re-exported: their old home)
 from jobs.errors import Conflict
 from jobs.keys import (
@@ -118,6 +118,8 @@ class Round:
     """What is free on each GPU now (nvidia-smi's)."""
     left: dict[GpuKey, float] = field(default_factory=dict)
     """What processes that outlived their job hold on each GPU: it takes no job of whole GPUs until they let go."""
+    out: str = ""
+    """The GPUs out of service (cordoned), as a waiting job's message ends: `; cordoned: Xid 79 at 14:02 on GPU 0`."""
 
     def taken(self, gone: set[int]) -> dict[GpuKey, float]:
         """What the active jobs but `gone` take of each GPU now."""
@@ -167,6 +169,18 @@ def timeline(r: Round, unavailable: Iterable[str], history: plan.History) -> pla
     return tl
 
 
+def cordoned(redis: Redis, slots: Iterable[Slot]) -> dict[str, str]:
+    """Workers of a GPU taken out of service by a hardware error: name -> why (until an admin uncordons it)."""
+    found = gpuhealth.cordons(redis)
+    out = {}
+    for x in slots:
+        for key in gpu_keys(x):
+            if key in found:
+                at = time.strftime("%H:%M", time.localtime(found[key]["at"]))
+                out[x.name] = f"cordoned: Xid {found[key]['xid']} at {at} on GPU {key[1]} (gpudeck gpu uncordon)"
+    return out
+
+
 def gpu_room(
     redis: Redis, s: Settings, slots: dict[str, Slot]
 ) -> tuple[dict[GpuKey, float], dict[GpuKey, float], dict[GpuKey, float]]:
@@ -185,10 +199,14 @@ def _round(redis: Redis, s: Settings, now: float) -> list[int]:
     active = store.active()
     holders = {name: rec["id"] for rec in active for name in slots_of(rec)}
     blocked = foreign(redis, [slots[n] for n in slots if n not in holders], s.foreign_memory)
+    out = cordoned(redis, slots.values())
+    blocked.update(out)
     _say_waiting(redis, blocked)
     free = [x for n, x in slots.items() if n not in holders and n not in unavailable and n not in blocked]
     capacity, live, left = gpu_room(redis, s, slots)
     r = Round(redis, s, now, slots, free, active, holders, capacity=capacity, live=live, left=left)
+    if out:  # (what a waiting job of GPUs is told besides: why fewer GPUs serve)
+        r.out = "; " + ", ".join(sorted({why.split(" (")[0] for why in out.values()}))
     found = queues.lines(redis, LINE_HEAD)  # each line's head; the rest as the round reaches it
     if not found:
         return []
@@ -257,7 +275,7 @@ def _round(redis: Redis, s: Settings, now: float) -> list[int]:
             if sweep_id is not None:
                 sweep_running[sweep_id] += 1
             continue
-        message = _need_share(r, tl, part) if part else _need(places, k, r.free)
+        message = (_need_share(r, tl, part) if part else _need(places, k, r.free)) + (r.out if k else "")
         if can_preempt:
             tries -= 1
             said = _preempt(r, store, rec, places, k, stopping)

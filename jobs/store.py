@@ -54,6 +54,7 @@ JSON_FIELDS = (
     "runs",
     "early_stop",
     "gpu_memory_exceeded",
+    "gpu_error",
     "session",
     "trial",
 )

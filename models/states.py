@@ -43,6 +43,9 @@ class Reason(str, Enum):
     """A trial its search stopped (succeeded: not a failure; its checkpoint is kept)."""
     IDLE = "idle"
     """A session released for want of use: nobody attached and its GPUs idle for its `idle` time (canceled)."""
+    GPU_ERROR = "gpu_error"
+    """Its GPU reported an error (an XID): the hardware's (the GPU is cordoned, the job retried elsewhere) or the
+    job's own code's."""
     GPU_MEMORY_EXCEEDED = "gpu_memory_exceeded"
     """A job with a share of a GPU used more of its memory than its `gpu_memory` for longer than the grace."""
 

@@ -135,6 +135,9 @@ class Client:
     def stop_sweep(self, sweep_id: int) -> dict[str, Any]:
         return self.request("POST", f"/api/v1/sweeps/{sweep_id}/stop").json()
 
+    def uncordon(self, host: str, gpu: str) -> dict[str, Any]:
+        return self.request("POST", f"/api/v1/gpus/{host}/{gpu}/uncordon").json()
+
     def drain(self, worker: str) -> dict[str, Any]:
         return self.request("POST", f"/api/v1/workers/{worker}/drain").json()
 

@@ -115,6 +115,13 @@ def schemas() -> dict[str, Any]:
                         "description": "the first of `holders` (null: nobody holds it)",
                     }
                 ),
+                "cordoned": _nullable(
+                    {
+                        **_obj({"xid": INT, "at": NUM, "text": STR}, ["xid", "at"]),
+                        "description": "out of service after a hardware error (the kernel log's XID), until an "
+                        "admin uncordons it",
+                    }
+                ),
                 "holders": {
                     "type": "array",
                     "items": _ref("GpuHolder"),
@@ -306,6 +313,17 @@ def paths() -> dict[str, Any]:
             )
         },
         "/api/v1/gpus": {"get": _op("nvidia-smi stats per host and GPU", {"200": _json("GpuHosts")})},
+        "/api/v1/gpus/{host}/{gpu}/uncordon": {
+            "post": _op(
+                "Put a GPU a hardware error cordoned back in service",
+                {"200": {"description": "uncordoned", "content": {"application/json": {"schema": {"type": "object"}}}}}
+                | _errors(403, 404),
+                parameters=[
+                    {"name": "host", "in": "path", "required": True, "schema": STR},
+                    {"name": "gpu", "in": "path", "required": True, "schema": STR},
+                ],
+            )
+        },
         "/api/v1/share": {
             "get": _op("Fair share: each owner's decayed usage and what they hold", {"200": _json("Share")})
         },

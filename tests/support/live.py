@@ -238,7 +238,16 @@ def fake_gpus(n: int) -> str:
     """The body of a FAKE nvidia-smi (none exist here): `n` idle H100s, no process on them."""
     listing = "".join(f"GPU {i}: NVIDIA H100 80GB HBM3 (UUID: GPU-{i:04d})\\n" for i in range(n))
     rows = "".join(f"{i}, GPU-{i:04d}, NVIDIA H100 80GB HBM3, 0, 0, 81559, 40, 70.0, 700.00\\n" for i in range(n))
-    return f"case \"$*\" in\n  *-L*) printf '{listing}' ;;\n  *--query-gpu*) printf '{rows}' ;;\nesac\nexit 0\n"
+    return (
+        f"case \"$*\" in\n  *-L*) printf '{listing}' ;;\n  *pci.bus_id*) printf '{buses(n)}' ;;\n"
+        f"  *--query-gpu*) printf '{rows}' ;;\nesac\nexit 0\n"
+    )
+
+
+def buses(n: int) -> str:
+    """The PCI addresses of `n` FAKE GPUs as `nvidia-smi --query-gpu=index,pci.bus_id` prints them: GPU i at bus
+    0x10 + i (`0000:10:00` in the kernel's XID lines)."""
+    return "".join(f"{i}, 00000000:{0x10 + i:02X}:00.0\\n" for i in range(n))
 
 
 def fake_gpus_in_use(n: int) -> str:
@@ -257,6 +266,7 @@ def fake_gpus_in_use(n: int) -> str:
 }}
 case "$*" in
   *-L*) printf '{listing}' ;;
+  *pci.bus_id*) printf '{buses(n)}' ;;
   *--query-gpu*)
     used=$(apps)
     i=0

@@ -112,6 +112,30 @@ def test_the_gpus_table_names_a_foreign_process_and_its_user():
     assert "foreign pid 4242 (bob) 30.1 GiB" in out.getvalue()
 
 
+def test_the_gpus_table_names_every_share_a_cordon_and_a_process_its_job_left():
+    gpu = {"uuid": "GPU-0", "name": "H100", "utilization": 40, "memory_used_mib": 20000, "memory_total_mib": 81559}
+    shares = [
+        {"job_id": 12, "owner": "alice", "kind": "job", "gpu_memory": 10 << 30},
+        {"job_id": 13, "owner": "bob", "kind": "job", "gpu_memory": 512 << 20},
+    ]
+    left = {"pid": 4242, "name": "python3", "used_memory_mib": 900, "job_id": None, "left_by": 7, "left_since": 1.0}
+    hosts = [
+        {
+            "host": "box",
+            "gpus": [
+                {**gpu, "index": 0, "processes": [], "holders": shares, "held_by": shares[0]},
+                {**gpu, "index": 1, "uuid": "GPU-1", "processes": [left], "holders": [], "held_by": None,
+                 "cordoned": {"xid": 79, "at": 1.0, "text": "fallen off the bus"}},
+            ],
+        }
+    ]  # fmt: skip
+    out = io.StringIO()
+    Console(file=out, width=220).print(GpusScreen()._gpus(hosts))
+    text = out.getvalue()
+    assert "job 12 · alice · 10G, job 13 · bob · 512M" in text
+    assert "CORDONED (Xid 79: gpudeck gpu uncordon), pid 4242 of ended job 7, not released 0.9 GiB" in text
+
+
 def test_numbers_past_a_million_in_e_notation_and_a_warned_status_marked():
     """Issue 25 #7 and #15: the jobs table's loss cell, the job screen's result values, a warned job's status."""
     from tui.widgets.fmt import num, status, value_of

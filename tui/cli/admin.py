@@ -117,6 +117,33 @@ def drain(name, as_json) -> int:
     return EXIT_OK
 
 
+@click.group()
+def gpu() -> None:
+    """GPUs: take one a hardware error cordoned back into service."""
+
+
+@gpu.command()
+@connection_options
+@click.argument("where", metavar="HOST:GPU")
+@json_option
+def uncordon(where, as_json) -> int:
+    """Put GPU HOST:GPU (gpudeck's GPUs screen, or GET /api/v1/gpus) back in service after a hardware error cordoned
+    it (admins only, where there are tokens)."""
+    host, sep, index = where.rpartition(":")
+    if not sep or not host or not index:
+        click.echo(
+            f"gpudeck gpu uncordon: HOST:GPU: write the host and the GPU index, e.g. node1:0; got {where!r}", err=True
+        )
+        return EXIT_USAGE
+    answer = client().uncordon(host, index)
+    if as_json:
+        echo_json(answer)
+    else:
+        was = answer.get("was") or {}
+        click.echo(f"GPU {index} of {host}: back in service" + (f" (cordoned for Xid {was['xid']})" if was else ""))
+    return EXIT_OK
+
+
 @click.command()
 @connection_options
 @json_option
@@ -156,4 +183,4 @@ def envs(as_json) -> int:
     return EXIT_OK
 
 
-COMMANDS = (drain, whoami, audit, tf_config, share, tui, envs)
+COMMANDS = (drain, whoami, audit, tf_config, share, tui, envs, gpu)

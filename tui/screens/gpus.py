@@ -87,7 +87,9 @@ def _holders(g: dict[str, Any]) -> str:
         for p in procs
         if not p.get("job_id")
     ]
-    return ", ".join(x for x in (jobs, *foreign) if x) or "-"
+    cordon = g.get("cordoned")
+    out = f"CORDONED (Xid {cordon['xid']}: gpudeck gpu uncordon)" if cordon else ""
+    return ", ".join(x for x in (out, jobs, *foreign) if x) or "-"
 
 
 WIDE_COLUMNS = ("HOST", "GPU", "NAME", "UTIL", "MEMORY", "TEMP", "POWER", "HISTORY", "HELD BY")

@@ -1,0 +1,159 @@
+"""GPUs that fail: the kernel log's `NVRM: Xid` lines, read by each worker host's sampler, classified as
+k8s-device-plugin and GKE do.
+
+- A hardware fault (XID 48, 63, 64, 74, 79, 92, 94, 95, …: HARDWARE) cordons its GPU (`gpudeck:cordon:<host>:<gpu>`):
+  it takes no new job until an admin uncordons it (`gpudeck gpu uncordon HOST:GPU`), and each job holding it is
+  stopped with reason gpu_error, retried elsewhere from its checkpoint (an infrastructure failure: not charged to
+  its owner's fair share).
+- An application fault (XID 13, 31, 43, 45, 68, 109: APPLICATION) is the job's own: the jobs on that GPU fail with the
+  XID in their message; the GPU stays in service.
+- Every XID counts in `gpudeck:gpu-errors` (host|gpu|xid -> n): /metrics' gpudeck_gpu_errors_total.
+
+Only lines that appear after the sampler starts count (an XID from before is the past a reboot may have fixed).
+Reading the kernel log needs root (or CAP_SYSLOG); without it nothing is watched and the worker's log says so
+once."""
+
+from __future__ import annotations
+
+import json
+import logging
+import re
+import subprocess
+import time
+from typing import Any
+
+from redis import Redis
+
+from jobs.keys import CORDON_PATTERN, GPU_ERRORS_KEY, cordon_key
+from jobs.store import JobStore
+from models.states import Reason
+
+log = logging.getLogger(__name__)
+
+XID_LINE = re.compile(
+    r"^\[\s*(\d+\.\d+)\] NVRM: Xid \(PCI:([0-9A-Fa-f]+:[0-9A-Fa-f]+:[0-9A-Fa-f]+)[^)]*\): (\d+),?\s*(.*)$"
+)
+"""`[ 5123.456789] NVRM: Xid (PCI:0000:3b:00): 79, pid=4242, name=python, GPU has fallen off the bus.`"""
+HARDWARE = frozenset({48, 63, 64, 74, 79, 92, 94, 95, 119, 120, 123, 140})
+"""XIDs of the hardware (double-bit ECC, row remapping failures, NVLink, fallen off the bus, GSP): cordon."""
+APPLICATION = frozenset({13, 31, 43, 45, 68, 109})
+"""XIDs of the application (its own illegal access, its own abort): fail that job only."""
+GPU_ERROR = Reason.GPU_ERROR.value
+"""The stop of a job whose GPU failed under it (retried elsewhere)."""
+GPU_APP_ERROR = "gpu_app_error"
+"""The stop of a job whose own code made its GPU report an application XID (not retried)."""
+
+
+def bus(raw: str) -> str:
+    """A PCI address as the kernel log and nvidia-smi both can be matched by: `0000:3b:00` (domain:bus:device)."""
+    parts = raw.lower().split(".")[0].split(":")
+    domain, rest = parts[0][-4:].rjust(4, "0"), parts[1:3]
+    return ":".join([domain, *(p.rjust(2, "0") for p in rest)])
+
+
+def bus_ids(timeout: float = 10.0) -> dict[str, str]:
+    """PCI address (bus()) -> GPU index, from nvidia-smi."""
+    try:
+        out = subprocess.run(
+            ["nvidia-smi", "--query-gpu=index,pci.bus_id", "--format=csv,noheader"],
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+            check=True,
+        ).stdout
+    except (OSError, subprocess.SubprocessError):
+        return {}
+    found = {}
+    for line in out.splitlines():
+        index, _, address = (c.strip() for c in line.partition(","))
+        if index and address:
+            found[bus(address)] = index
+    return found
+
+
+class KernelLog:
+    """The new `NVRM: Xid` lines of the kernel log (`dmesg`), each as (GPU index or None, xid, text)."""
+
+    def __init__(self) -> None:
+        self.seen: float | None = None
+        self.said = False
+
+    def read(self) -> list[tuple[str | None, int, str]]:
+        try:
+            text = subprocess.run(["dmesg"], capture_output=True, text=True, timeout=10, check=True).stdout
+        except (OSError, subprocess.SubprocessError) as exc:
+            if not self.said:
+                log.info("GPU errors are not watched here: the kernel log cannot be read (%s)", exc)
+                self.said = True
+            return []
+        found: list[tuple[float, str, int, str]] = []
+        last = self.seen
+        for line in text.splitlines():
+            m = XID_LINE.match(line.strip())
+            if m:
+                at = float(m.group(1))
+                if self.seen is not None and at > self.seen:
+                    found.append((at, bus(m.group(2)), int(m.group(3)), m.group(4).strip()))
+                last = at if last is None else max(last, at)
+        first = self.seen is None
+        self.seen = last if last is not None else 0.0
+        if first or not found:
+            return []
+        where = bus_ids()
+        return [(where.get(address), xid, rest) for _, address, xid, rest in found]
+
+
+def handle(redis: Redis, host: str, events: list[tuple[str | None, int, str]], active: list[dict[str, Any]]) -> None:
+    """Apply what the kernel log said of this host's GPUs: count, cordon and stop (see the module's doc)."""
+    store = JobStore(redis)
+    for gpu, xid, text in events:
+        redis.hincrby(GPU_ERRORS_KEY, f"{host}|{gpu if gpu is not None else '?'}|{xid}", 1)
+        if gpu is None:
+            log.warning("Xid %s on %s at a PCI address nvidia-smi does not list: %s", xid, host, text)
+            continue
+        hardware = xid in HARDWARE or xid not in APPLICATION
+        at = time.time()
+        if hardware:
+            why = {"xid": xid, "at": at, "text": text[:300]}
+            redis.set(cordon_key(host, gpu), json.dumps(why))
+            log.error("GPU %s of %s cordoned: Xid %s (%s)", gpu, host, xid, text)
+        on = [r for r in active if str(r.get("worker", "")).startswith(f"{host}.") and gpu in (r.get("gpu_ids") or [])]
+        for rec in on:
+            if store.stop_reason(rec["id"]):
+                continue
+            if hardware:
+                message = (
+                    f"its GPU {gpu} on {host} failed (Xid {xid}: {text[:200]}): the GPU is cordoned, the job "
+                    "retried elsewhere from its checkpoint"
+                )
+                stop = GPU_ERROR
+            else:
+                message = f"Xid {xid} on its GPU {gpu}: an error of the job's own GPU code ({text[:200]})"
+                stop = GPU_APP_ERROR
+            store.update(rec["id"], gpu_error={"xid": xid, "gpu": gpu, "host": host, "message": message})
+            store.request_stop(rec["id"], stop, only_first=True)
+
+
+def cordons(redis: Redis) -> dict[tuple[str, str], dict[str, Any]]:
+    """Every cordoned GPU: (host, index) -> {xid, at, text}."""
+    keys = sorted(redis.scan_iter(CORDON_PATTERN))
+    out = {}
+    for key, raw in zip(keys, redis.mget(keys) if keys else []):
+        if raw:
+            _, _, host, gpu = key.decode().split(":", 3)
+            out[(host, gpu)] = json.loads(raw)
+    return out
+
+
+def uncordon(redis: Redis, host: str, gpu: str) -> bool:
+    """Put a cordoned GPU back in service; False when it was not cordoned."""
+    return bool(redis.delete(cordon_key(host, gpu)))
+
+
+def errors(redis: Redis) -> dict[tuple[str, str, int], int]:
+    """(host, gpu, xid) -> how many times the kernel log said so."""
+    out = {}
+    for field, n in redis.hgetall(GPU_ERRORS_KEY).items():
+        host, gpu, xid = field.decode().rsplit("|", 2)
+        out[(host, gpu, int(xid))] = int(n)
+    return out

@@ -1,0 +1,108 @@
+"""GPUs that fail, against a real Redis: the kernel log's XID lines (a FAKE `dmesg` and a FAKE nvidia-smi on PATH:
+no GPU, no NVIDIA driver here) cordon a GPU on a hardware fault and stop the jobs on it as gpu_error (retried, not
+charged), an application fault fails only its job, a cordoned GPU takes no job until an admin uncordons it
+(tests/e2e/test_gpu_health.py runs the README's section on the real stack)."""
+
+import json
+import os
+import time
+
+from jobs import gpuhealth, lifecycle, outcome, schedule
+from jobs.keys import stop_key
+from jobs.store import JobStore
+from tests.support.live import fake_nvidia_smi
+from tests.support.policy import DEFAULTS
+from tests.support.workers import register, taken
+
+JOB = {"command": "exec sleep 300", "gpus": 1}
+BUSES = "0, 00000000:3B:00.0\n1, 00000000:86:00.0\n"
+
+
+def kernel(tmp_path, monkeypatch):
+    """A FAKE dmesg printing the lines of a file the test appends to, and nvidia-smi's PCI addresses of 2 GPUs."""
+    log = tmp_path / "kmsg"
+    log.write_text("[    1.000000] Linux version 6.1.0\n[    2.000000] NVRM: Xid (PCI:0000:3b:00): 79, old news\n")
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir(exist_ok=True)
+    (bin_dir / "dmesg").write_text(f"#!/bin/sh\n# FAKE dmesg for tests\ncat {log}\n")
+    (bin_dir / "dmesg").chmod(0o755)
+    fake_nvidia_smi(bin_dir, f"case \"$*\" in\n  *pci.bus_id*) printf '{BUSES}' ;;\nesac\nexit 0\n".replace("\n'", "'"))
+    monkeypatch.setenv("PATH", f"{bin_dir}:{os.environ['PATH']}")
+    return log
+
+
+def test_new_xid_lines_are_read_with_their_gpu(tmp_path, monkeypatch):
+    log = kernel(tmp_path, monkeypatch)
+    reader = gpuhealth.KernelLog()
+    assert reader.read() == []  # (what the log held before: the past)
+    with log.open("a") as f:
+        f.write("[  812.123456] NVRM: Xid (PCI:0000:86:00): 13, pid=4242, name=python, Graphics Exception\n")
+        f.write("[  813.000000] NVRM: Xid (PCI:0000:3b:00): 79, pid=4243, name=python, GPU has fallen off the bus.\n")
+    assert reader.read() == [
+        ("1", 13, "pid=4242, name=python, Graphics Exception"),
+        ("0", 79, "pid=4243, name=python, GPU has fallen off the bus."),
+    ]
+    assert reader.read() == []  # each line once
+
+
+def submit(redis, **spec) -> int:
+    from jobs import control
+
+    settings = DEFAULTS.__class__(**{**DEFAULTS.__dict__, "command_jobs": True})
+    return control.submit(redis, {**JOB, **spec}, settings)[0]["id"]
+
+
+def test_a_hardware_xid_cordons_its_gpu_and_retries_its_job_elsewhere_uncharged(redis, client):
+    for i in range(2):
+        register(redis, f"box.gpu{i}", host="box", gpus=(str(i),))
+    first, second = submit(redis, max_retries=1), submit(redis)
+    store = JobStore(redis)
+    assert store.get(first)["gpu_ids"] == ["0"] and store.get(second)["gpu_ids"] == ["1"]
+    store.update(first, started_at=time.time() - 3600)
+    gpuhealth.handle(redis, "box", [("0", 79, "GPU has fallen off the bus.")], store.active())
+    assert redis.get(stop_key(first)) == b"gpu_error" and redis.get(stop_key(second)) is None
+    assert json.loads(redis.get("gpudeck:cordon:box:0"))["xid"] == 79
+    taken(redis, first)
+    assert lifecycle.end(redis, first, outcome.STOPPED["gpu_error"]) == "queued"  # retried
+    rec = store.get(first)
+    assert rec["reason"] == "gpu_error" and rec["attempt"] == 2
+    assert rec["message"] == (
+        "its GPU 0 on box failed (Xid 79: GPU has fallen off the bus.): the GPU is cordoned, the job retried "
+        "elsewhere from its checkpoint; retrying"
+    )
+    assert redis.hgetall("gpudeck:share") == {}  # not charged to its owner
+    schedule.place(redis, DEFAULTS)
+    assert store.get(first)["status"] == "queued"  # GPU 0 is cordoned, GPU 1 busy
+    gpus = client.get("/api/v1/workers").json["workers"]
+    assert any(w["state"].startswith("cordoned: Xid 79 at ") for w in gpus), gpus
+    assert client.post("/api/v1/gpus/box/1/uncordon").status_code == 404  # (not cordoned)
+    answer = client.post("/api/v1/gpus/box/0/uncordon")
+    assert answer.status_code == 200 and answer.json["was"]["xid"] == 79
+    schedule.place(redis, DEFAULTS)
+    assert store.get(first)["status"] == "starting" and store.get(first)["gpu_ids"] == ["0"]
+    metrics = client.get("/metrics").get_data(as_text=True)
+    assert 'gpudeck_gpu_errors_total{gpu="0",host="box",xid="79"} 1.0' in metrics
+
+
+def test_an_application_xid_fails_only_its_job_and_the_gpu_stays_in_service(redis):
+    for i in range(2):
+        register(redis, f"box.gpu{i}", host="box", gpus=(str(i),))
+    mine, other = submit(redis, max_retries=1), submit(redis)
+    store = JobStore(redis)
+    gpuhealth.handle(redis, "box", [("0", 13, "Graphics Exception: ESR 0x1")], store.active())
+    assert redis.get(stop_key(mine)) == b"gpu_app_error" and redis.get(stop_key(other)) is None
+    assert gpuhealth.cordons(redis) == {}
+    taken(redis, mine)
+    assert lifecycle.end(redis, mine, outcome.STOPPED["gpu_app_error"]) == "failed"  # its own: not retried
+    rec = store.get(mine)
+    assert rec["reason"] == "gpu_error"
+    assert rec["message"] == "Xid 13 on its GPU 0: an error of the job's own GPU code (Graphics Exception: ESR 0x1)"
+    assert store.get(submit(redis))["gpu_ids"] == ["0"]  # the GPU it was on takes the next job
+
+
+def test_only_an_admin_uncordons(redis, client, users):
+    redis.set("gpudeck:cordon:box:0", json.dumps({"xid": 79, "at": time.time(), "text": "x"}))
+    refused = client.post("/api/v1/gpus/box/0/uncordon", headers=users["alice"])
+    assert refused.status_code == 403 and gpuhealth.cordons(redis)
+    assert client.post("/api/v1/gpus/box/0/uncordon", headers=users["root"]).status_code == 200
+    assert gpuhealth.cordons(redis) == {}
