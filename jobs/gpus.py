@@ -20,7 +20,7 @@ from jobs.keys import GPUS_PATTERN, gpus_key, gpus_lock_key
 from jobs.periodic import Periodic
 from jobs.spec import is_multi_worker
 from jobs.store import JobStore
-from models.common import size_text
+from models.common import duration, size_text
 from models.states import Reason
 
 log = logging.getLogger(__name__)
@@ -179,7 +179,14 @@ class Sampler(Periodic):
 
     what, every_s, lease_share = "gpu sampler", SAMPLE_EVERY_S, 0.9
 
-    def __init__(self, redis_url: str, host: str | None = None, grace_s: float = 10.0):
+    def __init__(
+        self,
+        redis_url: str,
+        host: str | None = None,
+        grace_s: float = 10.0,
+        idle_gpu: str = "off",
+        idle_window_s: float = 1800.0,
+    ):
         super().__init__(redis_url, "gpudeck-gpu-sampler")
         self.host = host or socket.gethostname()
         self.meter = usage.UsageMeter()
@@ -187,6 +194,7 @@ class Sampler(Periodic):
         self.watchdog = Watchdog(grace_s)
         self.leftovers = Leftovers()
         self.kernel = gpuhealth.KernelLog()
+        self.idle = IdlePolicy(idle_gpu, idle_window_s)
 
     def lease_key(self) -> str:
         return gpus_lock_key(self.host)
@@ -226,6 +234,7 @@ class Sampler(Periodic):
         usage.write(self.redis, self.host, used, gpus)
         if gpus is not None:
             self.watchdog.look(JobStore(self.redis), [r for r in active if self.here(r)], gpus, now)
+            self.idle.look(JobStore(self.redis), [r for r in active if self.here(r)], gpus, time.time())
             events = self.kernel.read()  # (the kernel log's new XIDs: a GPU that failed, or a job's own error)
             if events:
                 gpuhealth.handle(self.redis, self.host, events, active)
@@ -302,3 +311,48 @@ class Watchdog:
             )
             store.request_stop(job_id, Reason.GPU_MEMORY_EXCEEDED.value, only_first=True)
             log.warning("job %s: %s", job_id, message)
+
+
+class IdlePolicy:
+    """The operator's idle-GPU policy (GPUDECK_IDLE_GPU=warn|stop, GPUDECK_IDLE_GPU_WINDOW): a running job whose
+    every GPU reads under usage.IDLE_PERCENT for a whole window is warned (its record's `idle_warning`: the job's
+    `warning`, ⚠ in listings) or, with `stop`, stopped as a cancel stops it (canceled, reason idle). Its first window
+    never counts (loading data, compiling: nothing is judged before start + window); sessions (their own `idle`
+    rule) and jobs an admin marked `idle_exempt` are never judged."""
+
+    def __init__(self, mode: str, window_s: float):
+        self.mode, self.window_s = mode, window_s
+        self.since: dict[int, float] = {}
+        """job id -> when its GPUs went idle (wall clock), while they stay idle."""
+
+    def look(self, store: JobStore, active: list[dict[str, Any]], gpus: list[dict[str, Any]], now: float) -> None:
+        if self.mode == "off":
+            return
+        util = {str(g.get("index")): g["utilization"] for g in gpus if isinstance(g.get("utilization"), (int, float))}
+        watched = set()
+        for rec in active:
+            spec = rec["spec"]
+            started = rec.get("running_at") or rec.get("started_at")
+            read = [util[i] for i in rec.get("gpu_ids") or [] if i in util]
+            if rec.get("status") != "running" or spec.get("kind") == "session" or spec.get("idle_exempt"):
+                continue
+            if not started or not read:
+                continue
+            if now - float(started) < self.window_s or max(read) >= usage.IDLE_PERCENT:
+                continue  # (its first window, or busy: an idle run starts again)
+            watched.add(rec["id"])
+            since = self.since.setdefault(rec["id"], now)
+            if now - since < self.window_s:
+                continue
+            idle = f"its GPUs were under {usage.IDLE_PERCENT} % for {duration(now - since)}"
+            if self.mode == "warn" and not rec.get("idle_warning"):
+                message = f"{idle} (GPUDECK_IDLE_GPU=warn): it holds GPUs others could use"
+                store.update(rec["id"], idle_warning={"since": since, "message": message})
+                log.warning("job %s: %s", rec["id"], message)
+            elif self.mode == "stop" and not store.stop_reason(rec["id"]):
+                message = f"stopped: {idle} (GPUDECK_IDLE_GPU=stop, window {duration(self.window_s)})"
+                store.update(rec["id"], idle_stop={"since": since, "message": message})
+                store.request_stop(rec["id"], Reason.IDLE.value, only_first=True)
+                log.warning("job %s: %s", rec["id"], message)
+        for job_id in set(self.since) - watched:
+            del self.since[job_id]

@@ -18,9 +18,10 @@ from models.states import ACTIVE, Reason, Status
 log = logging.getLogger(__name__)
 
 
-TOLD_BY = {Reason.GPU_MEMORY_EXCEEDED: "gpu_memory_exceeded", Reason.GPU_ERROR: "gpu_error"}
+TOLD_BY = {Reason.GPU_MEMORY_EXCEEDED: "gpu_memory_exceeded", Reason.GPU_ERROR: "gpu_error", Reason.IDLE: "idle_stop"}
 """Ends whose message is in the record, under this field, written by what stopped the job (the GPU watchdog: the
-peak and the share; GPU health: the XID)."""
+peak and the share; GPU health: the XID; the idle-GPU policy: how long its GPUs sat idle; a session's idle rule writes
+none: the table's words)."""
 
 
 def end(

@@ -203,6 +203,8 @@ class Settings:
     gpu_memory_grace_s: int = 10
     jobs_per_gpu: int = 1
     mps: bool = False
+    idle_gpu: str = "off"
+    idle_gpu_window_s: int = 1800
     webhooks: tuple[Webhook, ...] = ()
     public_url: str | None = None
     webhook_retry_s: float = 5.0
@@ -259,6 +261,8 @@ class Settings:
             gpu_memory_grace_s=_seconds(env, "GPUDECK_GPU_MEMORY_GRACE", cls.gpu_memory_grace_s),
             jobs_per_gpu=_checked(_jobs_per_gpu, env, "GPUDECK_JOBS_PER_GPU"),
             mps=_switch(env, "GPUDECK_MPS", False),
+            idle_gpu=_choice(env, "GPUDECK_IDLE_GPU", ("off", "warn", "stop")),
+            idle_gpu_window_s=_seconds(env, "GPUDECK_IDLE_GPU_WINDOW", cls.idle_gpu_window_s),
             webhooks=_webhooks(env),
             webhook_retry_s=_seconds(env, "GPUDECK_WEBHOOK_RETRY", cls.webhook_retry_s),
             env_max_bytes=_size(env, "GPUDECK_ENV_MAX_BYTES", cls.env_max_bytes),

@@ -55,6 +55,8 @@ JSON_FIELDS = (
     "early_stop",
     "gpu_memory_exceeded",
     "gpu_error",
+    "idle_warning",
+    "idle_stop",
     "session",
     "trial",
 )

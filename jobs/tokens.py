@@ -176,6 +176,12 @@ def refusal(who: User | None, spec: Any, command: bool) -> tuple[str, dict[str, 
             "a user's",
             {"rule": "preemptible_admin_only", "user": who.name, "field": "preemptible"},
         )
+    if spec.get("idle_exempt") is True and not who.admin:
+        return (
+            f"only an admin may exempt a job from the idle-GPU policy (idle_exempt: true); token {who.name!r} is "
+            "a user's",
+            {"rule": "idle_exempt_admin_only", "user": who.name, "field": "idle_exempt"},
+        )
     priority = spec.get("priority")
     if who.max_priority is not None and priority in PRIORITIES:
         if PRIORITIES.index(priority) < PRIORITIES.index(who.max_priority):

@@ -23,9 +23,9 @@ def _ran(rec: dict[str, Any], status: Status, elapsed: float | None) -> float | 
 
 
 def _warning(rec: dict[str, Any]) -> str | None:
-    """What a job that ended normally still warns of (its trainer's result says: a loss that diverged without a
-    NaN and a test accuracy at chance)."""
-    warning = (rec.get("result") or {}).get("warning")
+    """What a job still warns of: its trainer's result (a loss that diverged without a NaN and a test accuracy at
+    chance), or the idle-GPU policy (GPUDECK_IDLE_GPU=warn: its GPUs sat idle for the window)."""
+    warning = (rec.get("result") or {}).get("warning") or (rec.get("idle_warning") or {}).get("message")
     return warning if isinstance(warning, str) else None
 
 

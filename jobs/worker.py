@@ -343,7 +343,13 @@ def run(
     retention = (lambda r: control.apply_retention(r, settings)) if settings.retention else None
     helpers = [
         Reaper(settings.redis_url, retention),
-        Sampler(settings.redis_url, host, settings.gpu_memory_grace_s),
+        Sampler(
+            settings.redis_url,
+            host,
+            settings.gpu_memory_grace_s,
+            settings.idle_gpu,
+            settings.idle_gpu_window_s,
+        ),
         schedule.Placer(settings.redis_url, name, settings),
         Searcher(settings),  # (one process at a time drives the searches: whichever holds the lock this round)
         Notifier(settings),  # (and sends the notifications due: the API's does too, one of them at a time)

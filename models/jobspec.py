@@ -176,6 +176,18 @@ class Common(BaseModel):
         description="false: never stopped to make room for a higher-priority job (only an admin may say so when "
         "tokens are configured); default true",
     )
+    idle_exempt: Annotated[
+        bool | None,
+        Cli(
+            "--idle-exempt",
+            "never warned or stopped for idle GPUs (GPUDECK_IDLE_GPU; admins only, where there are tokens)",
+            flag_value=True,
+        ),
+    ] = Field(
+        None,
+        description="true: the operator's idle-GPU policy (GPUDECK_IDLE_GPU) never warns or stops it (only an admin "
+        "may say so when tokens are configured)",
+    )
     after: Annotated[
         Annotated[
             Any,

@@ -12,7 +12,7 @@ import pytest
 
 from jobs import control, lifecycle, outcome, quota, schedule, share, sweeps
 from jobs.errors import ValidationError
-from jobs.gpus import Leftovers, Watchdog
+from jobs.gpus import IdlePolicy, Leftovers, Watchdog
 from jobs.keys import gpus_key, stop_key
 from jobs.store import JobStore
 from tests.support.policy import DEFAULTS
@@ -283,3 +283,49 @@ def test_a_high_share_preempts_a_low_whole_gpu_job_and_a_sweeps_trials_share(red
     trials = [rec(redis, j["id"]) for j in made["jobs"]]
     assert [t["spec"]["gpu_memory"] for t in trials] == [20 * G, 20 * G]
     assert sum(on(redis, t["id"]) == "0" for t in trials) == 1  # one beside the high share: one slot left
+
+
+def test_the_idle_gpu_policy_warns_then_stops_sparing_the_young_the_exempt_and_sessions(redis, client):
+    gpus(redis, per_gpu=1, n=5)
+    store = JobStore(redis)
+    t0 = 1_000_000.0
+    ids = [submit(redis, gpus=1) for _ in range(3)]
+    exempt = submit(redis, gpus=1, idle_exempt=True)
+    shell = control.submit(redis, {"kind": "session", "gpus": 1}, replace(DEFAULTS, command_jobs=True))[0]["id"]
+    for job_id in (*ids, exempt, shell):
+        store.transition(job_id, ("starting",), status="running", running_at=t0, started_at=t0)
+    young = ids[2]
+    store.update(young, running_at=t0 + 500)  # (it started later: still in its first window)
+
+    def look(policy, at: float, util: dict[str, int]) -> None:
+        rows = [{"index": i, "utilization": util.get(str(i), 0)} for i in range(5)]
+        policy.look(store, store.active(), rows, at)
+
+    warn = IdlePolicy("warn", window_s=600)
+    look(warn, t0 + 300, {})  # within every job's first window: nothing counts
+    look(warn, t0 + 700, {})  # idle from here on
+    look(warn, t0 + 1000, {"1": 80})  # job 2's GPU busy: its idle run starts again
+    look(warn, t0 + 1290, {})
+    assert all(store.get(i).get("idle_warning") is None for i in (*ids, exempt))
+    look(warn, t0 + 1310, {})  # job 1: idle for 610 s
+    said = store.get(ids[0])["idle_warning"]["message"]
+    assert said == "its GPUs were under 5 % for 10m10s (GPUDECK_IDLE_GPU=warn): it holds GPUs others could use"
+    assert client.get(f"/api/v1/jobs/{ids[0]}").json["warning"] == said
+    assert store.get(ids[1]).get("idle_warning") is None and store.get(young).get("idle_warning") is None
+    assert store.get(exempt).get("idle_warning") is None and store.get(shell).get("idle_warning") is None
+
+    stop = IdlePolicy("stop", window_s=600)
+    look(stop, t0 + 2000, {})
+    look(stop, t0 + 2700, {})
+    assert {i for i in (*ids, exempt, shell) if redis.get(stop_key(i))} == set(ids)  # the exempt, the session never
+    taken(redis, ids[1])
+    assert lifecycle.end(redis, ids[1], outcome.STOPPED["idle"]) == "canceled"
+    r = store.get(ids[1])
+    assert r["reason"] == "idle"
+    assert r["message"] == "stopped: its GPUs were under 5 % for 11m40s (GPUDECK_IDLE_GPU=stop, window 10m00s)"
+
+
+def test_only_an_admin_exempts_a_job_from_the_idle_policy(client, users):
+    refused = client.post("/api/v1/jobs", json={**JOB, "idle_exempt": True}, headers=users["alice"])
+    assert refused.status_code == 403 and refused.json["details"]["rule"] == "idle_exempt_admin_only"
+    assert client.post("/api/v1/jobs", json={**JOB, "idle_exempt": True}, headers=users["root"]).status_code == 201
