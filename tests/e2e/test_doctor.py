@@ -6,6 +6,7 @@ that would lose the queue at a restart it says so, says what to do, and exits 1.
 from __future__ import annotations
 
 import json
+import socket
 import subprocess
 
 import pytest
@@ -55,5 +56,16 @@ def test_gpudeck_doctor_says_whether_the_box_is_ready_and_what_to_do(tmp_path, c
         saving = next(x for x in doc["checks"] if x["name"] == "redis saving")
         assert doc["ok"] is False and saving["result"] == "fail" and "appendonly yes" in saving["fix"], doc
         assert next(x for x in doc["checks"] if x["name"] == "training")["result"] == "skip"
+
+        host = socket.gethostname()  # (a hardware XID the kernel log reported on GPU 1: tests/e2e/test_gpu_health.py)
+        redis.set(f"gpudeck:cordon:{host}:1", json.dumps({"xid": 79, "at": 1.0, "text": "fell off the bus"}))
+        ran = subprocess.run(
+            python_module("tui.cli", "doctor", "--no-job", "--json"), env=cli, capture_output=True, text=True
+        )
+        doc = json.loads(ran.stdout)
+        out = next(x for x in doc["checks"] if x["name"] == "cordoned gpus")
+        assert ran.returncode == 1 and out["result"] == "fail" and f"{host}:1 (Xid 79)" in out["detail"]
+        assert "gpudeck gpu uncordon" in out["fix"]
+        assert next(x for x in doc["checks"] if x["name"] == "gpu memory released")["result"] == "ok"
     finally:
         up.kill()

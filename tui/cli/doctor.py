@@ -90,7 +90,31 @@ def _gpus(hosts: list[dict[str, Any]]) -> list[Check]:
     listed = ", ".join(
         f"{host}:{g['index']} {g.get('name')} {human((g.get('memory_total_mib') or 0) * 2**20)}" for host, g in gpus
     )
-    return [Check("gpus", "ok", f"{len(gpus)}: {listed}")]
+    out = [Check("gpus", "ok", f"{len(gpus)}: {listed}")]
+    cordoned = [(host, g) for host, g in gpus if g.get("cordoned")]
+    if cordoned:
+        said = ", ".join(f"{host}:{g['index']} (Xid {g['cordoned']['xid']})" for host, g in cordoned)
+        fix = "see the kernel log (dmesg) on that host; once the GPU is repaired: gpudeck gpu uncordon HOST:GPU"
+        out.append(Check("cordoned gpus", "fail", f"out of service after a hardware error: {said}", fix))
+    else:
+        out.append(Check("cordoned gpus", "ok", "none: no GPU reported a hardware error"))
+    return out
+
+
+def _released(health: dict[str, Any]) -> list[Check]:
+    """GPU memory a process still holds a minute after its job ended (/healthz's gpus_not_released)."""
+    held = health.get("gpus_not_released")
+    if held is None:
+        return []
+    if not held:
+        return [Check("gpu memory released", "ok", "no process holds GPU memory after its job ended")]
+    said = ", ".join(
+        f"{x['host']}:{x['gpu']} pid {x['pid']} of job {x['job_id']} ({x.get('used_memory_mib') or '?'} MiB, "
+        f"{x['for_s']} s)"
+        for x in held
+    )
+    fix = "kill those processes on their hosts (a stuck one may need the GPU reset); the GPU takes no whole-GPU job"
+    return [Check("gpu memory released", "fail", f"still held after the job ended: {said}", fix)]
 
 
 def _trials(c: Client, workers: list[dict[str, Any]], timeout_s: int) -> list[Check]:
@@ -154,7 +178,7 @@ def doctor(no_job, timeout_s, as_json) -> int:
     if health is not None:
         workers = c.request("GET", "/api/v1/workers").json()["workers"]
         hosts = c.request("GET", "/api/v1/gpus").json()["hosts"]
-        checks += _workers(workers) + _gpus(hosts)
+        checks += _workers(workers) + _gpus(hosts) + _released(health)
         if no_job:
             checks.append(Check("training", "skip", "--no-job"))
         elif any(w["alive"] for w in workers):
