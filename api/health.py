@@ -12,7 +12,7 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from redis.exceptions import RedisError
 
 from api import deps
-from jobs import disk, gpuhealth, queues, store, tokens
+from jobs import disk, gpuhealth, queues, store, tokens, usage
 from jobs import gpus as gpus_mod
 from jobs import worker as worker_mod
 from jobs.keys import AFTER_KEY, PRIORITIES, job_key, queue_name
@@ -147,6 +147,12 @@ class _Collector:
         for (host_name, gpu, xid), n in sorted(gpuhealth.errors(self.redis).items()):
             xids.add_metric([host_name, gpu, str(xid)], n)
         yield xids
+        idle = CounterMetricFamily(
+            "gpudeck_idle_gpu_seconds", "GPU-seconds an owner held GPUs under 5 % utilization.", labels=["owner"]
+        )
+        for owner, hours in sorted(usage.idle_gpu_hours(self.redis).items(), key=lambda kv: kv[0] or ""):
+            idle.add_metric([owner or "-"], hours * 3600)
+        yield idle
         cordoned = GaugeMetricFamily("gpudeck_gpus_cordoned", "GPUs out of service after a hardware error.")
         cordoned.add_metric([], len(gpuhealth.cordons(self.redis)))
         yield cordoned

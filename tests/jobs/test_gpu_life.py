@@ -10,7 +10,7 @@ from jobs.views import job_view
 from tests.support.policy import DEFAULTS
 
 
-def test_a_jobs_gpu_utilization_over_its_life_and_its_owners_idle_gpu_hours(redis):
+def test_a_jobs_gpu_utilization_over_its_life_and_its_owners_idle_gpu_hours(redis, client):
     store = JobStore(redis)
     store.create(1, {"model": "lenet", "gpus": 1}, "gpus-1", extra={"owner": "alice"})
     store.create(2, {"model": "lenet", "gpus": 2}, "gpus-2", extra={"owner": "bob"})
@@ -30,3 +30,6 @@ def test_a_jobs_gpu_utilization_over_its_life_and_its_owners_idle_gpu_hours(redi
     table = {o["owner"]: o["idle_gpu_hours"] for o in share_table(redis, DEFAULTS)}
     assert table == {"alice": round(4 / 3600, 3), "bob": round(4 / 3600, 3)}, table  # (two idle samples each)
     assert usage.idle_gpu_hours(redis) == {"alice": 4 / 3600, "bob": 4 / 3600}
+    metrics = client.get("/metrics").get_data(as_text=True)
+    assert 'gpudeck_idle_gpu_seconds_total{owner="alice"} 4.0' in metrics
+    assert 'gpudeck_idle_gpu_seconds_total{owner="bob"} 4.0' in metrics
