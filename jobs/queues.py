@@ -107,6 +107,7 @@ def validate(redis: Redis, body: Any, settings: Settings, default_gpus: int | No
         commands_allowed=s.command_jobs_allowed,
         source_known=lambda sha: sources.exists(redis, sha),
         envs=tuple(name for name, _ in s.envs),
+        caches=tuple(c.name for c in s.caches),
         webhooks=tuple(w.name for w in s.webhooks),
         idle_range=(s.session_idle_min_s, max(s.session_idle_min_s, s.session_idle_max_s)),
         session_max=s.session_max_s,

@@ -122,6 +122,32 @@ def _flag(env, name: str) -> bool:
     return raw in ("1", "true", "yes", "on")
 
 
+@dataclass(frozen=True)
+class Cache:
+    """A host folder the operator shares with the jobs that name it (GPUDECK_CACHES): the variable it is known by
+    (KERAS_HOME, HF_HOME, TFDS_DATA_DIR, TORCH_HOME, …), its path, whether jobs may write to it."""
+
+    name: str
+    path: Path
+    writable: bool = False
+
+
+def _caches(raw: str) -> tuple[Cache, ...]:
+    """GPUDECK_CACHES: `KERAS_HOME=/srv/keras:rw;HF_HOME=/srv/hf` (`:rw`: jobs may write there; else read-only)."""
+    out: list[Cache] = []
+    for item in (i.strip() for i in raw.split(";")):
+        if not item:
+            continue
+        name, sep, path = item.partition("=")
+        path, writable = (path[:-3], True) if path.endswith(":rw") else (path.removesuffix(":ro"), False)
+        if not sep or not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", name.strip()) or not path.strip().startswith("/"):
+            raise ValueError(f"GPUDECK_CACHES takes NAME=/absolute/path[:rw];…, got {item!r}")
+        if any(c.name == name.strip() for c in out):
+            raise ValueError(f"GPUDECK_CACHES names {name.strip()!r} twice")
+        out.append(Cache(name.strip(), Path(path.strip()), writable))
+    return tuple(out)
+
+
 def _envs(raw: str) -> tuple[tuple[str, Path], ...]:
     """GPUDECK_ENVS: `name=/path/to/venv,other=/opt/conda/envs/x`."""
     envs = []
@@ -186,6 +212,7 @@ class Settings:
     command_jobs_trusted: bool = False
     sandbox: str = "auto"
     envs: tuple[tuple[str, Path], ...] = ()
+    caches: tuple[Cache, ...] = ()
     source_max_bytes: int = 100 << 20
     source_max_files: int = 100_000
     min_free: int = 2 << 30
@@ -242,6 +269,7 @@ class Settings:
             command_jobs_trusted=_command_jobs(env)[1],
             sandbox=_choice(env, "GPUDECK_SANDBOX", ("auto", "bwrap", "off")),
             envs=_envs(env.get("GPUDECK_ENVS", "")),
+            caches=_checked(_caches, env, "GPUDECK_CACHES"),
             source_max_bytes=_size(env, "GPUDECK_SOURCE_MAX_BYTES", cls.source_max_bytes),
             source_max_files=_size(env, "GPUDECK_SOURCE_MAX_FILES", cls.source_max_files),
             min_free=0

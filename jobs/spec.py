@@ -145,6 +145,7 @@ class Service:
     pin: Pin | None = None
     source_known: SourceKnown | None = None
     envs: tuple[str, ...] = ()
+    caches: tuple[str, ...] = ()
 
     def problems(self, typed: Common) -> Iterator[tuple[str, type[ValidationError], str]]:
         """(field, the error it makes, what is wrong) for each reference that does not hold."""
@@ -172,6 +173,14 @@ class Service:
                 yield "source", ReferenceForbidden, problem
             elif not os.path.isdir(source):
                 yield "source", ReferenceNotFound, f"server folder {source!r} does not exist or is not a folder"
+        unknown = [c for c in getattr(typed, "caches", None) or [] if c not in self.caches]
+        if unknown:
+            yield (
+                "caches",
+                ReferenceNotFound,
+                f"unknown cache {', '.join(map(repr, unknown))}; shared (GPUDECK_CACHES): "
+                f"{', '.join(self.caches) or 'none'}",
+            )
         env_name = getattr(typed, "env_name", None)
         if env_name is not None and env_name not in self.envs:
             yield (
@@ -211,6 +220,7 @@ def validate(
     commands_allowed: bool = False,
     source_known: SourceKnown | None = None,
     envs: tuple[str, ...] = (),
+    caches: tuple[str, ...] = (),
     webhooks: tuple[str, ...] | None = None,
     idle_range: tuple[int, int] = (60, SESSION_MAX_S),
     session_max: int = MAX_TIMEOUT_S,
@@ -222,7 +232,7 @@ def validate(
         raise Forbidden(COMMANDS_OFF, {"field": "command"})
     context = {"webhooks": webhooks, "idle_range": idle_range, "session_max": session_max}
     typed = check_shape(body, context)
-    service = Service(data_roots, pin, source_known, envs)
+    service = Service(data_roots, pin, source_known, envs, caches)
     service.check(typed)
     return normalized(typed, default_gpus, service, idle_range, session_max)
 
@@ -285,6 +295,7 @@ def _normalized(
         "env": dict(typed.env or {}),
         **({"secret_env": dict(typed.secret_env)} if typed.secret_env else {}),
         "env_name": typed.env_name,
+        **({"caches": list(dict.fromkeys(typed.caches))} if typed.caches else {}),
         **({"requirements": typed.requirements} if typed.requirements else {}),
         **({"isolated_env": True} if typed.isolated_env else {}),
     }

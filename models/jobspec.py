@@ -367,6 +367,17 @@ class Code(Common):
     env_name: Annotated[
         str | None, CODE_ELSEWHERE, Cli("--env-name", "a Python environment the operator registered (GPUDECK_ENVS)")
     ] = Field(None, description="an environment registered with GPUDECK_ENVS")
+    caches: Annotated[
+        list[Annotated[str, Field(pattern=f"^{ENV_NAME.pattern}$")]] | None,
+        CODE_ELSEWHERE,
+        Says('must be a list of the cache names the operator shares (GPUDECK_CACHES), e.g. ["KERAS_HOME"]'),
+        Cli("--cache", "a host cache the operator shares (GPUDECK_CACHES): KERAS_HOME (repeatable)", multiple=True),
+    ] = Field(
+        None,
+        max_length=20,
+        description="host caches the operator shares (GPUDECK_CACHES) that the job's sandbox shows at their path, "
+        "their variable set to it (KERAS_HOME, HF_HOME, …)",
+    )
     requirements: Annotated[
         Annotated[
             Any,

@@ -25,7 +25,7 @@ from jobs.redis_server import free_port
 from jobs.run import sandbox
 from jobs.run.proc import pdeathsig, python_module
 from jobs.scalars import EVENT_FILE_MARK
-from jobs.settings import Settings
+from jobs.settings import Cache, Settings
 from models import protocol, sourcetree
 from models.catalog import parse_dataset
 from models.protocol import KEEP_CHECKPOINTS_ENV
@@ -196,6 +196,8 @@ def command(
     }
     if data_dir is not None:
         injected["DATA_DIR"] = str(data_dir)
+    for cache in caches_of(ctx.settings, spec):  # (the operator's shared caches the job names: at their path)
+        injected[cache.name] = str(cache.path)
     injected.update(torch_env("127.0.0.1", free_port(), 1, 0))  # (a job of one task: its own master)
     injected.update(extra_env)  # a task's TF_CONFIG, GPUDECK_TASK_TYPE, GPUDECK_TASK_INDEX and torch's
     env.update(injected)
@@ -204,6 +206,40 @@ def command(
     cmd = spec["command"]
     argv = ["/bin/sh", "-c", cmd] if isinstance(cmd, str) else list(cmd)
     return Launch(argv, src, env, injected, src)
+
+
+def caches_of(settings: Settings, spec: dict[str, Any]) -> list[Cache]:
+    """The operator's shared caches (GPUDECK_CACHES) a job names in `caches`."""
+    named = spec.get("caches") or []
+    return [c for c in settings.caches if c.name in named]
+
+
+def sandbox_notes(settings: Settings, spec: dict[str, Any], job_dir: Path) -> list[str]:
+    """What the job's log says at its start of a host path its `env` names that its sandbox hides or shows read-only
+    (a cache a tool then cannot write fails later with words that say nothing of permissions)."""
+    if not sandbox.active(settings.sandbox):
+        return []
+    shared = {c.path: c.writable for c in caches_of(settings, spec)}
+    hidden = [Path("/tmp"), Path(os.path.expanduser("~")), settings.home]
+    notes = []
+    for name, value in (spec.get("env") or {}).items():
+        path = Path(value) if isinstance(value, str) and value.startswith("/") else None
+        if path is None or not path.exists() or path == job_dir or path.is_relative_to(job_dir):
+            continue
+        if any(path == p or path.is_relative_to(p) for p, w in shared.items() if w):
+            continue
+        seen = "read-only"
+        if not any(path == p or path.is_relative_to(p) for p in shared) and any(
+            path == h or path.is_relative_to(h) for h in hidden if str(h) not in ("", "/")
+        ):
+            seen = "hidden (an empty folder, or missing)"
+        offered = ", ".join(f"{c.name}{' (rw)' if c.writable else ''}" for c in settings.caches) or "none"
+        notes.append(
+            f"gpudeck: {name}={value} is {seen} inside the job's sandbox: a tool that writes there fails or falls back "
+            f"to an empty folder. The operator shares host caches with GPUDECK_CACHES (NAME=/path[:rw]) and a job "
+            f"names them in `caches`; this server shares: {offered}"
+        )
+    return notes
 
 
 def sandboxed(
@@ -225,6 +261,8 @@ def sandboxed(
         sandbox.hand_over(path, user)
     options = tempfile.TemporaryFile()  # noqa: SIM115 (its descriptor outlives this call: the runner closes it)
     pipes = how.env.get("CUDA_MPS_PIPE_DIRECTORY")  # (its GPU's MPS daemon: the sandbox's /tmp is its own)
+    caches = [c for c in s.caches if (how.injected or {}).get(c.name) == str(c.path)]  # (those it named: command())
+    readable = [*readable, *(c.path for c in caches if not c.writable)]
     argv, args = sandbox.wrap(
         how.argv,
         cwd=how.cwd,
@@ -233,7 +271,7 @@ def sandboxed(
         redis_url=s.redis_url,
         readable=readable,
         writable=writable,
-        shared=[Path(pipes)] if pipes else [],
+        shared=([Path(pipes)] if pipes else []) + [c.path for c in caches if c.writable],
         lifeline=lifeline,
         env=how.env,
         options_fd=options.fileno(),

@@ -173,6 +173,7 @@ class JobRun:
             return launch.sandboxed(self.ctx, how, self.job_dir, readable, self.lifeline[0])
         launch.may_run_unsandboxed(self.ctx, self.owner)
         how = launch.command(self.ctx, attempt, spec, self.data_dir, extra_env, built)
+        self.preamble += launch.sandbox_notes(self.ctx.settings, spec, self.job_dir)  # (a host path it cannot use)
         readable += [built] if built is not None else []
         if self.reports:
             shipped = launch.shipped_event_files(how.source) if how.source is not None else set()
