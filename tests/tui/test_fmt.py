@@ -332,3 +332,32 @@ def test_a_priority_other_than_normal_is_marked_in_both_tables():
     assert (str(cells["priority"]), cells["mark"]) == ("low", "↓")
     cells = job_cells(RUNNING)  # (a spec kept before priorities: normal, the default, shown as nothing)
     assert (str(cells["priority"]), cells["mark"]) == ("", "")
+
+
+def test_the_trials_of_a_search_are_listed_by_one_kind_of_accuracy():
+    """Issue 43: a trial stopped early has no test accuracy of its own; its finished siblings were listed by `test`
+    or `val` beside its `batch`. Every trial of a sweep now shows the best kind all of them have (here: val, from the
+    stopped one's last validation point); a job of no sweep keeps its own."""
+    base = {"status": "succeeded", "reason": None, "name": "t", "spec": {"model": "lenet"}, "progress": {}}
+    finished = {
+        **base,
+        "id": 1,
+        "sweep_id": 4,
+        "result": {"test_accuracy": 0.95, "val_accuracy": 0.93},
+        "metrics": {"accuracy": 0.97, "val_accuracy": 0.93},
+    }
+    stopped = {
+        **base,
+        "id": 2,
+        "sweep_id": 4,
+        "reason": "stopped_early",
+        "result": {},
+        "metrics": {"accuracy": 0.41, "val_accuracy": 0.38},
+    }
+    alone = {**base, "id": 3, "sweep_id": None, "result": {"test_accuracy": 0.90}, "metrics": {"accuracy": 0.92}}
+    rows = {line.split()[0]: line for line in job_lines([finished, stopped, alone])[1:]}
+    assert rows["1"].rstrip().endswith("0.9300 val") and rows["2"].rstrip().endswith("0.3800 val"), rows
+    assert rows["3"].rstrip().endswith("0.9000 test"), rows
+    running = {**base, "id": 5, "sweep_id": 4, "status": "running", "result": None, "metrics": {"accuracy": 0.5}}
+    rows = {line.split()[0]: line for line in job_lines([finished, stopped, running])[1:]}
+    assert all(rows[i].rstrip().endswith(" batch") for i in "125"), rows  # (all the trials have is batch)

@@ -33,6 +33,7 @@ from tui.widgets.fmt import (
     one_line,
     progress_of,
     shown_status,
+    sweep_kinds,
     value_of,
     what,
 )
@@ -299,7 +300,7 @@ OWNER_AT = 2
 """Where the OWNER column goes when jobs have owners (named tokens): after the status."""
 
 
-def job_row(job: dict[str, Any], owners: bool = False) -> list[str]:
+def job_row(job: dict[str, Any], owners: bool = False, kind: str | None = None) -> list[str]:
     p = job.get("progress") or {}
     cells = [
         str(job["id"]),
@@ -309,7 +310,7 @@ def job_row(job: dict[str, Any], owners: bool = False) -> list[str]:
         gpus_text(job),
         progress_of(p) if p.get("total_steps") else in_line(job) or "-",
         value_of(job.get("metrics"), "loss") or "-",
-        accuracy_text(job) or "-",
+        accuracy_text(job, kind) or "-",
     ]
     if owners:
         cells.insert(OWNER_AT, one_line(job.get("owner") or "-", 10))
@@ -323,7 +324,8 @@ def job_lines(jobs: Sequence[dict[str, Any]], owners: bool = False) -> list[str]
     if owners:
         head.insert(OWNER_AT, "OWNER")
         right = {0, 6, 7}
-    return table_lines(head, [job_row(j, owners) for j in jobs], right)
+    kinds = sweep_kinds(jobs)  # (the trials of one search by the same kind of accuracy)
+    return table_lines(head, [job_row(j, owners, kinds.get(j["id"])) for j in jobs], right)
 
 
 def print_jobs(jobs: Sequence[dict[str, Any]], owners: bool = False, err: bool = False) -> None:

@@ -30,6 +30,7 @@ from tui.widgets.fmt import (
     human,
     id_list,
     job_cells,
+    sweep_kinds,
     uncut,
     what,
 )
@@ -308,14 +309,15 @@ class JobsScreen(Screen):
         moved = order_by != self.ordered_by
         changes: dict[str, dict[str, Any]] = {}
         wrote = False
+        kinds = sweep_kinds(list(shown.values()))  # (a search's trials by one kind of accuracy)
         for job_id, job in shown.items():
-            seen = (job, job_id in self.selected, compact, self.caps)
+            seen = (job, job_id in self.selected, compact, self.caps, kinds.get(job_id))
             before = self.written.get(job_id)
             if before is not None and before[0] == seen:
                 continue  # the same answer as last time: nothing to write (a running job's elapsed differs)
             moved = True
             job = {**job, "eta_s": self.eta(job_id, job.get("eta_s") if job["status"] == "running" else None, now)}
-            cells = job_cells(job, compact, self.caps)
+            cells = job_cells(job, compact, self.caps, kinds.get(job_id))
             mark = cells["mark"] if compact else ""
             cells["id"] = Text(("✓ " if job_id in self.selected else "") + str(job_id) + mark, justify="right")
             texts = {key: str(cells[key]) for key in cells}  # (every one: a column left out may fit later)

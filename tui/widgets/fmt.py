@@ -6,6 +6,7 @@ import getpass
 import math
 import re
 import time
+from collections.abc import Sequence
 from datetime import datetime
 from typing import Any
 
@@ -173,25 +174,52 @@ def what(spec: dict[str, Any], words: int = 3) -> str:
 ACCURACY_SOURCES = (
     ("result", "test_accuracy", "test"),
     ("result", "val_accuracy", "val"),
+    ("metrics", "val_accuracy", "val"),
     ("metrics", "accuracy", "batch"),
 )
 """Where a job's accuracy comes from, best first, and the word shown beside it: the test set once it has ended,
-the validation set, or the training batches of the last metric point while it runs."""
+the validation set (its result, or its last validation point: a trial stopped early has no result of its own),
+or the training batches of the last metric point while it runs."""
+KINDS = ("test", "val", "batch")
 
 
-def accuracy(job: dict[str, Any]) -> tuple[float | None, str]:
-    """(accuracy, which: test, val or batch), or (None, "")."""
+def accuracy(job: dict[str, Any], kind: str | None = None) -> tuple[float | None, str]:
+    """(accuracy, which: test, val or batch), or (None, ""); `kind`: that kind only."""
     for part, key, which in ACCURACY_SOURCES:
         value = (job.get(part) or {}).get(key)
-        if isinstance(value, (int, float)) and not isinstance(value, bool):
+        if (kind is None or which == kind) and isinstance(value, (int, float)) and not isinstance(value, bool):
             return float(value), which
     return None, ""
 
 
-def accuracy_text(job: dict[str, Any]) -> str:
+def accuracy_text(job: dict[str, Any], kind: str | None = None) -> str:
     """`0.9120 test`, `0.8800 batch`: the number and what it measures; empty when there is none."""
-    value, which = accuracy(job)
+    value, which = accuracy(job, kind)
     return "" if value is None else f"{value:.4f} {which}"
+
+
+def sweep_kinds(jobs: Sequence[dict[str, Any]]) -> dict[int, str]:
+    """job id -> the accuracy kind to show it by, for the jobs of a sweep: the best kind every one of its jobs here
+    has (a trial stopped early has no test accuracy: its finished siblings are shown by their validation accuracy
+    too, so that the column compares like with like). Jobs of no sweep, or of a sweep with no kind in common, are
+    not in it."""
+    by_sweep: dict[int, list[dict[str, Any]]] = {}
+    for job in jobs:
+        if job.get("sweep_id") is not None:
+            by_sweep.setdefault(job["sweep_id"], []).append(job)
+    out: dict[int, str] = {}
+    for members in by_sweep.values():
+        have = [
+            {which for part, key, which in ACCURACY_SOURCES if _number((j.get(part) or {}).get(key))} for j in members
+        ]
+        common = next((k for k in KINDS if all(k in h for h in have if h)), None)
+        if common is not None and len(members) > 1:
+            out.update({j["id"]: common for j in members})
+    return out
+
+
+def _number(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
 
 
 def gpus_text(job: dict[str, Any]) -> str:
@@ -234,15 +262,17 @@ def uncut(job: dict[str, Any]) -> dict[str, int]:
     }
 
 
-def job_cells(job: dict[str, Any], compact: bool = False, caps: dict[str, int] | None = None) -> dict[str, Any]:
+def job_cells(
+    job: dict[str, Any], compact: bool = False, caps: dict[str, int] | None = None, kind: str | None = None
+) -> dict[str, Any]:
     """One jobs-table row, by column key; `compact`: the narrow forms of an 80-column table (a shorter bar,
     three decimals, a short place in line, elapsed and ETA in one `time` cell); `caps`: the width the name, owner
-    and model are cut to (else 12, 6, 12 compact; 24, 12, 16)."""
+    and model are cut to (else 12, 6, 12 compact; 24, 12, 16); `kind`: the accuracy shown (sweep_kinds)."""
     caps = caps or {}
     p = job.get("progress") or {}
     metrics = job.get("metrics") or {}
     eta = duration(job.get("eta_s")) if job["status"] == "running" else ""
-    value, which = accuracy(job)
+    value, which = accuracy(job, kind)
     state = status(job["status"], job.get("reason"), job.get("warning"))
     if compact and job["status"] == "failed":
         reason = job.get("reason")
