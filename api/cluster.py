@@ -2,11 +2,15 @@
 
 from __future__ import annotations
 
+import json
+import time
+
 from flask import Blueprint, request
 
 from api import auth, deps
 from jobs import control, disk, forecast, gpuhealth, gpus, quota, search, sweeps, worker
 from jobs.errors import NotFound
+from jobs.keys import worker_info_key
 from jobs.run import pyenv
 from jobs.spec import shown
 from jobs.views import job_view
@@ -46,6 +50,34 @@ def gpu_stats():
             gpu["held_by"] = who[0] if who else None
             gpu["cordoned"] = out.get((host["host"], str(gpu.get("index"))))
     return {"hosts": hosts, "next_cursor": None}
+
+
+CLOCK_SKEW_S = 5.0
+"""How far a worker host's clock may be from the API's before `gpudeck doctor` says so (beats are a second apart)."""
+
+
+@bp.get("/doctor")
+def doctor():
+    """What each worker host says of itself for `gpudeck doctor` (admins only, where there are tokens): its NVIDIA
+    driver, whether MPS is installed and asked for, its clock against the API's, its sandbox, its GPUs."""
+    auth.admin_only("read the hosts' checks")
+    redis, now = deps.redis(), time.time()
+    live = [w for w in worker.describe(redis) if w["alive"]]
+    said = worker.clocks(redis, [w["name"] for w in live])
+    hosts: dict[str, dict] = {}
+    for w in live:
+        raw = redis.get(worker_info_key(w["name"]))
+        facts = (json.loads(raw) if raw else {}).get("facts") or {}
+        one = hosts.setdefault(w["host"], {"host": w["host"], "workers": 0, "gpus": [], "clock_offset_s": None})
+        one["workers"] += 1
+        one["gpus"] = sorted({*one["gpus"], *w["gpus"]})
+        one.update({k: facts.get(k) for k in ("driver", "mps_installed", "mps")})
+        one["sandboxed"] = bool(w.get("sandboxed")) and one.get("sandboxed", True)
+        if w["name"] in said:
+            offset = round(now - said[w["name"]], 3)
+            known = one["clock_offset_s"]
+            one["clock_offset_s"] = offset if known is None or abs(offset) < abs(known) else known
+    return {"hosts": sorted(hosts.values(), key=lambda h: h["host"]), "clock_skew_max_s": CLOCK_SKEW_S}
 
 
 @bp.post("/gpus/<host>/<gpu>/uncordon")

@@ -541,7 +541,7 @@ class Placer(Periodic):
         self.settings = settings
 
     def round(self) -> None:
-        self.redis.set(alive_key(self.worker), "1", ex=ALIVE_TTL_S)
+        self.redis.set(alive_key(self.worker), f"{time.time():.3f}", ex=ALIVE_TTL_S)  # (its clock: gpudeck doctor)
         low = disk.low(self.settings)
         if low is not None:  # its work-horse would take no job: none is placed on it
             self.redis.set(paused_key(self.worker), f"the disk is below GPUDECK_MIN_FREE ({low} bytes free)", ex=10)

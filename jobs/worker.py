@@ -5,8 +5,10 @@ from __future__ import annotations
 import json
 import logging
 import os
+import shutil
 import signal
 import socket
+import subprocess
 import time
 from typing import Any
 
@@ -129,7 +131,7 @@ class GpudeckWorker(Worker):
         return super().dequeue_job_and_maintain_ttl(timeout, max_idle_time)
 
     def _place(self) -> None:
-        self.connection.set(alive_key(self.name), "1", ex=schedule.ALIVE_TTL_S)
+        self.connection.set(alive_key(self.name), f"{time.time():.3f}", ex=schedule.ALIVE_TTL_S)
         if self.context is not None:  # (a worker made without one, as RQ's own tools make it, places nothing)
             # (after a round another process is running: what it places here is on this worker's queue before it
             # looks; a burst worker that looked first would leave it there and exit)
@@ -273,6 +275,42 @@ def alive(redis: Redis, names: list[str]) -> list[bool]:
         return [bool(n) for n in pipe.execute()]
 
 
+def host_facts(settings: Settings) -> dict[str, Any]:
+    """What `gpudeck doctor` asks of a worker's host (GET /api/v1/doctor): the NVIDIA driver's version (None: no
+    nvidia-smi answered), whether NVIDIA MPS is installed (its control binary on PATH) and asked for
+    (GPUDECK_MPS)."""
+    try:
+        out = subprocess.run(
+            ["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"],
+            capture_output=True,
+            text=True,
+            timeout=10,
+            check=True,
+        ).stdout.split()
+    except (OSError, subprocess.SubprocessError):
+        out = []
+    return {
+        "driver": out[0] if out else None,
+        "mps_installed": shutil.which(mps.CONTROL) is not None,
+        "mps": settings.mps,
+    }
+
+
+def clocks(redis: Redis, names: list[str]) -> dict[str, float]:
+    """Each live worker's clock as it last said it was alive (its Placer, every second)."""
+    with redis.pipeline(transaction=False) as pipe:
+        for name in names:
+            pipe.get(alive_key(name))
+        said = pipe.execute()
+    out = {}
+    for name, raw in zip(names, said):
+        try:
+            out[name] = float(raw)
+        except (TypeError, ValueError):
+            continue  # (an older worker says "1")
+    return out
+
+
 def describe(redis: Redis) -> list[dict[str, Any]]:
     """Registered workers: identity (host, GPUs), state (`lost` when it stopped beating), current job, draining."""
     out = []
@@ -329,7 +367,13 @@ def run(
     )
     redis = settings.redis()
     isolation = sandbox.describe(settings.sandbox, settings.command_jobs_trusted, settings.job_user)
-    info = {"host": host, "gpus": gpus, "sandboxed": sandbox.active(settings.sandbox), "isolation": isolation}
+    info = {
+        "host": host,
+        "gpus": gpus,
+        "sandboxed": sandbox.active(settings.sandbox),
+        "isolation": isolation,
+        "facts": host_facts(settings),
+    }
     redis.set(worker_info_key(name), json.dumps(info), ex=7 * 24 * 3600)
     worker = GpudeckWorker(
         [private_queue(name)],

@@ -47,6 +47,7 @@ OPERATIONS: dict[tuple[str, str], tuple[str, str]] = {
     ("get", "/api/v1/workers"): ("list_workers", "cluster"),
     ("post", "/api/v1/workers/{name}/drain"): ("drain_worker", "cluster"),
     ("get", "/api/v1/gpus"): ("list_gpus", "cluster"),
+    ("get", "/api/v1/doctor"): ("get_doctor", "cluster"),
     ("post", "/api/v1/gpus/{host}/{gpu}/uncordon"): ("uncordon_gpu", "cluster"),
     ("get", "/api/v1/share"): ("get_share", "cluster"),
     ("post", "/api/v1/tensorboard"): ("start_tensorboard", "tensorboard"),

@@ -131,6 +131,30 @@ def schemas() -> dict[str, Any]:
             },
             ["index", "uuid", "name", "utilization", "memory_used_mib", "memory_total_mib", "processes"],
         ),
+        "Doctor": _obj(
+            {
+                "hosts": {
+                    "type": "array",
+                    "items": _obj(
+                        {
+                            "host": STR,
+                            "workers": INT,
+                            "gpus": {"type": "array", "items": STR},
+                            "driver": _nullable({**STR, "description": "the NVIDIA driver (null: no nvidia-smi)"}),
+                            "mps_installed": _nullable({"type": "boolean"}),
+                            "mps": _nullable({"type": "boolean", "description": "GPUDECK_MPS on its workers"}),
+                            "sandboxed": {"type": "boolean"},
+                            "clock_offset_s": _nullable(
+                                {**NUM, "description": "the API's clock less the host's, as its workers last beat"}
+                            ),
+                        },
+                        ["host", "workers", "gpus", "clock_offset_s"],
+                    ),
+                },
+                "clock_skew_max_s": NUM,
+            },
+            ["hosts", "clock_skew_max_s"],
+        ),
         "GpuHolder": _obj(
             {
                 "job_id": INT,
@@ -313,6 +337,9 @@ def paths() -> dict[str, Any]:
             )
         },
         "/api/v1/gpus": {"get": _op("nvidia-smi stats per host and GPU", {"200": _json("GpuHosts")})},
+        "/api/v1/doctor": {
+            "get": _op("What each worker host says of itself (gpudeck doctor)", {"200": _json("Doctor")} | _errors(403))
+        },
         "/api/v1/gpus/{host}/{gpu}/uncordon": {
             "post": _op(
                 "Put a GPU a hardware error cordoned back in service",

@@ -38,6 +38,10 @@ def test_gpudeck_doctor_says_whether_the_box_is_ready_and_what_to_do(tmp_path, c
         assert sorted("(GPU 0)" in x for x in trials) == [False, True] and any("(GPU 1)" in x for x in trials), lines
 
         assert next(x for x in lines if " pinning " in x).startswith("✓"), lines
+        host = socket.gethostname()
+        assert next(x for x in lines if f" driver ({host}) " in x).split()[-1] == "550.54.15", lines
+        assert next(x for x in lines if f" clock ({host}) " in x).startswith("✓"), lines  # (one host: its own clock)
+        assert next(x for x in lines if f" mps ({host}) " in x).startswith("–"), lines  # (no MPS tools here)
         assert [x[:1] for x in lines[1:] if x[:1] in "✓✗–"].count("✗") == 1, lines  # (that one only)
         assert ran.stderr.strip().endswith("not ready: see the ✗ lines")
         ran = subprocess.run(python_module("tui.cli", "doctor", "--no-job"), env=cli, capture_output=True, text=True)
@@ -57,7 +61,7 @@ def test_gpudeck_doctor_says_whether_the_box_is_ready_and_what_to_do(tmp_path, c
         assert doc["ok"] is False and saving["result"] == "fail" and "appendonly yes" in saving["fix"], doc
         assert next(x for x in doc["checks"] if x["name"] == "training")["result"] == "skip"
 
-        host = socket.gethostname()  # (a hardware XID the kernel log reported on GPU 1: tests/e2e/test_gpu_health.py)
+        # (a hardware XID the kernel log reported on GPU 1: tests/e2e/test_gpu_health.py)
         redis.set(f"gpudeck:cordon:{host}:1", json.dumps({"xid": 79, "at": 1.0, "text": "fell off the bus"}))
         ran = subprocess.run(
             python_module("tui.cli", "doctor", "--no-job", "--json"), env=cli, capture_output=True, text=True

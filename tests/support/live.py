@@ -240,8 +240,13 @@ def fake_gpus(n: int) -> str:
     rows = "".join(f"{i}, GPU-{i:04d}, NVIDIA H100 80GB HBM3, 0, 0, 81559, 40, 70.0, 700.00\\n" for i in range(n))
     return (
         f"case \"$*\" in\n  *-L*) printf '{listing}' ;;\n  *pci.bus_id*) printf '{buses(n)}' ;;\n"
+        f"  *driver_version*) printf '{DRIVER_LINE * n}' ;;\n"
         f"  *--query-gpu*) printf '{rows}' ;;\nesac\nexit 0\n"
     )
+
+
+DRIVER_LINE = "550.54.15\\n"
+"""What a FAKE nvidia-smi says of the driver, a line per GPU (`--query-gpu=driver_version`)."""
 
 
 def buses(n: int) -> str:

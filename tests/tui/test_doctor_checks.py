@@ -12,3 +12,43 @@ def test_memory_held_after_a_job_is_a_failed_check_naming_the_process_and_what_t
     assert check.fix.startswith("kill those processes on their hosts")
     assert _released({"gpus_not_released": []})[0].result == "ok"
     assert _released({}) == []  # (an API that does not say)
+
+
+class Answers:
+    """The API's answer to GET /api/v1/doctor, as the doctor's client call returns it."""
+
+    def __init__(self, doc):
+        self.doc = doc
+
+    def request(self, method, path):
+        assert (method, path) == ("GET", "/api/v1/doctor")
+        return self
+
+    def json(self):
+        return self.doc
+
+
+def test_a_host_without_a_driver_mps_asked_but_missing_and_a_clock_off_are_failed_checks():
+    from tui.cli.doctor import _hosts
+
+    doc = {
+        "clock_skew_max_s": 5.0,
+        "hosts": [
+            {
+                "host": "a",
+                "gpus": ["0"],
+                "driver": "550.54.15",
+                "mps": True,
+                "mps_installed": True,
+                "clock_offset_s": 0.4,
+            },
+            {"host": "b", "gpus": ["0"], "driver": None, "mps": True, "mps_installed": False, "clock_offset_s": -42.0},
+        ],
+    }
+    checks = {c.name: c for c in _hosts(Answers(doc))}
+    assert [(n, c.result) for n, c in checks.items()] == [
+        ("driver (a)", "ok"), ("mps (a)", "ok"), ("clock (a)", "ok"),
+        ("driver (b)", "fail"), ("mps (b)", "fail"), ("clock (b)", "fail"),
+    ]  # fmt: skip
+    assert checks["clock (b)"].detail == "-42.0 s from the API's" and "NTP" in checks["clock (b)"].fix
+    assert "nvidia-cuda-mps-control" in checks["mps (b)"].fix

@@ -101,6 +101,39 @@ def _gpus(hosts: list[dict[str, Any]]) -> list[Check]:
     return out
 
 
+def _hosts(c: Client) -> list[Check]:
+    """What each worker host says of itself (GET /api/v1/doctor, admins only): its NVIDIA driver, MPS, its clock."""
+    try:
+        doc = c.request("GET", "/api/v1/doctor").json()
+    except ApiError as exc:
+        if exc.status in (403, 404):  # (a user's token; an older API)
+            return [Check("hosts", "skip", "what worker hosts say of themselves is for admins (GET /api/v1/doctor)")]
+        raise
+    out = []
+    for h in doc["hosts"]:
+        name = h["host"]
+        if h.get("driver"):
+            out.append(Check(f"driver ({name})", "ok", f"NVIDIA {h['driver']}"))
+        elif h["gpus"]:
+            fix = "install the NVIDIA driver (nvidia-smi must answer on the worker's host)"
+            out.append(Check(f"driver ({name})", "fail", "nvidia-smi does not say the driver's version", fix))
+        if h.get("mps") and not h.get("mps_installed"):
+            fix = "install the driver's MPS tools (nvidia-cuda-mps-control) or set GPUDECK_MPS=off"
+            out.append(Check(f"mps ({name})", "fail", "GPUDECK_MPS=on but nvidia-cuda-mps-control is missing", fix))
+        elif h["gpus"]:
+            said = "on (GPUDECK_MPS)" if h.get("mps") else "installed, off" if h.get("mps_installed") else "absent"
+            out.append(Check(f"mps ({name})", "ok" if h.get("mps") or h.get("mps_installed") else "skip", said))
+        offset = h.get("clock_offset_s")
+        if offset is None:
+            continue
+        if abs(offset) <= doc["clock_skew_max_s"]:
+            out.append(Check(f"clock ({name})", "ok", f"within {abs(offset):.1f} s of the API's"))
+        else:
+            fix = "run NTP on both hosts (chrony, systemd-timesyncd): expected starts, timeouts and idle rules use it"
+            out.append(Check(f"clock ({name})", "fail", f"{offset:+.1f} s from the API's", fix))
+    return out
+
+
 def _released(health: dict[str, Any]) -> list[Check]:
     """GPU memory a process still holds a minute after its job ended (/healthz's gpus_not_released)."""
     held = health.get("gpus_not_released")
@@ -178,7 +211,7 @@ def doctor(no_job, timeout_s, as_json) -> int:
     if health is not None:
         workers = c.request("GET", "/api/v1/workers").json()["workers"]
         hosts = c.request("GET", "/api/v1/gpus").json()["hosts"]
-        checks += _workers(workers) + _gpus(hosts) + _released(health)
+        checks += _workers(workers) + _gpus(hosts) + _released(health) + _hosts(c)
         if no_job:
             checks.append(Check("training", "skip", "--no-job"))
         elif any(w["alive"] for w in workers):
