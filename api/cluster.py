@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import time
+from typing import Any
 
 from flask import Blueprint, request
 
@@ -57,14 +58,14 @@ CLOCK_SKEW_S = 5.0
 
 
 @bp.get("/doctor")
-def doctor():
+def doctor() -> dict[str, Any]:
     """What each worker host says of itself for `gpudeck doctor` (admins only, where there are tokens): its NVIDIA
     driver, whether MPS is installed and asked for, its clock against the API's, its sandbox, its GPUs."""
     auth.admin_only("read the hosts' checks")
     redis, now = deps.redis(), time.time()
     live = [w for w in worker.describe(redis) if w["alive"]]
     said = worker.clocks(redis, [w["name"] for w in live])
-    hosts: dict[str, dict] = {}
+    hosts: dict[str, dict[str, Any]] = {}
     for w in live:
         raw = redis.get(worker_info_key(w["name"]))
         facts = (json.loads(raw) if raw else {}).get("facts") or {}

@@ -56,8 +56,7 @@ def end(
             again = requeue(redis, job_id, rec, said, reason, of_attempt=fence, charged=outcome.charged, **fields)
             return Status.QUEUED.value if again else None
     before = rec if rec is not None else store.get(job_id)
-    said = outcome.fields()
-    if not store.transition(job_id, allowed, of_attempt=fence, ended_at=time.time(), **said, **fields):
+    if not store.transition(job_id, allowed, of_attempt=fence, ended_at=time.time(), **outcome.fields(), **fields):
         return None
     if outcome.charged:
         _charge(redis, before)

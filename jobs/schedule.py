@@ -33,7 +33,7 @@ import itertools
 import logging
 import time
 import uuid
-from collections import Counter
+from collections import Counter, defaultdict
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
@@ -214,7 +214,7 @@ def _round(redis: Redis, s: Settings, now: float) -> list[int]:
     tl = timeline(r, set(unavailable) | set(blocked), history)
     depth = plan.RESERVE_DEPTH
     used = share.usage(redis, s.fairshare_halflife_s, active, r.now) if s.fairshare else {}
-    held: Counter[str | None] = Counter()
+    held: dict[str | None, float] = defaultdict(float)  # (GPUs each owner holds: a share counts its part)
     for one in active:
         held[one.get("owner")] += quota.holds(one)
     sweep_running = Counter(one.get("sweep_id") for one in active if one.get("sweep_id") is not None)
@@ -251,7 +251,7 @@ def _round(redis: Redis, s: Settings, now: float) -> list[int]:
             if cap is not None and sweep_running[sweep_id] >= cap:
                 _waiting(store, rec, f"waiting: sweep {sweep_id} runs {sweep_running[sweep_id]} of {cap} at once")
                 continue
-        gpus = quota.job_gpus(spec)
+        gpus: float = quota.job_gpus(spec)
         if spec.get("gpu_memory") and r.capacity:  # (a share counts as its part of the largest GPU until placed)
             gpus = min(1.0, spec["gpu_memory"] / (max(r.capacity.values()) + s.gpu_memory_reserve))
         limit = quotas.get(owner) if owner and gpus else None
