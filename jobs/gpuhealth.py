@@ -4,7 +4,7 @@ k8s-device-plugin and GKE do.
 - A hardware fault (XID 48, 63, 64, 74, 79, 92, 94, 95, …: HARDWARE) cordons its GPU (`gpudeck:cordon:<host>:<gpu>`):
   it takes no new job until an admin uncordons it (`gpudeck gpu uncordon HOST:GPU`), and each job holding it is
   stopped with reason gpu_error, retried elsewhere from its checkpoint (an infrastructure failure: not charged to
-  its owner's fair share).
+  its owner's fair share); the operator's GPUDECK_ADMIN_NOTIFY endpoints are told (`gpu_cordoned`).
 - An application fault (XID 13, 31, 43, 45, 68, 109: APPLICATION) is the job's own: the jobs on that GPU fail with the
   XID in their message; the GPU stays in service.
 - Every XID counts in `gpudeck:gpu-errors` (host|gpu|xid -> n): /metrics' gpudeck_gpu_errors_total.
@@ -24,6 +24,7 @@ from typing import Any
 
 from redis import Redis
 
+from jobs import notify
 from jobs.keys import CORDON_PATTERN, GPU_ERRORS_KEY, cordon_key
 from jobs.store import JobStore
 from models.states import Reason
@@ -103,8 +104,15 @@ class KernelLog:
         return [(where.get(address), xid, rest) for _, address, xid, rest in found]
 
 
-def handle(redis: Redis, host: str, events: list[tuple[str | None, int, str]], active: list[dict[str, Any]]) -> None:
-    """Apply what the kernel log said of this host's GPUs: count, cordon and stop (see the module's doc)."""
+def handle(
+    redis: Redis,
+    host: str,
+    events: list[tuple[str | None, int, str]],
+    active: list[dict[str, Any]],
+    admins: tuple[str, ...] = (),
+) -> None:
+    """Apply what the kernel log said of this host's GPUs: count, cordon (telling the operator's `admins`
+    endpoints, GPUDECK_ADMIN_NOTIFY) and stop (see the module's doc)."""
     store = JobStore(redis)
     for gpu, xid, text in events:
         redis.hincrby(GPU_ERRORS_KEY, f"{host}|{gpu if gpu is not None else '?'}|{xid}", 1)
@@ -117,6 +125,7 @@ def handle(redis: Redis, host: str, events: list[tuple[str | None, int, str]], a
             why = {"xid": xid, "at": at, "text": text[:300]}
             redis.set(cordon_key(host, gpu), json.dumps(why))
             log.error("GPU %s of %s cordoned: Xid %s (%s)", gpu, host, xid, text)
+            notify.enqueue_event(redis, admins, "gpu_cordoned", {"host": host, "gpu": gpu, **why})
         on = [r for r in active if str(r.get("worker", "")).startswith(f"{host}.") and gpu in (r.get("gpu_ids") or [])]
         for rec in on:
             if store.stop_reason(rec["id"]):

@@ -186,6 +186,7 @@ class Sampler(Periodic):
         grace_s: float = 10.0,
         idle_gpu: str = "off",
         idle_window_s: float = 1800.0,
+        admins: tuple[str, ...] = (),
     ):
         super().__init__(redis_url, "gpudeck-gpu-sampler")
         self.host = host or socket.gethostname()
@@ -194,6 +195,7 @@ class Sampler(Periodic):
         self.watchdog = Watchdog(grace_s)
         self.leftovers = Leftovers()
         self.kernel = gpuhealth.KernelLog()
+        self.admins = admins
         self.idle = IdlePolicy(idle_gpu, idle_window_s)
 
     def lease_key(self) -> str:
@@ -237,7 +239,7 @@ class Sampler(Periodic):
             self.idle.look(JobStore(self.redis), [r for r in active if self.here(r)], gpus, time.time())
             events = self.kernel.read()  # (the kernel log's new XIDs: a GPU that failed, or a job's own error)
             if events:
-                gpuhealth.handle(self.redis, self.host, events, active)
+                gpuhealth.handle(self.redis, self.host, events, active, self.admins)
 
 
 class Leftovers:

@@ -60,6 +60,10 @@ def heartbeat_key(job_id: int) -> str:
     return f"{job_key(job_id)}:heartbeat"
 
 
+ADMIN_NOTIFICATIONS_KEY = f"{PREFIX}:notifications:admin"
+"""List of JSON: each delivery attempt of the box's own notifications (GPUDECK_ADMIN_NOTIFY: a GPU cordoned)."""
+
+
 def notifications_key(job_id: int) -> str:
     """List of JSON: each delivery attempt of the job's notifications (endpoint, event, when, the answer)."""
     return f"{job_key(job_id)}:notifications"

@@ -20,7 +20,13 @@ from typing import Any
 import requests
 from redis import Redis
 
-from jobs.keys import NOTIFIER_LOCK_KEY, NOTIFY_DELIVERIES_KEY, NOTIFY_DUE_KEY, notifications_key
+from jobs.keys import (
+    ADMIN_NOTIFICATIONS_KEY,
+    NOTIFIER_LOCK_KEY,
+    NOTIFY_DELIVERIES_KEY,
+    NOTIFY_DUE_KEY,
+    notifications_key,
+)
 from jobs.periodic import Periodic
 from jobs.settings import Settings, Webhook
 from models.common import NOTIFY_ENTRY
@@ -98,8 +104,30 @@ def enqueue(redis: Redis, rec: dict[str, Any]) -> list[str]:
     return ids
 
 
+def enqueue_event(redis: Redis, endpoints: tuple[str, ...], event: str, told: dict[str, Any]) -> list[str]:
+    """Queue a notification of the box itself (no job: a GPU cordoned, `told` its host, GPU, XID) to the operator's
+    admin endpoints (GPUDECK_ADMIN_NOTIFY); the ids queued."""
+    ids, now = [], time.time()
+    with redis.pipeline(transaction=True) as pipe:
+        for name in endpoints:
+            delivery_id = uuid.uuid4().hex
+            delivery = {"id": delivery_id, "endpoint": name, "job": None, "event": event, "summary": told,
+                        "created_at": now, "attempts": 0}  # fmt: skip
+            pipe.hset(NOTIFY_DELIVERIES_KEY, delivery_id, json.dumps(delivery))
+            pipe.zadd(NOTIFY_DUE_KEY, {delivery_id: now})
+            ids.append(delivery_id)
+        pipe.execute()
+    return ids
+
+
 def body_of(hook: Webhook, event: str, told: dict[str, Any]) -> bytes:
-    """The request body: the summary as JSON (with the event), or Slack's {"text": …} for a Slack endpoint."""
+    """The request body: the summary as JSON (with the event), or Slack's {"text": …} for a Slack endpoint; an
+    event of the box (no job) says what it is about (`gpu`)."""
+    if "id" not in told:  # (the box's own: a GPU cordoned)
+        if not hook.slack:
+            return json.dumps({"event": event, "gpu": told}, separators=(",", ":")).encode()
+        said = f"gpudeck: GPU {told.get('gpu')} of {told.get('host')} {event.replace('_', ' ')}: Xid {told.get('xid')}"
+        return json.dumps({"text": f"{said} ({told.get('text', '')})"}).encode()
     if not hook.slack:
         return json.dumps({"event": event, "job": told}, separators=(",", ":")).encode()
     what = f"job {told['id']}" + (f" ({told['name']})" if told.get("name") else "")
@@ -126,7 +154,7 @@ def sign(secret: str, timestamp: str, body: bytes) -> str:
 def send(hook: Webhook, event: str, told: dict[str, Any], base_url: str) -> tuple[bool, str]:
     """One attempt: (delivered, what happened: the status code, or the error's class). Never the error's text: it
     holds the URL, and a Slack incoming webhook's secret is its path."""
-    body = body_of(hook, event, {**told, "url": f"{base_url}/api/v1/jobs/{told['id']}"})
+    body = body_of(hook, event, {**told, "url": f"{base_url}/api/v1/jobs/{told['id']}"} if "id" in told else told)
     timestamp = str(int(time.time()))
     headers = {"Content-Type": "application/json", "User-Agent": "gpudeck-webhook", TIMESTAMP: timestamp}
     if hook.secret:
@@ -166,9 +194,10 @@ def deliver(redis: Redis, settings: Settings, now: float | None = None) -> int:
                   "at": time.time(), "delivered": ok, "answer": said}  # fmt: skip
         if gave_up:
             record["gave_up"] = True
+        kept = notifications_key(d["job"]) if d["job"] is not None else ADMIN_NOTIFICATIONS_KEY
         with redis.pipeline(transaction=True) as pipe:
-            pipe.rpush(notifications_key(d["job"]), json.dumps(record))
-            pipe.ltrim(notifications_key(d["job"]), -KEEP_ATTEMPTS, -1)
+            pipe.rpush(kept, json.dumps(record))
+            pipe.ltrim(kept, -KEEP_ATTEMPTS, -1)
             if ok or gave_up:
                 pipe.hdel(NOTIFY_DELIVERIES_KEY, delivery_id)
                 pipe.zrem(NOTIFY_DUE_KEY, delivery_id)

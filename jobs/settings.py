@@ -196,6 +196,16 @@ def _webhooks(env: os._Environ[str] | dict[str, str]) -> tuple[Webhook, ...]:
     return tuple(hooks)
 
 
+def _admin_notify(env: os._Environ[str] | dict[str, str]) -> tuple[str, ...]:
+    """GPUDECK_ADMIN_NOTIFY: the endpoints of GPUDECK_WEBHOOKS told of what befalls the box (a GPU cordoned)."""
+    names = tuple(n.strip() for n in (env.get("GPUDECK_ADMIN_NOTIFY") or "").split(",") if n.strip())
+    known = {w.name for w in _webhooks(env)}
+    unknown = [n for n in names if n not in known]
+    if unknown:
+        raise ConfigError(f"GPUDECK_ADMIN_NOTIFY names endpoints GPUDECK_WEBHOOKS has not: {unknown}")
+    return names
+
+
 @dataclass(frozen=True)
 class Settings:
     """Process-wide configuration; every field comes from one documented env variable."""
@@ -233,6 +243,7 @@ class Settings:
     idle_gpu: str = "off"
     idle_gpu_window_s: int = 1800
     webhooks: tuple[Webhook, ...] = ()
+    admin_notify: tuple[str, ...] = ()
     public_url: str | None = None
     webhook_retry_s: float = 5.0
     env_max_bytes: int = 20 << 30
@@ -292,6 +303,7 @@ class Settings:
             idle_gpu=_choice(env, "GPUDECK_IDLE_GPU", ("off", "warn", "stop")),
             idle_gpu_window_s=_seconds(env, "GPUDECK_IDLE_GPU_WINDOW", cls.idle_gpu_window_s),
             webhooks=_webhooks(env),
+            admin_notify=_admin_notify(env),
             webhook_retry_s=_seconds(env, "GPUDECK_WEBHOOK_RETRY", cls.webhook_retry_s),
             env_max_bytes=_size(env, "GPUDECK_ENV_MAX_BYTES", cls.env_max_bytes),
             env_max_age_s=_seconds(env, "GPUDECK_ENV_MAX_AGE", cls.env_max_age_s),

@@ -393,6 +393,7 @@ def run(
             settings.gpu_memory_grace_s,
             settings.idle_gpu,
             settings.idle_gpu_window_s,
+            settings.admin_notify,
         ),
         schedule.Placer(settings.redis_url, name, settings),
         Searcher(settings),  # (one process at a time drives the searches: whichever holds the lock this round)

@@ -7,6 +7,8 @@ import json
 import os
 import time
 
+import pytest
+
 from jobs import gpuhealth, lifecycle, outcome, schedule
 from jobs.keys import stop_key
 from jobs.store import JobStore
@@ -106,3 +108,44 @@ def test_only_an_admin_uncordons(redis, client, users):
     assert refused.status_code == 403 and gpuhealth.cordons(redis)
     assert client.post("/api/v1/gpus/box/0/uncordon", headers=users["root"]).status_code == 200
     assert gpuhealth.cordons(redis) == {}
+
+
+def test_a_cordon_is_sent_to_the_operators_admin_endpoints_signed(redis):
+    from jobs import notify
+    from jobs.redis_server import free_port
+    from jobs.settings import Settings
+    from tests.support.webhooks import Receiver
+
+    ops = Receiver(free_port()).start()
+    try:
+        settings = Settings.from_env(
+            {
+                "GPUDECK_HOME": str(DEFAULTS.home),
+                "GPUDECK_WEBHOOKS": f"ops=http://127.0.0.1:{ops.port}/gpu",
+                "GPUDECK_WEBHOOK_SECRETS": "ops=s3cret",
+                "GPUDECK_ADMIN_NOTIFY": "ops",
+            }
+        )
+        gpuhealth.handle(redis, "box", [("0", 79, "GPU has fallen off the bus.")], [], settings.admin_notify)
+        gpuhealth.handle(redis, "box", [("1", 13, "Graphics Exception")], [], settings.admin_notify)  # (the job's)
+        assert notify.deliver(redis, settings) == 1
+    finally:
+        ops.stop()
+    [got] = ops.got
+    body = json.loads(got["body"])
+    assert body["event"] == "gpu_cordoned" and got["path"] == "/gpu"
+    assert {k: body["gpu"][k] for k in ("host", "gpu", "xid", "text")} == {
+        "host": "box", "gpu": "0", "xid": 79, "text": "GPU has fallen off the bus."
+    }  # fmt: skip
+    stamp = got["headers"]["X-Gpudeck-Timestamp"]
+    assert got["headers"]["X-Gpudeck-Signature"] == notify.sign("s3cret", stamp, got["body"])
+    said = [json.loads(x) for x in redis.lrange("gpudeck:notifications:admin", 0, -1)]
+    assert [(s["endpoint"], s["event"], s["delivered"]) for s in said] == [("ops", "gpu_cordoned", True)]
+
+
+def test_admin_endpoints_must_be_the_operators_webhooks():
+    from jobs.errors import ConfigError
+    from jobs.settings import Settings
+
+    with pytest.raises(ConfigError, match="GPUDECK_ADMIN_NOTIFY names endpoints GPUDECK_WEBHOOKS has not"):
+        Settings.from_env({"GPUDECK_HOME": "/tmp", "GPUDECK_ADMIN_NOTIFY": "ops"})

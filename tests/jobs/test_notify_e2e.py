@@ -7,10 +7,8 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
-import threading
 import time
 from datetime import datetime
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import pytest
@@ -21,45 +19,11 @@ from jobs.redis_server import free_port
 from jobs.run.proc import python_module
 from tests.support.live import start_api, submit_job, until, wait_ended
 from tests.support.readme import run_block
+from tests.support.webhooks import Receiver
 
 pytestmark = pytest.mark.slow
 
 SECRET = "s3cret-lab"
-
-
-class Receiver:
-    """An HTTP endpoint on 127.0.0.1:`port` that keeps what it is sent (started and stopped at will)."""
-
-    def __init__(self, port: int):
-        self.port, self.got = port, []
-        self.server: ThreadingHTTPServer | None = None
-
-    def start(self) -> Receiver:
-        got = self.got
-
-        class Handler(BaseHTTPRequestHandler):
-            def do_POST(self):  # noqa: N802 (http.server's name)
-                body = self.rfile.read(int(self.headers["Content-Length"]))
-                got.append({"path": self.path, "headers": dict(self.headers), "body": body})
-                self.send_response(200)
-                self.end_headers()
-
-            def log_message(self, *args):  # (quiet)
-                pass
-
-        self.server = ThreadingHTTPServer(("127.0.0.1", self.port), Handler)
-        threading.Thread(target=self.server.serve_forever, daemon=True).start()
-        return self
-
-    def stop(self) -> None:
-        if self.server is not None:
-            self.server.shutdown()
-            self.server.server_close()
-
-    def events(self, job_id: int) -> list[str]:
-        return [
-            json.loads(r["body"])["event"] for r in self.got if json.loads(r["body"]).get("job", {}).get("id") == job_id
-        ]
 
 
 def seconds(iso: str) -> float:
