@@ -25,7 +25,7 @@ from typing import Any
 from redis import Redis
 
 from jobs import notify
-from jobs.keys import CORDON_PATTERN, GPU_ERRORS_KEY, cordon_key
+from jobs.keys import CORDON_PATTERN, GPU_ERRORS_KEY, cordon_key, xid_seen_key
 from jobs.store import JobStore
 from models.states import Reason
 
@@ -35,6 +35,7 @@ XID_LINE = re.compile(
     r"^\[\s*(\d+\.\d+)\] NVRM: Xid \(PCI:([0-9A-Fa-f]+:[0-9A-Fa-f]+:[0-9A-Fa-f]+)[^)]*\): (\d+),?\s*(.*)$"
 )
 """`[ 5123.456789] NVRM: Xid (PCI:0000:3b:00): 79, pid=4242, name=python, GPU has fallen off the bus.`"""
+STAMP = re.compile(r"^\[\s*(\d+\.\d+)\]")
 HARDWARE = frozenset({48, 63, 64, 74, 79, 92, 94, 95, 119, 120, 123, 140})
 """XIDs of the hardware (double-bit ECC, row remapping failures, NVLink, fallen off the bus, GSP): cordon."""
 APPLICATION = frozenset({13, 31, 43, 45, 68, 109})
@@ -73,13 +74,25 @@ def bus_ids(timeout: float = 10.0) -> dict[str, str]:
 
 
 class KernelLog:
-    """The new `NVRM: Xid` lines of the kernel log (`dmesg`), each as (GPU index or None, xid, text)."""
+    """The new `NVRM: Xid` lines of the kernel log (`dmesg`), each as (GPU index or None, xid, text). Where the
+    host's log was read up to is kept in Redis (`gpudeck:xid-seen:<host>`), so each line counts once however many of
+    the host's workers' samplers take turns reading it."""
 
-    def __init__(self) -> None:
+    def __init__(self, redis: Redis | None = None, host: str = "") -> None:
+        self.redis, self.host = redis, host
         self.seen: float | None = None
         self.said = False
 
     def read(self) -> list[tuple[str | None, int, str]]:
+        if self.redis is not None:
+            raw = self.redis.get(xid_seen_key(self.host))
+            self.seen = float(raw) if raw is not None else None
+        found = self._read()
+        if self.redis is not None and self.seen is not None:
+            self.redis.set(xid_seen_key(self.host), repr(self.seen))
+        return found
+
+    def _read(self) -> list[tuple[str | None, int, str]]:
         try:
             text = subprocess.run(["dmesg"], capture_output=True, text=True, timeout=10, check=True).stdout
         except (OSError, subprocess.SubprocessError) as exc:
@@ -87,6 +100,9 @@ class KernelLog:
                 log.info("GPU errors are not watched here: the kernel log cannot be read (%s)", exc)
                 self.said = True
             return []
+        stamps = [float(m.group(1)) for m in (STAMP.match(x) for x in text.splitlines()) if m]
+        if self.seen is not None and stamps and max(stamps) < self.seen:
+            self.seen = None  # (the host rebooted: its log starts again at 0; what it holds now is the past)
         found: list[tuple[float, str, int, str]] = []
         last = self.seen
         for line in text.splitlines():

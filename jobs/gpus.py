@@ -194,7 +194,7 @@ class Sampler(Periodic):
         self.sampled_at: float | None = None
         self.watchdog = Watchdog(grace_s)
         self.leftovers = Leftovers()
-        self.kernel = gpuhealth.KernelLog()
+        self.kernel = gpuhealth.KernelLog(self.redis, self.host)
         self.admins = admins
         self.idle = IdlePolicy(idle_gpu, idle_window_s)
 

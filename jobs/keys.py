@@ -193,6 +193,13 @@ def cordon_key(host: str, gpu: str) -> str:
 
 
 CORDON_PATTERN = f"{PREFIX}:cordon:*"
+
+
+def xid_seen_key(host: str) -> str:
+    """How far a host's kernel log was read for XIDs (its timestamp, seconds since boot)."""
+    return f"{PREFIX}:xid-seen:{host}"
+
+
 GPU_ERRORS_KEY = f"{PREFIX}:gpu-errors"
 """Hash: host|gpu|xid -> how many times the kernel log reported it."""
 

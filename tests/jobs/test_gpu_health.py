@@ -149,3 +149,20 @@ def test_admin_endpoints_must_be_the_operators_webhooks():
 
     with pytest.raises(ConfigError, match="GPUDECK_ADMIN_NOTIFY names endpoints GPUDECK_WEBHOOKS has not"):
         Settings.from_env({"GPUDECK_HOME": "/tmp", "GPUDECK_ADMIN_NOTIFY": "ops"})
+
+
+def test_each_xid_line_counts_once_whichever_sampler_of_the_host_reads_it_and_a_reboot_starts_over(
+    tmp_path, monkeypatch, redis
+):
+    log = kernel(tmp_path, monkeypatch)
+    first, second = gpuhealth.KernelLog(redis, "box"), gpuhealth.KernelLog(redis, "box")  # (two workers' samplers)
+    assert first.read() == [] and second.read() == []
+    with log.open("a") as f:
+        f.write("[  813.000000] NVRM: Xid (PCI:0000:3b:00): 79, pid=4243, name=python, GPU has fallen off the bus.\n")
+    assert [x for _, x, _ in first.read()] == [79]
+    assert second.read() == []  # (the lease moved: the host's log was read up to there already)
+    log.write_text("[    1.000000] Linux version 6.1.0\n[    3.000000] NVRM: Xid (PCI:0000:3b:00): 79, before\n")
+    assert first.read() == []  # (rebooted: what the new log holds is the past)
+    with log.open("a") as f:
+        f.write("[    9.000000] NVRM: Xid (PCI:0000:86:00): 94, contained ECC error\n")
+    assert [(g, x) for g, x, _ in second.read()] == [("1", 94)]
