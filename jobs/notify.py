@@ -86,32 +86,23 @@ def enqueue(redis: Redis, rec: dict[str, Any]) -> list[str]:
     if not entries:
         return []
     event = event_of(rec["status"], rec.get("reason"))
-    told = summary(rec)
-    ids = []
-    now = time.time()
-    with redis.pipeline(transaction=True) as pipe:
-        for entry in entries:
-            name = entry.partition(":")[0]
-            if not wanted(entry, event):
-                continue
-            delivery_id = uuid.uuid4().hex
-            delivery = {"id": delivery_id, "endpoint": name, "job": rec["id"], "event": event, "summary": told,
-                        "created_at": now, "attempts": 0}  # fmt: skip
-            pipe.hset(NOTIFY_DELIVERIES_KEY, delivery_id, json.dumps(delivery))
-            pipe.zadd(NOTIFY_DUE_KEY, {delivery_id: now})
-            ids.append(delivery_id)
-        pipe.execute()
-    return ids
+    names = tuple(entry.partition(":")[0] for entry in entries if wanted(entry, event))
+    return _queue(redis, names, rec["id"], event, summary(rec))
 
 
 def enqueue_event(redis: Redis, endpoints: tuple[str, ...], event: str, told: dict[str, Any]) -> list[str]:
     """Queue a notification of the box itself (no job: a GPU cordoned, `told` its host, GPU, XID) to the operator's
     admin endpoints (GPUDECK_ADMIN_NOTIFY); the ids queued."""
+    return _queue(redis, endpoints, None, event, told)
+
+
+def _queue(redis: Redis, endpoints: tuple[str, ...], job: int | None, event: str, told: dict[str, Any]) -> list[str]:
+    """One delivery per endpoint, due now, in one transaction; the ids queued."""
     ids, now = [], time.time()
     with redis.pipeline(transaction=True) as pipe:
         for name in endpoints:
             delivery_id = uuid.uuid4().hex
-            delivery = {"id": delivery_id, "endpoint": name, "job": None, "event": event, "summary": told,
+            delivery = {"id": delivery_id, "endpoint": name, "job": job, "event": event, "summary": told,
                         "created_at": now, "attempts": 0}  # fmt: skip
             pipe.hset(NOTIFY_DELIVERIES_KEY, delivery_id, json.dumps(delivery))
             pipe.zadd(NOTIFY_DUE_KEY, {delivery_id: now})
