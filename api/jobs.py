@@ -11,7 +11,7 @@ from flask import Blueprint, Response, current_app, request
 
 from api import auth, deps, longpoll
 from api.finite import finite
-from jobs import control, forecast, gang, notify, plan, queues, schedule, usage
+from jobs import control, forecast, gang, notify, plan, queues, steer, usage
 from jobs.errors import BadRequest, NotFound
 from jobs.views import LIVE, job_view
 from models.common import search_text
@@ -71,7 +71,7 @@ def update(job_id: int):
         )
     auth.may(deps.store().get(job_id).get("owner"), "change the priority of", f"job {job_id}")
     auth.may_priority(priority)
-    rec = schedule.reprioritize(deps.redis(), job_id, priority, deps.settings())
+    rec = steer.reprioritize(deps.redis(), job_id, priority, deps.settings())
     return views([rec], with_tasks=True)[0]
 
 
@@ -92,7 +92,7 @@ def move(job_id: int):
     if field != "top" and not store.exists(value):
         raise NotFound(f"job {value} does not exist", {"field": field, "id": value})
     target = {field: value} if field != "top" else {}
-    rec = schedule.move(deps.redis(), job_id, **target)
+    rec = steer.move(deps.redis(), job_id, **target)
     return views([rec], with_tasks=True)[0]
 
 

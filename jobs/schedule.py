@@ -43,9 +43,7 @@ from rq import Queue
 
 from jobs import disk, gpuhealth, plan, queues, quota, share, sweeps, taskrecord, tokens
 from jobs.depends import AFTER_SWEEP_S, CHECK_MAX, release_dependencies  # noqa: F401 (re-exported: their old home)
-from jobs.errors import Conflict
 from jobs.keys import (
-    AFTER_KEY,
     RUN_HOLD,
     RUN_JOB,
     RUN_TASK,
@@ -54,7 +52,6 @@ from jobs.keys import (
     heartbeat_key,
     paused_key,
     private_queue,
-    queue_name,
     rq_hold_id,
     rq_job_id,
     rq_task_id,
@@ -150,7 +147,7 @@ class Round:
 def place(redis: Redis, settings: Settings, now: float | None = None, wait_s: float = 0.0) -> list[int]:
     """One scheduling round (see the module's docstring); returns the ids placed. Runs under the scheduler's lock:
     a round that finds another running (for `wait_s`) does nothing. `now`: the round's clock (tests move it)."""
-    with _lock(redis, wait_s=wait_s) as held:
+    with lock_round(redis, wait_s=wait_s) as held:
         return _round(redis, settings, time.time() if now is None else now) if held else []
 
 
@@ -553,9 +550,8 @@ class Placer(Periodic):
         self.redis.delete(alive_key(self.worker))
 
 
-# -- steering the line -----------------------------------------------------------------------------
 @contextlib.contextmanager
-def _lock(redis: Redis, wait_s: float) -> Iterator[bool]:
+def lock_round(redis: Redis, wait_s: float) -> Iterator[bool]:
     """The scheduler's lock for the block (False: another holder kept it past `wait_s`)."""
     token = uuid.uuid4().hex
     deadline = time.monotonic() + wait_s
@@ -568,74 +564,3 @@ def _lock(redis: Redis, wait_s: float) -> Iterator[bool]:
     finally:
         if held and redis.get(SCHEDULE_LOCK_KEY) == token.encode():
             redis.delete(SCHEDULE_LOCK_KEY)
-
-
-@contextlib.contextmanager
-def locked(redis: Redis, wait_s: float = 10.0) -> Iterator[None]:
-    """Hold the scheduler's lock (waiting for a round to end): the line does not change under a round."""
-    with _lock(redis, wait_s) as held:
-        if not held:
-            raise Conflict("the scheduler is busy; try again", {"retry_after_s": 1})
-        yield
-
-
-def _queued(store: JobStore, job_id: int, what: str) -> dict[str, Any]:
-    rec = store.get(job_id)
-    if rec["status"] != Status.QUEUED.value:
-        raise Conflict(
-            f"job {job_id} is {rec['status']}: only a queued job's {what} can be changed",
-            {"id": job_id, "status": rec["status"]},
-        )
-    return rec
-
-
-def reprioritize(redis: Redis, job_id: int, priority: str, settings: Settings) -> dict[str, Any]:
-    """A queued job goes to the line of another priority, keeping its place in submission order."""
-    store = JobStore(redis)
-    with locked(redis):
-        rec = _queued(store, job_id, "priority")
-        spec = {**rec["spec"], "priority": priority}
-        waiting = bool(redis.sismember(AFTER_KEY, job_id))
-        with redis.pipeline() as pipe:
-            queues.withdraw(redis, rec, pipe)
-            store.update(job_id, pipe=pipe, spec=spec, queue=queue_name(int(spec.get("gpus") or 0), priority))
-            queues.enqueue(pipe, job_id, spec, rec.get("owner"), rec.get("seq"), waiting=waiting)
-            pipe.execute()
-    place(redis, settings)
-    return store.get(job_id)
-
-
-def move(redis: Redis, job_id: int, before: int | None = None, after: int | None = None) -> dict[str, Any]:
-    """A queued job's new place in its line (its owner's, at its priority: between people, fair share decides):
-    just before or after another queued job of that line, or first of it (neither given)."""
-    store = JobStore(redis)
-    with locked(redis):
-        rec = _queued(store, job_id, "place")
-        key = queues.line_key(rec["spec"].get("priority", "normal"), rec.get("owner"))
-        if redis.zscore(key, job_id) is None:
-            raise Conflict(f"job {job_id} waits for its dependencies: it has no place in line yet", {"id": job_id})
-        target = before if before is not None else after
-        if target is None:
-            first = redis.zrange(key, 0, 0, withscores=True)
-            place_at = first[0][1] - 1.0 if first and int(first[0][0]) != job_id else redis.zscore(key, job_id)
-        else:
-            field = "before" if before is not None else "after"
-            score = redis.zscore(key, target)
-            if score is None or target == job_id:
-                who = rec.get("owner") or "no owner"
-                raise Conflict(
-                    f"job {target} is not another queued job of the same line as job {job_id} "
-                    f"({rec['spec'].get('priority', 'normal')}, {who}): a job moves only among those",
-                    {"field": field, "id": target},
-                )
-            rank = redis.zrank(key, target)
-            if before is not None:
-                nxt = redis.zrange(key, rank - 1, rank - 1, withscores=True) if rank > 0 else []
-                other = nxt[0][1] if nxt and int(nxt[0][0]) != job_id else score - 2.0
-            else:
-                nxt = redis.zrange(key, rank + 1, rank + 1, withscores=True)
-                other = nxt[0][1] if nxt and int(nxt[0][0]) != job_id else score + 2.0
-            place_at = (score + other) / 2
-        redis.zadd(key, {str(job_id): place_at}, xx=True)
-        store.update(job_id, seq=place_at)
-    return store.get(job_id)
