@@ -242,6 +242,9 @@ class Settings:
     mps: bool = False
     idle_gpu: str = "off"
     idle_gpu_window_s: int = 1800
+    warm: bool = True
+    """GPUDECK_WARM: a worker that ran a zoo job keeps a trainer ready for the next (jobs.run.warm)."""
+    warm_max_age_s: int = 3600
     webhooks: tuple[Webhook, ...] = ()
     admin_notify: tuple[str, ...] = ()
     public_url: str | None = None
@@ -302,6 +305,8 @@ class Settings:
             mps=_switch(env, "GPUDECK_MPS", False),
             idle_gpu=_choice(env, "GPUDECK_IDLE_GPU", ("off", "warn", "stop")),
             idle_gpu_window_s=_seconds(env, "GPUDECK_IDLE_GPU_WINDOW", cls.idle_gpu_window_s),
+            warm=_switch(env, "GPUDECK_WARM", cls.warm),
+            warm_max_age_s=_seconds(env, "GPUDECK_WARM_MAX_AGE", cls.warm_max_age_s),
             webhooks=_webhooks(env),
             admin_notify=_admin_notify(env),
             webhook_retry_s=_seconds(env, "GPUDECK_WEBHOOK_RETRY", cls.webhook_retry_s),

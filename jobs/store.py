@@ -59,6 +59,7 @@ JSON_FIELDS = (
     "idle_stop",
     "session",
     "trial",
+    "warm_start",
 )
 FLOAT_FIELDS = (
     "created_at",

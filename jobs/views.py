@@ -61,6 +61,7 @@ def job_view(
         "worker": rec.get("worker"),
         "gpu_ids": rec.get("gpu_ids"),
         "gpu_fraction": rec.get("gpu_fraction"),
+        "warm_start": rec.get("warm_start"),
         "attempt": rec.get("attempt", 1),
         "created_at": iso(rec.get("created_at")),
         "started_at": iso(started),

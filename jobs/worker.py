@@ -10,6 +10,7 @@ import signal
 import socket
 import subprocess
 import time
+from dataclasses import replace
 from typing import Any
 
 from redis import Redis
@@ -36,7 +37,7 @@ from jobs.keys import (
 from jobs.lifecycle import worker_lost
 from jobs.notify import Notifier
 from jobs.reaper import Reaper
-from jobs.run import launch, sandbox
+from jobs.run import launch, sandbox, warm
 from jobs.run.launch import WorkerContext
 from jobs.search import Searcher
 from jobs.settings import Settings
@@ -49,6 +50,8 @@ log = logging.getLogger(__name__)
 
 LOW_DISK_POLL_S = 5.0
 """How often a worker that waits for disk space looks again."""
+WARM_RETRY_S = 60.0
+"""How long a worker whose warm trainer failed to start waits before it tries again."""
 
 
 class GpudeckJob(Job):
@@ -70,11 +73,82 @@ class GpudeckWorker(Worker):
         kwargs["job_class"] = GpudeckJob
         super().__init__(*args, **kwargs)
         self.context = context
+        self._warm: warm.Warm | None = None
+        """The warm trainer this worker keeps ready (jobs.run.warm)."""
+        self._let_go: list[warm.Warm] = []
+        """Warm trainers handed on or let go, until they exit (this worker is their parent: it reaps them)."""
+        self._zoo_at: float | None = None
+        """When this worker last ran a zoo job: it keeps a warm trainer for GPUDECK_WARM_MAX_AGE after."""
+        self._warm_failed_at = 0.0
 
     def perform_job(self, job: Any, queue: Any, execution: Any) -> bool:
-        """In the work-horse: the job runs with this worker's context."""
+        """In the work-horse: the job runs with this worker's context (with the warm trainer, when the worker handed
+        it this job; any other it leaves to the worker)."""
+        if self._warm is not None and (self.context is None or self.context.warm is not self._warm):
+            self._warm.close()  # (the worker's: this work-horse holds no end of it)
         job.context = self.context
         return super().perform_job(job, queue, execution)
+
+    def fork_work_horse(self, job: Any, queue: Any) -> None:
+        """RQ's fork of a work-horse, which a zoo job's takes the warm trainer into (jobs.run.warm); the worker then
+        makes the next one ready."""
+        ctx, handed = self.context, self._warm_for(job)
+        if ctx is not None:
+            self.context = replace(ctx, warm=handed)
+        try:
+            super().fork_work_horse(job, queue)
+        finally:
+            self.context = ctx
+        if handed is not None:  # (the work-horse holds its ends now; the worker reaps it once it exits)
+            self._let_warm_go(handed, None)
+            self._warm = None
+        self._keep_warm()
+
+    def _warm_for(self, job: Any) -> warm.Warm | None:
+        """The warm trainer for this RQ job's work-horse: a zoo job of one worker (noted: this worker keeps one ready
+        from now on), when it is alive, young enough and of the code on disk; None otherwise."""
+        if self.context is None or job.func_name != RUN_JOB or (job_id := job_id_of(job.id)) is None:
+            return None
+        try:
+            spec = JobStore(self.connection).get(job_id)["spec"]
+        except (NotFound, RedisError):
+            return None
+        if not warm.warm_wanted(spec):
+            return None
+        self._zoo_at = time.time()
+        if self._warm is None:
+            return None
+        why = self._warm.stale(self.context.settings.warm_max_age_s)
+        if why is not None:
+            self._let_warm_go(self._warm, why)
+            self._warm = None
+            return None
+        return self._warm
+
+    def _keep_warm(self) -> None:
+        """Reap the warm trainers that exited; let a stale one go; make one ready while this worker has run a zoo job
+        in the last GPUDECK_WARM_MAX_AGE (GPUDECK_WARM=on, jobs in a sandbox)."""
+        self._let_go = [w for w in self._let_go if not w.reap()]
+        if self.context is None or not self.context.settings.warm:
+            return
+        max_age = self.context.settings.warm_max_age_s
+        if self._warm is not None:
+            why = self._warm.stale(max_age)
+            if why is None:
+                return
+            self._let_warm_go(self._warm, why)
+            self._warm = None
+        now = time.time()
+        if self._zoo_at is not None and now - self._zoo_at < max_age and now - self._warm_failed_at > WARM_RETRY_S:
+            self._warm = warm.start(self.context)
+            if self._warm is None:
+                self._warm_failed_at = now
+
+    def _let_warm_go(self, w: warm.Warm, why: str | None) -> None:
+        if why is not None:
+            log.info("worker %s: warm trainer pid %s let go: %s", self.name, w.proc.pid, why)
+        w.close()
+        self._let_go.append(w)
 
     def request_stop(self, signum: int, frame: Any) -> None:
         """Warm shutdown: the running trainer checkpoints and stops (its job is retried as worker_lost);
@@ -125,6 +199,7 @@ class GpudeckWorker(Worker):
             if self._stop_requested:
                 return None
             log.warning("worker %s: Redis takes writes again; it takes jobs", self.name)
+        self._keep_warm()
         # A scheduling round now, with this worker free (and alive for it): what it may run comes at once, and a
         # burst worker finds the jobs it may take placed on it before it looks.
         self._tolerant("scheduling round", self._place)
@@ -158,7 +233,12 @@ class GpudeckWorker(Worker):
         self._tolerant("suspension check", super().check_for_suspension, burst)
 
     def register_death(self) -> None:
-        """RQ's record of this worker's exit: while Redis cannot write, left to the worker's key expiring."""
+        """RQ's record of this worker's exit: while Redis cannot write, left to the worker's key expiring. Its warm
+        trainer goes with it."""
+        if self._warm is not None:
+            self._let_warm_go(self._warm, "its worker stops")
+            self._warm = None
+            shutil.rmtree(self._let_go[-1].folder, ignore_errors=True)
         self._tolerant("exit record", super().register_death)
 
     def _tolerant(self, what: str, fn: Any, *args: Any) -> None:

@@ -114,6 +114,13 @@ def schemas() -> dict[str, Any]:
                         "fair share count it",
                     }
                 ),
+                "warm_start": _nullable(
+                    {
+                        **BOOL,
+                        "description": "whether its current attempt started in a warm trainer (a zoo trainer its "
+                        "worker made ahead of time: README, Fast small jobs); null before it starts",
+                    }
+                ),
                 "attempt": INT,
                 "created_at": TIME,
                 "started_at": _nullable(TIME),

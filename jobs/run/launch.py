@@ -63,6 +63,8 @@ class WorkerContext:
     gpu_ids: list[str] = field(default_factory=list)
     stop_grace_s: float = protocol.DEFAULT_GRACE_S
     max_memory: int | None = None
+    warm: Any = None
+    """A warm trainer (jobs.run.warm.Warm) the worker hands this work-horse for its zoo job, or None."""
 
 
 class Refused(Exception):
@@ -144,7 +146,11 @@ def trainer(ctx: WorkerContext, attempt: Attempt, events_w: int, extra_env: dict
     env[protocol.STOP_GRACE_ENV] = str(protocol.trainer_grace(ctx.stop_grace_s))
     env["CUDA_VISIBLE_DEVICES"] = ",".join(ctx.gpu_ids)  # every GPU of the job's place
     env.update(extra_env)
-    return Launch(python_module("models.train", "--spec", "spec.json", "--job-dir", "."), attempt.job_dir, env)
+    return Launch(python_module("models.train", *TRAINER_ARGS), attempt.job_dir, env)
+
+
+TRAINER_ARGS = ("--spec", "spec.json", "--job-dir", ".")
+"""What a trainer is told, in its job dir (a warm one gets them with its job: jobs.run.warm)."""
 
 
 def command(
@@ -249,9 +255,11 @@ def sandboxed(
     readable: list[Path],
     lifeline: int,
     writable: tuple[Path, ...] | list[Path] = (),
+    status_fd: int | None = None,
 ) -> Launch:
     """`how` run in a sandbox of its own (jobs.run.sandbox) where this worker makes one; else as it is. `lifeline`:
-    the read end of a pipe whose write end the work-horse holds (the job is stopped when it closes)."""
+    the read end of a pipe whose write end the work-horse holds (the job is stopped when it closes); `status_fd`:
+    bubblewrap's exit status goes there too (sandbox.wrap)."""
     if not sandbox.active(ctx.settings.sandbox):
         return how
     s = ctx.settings
@@ -276,6 +284,7 @@ def sandboxed(
         env=how.env,
         options_fd=options.fileno(),
         user=user,
+        status_fd=status_fd,
     )
     options.write(b"".join(a.encode() + b"\0" for a in args))
     options.seek(0)

@@ -8,8 +8,21 @@ import signal
 import sys
 import time
 from pathlib import Path
+from typing import IO, Protocol
 
 PR_SET_PDEATHSIG = 1
+
+
+class Started(Protocol):
+    """An attempt's process as the work-horse watches it: a subprocess.Popen it started, or a warm trainer it was
+    handed (jobs.run.warm.Adopted). `pid` leads its process group."""
+
+    pid: int
+    stdout: IO[bytes] | None
+
+    def poll(self) -> int | None: ...
+
+    def wait(self) -> int: ...
 
 
 SHIM = "jobs.run.shim"

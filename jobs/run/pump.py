@@ -10,7 +10,6 @@ import os
 import re
 import selectors
 import signal
-import subprocess
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -21,7 +20,7 @@ from redis.exceptions import RedisError
 
 from jobs import notify
 from jobs.run.launch import RUN_ID_ENV, LogFile, signal_group
-from jobs.run.proc import end_descendants, kill_marked
+from jobs.run.proc import Started, end_descendants, kill_marked
 from jobs.scalars import ScalarReader, newest_run_result, read_result
 from jobs.store import LIVE_TTL_S, JobStore, passing
 from models import protocol
@@ -319,7 +318,7 @@ class Stopping:
     once the stop's grace has passed."""
 
     run: Running
-    proc: subprocess.Popen[bytes]
+    proc: Started
     timeout: int | None
     deadline: float | None = None
     termed_at: float | None = None
@@ -346,7 +345,7 @@ class Stopping:
 
 
 def pump(
-    run: Running, proc: subprocess.Popen[bytes], events: IO[bytes], log_file: LogFile, timeout: int | None
+    run: Running, proc: Started, events: IO[bytes], log_file: LogFile, timeout: int | None
 ) -> None:
     """Stream the process's output and events until both pipes close; beat, and act on stop requests (SIGTERM,
     SIGKILL after the grace), on the job's timeout, and on processes it left holding its output once it exited."""

@@ -20,10 +20,11 @@ from redis import Redis
 from jobs import datasets, gang, lifecycle, mps, outcome
 from jobs.archives import tree_bytes
 from jobs.keys import metrics_key, rq_job_id
-from jobs.run import launch, projectenv
+from jobs.run import launch, projectenv, sandbox
 from jobs.run.launch import NO_SPACE, Attempt, LogFile, Refused, WorkerContext
-from jobs.run.proc import become_subreaper, end_descendants, kill_marked
+from jobs.run.proc import Started, become_subreaper, end_descendants, kill_marked
 from jobs.run.pump import Output, Writes, pump
+from jobs.run.warm import Adopted, Warm
 from jobs.scalars import ScalarReader
 from jobs.spec import is_command, masked, shown
 from jobs.store import JobStore, StopListener, through_outage
@@ -47,6 +48,8 @@ class JobRun:
     reports = True
     """Whether this run reports for the job: a command's scalars, environment and result (a multi-worker job's
     task 0 only, as the chief reports for a zoo job)."""
+    one_of_several = False
+    """A task of a job of several workers (it starts cold: jobs.run.warm)."""
 
     def __init__(self, job_id: int, redis: Redis, ctx: WorkerContext, gen: int | None = None):
         self.job_id = job_id
@@ -74,6 +77,9 @@ class JobRun:
         """Why the project's environment could not be built (the job ends failed, reason environment)."""
         self.env_lock: int | None = None
         """The built environment's lock, held shared while the job runs with it (it is never removed then)."""
+        self.warm: Warm | None = None
+        """The warm trainer this attempt starts in (jobs.run.warm), once it chose to."""
+        self.adopted: Adopted | None = None
 
     def run(self) -> str:
         if not self.claim():
@@ -115,6 +121,7 @@ class JobRun:
         extra_env = {**mps.job_env(self.ctx.settings, self.ctx.gpu_ids, spec.get("gpu_memory"), fraction), **extra_env}
         if self.stop_reason():  # canceled between dequeue and now
             return self.finish(None, oom_before=None)
+        self.warm = self.take_warm(extra_env)
         with self.stops.listening():
             return self._launched(spec, extra_env, log_file)
 
@@ -137,7 +144,13 @@ class JobRun:
                 self.say(log_file, *self.preamble)
             if self.refused:
                 return self.finish(None, oom_before=None)
-            proc = self.start(how, () if self.command else (events_w,))  # (a command has no events to send)
+            try:
+                proc = self.start(how, () if self.command else (events_w,))  # (a command has no events to send)
+            except OSError as exc:  # (its job dir could not become the warm trainer's folder)
+                log.warning("job %s: no warm start (%s); it starts cold", self.job_id, exc)
+                self._cold()
+                how = self.plan_launch(spec, extra_env, events_w, built)
+                proc = self.start(how, (events_w,))
             fds.close(events_w)
             how.close_files()  # (a sandbox's: its options and the lifeline's read end, now the sandbox's alone)
             if how.sandboxed:
@@ -148,10 +161,18 @@ class JobRun:
             with contextlib.suppress(OSError):
                 os.nice(HORSE_NICENESS)
             log.info("job %s%s: trainer pid %s in %s", self.job_id, self.prefix.rstrip(), proc.pid, self.job_dir)
-            pump(self, proc, os.fdopen(fds.release(events_r), "rb"), log_file, spec.get("timeout"))
+            if self.adopted is not None:
+                fds.close(events_r)
+                events = self.adopted.events()
+            else:
+                events = os.fdopen(fds.release(events_r), "rb")
+            pump(self, proc, events, log_file, spec.get("timeout"))
             returncode = proc.wait()
             fds.close(self.lifeline[1])
-        if how.sandboxed and 128 < returncode <= 128 + 64:  # bubblewrap's (and the shim's) 128 + N for signal N
+            if self.adopted is not None:
+                self.adopted.close()
+        sandboxed = how.sandboxed or self.adopted is not None
+        if sandboxed and 128 < returncode <= 128 + 64:  # bubblewrap's (and the shim's) 128 + N for signal N
             returncode = 128 - returncode
         self.log_full = log_file.full
         kill_marked(launch.RUN_ID_ENV, self.run_id)  # what it started and left behind, in its group or not
@@ -168,8 +189,10 @@ class JobRun:
         readable = [self.data_dir] if self.data_dir is not None else []
         if not self.command:
             said = launch.take_checkpoints(self.ctx.settings, self.job_dir, self.resumes)
-            self.preamble += [said] if said else []
+            self.preamble += [said] if said and said not in self.preamble else []
             how = launch.trainer(self.ctx, attempt, events_w, extra_env)
+            if self.warm is not None:  # (it runs in the warm trainer's sandbox, made already)
+                return how
             return launch.sandboxed(self.ctx, how, self.job_dir, readable, self.lifeline[0])
         launch.may_run_unsandboxed(self.ctx, self.owner)
         how = launch.command(self.ctx, attempt, spec, self.data_dir, extra_env, built)
@@ -197,9 +220,36 @@ class JobRun:
             preexec_fn=launch.preexec(self.ctx.max_memory, how.sandboxed),
         )
 
-    def start(self, how: launch.Launch, fds: tuple[int, ...]) -> subprocess.Popen[bytes]:
-        """Start the attempt's process (a session's shell starts on a terminal instead: jobs.run.sessionrun)."""
+    def start(self, how: launch.Launch, fds: tuple[int, ...]) -> Started:
+        """Start the attempt's process (a session's shell starts on a terminal instead: jobs.run.sessionrun), or
+        hand the job to the warm trainer it chose (OSError when its job dir cannot move there)."""
+        if self.warm is not None:
+            user = sandbox.job_user(self.ctx.settings.job_user)
+            self.adopted = self.warm.begin(how.env, list(launch.TRAINER_ARGS), self.job_dir, user)
+            return self.adopted
         return self.spawn(how, fds)
+
+    def take_warm(self, extra_env: dict[str, str]) -> Warm | None:
+        """The warm trainer the worker handed this work-horse, when this attempt can start in it (its run mark is
+        then the warm trainer's: what the end of the attempt sweeps); else it is let go and the attempt starts
+        cold."""
+        warm = self.ctx.warm
+        if warm is None:
+            return None
+        why = warm.unusable(self.command, self.one_of_several, self.data_dir, extra_env)
+        if why is not None:
+            log.info("job %s starts cold: the warm trainer cannot serve it (%s)", self.job_id, why)
+            self._cold()
+            return None
+        self._run_id = warm.run_id
+        return warm
+
+    def _cold(self) -> None:
+        """Let the warm trainer go (this attempt starts cold)."""
+        if self.ctx.warm is not None:
+            self.ctx.warm.close()
+        self.ctx = replace(self.ctx, warm=None)
+        self.warm = self._run_id = None
 
     def say(self, log_file: LogFile, *lines: str) -> None:
         """Lines of gpudeck's own into the job's log, as its output is written."""
@@ -258,7 +308,9 @@ class JobRun:
         return self.ctx.stop_grace_s
 
     def started(self, pid: int) -> None:
-        self.store.update(self.job_id, pid=pid, spawned_at=time.time(), **self._command_running())
+        self.store.update(
+            self.job_id, pid=pid, spawned_at=time.time(), warm_start=self.adopted is not None, **self._command_running()
+        )
         if self.command:
             self.output.went_running = True  # (told by the pump, with a trainer's `running` event)
 

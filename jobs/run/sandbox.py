@@ -198,6 +198,7 @@ def wrap(
     env: dict[str, str],
     options_fd: int,
     user: tuple[int, int] | None = None,
+    status_fd: int | None = None,
 ) -> tuple[list[str], list[str]]:
     """`argv` run by bubblewrap in a sandbox as the module's doc describes: `job_dir` (and `writable`, and `shared`:
     folders several jobs talk through, left their owner's) writable,
@@ -207,8 +208,12 @@ def wrap(
     among them, are read from `options_fd` (`--args`), so no value shows in a process listing, and bubblewrap
     itself runs with the environment of BWRAP_ENV, not the job's (a job's LD_PRELOAD or LD_LIBRARY_PATH never
     reaches a process outside its sandbox). `user`: the job's (uid, gid) where this process is root (job_user):
-    the shim becomes that user, with no capability; None: a user namespace with no capability."""
+    the shim becomes that user, with no capability; None: a user namespace with no capability. `status_fd`:
+    where bubblewrap writes its child's pid and, at the end, its exit code (`--json-status-fd`: a warm trainer's
+    work-horse is not its parent and cannot wait for it)."""
     args = ["--unshare-pid", "--unshare-ipc", "--cap-drop", "ALL"]
+    if status_fd is not None:
+        args += ["--json-status-fd", str(status_fd)]
     if user is not None:  # (what the shim needs to become the job's user; it drops these too)
         args += ["--cap-add", "CAP_SETUID", "--cap-add", "CAP_SETGID", "--cap-add", "CAP_SETPCAP"]
     else:

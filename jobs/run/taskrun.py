@@ -29,6 +29,8 @@ log = logging.getLogger(__name__)
 class TaskRun(JobRun):
     """Task `index` of placement `gen` of a multi-worker job."""
 
+    one_of_several = True
+
     def __init__(self, job_id: int, index: int, gen: int, redis: Redis, ctx: WorkerContext):
         super().__init__(job_id, redis, ctx, gen)
         self.gen: int = gen  # (a task is always of one placement)

@@ -1,0 +1,124 @@
+"""Warm starts (issue 41 §1): a worker that ran a zoo job keeps a trainer ready, in its sandbox, with TensorFlow
+imported and no GPU visible; the next zoo job starts in it, on its own GPU; one job per warm trainer; an upgrade,
+a dead warm trainer or a job that cannot use it means a cold start, and no job is lost. A real worker on a FAKE
+GPU (a fake nvidia-smi on PATH; none exists here)."""
+
+from __future__ import annotations
+
+import os
+import signal
+import time
+from pathlib import Path
+
+import pytest
+
+from jobs.run import warm
+from tests.support.live import alive, environ, fake_gpus, fake_nvidia_smi, until, wait_job
+
+pytestmark = pytest.mark.slow
+
+SPEC = {"model": "lenet", "dataset": "synthetic:8x8x1", "params": {"steps": 4, "batch_size": 8, "log_every": 2}}
+
+
+def warm_trainers(home: Path) -> dict[int, dict[str, str]]:
+    """The warm trainers of this test's worker (the `python -m models.warm` inside each sandbox) and what each
+    one's environment was at its start."""
+    found = {}
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            argv = Path(f"/proc/{entry}/cmdline").read_bytes().split(b"\0")
+            env = environ(int(entry))
+        except OSError:
+            continue
+        if b"-m" in argv and argv[argv.index(b"-m") + 1] == b"models.warm":  # (not its shim, not bubblewrap)
+            if Path(f"/proc/{entry}/cwd").resolve().is_relative_to(home / "warm"):
+                found[int(entry)] = env
+    return found
+
+
+def log_of(client, job_id: int) -> str:
+    return client.get(f"/api/v1/jobs/{job_id}/logs").get_data(as_text=True)
+
+
+def test_a_zoo_job_starts_in_the_warm_trainer_its_worker_made_once_per_job_on_its_own_gpu(
+    client, spawn, child_env, settings, tmp_path
+):
+    fake_nvidia_smi(tmp_path / "bin", fake_gpus(2))
+    env = {**child_env, "PATH": f"{tmp_path / 'bin'}:{child_env['PATH']}"}
+    worker = spawn("worker", "--gpus", "1", env=env)
+    until(lambda: client.get("/api/v1/workers").json["workers"], 30, "the worker")  # (then jobs ask for a GPU)
+    first = client.post("/api/v1/jobs", json=SPEC).json["id"]
+    job, _ = wait_job(client, first, timeout=40)
+    assert job["status"] == "succeeded" and job["warm_start"] is False, (job, worker.output()[-3000:])
+
+    # Having run a zoo job, the worker keeps a trainer ready: sandboxed as the job user, no GPU visible, no job yet.
+    ready = until(lambda: warm_trainers(settings.home), 60, "a warm trainer")
+    (pid, seen), *more = ready.items()
+    assert not more
+    assert seen["CUDA_VISIBLE_DEVICES"] == "" and seen["GPUDECK_JOB_ID"] == "0"
+    status = dict(line.split(":\t", 1) for line in Path(f"/proc/{pid}/status").read_text().splitlines())
+    assert status["Uid"].split()[0] != "0" or os.geteuid() != 0  # (the job user, where the worker is root)
+    assert int(status["CapEff"], 16) == 0
+
+    second = client.post("/api/v1/jobs", json=SPEC).json["id"]
+    job, _ = wait_job(client, second)
+    assert job["status"] == "succeeded" and job["warm_start"] is True, (job, worker.output()[-3000:])
+    text = log_of(client, second)
+    assert "gpudeck: warm start" in text
+    assert text.split("CUDA_VISIBLE_DEVICES=")[1].split()[0] == "1" == job["gpu_ids"][0]  # read when it began
+    job_dir = settings.job_dir(second)
+    assert (job_dir / "result.json").exists() and (job_dir / "log.txt").read_text().splitlines() == text.splitlines()
+    assert not alive(pid)  # one job, then it exited
+    again = until(lambda: warm_trainers(settings.home), 60, "the next warm trainer")
+    assert pid not in again and len(again) == 1
+    left = sorted(p.name for p in (settings.home / "warm").iterdir())
+    assert len(left) == 1, left  # (the used one's folder is the job dir now; the next one's is there)
+
+    # An upgrade (the trainer's code changed on disk) lets the warm trainer go: the job starts cold, and succeeds.
+    source = Path(warm.__file__).parents[2] / "models" / "warm.py"
+    before = source.stat()
+    os.utime(source, ns=(before.st_atime_ns, before.st_mtime_ns + 1_000_000_000))
+    try:
+        third = client.post("/api/v1/jobs", json=SPEC).json["id"]
+        job, _ = wait_job(client, third)
+    finally:
+        os.utime(source, ns=(before.st_atime_ns, before.st_mtime_ns))
+    assert job["status"] == "succeeded" and job["warm_start"] is False, job
+    assert "gpudeck: warm start" not in log_of(client, third)
+
+    # A warm trainer killed while it waits loses no job: the next one starts cold.
+    (pid, _), *_ = until(lambda: warm_trainers(settings.home), 60, "a warm trainer after the upgrade").items()
+    os.kill(pid, signal.SIGKILL)
+    until(lambda: not alive(pid), 10, "the warm trainer gone")
+    time.sleep(0.5)  # (its sandbox's end reaches bubblewrap)
+    fourth = client.post("/api/v1/jobs", json=SPEC).json["id"]
+    job, _ = wait_job(client, fourth)
+    assert job["status"] == "succeeded" and job["warm_start"] is False, (job, worker.output()[-3000:])
+
+
+def test_a_retried_job_starts_warm_from_its_checkpoint_and_gpudeck_warm_off_keeps_none(
+    client, spawn, child_env, settings
+):
+    worker = spawn("worker", "--cpu", env=child_env)
+    first = client.post("/api/v1/jobs", json=SPEC).json["id"]
+    assert wait_job(client, first)[0]["status"] == "succeeded"
+    until(lambda: warm_trainers(settings.home), 60, "a warm trainer")
+    retried = client.post(f"/api/v1/jobs/{first}/retry").json["id"]
+    job, _ = wait_job(client, retried)
+    assert job["status"] == "succeeded" and job["warm_start"] is True, job
+    text = log_of(client, retried)
+    assert f"resuming from the last checkpoint of job {first}" in text and "gpudeck: warm start" in text
+    assert "resumed from checkpoints/ckpt-4 at step 4" in text  # (the trainer found them in its folder: the job dir)
+    assert (settings.job_dir(retried) / "checkpoints" / "checkpoint").exists()
+
+    # Its worker stopped, its warm trainer goes with it; a worker with GPUDECK_WARM=off keeps none (the worker
+    # starts the next one as it forks a zoo job's work-horse: it would be there once the job ended).
+    worker.stop()
+    until(lambda: not warm_trainers(settings.home), 30, "the warm trainer gone with its worker")
+    spawn("worker", "--cpu", env={**child_env, "GPUDECK_WARM": "off"})
+    third = client.post("/api/v1/jobs", json=SPEC).json["id"]
+    job, _ = wait_job(client, third)
+    assert job["status"] == "succeeded" and job["warm_start"] is False
+    assert not warm_trainers(settings.home)
