@@ -344,9 +344,7 @@ class Stopping:
             self.termed_at = float("inf")
 
 
-def pump(
-    run: Running, proc: Started, events: IO[bytes], log_file: LogFile, timeout: int | None
-) -> None:
+def pump(run: Running, proc: Started, events: IO[bytes], log_file: LogFile, timeout: int | None) -> None:
     """Stream the process's output and events until both pipes close; beat, and act on stop requests (SIGTERM,
     SIGKILL after the grace), on the job's timeout, and on processes it left holding its output once it exited."""
     assert proc.stdout is not None

@@ -8,7 +8,8 @@ Reported per method and seed: the best validation accuracy reached, the steps tr
 trial ended within 1 % of the best any method found, and the steps trained in all. Target: ASHA reaches that
 point with at most 40 % of the grid's steps.
 
-    make bench PYTEST_ARGS="-k search_methods"   (GPUDECK_BENCH_SEEDS=3)
+    make bench PYTEST_ARGS="-k search_methods"   (GPUDECK_BENCH_SEEDS=3; GPUDECK_SEARCH_STEP_S=0.005: trials of
+    a third of the length)
 """
 
 from __future__ import annotations
@@ -28,6 +29,8 @@ from tests.support.stack import Up
 
 SEEDS = int(os.environ.get("GPUDECK_BENCH_SEEDS", "3"))
 STEPS = 400
+STEP_S = float(os.environ.get("GPUDECK_SEARCH_STEP_S", "0.015"))
+"""A trial's step time (a bigger model's step): 0.015 s, a trial of about 6 s; 0.005 for a third of that."""
 
 TRAIN = f"""
 import json, os, time
@@ -49,7 +52,7 @@ for step in range(1, {STEPS} + 1):
     gw, gb = x[i].T @ p / batch + wd * w, p.mean(0)
     vw, vb = mom * vw - lr * gw, mom * vb - lr * gb
     w, b = w + vw, b + vb
-    time.sleep(0.015)  # (a bigger model's step: a trial trains for about 6 s)
+    time.sleep({STEP_S})  # (a bigger model's step: a trial trains for about 6 s at 0.015)
     if step % 20 == 0:
         acc = float(((xv @ w + b).argmax(1) == yv).mean()) if np.isfinite(w).all() else 0.0
         out.write(json.dumps({{"step": step, "val_accuracy": acc}}) + "\\n"); out.flush()

@@ -87,3 +87,27 @@ def test_warm_start_submit_to_first_step_and_jobs_per_second(client, spawn, chil
         f"{rates[False][1]:.3f} jobs/s, warm {rates[True][0]:.3f} / {rates[True][1]:.3f} jobs/s "
         f"(warm/cold {statistics.mean(rates[True]) / statistics.mean(rates[False]):.2f}x)"
     )
+
+
+@pytest.mark.timeout(1800)
+def test_warm_start_command_jobs_gpudecks_own_start_up(command_client, spawn, child_env):
+    """§2's measure: what gpudeck spends before a command job's first line is its own (a sandbox, a source copy,
+    the shim): from the work-horse's claim to the script's first line (`date`, no Python of the user's), and from
+    the submission, p50 / p95 over 30 jobs on one worker."""
+    worker_of(spawn, child_env, command_client, True)
+    from_claim, from_submit = [], []
+    for _ in range(30):
+        job_id = command_client.post("/api/v1/jobs", json={"command": "date +%s.%N", "gpus": 0}).json["id"]
+        job = command_client.get(f"/api/v1/jobs/{job_id}/wait?timeout=600").json
+        assert job["status"] == "succeeded", job
+        first = float(command_client.get(f"/api/v1/jobs/{job_id}/logs").get_data(as_text=True).split()[0])
+        from jobs.store import JobStore
+
+        rec = JobStore(command_client.application.config["REDIS"]).get(job_id)
+        from_claim.append(first - rec["claimed_at"])
+        from_submit.append(first - rec["created_at"])
+    print(
+        f"\ncommand job `date`, n=30: work-horse claim -> first line p50 {statistics.median(from_claim) * 1000:.0f} ms "
+        f"p95 {pct(from_claim, 0.95) * 1000:.0f} ms; submit -> first line p50 "
+        f"{statistics.median(from_submit) * 1000:.0f} ms p95 {pct(from_submit, 0.95) * 1000:.0f} ms"
+    )

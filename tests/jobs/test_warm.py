@@ -1,0 +1,141 @@
+"""jobs.run.warm without a stack: which jobs may start warm, why one cannot, the code version an upgrade changes,
+the job dir moved into a warm folder (and put back on a failure), and the exit status read from bubblewrap's status
+pipe by a process that is not bubblewrap's parent."""
+
+from __future__ import annotations
+
+import errno
+import os
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from jobs.run import sandbox, warm
+from jobs.run.warm import Adopted, Warm
+
+
+def a_warm(tmp_path: Path, status: int = -1, readable: list[Path] | None = None) -> Warm:
+    folder = tmp_path / "home" / "warm" / "box-1-abc"
+    folder.mkdir(parents=True)
+    proc = subprocess.Popen(["true"])
+    proc.wait()
+    return Warm(proc, folder, "warm-w.abc", warm.code_version(), 9, -1, -1, status, -1, readable or [])
+
+
+def test_only_a_zoo_job_of_one_worker_is_handed_a_warm_trainer():
+    assert warm.warm_wanted({"model": "lenet", "dataset": "synthetic"})
+    assert warm.warm_wanted({"model": "lenet", "dataset": "synthetic", "workers": 1})
+    assert not warm.warm_wanted({"model": "resnet20", "dataset": "synthetic", "workers": 2})
+    assert not warm.warm_wanted({"command": "python train.py"})
+    assert not warm.warm_wanted({"kind": "session", "shell": True})
+
+
+def test_why_a_work_horse_starts_cold(tmp_path):
+    r, w = os.pipe()
+    try:
+        datasets = (tmp_path / "home" / "datasets").resolve()
+        (datasets / "cifar" / "1").mkdir(parents=True)
+        elsewhere = tmp_path / "data"
+        elsewhere.mkdir()
+        ready = a_warm(tmp_path, status=r, readable=[datasets])
+        assert ready.unusable(False, False, None, {}) is None
+        assert ready.unusable(False, False, datasets / "cifar" / "1", {}) is None
+        assert ready.unusable(True, False, None, {}) == "a command job"
+        assert ready.unusable(False, True, None, {}) == "a task of a job of several workers"
+        assert "MPS" in ready.unusable(False, False, None, {"CUDA_MPS_PIPE_DIRECTORY": "/run/mps/0"})
+        assert "not in the warm sandbox's sight" in ready.unusable(False, False, elsewhere, {})
+        os.write(w, b'{ "child-pid": 12 }\n')  # (bubblewrap's first line: it runs)
+        assert ready.unusable(False, False, None, {}) is None
+        os.write(w, b'{ "exit-code": 143 }\n')
+        assert ready.unusable(False, False, None, {}) == "it exited" and ready.returncode == 143
+    finally:
+        os.close(r)
+        os.close(w)
+
+
+def test_the_code_version_changes_when_the_trainers_code_on_disk_does():
+    before = warm.code_version()
+    source = sandbox.runtime_paths()[-1] / "models" / "warm.py"
+    st = source.stat()
+    os.utime(source, ns=(st.st_atime_ns, st.st_mtime_ns + 1_000_000_000))
+    try:
+        assert warm.code_version() != before
+    finally:
+        os.utime(source, ns=(st.st_atime_ns, st.st_mtime_ns))
+    assert warm.code_version() == before
+
+
+def test_a_stale_warm_trainer_says_why(tmp_path):
+    old = a_warm(tmp_path)
+    assert old.stale(3600) is not None and "exited" in old.stale(3600)  # (`true` is long gone)
+    sleeper = subprocess.Popen(["sleep", "30"])
+    try:
+        live = Warm(sleeper, old.folder, "warm-w.x", warm.code_version(), 9, -1, -1, -1, -1, born=0.0)
+        assert "older than 3600s" in live.stale(3600)
+        live.born = 1e18
+        assert live.stale(3600) is None
+        live.version = "another"
+        assert live.stale(3600) == "the trainer's code changed since it was made"
+    finally:
+        sleeper.kill()
+        sleeper.wait()
+
+
+def test_the_job_dir_becomes_the_warm_folder_with_its_files(tmp_path):
+    ready = a_warm(tmp_path)
+    job_dir = tmp_path / "home" / "jobs" / "7"
+    (job_dir / "checkpoints").mkdir(parents=True)
+    (job_dir / "spec.json").write_text("{}")
+    (job_dir / "checkpoints" / "checkpoint").write_text('model_checkpoint_path: "ckpt-4"')
+    inode = ready.folder.stat().st_ino
+    ready._move_in(job_dir)
+    assert job_dir.stat().st_ino == inode and not ready.folder.exists()  # (the sandbox's bind follows the folder)
+    assert (job_dir / "spec.json").read_text() == "{}" and (job_dir / "checkpoints" / "checkpoint").exists()
+
+
+def test_a_job_dir_that_cannot_become_the_warm_folder_keeps_its_files(tmp_path, monkeypatch):
+    ready = a_warm(tmp_path)
+    job_dir = tmp_path / "home" / "jobs" / "8"
+    job_dir.mkdir(parents=True)
+    (job_dir / "spec.json").write_text("{}")
+    (job_dir / "log.txt").write_text("line\n")
+    real_rename = os.rename
+
+    def rename(src, dst):
+        if Path(src) == ready.folder:
+            raise OSError(errno.EBUSY, "busy")
+        return real_rename(src, dst)
+
+    monkeypatch.setattr(os, "rename", rename)
+    with pytest.raises(OSError):
+        ready._move_in(job_dir)
+    assert sorted(p.name for p in job_dir.iterdir()) == ["log.txt", "spec.json"]
+    assert list(ready.folder.iterdir()) == []
+
+
+def test_an_adopted_trainers_exit_status_comes_from_bubblewraps_status_pipe(tmp_path):
+    """The work-horse is not bubblewrap's parent: it reads the status bubblewrap writes (a real bubblewrap)."""
+    if sandbox.unavailable():
+        pytest.skip(sandbox.unavailable())
+    for script, code in (("exit 7", 7), ("kill -TERM $$", 128 + 15)):
+        r, w = os.pipe()
+        proc = subprocess.Popen(
+            ["bwrap", "--unshare-pid", "--ro-bind", "/", "/", "--proc", "/proc", "--dev", "/dev",
+             "--json-status-fd", str(w), "sh", "-c", script],
+            pass_fds=(w,),
+            stdout=subprocess.PIPE,
+        )  # fmt: skip
+        os.close(w)
+        ready = a_warm(tmp_path / str(code), status=r)
+        ready.proc = proc
+        adopted = Adopted(ready)
+        assert adopted.pid == proc.pid and adopted.wait() == code == adopted.returncode
+        proc.wait()
+        ready.close()
+    (tmp_path / "k").mkdir()
+    r, w = os.pipe()
+    os.close(w)  # (bubblewrap killed with its group: no word at all)
+    gone = a_warm(tmp_path / "k", status=r)
+    assert Adopted(gone).wait() == warm.KILLED
+    os.close(r)
