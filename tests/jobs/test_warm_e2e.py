@@ -38,6 +38,15 @@ def warm_trainers(home: Path) -> dict[int, dict[str, str]]:
     return found
 
 
+def group_gone(pgid: int) -> bool:
+    """Whether no process of the group is left (bubblewrap, the worker's child, is reaped by its worker)."""
+    try:
+        os.killpg(pgid, 0)
+    except ProcessLookupError:
+        return True
+    return False
+
+
 def log_of(client, job_id: int) -> str:
     return client.get(f"/api/v1/jobs/{job_id}/logs").get_data(as_text=True)
 
@@ -98,8 +107,8 @@ def test_a_zoo_job_starts_in_the_warm_trainer_its_worker_made_once_per_job_on_it
     assert job["status"] == "succeeded" and job["warm_start"] is False, (job, worker.output()[-3000:])
 
 
-def test_a_retried_job_starts_warm_from_its_checkpoint_and_gpudeck_warm_off_keeps_none(
-    client, spawn, child_env, settings
+def test_a_retried_job_starts_warm_from_its_checkpoint_a_canceled_one_stops_and_gpudeck_warm_off_keeps_none(
+    client, spawn, child_env, settings, redis
 ):
     worker = spawn("worker", "--cpu", env=child_env)
     first = client.post("/api/v1/jobs", json=SPEC).json["id"]
@@ -112,6 +121,19 @@ def test_a_retried_job_starts_warm_from_its_checkpoint_and_gpudeck_warm_off_keep
     assert f"resuming from the last checkpoint of job {first}" in text and "gpudeck: warm start" in text
     assert "resumed from checkpoints/ckpt-4 at step 4" in text  # (the trainer found them in its folder: the job dir)
     assert (settings.job_dir(retried) / "checkpoints" / "checkpoint").exists()
+
+    # A warm-started job is stopped as a cold one: SIGTERM to its process group (bubblewrap's, which is the
+    # worker's child, not its work-horse's), a checkpoint, its exit status read from bubblewrap's status pipe.
+    long = {**SPEC, "params": {**SPEC["params"], "steps": 100000}}
+    running = client.post("/api/v1/jobs", json=long).json["id"]
+    job, _ = wait_job(client, running, lambda j: (j["progress"]["step"] or 0) >= 4)
+    assert job["warm_start"] is True
+    assert client.post(f"/api/v1/jobs/{running}/cancel").status_code == 200
+    job, _ = wait_job(client, running, timeout=60)
+    assert job["status"] == "canceled" and job["reason"] == "canceled", job
+    assert "stopped at step" in log_of(client, running)
+    until(lambda: group_gone(int(redis.hget(f"gpudeck:job:{running}", "pid"))), 10, "its process group gone")
+    assert list((settings.job_dir(running) / "checkpoints").glob("ckpt-*.index"))
 
     # Its worker stopped, its warm trainer goes with it; a worker with GPUDECK_WARM=off keeps none (the worker
     # starts the next one as it forks a zoo job's work-horse: it would be there once the job ended).
