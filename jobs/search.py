@@ -56,8 +56,10 @@ DEFAULT_TRIALS = 20
 DEFAULT_CONCURRENT = 4
 MEDIAN_STARTUP = 3
 """Trials the median rule lets finish before it stops any (Optuna's n_startup_trials)."""
-SEARCH_EVERY_S = 1.0
-"""How often the searcher reads the running trials' new points and launches trials."""
+SEARCH_EVERY_S = 0.25
+"""How often the searcher reads the running trials' new points and launches trials while a search runs (its
+pruner's reaction must fit short trials: jobs.run.pump.TRIAL_EVERY_S); IDLE_EVERY_S while none does."""
+IDLE_EVERY_S = 1.0
 METRIC_NAME = re.compile(r"[A-Za-z0-9_./-]{1,100}")
 FIELDS = {
     "base", "grid", "space", "search", "stopping", "metric", "mode", "max_trials", "max_concurrent", "time_budget",
@@ -505,7 +507,7 @@ def frozen_trials(redis_url: str, record: dict[str, Any]) -> list[Any]:
 class Searcher(Periodic):
     """In each worker: drives the running searches, one process at a time (a lock held for the round)."""
 
-    what, every_s = "searcher", SEARCH_EVERY_S
+    what, every_s = "searcher", IDLE_EVERY_S
 
     def __init__(self, settings: Settings):
         super().__init__(settings.redis_url or "", "gpudeck-searcher")
@@ -514,6 +516,7 @@ class Searcher(Periodic):
 
     def round(self) -> None:
         ids = [int(i) for i in self.redis.smembers(SEARCHING_KEY)]
+        self.every_s = SEARCH_EVERY_S if ids else IDLE_EVERY_S
         if not ids:
             return
         lock = self.redis.lock(SEARCHER_LOCK_KEY, timeout=120, blocking=False)

@@ -41,6 +41,10 @@ DISK_EVERY_S = 30.0
 """How often the work-horse measures its job dir while the job runs (the record's `disk_bytes`)."""
 SCAN_EVERY_S = 1.0
 """How often the work-horse reads a command job's new TensorBoard scalars and metrics.jsonl lines."""
+TRIAL_EVERY_S = 0.25
+"""The same two (stop requests, new scalars) for a search's trial: its pruner's stop comes within about a second
+of the point that decided it, which short trials need (a 2-second trial would be over before a 1-second loop
+on each side had seen its first rung)."""
 LIVE_EVERY_S = 1.0
 """At most how often the line a job is drawing (a progress bar before its newline) is shown anew."""
 EXIT_LINGER_S = 2.0
@@ -271,6 +275,8 @@ class Running(Protocol):
 
     job_id: int
     reports: bool
+    quick: bool
+    """A search's trial: its stops and scalars looked at every TRIAL_EVERY_S."""
 
     @property
     def run_id(self) -> str: ...
@@ -355,17 +361,18 @@ def pump(run: Running, proc: Started, events: IO[bytes], log_file: LogFile, time
     sel.register(events, selectors.EVENT_READ, "events")
     buffers = {"log": b"", "events": b""}
     out, writes = run.output, run.writes
+    poll_s = TRIAL_EVERY_S if run.quick else STOP_POLL_S
     stopping = Stopping(run, proc, timeout, time.monotonic() + timeout if timeout else None, grace=run.grace(None))
     timers = [  # (what the loop does every so often, after reading and writing what came)
         Every(HEARTBEAT_EVERY_S, lambda now: writes.reachable(run.beat)),
         *([Every(DISK_EVERY_S, lambda now: writes.reachable(run.measure))] if run.reports else []),
-        Every(STOP_POLL_S, stopping.poll),
+        Every(poll_s, stopping.poll),
     ]
     last_scan = time.monotonic()
     exited_at: float | None = None
     ended_strays_at: float | None = None
     while sel.get_map():
-        ready = sel.select(STOP_POLL_S)
+        ready = sel.select(poll_s)
         if ready:
             time.sleep(COALESCE_S)  # let more output gather; the pipes hold 64 KiB each meanwhile
         pipe = writes.pipeline()
@@ -381,7 +388,7 @@ def pump(run: Running, proc: Started, events: IO[bytes], log_file: LogFile, time
                     out.handle(key.data, [rest], log_file, pipe)
         out.drawing(buffers["log"], pipe)
         now = time.monotonic()
-        scanned = out.reader is not None and now - last_scan >= SCAN_EVERY_S
+        scanned = out.reader is not None and now - last_scan >= (TRIAL_EVERY_S if run.quick else SCAN_EVERY_S)
         if scanned:  # (its points go in with this flush; what it read is marked read once they are in)
             out.scan(pipe)
             last_scan = now

@@ -77,6 +77,8 @@ class JobRun:
         """Why the project's environment could not be built (the job ends failed, reason environment)."""
         self.env_lock: int | None = None
         """The built environment's lock, held shared while the job runs with it (it is never removed then)."""
+        self.quick = False
+        """A search's trial (jobs.run.pump.TRIAL_EVERY_S)."""
         self.warm: Warm | None = None
         """The warm trainer this attempt starts in (jobs.run.warm), once it chose to."""
         self.adopted: Adopted | None = None
@@ -92,6 +94,7 @@ class JobRun:
         self.attempt = rec.get("attempt", 1)
         self.resumes = rec.get("resumes")
         self.owner = rec.get("owner")
+        self.quick = rec.get("trial") is not None
         if self.attempt > 1 and self.reports:  # (an earlier attempt's points stay; this one goes on after them)
             self.output.seen_step = (rec.get("progress") or {}).get("step")
         try:
