@@ -91,6 +91,9 @@ def child_env(settings: Settings) -> dict[str, str]:
     """Environment for gpudeck child processes of a test."""
     env = {k: v for k, v in os.environ.items() if not k.startswith(("GPUDECK_", "REDIS_URL"))}
     env.update(GPUDECK_HOME=str(settings.home), REDIS_URL=settings.redis_url or "", PYTHONUNBUFFERED="1")
+    # Workers keep no warm trainer (GPUDECK_WARM's default is on): in a test that runs one zoo job, the next
+    # trainer's imports are seconds of CPU for a job that never comes. tests/jobs/test_warm_e2e.py turns it on.
+    env["GPUDECK_WARM"] = "off"
     return env
 
 

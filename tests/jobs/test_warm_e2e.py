@@ -55,7 +55,7 @@ def test_a_zoo_job_starts_in_the_warm_trainer_its_worker_made_once_per_job_on_it
     client, spawn, child_env, settings, tmp_path
 ):
     fake_nvidia_smi(tmp_path / "bin", fake_gpus(2))
-    env = {**child_env, "PATH": f"{tmp_path / 'bin'}:{child_env['PATH']}"}
+    env = {**child_env, "PATH": f"{tmp_path / 'bin'}:{child_env['PATH']}", "GPUDECK_WARM": "on"}
     worker = spawn("worker", "--gpus", "1", env=env)
     until(lambda: client.get("/api/v1/workers").json["workers"], 30, "the worker")  # (then jobs ask for a GPU)
     first = client.post("/api/v1/jobs", json=SPEC).json["id"]
@@ -110,7 +110,7 @@ def test_a_zoo_job_starts_in_the_warm_trainer_its_worker_made_once_per_job_on_it
 def test_a_retried_job_starts_warm_from_its_checkpoint_a_canceled_one_stops_and_gpudeck_warm_off_keeps_none(
     client, spawn, child_env, settings, redis
 ):
-    worker = spawn("worker", "--cpu", env=child_env)
+    worker = spawn("worker", "--cpu", env={**child_env, "GPUDECK_WARM": "on"})
     first = client.post("/api/v1/jobs", json=SPEC).json["id"]
     assert wait_job(client, first)[0]["status"] == "succeeded"
     until(lambda: warm_trainers(settings.home), 60, "a warm trainer")
