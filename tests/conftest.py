@@ -19,19 +19,24 @@ from tests.support.live import FAKE_SMI, Proc, fake_nvidia_smi, start_api
 
 LONGEST = (
     "test_lenets_defaults_learn_on_the_synthetic_set",
-    "test_the_readme_search_runs_as_written_and_survives_a_restart_of_up",
-    "test_stop_restart_and_the_cli",
+    "test_a_notebook_session_serves_jupyter_with_a_token_or_says_what_to_install",
+    "test_a_zoo_job_starts_in_the_warm_trainer_its_worker_made",
     "test_a_killed_redis_comes_back_and_a_running_job_rides_the_outage_out",
-    "test_the_readme_multi_worker_walkthrough",
-    "test_kill_9_of_worker_and_horse_is_worker_lost_then_resumed",
-    "test_ci_gates_tables_json_logs_datasets_and_tensorboard",
+    "test_stop_restart_and_the_cli",
     "test_a_checkpointing_script_resumes_after_its_worker_is_killed",
+    "test_a_retried_job_starts_warm_from_its_checkpoint",
+    "test_a_session_is_released_when_nobody_is_attached_and_its_gpu_is_idle_and_not_before",
+    "test_gpudeck_doctor_says_whether_the_box_is_ready",
     "test_random_search_with_asha_stops_the_bad_learning_rates_of_a_model_job",
     "test_the_readme_section_as_written",
+    "test_kill_9_of_worker_and_horse_is_worker_lost_then_resumed",
+    "test_ci_gates_tables_json_logs_datasets_and_tensorboard",
+    "test_the_readme_multi_worker_walkthrough",
+    "test_the_readme_search_runs_as_written_and_survives_a_restart_of_up",
+    "test_four_shares_pack_one_gpu_and_the_watchdog_stops_only_the_overuser",
     "test_a_keras_script_is_searched_and_stopped_early",
-    "test_a_session_is_released_when_nobody_is_attached_and_its_gpu_is_idle_and_not_before",
 )
-"""The slow tests that take longest (`--durations`, 25 to 45 s each here), longest first."""
+"""The slow tests that take longest (`--durations`, 20 to 50 s each here under make test), longest first."""
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
