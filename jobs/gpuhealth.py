@@ -1,5 +1,5 @@
 """GPUs that fail: the kernel log's `NVRM: Xid` lines, read by each worker host's sampler, classified as
-k8s-device-plugin and GKE do.
+k8s-device-plugin and GKE do, and nvidia-smi's uncorrectable ECC counts (a rise is a hardware fault, Xid 48's).
 
 - A hardware fault (XID 48, 63, 64, 74, 79, 92, 94, 95, …: HARDWARE) cordons its GPU (`gpudeck:cordon:<host>:<gpu>`):
   it takes no new job until an admin uncordons it (`gpudeck gpu uncordon HOST:GPU`), and each job holding it is
@@ -25,7 +25,7 @@ from typing import Any
 from redis import Redis
 
 from jobs import notify
-from jobs.keys import CORDON_PATTERN, GPU_ERRORS_KEY, cordon_key, xid_seen_key
+from jobs.keys import CORDON_PATTERN, GPU_ERRORS_KEY, cordon_key, ecc_seen_key, xid_seen_key
 from jobs.store import JobStore
 from models.states import Reason
 
@@ -118,6 +118,56 @@ class KernelLog:
             return []
         where = bus_ids()
         return [(where.get(address), xid, rest) for _, address, xid, rest in found]
+
+
+ECC_XID = 48
+"""What an uncorrectable ECC error is as an XID (the kernel log says `Xid 48`, a double-bit ECC error)."""
+ECC_EVERY_S = 10.0
+"""How often a host's GPUs' ECC counts are read."""
+ECC_QUERY = ["nvidia-smi", "--query-gpu=index,ecc.errors.uncorrected.volatile.total", "--format=csv,noheader,nounits"]
+
+
+class EccWatch:
+    """New uncorrectable ECC errors of a host's GPUs (nvidia-smi's volatile count since the driver loaded), every
+    ECC_EVERY_S, each GPU whose count rose since the last read as an event (index, ECC_XID, text) for `handle`: a
+    hardware fault. The counts are kept in Redis (`gpudeck:ecc-seen:<host>`), so the host's samplers taking turns
+    count each rise once; a count first read, or one that fell (the driver reloaded), is where the next read starts
+    (what happened before is the past, as the kernel log's lines from before are). `[N/A]` (ECC off, or a GPU
+    without it): not watched."""
+
+    def __init__(self, redis: Redis, host: str, every_s: float = ECC_EVERY_S) -> None:
+        self.redis, self.host, self.every_s = redis, host, every_s
+        self.last: float | None = None
+
+    def read(self, now: float) -> list[tuple[str | None, int, str]]:
+        if self.last is not None and now - self.last < self.every_s:
+            return []
+        self.last = now
+        counts = self.counts()
+        if not counts:
+            return []
+        key = ecc_seen_key(self.host)
+        before = {k.decode(): int(v) for k, v in self.redis.hgetall(key).items()}
+        self.redis.hset(key, mapping={gpu: str(n) for gpu, n in counts.items()})
+        return [
+            (gpu, ECC_XID, f"uncorrectable ECC errors: nvidia-smi's volatile count went {before[gpu]} -> {n}")
+            for gpu, n in counts.items()
+            if gpu in before and n > before[gpu]
+        ]
+
+    @staticmethod
+    def counts() -> dict[str, int]:
+        """GPU index -> its uncorrectable ECC errors since the driver loaded (GPUs without ECC left out)."""
+        try:
+            out = subprocess.run(ECC_QUERY, capture_output=True, text=True, timeout=10, check=True).stdout
+        except (OSError, subprocess.SubprocessError):
+            return {}
+        found = {}
+        for line in out.splitlines():
+            parts = [p.strip() for p in line.split(",")]
+            if len(parts) == 2 and parts[0].isdigit() and parts[1].isdigit():
+                found[parts[0]] = int(parts[1])
+        return found
 
 
 def handle(

@@ -195,6 +195,7 @@ class Sampler(Periodic):
         self.watchdog = Watchdog(grace_s)
         self.leftovers = Leftovers()
         self.kernel = gpuhealth.KernelLog(self.redis, self.host)
+        self.ecc = gpuhealth.EccWatch(self.redis, self.host)
         self.admins = admins
         self.idle = IdlePolicy(idle_gpu, idle_window_s)
 
@@ -238,6 +239,7 @@ class Sampler(Periodic):
             self.watchdog.look(JobStore(self.redis), [r for r in active if self.here(r)], gpus, now)
             self.idle.look(JobStore(self.redis), [r for r in active if self.here(r)], gpus, time.time())
             events = self.kernel.read()  # (the kernel log's new XIDs: a GPU that failed, or a job's own error)
+            events += self.ecc.read(now)  # (and new uncorrectable ECC errors)
             if events:
                 gpuhealth.handle(self.redis, self.host, events, active, self.admins)
 

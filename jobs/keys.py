@@ -195,6 +195,11 @@ def cordon_key(host: str, gpu: str) -> str:
 CORDON_PATTERN = f"{PREFIX}:cordon:*"
 
 
+def ecc_seen_key(host: str) -> str:
+    """The uncorrectable ECC error counts of a host's GPUs as last read (hash: GPU index -> count)."""
+    return f"{PREFIX}:ecc-seen:{host}"
+
+
 def xid_seen_key(host: str) -> str:
     """How far a host's kernel log was read for XIDs (its timestamp, seconds since boot)."""
     return f"{PREFIX}:xid-seen:{host}"

@@ -166,3 +166,31 @@ def test_each_xid_line_counts_once_whichever_sampler_of_the_host_reads_it_and_a_
     with log.open("a") as f:
         f.write("[    9.000000] NVRM: Xid (PCI:0000:86:00): 94, contained ECC error\n")
     assert [(g, x) for g, x, _ in second.read()] == [("1", 94)]
+
+
+def test_a_rise_of_a_gpus_uncorrectable_ecc_count_is_a_hardware_fault_that_cordons_it(redis, tmp_path, monkeypatch):
+    """nvidia-smi's volatile uncorrectable ECC count (a FAKE nvidia-smi reading counts a file holds): what the first
+    read finds is the past; a rise cordons the GPU and stops its job as Xid 48 would; GPUs without ECC ([N/A]) and
+    a count that fell (the driver reloaded) are not faults; two samplers of the host count a rise once."""
+    counts = tmp_path / "ecc.csv"
+    counts.write_text("0, 2\n1, [N/A]\n")
+    bin_dir = tmp_path / "bin"
+    fake_nvidia_smi(bin_dir, f'case "$*" in\n  *ecc.errors.uncorrected*) cat {counts} ;;\nesac\nexit 0\n')
+    monkeypatch.setenv("PATH", f"{bin_dir}:{os.environ['PATH']}")
+    one, other = gpuhealth.EccWatch(redis, "box"), gpuhealth.EccWatch(redis, "box")
+    assert one.read(0.0) == []  # (2 errors before it looked: the past)
+    assert one.read(5.0) == []  # (not due: every 10 s)
+    counts.write_text("0, 3\n1, [N/A]\n")
+    events = one.read(10.0)
+    assert events == [("0", 48, "uncorrectable ECC errors: nvidia-smi's volatile count went 2 -> 3")]
+    assert other.read(10.0) == []  # (the host's other sampler: counted once)
+    counts.write_text("0, 0\n1, [N/A]\n")  # (the driver reloaded)
+    assert one.read(20.0) == [] and other.read(30.0) == []
+    for i in range(2):
+        register(redis, f"box.gpu{i}", host="box", gpus=(str(i),))
+    job = submit(redis, max_retries=1)
+    store = JobStore(redis)
+    assert store.get(job)["gpu_ids"] == ["0"]
+    gpuhealth.handle(redis, "box", events, store.active())
+    assert redis.get(stop_key(job)) == b"gpu_error"
+    assert json.loads(redis.get("gpudeck:cordon:box:0"))["xid"] == 48
