@@ -444,6 +444,17 @@ class CommandJobSpec(Code):
     total_steps: Annotated[
         int | None, COMMAND_ELSEWHERE, Cli("--total-steps", "the steps your script will log, for progress and ETA")
     ] = Field(None, ge=1, le=MAX_TOTAL_STEPS, description="for progress and ETA of a command job")
+    classes: Annotated[
+        int | None,
+        COMMAND_ELSEWHERE,
+        Cli("--classes", "the classes your script's accuracy is over: a result at chance gets a warning", "N"),
+    ] = Field(
+        None,
+        ge=2,
+        le=1_000_000,
+        description="the number of classes the script's accuracy is over: a result whose accuracy is at chance (at "
+        "most 1.5 / classes) gets a warning, as a zoo job's does",
+    )
 
 
 class SessionSpec(Code):

@@ -79,6 +79,27 @@ CHANCE_MARGIN = 1.5
 """A test accuracy no higher than this many times chance (1/classes) learned nothing."""
 
 
+ACCURACY_NAMES = ("test_accuracy", "val_accuracy", "accuracy", "val_acc", "acc")
+"""Where a result keeps its accuracy, in the order a chance check reads them (else any name ending in accuracy)."""
+
+
+def chance_warning(result: dict[str, Any], classes: int) -> str | None:
+    """A command job's result (its `classes` declared: it says what chance is) whose accuracy is at chance (at most
+    CHANCE_MARGIN / classes): the warning a zoo job's result gets when it learned nothing; None otherwise."""
+    numbers = {k: v for k, v in result.items() if isinstance(v, (int, float)) and not isinstance(v, bool)}
+    name = next((n for n in ACCURACY_NAMES if n in numbers), None)
+    name = name or next((n for n in sorted(numbers) if n.lower().endswith("accuracy")), None)
+    if name is None or classes < 2:
+        return None
+    chance = 1 / classes
+    if not numbers[name] <= CHANCE_MARGIN * chance:
+        return None
+    return (
+        f"its {name} {numbers[name]:.3f} is at chance (1/{classes} = {chance:.3f}): it learned nothing; check its lr "
+        "and its data"
+    )
+
+
 def divergence_warning(
     first: float | None, peak: float | None, accuracy: float, classes: int, lr: Any, test_loss: float | None = None
 ) -> str | None:

@@ -24,6 +24,7 @@ from jobs.run.proc import Started, end_descendants, kill_marked
 from jobs.scalars import ScalarReader, newest_run_result, read_result
 from jobs.store import LIVE_TTL_S, JobStore, passing
 from models import protocol
+from models.reporting import chance_warning
 from models.states import Reason, Status
 
 log = logging.getLogger(__name__)
@@ -264,9 +265,14 @@ class Output:
         self.progress = {"step": None, "total_steps": total_steps, "steps_per_epoch": None}
         return {"status": Status.RUNNING.value, "running_at": time.time(), "progress": self.progress}
 
-    def command_result(self, job_dir: Any) -> None:
-        """A command job's result: its result.json, else the last value of each scalar it logged."""
+    def command_result(self, job_dir: Any, classes: int | None = None) -> None:
+        """A command job's result: its result.json, else the last value of each scalar it logged; with a `warning`
+        when its accuracy is at chance over the `classes` its spec declares (as a zoo job's result gets)."""
         self.result = read_result(job_dir) or newest_run_result(self.reader)
+        if self.result and classes and "warning" not in self.result:
+            warning = chance_warning(self.result, classes)
+            if warning:
+                self.result = {**self.result, "warning": warning}
         self.store.update(self.job_id, result=self.result)
 
 

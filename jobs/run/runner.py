@@ -323,7 +323,7 @@ class JobRun:
 
     def _command_result(self, returncode: int | None) -> None:
         if self.command and self.reports and returncode == protocol.EXIT_OK:
-            self.output.command_result(self.job_dir)
+            self.output.command_result(self.job_dir, self.spec.get("classes"))
 
     def facts(self, returncode: int | None, oom_before: int | None) -> outcome.Facts:
         """What the job-end table (jobs.outcome) weighs of this attempt."""

@@ -211,3 +211,29 @@ def test_a_second_training_gets_its_eta_from_its_own_clock_not_the_jobs(redis):
     since = store.get(1)["progress"]["since"]
     view = job_view(store.get(1), now=since + 10)  # two steps of B in its first ten seconds: three more take 15 s
     assert (view["progress"]["step"], view["eta_s"]) == (2, 15.0), view["progress"]
+
+
+def test_a_script_whose_accuracy_is_at_chance_over_its_declared_classes_gets_the_chance_warning(redis, tmp_path):
+    """Issue 43 (should-fix): a script trial at chance gets the warning a zoo job gets, where its spec says what
+    chance is (`classes`); a script that learned, or one that declares no classes, gets none."""
+    from jobs.run.pump import Output
+    from jobs.store import JobStore
+    from jobs.views import job_view
+
+    store = JobStore(redis)
+    cases = [
+        ({"val_accuracy": 0.104, "val_loss": 2.30}, 10, "its val_accuracy 0.104 is at chance (1/10 = 0.100)"),
+        ({"eval/top1_accuracy": 0.0012}, 1000, "its eval/top1_accuracy 0.001 is at chance (1/1000 = 0.001)"),
+        ({"val_accuracy": 0.91}, 10, None),
+        ({"val_accuracy": 0.104}, None, None),
+        ({"loss": 2.3}, 10, None),
+    ]
+    for job_id, (result, classes, said) in enumerate(cases, 1):
+        spec = {"command": ["python", "train.py"], "gpus": 0, **({"classes": classes} if classes else {})}
+        store.create(job_id, spec, "gpus-0")
+        job_dir = tmp_path / str(job_id)
+        job_dir.mkdir()
+        (job_dir / "result.json").write_text(json.dumps(result))
+        Output(store, job_id).command_result(job_dir, spec.get("classes"))
+        warning = job_view(store.get(job_id))["warning"]
+        assert (warning is None) if said is None else warning.startswith(said), (result, classes, warning)
