@@ -12,7 +12,7 @@ from typing import Any
 from redis import Redis
 from redis.exceptions import RedisError, WatchError
 
-from jobs import archives, disk, gang, lifecycle, queues, schedule, search, sweeps, views
+from jobs import archives, disk, forecast, gang, lifecycle, plan, queues, quota, schedule, search, sweeps, views
 from jobs.errors import Conflict, NotFound
 from jobs.keys import (
     INDEX_KEY,
@@ -23,7 +23,8 @@ from jobs.keys import (
 from jobs.outcome import CANCELED_QUEUED
 from jobs.settings import Settings
 from jobs.spec import is_command, is_multi_worker
-from jobs.store import JobStore, cannot_write, through_outage
+from jobs.placement import host_gpus, memory
+from jobs.store import JobStore, cannot_write, iso, through_outage
 from models.states import Reason, Status
 
 log = logging.getLogger(__name__)
@@ -48,6 +49,38 @@ def submit(
         schedule.place(redis, settings)  # it starts now when it can
         rec = JobStore(redis).get(rec["id"])
     return rec, replayed
+
+
+def dry_run(redis: Redis, body: Any, settings: Settings, extra: dict[str, Any] | None = None) -> dict[str, Any]:
+    """What submitting `body` would do, with nothing stored: the spec as it would be queued (checked as a submission
+    is: the same 400, 403 and 404 answers, the owner's quota), its queue, how long it is expected to run and from
+    what, its expected start were it the last in line (the scheduler's plan: jobs.forecast), and the GPU-hours that
+    is (its GPUs times its tasks times its expected duration; a share of a GPU counts its part)."""
+    spec = queues.validate(redis, body, settings)
+    owner = (extra or {}).get("owner")
+    quota.check_fits(redis, owner, spec)
+    rec = {"id": 0, "spec": spec, "owner": owner}
+    took, source = plan.expected(rec, plan.learned(redis, [rec]))
+    start: float | None
+    why: str | None
+    if spec.get("after"):
+        start, why = None, queues.waiting_for(spec["after"])
+    else:
+        start, why = forecast.estimate(redis, settings, also=rec).get(0, (None, None))
+    gpus = float(spec.get("gpus") or 0) * int(spec.get("workers") or 1)
+    if spec.get("gpu_memory") and gpus:  # (its part of the largest live GPU: where it lands is not known yet)
+        totals = [total for total, _, _ in memory(redis, list(host_gpus(redis))).values()]
+        gpus = min(1.0, spec["gpu_memory"] / max(totals)) if totals else 1.0
+    return {
+        "dry_run": True,
+        "spec": spec,
+        "queue": queues.queue_name(spec["gpus"], spec["priority"]),
+        "expected_duration_s": took,
+        "expected_duration_from": source,
+        "expected_start": iso(start) if start is not None else None,
+        "expected_start_note": why if start is None else "were it the last in line (fair share may put it earlier)",
+        "gpu_hours": round(gpus * took / 3600, 4) if took is not None else None,
+    }
 
 
 def cancel(redis: Redis, job_id: int) -> dict[str, Any]:

@@ -63,14 +63,18 @@ NO_ESTIMATE = (
 
 
 def estimate(
-    redis: Redis, settings: Settings, wanted: Iterable[int] | None = None, now: float | None = None
+    redis: Redis,
+    settings: Settings,
+    wanted: Iterable[int] | None = None,
+    now: float | None = None,
+    also: dict[str, Any] | None = None,
 ) -> dict[int, tuple[float | None, str | None]]:
     """Every queued job's expected start (like `squeue --start`), from the plan the scheduler follows (jobs.plan):
     the line in the scheduler's order over a timeline where each running job holds its workers until its expected
     end, each job ahead takes the earliest time its workers are free for as long as it is expected to run (a
     reservation), and a job may start before one ahead of it only where it ends before that one's reservation
     (backfill). (time, None) or (None, why there is no estimate). `wanted`: the jobs asked about (it stops once it
-    has them all)."""
+    has them all). `also`: a record not submitted (a dry run, its id 0): its start were it the last in line."""
     s = settings
     now = time.time() if now is None else now
     store = JobStore(redis)
@@ -112,4 +116,10 @@ def estimate(
             continue
         out[job_id] = (start, None)
         tl.take({x.name for p in chosen for x in p}, start, took, taken_of(rec["spec"]))
+    if also is not None:
+        spec = also["spec"]
+        places, k = int(spec.get("workers") or 1), int(spec.get("gpus") or 0)
+        took, _ = plan.expected(also, history)
+        start, chosen = tl.earliest(places, k, took, spec.get("gpu_memory") if k else None)
+        out[0] = (start, None) if start is not None and chosen is not None else (None, NO_ESTIMATE)
     return out

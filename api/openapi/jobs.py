@@ -326,6 +326,19 @@ def schemas() -> dict[str, Any]:
             },
             ["jobs", "next_cursor", "total"],
         ),
+        "DryRun": _obj(
+            {
+                "dry_run": {**BOOL, "enum": [True]},
+                "spec": _ref("JobSpec"),
+                "queue": STR,
+                "expected_duration_s": _nullable(NUM),
+                "expected_duration_from": _nullable({**STR, "enum": ["declared", "history", "timeout"]}),
+                "expected_start": _nullable(TIME),
+                "expected_start_note": _nullable(STR),
+                "gpu_hours": _nullable({**NUM, "description": "GPUs x tasks x expected hours (a share: its part)"}),
+            },
+            ["dry_run", "spec", "queue", "expected_duration_s", "expected_start", "gpu_hours"],
+        ),
         "MetricPoint": point,
         "Metrics": _obj(
             {
@@ -373,8 +386,9 @@ def paths() -> dict[str, Any]:
                 {
                     "201": {**_json("Job", "created", {"Location": {"schema": STR}}), "links": JOB_LINKS},
                     "200": {
-                        **_json("Job", "replayed for an Idempotency-Key seen in the last 24 h"),
-                        "links": JOB_LINKS,
+                        "description": "replayed for an Idempotency-Key seen in the last 24 h (a Job), or, with "
+                        "dry_run=true, what submitting it would do with nothing stored (a DryRun)",
+                        "content": {"application/json": {"schema": {"oneOf": [_ref("Job"), _ref("DryRun")]}}},
                     },
                     **_errors(400, 403, 404, 409, 413, 422, 503, 507),
                 },
@@ -384,7 +398,13 @@ def paths() -> dict[str, Any]:
                         "in": "header",
                         "required": False,
                         "schema": {**STR, "minLength": 1, "maxLength": 255},
-                    }
+                    },
+                    _q(
+                        "dry_run",
+                        {**STR, "enum": ["true", "false", "1", "0"]},
+                        "true: check it as a submission, store nothing, answer a DryRun (its spec, expected start "
+                        "and GPU-hours)",
+                    ),
                 ],
                 requestBody=_body("JobSpecInput"),
             ),

@@ -384,3 +384,25 @@ def test_a_script_that_trains_twice_keeps_its_runs_apart(client, redis, tmp_path
     assert len(client.get("/api/v1/jobs/1/metrics").json["train"]) == 5  # every point, each with its run
     bad = client.get("/api/v1/jobs/1/metrics?run=logs/nope")
     assert bad.status_code == 400 and first in bad.json["message"]
+
+
+def test_a_dry_run_is_checked_as_a_submission_and_stores_nothing(client, redis, users):
+    """POST /jobs?dry_run=true (what an agent's dry run asks, issue 47): the spec as it would be queued, its expected
+    duration and GPU-hours, its expected start; the same refusals as a submission; no id taken, nothing queued."""
+    spec = {"model": "lenet", "dataset": "synthetic", "gpus": 0, "expected_duration": 1800, "name": "try"}
+    answer = client.post("/api/v1/jobs?dry_run=true", json=spec, headers=users["alice"])
+    assert answer.status_code == 200, answer.json
+    got = answer.json
+    assert got["dry_run"] is True and got["spec"]["name"] == "try" and got["spec"]["priority"] == "normal"
+    assert got["queue"] == "cpu" and got["expected_duration_s"] == 1800 and got["expected_duration_from"] == "declared"
+    assert got["gpu_hours"] == 0  # (no GPU)
+    assert got["expected_start"] is None and got["expected_start_note"]  # (no live worker could run it: said why)
+    gpu = client.post("/api/v1/jobs?dry_run=1", json={**spec, "gpus": 1}, headers=users["alice"]).json
+    assert gpu["gpu_hours"] == 0.5
+    assert redis.get("gpudeck:next_id") is None and client.get("/api/v1/jobs", headers=users["root"]).json["total"] == 0
+    bad = client.post("/api/v1/jobs?dry_run=true", json={**spec, "gpus": -1}, headers=users["alice"])
+    assert bad.status_code == 400 and "gpus" in bad.json["details"]["fields"]
+    command = client.post("/api/v1/jobs?dry_run=true", json={"command": "true"}, headers=users["bob"])
+    assert command.status_code == 403  # (bob may not run commands: a dry run does not say otherwise)
+    assert client.post("/api/v1/jobs?dry_run=maybe", json=spec, headers=users["alice"]).status_code == 400
+    assert client.get("/api/v1/jobs", headers=users["root"]).json["total"] == 0
