@@ -21,9 +21,9 @@ from jobs.keys import (
     sweep_key,
 )
 from jobs.outcome import CANCELED_QUEUED
+from jobs.placement import host_gpus, memory
 from jobs.settings import Settings
 from jobs.spec import is_command, is_multi_worker
-from jobs.placement import host_gpus, memory
 from jobs.store import JobStore, cannot_write, iso, through_outage
 from models.states import Reason, Status
 
