@@ -41,3 +41,12 @@ def run_block(
         if errors is not None:
             errors.append(run.stderr)
     return outputs
+
+
+def json_block(name: str) -> object:
+    """A README block of JSON (`<!-- NAME: … -->` then a ```json fence), parsed."""
+    import json
+
+    block = re.search(rf"<!-- {name}:.*?-->\s*```json\n(.*?)```\s*<!-- /{name} -->", README.read_text(), re.S)
+    assert block, f"README.md lost its {name} block"
+    return json.loads(block.group(1))

@@ -1,0 +1,322 @@
+"""`gpudeck mcp`: gpudeck for agents, over the Model Context Protocol (the official `mcp` SDK's MCPServer).
+
+It is a client of the REST API, as `gpudeck` is (tui.client, with the --api and --token the CLI uses): every tool
+is one or a few API requests, so the token's owner, admin rights, command rights, quotas and `max_priority` hold
+exactly as over HTTP (the API decides; its messages come back as the tool's error), and secrets stay masked as
+the API masks them. It never reaches Redis or the engine.
+
+Tools read unless the server was started with `--allow-writes`: then it also offers submit (a job, a sweep or
+search), cancel, priority, move and delete, each with `dry_run` (a job's: the API's `?dry_run=true`, what the job
+would be, when it would start, its GPU-hours; the others: what would change, read from the job as it is now).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from typing import Any
+
+from mcp.server import MCPServer
+from mcp.server.mcpserver.exceptions import ResourceError, ToolError
+
+from tui.client import ApiError, Client, Unreachable
+
+INSTRUCTIONS = (
+    "gpudeck runs training jobs on GPU machines. Read jobs with list_jobs and show_job, their logs with job_logs and "
+    "their curves with job_metrics; triage_job says why a job failed and what to try. Writes (submit_job, "
+    "submit_sweep, cancel_job, set_priority, move_job, delete_job) exist only when the server allows them; use "
+    "dry_run=true first."
+)
+ERROR_LINE = re.compile(
+    r"(Traceback|Error|error:|ERROR|Exception|Killed|No space left|out of memory|OOM|\bnan\b|Xid)", re.IGNORECASE
+)
+READ_ONLY = {"readOnlyHint": True, "openWorldHint": False}
+WRITE = {"readOnlyHint": False, "destructiveHint": False, "openWorldHint": False}
+DESTRUCTIVE = {"readOnlyHint": False, "destructiveHint": True, "openWorldHint": False}
+
+
+def _call(fn: Any, *args: Any, **kwargs: Any) -> Any:
+    """An API call; its refusal as the tool's error, in the API's words."""
+    try:
+        return fn(*args, **kwargs)
+    except ApiError as exc:
+        details = f" {json.dumps(exc.details)}" if exc.details else ""
+        raise ToolError(f"{exc}{details}") from None
+    except Unreachable as exc:
+        raise ToolError(f"the gpudeck API is unreachable: {exc}") from None
+
+
+def summary(job: dict[str, Any]) -> dict[str, Any]:
+    """A job as a list shows it: what an agent scans."""
+    spec = job.get("spec") or {}
+    return {
+        "id": job["id"],
+        "name": job.get("name"),
+        "owner": job.get("owner"),
+        "status": job["status"],
+        "reason": job.get("reason"),
+        "what": spec.get("model") or spec.get("command") or spec.get("kind"),
+        "gpus": spec.get("gpus"),
+        "progress": (job.get("progress") or {}).get("fraction"),
+        "test_accuracy": (job.get("result") or {}).get("test_accuracy"),
+        "warning": job.get("warning"),
+        "created_at": job.get("created_at"),
+    }
+
+
+def metric_summary(metrics: dict[str, Any]) -> dict[str, Any]:
+    """Each series (train, validation) and each of its values: how many points, first, last, min, max, at which
+    steps."""
+    out: dict[str, Any] = {}
+    for series, points in metrics.items():
+        if not isinstance(points, list) or not points:
+            continue
+        names = sorted({k for p in points for k, v in p.items() if isinstance(v, (int, float)) and k != "step"})
+        out[series] = {"points": len(points), "steps": [points[0].get("step"), points[-1].get("step")]}
+        for name in names:
+            values = [(p.get("step"), p[name]) for p in points if isinstance(p.get(name), (int, float))]
+            if name in ("time", "epoch") or not values:
+                continue
+            low, high = min(values, key=lambda sv: sv[1]), max(values, key=lambda sv: sv[1])
+            out[series][name] = {
+                "first": values[0][1],
+                "last": values[-1][1],
+                "min": low[1],
+                "min_step": low[0],
+                "max": high[1],
+                "max_step": high[0],
+            }
+    return out
+
+
+def advice(job: dict[str, Any]) -> list[str]:
+    """What to try next, from the job's own facts (its reason, its spec, its record)."""
+    spec, reason = job.get("spec") or {}, job.get("reason")
+    params = spec.get("params") or {}
+    out = []
+    if reason == "oom":
+        batch = params.get("batch_size")
+        out.append(
+            f"it ran out of memory: halve params.batch_size ({batch} -> {batch // 2})"
+            if isinstance(batch, int) and batch > 1
+            else "it ran out of memory: a smaller batch or model, or a worker with more memory (--max-memory)"
+        )
+    elif reason == "gpu_memory_exceeded":
+        peak = (job.get("gpu_memory_exceeded") or {}).get("peak")
+        out.append(f"it used more GPU memory than its gpu_memory ({spec.get('gpu_memory')}): raise it above {peak}")
+    elif reason == "diverged" or (job.get("warning") and "lr" in str(job.get("warning"))):
+        lr = params.get("lr")
+        out.append(
+            f"the loss diverged: lower params.lr ({lr} -> {lr / 10:g}) and retry from its last good checkpoint"
+            if isinstance(lr, (int, float))
+            else "the loss diverged: lower the learning rate"
+        )
+    elif reason == "timeout":
+        out.append(f"it ran past its timeout ({spec.get('timeout')} s): raise timeout, or retry: it resumes")
+    elif reason in ("worker_lost", "gpu_error"):
+        out.append("an infrastructure failure, not the job's: retry it (a zoo job resumes from its checkpoint)")
+    elif reason == "exit_nonzero":
+        out.append("its process failed: read the error lines below, fix the code or its input, then resubmit")
+    elif reason == "bad_input":
+        out.append(f"its input was refused: {job.get('message')}")
+    elif reason == "disk_full":
+        out.append("the disk under the job dir is full: delete old jobs (delete_job) or free space, then retry")
+    elif reason == "environment":
+        out.append("its project environment could not be built: fix its requirements (see the log)")
+    elif reason == "dependency_failed":
+        out.append(f"a job it depends on did not succeed: {job.get('message')}")
+    if job.get("status") == "queued":
+        out.append(
+            f"it is waiting: {job.get('message') or 'for free GPUs'}; expected start {job.get('expected_start')}"
+        )
+    return out
+
+
+def triage(api: Client, job_id: int, lines: int = 200) -> dict[str, Any]:
+    """Why a job is where it is: state, reason, message, the log lines around its error, the GPU it held, advice."""
+    job = _call(api.job, job_id)
+    text, _ = _call(api.logs, job_id)
+    tail = text.splitlines()[-lines:]
+    hits = [i for i, line in enumerate(tail) if ERROR_LINE.search(line)]
+    around: list[str] = []
+    if hits:
+        first = hits[-1]
+        around = tail[max(0, first - 5) : first + 6]
+    return {
+        "id": job["id"],
+        "status": job["status"],
+        "reason": job.get("reason"),
+        "message": job.get("message"),
+        "warning": job.get("warning"),
+        "worker": job.get("worker"),
+        "gpu_ids": job.get("gpu_ids"),
+        "attempt": job.get("attempt"),
+        "error_lines": around,
+        "log_tail": tail[-10:],
+        "next": advice(job),
+    }
+
+
+def server(api: Client, allow_writes: bool = False) -> MCPServer:
+    """The MCP server over `api` (writes only where `allow_writes`)."""
+    mcp = MCPServer("gpudeck", instructions=INSTRUCTIONS)
+
+    @mcp.tool(annotations=READ_ONLY)
+    def list_jobs(
+        status: str | None = None, owner: str | None = None, model: str | None = None, limit: int = 50
+    ) -> dict[str, Any]:
+        """Jobs, newest first: status (comma-separated: queued,running,failed…), owner (`me`), model; each with
+        its state, reason, progress and accuracy."""
+        page = _call(api.jobs, limit=max(1, min(limit, 500)), status=status, owner=owner, model=model)
+        return {"jobs": [summary(j) for j in page["jobs"]], "total": page.get("total")}
+
+    @mcp.tool(annotations=READ_ONLY)
+    def show_job(job_id: int) -> dict[str, Any]:
+        """One job as the API shows it: spec, state, reason, message, progress, metrics, result, usage."""
+        return _call(api.job, job_id)
+
+    @mcp.tool(annotations=READ_ONLY)
+    def wait_job(job_id: int, timeout: int = 60) -> dict[str, Any]:
+        """Wait up to `timeout` seconds (at most 3600) for a job to end; the job as it is then."""
+        return summary(_call(api.wait, job_id, max(1, min(timeout, 3600))))
+
+    @mcp.tool(annotations=READ_ONLY)
+    def job_logs(job_id: int, tail: int = 100, offset: int | None = None, search: str | None = None) -> dict[str, Any]:
+        """A job's log: its last `tail` lines, or from line `offset`; `search`: only the lines holding that text."""
+        text, next_offset = _call(api.logs, job_id, offset or 0)
+        lines = text.splitlines()
+        if search:
+            lines = [line for line in lines if search.lower() in line.lower()]
+        if offset is None:
+            lines = lines[-max(1, tail) :]
+        return {"lines": lines, "next_offset": next_offset}
+
+    @mcp.tool(annotations=READ_ONLY)
+    def job_metrics(job_id: int, raw: bool = False) -> dict[str, Any]:
+        """A job's curves: per series (train, validation) each value's first, last, min and max and where; `raw`:
+        every point."""
+        metrics = _call(api.metrics, job_id)
+        return metrics if raw else metric_summary(metrics)
+
+    @mcp.tool(annotations=READ_ONLY)
+    def triage_job(job_id: int) -> dict[str, Any]:
+        """Why a job failed (or waits): its state and reason, the log lines around its error, the GPU it held, and
+        what to try next, from its own facts."""
+        return triage(api, job_id)
+
+    @mcp.tool(annotations=READ_ONLY)
+    def list_gpus() -> dict[str, Any]:
+        """Each host's GPUs: utilization, memory, who holds them, cordoned ones."""
+        return _call(api.gpus)
+
+    @mcp.tool(annotations=READ_ONLY)
+    def list_workers() -> dict[str, Any]:
+        """The workers: host, GPUs, state, current job."""
+        return _call(lambda: api.request("GET", "/api/v1/workers").json())
+
+    @mcp.tool(annotations=READ_ONLY)
+    def share_table() -> dict[str, Any]:
+        """Fair share: each owner's decayed GPU usage, what they hold and wait for."""
+        return _call(api.share)
+
+    @mcp.tool(annotations=READ_ONLY)
+    def list_sweeps(limit: int = 50) -> dict[str, Any]:
+        """Sweeps and searches, newest first."""
+        return {"sweeps": _call(api.sweeps, max(1, min(limit, 500)))}
+
+    @mcp.tool(annotations=READ_ONLY)
+    def show_sweep(sweep_id: int) -> dict[str, Any]:
+        """A sweep or search and its trials, ranked by its metric."""
+        return _call(api.sweep_summary, sweep_id)
+
+    @mcp.tool(annotations=READ_ONLY)
+    def list_datasets() -> dict[str, Any]:
+        """The uploaded datasets and their versions."""
+        return _call(api.datasets)
+
+    @mcp.tool(annotations=READ_ONLY)
+    def list_models() -> dict[str, Any]:
+        """The zoo's models and the params a job may set."""
+        return _call(api.models)
+
+    @mcp.resource("gpudeck://jobs/{job_id}/log", mime_type="text/plain")
+    def job_log(job_id: str) -> str:
+        """A job's log as it is now."""
+        try:
+            return api.logs(int(job_id))[0]
+        except (ApiError, Unreachable, ValueError) as exc:
+            raise ResourceError(str(exc)) from None
+
+    @mcp.resource("gpudeck://jobs/{job_id}/metrics", mime_type="application/json")
+    def job_curve(job_id: str) -> str:
+        """A job's metric points (train and validation) as JSON."""
+        try:
+            return json.dumps(api.metrics(int(job_id)))
+        except (ApiError, Unreachable, ValueError) as exc:
+            raise ResourceError(str(exc)) from None
+
+    @mcp.prompt()
+    def diagnose_job(job_id: str) -> str:
+        """Diagnose a gpudeck job: why it failed and what to change."""
+        return (
+            f"Diagnose gpudeck job {job_id}. Call triage_job({job_id}) first, then job_logs and job_metrics as "
+            "needed. Say in a few sentences why it ended as it did, quoting the error line, and propose one concrete "
+            "change to its spec (a field and its new value). Do not resubmit anything unless asked."
+        )
+
+    if allow_writes:
+        _writes(mcp, api)
+    return mcp
+
+
+def _writes(mcp: MCPServer, api: Client) -> None:
+    @mcp.tool(annotations=WRITE)
+    def submit_job(spec: dict[str, Any], dry_run: bool = False) -> dict[str, Any]:
+        """Submit a job (a zoo model: model, dataset, params; or a command). dry_run: what it would be — the spec
+        as queued, its expected start, its GPU-hours — with nothing stored."""
+        if dry_run:
+            return _call(lambda: api.request("POST", "/api/v1/jobs", params={"dry_run": "true"}, json=spec).json())
+        return summary(_call(api.submit, spec))
+
+    @mcp.tool(annotations=WRITE)
+    def submit_sweep(body: dict[str, Any]) -> dict[str, Any]:
+        """Submit a sweep (a grid) or a search (space, search, stopping): the API validates every trial first."""
+        return _call(api.sweep, body)
+
+    @mcp.tool(annotations=DESTRUCTIVE)
+    def cancel_job(job_id: int, dry_run: bool = False) -> dict[str, Any]:
+        """Cancel a queued or running job (a running one checkpoints and stops). dry_run: what would happen."""
+        if dry_run:
+            job = _call(api.job, job_id)
+            ended = job["status"] in ("succeeded", "failed", "canceled")
+            return {
+                "dry_run": True,
+                "job": summary(job),
+                "would": "nothing: it has ended (409)" if ended else f"cancel it ({job['status']})",
+            }
+        return summary(_call(api.cancel, job_id))
+
+    @mcp.tool(annotations=WRITE)
+    def set_priority(job_id: int, priority: str, dry_run: bool = False) -> dict[str, Any]:
+        """Change a queued job's priority (high, normal, low; the token's max_priority caps it)."""
+        if dry_run:
+            job = _call(api.job, job_id)
+            was = (job.get("spec") or {}).get("priority")
+            return {"dry_run": True, "job": summary(job), "would": f"priority {was} -> {priority}"}
+        return summary(_call(api.set_priority, job_id, priority))
+
+    @mcp.tool(annotations=WRITE)
+    def move_job(job_id: int, first: bool = False, before: int | None = None, dry_run: bool = False) -> dict[str, Any]:
+        """Move a queued job in its owner's line: first, or before another of the owner's queued jobs."""
+        where: dict[str, Any] = {"first": True} if first else {"before": before}
+        if dry_run:
+            return {"dry_run": True, "job": summary(_call(api.job, job_id)), "would": f"move it {where}"}
+        return summary(_call(api.move, job_id, **where))
+
+    @mcp.tool(annotations=DESTRUCTIVE)
+    def delete_job(job_id: int, dry_run: bool = False) -> dict[str, Any]:
+        """Delete an ended job for good (record, log, metrics, job dir). dry_run: what would go."""
+        if dry_run:
+            job = _call(api.job, job_id)
+            return {"dry_run": True, "job": summary(job), "would_free_bytes": job.get("disk_bytes")}
+        return _call(api.delete, job_id)
