@@ -58,11 +58,14 @@ def expand(base: Any, grid: Any) -> list[dict[str, Any]]:
     return [search.apply(base, combo) for combo in combinations(base, grid)]
 
 
-def create(redis: Redis, body: Any, settings: Settings, owner: str | None = None) -> dict[str, Any]:
+def create(
+    redis: Redis, body: Any, settings: Settings, owner: str | None = None, dry_run: bool = False
+) -> dict[str, Any]:
     """A grid: validate every combination first (all or nothing), then submit one job each (all `owner`'s) under a
-    new sweep id. A search (random, tpe): validate it, then create its study and launch its first trials."""
+    new sweep id. A search (random, tpe): validate it, then create its study and launch its first trials.
+    `dry_run`: validated as that, nothing stored: what it would be (a grid's jobs' specs; a search's rules)."""
     if search.is_search(body):
-        return _create_search(redis, body, settings, owner)
+        return _create_search(redis, body, settings, owner, dry_run)
     if not isinstance(body, dict) or set(body) - {"base", "grid", "max_concurrent", "search", "metric", "mode"}:
         raise ValidationError(
             {
@@ -90,6 +93,10 @@ def create(redis: Redis, body: Any, settings: Settings, owner: str | None = None
             raise type(exc)(  # a combination whose one problem is a missing dataset is a 404, as a job's
                 {f"combination {i + 1} {json.dumps(combo)}: {k}": v for k, v in exc.fields.items()}
             ) from None
+    if dry_run:
+        shown_specs = [spec_mod.shown(queues.validate(redis, s, settings, default_gpus=0)) for s in specs]
+        return {"dry_run": True, "search": "grid", "jobs": len(specs), "specs": shown_specs, "metric": metric,
+                "mode": mode, "max_concurrent": cap}  # fmt: skip
     sweep_id = int(redis.incr(SWEEP_COUNTER_KEY))
     record = {
         "id": sweep_id,
@@ -115,11 +122,16 @@ def create(redis: Redis, body: Any, settings: Settings, owner: str | None = None
     return {**record, "jobs": jobs}
 
 
-def _create_search(redis: Redis, body: dict[str, Any], settings: Settings, owner: str | None) -> dict[str, Any]:
+def _create_search(
+    redis: Redis, body: dict[str, Any], settings: Settings, owner: str | None, dry_run: bool = False
+) -> dict[str, Any]:
     if body.get("search") not in search.SEARCHES:
         raise ValidationError({"search": f"must be one of {', '.join(search.SEARCHES)}, got {body.get('search')!r}"})
     fields = search.parse(redis, body, settings, owner)
-    quota.check_fits(redis, owner, queues.validate(redis, body["base"], settings, default_gpus=0))
+    base_spec = queues.validate(redis, body["base"], settings, default_gpus=0)
+    quota.check_fits(redis, owner, base_spec)
+    if dry_run:
+        return {"dry_run": True, **fields, "base": spec_mod.shown(base_spec)}
     sweep_id = int(redis.incr(SWEEP_COUNTER_KEY))
     base = body["base"]  # (kept whole: its trials are submitted later, secret_env and all)
     record = {"id": sweep_id, **fields, "base": base, "job_ids": [], "created_at": time.time(), "owner": owner}

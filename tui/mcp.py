@@ -14,10 +14,15 @@ from __future__ import annotations
 
 import json
 import re
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from typing import Any
 
+import anyio
 from mcp.server import MCPServer
 from mcp.server.mcpserver.exceptions import ResourceError, ToolError
+from mcp.server.subscriptions import InMemorySubscriptionBus
+from mcp.shared.subscriptions import ResourceUpdated
 
 from tui.client import ApiError, Client, Unreachable
 
@@ -33,6 +38,10 @@ ERROR_LINE = re.compile(
 READ_ONLY = {"readOnlyHint": True, "openWorldHint": False}
 WRITE = {"readOnlyHint": False, "destructiveHint": False, "openWorldHint": False}
 DESTRUCTIVE = {"readOnlyHint": False, "destructiveHint": True, "openWorldHint": False}
+WATCH_EVERY_S = 1.0
+"""How often the server looks at the running jobs' logs and curves for the agents that subscribed to them."""
+WATCHED = 20
+"""At most this many running jobs (the newest) are watched for subscribers."""
 
 
 def _call(fn: Any, *args: Any, **kwargs: Any) -> Any:
@@ -157,9 +166,56 @@ def triage(api: Client, job_id: int, lines: int = 200) -> dict[str, Any]:
     }
 
 
+class Watch:
+    """What subscribers of `gpudeck://jobs/ID/log` and `…/metrics` are told: every WATCH_EVERY_S, each running job's
+    log length and last metric step (its own API client, on a thread), a ResourceUpdated for each that changed, and
+    for both once more when the job ends."""
+
+    def __init__(self, api: Client, bus: InMemorySubscriptionBus) -> None:
+        self.api = Client(api.base_url, timeout=api.timeout)
+        self.api.session.headers.update(api.session.headers)
+        self.bus = bus
+        self.seen: dict[int, tuple[int, Any]] = {}
+
+    def look(self) -> list[str]:
+        """The URIs that changed since the last look."""
+        page = self.api.jobs(limit=WATCHED, status="starting,running")
+        changed, now = [], {}
+        for job in page["jobs"]:
+            _, offset = self.api.logs(job["id"], self.seen.get(job["id"], (0, None))[0])
+            step = (job.get("metrics") or {}).get("step")
+            now[job["id"]] = (offset, step)
+        for job_id in set(now) | set(self.seen):
+            before, after = self.seen.get(job_id), now.get(job_id)
+            if after is None or before is None or before[0] != after[0]:
+                changed.append(f"gpudeck://jobs/{job_id}/log")
+            if after is None or before is None or before[1] != after[1]:
+                changed.append(f"gpudeck://jobs/{job_id}/metrics")
+        self.seen = now
+        return changed
+
+    async def run(self) -> None:
+        while True:
+            try:
+                for uri in await anyio.to_thread.run_sync(self.look):
+                    await self.bus.publish(ResourceUpdated(uri=uri))
+            except (ApiError, Unreachable):
+                pass  # (the next look tries again)
+            await anyio.sleep(WATCH_EVERY_S)
+
+
 def server(api: Client, allow_writes: bool = False) -> MCPServer:
     """The MCP server over `api` (writes only where `allow_writes`)."""
-    mcp = MCPServer("gpudeck", instructions=INSTRUCTIONS)
+    bus = InMemorySubscriptionBus()
+
+    @asynccontextmanager
+    async def watching(_: Any) -> AsyncIterator[dict[str, Any]]:
+        async with anyio.create_task_group() as tasks:
+            tasks.start_soon(Watch(api, bus).run)
+            yield {}
+            tasks.cancel_scope.cancel()
+
+    mcp = MCPServer("gpudeck", instructions=INSTRUCTIONS, subscriptions=bus, lifespan=watching)
 
     @mcp.tool(annotations=READ_ONLY)
     def list_jobs(
@@ -235,6 +291,11 @@ def server(api: Client, allow_writes: bool = False) -> MCPServer:
         return _call(api.datasets)
 
     @mcp.tool(annotations=READ_ONLY)
+    def list_environments() -> dict[str, Any]:
+        """The Python environments command jobs may name (env_name), as the operator registered them."""
+        return _call(lambda: api.request("GET", "/api/v1/envs").json())
+
+    @mcp.tool(annotations=READ_ONLY)
     def list_models() -> dict[str, Any]:
         """The zoo's models and the params a job may set."""
         return _call(api.models)
@@ -279,9 +340,13 @@ def _writes(mcp: MCPServer, api: Client) -> None:
         return summary(_call(api.submit, spec))
 
     @mcp.tool(annotations=WRITE)
-    def submit_sweep(body: dict[str, Any]) -> dict[str, Any]:
-        """Submit a sweep (a grid) or a search (space, search, stopping): the API validates every trial first."""
-        return _call(api.sweep, body)
+    def submit_sweep(body: dict[str, Any], dry_run: bool = False) -> dict[str, Any]:
+        """Submit a sweep (a grid) or a search (space, search, stopping): the API validates every trial first.
+        dry_run: what it would be (a grid's jobs, a search's rules), nothing stored."""
+        if dry_run:
+            return _call(lambda: api.request("POST", "/api/v1/sweeps", params={"dry_run": "true"}, json=body).json())
+        sweep = _call(api.sweep, body)
+        return {k: v for k, v in sweep.items() if k != "jobs"} | {"jobs": [summary(j) for j in sweep.get("jobs", [])]}
 
     @mcp.tool(annotations=DESTRUCTIVE)
     def cancel_job(job_id: int, dry_run: bool = False) -> dict[str, Any]:

@@ -293,7 +293,26 @@ def paths() -> dict[str, Any]:
         "/api/v1/sweeps": {
             "post": _op(
                 "A grid of params (one job each) or a search (trials sampled and stopped early)",
-                {"201": _json("Sweep"), **_errors(400, 403, 404, 413, 507)},
+                {
+                    "201": _json("Sweep"),
+                    "200": {
+                        "description": "with dry_run=true: what it would be, validated as a sweep is (every "
+                        "combination of a grid, a search's space and base), nothing stored",
+                        "content": {
+                            "application/json": {
+                                "schema": _obj({"dry_run": {**BOOL, "enum": [True]}, "search": STR}, ["dry_run"])
+                            }
+                        },
+                    },
+                    **_errors(400, 403, 404, 413, 507),
+                },
+                parameters=[
+                    _q(
+                        "dry_run",
+                        {**STR, "enum": ["true", "false", "1", "0"]},
+                        "true: validate it, store nothing, answer what it would be",
+                    )
+                ],
                 requestBody=_body("SweepInput"),
             ),
             "get": _op(

@@ -94,6 +94,24 @@ def test_a_sweep_with_one_bad_combination_creates_no_job(client, redis):
     assert client.get("/api/v1/sweeps/1").status_code == 404
 
 
+def test_a_sweeps_dry_run_validates_every_trial_and_stores_nothing(client, redis):
+    """POST /sweeps?dry_run=true (an agent's dry run, issue 47): a grid's jobs as they would be; a search's rules;
+    the same refusals; nothing in Redis."""
+    body = {"base": GOOD, "grid": {"params.lr": [0.1, 0.05], "model": ["resnet20", "lenet"]}}
+    resp = client.post("/api/v1/sweeps?dry_run=true", json=body)
+    assert resp.status_code == 200 and resp.json["dry_run"] is True and resp.json["jobs"] == 4
+    assert {(s["params"]["lr"], s["model"]) for s in resp.json["specs"]} == {
+        (0.1, "resnet20"), (0.1, "lenet"), (0.05, "resnet20"), (0.05, "lenet")
+    }  # fmt: skip
+    search = {"search": "random", "base": GOOD, "space": {"params.lr": {"loguniform": [0.001, 0.1]}}, "max_trials": 8}
+    resp = client.post("/api/v1/sweeps?dry_run=1", json=search)
+    assert resp.status_code == 200 and resp.json["search"] == "random" and resp.json["max_trials"] == 8
+    bad = client.post("/api/v1/sweeps?dry_run=true", json={"base": GOOD, "grid": {"params.batch_size": [32, "64"]}})
+    assert bad.status_code == 400
+    assert client.post("/api/v1/sweeps?dry_run=perhaps", json=body).status_code == 400
+    assert redis.keys("gpudeck:*") == []
+
+
 def test_workers_and_gpus_are_empty_without_workers(client):
     assert client.get("/api/v1/workers").json["workers"] == []
     assert client.get("/api/v1/gpus").json["hosts"] == []

@@ -23,7 +23,11 @@ from tests.support.readme import json_block
 
 pytestmark = pytest.mark.slow
 
-FAILS = {"command": "python -c \"print('loading'); raise ValueError('bad shape 3x3')\"", "gpus": 0}
+FAILS = {
+    "command": "python -c \"print('loading'); raise ValueError('bad shape 3x3')\"",
+    "gpus": 0,
+    "secret_env": {"API_KEY": "s3cret-value"},
+}
 TINY = {"model": "lenet", "dataset": "synthetic:16x16x3", "gpus": 0, "params": {"steps": 4, "batch_size": 8}}
 
 
@@ -75,7 +79,12 @@ def test_an_agent_lists_submits_waits_triages_and_reads_metrics_within_the_apis_
         async with over_stdio(url, names["alice"], env, "--allow-writes") as writer:
             dry = await call(writer, "submit_job", spec={**TINY, "expected_duration": 3600}, dry_run=True)
             assert dry["dry_run"] is True and dry["spec"]["model"] == "lenet" and dry["gpu_hours"] == 0
+            grid = {"base": TINY, "grid": {"params.lr": [0.1, 0.01, 0.001]}}
+            sweep = await call(writer, "submit_sweep", body=grid, dry_run=True)
+            assert sweep["dry_run"] is True and sweep["jobs"] == 3 and len(sweep["specs"]) == 3
             assert (await call(writer, "list_jobs"))["total"] == 0  # (a dry run stores nothing)
+            assert (await call(writer, "list_sweeps"))["sweeps"] == []
+            assert "envs" in await call(writer, "list_environments")
             bad = await refused(writer, "submit_job", spec={**TINY, "gpus": -1})
             assert "gpus" in bad and "HTTP 400" in bad  # (the API's own message)
             over = await refused(writer, "submit_job", spec={**TINY, "gpus": 5}, dry_run=True)
@@ -87,10 +96,20 @@ def test_an_agent_lists_submits_waits_triages_and_reads_metrics_within_the_apis_
             assert why["reason"] == "exit_nonzero"
             assert any("ValueError: bad shape 3x3" in line for line in why["error_lines"]), why
             assert any("its process failed" in step for step in why["next"])
+            shown = await call(writer, "show_job", job_id=failed)
+            assert shown["spec"]["secret_env"] == {"API_KEY": "***"} and "s3cret-value" not in str(shown)
             found = await call(writer, "job_logs", job_id=failed, search="loading")
             assert found["lines"] == ["loading"]
 
             trained = (await call(writer, "submit_job", spec=TINY))["id"]
+            uri = f"gpudeck://jobs/{trained}/log"
+            told = 0
+            async with writer.listen(resource_subscriptions=[uri]) as updates:  # (as it starts, grows and ends)
+                with anyio.fail_after(120):
+                    async for event in updates:
+                        told += event.uri == uri
+                        if told == 2:
+                            break
             assert (await call(writer, "wait_job", job_id=trained, timeout=180))["status"] == "succeeded"
             curve = await call(writer, "job_metrics", job_id=trained)
             assert curve["train"]["points"] >= 1 and curve["train"]["loss"]["last"] > 0
