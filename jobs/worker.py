@@ -107,7 +107,9 @@ class GpudeckWorker(Worker):
     def _warm_for(self, job: Any) -> warm.Warm | None:
         """The warm trainer for this RQ job's work-horse: a zoo job of one worker (noted: this worker keeps one ready
         from now on), when it is alive, young enough and of the code on disk; None otherwise."""
-        if self.context is None or job.func_name != RUN_JOB or (job_id := job_id_of(job.id)) is None:
+        if self.context is None or not self.context.settings.warm or job.func_name != RUN_JOB:
+            return None
+        if (job_id := job_id_of(job.id)) is None:
             return None
         try:
             spec = JobStore(self.connection).get(job_id)["spec"]
