@@ -10,7 +10,7 @@ from flask import Blueprint, request
 
 from api import auth, deps
 from jobs import control, disk, forecast, gpuhealth, gpus, quota, search, sweeps, worker
-from jobs.errors import BadRequest, NotFound
+from jobs.errors import NotFound
 from jobs.keys import worker_info_key
 from jobs.run import pyenv
 from jobs.spec import shown
@@ -117,10 +117,7 @@ def create_sweep():
             settings = auth.settings_for_submit(spec)
     elif isinstance(body, dict) and isinstance(body.get("base"), dict):
         settings = auth.settings_for_submit(body["base"])  # (a search's trials run the base's kind of job)
-    dry = request.args.get("dry_run", "false").lower()
-    if dry not in ("true", "false", "1", "0"):
-        raise BadRequest(f"dry_run must be true or false, got {dry!r}", {"field": "dry_run"})
-    if dry in ("true", "1"):  # (validated as a sweep is, every trial; nothing stored)
+    if deps.bool_arg("dry_run"):  # (validated as a sweep is, every trial; nothing stored)
         return sweeps.create(deps.redis(), body, settings, owner=auth.owner_name(), dry_run=True), 200
     sweep = sweeps.create(deps.redis(), body, settings, owner=auth.owner_name())
     sweep["jobs"] = [job_view(j) for j in sweep["jobs"]]

@@ -35,10 +35,7 @@ def submit():
     settings = auth.settings_for_submit(body)
     key = request.headers.get("Idempotency-Key")
     extra = auth.owned()
-    dry = request.args.get("dry_run", "false").lower()
-    if dry not in ("true", "false", "1", "0"):
-        raise BadRequest(f"dry_run must be true or false, got {dry!r}", {"field": "dry_run"})
-    if dry in ("true", "1"):  # (checked as a submission is; nothing stored, nothing placed)
+    if deps.bool_arg("dry_run"):  # (checked as a submission is; nothing stored, nothing placed)
         return control.dry_run(deps.redis(), body, settings, extra=extra), 200
     if key is None:
         rec, _ = control.submit(deps.redis(), body, settings, extra=extra)

@@ -86,15 +86,17 @@ def create(
         raise ValidationError({"mode": f"must be min or max, got {mode!r}"})
     combos = combinations(body.get("base"), body.get("grid"))
     specs = [search.apply(body["base"], combo) for combo in combos]
+    checked = []
     for i, (s, combo) in enumerate(zip(specs, combos)):
         try:
-            quota.check_fits(redis, owner, queues.validate(redis, s, settings, default_gpus=0))
+            checked.append(queues.validate(redis, s, settings, default_gpus=0))
+            quota.check_fits(redis, owner, checked[-1])
         except ValidationError as exc:
             raise type(exc)(  # a combination whose one problem is a missing dataset is a 404, as a job's
                 {f"combination {i + 1} {json.dumps(combo)}: {k}": v for k, v in exc.fields.items()}
             ) from None
     if dry_run:
-        shown_specs = [spec_mod.shown(queues.validate(redis, s, settings, default_gpus=0)) for s in specs]
+        shown_specs = [spec_mod.shown(s) for s in checked]
         return {"dry_run": True, "search": "grid", "jobs": len(specs), "specs": shown_specs, "metric": metric,
                 "mode": mode, "max_concurrent": cap}  # fmt: skip
     sweep_id = int(redis.incr(SWEEP_COUNTER_KEY))

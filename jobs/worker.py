@@ -238,9 +238,9 @@ class GpudeckWorker(Worker):
         """RQ's record of this worker's exit: while Redis cannot write, left to the worker's key expiring. Its warm
         trainer goes with it."""
         if self._warm is not None:
-            self._let_warm_go(self._warm, "its worker stops")
-            self._warm = None
-            shutil.rmtree(self._let_go[-1].folder, ignore_errors=True)
+            stopping, self._warm = self._warm, None
+            self._let_warm_go(stopping, "its worker stops")
+            shutil.rmtree(stopping.folder, ignore_errors=True)
         self._tolerant("exit record", super().register_death)
 
     def _tolerant(self, what: str, fn: Any, *args: Any) -> None:

@@ -401,7 +401,7 @@ def paths() -> dict[str, Any]:
                     },
                     _q(
                         "dry_run",
-                        {**STR, "enum": ["true", "false", "1", "0"]},
+                        {**STR, "enum": ["0", "1", "true", "false", "yes", "no"]},
                         "true: check it as a submission, store nothing, answer a DryRun (its spec, expected start "
                         "and GPU-hours)",
                     ),

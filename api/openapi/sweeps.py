@@ -309,7 +309,7 @@ def paths() -> dict[str, Any]:
                 parameters=[
                     _q(
                         "dry_run",
-                        {**STR, "enum": ["true", "false", "1", "0"]},
+                        {**STR, "enum": ["0", "1", "true", "false", "yes", "no"]},
                         "true: validate it, store nothing, answer what it would be",
                     )
                 ],

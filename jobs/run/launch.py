@@ -14,6 +14,7 @@ import re
 import shutil
 import signal
 import stat
+import subprocess
 import sys
 import tempfile
 from dataclasses import dataclass, field
@@ -290,6 +291,22 @@ def sandboxed(
     options.seek(0)
     outside = {k: v for k, v in os.environ.items() if k in sandbox.BWRAP_ENV}
     return Launch(argv, how.cwd, outside, how.injected, how.source, sandboxed=True, files=(options, lifeline))
+
+
+def spawn(how: Launch, max_memory: int | None, fds: tuple[int, ...] = ()) -> subprocess.Popen[bytes]:
+    """Start what `how` runs: its output one pipe, its own process group (a stop signals the whole tree), a
+    sandbox's options and lifeline (and `fds`) passed, the memory cap and the parent-death signal set."""
+    return subprocess.Popen(
+        how.argv,
+        cwd=how.cwd,
+        env=how.env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        stdin=subprocess.DEVNULL,
+        pass_fds=how.fds() + fds,
+        start_new_session=True,
+        preexec_fn=preexec(max_memory, how.sandboxed),
+    )
 
 
 def may_run_unsandboxed(ctx: WorkerContext, owner: str | None) -> None:

@@ -211,17 +211,7 @@ class JobRun:
     def spawn(self, how: launch.Launch, fds: tuple[int, ...] = ()) -> subprocess.Popen[bytes]:
         """Start what `how` runs (the job, or its environment's build): its output one pipe, its own process
         group (cancel and timeout signal the whole tree), a sandbox's options and lifeline (and `fds`) passed."""
-        return subprocess.Popen(
-            how.argv,
-            cwd=how.cwd,
-            env=how.env,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.STDOUT,
-            stdin=subprocess.DEVNULL,
-            pass_fds=how.fds() + fds,
-            start_new_session=True,
-            preexec_fn=launch.preexec(self.ctx.max_memory, how.sandboxed),
-        )
+        return launch.spawn(how, self.ctx.max_memory, fds)
 
     def start(self, how: launch.Launch, fds: tuple[int, ...]) -> Started:
         """Start the attempt's process (a session's shell starts on a terminal instead: jobs.run.sessionrun), or

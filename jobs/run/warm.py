@@ -244,20 +244,10 @@ def start(ctx: WorkerContext) -> Warm | None:
         attempt = Attempt(0, 0, f"warm-{ctx.name}.{token}", folder)
         how = launch.trainer(ctx, attempt, events_w, {WARM_FD_ENV: str(go_r), "CUDA_VISIBLE_DEVICES": ""})
         how = replace(how, argv=python_module("models.warm"))
-        readable = [p for p in (s.datasets_dir,) if p.is_dir()]
+        readable = [s.datasets_dir] if s.datasets_dir.is_dir() else []
         boxed = launch.sandboxed(ctx, how, folder, readable, life_r, status_fd=status_w)
         try:
-            proc = subprocess.Popen(
-                boxed.argv,
-                cwd=boxed.cwd,
-                env=boxed.env,
-                stdout=subprocess.PIPE,
-                stderr=subprocess.STDOUT,
-                stdin=subprocess.DEVNULL,
-                pass_fds=boxed.fds() + (events_w, go_r, status_w),
-                start_new_session=True,
-                preexec_fn=launch.preexec(ctx.max_memory, True),
-            )
+            proc = launch.spawn(boxed, ctx.max_memory, (events_w, go_r, status_w))
         finally:
             boxed.close_files()  # (its options, and the lifeline's read end: the sandbox's now)
             opened.remove(life_r)
