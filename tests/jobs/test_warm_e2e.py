@@ -11,6 +11,7 @@ import time
 from pathlib import Path
 
 import pytest
+from rq import Worker
 
 from jobs.run import warm
 from tests.support.live import alive, environ, fake_gpus, fake_nvidia_smi, until, wait_job
@@ -52,7 +53,7 @@ def log_of(client, job_id: int) -> str:
 
 
 def test_a_zoo_job_starts_in_the_warm_trainer_its_worker_made_once_per_job_on_its_own_gpu(
-    client, spawn, child_env, settings, tmp_path
+    client, spawn, child_env, settings, tmp_path, redis
 ):
     fake_nvidia_smi(tmp_path / "bin", fake_gpus(2))
     env = {**child_env, "PATH": f"{tmp_path / 'bin'}:{child_env['PATH']}", "GPUDECK_WARM": "on"}
@@ -97,8 +98,11 @@ def test_a_zoo_job_starts_in_the_warm_trainer_its_worker_made_once_per_job_on_it
     assert job["status"] == "succeeded" and job["warm_start"] is False, job
     assert "gpudeck: warm start" not in log_of(client, third)
 
-    # A warm trainer killed while it waits loses no job: the next one starts cold.
-    (pid, _), *_ = until(lambda: warm_trainers(settings.home), 60, "a warm trainer after the upgrade").items()
+    # A warm trainer killed while it waits loses no job: the next one starts cold. (Once the worker is idle again:
+    # ending the job, it lets go the one it made while the code on disk was the "upgraded" one, and makes another.)
+    until(lambda: [w.get_state() for w in Worker.all(connection=redis)] == ["idle"], 30, "the worker idle")
+    ready = until(lambda: len(found := warm_trainers(settings.home)) == 1 and found, 60, "a warm trainer after it")
+    (pid, _), *_ = ready.items()
     os.kill(pid, signal.SIGKILL)
     until(lambda: not alive(pid), 10, "the warm trainer gone")
     time.sleep(0.5)  # (its sandbox's end reaches bubblewrap)
