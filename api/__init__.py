@@ -39,7 +39,21 @@ def create_app(config: dict[str, Any] | None = None) -> Flask:
     app.extensions["gpudeck.redis"] = redis
     app.extensions["gpudeck.longpolls"] = Slots(threads)
 
-    from api import auth, catalog, cluster, datasets, errors, files, health, jobs, openapi, sources, tensorboard, users
+    from api import (
+        auth,
+        catalog,
+        cluster,
+        compare,
+        datasets,
+        errors,
+        files,
+        health,
+        jobs,
+        openapi,
+        sources,
+        tensorboard,
+        users,
+    )
 
     errors.register(app)
     auth.register(app)
@@ -48,6 +62,7 @@ def create_app(config: dict[str, Any] | None = None) -> Flask:
     app.register_blueprint(jobs.bp, url_prefix="/api/v1/jobs")
     app.register_blueprint(files.bp, url_prefix="/api/v1/jobs")
     app.register_blueprint(catalog.bp, url_prefix="/api/v1")
+    app.register_blueprint(compare.bp, url_prefix="/api/v1")
     app.register_blueprint(cluster.bp, url_prefix="/api/v1")
     app.register_blueprint(datasets.bp, url_prefix="/api/v1")
     app.register_blueprint(sources.bp, url_prefix="/api/v1")

@@ -12,6 +12,7 @@ from flask import Blueprint, Response, current_app, request
 from api import auth, deps, longpoll
 from api.finite import finite
 from jobs import control, forecast, gang, notify, plan, queues, steer, usage
+from jobs.compare import csv_cell
 from jobs.errors import BadRequest, NotFound
 from jobs.views import LIVE, job_view
 from models.common import search_text
@@ -388,11 +389,7 @@ def _csv(points: list[dict]) -> str:
     columns = list(CSV_COLUMNS)
     for p in points:
         columns.extend(k for k in p if k not in columns and k != "time")
-    rows = [",".join(_csv_cell(c) for c in columns)]
+    rows = [",".join(csv_cell(c) for c in columns)]
     for p in points:
         rows.append(",".join("" if p.get(c) is None else str(p[c]) for c in columns))
     return "\n".join(rows) + "\n"
-
-
-def _csv_cell(text: str) -> str:
-    return f'"{text.replace(chr(34), chr(34) * 2)}"' if any(c in text for c in ',"\n') else text

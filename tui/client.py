@@ -200,6 +200,12 @@ class Client:
     def metrics(self, job_id: int) -> dict[str, Any]:
         return self.request("GET", f"/api/v1/jobs/{job_id}/metrics").json()
 
+    def compare(self, ids: list[int], metric: str | None = None, x: str = "step", fmt: str = "json") -> Any:
+        """GET /api/v1/compare: the comparison (a dict), or its CSV text (`fmt` csv)."""
+        params = {"jobs": ",".join(map(str, ids)), "x": x, "format": fmt, **({"metric": metric} if metric else {})}
+        resp = self.request("GET", "/api/v1/compare", params=params)
+        return resp.text if fmt == "csv" else resp.json()
+
     def gpus(self) -> dict[str, Any]:
         return self.request("GET", "/api/v1/gpus").json()
 

@@ -32,6 +32,7 @@ OPERATIONS: dict[tuple[str, str], tuple[str, str]] = {
     ("get", "/api/v1/jobs/{id}/files"): ("list_job_files", "jobs"),
     ("get", "/api/v1/jobs/{id}/files/{path}"): ("get_job_file", "jobs"),
     ("get", "/api/v1/jobs/{id}/metrics"): ("get_job_metrics", "jobs"),
+    ("get", "/api/v1/compare"): ("compare_jobs", "jobs"),
     ("post", "/api/v1/sweeps"): ("submit_sweep", "sweeps"),
     ("get", "/api/v1/sweeps/{id}"): ("get_sweep", "sweeps"),
     ("get", "/api/v1/sweeps"): ("list_sweeps", "sweeps"),
@@ -61,7 +62,7 @@ OPERATIONS: dict[tuple[str, str], tuple[str, str]] = {
 }
 """Each operation's operationId (what a generated client names its function) and tag (the module it goes in)."""
 TAGS = {
-    "jobs": "submit, list, watch, cancel, retry and delete training jobs; their logs, files and metrics",
+    "jobs": "submit, list, watch, cancel, retry, compare and delete training jobs; their logs, files and metrics",
     "sweeps": "grids and searches of jobs, ranked",
     "data": "models, datasets and source snapshots",
     "cluster": "workers, GPUs and the fair share",

@@ -29,6 +29,8 @@ from api.openapi.base import (
     field_schemas,
     spec_schemas,
 )
+from jobs.compare import MAX_JOBS as MAX_COMPARED
+from jobs.compare import X_AXES
 from models.states import PRIORITIES, Reason, Status
 
 KEPT = ("gpus", "name", "tags", "priority", "max_retries", "workers", "after", "preemptible")
@@ -348,6 +350,63 @@ def schemas() -> dict[str, Any]:
             },
             ["job_id", "train", "validation"],
         ),
+        "Comparison": _obj(
+            {
+                "jobs": {
+                    "type": "array",
+                    "description": "the jobs, in the order asked",
+                    "items": _obj(
+                        {
+                            "id": INT,
+                            "name": _nullable(STR),
+                            "owner": OWNER,
+                            "status": {**STR, "enum": [s.value for s in Status]},
+                            "reason": _nullable(STR),
+                            "kind": {**STR, "enum": ["model", "command", "session"]},
+                            "sweep_id": _nullable(INT),
+                            "trial": {},
+                        },
+                        ["id", "status", "kind"],
+                    ),
+                },
+                "differs": {
+                    "type": "array",
+                    "description": "the configuration fields (dotted: params.lr, source.git_commit, env names, "
+                    "environment digest) whose values are not all the same; `values` in the jobs' order",
+                    "items": _obj({"field": STR, "values": {"type": "array"}}, ["field", "values"]),
+                },
+                "same": {**INT, "description": "how many configuration fields are the same in every job"},
+                "result_columns": {"type": "array", "items": STR},
+                "results": {
+                    "type": "array",
+                    "description": "a row a job: its result's numbers, last_loss, duration_s, images_per_sec, "
+                    "gpu_hours (null where it has none)",
+                    "items": _obj({"job_id": INT}, ["job_id"]),
+                },
+                "best": {
+                    "type": "object",
+                    "description": "a results column -> the id of its best job (the smallest for losses, errors, "
+                    "time and GPU-hours; the largest otherwise), where two jobs or more have differing numbers",
+                    "additionalProperties": INT,
+                },
+                "metrics": {"type": "array", "items": STR, "description": "what the jobs' points report"},
+                "metric": STR,
+                "x": {**STR, "enum": list(X_AXES)},
+                "curves": {
+                    "type": "array",
+                    "description": "the metric over x: one curve a job's run, at most `points` points each",
+                    "items": _obj(
+                        {
+                            "job_id": INT,
+                            "run": _nullable(STR),
+                            "points": {"type": "array", "items": {"type": "array", "items": NUM}},
+                        },
+                        ["job_id", "run", "points"],
+                    ),
+                },
+            },
+            ["jobs", "differs", "same", "result_columns", "results", "best", "metrics", "metric", "x", "curves"],
+        ),
         "PriorityInput": _obj({"priority": {**STR, "enum": list(PRIORITIES)}}, ["priority"], extra=False),
         "MoveInput": {
             "type": "object",
@@ -533,6 +592,36 @@ def paths() -> dict[str, Any]:
                         "description": "relative to the job dir (slashes allowed; no '..', no absolute path)",
                     },
                     _q("archive", {**STR, "enum": ["tar.gz"]}, "a folder as one .tar.gz, streamed"),
+                ],
+            )
+        },
+        "/api/v1/compare": {
+            "get": _op(
+                "Jobs side by side: the configuration fields that differ, results with each column's best, one "
+                "metric's curves (JSON or CSV: a row a job)",
+                {
+                    "200": {
+                        "description": "the comparison",
+                        "content": {"application/json": {"schema": _ref("Comparison")}, "text/csv": {}},
+                    },
+                    **_errors(400, 404),
+                },
+                parameters=[
+                    {
+                        "name": "jobs",
+                        "in": "query",
+                        "required": True,
+                        "schema": {**STR, "pattern": "^\\s*\\d+\\s*(,\\s*\\d+\\s*)+$"},
+                        "description": f"two to {MAX_COMPARED} job ids, comma-separated: 12,15,19",
+                    },
+                    _q("metric", STR, "the metric whose curves come back (default: loss, else the first reported)"),
+                    _q(
+                        "x",
+                        {**STR, "enum": list(X_AXES)},
+                        "the curves' x: step (default), epoch, or seconds since the job's first point",
+                    ),
+                    _q("points", {**INT, "minimum": 2, "maximum": 100000}, "most points a curve (default 1000)"),
+                    _q("format", {**STR, "enum": ["json", "csv"]}, "json (default) or csv"),
                 ],
             )
         },

@@ -201,6 +201,8 @@ class JobRun:
         how = launch.command(self.ctx, attempt, spec, self.data_dir, extra_env, built)
         self.preamble += launch.sandbox_notes(self.ctx.settings, spec, self.job_dir)  # (a host path it cannot use)
         readable += [built] if built is not None else []
+        if built is not None and self.reports:  # (what `gpudeck compare` shows of its environment)
+            self.store.update(self.job_id, env_digest=built.name)
         if self.reports:
             shipped = launch.shipped_event_files(how.source) if how.source is not None else set()
             self.output.reader = ScalarReader(self.job_dir, ignore=shipped)

@@ -11,9 +11,8 @@ from __future__ import annotations
 import pytest
 import requests
 
-from jobs.store import JobStore
-from models.states import Status
 from tests.support.live import start_api
+from tests.support.runs import ran
 from tui.app import GpudeckApp
 
 pytestmark = pytest.mark.slow
@@ -28,8 +27,6 @@ def queued_api(spawn, child_env) -> str:
     return url
 
 
-T0 = 1_795_000_000.0
-"""When the written runs started (fixed: the header shows elapsed times)."""
 LOG = [
     "2026-11-23 10:00:00.000000: I tensorflow/core/util/port.cc:153] oneDNN custom operations are on.",
     "2026-11-23 10:00:00.100000: I tensorflow/core/platform/cpu_feature_guard.cc:210] This TensorFlow binary is "
@@ -45,22 +42,6 @@ LOG = [
 ]
 
 
-def _ran(redis, job_id: int, points: list[dict], log: list[str], end: dict) -> None:
-    """Write a run of job `job_id` into Redis as a worker does: running, its log lines and metric points, then
-    how it ended; started at T0 and ended 95 s later."""
-    store = JobStore(redis)
-    running = {"status": Status.RUNNING.value, "worker": "gpu-box.gpu0+1.4242", "gpu_ids": ["0", "1"]}
-    store.transition(job_id, ("queued",), started_at=T0, running_at=T0 + 5, **running)
-    with redis.pipeline() as pipe:
-        store.append_lines(job_id, log, pipe)
-        for n, point in enumerate(points, 1):
-            store.append_point(job_id, n, point, pipe)
-        pipe.execute()
-    last = [p for p in points if "loss" in p][-1] if points else None
-    progress = {"step": last["step"] if last else 0, "total_steps": 400, "steps_per_epoch": 100}
-    store.transition(job_id, ("running",), ended_at=T0 + 95, progress=progress, metrics=last, **end)
-
-
 @pytest.fixture
 def ran_api(spawn, child_env, redis) -> dict:
     """A failed job with its log and curves, and a sweep of three runs (two ended, one queued)."""
@@ -70,7 +51,7 @@ def ran_api(spawn, child_env, redis) -> dict:
     train = [{"step": s, "loss": 2.3 / (1 + s / 40), "accuracy": min(0.9, s / 400)} for s in range(10, 310, 10)]
     val = [{"step": s, "val_loss": 2.4 / (1 + s / 50), "val_accuracy": min(0.85, s / 420)} for s in (100, 200, 300)]
     end = {"status": "failed", "reason": "exit_nonzero", "message": "the trainer exited with status 1"}
-    _ran(redis, failed, train + val, LOG, {**end, "log_tail": LOG[-8:]})
+    ran(redis, failed, train + val, LOG, {**end, "log_tail": LOG[-8:]})
     grid = {"params.lr": [0.1, 0.05, 0.01]}
     base = {"model": "lenet", "dataset": "synthetic", "gpus": 2, "name": "lenet lr"}
     sweep = requests.post(f"{url}/api/v1/sweeps", json={"base": base, "grid": grid}, timeout=10).json()
@@ -78,7 +59,7 @@ def ran_api(spawn, child_env, redis) -> dict:
         points = [{"step": s, "val_loss": lr * 20 / s, "val_accuracy": accuracy * s / 300} for s in (100, 200, 300)]
         points += [{"step": 300, "loss": lr * 18 / 300}]
         result = {"test_accuracy": accuracy, "test_loss": lr * 19 / 300}
-        _ran(redis, job_id, points, ["train step 300"], {"status": "succeeded", "result": result})
+        ran(redis, job_id, points, ["train step 300"], {"status": "succeeded", "result": result})
     return {"url": url, "failed": failed, "sweep": sweep["id"]}
 
 
