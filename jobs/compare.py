@@ -8,7 +8,7 @@ from __future__ import annotations
 import json
 import math
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import Any, TypeGuard
 
 from jobs.errors import BadRequest
 
@@ -93,14 +93,14 @@ def differing(configs: Sequence[dict[str, Any]]) -> tuple[list[dict[str, Any]], 
     return rows, same
 
 
-def _number(value: Any) -> bool:
+def _number(value: Any) -> TypeGuard[float]:
     return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
 
 
 def results_of(view: dict[str, Any], points: list[dict[str, Any]]) -> dict[str, Any]:
     """What a job achieved: its result's numbers, its last training loss, how long it ran, its speed, GPU-hours."""
     result = view.get("result") or {}
-    out = {k: v for k, v in result.items() if _number(v) and k not in NOT_RESULTS}
+    out: dict[str, Any] = {k: v for k, v in result.items() if _number(v) and k not in NOT_RESULTS}
     losses = [p["loss"] for p in points if _number(p.get("loss"))]
     out["last_loss"] = losses[-1] if losses else None
     out["duration_s"] = result.get("duration_s") if _number(result.get("duration_s")) else view.get("ran_s")

@@ -18,6 +18,8 @@ from textual.widget import Widget
 from models.sourcetree import human
 from tui.client import ApiError, Client, Unreachable
 from tui.palette import GpudeckCommands
+from tui.screens.compare import KEYS as COMPARE_KEYS
+from tui.screens.compare import CompareScreen
 from tui.screens.dialogs import KeysHelp
 from tui.screens.gpus import GpusScreen, gpu_history
 from tui.screens.job import KEYS as JOB_KEYS
@@ -170,6 +172,8 @@ class GpudeckApp(App):
             self.push_screen(KeysHelp(f"job {screen.job_id}", JOB_KEYS))
         elif isinstance(screen, SweepScreen):
             self.push_screen(KeysHelp(f"sweep {screen.sweep_id}", SWEEP_KEYS))
+        elif isinstance(screen, CompareScreen):
+            self.push_screen(KeysHelp(f"jobs {', '.join(map(str, screen.job_ids))}", COMPARE_KEYS))
         elif screen.query("HelpPanel"):
             self.action_hide_help_panel()
         else:

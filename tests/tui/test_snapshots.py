@@ -203,3 +203,79 @@ def test_config_and_result_scroll_at_once_and_the_footer_offers_what_works_there
             await until(pilot, lambda: "toggle_follow" in offered(screen), 5)
 
     asyncio.run(drive())
+
+
+async def _compared(pilot, ids: list[int]):
+    """Select `ids` on the jobs table (space on each), press C: the compare screen, once its answer is drawn."""
+    from textual.widgets import DataTable
+
+    from tests.support.pilot import on_screen
+    from tui.screens.compare import CompareScreen
+
+    await _loaded(pilot)
+    table = pilot.app.screen.query_one("#jobs", DataTable)
+    for job_id in ids:
+        table.move_cursor(row=table.get_row_index(str(job_id)), animate=False)
+        await pilot.press("space")
+    await pilot.press("C")
+    return await on_screen(pilot, pilot.app, CompareScreen, lambda s: s.doc is not None, 30)
+
+
+@pytest.mark.parametrize("size", [(80, 24), (120, 40)])
+def test_compare_screen(snap_compare, ran_api, size):
+    """Issue 46 §1: two runs of the sweep side by side: the field that differs, the results (the best in bold
+    green, marked *), their loss curves on one chart in the colours of their columns."""
+    jobs = requests.get(f"{ran_api['url']}/api/v1/sweeps/{ran_api['sweep']}", timeout=10).json()["jobs"]
+    ended = [j["job_id"] for j in jobs if j["status"] == "succeeded"]
+
+    async def run_before(pilot) -> None:
+        await _compared(pilot, ended)
+        await pilot.pause(0.5)
+
+    assert snap_compare(SnapshotApp(ran_api["url"]), terminal_size=size, run_before=run_before)
+
+
+def test_C_compares_the_selected_jobs_and_m_x_l_change_the_chart(ran_api):
+    """Issue 46 §1 in the TUI: space selects, C compares (one job selected: a warning instead); the tables show
+    what differs and the results a column a job, the best marked; m cycles the metric, x the axis, l the scale."""
+    import asyncio
+
+    from textual.widgets import DataTable
+
+    from tests.support.pilot import until
+
+    jobs = requests.get(f"{ran_api['url']}/api/v1/sweeps/{ran_api['sweep']}", timeout=10).json()["jobs"]
+    first, second = [j["job_id"] for j in jobs if j["status"] == "succeeded"]
+
+    async def drive():
+        app = SnapshotApp(ran_api["url"])
+        async with app.run_test(size=(120, 40)) as pilot:
+            await _loaded(pilot)
+            await pilot.press("C")  # nothing selected: it says what to do
+            await until(pilot, lambda: any("select two jobs" in str(n.message) for n in app._notifications), 10)
+            screen = await _compared(pilot, [first, ran_api["failed"], second])
+            assert screen.job_ids == sorted([first, second, ran_api["failed"]])
+            config = screen.query_one("#compare-config", DataTable)
+            rows = {
+                str(config.get_row_at(r)[0]): [str(c) for c in config.get_row_at(r)[1:]]
+                for r in range(config.row_count)
+            }
+            assert rows["model"] == ["resnet20", "lenet", "lenet"] and rows["params.lr"][1:] == ["0.1", "0.05"]
+            assert rows["status"] == ["failed", "succeeded", "succeeded"]
+            results = screen.query_one("#compare-results", DataTable)
+            best = {
+                str(results.get_row_at(r)[0]): [str(c) for c in results.get_row_at(r)[1:]]
+                for r in range(results.row_count)
+            }
+            assert best["test_accuracy"] == ["-", "0.71", "0.83 *"]  # (the failed run has none)
+            assert screen.doc["metric"] == "loss" and len(screen.doc["curves"]) == 3
+            await pilot.press("m")
+            await until(pilot, lambda: screen.doc["metric"] == screen.doc["metrics"][1], 10)
+            await pilot.press("x")
+            await until(pilot, lambda: screen.doc["x"] == "epoch", 10)
+            await pilot.press("l")
+            assert screen.log_scale
+            await pilot.press("escape")
+            await until(pilot, lambda: not hasattr(app.screen, "job_ids"), 10)
+
+    asyncio.run(drive())

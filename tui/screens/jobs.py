@@ -17,6 +17,7 @@ from textual.widgets import DataTable, Footer, Input, Static
 from models.common import search_text
 from models.states import PRIORITIES
 from tui.client import ApiError
+from tui.screens.compare import CompareScreen
 from tui.screens.dialogs import Confirm, open_tensorboard
 from tui.screens.job import JobScreen
 from tui.screens.sweep import SweepScreen, sweep_of
@@ -114,6 +115,7 @@ KEYS = [
             ("D", "delete the selected ended jobs (or this one) for good: record, log, job dir"),
             ("t", "TensorBoard on the selected jobs (or this one)"),
             ("w", "the sweep of this job: its runs ranked, their curves overlaid"),
+            ("C", "compare the selected jobs: what differs, results, curves overlaid"),
             ("n", "new job"),
             ("g", "GPUs and workers"),
             ("u", "who uses the box: fair share per person"),
@@ -143,6 +145,7 @@ class JobsScreen(Screen):
         Binding("k", "move(-1)", "Up", show=False),
         Binding("t", "tensorboard", "TensorBoard", show=False),
         Binding("w", "sweep", "Sweep", show=False),
+        Binding("C", "compare", "Compare", show=False),
         Binding("l", "open", "Log", show=False),  # (as k9s: the job's screen opens on its log)
         Binding("D", "delete", "Delete", show=False),
         Binding("plus", "priority(-1)", "Priority up", show=False),
@@ -556,6 +559,14 @@ class JobsScreen(Screen):
             self.notify(f"job {job_id} is not part of a sweep", severity="warning")
         else:
             self.app.push_screen(SweepScreen(sweep))
+
+    def action_compare(self) -> None:
+        """The selected jobs side by side (two or more)."""
+        ids = sorted(self.selected)
+        if len(ids) < 2:
+            self.notify("select two jobs or more (space), then C compares them", severity="warning")
+        else:
+            self.app.push_screen(CompareScreen(ids))  # (over the API's limit: its 400 says so there)
 
     def action_tensorboard(self) -> None:
         ids = self._chosen()

@@ -37,10 +37,10 @@ def swept(grid: dict[str, Any]) -> list[str]:
 
 def label(row: dict[str, Any], grid: dict[str, Any]) -> str:
     """A run's swept values: `lr=0.1 model=lenet`."""
-    return " ".join(f"{k.rpartition('.')[2]}={_value(row.get(k))}" for k in grid)
+    return " ".join(f"{k.rpartition('.')[2]}={value_text(row.get(k))}" for k in grid)
 
 
-def _value(v: Any) -> str:
+def value_text(v: Any) -> str:
     """A swept value as the job's name writes it: strings as they are, floats short, the rest as JSON."""
     if v is None:
         return "-"
@@ -177,7 +177,7 @@ class SweepScreen(Screen):
                     justify="right",
                     style=RICH_COLOR.get(color, color or ""),
                 ),
-                *(one_line(_value(r.get(k)), 16) for k in swept(grid)),
+                *(one_line(value_text(r.get(k)), 16) for k in swept(grid)),
                 state,
                 bar(r.get("fraction"), 8),
                 Text(num(r.get("metric")), style="bold green" if r["job_id"] == best else ""),
