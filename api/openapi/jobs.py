@@ -364,7 +364,7 @@ def schemas() -> dict[str, Any]:
                             "reason": _nullable(STR),
                             "kind": {**STR, "enum": ["model", "command", "session"]},
                             "sweep_id": _nullable(INT),
-                            "trial": {},
+                            "trial": _nullable(_obj({"number": INT, "values": {"type": "object"}})),
                         },
                         ["id", "status", "kind"],
                     ),
@@ -373,7 +373,10 @@ def schemas() -> dict[str, Any]:
                     "type": "array",
                     "description": "the configuration fields (dotted: params.lr, source.git_commit, env names, "
                     "environment digest) whose values are not all the same; `values` in the jobs' order",
-                    "items": _obj({"field": STR, "values": {"type": "array"}}, ["field", "values"]),
+                    "items": _obj(
+                        {"field": STR, "values": {"type": "array", "items": {}, "description": "any JSON value"}},
+                        ["field", "values"],
+                    ),
                 },
                 "same": {**INT, "description": "how many configuration fields are the same in every job"},
                 "result_columns": {"type": "array", "items": STR},
