@@ -79,4 +79,8 @@ def create_app(config: dict[str, Any] | None = None) -> Flask:
         Reaper(settings.redis_url, retention).start()  # lost jobs are found even when every worker is gone
         Sweeper(settings.redis_url, settings).start()  # idle TensorBoards are stopped
         Notifier(settings).start()  # notifications are sent even when every worker is gone
+        if settings.mlflow_uri:
+            from jobs.export import Exporter
+
+            Exporter(settings).start()  # ended jobs exported to the operator's MLflow (only the API does)
     return app

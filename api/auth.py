@@ -67,10 +67,14 @@ def owner_arg() -> str | None:
 
 
 def with_defaults(spec: Any) -> Any:
-    """A spec with what the user's token gives a job that says nothing of it: its endpoints to notify."""
+    """A spec with what the user's token gives a job that says nothing of it: its endpoints to notify, where it is
+    exported."""
     who = user()
-    if isinstance(spec, dict) and who is not None and who.notify and "notify" not in spec:
-        return {**spec, "notify": list(who.notify)}
+    if not isinstance(spec, dict) or who is None:
+        return spec
+    for field, given in (("notify", who.notify), ("export", who.export)):
+        if given and field not in spec:
+            spec = {**spec, field: list(given)}
     return spec
 
 

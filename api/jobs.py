@@ -11,7 +11,7 @@ from flask import Blueprint, Response, current_app, request
 
 from api import auth, deps, longpoll
 from api.finite import finite
-from jobs import control, forecast, gang, notify, plan, queues, steer, usage
+from jobs import control, export, forecast, gang, notify, plan, queues, steer, usage
 from jobs.compare import csv_cell
 from jobs.errors import BadRequest, NotFound
 from jobs.views import LIVE, job_view
@@ -123,6 +123,16 @@ def retry(job_id: int):
     owner = {"owner": old["owner"]} if old.get("owner") else auth.owned()
     rec = control.retry(deps.redis(), job_id, settings, resume=resume, extra=owner)
     return views([rec])[0], 201, {"Location": f"/api/v1/jobs/{rec['id']}"}
+
+
+@bp.post("/<int:job_id>/export")
+def export_job(job_id: int):
+    """Export the ended job to the operator's MLflow now (the optional body: {"target": "mlflow"})."""
+    body = deps.json_body() if request.content_length else {}
+    if not isinstance(body, dict) or set(body) - {"target"} or body.get("target", "mlflow") != "mlflow":
+        raise BadRequest('the body, when there is one, is {"target": "mlflow"}', {"field": "target"})
+    auth.may(deps.store().get(job_id).get("owner"), "export", f"job {job_id}")
+    return views([export.ask(deps.redis(), deps.settings(), job_id)])[0], 202
 
 
 @bp.get("")

@@ -182,8 +182,14 @@ def token() -> None:
     metavar="NAME[:EVENTS]",
     help="the operator's endpoint told of this user's jobs that name none (repeatable; GPUDECK_WEBHOOKS)",
 )
+@click.option(
+    "--export",
+    multiple=True,
+    type=click.Choice(["mlflow"]),
+    help="export this user's jobs that say nothing of it to the operator's MLflow when they end (GPUDECK_MLFLOW_URI)",
+)
 @home_option
-def token_create(name, admin, max_gpus, no_commands, max_priority, expires, notify, home) -> int:
+def token_create(name, admin, max_gpus, no_commands, max_priority, expires, notify, export, home) -> int:
     """Create the token NAME and print it (only its hash is kept: it is shown this once)."""
     from jobs import tokens
 
@@ -201,6 +207,7 @@ def token_create(name, admin, max_gpus, no_commands, max_priority, expires, noti
         max_priority=max_priority,
         notify=tuple(notify),
         webhooks=tuple(w.name for w in settings_from_env(home).webhooks),
+        export=tuple(export),
     )
     role = "admin" if admin else "user"
     tokens.audit(redis, who, "local", "TOKEN", f"create {name}", 0, detail=role)

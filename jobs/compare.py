@@ -6,11 +6,11 @@ view of each job, so a user who is not a job's owner sees no more of it here tha
 from __future__ import annotations
 
 import json
-import math
 from collections.abc import Callable, Sequence
-from typing import Any, TypeGuard
+from typing import Any
 
 from jobs.errors import BadRequest
+from models.runinfo import config_of, metric_names, number
 
 MAX_JOBS = 20
 """Most jobs one comparison takes."""
@@ -18,11 +18,6 @@ MAX_POINTS = 1000
 """Most points of one curve in an answer (a longer one is thinned evenly, its last point kept)."""
 X_AXES = ("step", "epoch", "time")
 """What a curve's x may be: the step, the epoch, or seconds since the job's first point."""
-POINT_KEYS = ("step", "epoch", "time", "run")
-"""Fields of a metric point that place it rather than measure something."""
-
-NOT_CONFIG = frozenset({"name", "after", "notify", "tags"})
-"""Spec fields that name or steer a job rather than configure what it trains."""
 RESULTS_FIRST = ("test_accuracy", "test_top5", "test_loss")
 """The zoo's result columns, first; a command's own numbers follow, then what every job has (RESULTS_LAST)."""
 RESULTS_LAST = ("last_loss", "duration_s", "images_per_sec", "gpu_hours")
@@ -51,32 +46,6 @@ def parse_ids(raw: str | None) -> list[int]:
     return ids
 
 
-def _flat(prefix: str, value: Any, out: dict[str, Any]) -> None:
-    if isinstance(value, dict) and value:
-        for k, v in value.items():
-            _flat(f"{prefix}.{k}" if prefix else k, v, out)
-    else:
-        out[prefix] = value
-
-
-def config_of(view: dict[str, Any]) -> dict[str, Any]:
-    """A job's configuration as dotted fields: its spec (env values as the view shows them: hidden from who is not
-    the job's owner; secret_env by name only), its kind, its source's git commit, and its project environment's
-    digest."""
-    spec = {k: v for k, v in view["spec"].items() if k not in NOT_CONFIG and k != "secret_env"}
-    out: dict[str, Any] = {"kind": view.get("kind")}
-    _flat("", spec, out)
-    if view["spec"].get("secret_env"):
-        out["secret_env names"] = ",".join(sorted(view["spec"]["secret_env"]))
-    source = view.get("source") or {}
-    for key in ("git_commit", "git_dirty"):
-        if key in source:
-            out[f"source.{key}"] = source[key]
-    if view.get("env_digest"):
-        out["environment digest"] = view["env_digest"]
-    return out
-
-
 def differing(configs: Sequence[dict[str, Any]]) -> tuple[list[dict[str, Any]], int]:
     """The fields whose values are not all the same (a field one job lacks differs), each with its values in the
     jobs' order; and how many fields are the same."""
@@ -93,20 +62,16 @@ def differing(configs: Sequence[dict[str, Any]]) -> tuple[list[dict[str, Any]], 
     return rows, same
 
 
-def _number(value: Any) -> TypeGuard[float]:
-    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
-
-
 def results_of(view: dict[str, Any], points: list[dict[str, Any]]) -> dict[str, Any]:
     """What a job achieved: its result's numbers, its last training loss, how long it ran, its speed, GPU-hours."""
     result = view.get("result") or {}
-    out: dict[str, Any] = {k: v for k, v in result.items() if _number(v) and k not in NOT_RESULTS}
-    losses = [p["loss"] for p in points if _number(p.get("loss"))]
+    out: dict[str, Any] = {k: v for k, v in result.items() if number(v) and k not in NOT_RESULTS}
+    losses = [p["loss"] for p in points if number(p.get("loss"))]
     out["last_loss"] = losses[-1] if losses else None
-    out["duration_s"] = result.get("duration_s") if _number(result.get("duration_s")) else view.get("ran_s")
+    out["duration_s"] = result.get("duration_s") if number(result.get("duration_s")) else view.get("ran_s")
     out.setdefault("images_per_sec", None)
     gpu_seconds = view.get("gpu_seconds")
-    out["gpu_hours"] = round(gpu_seconds / 3600, 4) if _number(gpu_seconds) else None
+    out["gpu_hours"] = round(gpu_seconds / 3600, 4) if number(gpu_seconds) else None
     return out
 
 
@@ -122,7 +87,7 @@ def best_of(results: Sequence[dict[str, Any]], columns: Sequence[str], ids: Sequ
     """Each column's best job (by its id), where at least two jobs have a number in it and they are not all equal."""
     best = {}
     for column in columns:
-        had = [(r[column], job_id) for r, job_id in zip(results, ids) if _number(r.get(column))]
+        had = [(r[column], job_id) for r, job_id in zip(results, ids) if number(r.get(column))]
         if len(had) < 2 or len({v for v, _ in had}) == 1:
             continue
         pick = min if lower_is_better(column) else max
@@ -134,7 +99,7 @@ def metrics_of(points: Sequence[dict[str, Any]]) -> list[str]:
     """The names of the numbers a job's points carry."""
     names: list[str] = []
     for p in points:
-        names.extend(k for k in p if k not in POINT_KEYS and k not in names and _number(p[k]))
+        names.extend(k for k in metric_names(p) if k not in names)
     return names
 
 
@@ -151,10 +116,10 @@ def curves_of(
 ) -> list[dict[str, Any]]:
     """One job's curves of `metric` over `x`: one a run (a script that trained several times has several)."""
     runs: dict[str | None, list[list[float]]] = {}
-    t0 = next((p["time"] for p in points if _number(p.get("time"))), None)
+    t0 = next((p["time"] for p in points if number(p.get("time"))), None)
     for p in points:
         y, at = p.get(metric), p.get(x)
-        if not _number(y) or not _number(at):
+        if not number(y) or not number(at):
             continue
         runs.setdefault(p.get("run"), []).append([round(at - t0, 3) if x == "time" and t0 else at, y])
     return [{"job_id": job_id, "run": run, "points": thinned(xy, most)} for run, xy in runs.items()]

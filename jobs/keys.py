@@ -353,3 +353,8 @@ def auth_failures_key(scope: str) -> str:
 def durations_key(owner: str | None, shape: str) -> str:
     """A list: how long an owner's last succeeded runs of one job shape took (s), newest first (jobs.plan)."""
     return f"{PREFIX}:durations:{owner or NO_OWNER}:{shape}"
+
+
+EXPORT_DUE_KEY = f"{PREFIX}:export:due"
+"""Sorted set: job ids whose export (GPUDECK_MLFLOW_URI) is due, score = when (jobs.export)."""
+EXPORTER_LOCK_KEY = f"{PREFIX}:exporter:lock"

@@ -9,7 +9,7 @@ from typing import Any
 
 from redis import Redis
 
-from jobs import notify, plan, queues, share
+from jobs import export, notify, plan, queues, share
 from jobs.outcome import End, lost
 from jobs.spec import is_command
 from jobs.store import JobStore
@@ -76,11 +76,14 @@ def worker_lost(redis: Redis, job_id: int, rec: dict[str, Any], message: str, **
 
 
 def _notify(redis: Redis, job_id: int) -> None:
-    """Queue the notifications the job asks for its new status (sent by a Notifier: never delays the job)."""
+    """Queue the notifications the job asks for its new status (sent by a Notifier: never delays the job), and its
+    export once it ended (made by the API's Exporter: never fails the job)."""
     try:
-        notify.enqueue(redis, JobStore(redis).get(job_id))
-    except Exception:  # noqa: BLE001 (a notification never fails a job's end)
-        log.exception("job %s: its notifications could not be queued", job_id)
+        rec = JobStore(redis).get(job_id)
+        notify.enqueue(redis, rec)
+        export.enqueue(redis, rec)
+    except Exception:  # noqa: BLE001 (a notification or an export never fails a job's end)
+        log.exception("job %s: its notifications or export could not be queued", job_id)
 
 
 def _charge(redis: Redis, rec: dict[str, Any]) -> None:

@@ -111,6 +111,7 @@ def validate(redis: Redis, body: Any, settings: Settings, default_gpus: int | No
         webhooks=tuple(w.name for w in s.webhooks),
         idle_range=(s.session_idle_min_s, max(s.session_idle_min_s, s.session_idle_max_s)),
         session_max=s.session_max_s,
+        mlflow=bool(s.mlflow_uri),
     )
     check_after(redis, spec.get("after") or [])
     check_hosts(redis, spec, s.gpu_memory_reserve)

@@ -256,6 +256,9 @@ class Settings:
     session_max_s: int = 24 * 3600
     job_user: str | None = None
     pass_env: tuple[str, ...] = ()
+    mlflow_uri: str | None = None
+    """GPUDECK_MLFLOW_URI: the MLflow the API exports ended jobs to (jobs.export); none: no server-side export."""
+    mlflow_experiment: str = "gpudeck"
 
     @property
     def command_jobs_allowed(self) -> bool:
@@ -318,6 +321,8 @@ class Settings:
             session_max_s=_seconds(env, "GPUDECK_SESSION_MAX", cls.session_max_s),
             job_user=(env.get("GPUDECK_JOB_USER") or "").strip() or None,
             pass_env=_checked(_names, env, "GPUDECK_PASS_ENV"),
+            mlflow_uri=(env.get("GPUDECK_MLFLOW_URI") or "").strip() or None,
+            mlflow_experiment=(env.get("GPUDECK_MLFLOW_EXPERIMENT") or "").strip() or cls.mlflow_experiment,
         )
 
     def webhook(self, name: str) -> Webhook | None:

@@ -224,13 +224,14 @@ def validate(
     webhooks: tuple[str, ...] | None = None,
     idle_range: tuple[int, int] = (60, SESSION_MAX_S),
     session_max: int = MAX_TIMEOUT_S,
+    mlflow: bool | None = None,
 ) -> dict[str, Any]:
     """The normalized spec (defaults filled in, an uploaded dataset pinned to its version): the shape first
     (ValidationError naming every bad field), then its references (Service.check); a command job where they are not
     allowed is Forbidden before either."""
     if isinstance(body, dict) and is_command(body) and not commands_allowed:
         raise Forbidden(COMMANDS_OFF, {"field": "command"})
-    context = {"webhooks": webhooks, "idle_range": idle_range, "session_max": session_max}
+    context = {"webhooks": webhooks, "idle_range": idle_range, "session_max": session_max, "mlflow": mlflow}
     typed = check_shape(body, context)
     service = Service(data_roots, pin, source_known, envs, caches)
     service.check(typed)
@@ -273,6 +274,7 @@ def _normalized(
         "after": list(typed.after or []),
         "preemptible": typed.preemptible is not False,
         **({"notify": list(typed.notify)} if typed.notify else {}),
+        **({"export": list(typed.export)} if typed.export else {}),
         **(
             {"expected_duration": seconds_of(typed.expected_duration, 1, MAX_TIMEOUT_S)[0]}
             if typed.expected_duration is not None

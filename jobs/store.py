@@ -60,6 +60,7 @@ JSON_FIELDS = (
     "session",
     "trial",
     "warm_start",
+    "export",
 )
 FLOAT_FIELDS = (
     "created_at",

@@ -17,6 +17,7 @@ from redis import Redis
 from jobs.errors import BadRequest, Conflict, NotFound
 from jobs.keys import AUDIT_KEY, TOKENS_KEY, token_hash_key
 from models.common import notify_problem
+from models.specchecks import EXPORT_TARGETS
 from models.states import PRIORITIES
 
 AUDIT_MAXLEN = 100_000
@@ -39,6 +40,8 @@ class User:
     max_priority: str | None = None
     notify: tuple[str, ...] = ()
     """The endpoints told of this user's jobs when a job names none (`gpudeck token create --notify lab`)."""
+    export: tuple[str, ...] = ()
+    """Where this user's jobs are exported when a job says nothing of it (`gpudeck token create --export mlflow`)."""
 
     @property
     def role(self) -> str:
@@ -65,9 +68,11 @@ def create(
     max_priority: str | None = None,
     notify: tuple[str, ...] = (),
     webhooks: tuple[str, ...] | None = None,
+    export: tuple[str, ...] = (),
 ) -> str:
     """Store a new named token and return it (the only time it is seen). `notify`: the endpoints (of `webhooks`,
-    the operator's) its jobs tell when they name none."""
+    the operator's) its jobs tell when they name none; `export`: where its jobs are exported when they say nothing
+    of it."""
     if not NAME.match(name or ""):
         raise BadRequest(f"token name {name!r}: 1 to 32 of a-z 0-9 _ . -, starting with a letter", {"field": "name"})
     if max_gpus is not None and max_gpus < 0:
@@ -79,6 +84,10 @@ def create(
     problem = notify_problem(list(notify), webhooks) if notify else None
     if problem:
         raise BadRequest(f"--notify: {problem}", {"field": "notify"})
+    bad = [t for t in export if t not in EXPORT_TARGETS]
+    if bad:
+        raise BadRequest(f"--export: {bad[0]!r} is no export target; the targets: {', '.join(EXPORT_TARGETS)}",
+                         {"field": "export"})  # fmt: skip
     now = time.time() if now is None else now
     token = "gpd_" + secrets.token_urlsafe(32)
     meta: dict[str, Any] = {
@@ -89,6 +98,7 @@ def create(
         "commands": commands,
         "max_priority": max_priority,
         "notify": list(notify),
+        "export": list(dict.fromkeys(export)),
         "created_at": now,
         "expires_at": now + expires_s if expires_s else None,
         "last_used_at": None,
@@ -207,6 +217,7 @@ def _user(meta: dict[str, Any]) -> User:
         bool(meta.get("commands", True)),
         max_priority=meta.get("max_priority"),
         notify=tuple(meta.get("notify") or ()),
+        export=tuple(meta.get("export") or ()),
     )
 
 

@@ -96,6 +96,7 @@ def job_view(
         "trial": rec.get("trial"),
         "stopped_early": rec.get("reason") == Reason.STOPPED_EARLY.value,
         "early_stop": rec.get("early_stop"),
+        "export": rec.get("export"),
     }
 
 

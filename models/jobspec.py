@@ -19,6 +19,7 @@ from models.specchecks import (  # noqa: F401 (re-exported: their old home)
     DATASET_PATTERN,
     ENV_NAME,
     ENV_SCHEMA,
+    EXPORT_TARGETS,
     GPU_MEMORY_MAX,
     GPU_MEMORY_MIN,
     INJECTED,
@@ -41,6 +42,7 @@ from models.specchecks import (  # noqa: F401 (re-exported: their old home)
     check_command,
     check_dataset,
     check_env,
+    check_export,
     check_folder_dataset,
     check_model,
     check_notify,
@@ -230,6 +232,29 @@ class Common(BaseModel):
             "--notify",
             "tell the operator's endpoint NAME when the job ends (repeatable; lab:failed,canceled; lab:any)",
             "NAME[:EVENTS]",
+            multiple=True,
+        ),
+    ] = None
+    export: Annotated[
+        Annotated[
+            Any,
+            Check(
+                with_context(check_export),
+                {
+                    "type": "array",
+                    "maxItems": len(EXPORT_TARGETS),
+                    "uniqueItems": True,
+                    "items": {**STR, "enum": list(EXPORT_TARGETS)},
+                    "description": "where the job is exported when it ends: `mlflow`, the operator's MLflow "
+                    "(GPUDECK_MLFLOW_URI; a failed export never fails the job)",
+                },
+            ),
+        ]
+        | None,
+        Cli(
+            "--export",
+            "export the job to the operator's MLflow when it ends (GPUDECK_MLFLOW_URI)",
+            "mlflow",
             multiple=True,
         ),
     ] = None

@@ -237,6 +237,25 @@ def check_notify(value: Any, context: dict[str, Any]) -> str | None:
     return notify_problem(value, context.get("webhooks"))
 
 
+EXPORT_TARGETS = ("mlflow",)
+"""Where a job may be exported when it ends (jobs.export)."""
+
+
+def check_export(value: Any, context: dict[str, Any]) -> str | None:
+    """`["mlflow"]`, where the operator set GPUDECK_MLFLOW_URI (`mlflow` in the context: whether they did)."""
+    if not isinstance(value, list) or not all(isinstance(v, str) for v in value) or len(set(value)) != len(value):
+        return f'must be a list of targets such as ["mlflow"], got {value!r}'
+    bad = [v for v in value if v not in EXPORT_TARGETS]
+    if bad:
+        return f"{bad[0]!r} is no export target; the targets: {', '.join(EXPORT_TARGETS)}"
+    if "mlflow" in value and context.get("mlflow") is False:
+        return (
+            "mlflow needs the operator's GPUDECK_MLFLOW_URI, which is not set; export from your machine with "
+            "`gpudeck export ID --mlflow URI` instead"
+        )
+    return None
+
+
 ENV_SCHEMA = {
     "type": "object",
     "propertyNames": {"pattern": f"^{ENV_NAME.pattern}$"},

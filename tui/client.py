@@ -200,6 +200,10 @@ class Client:
     def metrics(self, job_id: int) -> dict[str, Any]:
         return self.request("GET", f"/api/v1/jobs/{job_id}/metrics").json()
 
+    def export(self, job_id: int) -> dict[str, Any]:
+        """POST /api/v1/jobs/ID/export: the job, its export to the operator's MLflow queued."""
+        return self.request("POST", f"/api/v1/jobs/{job_id}/export", json={"target": "mlflow"}).json()
+
     def compare(self, ids: list[int], metric: str | None = None, x: str = "step", fmt: str = "json") -> Any:
         """GET /api/v1/compare: the comparison (a dict), or its CSV text (`fmt` csv)."""
         params = {"jobs": ",".join(map(str, ids)), "x": x, "format": fmt, **({"metric": metric} if metric else {})}

@@ -33,6 +33,7 @@ OPERATIONS: dict[tuple[str, str], tuple[str, str]] = {
     ("get", "/api/v1/jobs/{id}/files/{path}"): ("get_job_file", "jobs"),
     ("get", "/api/v1/jobs/{id}/metrics"): ("get_job_metrics", "jobs"),
     ("get", "/api/v1/compare"): ("compare_jobs", "jobs"),
+    ("post", "/api/v1/jobs/{id}/export"): ("export_job", "jobs"),
     ("post", "/api/v1/sweeps"): ("submit_sweep", "sweeps"),
     ("get", "/api/v1/sweeps/{id}"): ("get_sweep", "sweeps"),
     ("get", "/api/v1/sweeps"): ("list_sweeps", "sweeps"),

@@ -238,6 +238,30 @@ def schemas() -> dict[str, Any]:
                     _obj({"step": _nullable(INT), "rung": _nullable(INT), "metric": STR, "value": _nullable(NUM)})
                     | {"description": "where and why its search stopped it: the step, the rung, the metric's value"}
                 ),
+                "export": _nullable(
+                    _obj(
+                        {
+                            "mlflow": _obj(
+                                {
+                                    "status": {**STR, "enum": ["pending", "exported", "retrying", "failed"]},
+                                    "run_id": STR,
+                                    "experiment_id": STR,
+                                    "points": INT,
+                                    "attempts": INT,
+                                    "error": STR,
+                                    "at": UNIX_S,
+                                    "next_at": _nullable(UNIX_S),
+                                    "queued_at": UNIX_S,
+                                },
+                                ["status"],
+                            )
+                        }
+                    )
+                    | {
+                        "description": "its export to the operator's MLflow (GPUDECK_MLFLOW_URI): pending, exported "
+                        "(the run's id), retrying or failed (the error); a failed export never fails the job"
+                    }
+                ),
             },
             ["id", "name", "status", "spec", "attempt", "created_at", "progress"],
         ),
@@ -596,6 +620,23 @@ def paths() -> dict[str, Any]:
                     },
                     _q("archive", {**STR, "enum": ["tar.gz"]}, "a folder as one .tar.gz, streamed"),
                 ],
+            )
+        },
+        "/api/v1/jobs/{id}/export": {
+            "post": _op(
+                "Export an ended job to the operator's MLflow (GPUDECK_MLFLOW_URI) now: queued, made by the API "
+                "within seconds; its state in the job's `export`",
+                {
+                    "202": _json("Job", "queued: the job, its export pending"),
+                    **_errors(400, 403, 404, 409, 422),
+                },
+                parameters=job,
+                requestBody={
+                    "required": False,
+                    "content": {
+                        "application/json": {"schema": _obj({"target": {**STR, "enum": ["mlflow"]}}, extra=False)}
+                    },
+                },
             )
         },
         "/api/v1/compare": {

@@ -1,6 +1,7 @@
 """Getting a job's results out over real HTTP (a live API and worker, a real trained model): the listing, a file
-with ranges and an ETag, a folder as a streamed .tar.gz that TensorFlow reads back, `gpudeck download`, and
-every path that would leave the job dir refused."""
+with ranges and an ETag, a folder as a streamed .tar.gz that TensorFlow reads back, `gpudeck download`, every path
+that would leave the job dir refused; and the job exported to MLflow (issue 46 §2) by the API when it ended (it
+asked: `export`), and by the README's commands (a real MLflow file store, read back with mlflow's client)."""
 
 from __future__ import annotations
 
@@ -13,10 +14,11 @@ import tarfile
 
 import pytest
 import requests
+from mlflow import MlflowClient
 
 from jobs.run.proc import python_module
 from models.sourcetree import human
-from tests.support.live import start_api, submit_job, wait_succeeded
+from tests.support.live import start_api, submit_job, until, wait_succeeded
 from tests.support.readme import run_block
 
 pytestmark = pytest.mark.slow
@@ -42,12 +44,32 @@ def raw_get(url: str, path: str) -> int:
     return status
 
 
-def test_a_jobs_model_and_checkpoints_come_out_whole_and_nothing_else_does(spawn, child_env, settings, tmp_path):
+def _exported(url: str, job: int, after: float = 0) -> dict | None:
+    """The job's export to the operator's MLflow once it was made (after `after`), else None."""
+    state = (requests.get(f"{url}/api/v1/jobs/{job}", timeout=30).json().get("export") or {}).get("mlflow") or {}
+    assert state.get("status") != "failed", state
+    return state if state.get("status") == "exported" and state["at"] > after else None
+
+
+def test_a_jobs_model_and_checkpoints_come_out_whole_and_nothing_else_does(
+    spawn, child_env, settings, tmp_path, monkeypatch
+):
     (tmp_path / "readme").mkdir()
-    url = start_api(spawn, child_env)
+    monkeypatch.setenv("MLFLOW_ALLOW_FILE_STORE", "true")  # (this test reads the MLflow file stores back)
+    server_mlflow = f"file://{tmp_path / 'server-mlruns'}"  # (the operator's MLflow: a file store here)
+    api_env = {**child_env, "GPUDECK_MLFLOW_URI": server_mlflow, "MLFLOW_ALLOW_FILE_STORE": "true"}
+    url = start_api(spawn, api_env)
     spawn("worker", "--cpu", env=child_env)
-    job = submit_job(url, TINY)
+    job = submit_job(url, {**TINY, "export": ["mlflow"]})
     wait_succeeded(url, job)
+    exported = until(lambda: _exported(url, job), 60, "the export at the job's end")
+    mlflow = MlflowClient(tracking_uri=server_mlflow)
+    run = mlflow.get_run(exported["run_id"])
+    points = requests.get(f"{url}/api/v1/jobs/{job}/metrics", timeout=30).json()["train"]
+    history = mlflow.get_metric_history(run.info.run_id, "loss")
+    assert sorted((m.step, m.value) for m in history) == [(p["step"], p["loss"]) for p in points]
+    assert run.info.status == "FINISHED" and run.data.params["model"] == "lenet" and run.data.tags["gpudeck.job"] == "1"
+    assert {a.path for a in mlflow.list_artifacts(run.info.run_id)} == {"model.keras", "result.json"}
     job_dir = settings.job_dir(job)
     (job_dir / "leak").symlink_to("/etc")  # a script may leave a symlink pointing out of its dir
     files = f"{url}/api/v1/jobs/{job}/files"
@@ -139,6 +161,16 @@ def test_a_jobs_model_and_checkpoints_come_out_whole_and_nothing_else_does(spawn
     assert (tmp_path / "readme" / "model.keras").read_bytes() == whole.content
     assert "train" in extracted.split() and "model.keras" in cli_list
     assert cli_get.startswith("ckpt.tar.gz: ") and tarfile.is_tarfile(tmp_path / "readme" / "ckpt.tar.gz")
+
+    # Export to MLflow, as the README says: from this machine into another store, then again by the server (the
+    # same run as at the job's end: no point twice), which `gpudeck show` reports.
+    mine, asked, shown = run_block("mlflow", port, tmp_path / "readme", readme_env)
+    run_id = mine.split("MLflow run ")[1].split()[0]
+    local = MlflowClient(tracking_uri=f"file:{tmp_path / 'readme' / 'mlruns'}")
+    assert len(local.get_metric_history(run_id, "loss")) == len(points) and "new points)" in mine
+    assert asked.startswith("job 1: export to the operator's MLflow queued") and shown.startswith("   export  mlflow ")
+    again = until(lambda: _exported(url, job, after=exported["at"]), 60, "the export asked for")
+    assert again["run_id"] == run.info.run_id and again["points"] == 0
 
     # Done with it: gpudeck rm (a dry run names it first), and nothing of it is left to the API or on disk.
     def rm(*args: str) -> subprocess.CompletedProcess:

@@ -139,6 +139,7 @@ def test_real_answers_conform_to_the_document(gpu_api, spawn, gpu_env, tmp_path,
     call("GET", f"/api/v1/compare?jobs={job},{fresh['id']}&x=epoch&format=csv", 200)
     call("GET", f"/api/v1/compare?jobs={job}", 400)
     call("GET", f"/api/v1/compare?jobs={job},999", 404)
+    call("POST", f"/api/v1/jobs/{job}/export", 422)  # (this API has no GPUDECK_MLFLOW_URI: it says so)
     call("DELETE", f"/api/v1/jobs/{fresh['id']}", 200)
     retried = call("POST", f"/api/v1/jobs/{job}/retry", 201).json()["id"]
     call("POST", f"/api/v1/jobs/{retried}/cancel", 200)

@@ -14,7 +14,7 @@ from typing import Any
 import click
 
 from models.common import EXIT_INTERRUPTED, EXIT_JOB_FAILED, EXIT_OK, EXIT_UNREACHABLE, EXIT_USAGE
-from tui.cli import admin, agent, compare, data, doctor, jobs, session, sweeps
+from tui.cli import admin, agent, compare, data, doctor, export, jobs, session, sweeps
 from tui.cli.base import connection_options
 
 SERVER_COMMANDS = {
@@ -94,7 +94,7 @@ def cli() -> None:
     4 `wait --timeout` ran out."""
 
 
-for family in (jobs, compare, session, data, sweeps, admin, doctor, agent):
+for family in (jobs, compare, export, session, data, sweeps, admin, doctor, agent):
     for command in family.COMMANDS:
         cli.add_command(command)
 

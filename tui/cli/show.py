@@ -12,6 +12,7 @@ import click
 from models.common import EXIT_OK
 from models.sourcetree import human
 from tui.cli.base import client, connection_options, echo_json, fmt, job_id_argument, json_option
+from tui.cli.export import export_state
 from tui.logtext import fold
 from tui.widgets.fmt import (
     duration,
@@ -137,6 +138,7 @@ def show(job_id, as_json) -> int:
         ("tags", ", ".join(spec.get("tags") or []) or None),
         ("disk", human(job["disk_bytes"]) if job.get("disk_bytes") is not None else None),
         ("resumes", f"job {job['resumes']}'s last checkpoint" if job.get("resumes") else None),
+        ("export", export_state(job)),
     ]
     for key, value in rows:
         click.echo(f"{key:>9}  {fmt(value)}")

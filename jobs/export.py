@@ -1,0 +1,136 @@
+"""Ended jobs exported to the operator's MLflow (GPUDECK_MLFLOW_URI), for the jobs whose spec says
+`"export": ["mlflow"]` (or their token's default) and whenever a job's owner asks (POST /api/v1/jobs/ID/export).
+
+An export never delays or fails a job: the end queues it (`enqueue`, after the end is written) and an Exporter
+thread in the API — one process at a time — makes it with models.mlflowrun, retrying with backoff for a day. Its
+state is the job record's `export` (`{"mlflow": {"status": "pending|exported|retrying|failed", "run_id", "error",
+"attempts", "at"}}`), which `GET /api/v1/jobs/ID` and `gpudeck show` show. Only the operator's URI is ever called:
+a user exports elsewhere from their own machine (`gpudeck export ID --mlflow URI`)."""
+
+from __future__ import annotations
+
+import logging
+import time
+from typing import Any
+
+from redis import Redis
+
+from jobs.errors import Conflict, Unprocessable
+from jobs.keys import EXPORT_DUE_KEY, EXPORTER_LOCK_KEY
+from jobs.periodic import Periodic
+from jobs.settings import Settings
+from jobs.store import JobStore
+from jobs.views import job_view
+from models.states import ENDED
+
+log = logging.getLogger(__name__)
+
+FIRST_RETRY_S = 5.0
+"""The wait before the second attempt; each later one waits twice as long, at most RETRY_MAX_S."""
+RETRY_MAX_S = 3600.0
+GIVE_UP_S = 86400.0
+"""An export still failing this long after it was queued is given up (recorded so)."""
+EXPORT_EVERY_S = 1.0
+ARTIFACTS = ("model.keras", "result.json")
+"""The files of a job dir an export uploads (where the API's host sees the job dir)."""
+NO_URI = (
+    "the operator has not set GPUDECK_MLFLOW_URI, so the server exports nowhere; export from your machine with "
+    "`gpudeck export ID --mlflow URI`, or ask the operator to set it where `gpudeck up` (the API) runs"
+)
+
+
+def wanted(rec: dict[str, Any]) -> bool:
+    """Whether the job asks to be exported to MLflow when it ends."""
+    return "mlflow" in (rec["spec"].get("export") or [])
+
+
+def enqueue(redis: Redis, rec: dict[str, Any], asked: bool = False) -> bool:
+    """Queue the job's export (`rec` as just written) when it ended and asks for one (`asked`: its owner asked
+    now); whether it was queued."""
+    if rec["status"] not in ENDED or not (asked or wanted(rec)):
+        return False
+    state = {**((rec.get("export") or {}).get("mlflow") or {}), "status": "pending", "queued_at": time.time()}
+    with redis.pipeline(transaction=True) as pipe:
+        JobStore(redis).update(rec["id"], pipe=pipe, export={"mlflow": state})
+        pipe.zadd(EXPORT_DUE_KEY, {str(rec["id"]): time.time()})
+        pipe.execute()
+    return True
+
+
+def ask(redis: Redis, settings: Settings, job_id: int) -> dict[str, Any]:
+    """Its owner asks for the job's export now (POST /api/v1/jobs/ID/export): the record, queued."""
+    if not settings.mlflow_uri:
+        raise Unprocessable(NO_URI, {"field": "target"})
+    rec = JobStore(redis).get(job_id)
+    if rec["status"] not in ENDED:
+        raise Conflict(f"job {job_id} is {rec['status']}: only an ended job is exported", {"status": rec["status"]})
+    enqueue(redis, rec, asked=True)
+    return JobStore(redis).get(job_id)
+
+
+def deliver(redis: Redis, settings: Settings, now: float | None = None) -> int:
+    """Make every export due now (one attempt each); the number made."""
+    from models import mlflowrun  # (the client library loads only where something is exported)
+
+    now = time.time() if now is None else now
+    store = JobStore(redis)
+    made = 0
+    for raw in redis.zrangebyscore(EXPORT_DUE_KEY, "-inf", now, start=0, num=20):
+        job_id = int(raw)
+        try:
+            rec = store.get(job_id)
+        except Exception:  # noqa: BLE001 (deleted since: nothing to export)
+            redis.zrem(EXPORT_DUE_KEY, raw)
+            continue
+        state = dict((rec.get("export") or {}).get("mlflow") or {})
+        state["attempts"] = state.get("attempts", 0) + 1
+        try:
+            if not settings.mlflow_uri:
+                raise mlflowrun.ExportError("GPUDECK_MLFLOW_URI is not set any more")
+            view = job_view(rec)
+            files = [settings.job_dir(job_id) / name for name in ARTIFACTS]
+            done = mlflowrun.export(
+                settings.mlflow_uri, view, store.read_points(job_id), files, settings.mlflow_experiment
+            )
+        except mlflowrun.ExportError as exc:
+            gave_up = time.time() - float(state.get("queued_at") or now) > GIVE_UP_S
+            wait = min(RETRY_MAX_S, FIRST_RETRY_S * 2 ** (state["attempts"] - 1))
+            state.update(status="failed" if gave_up else "retrying", error=str(exc), at=time.time())
+            state["next_at"] = None if gave_up else time.time() + wait
+            log.info("export of job %s to MLflow: %s (attempt %s)", job_id, exc, state["attempts"])
+        else:
+            state = {"status": "exported", "run_id": done.run_id, "experiment_id": done.experiment_id,
+                     "points": done.points, "attempts": state["attempts"], "at": time.time()}  # fmt: skip
+            made += 1
+        with redis.pipeline(transaction=True) as pipe:
+            store.update(job_id, pipe=pipe, export={"mlflow": state})
+            if state["status"] == "retrying":
+                pipe.zadd(EXPORT_DUE_KEY, {str(job_id): state["next_at"]})
+            else:
+                pipe.zrem(EXPORT_DUE_KEY, raw)
+            pipe.execute()
+    return made
+
+
+class Exporter(Periodic):
+    """Makes the due exports, in one process at a time (a lock held for the round)."""
+
+    what, every_s = "exporter", EXPORT_EVERY_S
+
+    def __init__(self, settings: Settings):
+        super().__init__(settings.redis_url or "", "gpudeck-exporter")
+        self.settings = settings
+
+    def round(self) -> None:
+        if not self.redis.zcount(EXPORT_DUE_KEY, "-inf", time.time()):
+            return
+        lock = self.redis.lock(EXPORTER_LOCK_KEY, timeout=600, blocking=False)
+        if not lock.acquire():
+            return
+        try:
+            deliver(self.redis, self.settings)
+        finally:
+            try:
+                lock.release()
+            except Exception:  # noqa: BLE001 (expired: another process took over)
+                pass
