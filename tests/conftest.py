@@ -157,7 +157,8 @@ def spawn(tmp_path: Path):
 
     yield _spawn
     for p in procs:
-        p.stop()
+        argv = list(p.proc.args)  # type: ignore[arg-type]
+        p.stop(graceful=argv[argv.index("tui.cli") + 1] != "api")  # (python -P -m tui.cli COMMAND …)
 
 
 @pytest.fixture

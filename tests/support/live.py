@@ -31,10 +31,15 @@ class Proc:
         self._out = open(log, "ab")  # noqa: SIM115
         self.proc = subprocess.Popen(argv, env=env, stdout=self._out, stderr=subprocess.STDOUT, start_new_session=True)
 
-    def stop(self, timeout: float = 15.0) -> int | None:
+    def stop(self, timeout: float = 15.0, graceful: bool = True) -> int | None:
         """SIGTERM, then SIGKILL for it and everything below it (work-horses and trainers run in process
-        groups of their own), so nothing of one test writes into the next test's Redis."""
+        groups of their own), so nothing of one test writes into the next test's Redis. Not `graceful`: SIGKILL
+        at once (an API at a test's end: gunicorn's graceful stop takes half a second, and nothing is left to save
+        but what Redis holds)."""
         family = descendants(self.proc.pid)
+        if self.proc.poll() is None and not graceful:
+            kill_tree(self.proc.pid)
+            self.proc.wait()
         if self.proc.poll() is None:
             self.proc.send_signal(signal.SIGTERM)
             try:
