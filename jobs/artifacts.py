@@ -42,12 +42,17 @@ def job_dir(settings: Settings, rec: dict[str, Any]) -> Path:
     raise NotFound(f"job {rec['id']} has no files (yet): {path} does not exist", {"id": rec["id"]})
 
 
-def inside(root: Path, rel: str) -> Path:
-    """`root/rel`, refused unless it stays inside `root` once symlinks are followed."""
+def relative(rel: str) -> tuple[str, ...]:
+    """The parts of a path relative to the job dir; BadRequest for an absolute one or one with '..'."""
     parts = PurePosixPath(rel).parts
     if rel.startswith("/") or "\\" in rel or any(p in ("..",) for p in parts) or "\0" in rel:
         raise BadRequest(f"path {rel!r}: must be relative to the job dir, without '..'", {"field": "path"})
-    path = root.joinpath(*parts)
+    return parts
+
+
+def inside(root: Path, rel: str) -> Path:
+    """`root/rel`, refused unless it stays inside `root` once symlinks are followed."""
+    path = root.joinpath(*relative(rel))
     real, top = os.path.realpath(path), os.path.realpath(root)
     if real != top and not real.startswith(top + os.sep):
         raise NotFound(f"path {rel!r} is not in the job dir", {"field": "path"})  # a symlink pointing out of it
@@ -152,26 +157,48 @@ class _Pipe:
 def tar_stream(folder: Path, arcname: str) -> Iterator[bytes]:
     """`folder` as a .tar.gz, produced while it is sent (nothing is built on disk, at most ~8 MiB in memory).
     Symlinks that point out of the job dir are left out."""
-    pipe = _Pipe()
     top = os.path.realpath(folder)
-    failure: list[BaseException] = []
 
     def inside_only(info: tarfile.TarInfo) -> tarfile.TarInfo | None:
         if info.issym() or info.islnk():
             return None  # an archive of a job dir holds files and folders only
         return info
 
+    def add(tar: tarfile.TarFile) -> None:
+        for dirpath, dirnames, filenames in os.walk(folder):
+            dirnames.sort()
+            for name in sorted(filenames):
+                full = os.path.join(dirpath, name)
+                if os.path.islink(full) or not os.path.realpath(full).startswith(top + os.sep):
+                    continue
+                rel = os.path.relpath(full, folder)
+                tar.add(full, arcname=f"{arcname}/{rel}", recursive=False, filter=inside_only)
+
+    return _tar_stream(add)
+
+
+def objects_tar_stream(objects: Iterator[tuple[str, Any, int]], folder: str, arcname: str) -> Iterator[bytes]:
+    """A folder of a job's objects in the store (path, body, size: jobs.objectstore.Store.objects) as a .tar.gz,
+    produced while it is sent, each object read as it goes in."""
+
+    def add(tar: tarfile.TarFile) -> None:
+        for rel, body, size in objects:
+            info = tarfile.TarInfo(f"{arcname}/{rel[len(folder) :].lstrip('/')}")
+            info.size, info.mtime, info.mode = size, int(time.time()), 0o644
+            tar.addfile(info, body)
+
+    return _tar_stream(add)
+
+
+def _tar_stream(add: Any) -> Iterator[bytes]:
+    """What `add(tar)` puts into a tar, gzipped and handed on in chunks while a thread writes it."""
+    pipe = _Pipe()
+    failure: list[BaseException] = []
+
     def write() -> None:
         try:
             with tarfile.open(fileobj=pipe, mode="w|") as tar:  # type: ignore[call-overload]
-                for dirpath, dirnames, filenames in os.walk(folder):
-                    dirnames.sort()
-                    for name in sorted(filenames):
-                        full = os.path.join(dirpath, name)
-                        if os.path.islink(full) or not os.path.realpath(full).startswith(top + os.sep):
-                            continue
-                        rel = os.path.relpath(full, folder)
-                        tar.add(full, arcname=f"{arcname}/{rel}", recursive=False, filter=inside_only)
+                add(tar)
         except BrokenPipeError:
             pass
         except BaseException as exc:  # noqa: BLE001 - handed to the reader, which ends the stream

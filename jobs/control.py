@@ -12,7 +12,21 @@ from typing import Any
 from redis import Redis
 from redis.exceptions import RedisError, WatchError
 
-from jobs import archives, disk, forecast, gang, lifecycle, plan, queues, quota, schedule, search, sweeps, views
+from jobs import (
+    archives,
+    disk,
+    forecast,
+    gang,
+    lifecycle,
+    objectstore,
+    plan,
+    queues,
+    quota,
+    schedule,
+    search,
+    sweeps,
+    views,
+)
 from jobs.errors import Conflict, NotFound
 from jobs.keys import (
     INDEX_KEY,
@@ -195,7 +209,15 @@ def delete(redis: Redis, settings: Settings, job_ids: list[int]) -> list[dict[st
             log.warning("job %s: Redis cannot write (%s); its %d bytes of files freed first", job_id, exc, freed)
             forget = functools.partial(_forget, redis, job_id, rec, slots, sweeps)
             through_outage(forget, f"deleting job {job_id}", FULL_WAIT_S)
-        out.append({"id": job_id, "bytes_freed": freed})
+        entry: dict[str, Any] = {"id": job_id, "bytes_freed": freed}
+        kept = objectstore.Store.of(settings.artifacts) if rec.get("artifacts") else None
+        if kept is not None:  # (its objects too: what it left in the store goes with it)
+            try:
+                entry["objects_deleted"] = kept.delete(job_id)
+            except objectstore.StoreError as exc:
+                entry["store_error"] = str(exc)
+                log.warning("job %s deleted, but not its objects: %s", job_id, exc)
+        out.append(entry)
         log.info("job %s deleted (%s, ended %s)", job_id, rec["status"], rec.get("ended_at"))
     return out
 

@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from jobs import objectstore
 from jobs.errors import ConfigError
 from models.common import AGE, DEFAULT_API, DEFAULT_PORT, parse_age, parse_size  # noqa: F401 (their home for jobs/)
 from models.protocol import KEEP_CHECKPOINTS_ENV, keep_checkpoints
@@ -55,6 +56,14 @@ def _checked(parse, env, name: str):
         return parse(env.get(name) or "")
     except ValueError as exc:
         raise ConfigError(str(exc) if name in str(exc) else f"{name}: {exc}") from None
+
+
+def _artifacts(env) -> str | None:
+    """GPUDECK_ARTIFACTS, checked (s3://BUCKET[/PREFIX]), or None."""
+    url = (env.get("GPUDECK_ARTIFACTS") or "").strip()
+    if url:
+        objectstore.parse(url)
+    return url or None
 
 
 def _command_jobs(env) -> tuple[bool, bool]:
@@ -256,6 +265,9 @@ class Settings:
     session_max_s: int = 24 * 3600
     job_user: str | None = None
     pass_env: tuple[str, ...] = ()
+    artifacts: str | None = None
+    """GPUDECK_ARTIFACTS: s3://bucket/prefix, where jobs' checkpoints, models and results are kept too
+    (jobs.objectstore); none: only in the job dirs."""
     mlflow_uri: str | None = None
     """GPUDECK_MLFLOW_URI: the MLflow the API exports ended jobs to (jobs.export); none: no server-side export."""
     mlflow_experiment: str = "gpudeck"
@@ -321,6 +333,7 @@ class Settings:
             session_max_s=_seconds(env, "GPUDECK_SESSION_MAX", cls.session_max_s),
             job_user=(env.get("GPUDECK_JOB_USER") or "").strip() or None,
             pass_env=_checked(_names, env, "GPUDECK_PASS_ENV"),
+            artifacts=_artifacts(env),
             mlflow_uri=(env.get("GPUDECK_MLFLOW_URI") or "").strip() or None,
             mlflow_experiment=(env.get("GPUDECK_MLFLOW_EXPERIMENT") or "").strip() or cls.mlflow_experiment,
         )

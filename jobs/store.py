@@ -61,6 +61,7 @@ JSON_FIELDS = (
     "trial",
     "warm_start",
     "export",
+    "artifacts",
 )
 FLOAT_FIELDS = (
     "created_at",

@@ -97,6 +97,7 @@ def job_view(
         "stopped_early": rec.get("reason") == Reason.STOPPED_EARLY.value,
         "early_stop": rec.get("early_stop"),
         "export": rec.get("export"),
+        "artifacts": rec.get("artifacts"),
     }
 
 

@@ -238,6 +238,14 @@ def schemas() -> dict[str, Any]:
                     _obj({"step": _nullable(INT), "rung": _nullable(INT), "metric": STR, "value": _nullable(NUM)})
                     | {"description": "where and why its search stopped it: the step, the rung, the metric's value"}
                 ),
+                "artifacts": _nullable(
+                    _obj({"store": STR, "files": INT, "error": _nullable(STR)})
+                    | {
+                        "description": "its files in the object store (GPUDECK_ARTIFACTS) as its last attempt left "
+                        "them: the store, how many files it uploaded, and the error where the store did not take one "
+                        "(the job dir keeps every file)"
+                    }
+                ),
                 "export": _nullable(
                     _obj(
                         {
@@ -314,11 +322,23 @@ def schemas() -> dict[str, Any]:
             "utilization and the memory the job's processes hold (from nvidia-smi)",
         },
         "Deleted": _obj(
-            {"id": INT, "deleted": {"type": "boolean"}, "bytes_freed": INT}, ["id", "deleted", "bytes_freed"]
+            {
+                "id": INT,
+                "deleted": {"type": "boolean"},
+                "bytes_freed": INT,
+                "objects_deleted": {**INT, "description": "its objects deleted from the store (GPUDECK_ARTIFACTS)"},
+                "store_error": {**STR, "description": "why its objects in the store could not be deleted"},
+            },
+            ["id", "deleted", "bytes_freed"],
         ),
         "FileList": _obj(
             {
                 "job_id": INT,
+                "store": {
+                    **STR,
+                    "description": "where the files were listed from when this API's host has no job dir: the "
+                    "object store (GPUDECK_ARTIFACTS), which has the checkpoints, model and result",
+                },
                 "files": {
                     "type": "array",
                     "items": _obj({"path": STR, "size": INT, "modified": TIME}, ["path", "size", "modified"]),

@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from jobs import sources
+from jobs import objectstore, sources
 from jobs.redis_server import free_port
 from jobs.run import sandbox
 from jobs.run.proc import pdeathsig, python_module
@@ -360,19 +360,33 @@ def _unfinished(folder: str, names: list[str]) -> list[str]:
     return [n for n in names if "_temp" in n]
 
 
-def take_checkpoints(settings: Settings, job_dir: Path, resumes: int | None) -> str | None:
-    """A retried model job starts from the last complete checkpoint of the job it retries: its files are linked
-    (copied across filesystems) into this job's checkpoints/, which the trainer resumes from. The log line that
-    says so, or None when there is nothing to say."""
-    if not resumes:
-        return None
-    mine, theirs = job_dir / "checkpoints", settings.job_dir(int(resumes)) / "checkpoints"
+def take_checkpoints(settings: Settings, job_dir: Path, resumes: int | None, own: int | None = None) -> str | None:
+    """A model job resumes from the last complete checkpoint: its own earlier attempt's (in its job dir, else, on a
+    host without it, in the artifact store: `own`, the job's id on an attempt after the first), else the job it
+    retries (`resumes`: linked, or copied across filesystems, from that job's dir, else fetched from the store)
+    into this job's checkpoints/, which the trainer resumes from. The log line that says so, or None."""
+    mine = job_dir / "checkpoints"
     if (mine / "checkpoint").exists():
         return None  # an earlier attempt of this job saved its own
-    if not (theirs / "checkpoint").exists():
-        return f"gpudeck: job {resumes} left no checkpoint here; training from the start"
-    shutil.copytree(theirs, mine, copy_function=_link_or_copy, ignore=_unfinished, dirs_exist_ok=True)
-    return f"gpudeck: resuming from the last checkpoint of job {resumes}"
+    store = objectstore.Store.of(settings.artifacts)
+    try:
+        if store is not None and own:
+            got = objectstore.fetch_checkpoints(store, own, mine)
+            if got:
+                return f"gpudeck: resuming from {got}, which an earlier attempt left in the artifact store ({store})"
+        if not resumes:
+            return None
+        theirs = settings.job_dir(int(resumes)) / "checkpoints"
+        if (theirs / "checkpoint").exists():
+            shutil.copytree(theirs, mine, copy_function=_link_or_copy, ignore=_unfinished, dirs_exist_ok=True)
+            return f"gpudeck: resuming from the last checkpoint of job {resumes}"
+        got = objectstore.fetch_checkpoints(store, int(resumes), mine) if store is not None else None
+        if got:
+            return f"gpudeck: resuming from the last checkpoint of job {resumes} ({got}, from the artifact store)"
+    except objectstore.StoreError as exc:
+        shutil.rmtree(mine, ignore_errors=True)  # (nothing half fetched is resumed from)
+        return f"gpudeck: the artifact store could not be read ({exc}); training from the start"
+    return f"gpudeck: job {resumes} left no checkpoint here; training from the start"
 
 
 def newest_checkpoint(job_dir: Path) -> int | None:

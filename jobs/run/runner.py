@@ -17,13 +17,14 @@ from typing import Any
 
 from redis import Redis
 
-from jobs import datasets, gang, lifecycle, mps, outcome
+from jobs import datasets, gang, lifecycle, mps, objectstore, outcome
 from jobs.archives import tree_bytes
 from jobs.keys import metrics_key, rq_job_id
 from jobs.run import launch, projectenv, sandbox
 from jobs.run.launch import NO_SPACE, Attempt, LogFile, Refused, WorkerContext
 from jobs.run.proc import Started, become_subreaper, end_descendants, kill_marked
 from jobs.run.pump import Output, Writes, pump
+from jobs.run.upload import Uploader
 from jobs.run.warm import Adopted, Warm
 from jobs.scalars import ScalarReader
 from jobs.spec import is_command, masked, shown
@@ -169,9 +170,12 @@ class JobRun:
                 events = self.adopted.events()
             else:
                 events = os.fdopen(fds.release(events_r), "rb")
+            uploader = self._uploader()
             pump(self, proc, events, log_file, spec.get("timeout"))
             returncode = proc.wait()
             fds.close(self.lifeline[1])
+            if uploader is not None:
+                self._uploaded(uploader, log_file)
             if self.adopted is not None:
                 self.adopted.close()
         sandboxed = how.sandboxed or self.adopted is not None
@@ -184,6 +188,25 @@ class JobRun:
             through_outage(lambda: self.writes.flush(self.writes.pipeline(), strict=True), "the job's output")
         return through_outage(lambda: self.finish(returncode, oom_before), f"the end of job {self.job_id}")
 
+    def _uploader(self) -> Uploader | None:
+        """Where GPUDECK_ARTIFACTS is set: the thread that uploads this attempt's checkpoints as they come."""
+        store = objectstore.Store.of(self.ctx.settings.artifacts)
+        if store is None or not self.reports:
+            return None
+        uploader = Uploader(store, self.job_id, self.job_dir)
+        uploader.start()
+        return uploader
+
+    def _uploaded(self, uploader: Uploader, log_file: LogFile) -> None:
+        """The attempt ended: the last checkpoint, the model and the result go to the store; the log says what the
+        store did not take (and when it took it again), the record how many files went and the last error."""
+        error = uploader.finish()
+        if uploader.said:
+            self.say(log_file, *uploader.said)
+        self.store.update(
+            self.job_id, artifacts={"store": str(uploader.store), "files": uploader.uploaded, "error": error}
+        )
+
     def plan_launch(
         self, spec: dict[str, Any], extra_env: dict[str, str], events_w: int, built: Path | None = None
     ) -> launch.Launch:
@@ -191,7 +214,8 @@ class JobRun:
         attempt = Attempt(self.job_id, self.attempt, self.run_id, self.job_dir)
         readable = [self.data_dir] if self.data_dir is not None else []
         if not self.command:
-            said = launch.take_checkpoints(self.ctx.settings, self.job_dir, self.resumes)
+            own = self.job_id if self.attempt > 1 else None  # (an id reused after a new Redis: not its objects)
+            said = launch.take_checkpoints(self.ctx.settings, self.job_dir, self.resumes, own)
             self.preamble += [said] if said and said not in self.preamble else []
             how = launch.trainer(self.ctx, attempt, events_w, extra_env)
             if self.warm is not None:  # (it runs in the warm trainer's sandbox, made already)

@@ -1,0 +1,99 @@
+"""An attempt's files into the object store (GPUDECK_ARTIFACTS), from its work-horse (the job never holds the
+store's credentials): a thread that uploads each new checkpoint as the trainer completes it — its files first, then
+the state file that makes it the newest, then the objects of the checkpoints the trainer let go are deleted — and,
+when the attempt ends, the last checkpoint, the model and the result. A store that does not answer loses nothing:
+the job dir keeps every file, the job goes on, the next round tries again, and its log says so at the end (what
+the store did not take, and when it took it again: lines the attempt writes once its process ended, so no thread
+but the pump's writes the log while it runs)."""
+
+from __future__ import annotations
+
+import logging
+import os
+import threading
+from pathlib import Path
+
+from jobs.objectstore import CHECKPOINTS, STATE, Store, StoreError, checkpoint_files, newest
+
+log = logging.getLogger(__name__)
+
+EVERY_S = 2.0
+"""How often the job's checkpoints folder is looked at."""
+AT_END = ("model.keras", "result.json")
+"""What an attempt's end uploads besides its checkpoints."""
+
+
+class Uploader(threading.Thread):
+    """Uploads one attempt's checkpoints while it runs (`start`), the rest at its end (`finish`); `said`: lines for
+    the job's log (the first failure, and the recovery)."""
+
+    def __init__(self, store: Store, job_id: int, job_dir: Path, every_s: float = EVERY_S):
+        super().__init__(name="gpudeck-upload", daemon=True)
+        self.store, self.job_id, self.job_dir = store, job_id, job_dir
+        self.said: list[str] = []
+        self.every_s = every_s
+        self.stopped = threading.Event()
+        self.sent: dict[str, tuple[int, int]] = {}  # file name -> (size, mtime_ns) uploaded
+        self.sent_state: str | None = None
+        self.error: str | None = None
+        self.uploaded = 0
+
+    def run(self) -> None:
+        while not self.stopped.wait(self.every_s):
+            self.sync()
+
+    def sync(self) -> bool:
+        """Upload the newest complete checkpoint where it changed; whether the store has it now."""
+        folder = self.job_dir / CHECKPOINTS
+        try:
+            state = (folder / STATE).read_text()
+        except OSError:
+            return True  # no checkpoint yet
+        if state == self.sent_state:
+            return True
+        try:
+            names = [e.name for e in os.scandir(folder) if e.is_file(follow_symlinks=False)]
+            wanted = checkpoint_files(state, names)
+            for name in wanted:
+                st = os.stat(folder / name)
+                if self.sent.get(name) != (st.st_size, st.st_mtime_ns):
+                    self.store.put(folder / name, self.job_id, f"{CHECKPOINTS}/{name}")
+                    self.sent[name] = (st.st_size, st.st_mtime_ns)
+                    self.uploaded += 1
+            self.store.put_bytes(state.encode(), self.job_id, f"{CHECKPOINTS}/{STATE}")  # (now it is the newest)
+            gone = [n for n in self.sent if n not in wanted]
+            if gone:
+                self.store.delete(self.job_id, [f"{CHECKPOINTS}/{n}" for n in gone])
+                for n in gone:
+                    del self.sent[n]
+        except (StoreError, OSError) as exc:  # (a file the trainer removed meanwhile: the next round)
+            if self.error is None:
+                kept = "it stays in the job dir, and was sent again every few seconds"
+                self.said.append(f"gpudeck: the artifact store did not take {newest(state)} ({exc}); {kept}")
+            self.error = str(exc)
+            return False
+        if self.error is not None:
+            self.said.append(f"gpudeck: the artifact store took {newest(state)}: it answers again")
+            self.error = None
+        self.sent_state = state
+        return True
+
+    def finish(self) -> str | None:
+        """At the attempt's end: the last checkpoint, the model and the result; the error where one could not go."""
+        self.stopped.set()
+        if self.is_alive():
+            self.join()
+        ok = self.sync()
+        for name in AT_END:
+            path = self.job_dir / name
+            if path.is_file():
+                try:
+                    self.store.put(path, self.job_id, name)
+                    self.uploaded += 1
+                except StoreError as exc:
+                    ok, self.error = False, str(exc)
+        if not ok:
+            self.said.append(
+                f"gpudeck: the artifact store did not take everything ({self.error}); the job dir keeps it all"
+            )
+        return None if ok else self.error
