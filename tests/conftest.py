@@ -26,6 +26,7 @@ LONGEST = (
     "test_a_checkpointing_script_resumes_after_its_worker_is_killed",
     "test_a_retried_job_starts_warm_from_its_checkpoint",
     "test_a_session_is_released_when_nobody_is_attached_and_its_gpu_is_idle_and_not_before",
+    "test_a_job_stopped_on_one_host_resumes_on_another_from_the_store",
     "test_gpudeck_doctor_says_whether_the_box_is_ready",
     "test_random_search_with_asha_stops_the_bad_learning_rates_of_a_model_job",
     "test_the_readme_section_as_written",
