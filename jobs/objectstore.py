@@ -17,8 +17,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from jobs.errors import ConfigError
-
 STATE = "checkpoint"
 """TensorFlow's checkpoint state file: which checkpoints are complete, the newest first."""
 CHECKPOINTS = "checkpoints"
@@ -33,10 +31,10 @@ class StoreError(Exception):
 
 
 def parse(url: str) -> tuple[str, str]:
-    """`s3://bucket/prefix` -> (bucket, prefix without slashes at its ends); ConfigError saying what is wrong."""
+    """`s3://bucket/prefix` -> (bucket, prefix without slashes at its ends); ValueError saying what is wrong."""
     m = PATTERN.match(url.strip())
     if m is None:
-        raise ConfigError(f"GPUDECK_ARTIFACTS must be s3://BUCKET or s3://BUCKET/PREFIX, got {url!r}")
+        raise ValueError(f"GPUDECK_ARTIFACTS must be s3://BUCKET or s3://BUCKET/PREFIX, got {url!r}")
     return m.group(1), (m.group(2) or "").strip("/")
 
 
@@ -66,7 +64,7 @@ class Store:
                     import boto3
                     from botocore.config import Config
                 except ImportError:
-                    raise ConfigError(
+                    raise StoreError(
                         "GPUDECK_ARTIFACTS needs boto3: pip install 'gpudeck[s3]' where the workers and the API run"
                     ) from None
                 config = Config(retries={"max_attempts": 3, "mode": "standard"}, connect_timeout=5, read_timeout=60)
@@ -76,7 +74,7 @@ class Store:
     def _call(self, what: str, fn: Any, **kwargs: Any) -> Any:
         try:
             return fn(Bucket=self.bucket, **kwargs)
-        except ConfigError:
+        except StoreError:
             raise
         except Exception as exc:  # noqa: BLE001 (botocore's errors, one message: what failed and why)
             raise StoreError(f"{what} in {self}: {type(exc).__name__}: {str(exc).splitlines()[0][:300]}") from None

@@ -62,7 +62,7 @@ def _artifacts(env) -> str | None:
     """GPUDECK_ARTIFACTS, checked (s3://BUCKET[/PREFIX]), or None."""
     url = (env.get("GPUDECK_ARTIFACTS") or "").strip()
     if url:
-        objectstore.parse(url)
+        _checked(objectstore.parse, env, "GPUDECK_ARTIFACTS")
     return url or None
 
 

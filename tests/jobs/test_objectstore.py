@@ -10,6 +10,7 @@ import pytest
 from jobs import objectstore
 from jobs.errors import ConfigError
 from jobs.run.upload import Uploader
+from jobs.settings import Settings
 from tests.support.s3 import s3_store
 
 
@@ -86,4 +87,4 @@ def test_gpudeck_artifacts_must_name_a_bucket():
     assert objectstore.parse("s3://lab/runs/gpu-box/") == ("lab", "runs/gpu-box")
     assert objectstore.Store.of("s3://lab").key(3, "model.keras") == "jobs/3/model.keras"
     with pytest.raises(ConfigError, match="GPUDECK_ARTIFACTS must be s3://BUCKET"):
-        objectstore.parse("https://lab.s3.amazonaws.com/runs")
+        Settings.from_env({"GPUDECK_ARTIFACTS": "https://lab.s3.amazonaws.com/runs"})
