@@ -112,6 +112,7 @@ def _stored(store: objectstore.Store, job_id: int, path: str, archive: str | Non
     if got.get("ContentRange"):
         headers["Content-Range"] = got["ContentRange"]
     body = got["Body"]
-    response = Response(iter(lambda: body.read(1 << 20), b""), status=206 if wanted else 200, headers=headers,
+    partial = 206 if got.get("ContentRange") else 200  # (a range the store did not apply: the whole object)
+    response = Response(iter(lambda: body.read(1 << 20), b""), status=partial, headers=headers,
                         mimetype="application/octet-stream")  # fmt: skip
     return _streamed(response)

@@ -16,7 +16,7 @@ from typing import Any
 from redis import Redis
 
 from jobs.errors import Conflict, Unprocessable
-from jobs.keys import EXPORT_DUE_KEY, EXPORTER_LOCK_KEY
+from jobs.keys import EXPORT_DUE_KEY, EXPORTER_LOCK_KEY, job_key
 from jobs.periodic import Periodic
 from jobs.settings import Settings
 from jobs.store import JobStore
@@ -102,6 +102,9 @@ def deliver(redis: Redis, settings: Settings, now: float | None = None) -> int:
             state = {"status": "exported", "run_id": done.run_id, "experiment_id": done.experiment_id,
                      "points": done.points, "attempts": state["attempts"], "at": time.time()}  # fmt: skip
             made += 1
+        if not redis.exists(job_key(job_id)):  # (deleted while it was exported: no half record made again)
+            redis.zrem(EXPORT_DUE_KEY, raw)
+            continue
         with redis.pipeline(transaction=True) as pipe:
             store.update(job_id, pipe=pipe, export={"mlflow": state})
             if state["status"] == "retrying":
