@@ -363,6 +363,11 @@ class JobStore:
         last = self.redis.xrevrange(key, count=1)
         return int(last[0][0].split(b"-")[1]) if last else 0
 
+    def last_point(self, job_id: int) -> dict[str, Any] | None:
+        """The newest metric point the job's stream holds, or None."""
+        last = self.redis.xrevrange(metrics_key(job_id), count=1)
+        return json.loads(last[0][1][b"p"]) if last else None
+
     def append_lines(self, job_id: int, lines: builtins.list[str], pipe: Any) -> None:
         """Queue log lines into `pipe`, numbered on from the stream's last line inside Redis, so the tasks of
         a multi-worker job can write one log between them."""

@@ -97,7 +97,9 @@ class JobRun:
         self.owner = rec.get("owner")
         self.quick = rec.get("trial") is not None
         if self.attempt > 1 and self.reports:  # (an earlier attempt's points stay; this one goes on after them)
-            self.output.seen_step = (rec.get("progress") or {}).get("step")
+            # (after the newest point stored: the record's progress may lag it by the last point or two)
+            steps = [(rec.get("progress") or {}).get("step"), (self.store.last_point(self.job_id) or {}).get("step")]
+            self.output.seen_step = max((s for s in steps if isinstance(s, int)), default=None)
         try:
             self.data_dir = datasets.local_dir(self.redis, self.ctx.settings, spec.get("dataset"))
             self.job_dir.mkdir(parents=True, exist_ok=True)
