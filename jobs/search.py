@@ -65,6 +65,9 @@ FIELDS = {
     "base", "grid", "space", "search", "stopping", "metric", "mode", "max_trials", "max_concurrent", "time_budget",
     "seed",
 }  # fmt: skip
+LOCK_S = 30
+"""How long the searcher's lock lasts: a round takes well under a second, and a process killed in one (`gpudeck up`
+stopped) holds every search up this long at most."""
 
 
 # -- the request -------------------------------------------------------------------------------------------------
@@ -335,11 +338,14 @@ def _save(redis: Redis, sweep_id: int, trial: dict[str, Any]) -> None:
     redis.hset(sweep_trials_key(sweep_id), str(trial["number"]), json.dumps(trial))
 
 
-def launch(redis: Redis, settings: Settings, record: dict[str, Any], the_study: Any) -> dict[str, Any]:
-    """Ask the study for the next trial and submit its job; the trial as kept."""
-    number = len(the_study.get_trials(deepcopy=False))
-    the_study.sampler = sampler(record, number)
-    asked = the_study.ask({k: _distribution(d) for k, d in record["space"].items()})
+def launch(
+    redis: Redis, settings: Settings, record: dict[str, Any], the_study: Any, asked: Any = None
+) -> dict[str, Any]:
+    """Ask the study for the next trial (or take `asked`, one asked before) and submit its job; the trial as kept."""
+    if asked is None:
+        number = len(the_study.get_trials(deepcopy=False))
+        the_study.sampler = sampler(record, number)
+        asked = the_study.ask({k: _distribution(d) for k, d in record["space"].items()})
     values = {k: asked.params[k] for k in record["space"]}
     trial = {"number": asked.number, "trial_id": asked._trial_id, "job": None, "values": values, "state": "running"}
     trial.update(seen=0, step=None, last=None, metric=None, rung=None, stopped_early=False, outcome=None)
@@ -435,6 +441,16 @@ def drive(redis: Redis, settings: Settings, record: dict[str, Any], the_study: A
             _end(the_study, trial, rec, metric)
         _save(redis, sweep_id, trial)
     stopped = redis.exists(sweep_stop_key(sweep_id))
+    # A trial the study gave out whose job was never submitted (the process that asked for it went between the two,
+    # as when `gpudeck up` stops): submitted now, so no trial number is skipped and none stays running forever.
+    known = {t["number"] for t in kept}
+    for orphan in the_study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.RUNNING,)):
+        if orphan.number not in known:
+            log.info("sweep %s: trial %s was asked for but never launched", sweep_id, orphan.number)
+            if stopped or set(record["space"]) - set(orphan.params):  # (none asked with this space: let it go)
+                _tell(the_study, {"trial_id": orphan._trial_id, "number": orphan.number}, optuna.trial.TrialState.FAIL)
+            else:
+                kept.append(launch(redis, settings, record, the_study, orphan))
     active = sum(t["state"] != "ended" for t in kept)
     while not stopped and active < record["max_concurrent"] and len(kept) < record["max_trials"]:
         kept.append(launch(redis, settings, record, the_study))
@@ -519,7 +535,8 @@ class Searcher(Periodic):
         self.every_s = SEARCH_EVERY_S if ids else IDLE_EVERY_S
         if not ids:
             return
-        lock = self.redis.lock(SEARCHER_LOCK_KEY, timeout=120, blocking=False)
+        # (a round takes well under a second; a process killed in one holds the lock this long at most)
+        lock = self.redis.lock(SEARCHER_LOCK_KEY, timeout=LOCK_S, blocking=False)
         if not lock.acquire():
             return
         try:

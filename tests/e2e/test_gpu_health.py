@@ -40,7 +40,11 @@ def test_a_hardware_xid_cordons_the_gpu_retries_its_job_and_an_admin_uncordons_i
             f.write(
                 "[ 5123.456789] NVRM: Xid (PCI:0000:10:00): 79, pid=4242, name=python, GPU has fallen off the bus.\n"
             )
-        back = until(lambda: (j := job(1))["attempt"] == 2 and j["status"] == "queued" and j, 60, "job 1 retried")
+        back = until(  # (queued again, then a scheduling round says what it waits for)
+            lambda: (j := job(1))["attempt"] == 2 and j["status"] == "queued" and "waiting" in j["message"] and j,
+            60,
+            "job 1 retried and waiting",
+        )
         assert back["reason"] == "gpu_error"
         assert back["message"].startswith("waiting for 1 GPU on one host; 0 free on one host now; cordoned: Xid 79 at ")
         assert back["message"].endswith(" on GPU 0"), back["message"]

@@ -326,3 +326,32 @@ def test_every_trial_passes_its_makers_submit_rules_at_creation_and_when_it_star
     record = json.loads(redis.get(f"gpudeck:sweep:{made.json['id']}"))
     assert record["owner"] == "dave"
     assert "the token of 'dave' was revoked" in redis.get(sweep_stop_key(made.json["id"])).decode()
+
+
+def test_a_trial_asked_for_but_never_launched_is_launched_by_the_next_round_and_no_number_is_skipped(
+    command_client, redis, settings
+):
+    """`gpudeck up` stopped between the study giving out a trial and its job's submission (the searcher's process
+    killed there): the next round submits that trial's job, so the numbers stay 0, 1, 2 and the search ends."""
+    made = make(command_client, metric="loss", max_trials=3, max_concurrent=1, seed=1)
+    sweep_id, (first,) = made["id"], made["job_ids"]
+    trials = Trials(redis)
+    trials.run(first)
+    trials.points(first, "loss", [(1, 0.5)])
+    trials.end(first)
+    record = json.loads(redis.get(f"gpudeck:sweep:{sweep_id}"))
+    asked = search.study(settings.redis_url or "", record)  # (asked; the process went before it submitted)
+    lost = asked.ask({k: search._distribution(d) for k, d in record["space"].items()})
+    assert lost.number == 1
+    drive(redis, settings, sweep_id)
+    shown = command_client.get(f"/api/v1/sweeps/{sweep_id}").json
+    assert [t["number"] for t in shown["trials"]] == [0, 1] and shown["trials"][1]["job"] is not None
+    second = shown["trials"][1]["job"]
+    assert JobStore(redis).get(second)["trial"]["number"] == 1
+    for job_id in (second,):
+        trials.run(job_id)
+        trials.points(job_id, "loss", [(1, 0.4)])
+        trials.end(job_id)
+    drive(redis, settings, sweep_id)
+    third = command_client.get(f"/api/v1/sweeps/{sweep_id}").json["trials"][2]
+    assert third["number"] == 2
