@@ -84,7 +84,7 @@ def test_a_job_stopped_on_one_host_resumes_on_another_from_the_store(spawn, chil
         (tmp_path / "readme").mkdir()
         listed, fetched, gone = run_block("artifacts", int(url.rsplit(":", 1)[1]), tmp_path / "readme", readme_env)
         assert "model.keras" in listed and (tmp_path / "readme" / "model.keras").read_bytes() == local
-        assert gone.startswith("deleted 2 jobs: 1-2 ("), gone
+        assert gone.startswith("deleted 2 jobs: 1-2 (") and "objects deleted from the store)" in gone, gone
         assert s3.keys() == []
 
 

@@ -414,11 +414,11 @@ def rm(ids, status, older_than, dry_run) -> int:
         return EXIT_OK
     local, where = threading.local(), settings()
 
-    def delete(job_id: int) -> int | str:  # a client (a requests session) per thread; why not, when refused
+    def delete(job_id: int) -> dict[str, Any] | str:  # a client (a requests session) per thread; why, when refused
         if not hasattr(local, "client"):
             local.client = client(where)
         try:
-            return local.client.delete(job_id)["bytes_freed"]
+            return local.client.delete(job_id)
         except ApiError as exc:
             if exc.status not in (403, 404, 409):
                 raise
@@ -429,11 +429,16 @@ def rm(ids, status, older_than, dry_run) -> int:
     for job_id, outcome in zip(chosen, outcomes):
         if isinstance(outcome, str):
             click.echo(f"gpudeck rm: job {job_id}: {outcome}", err=True)
-    gone = [i for i, o in zip(chosen, outcomes) if not isinstance(o, str)]
-    freed = sum(o for o in outcomes if not isinstance(o, str))
+        elif outcome.get("store_error"):
+            click.echo(f"gpudeck rm: job {job_id}: deleted, but not its objects: {outcome['store_error']}", err=True)
+    done = [o for o in outcomes if not isinstance(o, str)]
+    gone = [o["id"] for o in done]
+    freed = sum(o["bytes_freed"] for o in done)
+    objects = sum(o.get("objects_deleted", 0) for o in done)
     if gone or not chosen:
         which = f": {_ranges(gone)}" if gone else ""
-        click.echo(f"deleted {len(gone)} job{'s' if len(gone) != 1 else ''}{which} ({human(freed)} freed)")
+        stored = f", {objects} object{'s' if objects != 1 else ''} deleted from the store" if objects else ""
+        click.echo(f"deleted {len(gone)} job{'s' if len(gone) != 1 else ''}{which} ({human(freed)} freed{stored})")
     if len(gone) == len(chosen):
         return EXIT_OK
     return EXIT_JOB_FAILED if gone else EXIT_USAGE
