@@ -255,6 +255,20 @@ def server(api: Client, allow_writes: bool = False) -> MCPServer:
         return metrics if raw else metric_summary(metrics)
 
     @mcp.tool(annotations=READ_ONLY)
+    def compare_jobs(job_ids: list[int], metric: str | None = None, raw: bool = False) -> dict[str, Any]:
+        """Two to 20 runs side by side: the configuration fields that differ (with each job's value), their results
+        with each column's best job, the metrics they report, and `metric`'s curve of each (default loss): first,
+        last and lowest value; `raw`: every point."""
+        doc = _call(api.compare, job_ids, metric)
+        if not raw:
+            doc["curves"] = [
+                {"job_id": c["job_id"], "run": c["run"], "points": len(c["points"]), "first": c["points"][0][1],
+                 "last": c["points"][-1][1], "min": min(y for _, y in c["points"])}
+                for c in doc["curves"]
+            ]  # fmt: skip
+        return doc
+
+    @mcp.tool(annotations=READ_ONLY)
     def triage_job(job_id: int) -> dict[str, Any]:
         """Why a job failed (or waits): its state and reason, the log lines around its error, the GPU it held, and
         what to try next, from its own facts."""

@@ -120,6 +120,11 @@ def test_an_agent_lists_submits_waits_triages_and_reads_metrics_within_the_apis_
             prompt = await writer.get_prompt("diagnose_job", {"job_id": str(failed)})
             assert f"triage_job({failed})" in prompt.messages[0].content.text
 
+            side = await call(writer, "compare_jobs", job_ids=[failed, trained])
+            assert {"kind", "model"} <= {d["field"] for d in side["differs"]}  # (a command beside a zoo job)
+            assert [c["job_id"] for c in side["curves"]] == [trained] and side["curves"][0]["points"] >= 1
+            assert "s3cret-value" not in str(side)
+
             assert (await call(writer, "delete_job", job_id=trained, dry_run=True))["would_free_bytes"] > 0
             assert (await call(writer, "show_job", job_id=trained))["status"] == "succeeded"  # (still there)
 
