@@ -9,6 +9,7 @@ import json
 import logging
 import os
 import subprocess
+import threading
 import time
 import uuid
 from dataclasses import replace
@@ -16,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from redis import Redis
+from redis.exceptions import RedisError
 
 from jobs import datasets, gang, lifecycle, mps, objectstore, outcome
 from jobs.archives import tree_bytes
@@ -23,7 +25,7 @@ from jobs.keys import metrics_key, rq_job_id
 from jobs.run import launch, projectenv, sandbox
 from jobs.run.launch import NO_SPACE, Attempt, LogFile, Refused, WorkerContext
 from jobs.run.proc import Started, become_subreaper, end_descendants, kill_marked
-from jobs.run.pump import Output, Writes, pump
+from jobs.run.pump import HEARTBEAT_EVERY_S, Output, Writes, pump
 from jobs.run.upload import Uploader
 from jobs.run.warm import Adopted, Warm
 from jobs.scalars import ScalarReader
@@ -202,12 +204,28 @@ class JobRun:
     def _uploaded(self, uploader: Uploader, log_file: LogFile) -> None:
         """The attempt ended: the last checkpoint, the model and the result go to the store; the log says what the
         store did not take (and when it took it again), the record how many files went and the last error."""
-        error = uploader.finish()
-        if uploader.said:
-            self.say(log_file, *uploader.said)
-        self.store.update(
-            self.job_id, artifacts={"store": str(uploader.store), "files": uploader.uploaded, "error": error}
-        )
+        done = threading.Event()
+
+        def beating() -> None:  # (a large model to a slow store: the reaper must not think this work-horse gone)
+            while not done.wait(HEARTBEAT_EVERY_S):
+                with contextlib.suppress(RedisError):
+                    self.beat()
+
+        beater = threading.Thread(target=beating, name="gpudeck-upload-beat", daemon=True)
+        beater.start()
+        try:
+            error = uploader.finish()
+        finally:
+            done.set()
+            beater.join()
+        try:  # (what it says of the store is no reason to fail the job's end in a Redis outage)
+            if uploader.said:
+                self.say(log_file, *uploader.said)
+            self.store.update(
+                self.job_id, artifacts={"store": str(uploader.store), "files": uploader.uploaded, "error": error}
+            )
+        except RedisError as exc:
+            log.warning("job %s: what the artifact store took is not recorded (Redis: %s)", self.job_id, exc)
 
     def plan_launch(
         self, spec: dict[str, Any], extra_env: dict[str, str], events_w: int, built: Path | None = None
