@@ -9,7 +9,6 @@ import json
 import logging
 import os
 import subprocess
-import threading
 import time
 import uuid
 from dataclasses import replace
@@ -19,10 +18,10 @@ from typing import Any
 from redis import Redis
 from redis.exceptions import RedisError
 
-from jobs import datasets, gang, lifecycle, mps, objectstore, outcome
+from jobs import datasets, gang, lifecycle, mps, outcome
 from jobs.archives import tree_bytes
 from jobs.keys import metrics_key, rq_job_id
-from jobs.run import launch, projectenv, sandbox
+from jobs.run import launch, projectenv, sandbox, upload
 from jobs.run.launch import NO_SPACE, Attempt, LogFile, Refused, WorkerContext
 from jobs.run.proc import Started, become_subreaper, end_descendants, kill_marked
 from jobs.run.pump import HEARTBEAT_EVERY_S, Output, Writes, pump
@@ -194,30 +193,12 @@ class JobRun:
 
     def _uploader(self) -> Uploader | None:
         """Where GPUDECK_ARTIFACTS is set: the thread that uploads this attempt's checkpoints as they come."""
-        store = objectstore.Store.of(self.ctx.settings.artifacts)
-        if store is None or not self.reports:
-            return None
-        uploader = Uploader(store, self.job_id, self.job_dir)
-        uploader.start()
-        return uploader
+        return upload.start(self.ctx.settings.artifacts, self.job_id, self.job_dir) if self.reports else None
 
     def _uploaded(self, uploader: Uploader, log_file: LogFile) -> None:
-        """The attempt ended: the last checkpoint, the model and the result go to the store; the log says what the
-        store did not take (and when it took it again), the record how many files went and the last error."""
-        done = threading.Event()
-
-        def beating() -> None:  # (a large model to a slow store: the reaper must not think this work-horse gone)
-            while not done.wait(HEARTBEAT_EVERY_S):
-                with contextlib.suppress(RedisError):
-                    self.beat()
-
-        beater = threading.Thread(target=beating, name="gpudeck-upload-beat", daemon=True)
-        beater.start()
-        try:
-            error = uploader.finish()
-        finally:
-            done.set()
-            beater.join()
+        """The attempt ended: the last checkpoint, the model and the result go to the store (the job's heartbeat kept
+        meanwhile); the log says what the store did not take, the record how many files went and the last error."""
+        error = uploader.finish(self.beat, HEARTBEAT_EVERY_S)
         try:  # (what it says of the store is no reason to fail the job's end in a Redis outage)
             if uploader.said:
                 self.say(log_file, *uploader.said)

@@ -11,6 +11,7 @@ from __future__ import annotations
 import logging
 import os
 import threading
+from collections.abc import Callable
 from pathlib import Path
 
 from jobs.objectstore import CHECKPOINTS, STATE, Store, StoreError, checkpoint_files, newest
@@ -21,6 +22,16 @@ EVERY_S = 2.0
 """How often the job's checkpoints folder is looked at."""
 AT_END = ("model.keras", "result.json")
 """What an attempt's end uploads besides its checkpoints."""
+
+
+def start(artifacts: str | None, job_id: int, job_dir: Path) -> Uploader | None:
+    """The running uploader of an attempt where GPUDECK_ARTIFACTS is set (`artifacts`), else None."""
+    store = Store.of(artifacts)
+    if store is None:
+        return None
+    uploader = Uploader(store, job_id, job_dir)
+    uploader.start()
+    return uploader
 
 
 class Uploader(threading.Thread):
@@ -78,11 +89,31 @@ class Uploader(threading.Thread):
         self.sent_state = state
         return True
 
-    def finish(self) -> str | None:
-        """At the attempt's end: the last checkpoint, the model and the result; the error where one could not go."""
+    def finish(self, beat: Callable[[], None] | None = None, every_s: float = 3.0) -> str | None:
+        """At the attempt's end: the last checkpoint, the model and the result; the error where one could not go.
+        `beat` is called every `every_s` meanwhile (the job's heartbeat: a large model to a slow store must not look
+        like a lost work-horse)."""
         self.stopped.set()
         if self.is_alive():
             self.join()
+        done = threading.Event()
+
+        def beating() -> None:
+            while beat is not None and not done.wait(every_s):
+                try:
+                    beat()
+                except Exception:  # noqa: BLE001 (Redis away: the reaper waits for the outage too)
+                    log.warning("job %s: no heartbeat while uploading", self.job_id)
+
+        beater = threading.Thread(target=beating, name="gpudeck-upload-beat", daemon=True)
+        beater.start()
+        try:
+            return self._last()
+        finally:
+            done.set()
+            beater.join()
+
+    def _last(self) -> str | None:
         ok = self.sync()
         for name in AT_END:
             path = self.job_dir / name
