@@ -10,6 +10,7 @@ there: the TensorFlow state file (`checkpoints/checkpoint`) that names it goes l
 
 from __future__ import annotations
 
+import os
 import re
 import threading
 from collections.abc import Iterator
@@ -22,7 +23,7 @@ STATE = "checkpoint"
 CHECKPOINTS = "checkpoints"
 PATTERN = re.compile(r"^s3://([a-z0-9][a-z0-9.-]{1,61}[a-z0-9])(?:/(.*))?$")
 
-_clients: dict[int, Any] = {}
+_clients: dict[tuple[int, int], Any] = {}
 _lock = threading.Lock()
 
 
@@ -57,9 +58,11 @@ class Store:
 
     @property
     def client(self) -> Any:
-        """boto3's S3 client (one per thread: boto3's clients are thread-safe, its sessions are not)."""
+        """boto3's S3 client (one per process and thread: boto3's sessions are not thread-safe, and a forked
+        work-horse must not share its worker's connections)."""
+        me = (os.getpid(), threading.get_ident())
         with _lock:
-            if threading.get_ident() not in _clients:
+            if me not in _clients:
                 try:
                     import boto3
                     from botocore.config import Config
@@ -68,8 +71,8 @@ class Store:
                         "GPUDECK_ARTIFACTS needs boto3: pip install 'gpudeck[s3]' where the workers and the API run"
                     ) from None
                 config = Config(retries={"max_attempts": 3, "mode": "standard"}, connect_timeout=5, read_timeout=60)
-                _clients[threading.get_ident()] = boto3.session.Session().client("s3", config=config)
-            return _clients[threading.get_ident()]
+                _clients[me] = boto3.session.Session().client("s3", config=config)
+            return _clients[me]
 
     def _call(self, what: str, fn: Any, **kwargs: Any) -> Any:
         try:
