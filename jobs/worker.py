@@ -80,6 +80,8 @@ class GpudeckWorker(Worker):
         self._zoo_at: float | None = None
         """When this worker last ran a zoo job: it keeps a warm trainer for GPUDECK_WARM_MAX_AGE after."""
         self._warm_failed_at = 0.0
+        self.placer: schedule.Placer | None = None
+        """The thread that says this worker is alive for placement (stopped with the worker's stop request)."""
 
     def perform_job(self, job: Any, queue: Any, execution: Any) -> bool:
         """In the work-horse: the job runs with this worker's context (with the warm trainer, when the worker handed
@@ -155,6 +157,9 @@ class GpudeckWorker(Worker):
     def request_stop(self, signum: int, frame: Any) -> None:
         """Warm shutdown: the running trainer checkpoints and stops (its job is retried as worker_lost);
         a draining worker instead lets the job finish (RQ's warm shutdown waits for it)."""
+        if self.placer is not None:  # (a worker that leaves is placed nothing more, its stopped job's retry neither)
+            self.placer.stopped.set()
+            self._tolerant("leaving placement", self.connection.delete, alive_key(self.name))
         job = self.get_current_job()
         if (
             job is not None
@@ -477,12 +482,13 @@ def run(
             settings.idle_gpu_window_s,
             settings.admin_notify,
         ),
-        schedule.Placer(settings.redis_url, name, settings),
+        placer := schedule.Placer(settings.redis_url, name, settings),
         Searcher(settings),  # (one process at a time drives the searches: whichever holds the lock this round)
         Notifier(settings),  # (and sends the notifications due: the API's does too, one of them at a time)
     ]
     for helper in helpers:
         helper.start()
+    worker.placer = placer
     log.info(
         "worker %s serving %s jobs (the scheduler places them on %s) with CUDA_VISIBLE_DEVICES=%r",
         name,
