@@ -127,13 +127,4 @@ class Exporter(Periodic):
     def round(self) -> None:
         if not self.redis.zcount(EXPORT_DUE_KEY, "-inf", time.time()):
             return
-        lock = self.redis.lock(EXPORTER_LOCK_KEY, timeout=600, blocking=False)
-        if not lock.acquire():
-            return
-        try:
-            deliver(self.redis, self.settings)
-        finally:
-            try:
-                lock.release()
-            except Exception:  # noqa: BLE001 (expired: another process took over)
-                pass
+        self.under_lock(EXPORTER_LOCK_KEY, 600, lambda: deliver(self.redis, self.settings))

@@ -214,13 +214,4 @@ class Notifier(Periodic):
     def round(self) -> None:
         if not self.settings.webhooks or not self.redis.zcard(NOTIFY_DUE_KEY):
             return
-        lock = self.redis.lock(NOTIFIER_LOCK_KEY, timeout=120, blocking=False)
-        if not lock.acquire():
-            return
-        try:
-            deliver(self.redis, self.settings)
-        finally:
-            try:
-                lock.release()
-            except Exception:  # noqa: BLE001 (expired: another process took over)
-                pass
+        self.under_lock(NOTIFIER_LOCK_KEY, 120, lambda: deliver(self.redis, self.settings))

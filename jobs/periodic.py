@@ -8,6 +8,7 @@ from __future__ import annotations
 import logging
 import threading
 from abc import ABC, abstractmethod
+from collections.abc import Callable
 
 from redis import Redis
 from redis.exceptions import RedisError
@@ -31,6 +32,20 @@ class Periodic(threading.Thread, ABC):
 
     def lease_key(self) -> str | None:
         return None
+
+    def under_lock(self, key: str, timeout: float, work: Callable[[], object]) -> None:
+        """`work()` while this process holds the Redis lock `key` (let go after `timeout` s should the process die in
+        it); nothing where another process holds it (the notifier's, exporter's and searcher's one at a time)."""
+        lock = self.redis.lock(key, timeout=timeout, blocking=False)
+        if not lock.acquire():
+            return
+        try:
+            work()
+        finally:
+            try:
+                lock.release()
+            except RedisError:  # (expired: another process took over; or Redis away)
+                pass
 
     @abstractmethod
     def round(self) -> None:

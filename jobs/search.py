@@ -25,7 +25,6 @@ from collections.abc import Iterator
 from typing import Any
 
 from redis import Redis
-from redis.exceptions import LockError
 
 from jobs import queues, tokens
 from jobs import spec as spec_mod
@@ -536,27 +535,21 @@ class Searcher(Periodic):
         if not ids:
             return
         # (a round takes well under a second; a process killed in one holds the lock this long at most)
-        lock = self.redis.lock(SEARCHER_LOCK_KEY, timeout=LOCK_S, blocking=False)
-        if not lock.acquire():
-            return
-        try:
-            for sweep_id in sorted(ids):
-                raw = self.redis.get(sweep_key(sweep_id))
-                if raw is None:
-                    self.redis.srem(SEARCHING_KEY, sweep_id)
-                    continue
-                record = json.loads(raw)
-                if sweep_id not in self.studies:
-                    self.studies[sweep_id] = study(self.settings.redis_url or "", record)
-                if not drive(self.redis, self.settings, record, self.studies[sweep_id]):
-                    self.redis.srem(SEARCHING_KEY, sweep_id)
-                    self.studies.pop(sweep_id, None)
-                    log.info("sweep %s: search over", sweep_id)
-        finally:
-            try:
-                lock.release()
-            except LockError:
-                pass
+        self.under_lock(SEARCHER_LOCK_KEY, LOCK_S, lambda: self._drive_all(ids))
+
+    def _drive_all(self, ids: list[int]) -> None:
+        for sweep_id in sorted(ids):
+            raw = self.redis.get(sweep_key(sweep_id))
+            if raw is None:
+                self.redis.srem(SEARCHING_KEY, sweep_id)
+                continue
+            record = json.loads(raw)
+            if sweep_id not in self.studies:
+                self.studies[sweep_id] = study(self.settings.redis_url or "", record)
+            if not drive(self.redis, self.settings, record, self.studies[sweep_id]):
+                self.redis.srem(SEARCHING_KEY, sweep_id)
+                self.studies.pop(sweep_id, None)
+                log.info("sweep %s: search over", sweep_id)
 
 
 def stop(redis: Redis, sweep_id: int, why: str = "stopped on request") -> None:
