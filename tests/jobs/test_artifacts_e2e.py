@@ -39,7 +39,10 @@ def test_a_job_stopped_on_one_host_resumes_on_another_from_the_store(spawn, chil
         first = spawn("worker", "--cpu", env={**env, "GPUDECK_HOME": homes["a"]})
         job = requests.post(f"{url}/api/v1/jobs", json=LONG, timeout=10).json()["id"]
         until(lambda: f"gpudeck/jobs/{job}/checkpoints/checkpoint" in s3.keys(), 120, "a checkpoint in the store")
-        first.stop()  # (its host goes: the trainer checkpoints, the job is queued again as worker_lost)
+        # Its host goes: the trainer checkpoints, the job is queued again as worker_lost. (The worker is given the
+        # time it takes, as a service manager gives it: killed while the attempt records its end, it would leave
+        # the job to the reaper, with nothing recorded of what the store took.)
+        first.stop(timeout=120)
         until(lambda: JobStore(redis).get(job)["status"] == "queued", 30, "the job queued again")
         assert JobStore(redis).get(job)["artifacts"]["error"] is None
 

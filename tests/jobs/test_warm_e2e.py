@@ -141,7 +141,7 @@ def test_a_retried_job_starts_warm_from_its_checkpoint_a_canceled_one_stops_and_
 
     # Its worker stopped, its warm trainer goes with it; a worker with GPUDECK_WARM=off keeps none (the worker
     # starts the next one as it forks a zoo job's work-horse: it would be there once the job ended).
-    worker.stop()
+    worker.stop(timeout=60)  # (its own end, not the test's SIGKILL, takes the warm trainer)
     until(lambda: not warm_trainers(settings.home), 30, "the warm trainer gone with its worker")
     spawn("worker", "--cpu", env={**child_env, "GPUDECK_WARM": "off"})
     third = client.post("/api/v1/jobs", json=SPEC).json["id"]

@@ -60,12 +60,25 @@ class Proc:
 
 
 def start_api(spawn, env: dict[str, str], port: int | None = None) -> str:
-    """Start `gpudeck api` (on `port`, else a free one) with `env`; its base URL once /healthz answers."""
-    port = port or free_port()
-    proc = spawn("api", "--port", str(port), env=env)
-    url = f"http://127.0.0.1:{port}"
-    wait_http(f"{url}/healthz", proc)
-    return url
+    """Start `gpudeck api` (on `port`, else a free one) with `env`; its base URL once /healthz answers. A free
+    port can be taken between the look and the bind (by another test's API: its /healthz would answer for ours),
+    so the URL is returned only once this process's gunicorn says it listens there; where it could not bind, it
+    is started again on another free port."""
+    for _ in range(3):
+        chosen = port or free_port()
+        proc = spawn("api", "--port", str(chosen), env=env)
+        url = f"http://127.0.0.1:{chosen}"
+        said = until(
+            lambda: f"Listening at: {url} " in proc.output() or proc.proc.poll() is not None,  # noqa: B023
+            60,
+            f"the API listening at {url}",
+        )
+        if said and proc.proc.poll() is None:
+            wait_http(f"{url}/healthz", proc)
+            return url
+        if port:
+            break
+    raise AssertionError(f"the API could not listen:\n{proc.output()[-3000:]}")
 
 
 TINY = {"model": "lenet", "dataset": "synthetic:16x16x3", "params": {"steps": 3, "batch_size": 8}}

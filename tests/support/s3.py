@@ -3,6 +3,7 @@ in it, and the environment that points gpudeck's processes at it (GPUDECK_ARTIFA
 
 from __future__ import annotations
 
+import logging
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -38,6 +39,7 @@ class S3:
             return
         from moto.server import ThreadedMotoServer
 
+        logging.getLogger("werkzeug").setLevel(logging.WARNING)  # (a line per request would bury a failure's report)
         self.server = ThreadedMotoServer(ip_address="127.0.0.1", port=self.port, verbose=False)
         self.server.start()
 
