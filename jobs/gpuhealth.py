@@ -26,6 +26,7 @@ from redis import Redis
 
 from jobs import notify
 from jobs.keys import CORDON_PATTERN, GPU_ERRORS_KEY, cordon_key, ecc_seen_key, xid_seen_key
+from jobs.run.proc import output_of
 from jobs.store import JobStore
 from models.states import Reason
 
@@ -56,13 +57,7 @@ def bus(raw: str) -> str:
 def bus_ids(timeout: float = 10.0) -> dict[str, str]:
     """PCI address (bus()) -> GPU index, from nvidia-smi."""
     try:
-        out = subprocess.run(
-            ["nvidia-smi", "--query-gpu=index,pci.bus_id", "--format=csv,noheader"],
-            capture_output=True,
-            text=True,
-            timeout=timeout,
-            check=True,
-        ).stdout
+        out = output_of(["nvidia-smi", "--query-gpu=index,pci.bus_id", "--format=csv,noheader"], timeout)
     except (OSError, subprocess.SubprocessError):
         return {}
     found = {}
@@ -94,7 +89,7 @@ class KernelLog:
 
     def _read(self) -> list[tuple[str | None, int, str]]:
         try:
-            text = subprocess.run(["dmesg"], capture_output=True, text=True, timeout=10, check=True).stdout
+            text = output_of(["dmesg"], 10)
         except (OSError, subprocess.SubprocessError) as exc:
             if not self.said:
                 log.info("GPU errors are not watched here: the kernel log cannot be read (%s)", exc)
@@ -159,7 +154,7 @@ class EccWatch:
     def counts() -> dict[str, int]:
         """GPU index -> its uncorrectable ECC errors since the driver loaded (GPUs without ECC left out)."""
         try:
-            out = subprocess.run(ECC_QUERY, capture_output=True, text=True, timeout=10, check=True).stdout
+            out = output_of(ECC_QUERY, 10)
         except (OSError, subprocess.SubprocessError):
             return {}
         found = {}

@@ -18,6 +18,7 @@ from redis import Redis
 from jobs import gpuhealth, taskrecord, usage
 from jobs.keys import GPUS_PATTERN, gpus_key, gpus_lock_key
 from jobs.periodic import Periodic
+from jobs.run.proc import output_of
 from jobs.spec import is_multi_worker
 from jobs.store import JobStore
 from models.common import duration, size_text
@@ -56,7 +57,7 @@ SAMPLE_TTL_S = 10
 
 def _run(args: list[str], timeout: float) -> str | None:
     try:
-        return subprocess.run(["nvidia-smi", *args], capture_output=True, text=True, timeout=timeout, check=True).stdout
+        return output_of(["nvidia-smi", *args], timeout)
     except (OSError, subprocess.SubprocessError) as exc:
         log.debug("nvidia-smi %s: %s", " ".join(args), exc)
         return None

@@ -6,7 +6,10 @@ would leave lost jobs running, jobs unplaced or TensorBoards forever."""
 from __future__ import annotations
 
 import logging
+import sys
 import threading
+import time
+import traceback
 from abc import ABC, abstractmethod
 from collections.abc import Callable
 
@@ -25,10 +28,16 @@ class Periodic(threading.Thread, ABC):
     lease_share = 0.8
     first_wait = False
 
+    stuck_s = 60.0
+    """A round that has not come back after this long is said in the log (by a Watch), with where it is."""
+
     def __init__(self, redis_url: str, name: str):
         super().__init__(name=name, daemon=True)
         self.redis = Redis.from_url(redis_url)
         self.stopped = threading.Event()
+        self.round_since: float | None = None
+        """When the round under way began (monotonic), None between rounds."""
+        self._told: float | None = None
 
     def lease_key(self) -> str | None:
         return None
@@ -56,6 +65,7 @@ class Periodic(threading.Thread, ABC):
 
     def once(self) -> None:
         """One round, under the lease when there is one; errors logged, never raised."""
+        self.round_since = time.monotonic()
         try:
             key = self.lease_key()
             if key is None or self.redis.set(key, "1", nx=True, px=int(self.every_s * 1000 * self.lease_share)):
@@ -64,6 +74,18 @@ class Periodic(threading.Thread, ABC):
             log.warning("%s: redis unavailable (%s)", self.what, exc)
         except Exception:  # noqa: BLE001 (see the module's doc)
             log.exception("%s: unexpected error", self.what)
+        finally:
+            self.round_since = None
+
+    def stuck(self) -> str | None:
+        """Where its thread is (a stack), when its round has gone on for over `stuck_s` and that was not said yet
+        for this round; else None."""
+        since = self.round_since
+        if since is None or time.monotonic() - since < self.stuck_s or self._told == since:
+            return None
+        self._told = since
+        frame = sys._current_frames().get(self.ident or -1)
+        return "".join(traceback.format_stack(frame)) if frame is not None else "(its thread has no frame)"
 
     def run(self) -> None:
         if self.first_wait:
@@ -75,3 +97,22 @@ class Periodic(threading.Thread, ABC):
             self.closing()
         except RedisError:
             pass
+
+
+class Watch(Periodic):
+    """Says in the log, once a round, where another thread's round has been stuck for its `stuck_s` (a stack): a
+    helper that never comes back from a round does its work no more, and nothing else would say so (the GPU
+    sampler's samples would just expire, the reaper would reap no more)."""
+
+    what, every_s = "watch", 10.0
+
+    def __init__(self, redis_url: str, helpers: list[Periodic]):
+        super().__init__(redis_url, "gpudeck-watch")
+        self.helpers = helpers
+
+    def round(self) -> None:
+        for helper in self.helpers:
+            where = helper.stuck()
+            if where is not None:
+                log.warning("%s: a round has not come back for over %.0fs; it is at:\n%s", helper.what,
+                            helper.stuck_s, where)  # fmt: skip

@@ -36,6 +36,7 @@ from jobs.keys import (
 )
 from jobs.lifecycle import worker_lost
 from jobs.notify import Notifier
+from jobs.periodic import Periodic, Watch
 from jobs.reaper import Reaper
 from jobs.run import launch, sandbox, warm
 from jobs.run.launch import WorkerContext
@@ -472,7 +473,7 @@ def run(
     )
     assert settings.redis_url
     retention = (lambda r: control.apply_retention(r, settings)) if settings.retention else None
-    helpers = [
+    helpers: list[Periodic] = [
         Reaper(settings.redis_url, retention),
         Sampler(
             settings.redis_url,
@@ -486,6 +487,7 @@ def run(
         Searcher(settings),  # (one process at a time drives the searches: whichever holds the lock this round)
         Notifier(settings),  # (and sends the notifications due: the API's does too, one of them at a time)
     ]
+    helpers.append(Watch(settings.redis_url, list(helpers)))  # (says where one of them is stuck, should one be)
     for helper in helpers:
         helper.start()
     worker.placer = placer

@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import os
 import signal
+import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 from typing import IO, Protocol
@@ -34,6 +37,30 @@ def python_module(module: str, *args: str) -> list[str]:
     so a user's own `models/` or `api/` folder where they ran gpudeck cannot shadow ours."""
     safe_path = ["-P"] if sys.version_info >= (3, 11) else []
     return [sys.executable, *safe_path, "-m", module, *args]
+
+
+def output_of(argv: list[str], timeout: float) -> str:
+    """What `argv` prints on stdout, as `subprocess.run(argv, capture_output=True, text=True, timeout=timeout,
+    check=True).stdout` gives it, but never after more than `timeout`: it runs in a session of its own, its output
+    goes to a file rather than a pipe, and on timeout its whole process group is killed. (subprocess.run kills only
+    the process and then waits for its pipes' end: a child it left holding them — a wedged nvidia-smi's helper, a
+    script's `tr` stuck reading a process's /proc — kept the GPU sampler's round waiting for good.) Raises OSError,
+    subprocess.TimeoutExpired or subprocess.CalledProcessError as subprocess.run does."""
+    with tempfile.TemporaryFile() as out:
+        proc = subprocess.Popen(
+            argv, stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.DEVNULL, start_new_session=True
+        )
+        try:
+            code = proc.wait(timeout)
+        except subprocess.TimeoutExpired:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+            raise
+        if code != 0:
+            raise subprocess.CalledProcessError(code, argv)
+        out.seek(0)
+        return out.read().decode(errors="replace")
 
 
 def pdeathsig() -> None:

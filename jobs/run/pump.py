@@ -10,6 +10,7 @@ import os
 import re
 import selectors
 import signal
+import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -32,7 +33,8 @@ log = logging.getLogger(__name__)
 LOG_TAIL_LINES = 20
 """Last log lines kept in the record of a failed job."""
 HEARTBEAT_EVERY_S = 3.0
-"""How often the work-horse refreshes its job's heartbeat (the key lives HEARTBEAT_TTL_S)."""
+"""How often the work-horse refreshes its job's heartbeat (the key lives HEARTBEAT_TTL_S), from a thread of its own
+(Heartbeat)."""
 STOP_POLL_S = 1.0
 """How often the work-horse looks for a cancel request (the API may be on another host)."""
 COALESCE_S = 0.25
@@ -44,8 +46,7 @@ SCAN_EVERY_S = 1.0
 """How often the work-horse reads a command job's new TensorBoard scalars and metrics.jsonl lines."""
 TRIAL_EVERY_S = 0.25
 """How often a search's trial looks for a stop request: its pruner's stop reaches it within a quarter second, which
-short trials need. (Its scalars are still read every SCAN_EVERY_S: reading them four times a second, each trial's
-work-horse went without a heartbeat for 15 s on a loaded make test.)"""
+short trials need. (Its scalars are still read every SCAN_EVERY_S.)"""
 LIVE_EVERY_S = 1.0
 """At most how often the line a job is drawing (a progress bar before its newline) is shown anew."""
 EXIT_LINGER_S = 2.0
@@ -310,6 +311,34 @@ def _drain(fd: int) -> tuple[bytes, bool]:
         parts.append(chunk)
 
 
+class Heartbeat(threading.Thread):
+    """The attempt's heartbeat every HEARTBEAT_EVERY_S while its pump runs, from a thread of its own: the pump's loop
+    can be held for seconds (the first read of event files imports tensorboard's loader; a loaded box), and a
+    work-horse that lives must never look lost for that (on a loaded make test a search trial's did, and the reaper
+    queued it again). What the beat says is that the work-horse lives: a killed one beats no more; a job that
+    hangs is its timeout's to end. Redis away: a beat is skipped (the pump's writes say so)."""
+
+    def __init__(self, beat: Callable[[], None], every_s: float | None = None):
+        super().__init__(name="gpudeck-heartbeat", daemon=True)
+        self.beat, self.every_s = beat, HEARTBEAT_EVERY_S if every_s is None else every_s
+        self.stopped = threading.Event()
+
+    def run(self) -> None:
+        while not self.stopped.wait(self.every_s):
+            try:
+                self.beat()
+            except RedisError as exc:
+                log.debug("heartbeat skipped: %s", exc)
+
+    def __enter__(self) -> Heartbeat:
+        self.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stopped.set()
+        self.join(10)
+
+
 @dataclass
 class Every:
     """An action of the pump's loop done every `seconds` (its first after `seconds`)."""
@@ -357,8 +386,14 @@ class Stopping:
 
 
 def pump(run: Running, proc: Started, events: IO[bytes], log_file: LogFile, timeout: int | None) -> None:
-    """Stream the process's output and events until both pipes close; beat, and act on stop requests (SIGTERM,
-    SIGKILL after the grace), on the job's timeout, and on processes it left holding its output once it exited."""
+    """Stream the process's output and events until both pipes close, the job's heartbeat beating meanwhile; act
+    on stop requests (SIGTERM, SIGKILL after the grace), on the job's timeout, and on processes it left holding its
+    output once it exited."""
+    with Heartbeat(run.beat):
+        _pump(run, proc, events, log_file, timeout)
+
+
+def _pump(run: Running, proc: Started, events: IO[bytes], log_file: LogFile, timeout: int | None) -> None:
     assert proc.stdout is not None
     for f in (proc.stdout, events):
         os.set_blocking(f.fileno(), False)
@@ -370,7 +405,6 @@ def pump(run: Running, proc: Started, events: IO[bytes], log_file: LogFile, time
     poll_s = TRIAL_EVERY_S if run.quick else STOP_POLL_S
     stopping = Stopping(run, proc, timeout, time.monotonic() + timeout if timeout else None, grace=run.grace(None))
     timers = [  # (what the loop does every so often, after reading and writing what came)
-        Every(HEARTBEAT_EVERY_S, lambda now: writes.reachable(run.beat)),
         *([Every(DISK_EVERY_S, lambda now: writes.reachable(run.measure))] if run.reports else []),
         Every(poll_s, stopping.poll),
     ]

@@ -1,0 +1,49 @@
+"""jobs.run.proc.output_of, how the GPU sampler runs nvidia-smi and dmesg: its round must end in bounded time
+whatever the tool leaves behind (a child holding its output, a hang)."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import time
+
+import pytest
+
+from jobs.run.proc import output_of
+
+
+def alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    with open(f"/proc/{pid}/stat") as f:
+        return f.read().rsplit(")", 1)[1].split()[0] != "Z"
+
+
+def test_a_child_left_holding_the_output_does_not_hold_the_caller(tmp_path):
+    pid_file = tmp_path / "child"
+    t0 = time.monotonic()
+    out = output_of(["sh", "-c", f"echo 'GPU 0'; sleep 30 & echo $! > {pid_file}; exit 0"], timeout=10)
+    assert out == "GPU 0\n" and time.monotonic() - t0 < 5  # (subprocess.run waits for the sleep's 30 s here)
+    os.kill(int(pid_file.read_text()), 9)
+
+
+def test_a_hang_is_cut_at_the_timeout_with_everything_it_started(tmp_path):
+    pid_file = tmp_path / "child"
+    t0 = time.monotonic()
+    with pytest.raises(subprocess.TimeoutExpired):
+        output_of(["sh", "-c", f"sleep 30 & echo $! > {pid_file}; sleep 30"], timeout=0.5)
+    assert time.monotonic() - t0 < 5
+    child = int(pid_file.read_text())
+    deadline = time.monotonic() + 5
+    while alive(child) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert not alive(child)  # its whole process group went
+
+
+def test_a_failure_and_a_missing_tool_raise_as_subprocess_run_does():
+    with pytest.raises(subprocess.CalledProcessError):
+        output_of(["sh", "-c", "echo partial; exit 3"], timeout=10)
+    with pytest.raises(OSError):
+        output_of(["/nonexistent/nvidia-smi"], timeout=10)
