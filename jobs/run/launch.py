@@ -8,6 +8,7 @@ Everything here reads and writes files and processes only, so it is tested witho
 from __future__ import annotations
 
 import errno
+import json
 import logging
 import os
 import re
@@ -27,6 +28,7 @@ from jobs.run import sandbox
 from jobs.run.proc import pdeathsig, python_module
 from jobs.scalars import EVENT_FILE_MARK
 from jobs.settings import Cache, Settings
+from jobs.spec import is_command, shown
 from models import protocol, sourcetree
 from models.catalog import parse_dataset
 from models.protocol import KEEP_CHECKPOINTS_ENV
@@ -504,6 +506,20 @@ class Descriptors:
     def __exit__(self, *exc: object) -> None:
         for fd in sorted(self.open):
             self.close(fd)
+
+
+def job_dir_made(job_dir: Path, spec: dict[str, Any], data_dir: Path | None) -> LogFile:
+    """The attempt's job dir with its spec.json (a zoo job's as its trainer reads it; a command's as shown, its
+    variables by name only: every user may read a job dir's files) and its log file (OSError: the disk is full)."""
+    job_dir.mkdir(parents=True, exist_ok=True)
+    written = trainer_spec(spec, data_dir) if not is_command(spec) else shown(spec, names_only=True)
+    write_new(job_dir / "spec.json", json.dumps(written, indent=2) + "\n")
+    return LogFile(job_dir / "log.txt")
+
+
+def exit_status(returncode: int, sandboxed: bool) -> int:
+    """The attempt's exit status as Popen says it, -N for signal N: a sandbox (bubblewrap, the shim) says 128 + N."""
+    return 128 - returncode if sandboxed and 128 < returncode <= 128 + 64 else returncode
 
 
 def trainer_spec(spec: dict[str, Any], data_dir: Path | None) -> dict[str, Any]:

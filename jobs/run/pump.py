@@ -14,15 +14,17 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import IO, Any, Protocol
 
 from redis import Redis
 from redis.exceptions import RedisError
 
 from jobs import notify
-from jobs.run.launch import RUN_ID_ENV, LogFile, signal_group
+from jobs.run.launch import RUN_ID_ENV, Launch, LogFile, shipped_event_files, signal_group
 from jobs.run.proc import Started, end_descendants, kill_marked
 from jobs.scalars import ScalarReader, newest_run_result, read_result
+from jobs.spec import masked
 from jobs.store import LIVE_TTL_S, JobStore, passing
 from models import protocol
 from models.reporting import chance_warning
@@ -260,6 +262,24 @@ class Output:
             fields.update(self.point(point, pipe))
         if fields:
             self.store.update(self.job_id, pipe=pipe, **fields)
+
+    def after_earlier_attempts(self, rec: dict[str, Any]) -> None:
+        """A later attempt goes on after the newest point stored (the record's progress may lag it by a point or
+        two): the points it redoes from its checkpoint up to there are not stored again."""
+        steps = [(rec.get("progress") or {}).get("step"), (self.store.last_point(self.job_id) or {}).get("step")]
+        self.seen_step = max((s for s in steps if isinstance(s, int)), default=None)
+
+    def command_launched(self, how: Launch, spec: dict[str, Any], job_dir: Path, built: Path | None) -> None:
+        """A command job that reports (a multi-worker job's task 0) is about to start: its scalars are read from
+        its job dir (not the event files its source shipped), its record gets the variables it is given (values
+        that look secret masked, secrets by name) and its project environment's digest (`gpudeck compare`)."""
+        shipped = shipped_event_files(how.source) if how.source is not None else set()
+        self.reader = ScalarReader(job_dir, ignore=shipped)
+        env_shown = {**masked(spec.get("env") or {}), **dict.fromkeys(spec.get("secret_env") or {}, "***")}
+        fields: dict[str, Any] = {"environment": {**how.injected, **env_shown}}
+        if built is not None:
+            fields["env_digest"] = built.name
+        self.store.update(self.job_id, **fields)
 
     def command_running(self, total_steps: int | None) -> dict[str, Any]:
         """The record fields of a command that has started: it is running once its process is (no trainer says)."""

@@ -5,7 +5,6 @@ task of a multi-worker job, the same attempt with other hooks."""
 from __future__ import annotations
 
 import contextlib
-import json
 import logging
 import os
 import subprocess
@@ -16,7 +15,6 @@ from pathlib import Path
 from typing import Any
 
 from redis import Redis
-from redis.exceptions import RedisError
 
 from jobs import datasets, gang, lifecycle, mps, outcome
 from jobs.archives import tree_bytes
@@ -25,10 +23,8 @@ from jobs.run import launch, projectenv, sandbox, upload
 from jobs.run.launch import NO_SPACE, Attempt, LogFile, Refused, WorkerContext
 from jobs.run.proc import Started, become_subreaper, end_descendants, kill_marked
 from jobs.run.pump import HEARTBEAT_EVERY_S, Output, Writes, pump
-from jobs.run.upload import Uploader
-from jobs.run.warm import Adopted, Warm
-from jobs.scalars import ScalarReader
-from jobs.spec import is_command, masked, shown
+from jobs.run.warm import Adopted, Warm, choose_warm
+from jobs.spec import is_command
 from jobs.store import JobStore, StopListener, through_outage
 from models import protocol
 from models.states import ACTIVE, Status
@@ -98,16 +94,10 @@ class JobRun:
         self.owner = rec.get("owner")
         self.quick = rec.get("trial") is not None
         if self.attempt > 1 and self.reports:  # (an earlier attempt's points stay; this one goes on after them)
-            # (after the newest point stored: the record's progress may lag it by the last point or two)
-            steps = [(rec.get("progress") or {}).get("step"), (self.store.last_point(self.job_id) or {}).get("step")]
-            self.output.seen_step = max((s for s in steps if isinstance(s, int)), default=None)
+            self.output.after_earlier_attempts(rec)
         try:
             self.data_dir = datasets.local_dir(self.redis, self.ctx.settings, spec.get("dataset"))
-            self.job_dir.mkdir(parents=True, exist_ok=True)
-            # (every user may read a job dir's files: a command's env values and secrets stay out of it)
-            written = launch.trainer_spec(spec, self.data_dir) if not self.command else shown(spec, names_only=True)
-            launch.write_new(self.job_dir / "spec.json", json.dumps(written, indent=2) + "\n")
-            log_file = LogFile(self.job_dir / "log.txt")
+            log_file = launch.job_dir_made(self.job_dir, spec, self.data_dir)
         except OSError as exc:
             if exc.errno not in NO_SPACE:
                 raise
@@ -173,17 +163,16 @@ class JobRun:
                 events = self.adopted.events()
             else:
                 events = os.fdopen(fds.release(events_r), "rb")
-            uploader = self._uploader()
+            uploader = upload.start(self.ctx.settings.artifacts, self.job_id, self.job_dir) if self.reports else None
             pump(self, proc, events, log_file, spec.get("timeout"))
             returncode = proc.wait()
             fds.close(self.lifeline[1])
-            if uploader is not None:
-                self._uploaded(uploader, log_file)
+            if uploader is not None:  # (its last files up, the job's heartbeat kept meanwhile)
+                said = lambda *lines: self.say(log_file, *lines)  # noqa: E731
+                upload.ended(uploader, (self.beat, HEARTBEAT_EVERY_S), said, self._record)
             if self.adopted is not None:
                 self.adopted.close()
-        sandboxed = how.sandboxed or self.adopted is not None
-        if sandboxed and 128 < returncode <= 128 + 64:  # bubblewrap's (and the shim's) 128 + N for signal N
-            returncode = 128 - returncode
+        returncode = launch.exit_status(returncode, how.sandboxed or self.adopted is not None)
         self.log_full = log_file.full
         kill_marked(launch.RUN_ID_ENV, self.run_id)  # what it started and left behind, in its group or not
         end_descendants()  # and what dropped the mark: below this subreaper still
@@ -191,22 +180,8 @@ class JobRun:
             through_outage(lambda: self.writes.flush(self.writes.pipeline(), strict=True), "the job's output")
         return through_outage(lambda: self.finish(returncode, oom_before), f"the end of job {self.job_id}")
 
-    def _uploader(self) -> Uploader | None:
-        """Where GPUDECK_ARTIFACTS is set: the thread that uploads this attempt's checkpoints as they come."""
-        return upload.start(self.ctx.settings.artifacts, self.job_id, self.job_dir) if self.reports else None
-
-    def _uploaded(self, uploader: Uploader, log_file: LogFile) -> None:
-        """The attempt ended: the last checkpoint, the model and the result go to the store (the job's heartbeat kept
-        meanwhile); the log says what the store did not take, the record how many files went and the last error."""
-        error = uploader.finish(self.beat, HEARTBEAT_EVERY_S)
-        try:  # (what it says of the store is no reason to fail the job's end in a Redis outage)
-            if uploader.said:
-                self.say(log_file, *uploader.said)
-            self.store.update(
-                self.job_id, artifacts={"store": str(uploader.store), "files": uploader.uploaded, "error": error}
-            )
-        except RedisError as exc:
-            log.warning("job %s: what the artifact store took is not recorded (Redis: %s)", self.job_id, exc)
+    def _record(self, **fields: Any) -> None:
+        self.store.update(self.job_id, **fields)
 
     def plan_launch(
         self, spec: dict[str, Any], extra_env: dict[str, str], events_w: int, built: Path | None = None
@@ -226,13 +201,8 @@ class JobRun:
         how = launch.command(self.ctx, attempt, spec, self.data_dir, extra_env, built)
         self.preamble += launch.sandbox_notes(self.ctx.settings, spec, self.job_dir)  # (a host path it cannot use)
         readable += [built] if built is not None else []
-        if built is not None and self.reports:  # (what `gpudeck compare` shows of its environment)
-            self.store.update(self.job_id, env_digest=built.name)
         if self.reports:
-            shipped = launch.shipped_event_files(how.source) if how.source is not None else set()
-            self.output.reader = ScalarReader(self.job_dir, ignore=shipped)
-            env_shown = {**masked(spec.get("env") or {}), **dict.fromkeys(spec.get("secret_env") or {}, "***")}
-            self.store.update(self.job_id, environment={**how.injected, **env_shown})
+            self.output.command_launched(how, spec, self.job_dir, built)
         return launch.sandboxed(self.ctx, how, self.job_dir, readable, self.lifeline[0])
 
     def spawn(self, how: launch.Launch, fds: tuple[int, ...] = ()) -> subprocess.Popen[bytes]:
@@ -251,14 +221,9 @@ class JobRun:
 
     def take_warm(self, extra_env: dict[str, str]) -> Warm | None:
         """The warm trainer the worker handed this work-horse, when this attempt can start in it (its run mark is
-        then the warm trainer's: what the end of the attempt sweeps); else it is let go and the attempt starts
-        cold."""
-        warm = self.ctx.warm
+        then the warm trainer's: what the end of the attempt sweeps); else the attempt starts cold."""
+        warm = choose_warm(self.ctx.warm, self.job_id, self.command, self.one_of_several, self.data_dir, extra_env)
         if warm is None:
-            return None
-        why = warm.unusable(self.command, self.one_of_several, self.data_dir, extra_env)
-        if why is not None:
-            log.info("job %s starts cold: the warm trainer cannot serve it (%s)", self.job_id, why)
             self._cold()
             return None
         self._run_id = warm.run_id

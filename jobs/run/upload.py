@@ -14,6 +14,8 @@ import threading
 from collections.abc import Callable
 from pathlib import Path
 
+from redis.exceptions import RedisError
+
 from jobs.objectstore import CHECKPOINTS, STATE, Store, StoreError, checkpoint_files, newest
 
 log = logging.getLogger(__name__)
@@ -32,6 +34,25 @@ def start(artifacts: str | None, job_id: int, job_dir: Path) -> Uploader | None:
     uploader = Uploader(store, job_id, job_dir)
     uploader.start()
     return uploader
+
+
+def ended(
+    uploader: Uploader,
+    beat: tuple[Callable[[], None], float],
+    say: Callable[..., None],
+    record: Callable[..., None],
+) -> None:
+    """The attempt ended: the last checkpoint, the model and the result go to the store (`beat`: the job's heartbeat
+    and how often, kept meanwhile); `say`s into the job's log what the store did not take, and `record`s in the
+    job's record how many files went and the last error. A Redis outage then leaves that unrecorded, never fails
+    the job's end."""
+    error = uploader.finish(*beat)
+    try:
+        if uploader.said:
+            say(*uploader.said)
+        record(artifacts={"store": str(uploader.store), "files": uploader.uploaded, "error": error})
+    except RedisError as exc:
+        log.warning("job %s: what the artifact store took is not recorded (Redis: %s)", uploader.job_id, exc)
 
 
 class Uploader(threading.Thread):

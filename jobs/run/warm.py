@@ -223,6 +223,20 @@ def _readable_now(fd: int) -> bool:
     return bool(select.select([fd], [], [], 0)[0])
 
 
+def choose_warm(
+    warm: Warm | None, job_id: int, command: bool, tasks: bool, data_dir: Path | None, env: dict[str, str]
+) -> Warm | None:
+    """`warm` (the trainer the worker handed a work-horse) where the attempt can start in it, else None (the caller
+    lets it go: the attempt starts cold; the log says why)."""
+    if warm is None:
+        return None
+    why = warm.unusable(command, tasks, data_dir, env)
+    if why is not None:
+        log.info("job %s starts cold: the warm trainer cannot serve it (%s)", job_id, why)
+        return None
+    return warm
+
+
 def start(ctx: WorkerContext) -> Warm | None:
     """Start a warm trainer for this worker (its parent); None where it cannot (no sandbox here: GPUDECK_WARM needs
     one; or the start failed, logged)."""

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import os
 import signal
-import time
 from pathlib import Path
 
 import pytest
@@ -19,6 +18,16 @@ from tests.support.live import alive, environ, fake_gpus, fake_nvidia_smi, until
 pytestmark = pytest.mark.slow
 
 SPEC = {"model": "lenet", "dataset": "synthetic:8x8x1", "params": {"steps": 4, "batch_size": 8, "log_every": 2}}
+
+
+def above(pid: int, stop: int) -> list[int]:
+    """The processes above `pid`, up to (not with) `stop`."""
+    chain = []
+    while True:
+        parent = int(Path(f"/proc/{chain[-1] if chain else pid}/stat").read_text().rsplit(")", 1)[1].split()[1])
+        if parent in (stop, 0, 1):
+            return chain
+        chain.append(parent)
 
 
 def warm_trainers(home: Path) -> dict[int, dict[str, str]]:
@@ -86,29 +95,30 @@ def test_a_zoo_job_starts_in_the_warm_trainer_its_worker_made_once_per_job_on_it
     left = sorted(p.name for p in (settings.home / "warm").iterdir())
     assert len(left) == 1, left  # (the used one's folder is the job dir now; the next one's is there)
 
+    # A warm trainer killed while it waits loses no job: the next one starts cold. (The one made at the last job's
+    # start, with the worker idle: nothing else of the worker's moves it then.)
+    until(lambda: [w.get_state() for w in Worker.all(connection=redis)] == ["idle"], 30, "the worker idle")
+    (pid,) = again
+    sandbox = [pid, *above(pid, worker.proc.pid)]  # (it, its shim, its bubblewrap: the worker's child)
+    os.kill(pid, signal.SIGKILL)
+    until(lambda: not any(alive(p) for p in sandbox), 10, "the warm trainer and its sandbox gone")
+    third = client.post("/api/v1/jobs", json=SPEC).json["id"]
+    job, _ = wait_job(client, third)
+    assert job["status"] == "succeeded" and job["warm_start"] is False, (job, worker.output()[-3000:])
+
     # An upgrade (the trainer's code changed on disk) lets the warm trainer go: the job starts cold, and succeeds.
+    until(lambda: warm_trainers(settings.home), 60, "the warm trainer made at its start")
     source = Path(warm.__file__).parents[2] / "models" / "warm.py"
     before = source.stat()
     os.utime(source, ns=(before.st_atime_ns, before.st_mtime_ns + 1_000_000_000))
     try:
-        third = client.post("/api/v1/jobs", json=SPEC).json["id"]
-        job, _ = wait_job(client, third)
+        fourth = client.post("/api/v1/jobs", json=SPEC).json["id"]
+        job, _ = wait_job(client, fourth)
     finally:
         os.utime(source, ns=(before.st_atime_ns, before.st_mtime_ns))
     assert job["status"] == "succeeded" and job["warm_start"] is False, job
-    assert "gpudeck: warm start" not in log_of(client, third)
-
-    # A warm trainer killed while it waits loses no job: the next one starts cold. (Once the worker is idle again:
-    # ending the job, it lets go the one it made while the code on disk was the "upgraded" one, and makes another.)
-    until(lambda: [w.get_state() for w in Worker.all(connection=redis)] == ["idle"], 30, "the worker idle")
-    ready = until(lambda: len(found := warm_trainers(settings.home)) == 1 and found, 60, "a warm trainer after it")
-    (pid, _), *_ = ready.items()
-    os.kill(pid, signal.SIGKILL)
-    until(lambda: not alive(pid), 10, "the warm trainer gone")
-    time.sleep(0.5)  # (its sandbox's end reaches bubblewrap)
-    fourth = client.post("/api/v1/jobs", json=SPEC).json["id"]
-    job, _ = wait_job(client, fourth)
-    assert job["status"] == "succeeded" and job["warm_start"] is False, (job, worker.output()[-3000:])
+    assert "gpudeck: warm start" not in log_of(client, fourth)
+    assert "let go: the trainer's code changed since it was made" in worker.output()
 
 
 def test_a_retried_job_starts_warm_from_its_checkpoint_a_canceled_one_stops_and_gpudeck_warm_off_keeps_none(
