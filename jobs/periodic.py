@@ -5,6 +5,7 @@ would leave lost jobs running, jobs unplaced or TensorBoards forever."""
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import sys
 import threading
@@ -18,6 +19,12 @@ from redis.exceptions import RedisError
 
 log = logging.getLogger(__name__)
 
+FORK_GUARD = threading.Lock()
+"""Held by a worker while it forks a work-horse, and by a helper thread whose round may import modules (`forks_wait`):
+a fork in the middle of an import leaves the child that module's import lock, held by a thread the child does not
+have, and the work-horse then hangs for good at its first `import numpy` (the searcher imports Optuna, and numpy
+with it, on its first round with a search; a trial forked meanwhile did)."""
+
 
 class Periodic(threading.Thread, ABC):
     """Subclasses set `what` (for the log) and `every_s`, and write `round()`; `lease_key()` (a key, or None) makes
@@ -27,6 +34,8 @@ class Periodic(threading.Thread, ABC):
     every_s = 1.0
     lease_share = 0.8
     first_wait = False
+    forks_wait = False
+    """Whether a worker's fork of a work-horse waits for this thread's round (FORK_GUARD): a round that imports."""
 
     stuck_s = 60.0
     """A round that has not come back after this long is said in the log (by a Watch), with where it is."""
@@ -69,7 +78,8 @@ class Periodic(threading.Thread, ABC):
         try:
             key = self.lease_key()
             if key is None or self.redis.set(key, "1", nx=True, px=int(self.every_s * 1000 * self.lease_share)):
-                self.round()
+                with FORK_GUARD if self.forks_wait else contextlib.nullcontext():
+                    self.round()
         except RedisError as exc:
             log.warning("%s: redis unavailable (%s)", self.what, exc)
         except Exception:  # noqa: BLE001 (see the module's doc)

@@ -523,6 +523,7 @@ class Searcher(Periodic):
     """In each worker: drives the running searches, one process at a time (a lock held for the round)."""
 
     what, every_s = "searcher", IDLE_EVERY_S
+    forks_wait = True  # (its rounds import Optuna, and numpy with it: jobs.periodic.FORK_GUARD)
 
     def __init__(self, settings: Settings):
         super().__init__(settings.redis_url or "", "gpudeck-searcher")

@@ -36,7 +36,7 @@ from jobs.keys import (
 )
 from jobs.lifecycle import worker_lost
 from jobs.notify import Notifier
-from jobs.periodic import Periodic, Watch
+from jobs.periodic import FORK_GUARD, Periodic, Watch
 from jobs.reaper import Reaper
 from jobs.run import launch, sandbox, warm
 from jobs.run.launch import WorkerContext
@@ -99,7 +99,8 @@ class GpudeckWorker(Worker):
         if ctx is not None:
             self.context = replace(ctx, warm=handed)
         try:
-            super().fork_work_horse(job, queue)
+            with FORK_GUARD:  # (no helper thread of this worker is in the middle of an import)
+                super().fork_work_horse(job, queue)
         finally:
             self.context = ctx
         if handed is not None:  # (the work-horse holds its ends now; the worker reaps it once it exits)

@@ -10,8 +10,10 @@ import os
 import re
 import selectors
 import signal
+import sys
 import threading
 import time
+import traceback
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -49,6 +51,8 @@ SCAN_EVERY_S = 1.0
 TRIAL_EVERY_S = 0.25
 """How often a search's trial looks for a stop request: its pruner's stop reaches it within a quarter second, which
 short trials need. (Its scalars are still read every SCAN_EVERY_S.)"""
+LOOP_STUCK_S = 90.0
+"""A pump whose loop has not come round for this long is stuck: its heartbeat stops (Heartbeat)."""
 LIVE_EVERY_S = 1.0
 """At most how often the line a job is drawing (a progress bar before its newline) is shown anew."""
 EXIT_LINGER_S = 2.0
@@ -335,22 +339,43 @@ class Heartbeat(threading.Thread):
     """The attempt's heartbeat every HEARTBEAT_EVERY_S while its pump runs, from a thread of its own: the pump's loop
     can be held for seconds (the first read of event files imports tensorboard's loader; a loaded box), and a
     work-horse that lives must never look lost for that (on a loaded make test a search trial's did, and the reaper
-    queued it again). What the beat says is that the work-horse lives: a killed one beats no more; a job that
-    hangs is its timeout's to end. Redis away: a beat is skipped (the pump's writes say so)."""
+    queued it again). A loop that has not come round for LOOP_STUCK_S is another matter: the beats stop (the reaper
+    then retries the job as worker_lost, as for a work-horse that died) and the log says where the loop is stuck.
+    Redis away: a beat is skipped (the pump's writes say so)."""
 
     def __init__(self, beat: Callable[[], None], every_s: float | None = None):
         super().__init__(name="gpudeck-heartbeat", daemon=True)
         self.beat, self.every_s = beat, HEARTBEAT_EVERY_S if every_s is None else every_s
         self.stopped = threading.Event()
+        self.loop_at = time.monotonic()
+        """When the pump's loop last came round (`tick`)."""
+        self.loop_thread = threading.get_ident()
+        self.said = False
+
+    def tick(self) -> None:
+        self.loop_at = time.monotonic()
 
     def run(self) -> None:
         while not self.stopped.wait(self.every_s):
+            if time.monotonic() - self.loop_at > LOOP_STUCK_S:
+                self._stuck()
+                continue
             try:
                 self.beat()
             except RedisError as exc:
                 log.debug("heartbeat skipped: %s", exc)
 
+    def _stuck(self) -> None:
+        if self.said:
+            return
+        self.said = True
+        frame = sys._current_frames().get(self.loop_thread)
+        where = "".join(traceback.format_stack(frame)) if frame is not None else "(no frame)"
+        log.error("the pump's loop has not come round for %.0fs: its heartbeat stops (the job is retried as "
+                  "worker_lost); it is at:\n%s", LOOP_STUCK_S, where)  # fmt: skip
+
     def __enter__(self) -> Heartbeat:
+        self.loop_thread = threading.get_ident()
         self.start()
         return self
 
@@ -409,11 +434,13 @@ def pump(run: Running, proc: Started, events: IO[bytes], log_file: LogFile, time
     """Stream the process's output and events until both pipes close, the job's heartbeat beating meanwhile; act
     on stop requests (SIGTERM, SIGKILL after the grace), on the job's timeout, and on processes it left holding its
     output once it exited."""
-    with Heartbeat(run.beat):
-        _pump(run, proc, events, log_file, timeout)
+    with Heartbeat(run.beat) as heart:
+        _pump(run, proc, events, log_file, timeout, heart)
 
 
-def _pump(run: Running, proc: Started, events: IO[bytes], log_file: LogFile, timeout: int | None) -> None:
+def _pump(
+    run: Running, proc: Started, events: IO[bytes], log_file: LogFile, timeout: int | None, heart: Heartbeat
+) -> None:
     assert proc.stdout is not None
     for f in (proc.stdout, events):
         os.set_blocking(f.fileno(), False)
@@ -432,6 +459,7 @@ def _pump(run: Running, proc: Started, events: IO[bytes], log_file: LogFile, tim
     exited_at: float | None = None
     ended_strays_at: float | None = None
     while sel.get_map():
+        heart.tick()
         ready = sel.select(poll_s)
         if ready:
             time.sleep(COALESCE_S)  # let more output gather; the pipes hold 64 KiB each meanwhile

@@ -3,11 +3,14 @@ GPU sampler's samples would otherwise just expire, and nothing would say why).""
 
 from __future__ import annotations
 
+import importlib
 import logging
+import os
+import sys
 import threading
 import time
 
-from jobs.periodic import Periodic, Watch
+from jobs.periodic import FORK_GUARD, Periodic, Watch
 
 
 class Blocking(Periodic):
@@ -48,3 +51,46 @@ def test_a_stuck_round_is_said_once_with_its_stack_and_a_round_that_comes_back_i
     caplog.clear()
     watch.once()
     assert not caplog.records and helper.round_since is None
+
+
+class Importing(Periodic):
+    """A helper whose round imports a module that takes a while (as the searcher's first round imports Optuna)."""
+
+    what, every_s, forks_wait = "importing helper", 60.0, True
+
+    def __init__(self, redis_url: str, module: str):
+        super().__init__(redis_url, "importing")
+        self.module = module
+
+    def round(self) -> None:
+        importlib.import_module(self.module)
+
+
+def test_a_fork_waits_for_a_helpers_import_so_the_child_never_inherits_its_module_lock(redis_url, redis, tmp_path):
+    started = tmp_path / "started"
+    (tmp_path / "slow_module_for_fork_test.py").write_text(
+        f"import pathlib, time\npathlib.Path({str(started)!r}).touch()\ntime.sleep(1.0)\n"
+    )
+    sys.path.insert(0, str(tmp_path))
+    try:
+        helper = Importing(redis_url, "slow_module_for_fork_test")
+        threading.Thread(target=helper.once, daemon=True).start()
+        deadline = time.monotonic() + 10
+        while not started.exists() and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert started.exists()  # the helper is inside the import now
+        with FORK_GUARD:  # (as the worker forks a work-horse)
+            pid = os.fork()
+            if pid == 0:  # the work-horse: its own import of that module
+                importlib.import_module("slow_module_for_fork_test")
+                os._exit(0)
+        deadline = time.monotonic() + 15
+        while (done := os.waitpid(pid, os.WNOHANG))[0] == 0 and time.monotonic() < deadline:
+            time.sleep(0.05)
+        if done[0] == 0:
+            os.kill(pid, 9)
+            os.waitpid(pid, 0)
+        assert done[0] == pid and done[1] == 0  # (without the guard it hangs on the module's lock for good)
+    finally:
+        sys.path.remove(str(tmp_path))
+        sys.modules.pop("slow_module_for_fork_test", None)

@@ -65,3 +65,21 @@ def test_the_heartbeat_goes_on_while_the_loop_is_held_and_stops_with_the_pump(re
     time.sleep(0.5)
     assert not [b for b in run.beats if b > ended]  # its beats end with the pump
     assert (tmp_path / "log.txt").read_text().strip() == "working"
+
+
+def test_a_loop_stuck_past_its_limit_stops_the_heartbeat_and_says_where(redis, tmp_path, monkeypatch, caplog):
+    monkeypatch.setattr(pumping, "HEARTBEAT_EVERY_S", 0.1)
+    monkeypatch.setattr(pumping, "LOOP_STUCK_S", 1.5)  # (more than a round of the loop's select, 1 s)
+    run = HeldRun(redis, held_s=3.5)
+    proc = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(5)"], stdout=subprocess.PIPE)
+    events_r, events_w = os.pipe()
+    os.close(events_w)
+    t0 = time.monotonic()
+    with LogFile(tmp_path / "log.txt") as log_file:
+        pumping.pump(run, proc, os.fdopen(events_r, "rb"), log_file, None)
+    proc.wait()
+    proc.stdout.close()  # type: ignore[union-attr]
+    late = [round(b - t0, 2) for b in run.beats if t0 + 3.0 <= b <= t0 + 4.3]  # (held from ~1.0 s to ~4.5 s)
+    assert not late, late
+    said = [r.getMessage() for r in caplog.records if "has not come round" in r.getMessage()]
+    assert len(said) == 1 and "stop_reason" in said[0], said  # once, with the loop's stack
