@@ -16,7 +16,7 @@ from jobs.store import JobStore
 class HeldRun:
     """What pump() needs of an attempt; its first look for a stop holds the loop for `held_s`."""
 
-    reports, quick, run_id = False, False, "test-run"
+    reports, quick, run_id = False, True, "test-run"  # (quick: it looks for a stop every 0.25 s)
 
     def __init__(self, redis, held_s: float):
         self.job_id = 7
@@ -45,9 +45,9 @@ class HeldRun:
 
 def test_the_heartbeat_goes_on_while_the_loop_is_held_and_stops_with_the_pump(redis, tmp_path, monkeypatch):
     monkeypatch.setattr(pumping, "HEARTBEAT_EVERY_S", 0.2)
-    run = HeldRun(redis, held_s=2.0)
+    run = HeldRun(redis, held_s=1.5)
     proc = subprocess.Popen(
-        [sys.executable, "-c", "import time; print('working', flush=True); time.sleep(3)"],
+        [sys.executable, "-c", "import time; print('working', flush=True); time.sleep(2)"],
         stdout=subprocess.PIPE,
         start_new_session=True,
     )
@@ -60,7 +60,7 @@ def test_the_heartbeat_goes_on_while_the_loop_is_held_and_stops_with_the_pump(re
     ended = time.monotonic()
     proc.wait()
     proc.stdout.close()  # type: ignore[union-attr]
-    held = [b for b in run.beats if t0 + 1.0 <= b <= t0 + 2.0]  # (the loop is in its first stop look then)
+    held = [b for b in run.beats if t0 + 0.6 <= b <= t0 + 1.6]  # (the loop is in its first stop look then)
     assert run.looked >= 2 and len(held) >= 3, (run.looked, [round(b - t0, 2) for b in run.beats])
     time.sleep(0.5)
     assert not [b for b in run.beats if b > ended]  # its beats end with the pump
@@ -69,9 +69,9 @@ def test_the_heartbeat_goes_on_while_the_loop_is_held_and_stops_with_the_pump(re
 
 def test_a_loop_stuck_past_its_limit_stops_the_heartbeat_and_says_where(redis, tmp_path, monkeypatch, caplog):
     monkeypatch.setattr(pumping, "HEARTBEAT_EVERY_S", 0.1)
-    monkeypatch.setattr(pumping, "LOOP_STUCK_S", 1.5)  # (more than a round of the loop's select, 1 s)
-    run = HeldRun(redis, held_s=3.5)
-    proc = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(5)"], stdout=subprocess.PIPE)
+    monkeypatch.setattr(pumping, "LOOP_STUCK_S", 1.0)  # (more than a round of the loop: 0.25 s select, 0.25 s more)
+    run = HeldRun(redis, held_s=2.5)
+    proc = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(3)"], stdout=subprocess.PIPE)
     events_r, events_w = os.pipe()
     os.close(events_w)
     t0 = time.monotonic()
@@ -79,7 +79,7 @@ def test_a_loop_stuck_past_its_limit_stops_the_heartbeat_and_says_where(redis, t
         pumping.pump(run, proc, os.fdopen(events_r, "rb"), log_file, None)
     proc.wait()
     proc.stdout.close()  # type: ignore[union-attr]
-    late = [round(b - t0, 2) for b in run.beats if t0 + 3.0 <= b <= t0 + 4.3]  # (held from ~1.0 s to ~4.5 s)
+    late = [round(b - t0, 2) for b in run.beats if t0 + 1.6 <= b <= t0 + 2.6]  # (held from ~0.25 s to ~2.75 s)
     assert not late, late
     said = [r.getMessage() for r in caplog.records if "has not come round" in r.getMessage()]
     assert len(said) == 1 and "stop_reason" in said[0], said  # once, with the loop's stack
