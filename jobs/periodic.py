@@ -26,6 +26,49 @@ have, and the work-horse then hangs for good at its first `import numpy` (the se
 with it, on its first round with a search; a trial forked meanwhile did)."""
 
 
+def stack_of(ident: int | None) -> str:
+    """Where a thread of this process is now: its stack, as a traceback prints it."""
+    frame = sys._current_frames().get(ident or -1)
+    return "".join(traceback.format_stack(frame)) if frame is not None else "(the thread has no frame)"
+
+
+class Beating(threading.Thread):
+    """`beat()` every `every_s` from a thread of its own while a `with` block runs: a job's heartbeat while its
+    work-horse is busy elsewhere (the pump's loop, an attempt's last uploads), so that a busy work-horse never looks
+    like a lost one. `skip()` (a subclass's): a beat left out. A beat that fails (Redis away) is said once, until
+    one goes in again; the reaper waits for an outage too."""
+
+    def __init__(self, beat: Callable[[], None], every_s: float, name: str = "gpudeck-heartbeat"):
+        super().__init__(name=name, daemon=True)
+        self.beat, self.every_s = beat, every_s
+        self.stopped = threading.Event()
+
+    def skip(self) -> bool:
+        return False
+
+    def run(self) -> None:
+        failing = False
+        while not self.stopped.wait(self.every_s):
+            if self.skip():
+                continue
+            try:
+                self.beat()
+            except Exception as exc:  # noqa: BLE001 (the thread must go on beating once Redis is back)
+                if not failing:
+                    log.warning("%s: no heartbeat (%s)", self.name, exc)
+                failing = True
+            else:
+                failing = False
+
+    def __enter__(self) -> Beating:
+        self.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stopped.set()
+        self.join(10)
+
+
 class Periodic(threading.Thread, ABC):
     """Subclasses set `what` (for the log) and `every_s`, and write `round()`; `lease_key()` (a key, or None) makes
     one process at a time do the round, for `lease_share` of the interval; `first_wait`: wait before the first."""
@@ -94,8 +137,7 @@ class Periodic(threading.Thread, ABC):
         if since is None or time.monotonic() - since < self.stuck_s or self._told == since:
             return None
         self._told = since
-        frame = sys._current_frames().get(self.ident or -1)
-        return "".join(traceback.format_stack(frame)) if frame is not None else "(its thread has no frame)"
+        return stack_of(self.ident)
 
     def run(self) -> None:
         if self.first_wait:

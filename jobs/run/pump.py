@@ -10,10 +10,8 @@ import os
 import re
 import selectors
 import signal
-import sys
 import threading
 import time
-import traceback
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -23,6 +21,7 @@ from redis import Redis
 from redis.exceptions import RedisError
 
 from jobs import notify
+from jobs.periodic import Beating, stack_of
 from jobs.run.launch import RUN_ID_ENV, Launch, LogFile, shipped_event_files, signal_group
 from jobs.run.proc import Started, end_descendants, kill_marked
 from jobs.scalars import ScalarReader, newest_run_result, read_result
@@ -335,53 +334,32 @@ def _drain(fd: int) -> tuple[bytes, bool]:
         parts.append(chunk)
 
 
-class Heartbeat(threading.Thread):
+class Heartbeat(Beating):
     """The attempt's heartbeat every HEARTBEAT_EVERY_S while its pump runs, from a thread of its own: the pump's loop
     can be held for seconds (the first read of event files imports tensorboard's loader; a loaded box), and a
     work-horse that lives must never look lost for that (on a loaded make test a search trial's did, and the reaper
     queued it again). A loop that has not come round for LOOP_STUCK_S is another matter: the beats stop (the reaper
-    then retries the job as worker_lost, as for a work-horse that died) and the log says where the loop is stuck.
-    Redis away: a beat is skipped (the pump's writes say so)."""
+    then retries the job as worker_lost, as for a work-horse that died) and the log says where the loop is stuck."""
 
     def __init__(self, beat: Callable[[], None], every_s: float | None = None):
-        super().__init__(name="gpudeck-heartbeat", daemon=True)
-        self.beat, self.every_s = beat, HEARTBEAT_EVERY_S if every_s is None else every_s
-        self.stopped = threading.Event()
+        super().__init__(beat, HEARTBEAT_EVERY_S if every_s is None else every_s)
         self.loop_at = time.monotonic()
         """When the pump's loop last came round (`tick`)."""
         self.loop_thread = threading.get_ident()
+        """The pump's thread (the one that makes the Heartbeat)."""
         self.said = False
 
     def tick(self) -> None:
         self.loop_at = time.monotonic()
 
-    def run(self) -> None:
-        while not self.stopped.wait(self.every_s):
-            if time.monotonic() - self.loop_at > LOOP_STUCK_S:
-                self._stuck()
-                continue
-            try:
-                self.beat()
-            except RedisError as exc:
-                log.debug("heartbeat skipped: %s", exc)
-
-    def _stuck(self) -> None:
-        if self.said:
-            return
-        self.said = True
-        frame = sys._current_frames().get(self.loop_thread)
-        where = "".join(traceback.format_stack(frame)) if frame is not None else "(no frame)"
-        log.error("the pump's loop has not come round for %.0fs: its heartbeat stops (the job is retried as "
-                  "worker_lost); it is at:\n%s", LOOP_STUCK_S, where)  # fmt: skip
-
-    def __enter__(self) -> Heartbeat:
-        self.loop_thread = threading.get_ident()
-        self.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.stopped.set()
-        self.join(10)
+    def skip(self) -> bool:
+        if time.monotonic() - self.loop_at <= LOOP_STUCK_S:
+            return False
+        if not self.said:
+            self.said = True
+            log.error("the pump's loop has not come round for %.0fs: its heartbeat stops (the job is retried as "
+                      "worker_lost); it is at:\n%s", LOOP_STUCK_S, stack_of(self.loop_thread))  # fmt: skip
+        return True
 
 
 @dataclass
@@ -434,7 +412,8 @@ def pump(run: Running, proc: Started, events: IO[bytes], log_file: LogFile, time
     """Stream the process's output and events until both pipes close, the job's heartbeat beating meanwhile; act
     on stop requests (SIGTERM, SIGKILL after the grace), on the job's timeout, and on processes it left holding its
     output once it exited."""
-    with Heartbeat(run.beat) as heart:
+    heart = Heartbeat(run.beat)
+    with heart:
         _pump(run, proc, events, log_file, timeout, heart)
 
 

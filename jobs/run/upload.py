@@ -8,6 +8,7 @@ but the pump's writes the log while it runs)."""
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import threading
@@ -17,6 +18,7 @@ from pathlib import Path
 from redis.exceptions import RedisError
 
 from jobs.objectstore import CHECKPOINTS, STATE, Store, StoreError, checkpoint_files, newest
+from jobs.periodic import Beating
 
 log = logging.getLogger(__name__)
 
@@ -117,22 +119,8 @@ class Uploader(threading.Thread):
         self.stopped.set()
         if self.is_alive():
             self.join()
-        done = threading.Event()
-
-        def beating() -> None:
-            while beat is not None and not done.wait(every_s):
-                try:
-                    beat()
-                except Exception:  # noqa: BLE001 (Redis away: the reaper waits for the outage too)
-                    log.warning("job %s: no heartbeat while uploading", self.job_id)
-
-        beater = threading.Thread(target=beating, name="gpudeck-upload-beat", daemon=True)
-        beater.start()
-        try:
+        with Beating(beat, every_s, "gpudeck-upload-beat") if beat is not None else contextlib.nullcontext():
             return self._last()
-        finally:
-            done.set()
-            beater.join()
 
     def _last(self) -> str | None:
         ok = self.sync()
