@@ -36,8 +36,8 @@ from jobs.keys import (
 )
 from jobs.outcome import CANCELED_QUEUED
 from jobs.placement import host_gpus, memory
+from jobs.record import Kept
 from jobs.settings import Settings
-from jobs.spec import is_command, is_multi_worker
 from jobs.store import JobStore, cannot_write, iso, through_outage
 from models.states import Reason, Status
 
@@ -71,24 +71,25 @@ def dry_run(redis: Redis, body: Any, settings: Settings, extra: dict[str, Any] |
     what, its expected start were it the last in line (the scheduler's plan: jobs.forecast), and the GPU-hours that
     is (its GPUs times its tasks times its expected duration; a share of a GPU counts its part)."""
     spec = queues.validate(redis, body, settings)
+    typed = Kept(spec)
     owner = (extra or {}).get("owner")
-    quota.check_fits(redis, owner, spec)
+    quota.check_fits(redis, owner, typed)
     rec = {"id": 0, "spec": spec, "owner": owner}
     took, source = plan.expected(rec, plan.learned(redis, [rec]))
     start: float | None
     why: str | None
-    if spec.get("after"):
-        start, why = None, queues.waiting_for(spec["after"])
+    if typed.after:
+        start, why = None, queues.waiting_for(list(typed.after))
     else:
         start, why = forecast.estimate(redis, settings, also=rec).get(0, (None, None))
-    gpus = float(spec.get("gpus") or 0) * int(spec.get("workers") or 1)
-    if spec.get("gpu_memory") and gpus:  # (its part of the largest live GPU: where it lands is not known yet)
+    gpus = float(quota.job_gpus(typed))
+    if typed.gpu_memory and gpus:  # (its part of the largest live GPU: where it lands is not known yet)
         totals = [total for total, _, _ in memory(redis, list(host_gpus(redis))).values()]
-        gpus = min(1.0, spec["gpu_memory"] / max(totals)) if totals else 1.0
+        gpus = min(1.0, typed.gpu_memory / max(totals)) if totals else 1.0
     return {
         "dry_run": True,
         "spec": spec,
-        "queue": queues.queue_name(spec["gpus"], spec["priority"]),
+        "queue": queues.queue_name(typed.gpus, typed.priority),
         "expected_duration_s": took,
         "expected_duration_from": source,
         "expected_start": iso(start) if start is not None else None,
@@ -121,7 +122,7 @@ def _cancel(redis: Redis, job_id: int) -> dict[str, Any]:
             {"id": job_id, "status": rec["status"]},
         )
     store.request_stop(job_id, Reason.CANCELED.value)
-    if is_multi_worker(rec["spec"]):
+    if Kept(rec["spec"]).multi_worker:
         gang.finish(redis, job_id)  # tasks still waiting for their workers end here; running ones stop
     return store.get(job_id)
 
@@ -172,7 +173,7 @@ def retry(
         raise Conflict(f"job {job_id} is {rec['status']}; only an ended job can be retried", {"id": job_id})
     spec = rec["spec"]
     # (the tasks of a multi-worker job start over: each restores from a folder of its own)
-    resumes = resume and not is_command(spec) and not is_multi_worker(spec)
+    resumes = resume and not Kept(spec).runs_code and not Kept(spec).multi_worker
     fields = {**(extra or {}), **({"resumes": job_id} if resumes else {})}
     return submit(redis, spec, settings, extra=fields or None)[0]
 
@@ -275,7 +276,7 @@ def apply_retention(redis: Redis, settings: Settings, now: float | None = None) 
 def _forget(redis: Redis, job_id: int, rec: dict[str, Any], slots: list[str], sweeps: list[str]) -> None:
     """Everything of one job in Redis, in one transaction that holds only while the job is still ended and the
     sweeps that name it unchanged."""
-    keys = job_keys(job_id, int(rec["spec"].get("workers") or 1), int(rec.get("gen") or 0))
+    keys = job_keys(job_id, Kept(rec["spec"]).workers, int(rec.get("gen") or 0))
     with redis.pipeline() as pipe:
         while True:
             try:

@@ -18,6 +18,7 @@ from redis import Redis
 from jobs.errors import Conflict, Unprocessable
 from jobs.keys import EXPORT_DUE_KEY, EXPORTER_LOCK_KEY, job_key
 from jobs.periodic import Periodic
+from jobs.record import Kept
 from jobs.settings import Settings
 from jobs.store import JobStore
 from jobs.views import job_view
@@ -41,7 +42,7 @@ NO_URI = (
 
 def wanted(rec: dict[str, Any]) -> bool:
     """Whether the job asks to be exported to MLflow when it ends."""
-    return "mlflow" in (rec["spec"].get("export") or [])
+    return "mlflow" in Kept(rec["spec"]).export
 
 
 def enqueue(redis: Redis, rec: dict[str, Any], asked: bool = False) -> bool:

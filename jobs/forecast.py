@@ -14,6 +14,7 @@ from jobs import plan, queues, quota, share, usage
 from jobs.keys import AFTER_KEY, job_key
 from jobs.placement import choose, live_slots, taken_of
 from jobs.queues import waiting_for
+from jobs.record import Kept
 from jobs.schedule import BATCH, LINE_HEAD, SCAN_MAX, Round, cordoned, gpu_room, timeline, with_records
 from jobs.settings import Settings
 from jobs.store import JobStore
@@ -37,7 +38,7 @@ def share_table(redis: Redis, settings: Settings) -> list[dict[str, Any]]:
     running: Counter[str] = Counter(share.owner_of(r.get("owner")) for r in active)
     gpus: Counter[str] = Counter()
     for r in active:
-        gpus[share.owner_of(r.get("owner"))] += quota.job_gpus(r["spec"])
+        gpus[share.owner_of(r.get("owner"))] += quota.job_gpus(Kept(r["spec"]))
     idle = usage.idle_gpu_hours(redis)
     total = sum(used.values()) or 1.0
     idlers = {share.owner_of(o) for o in idle}  # (who held GPUs idle, even with no usage left to decay)
@@ -83,7 +84,7 @@ def estimate(
     asked_of = None if wanted is None else set(wanted)
     asked = sorted(waiting if asked_of is None else waiting & asked_of)  # (not all 1,000: the ones asked of)
     for job_id, rec in zip(asked, store.get_many(asked)):
-        after = (rec["spec"].get("after") or []) if rec else []
+        after = list(Kept(rec["spec"]).after) if rec else []
         out[job_id] = (None, waiting_for(after) if after else "waiting for its dependencies")
     left = None if asked_of is None else asked_of - waiting  # (a job waiting on dependencies is in no line)
     if left == set():
@@ -105,8 +106,9 @@ def estimate(
             continue
         if left is not None:
             left.discard(job_id)
-        places, k = int(rec["spec"].get("workers") or 1), int(rec["spec"].get("gpus") or 0)
-        part = rec["spec"].get("gpu_memory") if k else None
+        spec = Kept(rec["spec"])
+        places, k = spec.workers, spec.gpus
+        part = spec.gpu_memory if k else None
         took, _ = plan.expected(rec, history)
         start, chosen = tl.earliest(places, k, took, part)
         if start is None or chosen is None:
@@ -115,11 +117,11 @@ def estimate(
             out[job_id] = (None, NO_ESTIMATE if can else "no live workers can run it")
             continue
         out[job_id] = (start, None)
-        tl.take({x.name for p in chosen for x in p}, start, took, taken_of(rec["spec"]))
+        tl.take({x.name for p in chosen for x in p}, start, took, taken_of(spec))
     if also is not None:
-        spec = also["spec"]
-        places, k = int(spec.get("workers") or 1), int(spec.get("gpus") or 0)
+        spec = Kept(also["spec"])
+        places, k = spec.workers, spec.gpus
         took, _ = plan.expected(also, history)
-        start, chosen = tl.earliest(places, k, took, spec.get("gpu_memory") if k else None)
+        start, chosen = tl.earliest(places, k, took, spec.gpu_memory if k else None)
         out[0] = (start, None) if start is not None and chosen is not None else (None, NO_ESTIMATE)
     return out

@@ -1,7 +1,7 @@
 """Multi-worker jobs: the tasks of a placement (jobs.schedule hands out all of a job's places at once, each task
 on its place's first worker), their rendezvous through Redis, and the one decision of how the whole job ended.
 
-Each task then runs like a single job (jobs.run.taskrun.TaskRun): it publishes host:port, waits for the other
+Each task then runs like a single job (jobs.run.taskrun.TaskHooks): it publishes host:port, waits for the other
 tasks' addresses, and starts its trainer with TF_CONFIG. When one task fails, is canceled or its worker
 goes away, the others are told to stop (the job's stop key) and the last one to end decides the job's
 state (`finish`). A task that never arrives (its worker took a single job at the same instant) makes the
@@ -28,9 +28,9 @@ from jobs.keys import (
     rq_task_id,
 )
 from jobs.outcome import of_tasks
+from jobs.record import Kept
 from jobs.settings import Settings
-from jobs.spec import is_command, is_multi_worker
-from jobs.store import JobStore
+from jobs.store import Job, JobStore
 from models.states import ACTIVE, TASK_ENDED, Reason, Status, TaskStatus
 
 log = logging.getLogger(__name__)
@@ -42,18 +42,15 @@ ALIVE_TTL_S = 10
 RENDEZVOUS_S = 60.0
 """How long placed tasks wait for the last of them before the job goes back in line."""
 
-is_gang = is_multi_worker
-"""Whether a spec runs as several tasks."""
 
-
-def task_name(spec: dict[str, Any], index: int) -> tuple[str, int]:
+def task_name(spec: Kept, index: int) -> tuple[str, int]:
     """TF_CONFIG (type, index) of task `index`: with `chief`, task 0 is the chief and the rest workers 0..N-2."""
-    if spec.get("chief"):
+    if spec.chief:
         return ("chief", 0) if index == 0 else ("worker", index - 1)
     return "worker", index
 
 
-def label(spec: dict[str, Any], index: int) -> str:
+def label(spec: Kept, index: int) -> str:
     """`worker1`, `chief0`: how the task prefixes its log lines (the trainer names itself the same way)."""
     kind, i = task_name(spec, index)
     return f"{kind}{i}"
@@ -66,11 +63,11 @@ tasks = taskrecord.read
 
 def view(redis: Redis, rec: dict[str, Any]) -> list[dict[str, Any]] | None:
     """What GET /api/v1/jobs/ID shows of each task (None for a single-task job or one never placed)."""
-    spec = rec["spec"]
-    if not is_gang(spec) or "gen" not in rec:
+    spec = Kept(rec["spec"])
+    if not spec.multi_worker or "gen" not in rec:
         return None
     out = []
-    for t in tasks(redis, rec["id"], spec["workers"]):
+    for t in tasks(redis, rec["id"], spec.workers):
         kind, i = task_name(spec, t["index"])
         out.append(
             {
@@ -110,6 +107,21 @@ def current(redis: Redis, job_id: int, gen: int) -> bool:
     return raw[0] is not None and raw[0].decode() in ACTIVE and raw[1] is not None and int(raw[1]) == gen
 
 
+def claim(store: JobStore, job_id: int, gen: int | None, worker: str) -> list[str] | None:
+    """Take a single job the scheduler placed on `worker` (placement `gen`, jobs.schedule): the GPUs of its place
+    (it runs on every one); None when it was canceled or placed elsewhere meanwhile (or was never placed: an RQ job of
+    an older gpudeck, queued before the scheduler placed every job)."""
+    if gen is None:
+        return None
+    job = store.job(job_id)
+    if not current(store.redis, job_id, gen) or job.worker != worker:
+        return None
+    store.beat(job_id, worker)
+    if not store.transition(job_id, (Status.STARTING.value,), claimed_at=time.time()):
+        return None
+    return [str(g) for g in job.gpu_ids]
+
+
 def advertise_host(settings: Settings) -> str:
     """The address other workers reach this one's tasks at: GPUDECK_ADVERTISE_HOST, else the local address
     of the route to Redis (the interface the cluster shares), else loopback for a local or unix-socket Redis."""
@@ -132,22 +144,22 @@ def finish(redis: Redis, job_id: int) -> str | None:
     and no task is still alive. Idempotent: every task calls it at its end, the reaper when a task's worker
     vanished. Returns the status it set, or None when the job is not over yet (or was already decided)."""
     store = JobStore(redis)
-    rec = store.get(job_id)
-    if rec["status"] not in ACTIVE:
+    job = store.job(job_id)
+    if job.status not in ACTIVE:
         return None
-    spec, gen = rec["spec"], int(rec.get("gen", 0))
-    ts = [t for t in tasks(redis, job_id, spec["workers"]) if t.get("gen") == gen]
+    spec, gen = job.spec, job.gen
+    ts = [t for t in tasks(redis, job_id, spec.workers) if t.get("gen") == gen]
     ended = [t for t in ts if t.get("status") in TASK_ENDED]
     stop = store.stop_reason(job_id)
-    if len(ended) < spec["workers"] and not (stop and not any(t["alive"] and t not in ended for t in ts)):
+    if len(ended) < spec.workers and not (stop and not any(t["alive"] and t not in ended for t in ts)):
         return None
     for t in ts:
         t["label"] = label(spec, t["index"])
-    has_result = is_command(spec) or bool(rec.get("result"))  # a command job's result is optional
-    outcome, blamed = of_tasks(stop, ended, spec["workers"], has_result)
-    status = lifecycle.end(redis, job_id, outcome, rec, log_tail=blamed.get("log_tail", []) if blamed else None)
+    has_result = spec.runs_code or bool(job.result)  # a command job's result is optional
+    outcome, blamed = of_tasks(stop, ended, spec.workers, has_result)
+    status = lifecycle.end(redis, job_id, outcome, job.raw, log_tail=blamed.get("log_tail", []) if blamed else None)
     if status is not None:
-        _cleanup(redis, job_id, gen, spec["workers"])
+        _cleanup(redis, job_id, gen, spec.workers)
     return status
 
 
@@ -161,13 +173,13 @@ def _cleanup(redis: Redis, job_id: int, gen: int, n: int) -> None:
 def unplace(redis: Redis, job_id: int, gen: int, why: str) -> bool:
     """Placement `gen` did not gather (a task never arrived): the job goes back in line, its tasks stand down."""
     store = JobStore(redis)
-    rec = store.get(job_id)
+    job = store.job(job_id)
     if not store.transition(
         job_id, (Status.STARTING.value,), status=Status.QUEUED.value, gen=gen + 1, message=f"{why}; waiting again"
     ):
         return False
-    _cleanup(redis, job_id, gen, rec["spec"]["workers"])
-    queues.enqueue(redis, job_id, rec["spec"], rec.get("owner"), rec.get("seq"))
+    _cleanup(redis, job_id, gen, job.spec.workers)
+    queues.enqueue(redis, job_id, job.spec, job.owner, job.seq)
     log.warning("job %s: %s; back in line", job_id, why)
     return True
 
@@ -175,13 +187,14 @@ def unplace(redis: Redis, job_id: int, gen: int, why: str) -> bool:
 def check(redis: Redis, job_id: int, rec: dict[str, Any]) -> None:
     """The reaper's look at an active multi-worker job: a placement that did not gather in RENDEZVOUS_S goes
     back in line; a task whose worker vanished stops the others (worker_lost); then `finish` if it is over."""
-    spec, gen = rec["spec"], int(rec.get("gen", 0))
-    ts = [t for t in tasks(redis, job_id, spec["workers"]) if t.get("gen") == gen]
+    job = Job(rec)
+    spec, gen = job.spec, job.gen
+    ts = [t for t in tasks(redis, job_id, spec.workers) if t.get("gen") == gen]
     started = [t for t in ts if "started_at" in t]
-    late = time.time() > float(rec.get("placed_at", 0)) + RENDEZVOUS_S
-    if rec["status"] == Status.STARTING.value and late and sum(1 for t in ts if t.get("address")) < spec["workers"]:
+    late = time.time() > float(job.placed_at) + RENDEZVOUS_S
+    if job.status == Status.STARTING.value and late and sum(1 for t in ts if t.get("address")) < spec.workers:
         if not any(t["alive"] and t.get("pid") for t in started):
-            why = f"placement {gen} did not gather its {spec['workers']} tasks in {RENDEZVOUS_S:.0f}s"
+            why = f"placement {gen} did not gather its {spec.workers} tasks in {RENDEZVOUS_S:.0f}s"
             unplace(redis, job_id, gen, why)
             return
     for t in started:

@@ -18,8 +18,8 @@ from redis import Redis
 from jobs import gpuhealth, taskrecord, usage
 from jobs.keys import GPUS_PATTERN, gpus_key, gpus_lock_key
 from jobs.periodic import Periodic
+from jobs.record import Kept
 from jobs.run.proc import output_of
-from jobs.spec import is_multi_worker
 from jobs.store import JobStore
 from models.common import duration, size_text
 from models.states import Reason
@@ -210,8 +210,8 @@ class Sampler(Periodic):
             job_id = rec["id"]
             if rec.get("pid") and self.here(rec):
                 out[rec["pid"]] = job_id
-            if is_multi_worker(rec["spec"]):
-                for task in taskrecord.read(self.redis, job_id, rec["spec"]["workers"]):
+            if (spec := Kept(rec["spec"])).multi_worker:
+                for task in taskrecord.read(self.redis, job_id, spec.workers):
                     if task.get("pid") and task.get("host") == self.host:
                         out[task["pid"]] = job_id
         return out
@@ -285,7 +285,7 @@ class Watchdog:
         """job id -> (when it went over, its peak in bytes, its GPU) while it stays over."""
 
     def look(self, store: JobStore, active: list[dict[str, Any]], gpus: list[dict[str, Any]], now: float) -> None:
-        shares = {r["id"]: r for r in active if r["spec"].get("gpu_memory")}
+        shares = {r["id"]: r for r in active if Kept(r["spec"]).gpu_memory}
         used: dict[int, int] = {}
         where: dict[int, str] = {}
         for gpu in gpus:
@@ -296,7 +296,7 @@ class Watchdog:
         for job_id in set(self.over) - set(shares):
             del self.over[job_id]
         for job_id, rec in shares.items():
-            cap = int(rec["spec"]["gpu_memory"])
+            cap = Kept(rec["spec"]).gpu_memory or 0
             if used.get(job_id, 0) <= cap:
                 self.over.pop(job_id, None)
                 continue
@@ -336,10 +336,10 @@ class IdlePolicy:
         util = {str(g.get("index")): g["utilization"] for g in gpus if isinstance(g.get("utilization"), (int, float))}
         watched = set()
         for rec in active:
-            spec = rec["spec"]
+            spec = Kept(rec["spec"])
             started = rec.get("running_at") or rec.get("started_at")
             read = [util[i] for i in rec.get("gpu_ids") or [] if i in util]
-            if rec.get("status") != "running" or spec.get("kind") == "session" or spec.get("idle_exempt"):
+            if rec.get("status") != "running" or spec.is_session or spec.idle_exempt:
                 continue
             if not started or not read:
                 continue

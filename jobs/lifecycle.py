@@ -11,7 +11,7 @@ from redis import Redis
 
 from jobs import export, notify, plan, queues, share
 from jobs.outcome import End, lost
-from jobs.spec import is_command
+from jobs.record import Kept
 from jobs.store import JobStore
 from models.states import ACTIVE, Reason, Status
 
@@ -50,7 +50,7 @@ def end(
     if outcome.retry:
         rec = rec or store.get(job_id)
         retries = rec.get("attempt", 1) - int(rec.get("preemptions") or 0)  # (a preemption is not a retry)
-        if retries <= rec["spec"].get("max_retries", 0):
+        if retries <= Kept(rec["spec"]).max_retries:
             said = f"{outcome.message or ''}; retrying"
             reason = outcome.reason or Reason.WORKER_LOST
             again = requeue(redis, job_id, rec, said, reason, of_attempt=fence, charged=outcome.charged, **fields)
@@ -60,7 +60,7 @@ def end(
         return None
     if outcome.charged:
         _charge(redis, before)
-    if outcome.status == Status.SUCCEEDED and before.get("started_at") and before["spec"].get("kind") != "session":
+    if outcome.status == Status.SUCCEEDED and before.get("started_at") and not Kept(before["spec"]).is_session:
         plan.learn(redis, before, time.time() - float(before["started_at"]))  # (what the next estimate learns from)
     _notify(redis, job_id)
     if outcome.status != Status.SUCCEEDED:
@@ -126,7 +126,7 @@ def requeue(
         if charged:  # (an attempt another job's fault ended is not its owner's usage)
             _charge(redis, rec)
         store.clear_stop(job_id)
-        queues.enqueue(redis, job_id, rec["spec"], rec.get("owner"), rec.get("seq"))
+        queues.enqueue(redis, job_id, Kept(rec["spec"]), rec.get("owner"), rec.get("seq"))
         _notify(redis, job_id)  # (queued again: for `any`)
         log.warning("job %s: %s (%s); queued again as attempt %d", job_id, reason.value, message, attempt)
     return ok
@@ -142,7 +142,7 @@ def preempted(
     message = f"preempted by job {by.get('id', '?')} ({by.get('priority', '?')})"
     if step is not None:
         message += f" at step {step:,}"
-    if is_command(rec["spec"]):
+    if Kept(rec["spec"]).runs_code:
         message += f"; it starts again as attempt {rec.get('attempt', 1) + 1} (GPUDECK_ATTEMPT) from its own checkpoint"
     elif checkpoint is not None:
         message += f"; resumes from the checkpoint of step {checkpoint:,}"

@@ -22,6 +22,7 @@ from pathlib import Path
 
 from jobs.errors import ConfigError
 from jobs.settings import Settings
+from models import protocol
 
 CONTROL = "nvidia-cuda-mps-control"
 
@@ -79,6 +80,13 @@ def check_worker(settings: Settings, gpus: list[str]) -> None:
             f"control pipe): `gpudeck up` starts one per GPU; by hand, CUDA_VISIBLE_DEVICES={gpus[0]} "
             f"CUDA_MPS_PIPE_DIRECTORY={pipe_dir(settings, gpus[0])} {CONTROL} -d"
         )
+
+
+def attempt_env(settings: Settings, gpus: list[str], gpu_memory: int | None, fraction: float | None) -> dict[str, str]:
+    """What a job on `gpus` is told of MPS and, for a share of a GPU (`gpu_memory`), of its cap and the frameworks'
+    knobs (models.protocol.share_env)."""
+    share = protocol.share_env(gpu_memory, fraction) if gpu_memory else {}
+    return {**job_env(settings, gpus, gpu_memory, fraction), **share}
 
 
 def job_env(settings: Settings, gpus: list[str], gpu_memory: int | None, fraction: float | None) -> dict[str, str]:

@@ -28,6 +28,7 @@ from jobs.keys import (
     notifications_key,
 )
 from jobs.periodic import Periodic
+from jobs.record import Kept
 from jobs.settings import Settings, Webhook
 from models.common import NOTIFY_ENTRY
 
@@ -69,7 +70,7 @@ def summary(rec: dict[str, Any]) -> dict[str, Any]:
     started, ended = rec.get("started_at"), rec.get("ended_at")
     return {
         "id": rec["id"],
-        "name": rec["spec"].get("name"),
+        "name": Kept(rec["spec"]).name or None,
         "owner": rec.get("owner"),
         "status": rec["status"],
         "reason": rec.get("reason"),
@@ -82,7 +83,7 @@ def summary(rec: dict[str, Any]) -> dict[str, Any]:
 
 def enqueue(redis: Redis, rec: dict[str, Any]) -> list[str]:
     """Queue the notifications the job asks for its current status (`rec` as just written); the ids queued."""
-    entries = rec["spec"].get("notify") or []
+    entries = Kept(rec["spec"]).notify
     if not entries:
         return []
     event = event_of(rec["status"], rec.get("reason"))

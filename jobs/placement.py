@@ -14,6 +14,7 @@ from redis import Redis
 from rq import Queue
 
 from jobs.keys import alive_key, drain_key, gpus_key, paused_key, private_queue, worker_info_key
+from jobs.record import Kept
 
 RQ_WORKERS_KEY = "rq:workers"
 """RQ's set of registered workers' keys (`rq:worker:NAME`)."""
@@ -42,9 +43,9 @@ def gpu_keys(slot: Slot) -> list[GpuKey]:
     return [(slot.host, g) for g in slot.gpus]
 
 
-def taken_of(spec: dict[str, Any]) -> float:
+def taken_of(spec: Kept) -> float:
     """What a job takes of each GPU it holds: its `gpu_memory` (bytes), else all of it (WHOLE)."""
-    return float(spec["gpu_memory"]) if spec.get("gpu_memory") else WHOLE
+    return float(spec.gpu_memory) if spec.gpu_memory else WHOLE
 
 
 def memory(redis: Redis, hosts: Iterable[str]) -> dict[GpuKey, tuple[int, int, int]]:

@@ -28,6 +28,7 @@ from redis import Redis
 
 from jobs.keys import durations_key
 from jobs.placement import WHOLE, GpuKey, Slot, choose, gpu_keys
+from jobs.record import Kept
 
 INF = math.inf
 HISTORY = 20
@@ -39,7 +40,8 @@ RESERVE_DEPTH = 32
 
 def shape(spec: dict[str, Any]) -> str:
     """What makes two jobs the same for an estimate: a zoo job's model, dataset and params, a command's command (and
-    a session's kind), and the GPUs and workers it runs on."""
+    a session's kind), and the GPUs and workers it runs on. (The stored spec as it is, not its typed view: the hash
+    names the owner's history in Redis, and must not move with a default.)"""
     what = (
         {"command": spec.get("command"), "kind": spec.get("kind")}
         if spec.get("command") is not None or spec.get("kind")
@@ -96,11 +98,11 @@ def learned(redis: Redis, recs: Iterable[dict[str, Any]]) -> History:
 
 def expected(rec: dict[str, Any], history: History) -> tuple[float | None, str | None]:
     """(seconds, where that comes from: declared, history, timeout) a job is expected to run; (None, None) unknown."""
-    spec = rec["spec"]
-    if spec.get("expected_duration"):
-        return float(spec["expected_duration"]), "declared"
+    spec = Kept(rec["spec"])
+    if spec.expected_duration:
+        return float(spec.expected_duration), "declared"
     learnt = history.of(rec)
-    timeout = float(spec["timeout"]) if spec.get("timeout") else None
+    timeout = float(spec.timeout) if spec.timeout else None
     if learnt is not None and (timeout is None or learnt <= timeout):
         return learnt, "history"
     if timeout is not None:

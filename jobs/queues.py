@@ -32,9 +32,9 @@ from jobs.keys import (
     queue_name,
 )
 from jobs.placement import host_gpus, memory
+from jobs.record import Kept
 from jobs.settings import Settings
 from jobs.share import owner_of, usage
-from jobs.spec import is_multi_worker
 from jobs.store import JobStore
 from models import sourcetree
 from models.common import size_text
@@ -66,17 +66,17 @@ def check_gpu_memory(redis: Redis, wanted: int, hosts: list[str], reserve: int) 
         )
 
 
-def check_hosts(redis: Redis, spec: dict[str, Any], reserve: int = 0) -> None:
+def check_hosts(redis: Redis, spec: Kept, reserve: int = 0) -> None:
     """ValidationError for a job that asks more GPUs (per worker) than any live host has: it could never start.
     With no live GPU worker (a stack still starting, a host away) nothing is refused."""
     hosts = host_gpus(redis)
-    if spec.get("gpu_memory") and any(hosts.values()):
-        check_gpu_memory(redis, spec["gpu_memory"], [h for h, n in hosts.items() if n], reserve)
-    if not any(hosts.values()) or spec["gpus"] <= max(hosts.values()):
+    if spec.gpu_memory and any(hosts.values()):
+        check_gpu_memory(redis, spec.gpu_memory, [h for h, n in hosts.items() if n], reserve)
+    if not any(hosts.values()) or spec.gpus <= max(hosts.values()):
         return
     host, most = max(hosts.items(), key=lambda kv: (kv[1], kv[0]))
-    per = " per worker" if is_multi_worker(spec) else ""
-    raise ValidationError({"gpus": f"needs {spec['gpus']} GPUs on one host{per}; the largest host, {host}, has {most}"})
+    per = " per worker" if spec.multi_worker else ""
+    raise ValidationError({"gpus": f"needs {spec.gpus} GPUs on one host{per}; the largest host, {host}, has {most}"})
 
 
 def check_after(redis: Redis, after: list[int]) -> None:
@@ -113,8 +113,8 @@ def validate(redis: Redis, body: Any, settings: Settings, default_gpus: int | No
         session_max=s.session_max_s,
         mlflow=bool(s.mlflow_uri),
     )
-    check_after(redis, spec.get("after") or [])
-    check_hosts(redis, spec, s.gpu_memory_reserve)
+    check_after(redis, list(Kept(spec).after))
+    check_hosts(redis, Kept(spec), s.gpu_memory_reserve)
     return spec
 
 
@@ -130,35 +130,36 @@ def submit(
     and the record keeps the snapshot's description."""
     s = settings
     spec = validate(redis, body, s)
-    quota.check_fits(redis, (extra or {}).get("owner"), spec)
+    typed = Kept(spec)
+    quota.check_fits(redis, (extra or {}).get("owner"), typed)
     source = None
-    if spec.get("source"):
-        sha = sourcetree.parse_ref(spec["source"])
-        source = sources.get(redis, sha) if sha else sources.snapshot_folder(redis, s, spec["source"])
+    if typed.source:
+        sha = sourcetree.parse_ref(typed.source)
+        source = sources.get(redis, sha) if sha else sources.snapshot_folder(redis, s, typed.source)
         spec["source"] = source["ref"]
     store = JobStore(redis)
     job_id = store.next_id()
-    name = queue_name(spec["gpus"], spec["priority"])
+    name = queue_name(typed.gpus, typed.priority)
     owner = (extra or {}).get("owner")
-    if spec.get("after"):
-        extra = {**(extra or {}), "message": waiting_for(spec["after"])}
+    if typed.after:
+        extra = {**(extra or {}), "message": waiting_for(list(typed.after))}
     with redis.pipeline() as pipe:
         rec = store.create(job_id, spec, name, pipe=pipe, source=source, extra=extra)
-        enqueue(pipe, job_id, spec, owner, waiting=bool(spec.get("after")))
+        enqueue(pipe, job_id, typed, owner, waiting=bool(typed.after))
         if also is not None:
             also(pipe, job_id)
         pipe.execute()
     return rec
 
 
-def waiting_for(after: list[int]) -> str:
+def waiting_for(after: Sequence[int]) -> str:
     """The message of a job whose dependencies have not all succeeded yet."""
     return f"waiting for job{'s' if len(after) > 1 else ''} {', '.join(map(str, after))}"
 
 
 # -- the line ---------------------------------------------------------------------------------
 def enqueue(
-    target: Any, job_id: int, spec: dict[str, Any], owner: str | None, seq: float | None = None, waiting: bool = False
+    target: Any, job_id: int, spec: Kept, owner: str | None, seq: float | None = None, waiting: bool = False
 ) -> None:
     """Put a job in its line (its priority's, its owner's), at `seq` (default: its id: the order of submission);
     `waiting`: it waits for its dependencies first (the scheduler moves it into its line when they succeed).
@@ -166,10 +167,10 @@ def enqueue(
     if waiting:
         target.sadd(AFTER_KEY, job_id)
         target.sadd(AFTER_CHECK_KEY, job_id)  # (once: a dependency may have ended already)
-        for dep in spec.get("after") or []:  # (the index the end of each looks in)
+        for dep in spec.after:  # (the index the end of each looks in)
             target.sadd(dependants_key(dep), job_id)
         return
-    priority = spec.get("priority", "normal")
+    priority = spec.priority
     target.zadd(line_key(priority, owner), {str(job_id): job_id if seq is None else seq})
     target.sadd(LINES_KEY, line_name(priority, owner))
     target.hset(QUEUED_AT_KEY, str(job_id), time.time())
@@ -178,7 +179,7 @@ def enqueue(
 def withdraw(redis: Redis, rec: dict[str, Any], target: Any = None) -> None:
     """Take a queued job out of its line (or out of the jobs waiting for dependencies)."""
     pipe = target if target is not None else redis.pipeline(transaction=False)
-    pipe.zrem(line_key(rec["spec"].get("priority", "normal"), rec.get("owner")), rec["id"])
+    pipe.zrem(line_key(Kept(rec["spec"]).priority, rec.get("owner")), rec["id"])
     pipe.srem(AFTER_KEY, rec["id"])
     pipe.hdel(QUEUED_AT_KEY, rec["id"])
     if target is None:
@@ -346,7 +347,7 @@ def _alone_in_priority(redis: Redis, queued: list[dict[str, Any]]) -> tuple[dict
     at a priority there is nobody to take turns with); and those of them in no line (waiting for dependencies).
     The others are in neither: positions walks the order for them."""
     names = [parse_line_name(n.decode()) for n in redis.smembers(LINES_KEY)]
-    mine = {r["id"]: (r["spec"].get("priority", "normal"), r.get("owner")) for r in queued}
+    mine = {r["id"]: (Kept(r["spec"]).priority, r.get("owner")) for r in queued}
     alone = {i: line for i, line in mine.items() if [n for n in names if n[0] == line[0]] == [line]}
     if not alone:
         return {}, set()
@@ -369,7 +370,7 @@ def _alone_in_priority(redis: Redis, queued: list[dict[str, Any]]) -> tuple[dict
 
 def move(redis: Redis, rec: dict[str, Any], place: float) -> None:
     """Give a queued job another place in its line."""
-    redis.zadd(line_key(rec["spec"].get("priority", "normal"), rec.get("owner")), {str(rec["id"]): place}, xx=True)
+    redis.zadd(line_key(Kept(rec["spec"]).priority, rec.get("owner")), {str(rec["id"]): place}, xx=True)
 
 
 IDEMPOTENCY_TTL_S = 24 * 3600

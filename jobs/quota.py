@@ -16,19 +16,20 @@ from redis import Redis
 from jobs import taskrecord, tokens
 from jobs.errors import Forbidden
 from jobs.keys import worker_info_key
-from jobs.spec import is_multi_worker, is_session
+from jobs.record import Job, Kept
 from jobs.store import JobStore
 
 
-def job_gpus(spec: dict[str, Any]) -> int:
+def job_gpus(spec: Kept) -> int:
     """The GPUs a job holds while it runs: every task's."""
-    return int(spec.get("gpus") or 0) * int(spec.get("workers") or 1)
+    return spec.gpus * spec.workers
 
 
 def holds(rec: dict[str, Any]) -> float:
     """The GPUs an active job holds: every task's; a share its part of one (`gpu_fraction`, set where it is placed;
     all of one until then)."""
-    return float(rec["gpu_fraction"]) if rec.get("gpu_fraction") else job_gpus(rec["spec"])
+    job = Job(rec)
+    return job.gpu_fraction or job_gpus(job.spec)
 
 
 def held(redis: Redis, owner: str) -> float:
@@ -42,7 +43,7 @@ def limit_for(redis: Redis, owner: str | None, gpus: int) -> int | None:
     return tokens.max_gpus(redis, owner) if owner and gpus else None
 
 
-def check_fits(redis: Redis, owner: str | None, spec: dict[str, Any]) -> None:
+def check_fits(redis: Redis, owner: str | None, spec: Kept) -> None:
     """Forbidden for a job that needs more GPUs than its owner may ever hold at once: it could never start."""
     gpus = job_gpus(spec)
     limit = limit_for(redis, owner, gpus)
@@ -65,15 +66,16 @@ def holders(redis: Redis) -> dict[tuple[str, str], list[dict[str, Any]]]:
     out: dict[tuple[str, str], list[dict[str, Any]]] = {}
     for rec in JobStore(redis).active():
         job_id = rec["id"]
+        spec = Kept(rec["spec"])
         who = {
             "job_id": job_id,
             "owner": rec.get("owner"),
-            "kind": "session" if is_session(rec["spec"]) else "job",
-            "gpu_memory": rec["spec"].get("gpu_memory"),
+            "kind": "session" if spec.is_session else "job",
+            "gpu_memory": spec.gpu_memory,
         }
         places = []
-        if is_multi_worker(rec["spec"]):
-            for task in taskrecord.read(redis, job_id, int(rec["spec"]["workers"])):
+        if spec.multi_worker:
+            for task in taskrecord.read(redis, job_id, spec.workers):
                 if "host" in task:
                     places.append((task["host"], task["gpus"]))
         else:

@@ -71,8 +71,9 @@ from jobs.placement import (
     slots_of,
     taken_of,
 )
+from jobs.record import Kept
 from jobs.settings import Settings
-from jobs.spec import command_words, is_multi_worker
+from jobs.spec import command_words
 from jobs.store import JobStore
 from models.common import size_text
 from models.states import PRIORITIES, Reason, Status
@@ -126,7 +127,7 @@ class Round:
                 continue
             keys = {key for n in slots_of(rec) if n in self.slots for key in gpu_keys(self.slots[n])}
             for key in keys:
-                out[key] = out.get(key, 0.0) + taken_of(rec["spec"])
+                out[key] = out.get(key, 0.0) + taken_of(Kept(rec["spec"]))
         for key, held in self.left.items():
             out[key] = out.get(key, 0.0) + held
         return out
@@ -158,7 +159,7 @@ def timeline(r: Round, unavailable: Iterable[str], history: plan.History) -> pla
     held: set[str] = set()
     for rec in r.active:
         end, _ = plan.expected_end(rec, r.now, history)
-        tl.hold(slots_of(rec), r.now, end, taken_of(rec["spec"]))
+        tl.hold(slots_of(rec), r.now, end, taken_of(Kept(rec["spec"])))
         held.update(slots_of(rec))
     tl.hold(set(unavailable) - held, r.now, plan.INF, 0)  # (draining, paused, foreign: not what a job holds)
     for key, left in r.left.items():  # (a process that outlived its job: until it lets go)
@@ -219,7 +220,7 @@ def _round(redis: Redis, s: Settings, now: float) -> list[int]:
     stopping = _stopping(redis, active)
     # the lowest priority a job could be preempted from, among those that may be (and the others stopping)
     lowest_running = max(
-        (PRIORITIES.index(v["spec"].get("priority", "normal")) for v in active if _preemptible(r, v, stopping)),
+        (_rank(v) for v in active if _preemptible(r, v, stopping)),
         default=-1,
     )
     tries = PREEMPT_TRIES
@@ -239,7 +240,7 @@ def _round(redis: Redis, s: Settings, now: float) -> list[int]:
         if rec["status"] != Status.QUEUED.value:
             queues.withdraw(redis, rec)
             continue
-        spec = rec["spec"]
+        spec = Kept(rec["spec"])
         sweep_id = rec.get("sweep_id")
         if sweep_id is not None:
             if sweep_id not in limits:
@@ -249,14 +250,14 @@ def _round(redis: Redis, s: Settings, now: float) -> list[int]:
                 _waiting(store, rec, f"waiting: sweep {sweep_id} runs {sweep_running[sweep_id]} of {cap} at once")
                 continue
         gpus: float = quota.job_gpus(spec)
-        if spec.get("gpu_memory") and r.capacity:  # (a share counts as its part of the largest GPU until placed)
-            gpus = min(1.0, spec["gpu_memory"] / (max(r.capacity.values()) + s.gpu_memory_reserve))
+        if spec.gpu_memory and r.capacity:  # (a share counts as its part of the largest GPU until placed)
+            gpus = min(1.0, spec.gpu_memory / (max(r.capacity.values()) + s.gpu_memory_reserve))
         limit = quotas.get(owner) if owner and gpus else None
         if limit is not None and held[owner] + gpus > limit:
             _waiting(store, rec, quota.waiting(owner or "", held[owner], limit))
             continue  # (over its owner's quota, it holds nobody else up, and preempts nobody)
-        places, k = int(spec.get("workers") or 1), int(spec.get("gpus") or 0)
-        part = spec.get("gpu_memory") if k else None
+        places, k = spec.workers, spec.gpus
+        part = spec.gpu_memory if k else None
         # (its expected duration matters where it could start now, or where a reservation has a time to find)
         wanted = s.backfill and (r.free or (depth > 0 and len(tl.times()) > 1))
         took = plan.expected(rec, history)[0] if wanted else None
@@ -268,7 +269,7 @@ def _round(redis: Redis, s: Settings, now: float) -> list[int]:
             taken = {x.name for p in chosen for x in p}
             r.free = [x for x in r.free if x.name not in taken]
             tl.take(taken, r.now, took, taken_of(spec))
-            held[owner] += quota.holds(store.get(job_id)) if spec.get("gpu_memory") else gpus
+            held[owner] += quota.holds(store.get(job_id)) if spec.gpu_memory else gpus
             if sweep_id is not None:
                 sweep_running[sweep_id] += 1
             continue
@@ -352,9 +353,9 @@ def _say_waiting(redis: Redis, blocked: dict[str, str]) -> None:
 def _assign(r: Round, store: JobStore, rec: dict[str, Any], chosen: list[list[Slot]]) -> bool:
     """queued -> starting with a new placement generation; then the job (or each task) on its place's first
     worker's private queue, and a hold on each other worker of the place."""
-    redis, job_id, spec = r.redis, rec["id"], rec["spec"]
+    redis, job_id, spec = r.redis, rec["id"], Kept(rec["spec"])
     gen = int(rec.get("gen", 0)) + 1
-    multi = is_multi_worker(spec)
+    multi = spec.multi_worker
     leads = [p[0] for p in chosen]
     gpu_ids = [[g for x in p for g in x.gpus] for p in chosen]
     if multi:
@@ -383,7 +384,7 @@ def _assign(r: Round, store: JobStore, rec: dict[str, Any], chosen: list[list[Sl
         return False
     if not multi:
         redis.set(heartbeat_key(job_id), leads[0].name, ex=CLAIM_WITHIN_S)
-    what = command_words(spec)
+    what = command_words(spec.raw)
     held = 0
     for index, p in enumerate(chosen):
         lead = p[0]
@@ -406,14 +407,14 @@ def _assign(r: Round, store: JobStore, rec: dict[str, Any], chosen: list[list[Sl
     return True
 
 
-def _fraction(r: Round, spec: dict[str, Any], chosen: list[list[Slot]]) -> float | None:
+def _fraction(r: Round, spec: Kept, chosen: list[list[Slot]]) -> float | None:
     """What part of its GPU a share holds (its bytes over the GPU's memory), for fair share and quotas; None for a
     job of whole GPUs."""
-    if not spec.get("gpu_memory") or not chosen[0][0].gpus:
+    if not spec.gpu_memory or not chosen[0][0].gpus:
         return None
     key = gpu_keys(chosen[0][0])[0]
     total = r.capacity.get(key, 0.0) + r.settings.gpu_memory_reserve
-    return round(min(1.0, float(spec["gpu_memory"]) / total), 4) if total > 0 else 1.0
+    return round(min(1.0, spec.gpu_memory / total), 4) if total > 0 else 1.0
 
 
 def _push(redis: Redis, worker: str, func: str, args: tuple, rq_id: str, what: str) -> None:
@@ -439,12 +440,17 @@ def _stopping(redis: Redis, active: list[dict[str, Any]]) -> dict[int, str]:
         return {rec["id"]: raw.decode() for rec, raw in zip(active, pipe.execute()) if raw}
 
 
+def _rank(rec: dict[str, Any]) -> int:
+    """A job's priority as its place in PRIORITIES (0: the highest)."""
+    return PRIORITIES.index(Kept(rec["spec"]).priority)
+
+
 def victims_for(
     r: Round, rec: dict[str, Any], places: int, k: int, stopping: dict[int, str]
 ) -> tuple[list[dict[str, Any]], bool]:
     """(the fewest running jobs to stop so that `rec` fits, whether what is already being stopped suffices)."""
-    rank = PRIORITIES.index(rec["spec"].get("priority", "normal"))
-    part = rec["spec"].get("gpu_memory") if k else None
+    rank = _rank(rec)
+    part = Kept(rec["spec"]).gpu_memory if k else None
     going = {v["id"] for v in r.active if stopping.get(v["id"])}
     coming = [r.slots[n] for v in r.active if v["id"] in going for n in slots_of(v) if n in r.slots]
     pool = list(r.free) + coming
@@ -454,17 +460,13 @@ def victims_for(
 
     if fits([]):
         return [], True
-    candidates = [
-        v
-        for v in r.active
-        if PRIORITIES.index(v["spec"].get("priority", "normal")) > rank and _preemptible(r, v, stopping)
-    ]
+    candidates = [v for v in r.active if _rank(v) > rank and _preemptible(r, v, stopping)]
     # lowest priority first; then the fewest GPUs (a 4-GPU victim for a 1-GPU job leaves three idle while it waits
     # to start again); then the most recently started (it loses the least)
     candidates.sort(
         key=lambda v: (
-            -PRIORITIES.index(v["spec"].get("priority", "normal")),
-            quota.job_gpus(v["spec"]),
+            -_rank(v),
+            quota.job_gpus(Kept(v["spec"])),
             -float(v.get("started_at") or 0),
         )
     )
@@ -490,7 +492,7 @@ def _preemptible(r: Round, v: dict[str, Any], stopping: dict[int, str]) -> bool:
     (this attempt: a job that just came back from a preemption is not taken again at once), not being stopped
     already, holding workers."""
     return (
-        v["spec"].get("preemptible", True) is not False
+        Kept(v["spec"]).preemptible
         and v["id"] not in stopping
         and r.now - float(v.get("started_at") or r.now) >= r.settings.preempt_after_s
         and bool(slots_of(v))
@@ -516,14 +518,14 @@ def _preempt(
         )
     if not victims:
         return None
-    priority = rec["spec"].get("priority", "normal")
+    priority = Kept(rec["spec"]).priority
     for v in victims:
         step = (v.get("progress") or {}).get("step")
         store.update(v["id"], preempted_by={"id": rec["id"], "priority": priority, "step": step, "at": r.now})
         store.request_stop(v["id"], PREEMPTED, only_first=True)
         stopping[v["id"]] = PREEMPTED
-        log.warning("job %s (%s) preempts job %s (%s)", rec["id"], priority, v["id"], v["spec"].get("priority"))
-    names = ", ".join(f"{v['id']} ({v['spec'].get('priority', 'normal')})" for v in victims)
+        log.warning("job %s (%s) preempts job %s (%s)", rec["id"], priority, v["id"], Kept(v["spec"]).priority)
+    names = ", ".join(f"{v['id']} ({Kept(v['spec']).priority})" for v in victims)
     return f"preempting job{'s' if len(victims) > 1 else ''} {names}"
 
 

@@ -16,6 +16,7 @@ from typing import Any
 from redis import Redis
 
 from jobs.keys import NO_OWNER, SHARE_KEY
+from jobs.record import Job, Kept
 from jobs.settings import Settings
 
 # KEYS: SHARE_KEY. ARGV: owner, charge (GPU-seconds), now, half-life (s).
@@ -45,9 +46,9 @@ def owner_of(owner: str | None) -> str:
     return owner or NO_OWNER
 
 
-def slots(spec: dict[str, Any]) -> int:
+def slots(spec: Kept) -> int:
     """What a job holds while it runs, in the unit of fair share: its GPUs, or its workers for a CPU job."""
-    return max(1, int(spec.get("gpus") or 0)) * int(spec.get("workers") or 1)
+    return max(1, spec.gpus) * spec.workers
 
 
 def decayed(value: float, since: float, now: float, halflife_s: float) -> float:
@@ -71,7 +72,8 @@ def attempt_seconds(rec: dict[str, Any], now: float | None = None) -> float:
     started = rec.get("started_at")
     if not started:
         return 0.0
-    held = float(rec["gpu_fraction"]) if rec.get("gpu_fraction") else slots(rec["spec"])  # (a share: its part)
+    job = Job(rec)
+    held = job.gpu_fraction or slots(job.spec)  # (a share: its part)
     return held * max(0.0, (time.time() if now is None else now) - float(started))
 
 

@@ -6,7 +6,7 @@ is right; then the spec a job keeps, every default filled in."""
 from __future__ import annotations
 
 import os
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -331,7 +331,7 @@ def _normalized(
 # -- reading a spec ---------------------------------------------------------------------------------------------
 
 
-def masked(env: dict[str, str], names_only: bool = False) -> dict[str, str]:
+def masked(env: Mapping[str, str], names_only: bool = False) -> dict[str, str]:
     """A job's env as clients see it: the values of names that look like secrets hidden (`names_only`: every
     value, for a user who does not own the job)."""
     return {k: "***" if names_only or any(w in k.upper() for w in SECRET_WORDS) else v for k, v in env.items()}
@@ -368,8 +368,3 @@ def command_words(spec: dict[str, Any], n: int = 3) -> str:
         return str(spec.get("model"))
     words = cmd.split() if isinstance(cmd, str) else list(cmd)
     return " ".join(words[:n]) + (" …" if len(words) > n else "")
-
-
-def is_multi_worker(spec: dict[str, Any]) -> bool:
-    """Whether a spec runs as several tasks (gang-scheduled, see jobs.gang)."""
-    return int(spec.get("workers") or 1) > 1

@@ -12,6 +12,7 @@ from redis import Redis
 from jobs import queues
 from jobs.errors import Conflict
 from jobs.keys import AFTER_KEY, queue_name
+from jobs.record import Kept
 from jobs.schedule import lock_round, place
 from jobs.settings import Settings
 from jobs.store import JobStore
@@ -42,11 +43,11 @@ def reprioritize(redis: Redis, job_id: int, priority: str, settings: Settings) -
     store = JobStore(redis)
     with locked(redis):
         rec = _queued(store, job_id, "priority")
-        spec = {**rec["spec"], "priority": priority}
+        spec = Kept(rec["spec"]).with_(priority=priority)
         waiting = bool(redis.sismember(AFTER_KEY, job_id))
         with redis.pipeline() as pipe:
             queues.withdraw(redis, rec, pipe)
-            store.update(job_id, pipe=pipe, spec=spec, queue=queue_name(int(spec.get("gpus") or 0), priority))
+            store.update(job_id, pipe=pipe, spec=spec.raw, queue=queue_name(spec.gpus, priority))
             queues.enqueue(pipe, job_id, spec, rec.get("owner"), rec.get("seq"), waiting=waiting)
             pipe.execute()
     place(redis, settings)
@@ -59,7 +60,7 @@ def move(redis: Redis, job_id: int, before: int | None = None, after: int | None
     store = JobStore(redis)
     with locked(redis):
         rec = _queued(store, job_id, "place")
-        key = queues.line_key(rec["spec"].get("priority", "normal"), rec.get("owner"))
+        key = queues.line_key(Kept(rec["spec"]).priority, rec.get("owner"))
         if redis.zscore(key, job_id) is None:
             raise Conflict(f"job {job_id} waits for its dependencies: it has no place in line yet", {"id": job_id})
         target = before if before is not None else after

@@ -31,6 +31,7 @@ from jobs.keys import (
     stop_channel,
     stop_key,
 )
+from jobs.record import Job
 from models.states import ENDED, Status
 
 LOG_MAXLEN = 100_000
@@ -230,6 +231,10 @@ class JobStore:
         if not raw:
             raise NotFound(f"job {job_id} does not exist", {"id": job_id})
         return _decode(raw)
+
+    def job(self, job_id: int) -> Job:
+        """One job record, typed (Job), or NotFound."""
+        return Job(self.get(job_id))
 
     def get_many(self, job_ids: list[int]) -> list[dict[str, Any] | None]:
         """Records in one round trip (None for one that does not exist)."""

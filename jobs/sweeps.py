@@ -14,6 +14,7 @@ from jobs import queues, quota, search, views
 from jobs import spec as spec_mod
 from jobs.errors import NotFound, TooLarge, ValidationError
 from jobs.keys import SEARCHING_KEY, SWEEP_COUNTER_KEY, sweep_key, sweep_stop_key
+from jobs.record import Kept
 from jobs.settings import Settings
 from jobs.store import JobStore, iso
 from models.states import ENDED
@@ -90,7 +91,7 @@ def create(
     for i, (s, combo) in enumerate(zip(specs, combos)):
         try:
             checked.append(queues.validate(redis, s, settings, default_gpus=0))
-            quota.check_fits(redis, owner, checked[-1])
+            quota.check_fits(redis, owner, Kept(checked[-1]))
         except ValidationError as exc:
             raise type(exc)(  # a combination whose one problem is a missing dataset is a 404, as a job's
                 {f"combination {i + 1} {json.dumps(combo)}: {k}": v for k, v in exc.fields.items()}
@@ -131,7 +132,7 @@ def _create_search(
         raise ValidationError({"search": f"must be one of {', '.join(search.SEARCHES)}, got {body.get('search')!r}"})
     fields = search.parse(redis, body, settings, owner)
     base_spec = queues.validate(redis, body["base"], settings, default_gpus=0)
-    quota.check_fits(redis, owner, base_spec)
+    quota.check_fits(redis, owner, Kept(base_spec))
     if dry_run:
         return {"dry_run": True, **fields, "base": spec_mod.shown(base_spec)}
     sweep_id = int(redis.incr(SWEEP_COUNTER_KEY))

@@ -1,5 +1,6 @@
-"""The RQ tasks: module-level and small; the work lives in jobs.run.runner and jobs.run.taskrun. Their names
-(jobs.keys.RUN_JOB, RUN_TASK) are stored in Redis with every queued attempt, so they stay here.
+"""The RQ tasks: module-level and small; the work lives in jobs.run.runner (with a task's or a session's hooks:
+jobs.run.taskrun, jobs.run.sessionrun). Their names (jobs.keys.RUN_JOB, RUN_TASK) are stored in Redis with every
+queued attempt, so they stay here.
 
 A gpudeck worker passes its context (jobs.run.launch.WorkerContext) explicitly with each job (jobs.worker.GpudeckJob);
 run elsewhere, a task builds one from the environment."""
@@ -15,7 +16,6 @@ from jobs.errors import NotFound
 from jobs.run import runner, sessionrun, taskrun
 from jobs.run.launch import WorkerContext
 from jobs.settings import Settings
-from jobs.spec import is_session
 from jobs.store import JobStore
 
 
@@ -29,17 +29,17 @@ def run_job(job_id: int, gen: int | None = None, context: WorkerContext | None =
     """Run placement `gen` of gpudeck job `job_id` in this work-horse; returns its final status."""
     ctx, redis = _where(context)
     try:
-        session = is_session(JobStore(redis).get(job_id)["spec"])
+        session = JobStore(redis).job(job_id).spec.is_session
     except NotFound:  # (deleted meanwhile: the run says so as ever)
         session = False
-    kind = sessionrun.SessionRun if session else runner.JobRun
-    return kind(job_id, redis, ctx, gen).run()
+    hooks = sessionrun.SessionHooks() if session else None
+    return runner.JobRun(job_id, redis, ctx, gen, hooks).run()
 
 
 def run_task(job_id: int, index: int, gen: int, context: WorkerContext | None = None) -> str:
     """Run task `index` of placement `gen` of multi-worker job `job_id`; returns the task's or job's status."""
     ctx, redis = _where(context)
-    return taskrun.TaskRun(job_id, index, gen, redis, ctx).run()
+    return runner.JobRun(job_id, redis, ctx, gen, taskrun.TaskHooks(index, gen)).run()
 
 
 HOLD_POLL_S = 0.5

@@ -38,6 +38,7 @@ from jobs.lifecycle import worker_lost
 from jobs.notify import Notifier
 from jobs.periodic import FORK_GUARD, Periodic, Watch
 from jobs.reaper import Reaper
+from jobs.record import Kept
 from jobs.run import launch, sandbox, warm
 from jobs.run.launch import WorkerContext
 from jobs.search import Searcher
@@ -116,7 +117,7 @@ class GpudeckWorker(Worker):
         if (job_id := job_id_of(job.id)) is None:
             return None
         try:
-            spec = JobStore(self.connection).get(job_id)["spec"]
+            spec = Kept(JobStore(self.connection).get(job_id)["spec"])
         except (NotFound, RedisError):
             return None
         if not warm.warm_wanted(spec):

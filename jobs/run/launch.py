@@ -20,15 +20,16 @@ import sys
 import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 
 from jobs import objectstore, sources
+from jobs.record import Kept
 from jobs.redis_server import free_port
 from jobs.run import sandbox
 from jobs.run.proc import pdeathsig, python_module
 from jobs.scalars import EVENT_FILE_MARK
 from jobs.settings import Cache, Settings
-from jobs.spec import is_command, shown
+from jobs.spec import shown
 from models import protocol, sourcetree
 from models.catalog import parse_dataset
 from models.protocol import KEEP_CHECKPOINTS_ENV
@@ -159,7 +160,7 @@ TRAINER_ARGS = ("--spec", "spec.json", "--job-dir", ".")
 def command(
     ctx: WorkerContext,
     attempt: Attempt,
-    spec: dict[str, Any],
+    spec: Kept,
     data_dir: Path | None,
     extra_env: dict[str, str],
     built: Path | None = None,
@@ -173,11 +174,11 @@ def command(
     if built is not None:
         bin_dir = built / "bin"
         env["VIRTUAL_ENV"] = str(built)
-    elif spec.get("env_name"):
-        found = ctx.settings.env_python(spec["env_name"])
+    elif spec.env_name:
+        found = ctx.settings.env_python(spec.env_name)
         if found is None or not found.is_dir():
             raise Refused(
-                f"environment {spec['env_name']!r} is not registered on worker {ctx.name} "
+                f"environment {spec.env_name!r} is not registered on worker {ctx.name} "
                 f"(GPUDECK_ENVS there: {', '.join(n for n, _ in ctx.settings.envs) or 'none'})"
             )
         bin_dir = found
@@ -210,20 +211,20 @@ def command(
     injected.update(torch_env("127.0.0.1", free_port(), 1, 0))  # (a job of one task: its own master)
     injected.update(extra_env)  # a task's TF_CONFIG, GPUDECK_TASK_TYPE, GPUDECK_TASK_INDEX and torch's
     env.update(injected)
-    env.update(spec.get("env") or {})
-    env.update(spec.get("secret_env") or {})
-    cmd = spec["command"]
+    env.update(spec.env)
+    env.update(spec.secret_env)
+    cmd = spec.command or []
     argv = ["/bin/sh", "-c", cmd] if isinstance(cmd, str) else list(cmd)
     return Launch(argv, src, env, injected, src)
 
 
-def caches_of(settings: Settings, spec: dict[str, Any]) -> list[Cache]:
+def caches_of(settings: Settings, spec: Kept) -> list[Cache]:
     """The operator's shared caches (GPUDECK_CACHES) a job names in `caches`."""
-    named = spec.get("caches") or []
+    named = spec.caches
     return [c for c in settings.caches if c.name in named]
 
 
-def sandbox_notes(settings: Settings, spec: dict[str, Any], job_dir: Path) -> list[str]:
+def sandbox_notes(settings: Settings, spec: Kept, job_dir: Path) -> list[str]:
     """What the job's log says at its start of a host path its `env` names that its sandbox hides or shows read-only
     (a cache a tool then cannot write fails later with words that say nothing of permissions)."""
     if not sandbox.active(settings.sandbox):
@@ -231,7 +232,7 @@ def sandbox_notes(settings: Settings, spec: dict[str, Any], job_dir: Path) -> li
     shared = {c.path: c.writable for c in caches_of(settings, spec)}
     hidden = [Path("/tmp"), Path(os.path.expanduser("~")), settings.home]
     notes = []
-    for name, value in (spec.get("env") or {}).items():
+    for name, value in spec.env.items():
         path = Path(value) if isinstance(value, str) and value.startswith("/") else None
         if path is None or not path.exists() or path == job_dir or path.is_relative_to(job_dir):
             continue
@@ -319,19 +320,19 @@ def may_run_unsandboxed(ctx: WorkerContext, owner: str | None) -> None:
         raise Refused(UNSANDBOXED.format(why=why))
 
 
-def source_copy(ctx: WorkerContext, spec: dict[str, Any], job_dir: Path) -> Path:
+def source_copy(ctx: WorkerContext, spec: Kept, job_dir: Path) -> Path:
     """`$JOB_DIR/src`: this job's own writable copy of its source snapshot (kept for a later attempt)."""
     src = job_dir / "src"
     if src.exists():
         return src
-    if not spec.get("source"):
+    if not spec.source:
         src.mkdir(exist_ok=True)  # another task of the job on this host may make it at the same moment
         return src
-    sha = sourcetree.parse_ref(spec["source"]) or ""
+    sha = sourcetree.parse_ref(spec.source) or ""
     stored = sources.local_path(ctx.settings, sha)
     if not stored.is_dir():
         raise Refused(
-            f"source {spec['source']} is not under {ctx.settings.sources_dir} on worker {ctx.name} "
+            f"source {spec.source} is not under {ctx.settings.sources_dir} on worker {ctx.name} "
             "(workers on other hosts need the API's GPUDECK_HOME on shared storage)"
         )
     tmp = job_dir / f".src-{os.getpid()}"
@@ -500,6 +501,21 @@ class Descriptors:
         self.open.discard(fd)
         return fd
 
+    def reader(self, fd: int) -> IO[bytes]:
+        """The read end `fd` as a file, which closes it (no longer ours to close)."""
+        return os.fdopen(self.release(fd), "rb")
+
+    def started(self, how: Launch, *theirs: int, lifeline: int) -> None:
+        """What `how` runs has started: our copies of what it was handed (`theirs`) close, and its sandbox's files
+        (its options); the lifeline's read end is the sandbox's alone now (without a sandbox nobody reads it)."""
+        for fd in theirs:
+            self.close(fd)
+        how.close_files()
+        if how.sandboxed:
+            self.release(lifeline)
+        else:
+            self.close(lifeline)
+
     def __enter__(self) -> Descriptors:
         return self
 
@@ -508,11 +524,11 @@ class Descriptors:
             self.close(fd)
 
 
-def job_dir_made(job_dir: Path, spec: dict[str, Any], data_dir: Path | None) -> LogFile:
+def job_dir_made(job_dir: Path, spec: Kept, data_dir: Path | None) -> LogFile:
     """The attempt's job dir with its spec.json (a zoo job's as its trainer reads it; a command's as shown, its
     variables by name only: every user may read a job dir's files) and its log file (OSError: the disk is full)."""
     job_dir.mkdir(parents=True, exist_ok=True)
-    written = trainer_spec(spec, data_dir) if not is_command(spec) else shown(spec, names_only=True)
+    written = trainer_spec(spec, data_dir) if not spec.runs_code else shown(spec.raw, names_only=True)
     write_new(job_dir / "spec.json", json.dumps(written, indent=2) + "\n")
     return LogFile(job_dir / "log.txt")
 
@@ -522,8 +538,8 @@ def exit_status(returncode: int, sandboxed: bool) -> int:
     return 128 - returncode if sandboxed and 128 < returncode <= 128 + 64 else returncode
 
 
-def trainer_spec(spec: dict[str, Any], data_dir: Path | None) -> dict[str, Any]:
+def trainer_spec(spec: Kept, data_dir: Path | None) -> dict[str, Any]:
     """The spec a trainer reads (its job dir's spec.json): an uploaded dataset's folder on this host filled in."""
-    if spec.get("command") is not None or parse_dataset(spec["dataset"]).kind != "stored":
-        return spec
-    return dict(spec, dataset_path=str(data_dir))
+    if spec.command is not None or spec.dataset is None or parse_dataset(spec.dataset).kind != "stored":
+        return spec.raw
+    return dict(spec.raw, dataset_path=str(data_dir))

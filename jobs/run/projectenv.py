@@ -9,8 +9,9 @@ import os
 import shutil
 import subprocess
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Protocol
 
+from jobs.record import Kept
 from jobs.run import launch, pyenv, sandbox
 from jobs.run.launch import Attempt, LogFile, Refused, WorkerContext
 from jobs.run.proc import kill_marked
@@ -37,11 +38,11 @@ class Building(Running, Protocol):
     def spawn(self, how: launch.Launch, fds: tuple[int, ...] = ()) -> subprocess.Popen[bytes]: ...
 
 
-def ready(run: Building, spec: dict[str, Any], log_file: LogFile) -> Path | None:
+def ready(run: Building, spec: Kept, log_file: LogFile) -> Path | None:
     """The project's own environment (jobs.run.pyenv) when its source asks for one: reused, or built now in the
     job's sandbox, its output a phase of the job's log. None: it runs with the worker's Python (or the
     registered env_name). NotBuilt: the build failed (`run.env_failed` says how) or a stop came first."""
-    if spec.get("env_name"):
+    if spec.env_name:
         return None
     launch.may_run_unsandboxed(run.ctx, run.owner)
     src = launch.source_copy(run.ctx, spec, run.job_dir)
@@ -75,7 +76,7 @@ def ready(run: Building, spec: dict[str, Any], log_file: LogFile) -> Path | None
     return path
 
 
-def _build(run: Building, spec: dict[str, Any], need: pyenv.Need, path: Path, log_file: LogFile) -> bool:
+def _build(run: Building, spec: Kept, need: pyenv.Need, path: Path, log_file: LogFile) -> bool:
     """Build the environment at `path` in the job's sandbox (only `path` writable besides the job dir), its
     output in the log, beating and answering stops as a running job does; mark it ready when it succeeded."""
     pyenv.start_build(path)
@@ -90,7 +91,7 @@ def _build(run: Building, spec: dict[str, Any], need: pyenv.Need, path: Path, lo
     how.close_files()
     if not how.sandboxed:
         os.close(lifeline[0])
-    pump(run, proc, os.fdopen(events_r, "rb"), log_file, spec.get("timeout"))
+    pump(run, proc, os.fdopen(events_r, "rb"), log_file, spec.timeout)
     returncode = proc.wait()
     os.close(lifeline[1])
     kill_marked(launch.RUN_ID_ENV, run.run_id)

@@ -20,8 +20,9 @@ from typing import IO, Any, Protocol
 from redis import Redis
 from redis.exceptions import RedisError
 
-from jobs import notify
+from jobs import notify, outcome
 from jobs.periodic import Beating, stack_of
+from jobs.record import Kept
 from jobs.run.launch import RUN_ID_ENV, Launch, LogFile, shipped_event_files, signal_group
 from jobs.run.proc import Started, end_descendants, kill_marked
 from jobs.scalars import ScalarReader, newest_run_result, read_result
@@ -272,13 +273,13 @@ class Output:
         steps = [(rec.get("progress") or {}).get("step"), (self.store.last_point(self.job_id) or {}).get("step")]
         self.seen_step = max((s for s in steps if isinstance(s, int)), default=None)
 
-    def command_launched(self, how: Launch, spec: dict[str, Any], job_dir: Path, built: Path | None) -> None:
+    def command_launched(self, how: Launch, spec: Kept, job_dir: Path, built: Path | None) -> None:
         """A command job that reports (a multi-worker job's task 0) is about to start: its scalars are read from
         its job dir (not the event files its source shipped), its record gets the variables it is given (values
         that look secret masked, secrets by name) and its project environment's digest (`gpudeck compare`)."""
         shipped = shipped_event_files(how.source) if how.source is not None else set()
         self.reader = ScalarReader(job_dir, ignore=shipped)
-        env_shown = {**masked(spec.get("env") or {}), **dict.fromkeys(spec.get("secret_env") or {}, "***")}
+        env_shown = {**masked(spec.env), **dict.fromkeys(spec.secret_env, "***")}
         fields: dict[str, Any] = {"environment": {**how.injected, **env_shown}}
         if built is not None:
             fields["env_digest"] = built.name
@@ -298,6 +299,25 @@ class Output:
             if warning:
                 self.result = {**self.result, "warning": warning}
         self.store.update(self.job_id, result=self.result)
+
+    def facts(
+        self, returncode: int | None, stop: str | None, killed: bool, command: bool, log_full: bool, **attempt: Any
+    ) -> outcome.Facts:
+        """The job-end table's facts of an attempt that ended: what its output said (a result, divergence; its last
+        lines: out of memory — or the kernel `killed` it —, a full disk — or `log_full`: log.txt found none —, an MPS
+        fault) and what the attempt knows (`attempt`: refusal, no_space, environment)."""
+        tail = self.tail
+        return outcome.Facts(
+            stop=stop,
+            returncode=returncode,
+            has_result=self.result is not None,
+            oom=outcome.out_of_memory(returncode, tail, killed),
+            command=command,
+            diverged=self.diverged,
+            full=outcome.disk_full(returncode, tail) or (log_full and returncode not in (0, None)),
+            mps_fault=outcome.mps_fault(returncode, tail),
+            **attempt,
+        )
 
 
 class Running(Protocol):

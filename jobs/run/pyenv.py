@@ -36,6 +36,7 @@ from pathlib import Path
 from typing import Any
 
 from jobs.archives import tree_bytes
+from jobs.record import Kept
 from jobs.run.proc import python_module
 from jobs.settings import Settings
 
@@ -102,10 +103,10 @@ def index_only_lock(lock: Path) -> bool:
     return all(set((p.get("source") or {}).keys()) <= {"registry", "virtual"} for p in packages)
 
 
-def need(spec: dict[str, Any], src: Path, owner: str | None = None) -> Need | None:
+def need(spec: Kept, src: Path, owner: str | None = None) -> Need | None:
     """The environment a command job's source asks for (None: none; it runs with the worker's Python); `owner`'s
     own when it holds anything of the source (module doc)."""
-    isolated = bool(spec.get("isolated_env"))
+    isolated = spec.isolated_env
     found = _found(spec, src, isolated)
     if found is None:
         return None
@@ -116,12 +117,12 @@ def need(spec: dict[str, Any], src: Path, owner: str | None = None) -> Need | No
     )
     if not local:
         return found
-    h = hashlib.sha256(f"{found.digest}\0{spec.get('source') or ''}\0{owner or ''}\0".encode())
+    h = hashlib.sha256(f"{found.digest}\0{spec.source or ''}\0{owner or ''}\0".encode())
     return dataclasses.replace(found, digest=h.hexdigest()[:32], local=True)
 
 
-def _found(spec: dict[str, Any], src: Path, isolated: bool) -> Need | None:
-    named = spec.get("requirements")
+def _found(spec: Kept, src: Path, isolated: bool) -> Need | None:
+    named = spec.requirements
     if named:
         path = (src / named).resolve()
         if not path.is_relative_to(src.resolve()) or not path.is_file():

@@ -24,14 +24,13 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from redis import Redis
-
 from jobs import gpus, outcome, usage
+from jobs.record import Kept
 from jobs.redis_server import free_port
 from jobs.run import launch, terminal
+from jobs.run.hooks import Hooks, Run
 from jobs.run.launch import Refused, WorkerContext
 from jobs.run.proc import descendants, listening_pids
-from jobs.run.runner import JobRun
 from models.common import duration
 from models.states import Reason
 
@@ -83,12 +82,14 @@ def host_name(ctx: WorkerContext) -> str:
     return ctx.settings.advertise_host or socket.gethostname()
 
 
-class SessionRun(JobRun):
-    """One attempt of a session: a command job's launch with a shell (or Jupyter) as its command, started on a
-    terminal, and the idle and max rules read where a job's stops are (`stop_reason`, every second)."""
+class SessionHooks(Hooks):
+    """A session's attempt: a command job's launch with a shell (or Jupyter) as its command, started on a terminal,
+    and the idle and max rules read where a job's stops are (`stop_reason`, every second). One object an attempt:
+    it keeps the session's state, and the attempt it serves (`run`)."""
 
-    def __init__(self, job_id: int, redis: Redis, ctx: WorkerContext, gen: int | None = None):
-        super().__init__(job_id, redis, ctx, gen)
+    run: Run
+
+    def __init__(self) -> None:
         self.relay: terminal.Relay | None = None
         self.proc: subprocess.Popen[bytes] | None = None
         self.jupyter: tuple[int, str, str] | None = None  # (port, token, the path its page is at)
@@ -100,14 +101,17 @@ class SessionRun(JobRun):
         self.info: dict[str, Any] = {}
         self.kernels_read_at: float | None = None  # (when this work-horse last read /api/kernels: not a user's use)
 
+    def begin(self, run: Run) -> None:
+        self.run = run
+
     # -- what it runs --------------------------------------------------------------------------------------
     def plan_launch(
-        self, spec: dict[str, Any], extra_env: dict[str, str], events_w: int, built: Path | None = None
+        self, run: Run, spec: Kept, extra_env: dict[str, str], events_w: int, built: Path | None = None
     ) -> launch.Launch:
         bin_dir = self._bin_dir(spec, built)
         env = {**extra_env, "TERM": os.environ.get("TERM") or "xterm-256color"}
-        secret_env = dict(spec.get("secret_env") or {})
-        if spec.get("jupyter"):
+        secret_env = dict(spec.secret_env)
+        if spec.jupyter:
             sites = visible_sites(bin_dir)
             app = next(((m, page) for m, page in JUPYTER_APPS if sees(sites, m)), None)
             if app is None or not sees(sites, "ipykernel"):
@@ -116,7 +120,7 @@ class SessionRun(JobRun):
             port, token = free_port(), secrets.token_urlsafe(24)
             self.jupyter = (port, token, app[1])
             secret_env["JUPYTER_TOKEN"] = token  # (in no argv, no record: only the owner reads it, from the API)
-            idle = str(int(spec.get("idle") or 0))
+            idle = str(spec.idle)
             argv = [
                 str(bin_dir / "python"),
                 "-m",
@@ -132,27 +136,29 @@ class SessionRun(JobRun):
         else:
             shell = next((s for s in ("/bin/bash", "/usr/bin/bash") if os.path.exists(s)), "/bin/sh")
             argv = [shell, "-i"]
-            env["PS1"] = f"[gpudeck {self.job_id}] \\w\\$ " if shell.endswith("bash") else f"[gpudeck {self.job_id}] $ "
-        return super().plan_launch({**spec, "command": argv, "secret_env": secret_env}, env, events_w, built)
+            env["PS1"] = (
+                f"[gpudeck {self.run.job_id}] \\w\\$ " if shell.endswith("bash") else f"[gpudeck {self.run.job_id}] $ "
+            )
+        return super().plan_launch(run, spec.with_(command=argv, secret_env=secret_env), env, events_w, built)
 
-    def _bin_dir(self, spec: dict[str, Any], built: Path | None) -> Path:
+    def _bin_dir(self, spec: Kept, built: Path | None) -> Path:
         if built is not None:
             return built / "bin"
-        if spec.get("env_name"):
-            found = self.ctx.settings.env_python(spec["env_name"])
+        if spec.env_name:
+            found = self.run.ctx.settings.env_python(spec.env_name)
             if found is not None:
                 return found
         return Path(sys.executable).parent
 
-    def start(self, how: launch.Launch, fds: tuple[int, ...]) -> subprocess.Popen[bytes]:
+    def start(self, run: Run, how: launch.Launch, fds: tuple[int, ...]) -> subprocess.Popen[bytes]:
         if self.jupyter is not None:
-            self.proc = self.spawn(how, fds)  # (its URL is published once it answers: stop_reason)
+            self.proc = self.run.spawn(how, fds)  # (its URL is published once it answers: stop_reason)
             self.spawned = self.busy_at = time.monotonic()
             return self.proc
         master, slave = terminal.open_pty()
         log_r, log_w = os.pipe()
         self.relay = terminal.Relay(master, log_w)
-        base = launch.preexec(self.ctx.max_memory, how.sandboxed)
+        base = launch.preexec(self.run.ctx.max_memory, how.sandboxed)
 
         def preexec() -> None:
             base()
@@ -179,27 +185,27 @@ class SessionRun(JobRun):
     def _publish(self, **fields: Any) -> None:
         if not self.spawned:
             self.spawned = self.busy_at = time.monotonic()
-        host = host_name(self.ctx)
+        host = host_name(self.run.ctx)
         kept: dict[str, Any] = {k: self.info[k] for k in ("warning", "warned") if k in self.info}
         self.info = {"host": host, **fields, **kept}
-        self.store.update(self.job_id, session=self.info)
+        self.run.store.update(self.run.job_id, session=self.info)
         if self.relay is not None:
-            self.relay.note(f"gpudeck: session started on {host}: gpudeck session attach {self.job_id}")
+            self.relay.note(f"gpudeck: session started on {host}: gpudeck session attach {self.run.job_id}")
 
     # -- its end -------------------------------------------------------------------------------------------
-    def grace(self, reason: str | None) -> float:
-        return min(self.ctx.stop_grace_s, 5.0)  # (a shell or a notebook server has nothing to checkpoint)
+    def grace(self, run: Run, reason: str | None) -> float:
+        return min(run.ctx.stop_grace_s, 5.0)  # (a shell or a notebook server has nothing to checkpoint)
 
-    def facts(self, returncode: int | None, oom_before: int | None) -> outcome.Facts:
-        return replace(super().facts(returncode, oom_before), session="notebook" if self.jupyter else "shell")
+    def facts(self, run: Run, returncode: int | None, oom_before: int | None) -> outcome.Facts:
+        return replace(super().facts(run, returncode, oom_before), session="notebook" if self.jupyter else "shell")
 
-    def stop_reason(self) -> str | None:
-        reason = super().stop_reason()
+    def stop_reason(self, run: Run) -> str | None:
+        reason = super().stop_reason(run)
         live = self.proc is not None and self.proc.poll() is None
         if reason or not live:
             if reason and self.relay is not None and "stop" not in self.warned:
                 self.warned.add("stop")
-                self.relay.say(f"session {self.job_id} ends now ({reason})")
+                self.relay.say(f"session {self.run.job_id} ends now ({reason})")
                 self.relay.hangup()
             return reason
         if self.jupyter is not None and "url" not in self.info:  # (a warning may have come first)
@@ -210,16 +216,16 @@ class SessionRun(JobRun):
         if now - self.looked >= LOOK_EVERY_S:
             self.looked = now
             self.used = self._in_use()
-            log.debug("job %s: session in use: %s", self.job_id, self.used)
+            log.debug("job %s: session in use: %s", self.run.job_id, self.used)
         if self.used or (self.relay is not None and self.relay.attached):
             self.busy_at = now
-        idle_s = int(self.spec.get("idle") or 0)
+        idle_s = self.run.spec.idle
         idle_left = idle_s - (now - self.busy_at)
-        max_left = (self.spec.get("timeout") or 0) - (now - self.spawned) if self.spec.get("timeout") else None
+        max_left = self.run.spec.timeout - (now - self.spawned) if self.run.spec.timeout else None
         if idle_left <= 0:
-            log.info("job %s: session idle for %ss: releasing it", self.job_id, idle_s)
-            self.request_stop(Reason.IDLE.value)
-            return self.stop_reason()
+            log.info("job %s: session idle for %ss: releasing it", self.run.job_id, idle_s)
+            self.run.request_stop(Reason.IDLE.value)
+            return self.stop_reason(run)
         if self.busy_at == now:
             if "idle" in self.warned:  # somebody came back: the warning no longer holds
                 self._unwarn("idle")
@@ -234,17 +240,17 @@ class SessionRun(JobRun):
     def _warn(self, what: str, text: str) -> None:
         self.warned.add(what)
         if self.relay is not None:
-            self.relay.say(f"session {self.job_id} {text}")
+            self.relay.say(f"session {self.run.job_id} {text}")
         self.info = {**self.info, "warning": f"{text} (said at {datetime.now().astimezone():%H:%M:%S})"}
         self.info["warned"] = what
-        self.store.update(self.job_id, session=self.info)
+        self.run.store.update(self.run.job_id, session=self.info)
 
     def _unwarn(self, what: str) -> None:
         """`what`'s warning no longer holds: off the record (unless a later one of another kind replaced it)."""
         self.warned.discard(what)
         if self.info.get("warned") == what:
             self.info = {k: v for k, v in self.info.items() if k not in ("warning", "warned")}
-            self.store.update(self.job_id, session=self.info)
+            self.run.store.update(self.run.job_id, session=self.info)
 
     def _in_use(self) -> bool:
         """Somebody uses the session: a notebook client is connected or was active within the idle time, one of its
@@ -255,13 +261,14 @@ class SessionRun(JobRun):
         return self._cpu_busy() or self._gpus_busy()
 
     def _cpu_busy(self) -> bool:
-        used = usage.read(self.redis, [self.job_id]).get(self.job_id) or {}
+        used = usage.read(self.run.redis, [self.run.job_id]).get(self.run.job_id) or {}
         return float(used.get("cpu_percent") or 0) >= BUSY_CPU_PERCENT
 
     def _gpus_busy(self) -> bool:
-        used = gpus.utilization(self.redis, socket.gethostname())  # (the host's sampler: jobs.gpus.Sampler)
+        used = gpus.utilization(self.run.redis, socket.gethostname())  # (the host's sampler: jobs.gpus.Sampler)
         return any(
-            isinstance(used.get(str(g)), (int, float)) and used[str(g)] >= BUSY_UTILIZATION for g in self.ctx.gpu_ids
+            isinstance(used.get(str(g)), (int, float)) and used[str(g)] >= BUSY_UTILIZATION
+            for g in self.run.ctx.gpu_ids
         )
 
     def _jupyter_get(self, path: str) -> Any:

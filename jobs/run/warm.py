@@ -38,12 +38,12 @@ import time
 import uuid
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import IO, Any
+from typing import IO
 
+from jobs.record import Kept
 from jobs.run import launch, sandbox
 from jobs.run.launch import Attempt, WorkerContext
 from jobs.run.proc import python_module
-from jobs.spec import is_command
 from models.protocol import EVENTS_FD_ENV
 from models.warm import WARM_FD_ENV
 
@@ -237,6 +237,23 @@ def choose_warm(
     return warm
 
 
+def taken(
+    ctx: WorkerContext, job_id: int, command: bool, tasks: bool, data_dir: Path | None, env: dict[str, str]
+) -> tuple[WorkerContext, Warm | None]:
+    """(the context, the warm trainer the attempt starts in): the one the worker handed its work-horse where the
+    attempt can start in it (its run mark is then the warm trainer's: what the end of the attempt sweeps); else it
+    is let go (the attempt starts cold)."""
+    warm = choose_warm(ctx.warm, job_id, command, tasks, data_dir, env)
+    return (ctx, warm) if warm is not None else (let_go(ctx), None)
+
+
+def let_go(ctx: WorkerContext) -> WorkerContext:
+    """The context without its warm trainer, which is closed (the attempt starts cold)."""
+    if ctx.warm is not None:
+        ctx.warm.close()
+    return replace(ctx, warm=None)
+
+
 def start(ctx: WorkerContext) -> Warm | None:
     """Start a warm trainer for this worker (its parent); None where it cannot (no sandbox here: GPUDECK_WARM needs
     one; or the start failed, logged)."""
@@ -289,7 +306,7 @@ def start(ctx: WorkerContext) -> Warm | None:
     )
 
 
-def warm_wanted(spec: dict[str, Any]) -> bool:
+def warm_wanted(spec: Kept) -> bool:
     """Whether a job of this spec may start warm, as the worker sees it before forking its work-horse: a zoo job of
     one worker (the work-horse checks the rest: `Warm.unusable`)."""
-    return not is_command(spec) and (spec.get("workers") or 1) == 1
+    return not spec.runs_code and spec.workers == 1

@@ -13,6 +13,7 @@ import statistics
 import pytest
 
 from jobs import gang
+from jobs.record import Kept
 from jobs.store import JobStore
 from tests.support import ratio
 
@@ -33,7 +34,7 @@ def run(client, spec: dict) -> dict:
 
 def spawn_latency(redis, job: dict) -> float:
     rec = JobStore(redis).get(job["id"])
-    if not gang.is_gang(rec["spec"]):
+    if not Kept(rec["spec"]).multi_worker:
         return rec["spawned_at"] - rec["created_at"]
     return max(t["spawned_at"] for t in gang.tasks(redis, job["id"], rec["spec"]["workers"])) - rec["created_at"]
 

@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 
+from jobs.record import Kept
 from jobs.run import launch, sandbox
 from jobs.settings import Settings
 from models import protocol
@@ -34,7 +35,7 @@ def test_a_command_gets_gpudecks_variables_its_own_and_none_of_the_workers(ctx, 
     monkeypatch.setenv("REDIS_URL", "redis://secret-host:6379/0")
     monkeypatch.setenv("GPUDECK_TOKENS", "s3cret")
     spec = {"command": "python train.py", "env": {"LR": "0.1"}, "secret_env": {"API_KEY": "k"}, "env_name": "tf"}
-    how = launch.command(ctx, attempt, spec, data_dir=Path("/data/cifar"), extra_env={"TF_CONFIG": "{}"})
+    how = launch.command(ctx, attempt, Kept(spec), data_dir=Path("/data/cifar"), extra_env={"TF_CONFIG": "{}"})
     assert how.argv == ["/bin/sh", "-c", "python train.py"] and how.cwd == attempt.job_dir / "src"
     env = how.env
     assert "REDIS_URL" not in env and "GPUDECK_TOKENS" not in env
@@ -55,11 +56,11 @@ def test_the_trainer_writes_its_events_to_the_descriptor_it_is_given(ctx, attemp
 
 def test_a_command_that_cannot_start_here_is_refused_by_name(ctx, attempt):
     with pytest.raises(launch.Refused, match="environment 'torch' is not registered on worker w1"):
-        launch.command(ctx, attempt, {"command": "true", "env_name": "torch"}, None, {})
+        launch.command(ctx, attempt, Kept({"command": "true", "env_name": "torch"}), None, {})
     fresh = launch.Attempt(8, 1, "r", ctx.settings.job_dir(8))  # (no source copy made yet)
     fresh.job_dir.mkdir(parents=True)
     with pytest.raises(launch.Refused, match="source src:.* is not under"):
-        launch.command(ctx, fresh, {"command": "true", "source": "src:" + "a" * 64}, None, {})
+        launch.command(ctx, fresh, Kept({"command": "true", "source": "src:" + "a" * 64}), None, {})
 
 
 def test_a_retry_links_the_last_whole_checkpoint_of_the_job_it_retries(ctx, attempt):
@@ -78,7 +79,7 @@ def test_a_retry_links_the_last_whole_checkpoint_of_the_job_it_retries(ctx, atte
 def test_the_sandbox_gets_the_environment_through_a_descriptor_and_bwrap_runs_with_path_alone(ctx, attempt):
     if sandbox.unavailable():
         pytest.skip(sandbox.unavailable())
-    how = launch.command(ctx, attempt, {"command": "true", "secret_env": {"API_KEY": "k"}}, None, {})
+    how = launch.command(ctx, attempt, Kept({"command": "true", "secret_env": {"API_KEY": "k"}}), None, {})
     lifeline, held = os.pipe()
     boxed = launch.sandboxed(ctx, how, attempt.job_dir, [Path("/data")], lifeline=lifeline)
     try:
@@ -114,7 +115,7 @@ def test_a_sandboxed_job_whose_work_horse_died_leaves_nothing_in_its_sandbox(ctx
         pytest.skip(sandbox.unavailable())
     marker = f"gpudeck-stray-{os.getpid()}"
     script = f"setsid env -i SOAK_STRAY={marker} sleep 300 >/dev/null 2>&1 </dev/null & echo started; sleep 300"
-    how = launch.command(ctx, attempt, {"command": script}, None, {})
+    how = launch.command(ctx, attempt, Kept({"command": script}), None, {})
     lifeline, held = os.pipe()
     boxed = launch.sandboxed(ctx, how, attempt.job_dir, [], lifeline=lifeline)
     proc = subprocess.Popen(
@@ -157,8 +158,8 @@ def test_python_is_the_registered_environments_python3_where_it_has_no_python(ct
     (usr / "bin").mkdir(parents=True)
     (usr / "bin" / "python3").symlink_to(os.path.realpath(sys.executable))
     debian = replace(ctx, settings=replace(ctx.settings, envs=(("torch", usr),)))
-    how = launch.command(debian, attempt, {"command": "python -c 'import sys; print(sys.version_info[0])'",
-                                           "env_name": "torch"}, None, {})  # fmt: skip
+    spec = Kept({"command": "python -c 'import sys; print(sys.version_info[0])'", "env_name": "torch"})
+    how = launch.command(debian, attempt, spec, None, {})
     ran = subprocess.run(how.argv, cwd=how.cwd, env=how.env, capture_output=True, text=True, timeout=60)
     assert ran.returncode == 0 and ran.stdout.strip() == "3", ran.stderr
     assert how.env["PATH"].split(os.pathsep)[1] == str(usr / "bin") and how.env["VIRTUAL_ENV"] == str(usr)

@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pytest
 
+from jobs.record import Kept
 from jobs.run import launch, sandbox
 from jobs.settings import Settings
 
@@ -26,7 +27,7 @@ def run_boxed(tmp_path: Path, settings: Settings, env: dict[str, str]) -> dict:
     job_dir.mkdir(parents=True)
     ctx = launch.WorkerContext(settings, "w1", gpu_ids=[])
     attempt = launch.Attempt(5, 1, "gpudeck-5-1.privilege", job_dir)
-    how = launch.command(ctx, attempt, {"command": [sys.executable, str(SCRIPT)], "env": env}, None, {})
+    how = launch.command(ctx, attempt, Kept({"command": [sys.executable, str(SCRIPT)], "env": env}), None, {})
     lifeline, held = os.pipe()
     boxed = launch.sandboxed(ctx, how, job_dir, [], lifeline=lifeline)
     try:

@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 
+from jobs.record import Kept
 from jobs.run import pyenv
 from jobs.settings import Settings
 
@@ -44,20 +45,20 @@ def project(tmp_path: Path, name: str, requirements: str, pkg: str | None = None
 def test_what_reads_the_source_is_keyed_by_the_source_and_the_owner(tmp_path, requirements):
     alice = project(tmp_path, "alice", requirements, pkg="print('alice')")
     mallory = project(tmp_path, "mallory", requirements, pkg="print('mallory: a .pth for you')")
-    a = pyenv.need({"source": "src:" + "a" * 64}, alice, "alice")
-    m = pyenv.need({"source": "src:" + "b" * 64}, mallory, "mallory")
+    a = pyenv.need(Kept({"source": "src:" + "a" * 64}), alice, "alice")
+    m = pyenv.need(Kept({"source": "src:" + "b" * 64}), mallory, "mallory")
     assert a is not None and m is not None and a.local and m.local
     assert a.digest != m.digest  # the same requirements.txt, another ./pkg: never the same environment
-    same_source_other_user = pyenv.need({"source": "src:" + "a" * 64}, alice, "mallory")
+    same_source_other_user = pyenv.need(Kept({"source": "src:" + "a" * 64}), alice, "mallory")
     assert same_source_other_user is not None and same_source_other_user.digest != a.digest
-    assert pyenv.need({"source": "src:" + "a" * 64}, alice, "alice").digest == a.digest  # (and hers is reused)
+    assert pyenv.need(Kept({"source": "src:" + "a" * 64}), alice, "alice").digest == a.digest  # (and hers is reused)
 
 
 def test_what_an_index_serves_is_shared_by_content(tmp_path):
     text = "numpy==1.26.4 --hash=sha256:abc\nrequests[socks]>=2,<3 ; python_version >= '3.8'\n# pinned\n"
     text += "--extra-index-url https://pypi.example/simple\n"
-    a = pyenv.need({"source": "src:" + "a" * 64}, project(tmp_path, "a", text), "alice")
-    b = pyenv.need({"source": "src:" + "b" * 64}, project(tmp_path, "b", text), "bob")
+    a = pyenv.need(Kept({"source": "src:" + "a" * 64}), project(tmp_path, "a", text), "alice")
+    b = pyenv.need(Kept({"source": "src:" + "b" * 64}), project(tmp_path, "b", text), "bob")
     assert a is not None and b is not None and not a.local and a.digest == b.digest
 
 
@@ -67,11 +68,11 @@ def test_a_uv_project_built_from_its_own_tree_is_its_owners(tmp_path):
     (src / "pyproject.toml").write_text("[project]\nname = 'p'\nversion = '1'\n")
     registry = '[[package]]\nname = "numpy"\nversion = "1.26.4"\nsource = { registry = "https://pypi.org/simple" }\n'
     (src / "uv.lock").write_text(registry + '[[package]]\nname = "p"\nversion = "1"\nsource = { virtual = "." }\n')
-    shared = pyenv.need({}, src, "alice")
+    shared = pyenv.need(Kept({}), src, "alice")
     assert shared is not None and not shared.local
     (src / "uv.lock").write_text(registry + '[[package]]\nname = "p"\nversion = "1"\nsource = { editable = "." }\n')
-    own = pyenv.need({}, src, "alice")
-    assert own is not None and own.local and own.digest != pyenv.need({}, src, "bob").digest
+    own = pyenv.need(Kept({}), src, "alice")
+    assert own is not None and own.local and own.digest != pyenv.need(Kept({}), src, "bob").digest
 
 
 def fake_env(settings: Settings, digest: str, owner: str, size: int, used_ago: float) -> None:

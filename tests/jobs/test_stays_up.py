@@ -90,6 +90,7 @@ def test_two_tasks_on_one_host_may_make_the_source_folder_at_the_same_moment(tmp
     by the other between its check and its mkdir goes on (the chaos soak found that race: FileExistsError)."""
     from pathlib import Path
 
+    from jobs.record import Kept
     from jobs.run.launch import WorkerContext, source_copy
     from jobs.settings import Settings
 
@@ -97,4 +98,4 @@ def test_two_tasks_on_one_host_may_make_the_source_folder_at_the_same_moment(tmp
     (job_dir / "src").mkdir(parents=True)  # the other task was a moment faster
     real_exists = Path.exists
     monkeypatch.setattr(Path, "exists", lambda p: False if p.name == "src" else real_exists(p))
-    assert source_copy(WorkerContext(Settings(home=tmp_path)), {"command": "true"}, job_dir) == job_dir / "src"
+    assert source_copy(WorkerContext(Settings(home=tmp_path)), Kept({"command": "true"}), job_dir) == job_dir / "src"

@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 
+from jobs.record import Kept
 from jobs.run import sandbox, warm
 from jobs.run.warm import Adopted, Warm
 
@@ -24,11 +25,11 @@ def a_warm(tmp_path: Path, status: int = -1, readable: list[Path] | None = None)
 
 
 def test_only_a_zoo_job_of_one_worker_is_handed_a_warm_trainer():
-    assert warm.warm_wanted({"model": "lenet", "dataset": "synthetic"})
-    assert warm.warm_wanted({"model": "lenet", "dataset": "synthetic", "workers": 1})
-    assert not warm.warm_wanted({"model": "resnet20", "dataset": "synthetic", "workers": 2})
-    assert not warm.warm_wanted({"command": "python train.py"})
-    assert not warm.warm_wanted({"kind": "session", "shell": True})
+    assert warm.warm_wanted(Kept({"model": "lenet", "dataset": "synthetic"}))
+    assert warm.warm_wanted(Kept({"model": "lenet", "dataset": "synthetic", "workers": 1}))
+    assert not warm.warm_wanted(Kept({"model": "resnet20", "dataset": "synthetic", "workers": 2}))
+    assert not warm.warm_wanted(Kept({"command": "python train.py"}))
+    assert not warm.warm_wanted(Kept({"kind": "session", "shell": True}))
 
 
 def test_why_a_work_horse_starts_cold(tmp_path):

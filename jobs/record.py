@@ -1,0 +1,134 @@
+"""A job's kept spec and its record as the engine reads them, typed: views over the stored dicts (`Kept`, `Job`),
+each field declared once here with its type and its default; nothing copied, nothing validated again (the service
+validated the spec once: jobs.spec)."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from types import MappingProxyType
+from typing import Any, Generic, TypeVar, cast, overload
+
+from models.jobspec import SESSION
+
+T = TypeVar("T")
+
+
+class Read(Generic[T]):
+    """A typed field of a stored dict (a kept spec, a job record), read where it is used: the stored value, or
+    `default` where it is missing or null. Views hold the dict itself (`raw`): nothing is copied or validated again,
+    and a field this view does not declare is kept all the same."""
+
+    def __init__(self, default: T):
+        self.default = default
+        self.name = ""
+
+    def __set_name__(self, owner: type, name: str) -> None:
+        self.name = name
+
+    @overload
+    def __get__(self, view: None, owner: type) -> Read[T]: ...
+    @overload
+    def __get__(self, view: object, owner: type) -> T: ...
+    def __get__(self, view: object, owner: type) -> Read[T] | T:
+        if view is None:
+            return self
+        value = view.raw.get(self.name)  # type: ignore[attr-defined]
+        return self.default if value is None else cast(T, value)
+
+
+NOTHING: Mapping[str, Any] = MappingProxyType({})
+
+
+class Kept:
+    """A job's spec as the job keeps it (`normalized`: every default filled in), typed for the engine: `spec.gpus`,
+    not `spec.get("gpus") or 0`. `Kept(record["spec"])`; `raw` is the dict as stored (what files and clients are
+    given)."""
+
+    __slots__ = ("raw",)
+
+    kind: Read[str | None] = Read(None)
+    model: Read[str | None] = Read(None)
+    command: Read[str | list[str] | None] = Read(None)
+    name: Read[str] = Read("")
+    gpus: Read[int] = Read(0)
+    gpu_memory: Read[int | None] = Read(None)
+    """Bytes of one GPU (a share), or None: whole GPUs."""
+    workers: Read[int] = Read(1)
+    chief: Read[bool] = Read(False)
+    priority: Read[str] = Read("normal")
+    tags: Read[Sequence[str]] = Read(())
+    timeout: Read[int | None] = Read(None)
+    expected_duration: Read[int | None] = Read(None)
+    max_retries: Read[int] = Read(0)
+    preemptible: Read[bool] = Read(True)
+    idle_exempt: Read[bool] = Read(False)
+    after: Read[Sequence[int]] = Read(())
+    notify: Read[Sequence[str]] = Read(())
+    export: Read[Sequence[str]] = Read(())
+    dataset: Read[str | None] = Read(None)
+    params: Read[Mapping[str, Any]] = Read(NOTHING)
+    source: Read[str | None] = Read(None)
+    env: Read[Mapping[str, str]] = Read(NOTHING)
+    secret_env: Read[Mapping[str, str]] = Read(NOTHING)
+    env_name: Read[str | None] = Read(None)
+    caches: Read[Sequence[str]] = Read(())
+    requirements: Read[str | None] = Read(None)
+    isolated_env: Read[bool] = Read(False)
+    total_steps: Read[int | None] = Read(None)
+    classes: Read[int | None] = Read(None)
+    jupyter: Read[bool] = Read(False)
+    idle: Read[int] = Read(0)
+    """A session's idle time (s)."""
+
+    def __init__(self, raw: dict[str, Any] | None = None):
+        self.raw: dict[str, Any] = raw if raw is not None else {}
+
+    @property
+    def runs_code(self) -> bool:
+        """The user's own code (a command, a session's shell or notebook), not a model of the zoo (is_command)."""
+        return self.command is not None or self.kind == SESSION
+
+    @property
+    def is_session(self) -> bool:
+        return self.kind == SESSION
+
+    @property
+    def multi_worker(self) -> bool:
+        """It runs as several tasks (gang-scheduled, jobs.gang)."""
+        return self.workers > 1
+
+    def with_(self, **fields: Any) -> Kept:
+        """This spec with `fields` replaced."""
+        return Kept({**self.raw, **fields})
+
+
+class Job:
+    """A job record, typed for the engine: `job.attempt`, `job.spec.gpus` (jobs.spec.Kept), the stored value or the
+    default where it is missing; `raw` is the record as read (what views and the API are given)."""
+
+    __slots__ = ("raw",)
+
+    id: Read[int] = Read(0)
+    status: Read[str] = Read("")
+    owner: Read[str | None] = Read(None)
+    worker: Read[str | None] = Read(None)
+    attempt: Read[int] = Read(1)
+    resumes: Read[int | None] = Read(None)
+    """The job a retry of it resumes from (its checkpoints)."""
+    trial: Read[dict[str, Any] | None] = Read(None)
+    """A search's trial: its number and values."""
+    gen: Read[int] = Read(0)
+    seq: Read[float | None] = Read(None)
+    gpu_ids: Read[Sequence[int | str]] = Read(())
+    gpu_fraction: Read[float | None] = Read(None)
+    """A share's part of its GPU, once placed."""
+    result: Read[dict[str, Any] | None] = Read(None)
+    placed_at: Read[float] = Read(0.0)
+    started_at: Read[float | None] = Read(None)
+
+    def __init__(self, raw: dict[str, Any]):
+        self.raw = raw
+
+    @property
+    def spec(self) -> Kept:
+        return Kept(self.raw["spec"])
