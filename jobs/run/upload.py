@@ -9,8 +9,11 @@ but the pump's writes the log while it runs)."""
 from __future__ import annotations
 
 import contextlib
+import errno
 import logging
 import os
+import shutil
+import stat
 import threading
 from collections.abc import Callable
 from pathlib import Path
@@ -24,6 +27,8 @@ log = logging.getLogger(__name__)
 
 EVERY_S = 2.0
 """How often the job's checkpoints folder is looked at."""
+SNAPSHOT_TRIES = 5
+"""How many times a round takes the newest checkpoint's files again when the trainer pruned one meanwhile."""
 AT_END = ("model.keras", "result.json")
 """What an attempt's end uploads besides its checkpoints."""
 
@@ -33,7 +38,7 @@ def start(artifacts: str | None, job_id: int, job_dir: Path) -> Uploader | None:
     store = Store.of(artifacts)
     if store is None:
         return None
-    uploader = Uploader(store, job_id, job_dir)
+    uploader = Uploader(store, job_id, job_dir, staging=job_dir.parent / f".{job_id}.upload")
     uploader.start()
     return uploader
 
@@ -61,9 +66,13 @@ class Uploader(threading.Thread):
     """Uploads one attempt's checkpoints while it runs (`start`), the rest at its end (`finish`); `said`: lines for
     the job's log (the first failure, and the recovery)."""
 
-    def __init__(self, store: Store, job_id: int, job_dir: Path, every_s: float = EVERY_S):
+    def __init__(self, store: Store, job_id: int, job_dir: Path, every_s: float = EVERY_S, staging: Path | None = None):
         super().__init__(name="gpudeck-upload", daemon=True)
         self.store, self.job_id, self.job_dir = store, job_id, job_dir
+        self.staging = staging if staging is not None else job_dir.parent / f".{job_id}.upload"
+        """Where a round hard-links the checkpoint it uploads (the service's, beside the job dir, out of the job's
+        sight): the trainer may save the next checkpoint and prune this one while it goes up, and a checkpoint
+        every second to a slow store must still go up whole, not be started over forever."""
         self.said: list[str] = []
         self.every_s = every_s
         self.stopped = threading.Event()
@@ -78,20 +87,16 @@ class Uploader(threading.Thread):
 
     def sync(self) -> bool:
         """Upload the newest complete checkpoint where it changed; whether the store has it now."""
-        folder = self.job_dir / CHECKPOINTS
+        state = self.sent_state
         try:
-            state = (folder / STATE).read_text()
-        except OSError:
-            return True  # no checkpoint yet
-        if state == self.sent_state:
-            return True
-        try:
-            names = [e.name for e in os.scandir(folder) if e.is_file(follow_symlinks=False)]
-            wanted = checkpoint_files(state, names)
+            taken = self._snapshot()
+            if taken is None:
+                return True  # no checkpoint yet, or none since the last one sent
+            state, wanted = taken
             for name in wanted:
-                st = os.stat(folder / name)
+                st = os.lstat(self.staging / name)
                 if self.sent.get(name) != (st.st_size, st.st_mtime_ns):
-                    self.store.put(folder / name, self.job_id, f"{CHECKPOINTS}/{name}")
+                    self.store.put(self.staging / name, self.job_id, f"{CHECKPOINTS}/{name}")
                     self.sent[name] = (st.st_size, st.st_mtime_ns)
                     self.uploaded += 1
             self.store.put_bytes(state.encode(), self.job_id, f"{CHECKPOINTS}/{STATE}")  # (now it is the newest)
@@ -100,17 +105,44 @@ class Uploader(threading.Thread):
                 self.store.delete(self.job_id, [f"{CHECKPOINTS}/{n}" for n in gone])
                 for n in gone:
                     del self.sent[n]
-        except (StoreError, OSError) as exc:  # (a file the trainer removed meanwhile: the next round)
+        except (StoreError, OSError) as exc:
             if self.error is None:
                 kept = "it stays in the job dir, and was sent again every few seconds"
-                self.said.append(f"gpudeck: the artifact store did not take {newest(state)} ({exc}); {kept}")
+                self.said.append(f"gpudeck: the artifact store did not take {newest(state or '')} ({exc}); {kept}")
             self.error = str(exc)
             return False
+        finally:
+            shutil.rmtree(self.staging, ignore_errors=True)
         if self.error is not None:
             self.said.append(f"gpudeck: the artifact store took {newest(state)}: it answers again")
             self.error = None
         self.sent_state = state
         return True
+
+    def _snapshot(self) -> tuple[str, list[str]] | None:
+        """(the state file, the files of the checkpoints it lists) hard-linked into `staging` together, or None where
+        there is no checkpoint or none new. A file the trainer pruned meanwhile: the newest state is read again (its
+        state file is written after its files: a state names only whole checkpoints). OSError when none holds still
+        for SNAPSHOT_TRIES reads."""
+        folder = self.job_dir / CHECKPOINTS
+        for _ in range(SNAPSHOT_TRIES):
+            try:
+                state = (folder / STATE).read_text()
+            except OSError:
+                return None
+            if state == self.sent_state:
+                return None
+            names = [e.name for e in os.scandir(folder) if e.is_file(follow_symlinks=False)]
+            wanted = checkpoint_files(state, names)
+            shutil.rmtree(self.staging, ignore_errors=True)
+            self.staging.mkdir(parents=True)
+            try:
+                for name in wanted:
+                    _hold(folder / name, self.staging / name)
+            except FileNotFoundError:
+                continue
+            return state, wanted
+        raise OSError(f"the checkpoints changed under {SNAPSHOT_TRIES} reads in a row")
 
     def finish(self, beat: Callable[[], None] | None = None, every_s: float = 3.0) -> str | None:
         """At the attempt's end: the last checkpoint, the model and the result; the error where one could not go.
@@ -137,3 +169,16 @@ class Uploader(threading.Thread):
                 f"gpudeck: the artifact store did not take everything ({self.error}); the job dir keeps it all"
             )
         return None if ok else self.error
+
+
+def _hold(src: Path, dst: Path) -> None:
+    """`src` (a regular file of the job's) at `dst` as it is now: a hard link, a copy across filesystems; OSError
+    for anything but a regular file (a link the job put there is not followed)."""
+    try:
+        os.link(src, dst, follow_symlinks=False)
+    except OSError as exc:
+        if exc.errno not in (errno.EXDEV, errno.EPERM):
+            raise
+        shutil.copyfile(src, dst, follow_symlinks=False)
+    if not stat.S_ISREG(os.lstat(dst).st_mode):
+        raise OSError(f"{src.name} is not a regular file")

@@ -5,6 +5,8 @@ real boto3)."""
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 
 from jobs import objectstore
@@ -88,3 +90,39 @@ def test_gpudeck_artifacts_must_name_a_bucket():
     assert objectstore.Store.of("s3://lab").key(3, "model.keras") == "jobs/3/model.keras"
     with pytest.raises(ConfigError, match="GPUDECK_ARTIFACTS must be s3://BUCKET"):
         Settings.from_env({"GPUDECK_ARTIFACTS": "https://lab.s3.amazonaws.com/runs"})
+
+
+def test_a_checkpoint_the_trainer_prunes_while_it_goes_up_still_goes_up_whole(s3, tmp_path):
+    """A trainer that checkpoints faster than the store takes files (a checkpoint a second, a slow link) prunes the
+    checkpoint being uploaded: the round sends the one it took, whole (held by hard links), instead of failing at
+    each round for good; the next round sends the newest and deletes what the trainer let go."""
+    job_dir = tmp_path / "jobs" / "9"
+    folder = job_dir / "checkpoints"
+    saved = [2]
+
+    class Busy(objectstore.Store):
+        """The store, while the trainer saves the next checkpoint (keeping only it) as each file goes up."""
+
+        def put(self, path, job_id, name):
+            saved.append(saved[-1] + 2)
+            _checkpoint(folder, saved[-1], (saved[-1],))
+            return super().put(path, job_id, name)
+
+    plain = objectstore.Store.of(s3.env["GPUDECK_ARTIFACTS"])
+    store = Busy(**{f.name: getattr(plain, f.name) for f in dataclasses.fields(plain)})
+    _checkpoint(folder, 2, (2,))
+    up = Uploader(store, 9, job_dir)
+    assert up.sync() and up.said == []
+    assert not list(folder.glob("ckpt-2.*")) and not up.staging.exists()  # (pruned here meanwhile; nothing left over)
+    names = ("checkpoint", "ckpt-2.data-00000-of-00001", "ckpt-2.index")
+    assert [k for k in s3.keys() if "/jobs/9/" in k] == [f"gpudeck/jobs/9/checkpoints/{n}" for n in names]
+    mine = tmp_path / "b" / "checkpoints"
+    assert objectstore.fetch_checkpoints(store, 9, mine) == "ckpt-2"
+    assert (mine / "ckpt-2.data-00000-of-00001").read_bytes() == bytes([2]) * 5000
+
+    up.store = plain
+    assert up.sync()  # the newest, and ckpt-2's objects gone
+    newest = f"ckpt-{saved[-1]}"
+    assert objectstore.newest(plain.read(9, "checkpoints/checkpoint").decode()) == newest
+    names = ("checkpoint", f"{newest}.data-00000-of-00001", f"{newest}.index")
+    assert [k for k in s3.keys() if "/jobs/9/" in k] == [f"gpudeck/jobs/9/checkpoints/{n}" for n in names]
