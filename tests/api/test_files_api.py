@@ -14,7 +14,6 @@ import tarfile
 
 import pytest
 import requests
-from mlflow import MlflowClient
 
 from jobs.run.proc import python_module
 from models.sourcetree import human
@@ -63,6 +62,8 @@ def test_a_jobs_model_and_checkpoints_come_out_whole_and_nothing_else_does(
     job = submit_job(url, {**TINY, "export": ["mlflow"]})
     wait_succeeded(url, job)
     exported = until(lambda: _exported(url, job), 60, "the export at the job's end")
+    from mlflow import MlflowClient  # (a second of imports: here, not where every test is collected)
+
     mlflow = MlflowClient(tracking_uri=server_mlflow)
     run = mlflow.get_run(exported["run_id"])
     points = requests.get(f"{url}/api/v1/jobs/{job}/metrics", timeout=30).json()["train"]

@@ -8,9 +8,6 @@ import tarfile
 
 import pytest
 import requests
-from openapi_core import OpenAPI
-from openapi_core.contrib.requests import RequestsOpenAPIRequest, RequestsOpenAPIResponse
-from openapi_spec_validator import validate
 
 from api.auth import AUTH_FAILURES_MAX
 from jobs import tokens
@@ -21,6 +18,8 @@ from tests.support.live import TINY, until
 def test_the_document_is_valid_openapi_3_1(client):
     doc = client.get("/api/v1/openapi.json").json
     assert doc["openapi"] == "3.1.0"
+    from openapi_spec_validator import validate  # (seconds of imports: where it is used, not at collection)
+
     validate(doc)
 
 
@@ -72,6 +71,9 @@ def test_every_operation_has_a_name_and_a_tag_for_a_generated_client(client):
 def test_real_answers_conform_to_the_document(gpu_api, spawn, gpu_env, tmp_path, redis):
     doc = requests.get(f"{gpu_api}/api/v1/openapi.json", timeout=10).json()
     doc["servers"] = [{"url": gpu_api}]
+    from openapi_core import OpenAPI
+    from openapi_core.contrib.requests import RequestsOpenAPIRequest, RequestsOpenAPIResponse
+
     openapi = OpenAPI.from_dict(doc)
     checked: list[str] = []
 
