@@ -34,10 +34,11 @@ $(STAMP): pyproject.toml
 up: install
 	$(BIN)/gpudeck up $(ARGS)
 
-# Tests run in parallel (pytest-xdist): one process more than the cores, at most 4 (end-to-end tests spend seconds
-# waiting on heartbeats, timeouts and idle TensorBoards; the extra process uses that core time). Tests that share a
-# module fixture are one xdist_group. PYTEST_ARGS="-n 0" runs them one at a time.
-TEST_PROCS ?= $(shell $(PYTHON) -c "import os; print(min(4, (os.cpu_count() or 1) + 1))")
+# Tests run in parallel (pytest-xdist): two processes a core and one more, at most 8 (end-to-end tests spend seconds
+# waiting on heartbeats, timeouts and idle TensorBoards; the extra processes use that core time: on 2 cores, 5 took
+# 8m10s where 3 took 9m20s, and 6 was slower again). Tests that share a module fixture are one xdist_group.
+# PYTEST_ARGS="-n 0" runs them one at a time.
+TEST_PROCS ?= $(shell $(PYTHON) -c "import os; print(min(8, 2 * (os.cpu_count() or 1) + 1))")
 test: install
 	$(BIN)/python -m pytest -n $(TEST_PROCS) --dist loadgroup $(PYTEST_ARGS)
 

@@ -24,7 +24,7 @@ def test_stop_restart_and_the_cli(tmp_path, child_env):
     try:
         assert f"gpudeck is up: API {stack.url}" in stack.output()
         assert f"home     {home}" in stack.output() and "worker cpu 0" in stack.output()
-        long = {"model": "resnet20", "dataset": "synthetic:16x16x3", "params": {"steps": 100000, "batch_size": 16}}
+        long = {"model": "lenet", "dataset": "synthetic:16x16x3", "params": {"steps": 100000, "batch_size": 16}}
         job_id = requests.post(f"{stack.url}/api/v1/jobs", json=long).json()["id"]
         deadline = time.monotonic() + 120
         while requests.get(f"{stack.url}/api/v1/jobs/{job_id}").json()["progress"]["step"] in (None, 0):

@@ -17,7 +17,7 @@ from tests.support.live import FAKE_SMI, alive, fake_nvidia_smi, until, wait_job
 pytestmark = pytest.mark.slow
 
 LONG = {
-    "model": "resnet20",
+    "model": "lenet",
     "dataset": "synthetic:16x16x3",
     "params": {"steps": 100000, "batch_size": 16, "log_every": 5},
 }

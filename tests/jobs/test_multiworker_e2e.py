@@ -26,6 +26,10 @@ SPEC = {
 }
 
 
+RUNS_ON = {"model": "lenet", "dataset": "synthetic:28x28x1:4"}
+"""A job of two tasks that trains until it is stopped: the lightest model (what is checked is the tasks' end)."""
+
+
 @pytest.fixture
 def hosts(spawn, child_env, tmp_path):
     """Two CPU workers, each with its own GPUDECK_HOME (nothing on disk is shared with each other or the API)."""
@@ -115,7 +119,7 @@ def test_the_readme_multi_worker_walkthrough_trains_across_hosts_with_one_loss_t
 
 def test_killing_one_task_fails_the_whole_job_and_leaves_no_process(live_api, hosts):
     wait_workers(live_api, 2)
-    spec = {**SPEC, "params": {"steps": 100_000, "batch_size": 16, "log_every": 10}}
+    spec = {**SPEC, **RUNS_ON, "params": {"steps": 100_000, "batch_size": 16, "log_every": 10}}
     job_id = requests.post(f"{live_api}/api/v1/jobs", json=spec, timeout=10).json()["id"]
 
     pids = running_trainers(live_api, job_id)
@@ -139,7 +143,7 @@ def test_killing_one_task_fails_the_whole_job_and_leaves_no_process(live_api, ho
 
 def test_canceling_a_running_multi_worker_job_stops_every_task(live_api, hosts):
     wait_workers(live_api, 2)
-    spec = {**SPEC, "params": {"steps": 100_000, "batch_size": 16, "log_every": 10}}
+    spec = {**SPEC, **RUNS_ON, "params": {"steps": 100_000, "batch_size": 16, "log_every": 10}}
     job_id = requests.post(f"{live_api}/api/v1/jobs", json=spec, timeout=10).json()["id"]
 
     pids = running_trainers(live_api, job_id)
