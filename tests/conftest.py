@@ -38,12 +38,24 @@ LONGEST = (
     "test_a_keras_script_is_searched_and_stopped_early",
 )
 """The slow tests that take longest (`--durations`, 20 to 50 s each here under make test), longest first."""
+LONGER = (
+    "test_sigterm_checkpoints_and_a_rerun_resumes",
+    "test_convert_writes_tfrecords_that_read_back",
+    "test_usage_input_auth_and_unreachable_exit_codes",
+    "test_an_agent_lists_submits_waits_triages",
+    "test_a_dead_api_or_a_wrong_token_shows_a_banner",
+    "test_tui_in_tmux_at_80x24",
+    "test_a_round_looks_only_at_the_dependants_of_a_job_that_ended",
+)
+"""Tests of 10 to 20 s that would otherwise come last (late in their files' order, or not marked slow): after the
+LONGEST, before the other slow ones, so that no process ends the run on one of them while the others idle."""
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """Longest work first, so that xdist's processes do not end on one long test while the others idle: the
-    learning group (one process trains four ResNets in a row), then the LONGEST tests, the other slow tests, then
-    the quick ones, which fill the gaps at the end. The order within each kind is the files' order."""
+    learning group (one process trains four ResNets in a row), then the LONGEST tests, the LONGER ones, the other
+    slow tests, then the quick ones, which fill the gaps at the end. The order within each kind is the files'
+    order."""
 
     def rank(item: pytest.Item) -> tuple[int, int]:
         group = item.get_closest_marker("xdist_group")
@@ -52,7 +64,9 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         long = next((i for i, name in enumerate(LONGEST) if name in item.nodeid), None)
         if long is not None:
             return 1, long
-        return (2 if item.get_closest_marker("slow") else 3), 0
+        if any(name in item.nodeid for name in LONGER):
+            return 2, 0
+        return (3 if item.get_closest_marker("slow") else 4), 0
 
     items.sort(key=rank)
 
