@@ -111,6 +111,7 @@ def test_ci_gates_tables_json_logs_datasets_and_tensorboard(gpudeck, tmp_path):
     assert json.loads(gpudeck("tensorboard", "--json").stdout) == []
 
 
+@pytest.mark.slow  # (a live API and worker: not make check's)
 def test_usage_input_auth_and_unreachable_exit_codes(gpudeck, redis):
     bad = gpudeck("submit", "--model", "resnet21", "--dataset", "synthetic")
     assert bad.returncode == 2 and bad.stderr.count("model: unknown model 'resnet21'") == 1  # once, not twice
