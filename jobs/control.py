@@ -173,7 +173,8 @@ def retry(
         raise Conflict(f"job {job_id} is {rec['status']}; only an ended job can be retried", {"id": job_id})
     spec = rec["spec"]
     # (the tasks of a multi-worker job start over: each restores from a folder of its own)
-    resumes = resume and not Kept(spec).runs_code and not Kept(spec).multi_worker
+    typed = Kept(spec)
+    resumes = resume and not typed.runs_code and not typed.multi_worker
     fields = {**(extra or {}), **({"resumes": job_id} if resumes else {})}
     return submit(redis, spec, settings, extra=fields or None)[0]
 

@@ -85,8 +85,7 @@ def check_worker(settings: Settings, gpus: list[str]) -> None:
 def attempt_env(settings: Settings, gpus: list[str], gpu_memory: int | None, fraction: float | None) -> dict[str, str]:
     """What a job on `gpus` is told of MPS and, for a share of a GPU (`gpu_memory`), of its cap and the frameworks'
     knobs (models.protocol.share_env)."""
-    share = protocol.share_env(gpu_memory, fraction) if gpu_memory else {}
-    return {**job_env(settings, gpus, gpu_memory, fraction), **share}
+    return {**job_env(settings, gpus, gpu_memory, fraction), **protocol.share_env(gpu_memory, fraction)}
 
 
 def job_env(settings: Settings, gpus: list[str], gpu_memory: int | None, fraction: float | None) -> dict[str, str]:

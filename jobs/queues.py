@@ -113,8 +113,9 @@ def validate(redis: Redis, body: Any, settings: Settings, default_gpus: int | No
         session_max=s.session_max_s,
         mlflow=bool(s.mlflow_uri),
     )
-    check_after(redis, list(Kept(spec).after))
-    check_hosts(redis, Kept(spec), s.gpu_memory_reserve)
+    typed = Kept(spec)
+    check_after(redis, list(typed.after))
+    check_hosts(redis, typed, s.gpu_memory_reserve)
     return spec
 
 

@@ -103,7 +103,7 @@ class Kept:
 
 
 class Job:
-    """A job record, typed for the engine: `job.attempt`, `job.spec.gpus` (jobs.spec.Kept), the stored value or the
+    """A job record, typed for the engine: `job.attempt`, `job.spec.gpus` (Kept), the stored value or the
     default where it is missing; `raw` is the record as read (what views and the API are given)."""
 
     __slots__ = ("raw",)

@@ -14,6 +14,7 @@ from typing import Any
 import pydantic
 
 from jobs.errors import Forbidden, ReferenceForbidden, ReferenceNotFound, ValidationError
+from jobs.record import Kept
 from models import sourcetree
 from models.catalog import parse_dataset
 from models.common import did_you_mean
@@ -350,13 +351,13 @@ def shown(spec: dict[str, Any], names_only: bool = False) -> dict[str, Any]:
 
 def is_command(spec: dict[str, Any]) -> bool:
     """Whether a spec runs the user's own code (a command, or a session's shell or notebook) rather than a model of
-    the zoo: what only the users allowed to run commands may submit."""
-    return spec.get("command") is not None or "command" in spec or is_session(spec)
+    the zoo: what only the users allowed to run commands may submit (a body's `command`, even null, counts)."""
+    return "command" in spec or Kept(spec).runs_code
 
 
 def is_session(spec: dict[str, Any]) -> bool:
     """Whether a spec is an interactive session (`kind: session`)."""
-    return spec.get("kind") == SESSION
+    return Kept(spec).is_session
 
 
 def command_words(spec: dict[str, Any], n: int = 3) -> str:

@@ -101,14 +101,13 @@ class JobRun:
             log.error("job %s cannot start: %s", self.job_id, self.no_space)
             return self.finish(None, oom_before=None)
         with log_file:
-            return self._run(spec, log_file)
+            return self._run(spec, job.gpu_fraction, log_file)
 
-    def _run(self, spec: Kept, log_file: LogFile) -> str:
+    def _run(self, spec: Kept, fraction: float | None, log_file: LogFile) -> str:
         self.output.points = self.store.stream_length(metrics_key(self.job_id))
         extra_env = self.hooks.prepare(self, spec)
         if extra_env is None:
             return self.hooks.stand_down(self)
-        fraction = self.store.job(self.job_id).gpu_fraction if spec.gpu_memory else None
         told = mps.attempt_env(self.ctx.settings, self.ctx.gpu_ids, spec.gpu_memory, fraction)
         extra_env = {**told, **extra_env}
         if self.stop_reason():  # canceled between dequeue and now

@@ -136,9 +136,7 @@ class SessionHooks(Hooks):
         else:
             shell = next((s for s in ("/bin/bash", "/usr/bin/bash") if os.path.exists(s)), "/bin/sh")
             argv = [shell, "-i"]
-            env["PS1"] = (
-                f"[gpudeck {self.run.job_id}] \\w\\$ " if shell.endswith("bash") else f"[gpudeck {self.run.job_id}] $ "
-            )
+            env["PS1"] = f"[gpudeck {run.job_id}] \\w\\$ " if shell.endswith("bash") else f"[gpudeck {run.job_id}] $ "
         return super().plan_launch(run, spec.with_(command=argv, secret_env=secret_env), env, events_w, built)
 
     def _bin_dir(self, spec: Kept, built: Path | None) -> Path:
@@ -152,13 +150,13 @@ class SessionHooks(Hooks):
 
     def start(self, run: Run, how: launch.Launch, fds: tuple[int, ...]) -> subprocess.Popen[bytes]:
         if self.jupyter is not None:
-            self.proc = self.run.spawn(how, fds)  # (its URL is published once it answers: stop_reason)
+            self.proc = run.spawn(how, fds)  # (its URL is published once it answers: stop_reason)
             self.spawned = self.busy_at = time.monotonic()
             return self.proc
         master, slave = terminal.open_pty()
         log_r, log_w = os.pipe()
         self.relay = terminal.Relay(master, log_w)
-        base = launch.preexec(self.run.ctx.max_memory, how.sandboxed)
+        base = launch.preexec(run.ctx.max_memory, how.sandboxed)
 
         def preexec() -> None:
             base()
@@ -205,7 +203,7 @@ class SessionHooks(Hooks):
         if reason or not live:
             if reason and self.relay is not None and "stop" not in self.warned:
                 self.warned.add("stop")
-                self.relay.say(f"session {self.run.job_id} ends now ({reason})")
+                self.relay.say(f"session {run.job_id} ends now ({reason})")
                 self.relay.hangup()
             return reason
         if self.jupyter is not None and "url" not in self.info:  # (a warning may have come first)
@@ -216,15 +214,15 @@ class SessionHooks(Hooks):
         if now - self.looked >= LOOK_EVERY_S:
             self.looked = now
             self.used = self._in_use()
-            log.debug("job %s: session in use: %s", self.run.job_id, self.used)
+            log.debug("job %s: session in use: %s", run.job_id, self.used)
         if self.used or (self.relay is not None and self.relay.attached):
             self.busy_at = now
-        idle_s = self.run.spec.idle
+        idle_s = run.spec.idle
         idle_left = idle_s - (now - self.busy_at)
-        max_left = self.run.spec.timeout - (now - self.spawned) if self.run.spec.timeout else None
+        max_left = run.spec.timeout - (now - self.spawned) if run.spec.timeout else None
         if idle_left <= 0:
-            log.info("job %s: session idle for %ss: releasing it", self.run.job_id, idle_s)
-            self.run.request_stop(Reason.IDLE.value)
+            log.info("job %s: session idle for %ss: releasing it", run.job_id, idle_s)
+            run.request_stop(Reason.IDLE.value)
             return self.stop_reason(run)
         if self.busy_at == now:
             if "idle" in self.warned:  # somebody came back: the warning no longer holds

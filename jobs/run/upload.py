@@ -38,7 +38,7 @@ def start(artifacts: str | None, job_id: int, job_dir: Path) -> Uploader | None:
     store = Store.of(artifacts)
     if store is None:
         return None
-    uploader = Uploader(store, job_id, job_dir, staging=job_dir.parent / f".{job_id}.upload")
+    uploader = Uploader(store, job_id, job_dir)
     uploader.start()
     return uploader
 
@@ -66,10 +66,10 @@ class Uploader(threading.Thread):
     """Uploads one attempt's checkpoints while it runs (`start`), the rest at its end (`finish`); `said`: lines for
     the job's log (the first failure, and the recovery)."""
 
-    def __init__(self, store: Store, job_id: int, job_dir: Path, every_s: float = EVERY_S, staging: Path | None = None):
+    def __init__(self, store: Store, job_id: int, job_dir: Path, every_s: float = EVERY_S):
         super().__init__(name="gpudeck-upload", daemon=True)
         self.store, self.job_id, self.job_dir = store, job_id, job_dir
-        self.staging = staging if staging is not None else job_dir.parent / f".{job_id}.upload"
+        self.staging = job_dir.parent / f".{job_id}.upload"
         """Where a round hard-links the checkpoint it uploads (the service's, beside the job dir, out of the job's
         sight): the trainer may save the next checkpoint and prune this one while it goes up, and a checkpoint
         every second to a slow store must still go up whole, not be started over forever."""
