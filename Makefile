@@ -39,8 +39,13 @@ up: install
 # 8m10s where 3 took 9m20s, and 6 was slower again). Tests that share a module fixture are one xdist_group.
 # PYTEST_ARGS="-n 0" runs them one at a time.
 TEST_PROCS ?= $(shell $(PYTHON) -c "import os; print(min(8, 2 * (os.cpu_count() or 1) + 1))")
+# The suite starts hundreds of Python processes of the same code (test processes, APIs, workers, trainers, the CLI):
+# Python's bytecode cache is kept for them even where the environment sets PYTHONDONTWRITEBYTECODE (as this
+# machine's does: each process compiled gpudeck again and each test process rewrote every test module's asserts,
+# ~5 CPU-s per test process). __pycache__ is ignored by git.
+PYTEST = env -u PYTHONDONTWRITEBYTECODE $(BIN)/python -m pytest
 test: install
-	$(BIN)/python -m pytest -n $(TEST_PROCS) --dist loadgroup $(PYTEST_ARGS)
+	$(PYTEST) -n $(TEST_PROCS) --dist loadgroup $(PYTEST_ARGS)
 
 # The suite as another machine of this kind would run it: TensorFlow without oneDNN's custom operations (other float
 # paths, other start-up lines), oneDNN held to AVX2 instructions, and the whole suite on OTHER_CPUS (one core). A test
@@ -48,11 +53,11 @@ test: install
 OTHER_MACHINE ?= TF_ENABLE_ONEDNN_OPTS=0 ONEDNN_MAX_CPU_ISA=AVX2
 OTHER_CPUS ?= 0
 test-other: install
-	env $(OTHER_MACHINE) taskset -c $(OTHER_CPUS) $(BIN)/python -m pytest -n 2 --dist loadgroup $(PYTEST_ARGS)
+	env $(OTHER_MACHINE) taskset -c $(OTHER_CPUS) $(PYTEST) -n 2 --dist loadgroup $(PYTEST_ARGS)
 
 # The quick loop: lint and types, then every test that starts no stack and trains nothing.
 check: lint
-	$(BIN)/python -m pytest -n auto --maxprocesses 4 --dist loadgroup -m "not slow" $(PYTEST_ARGS)
+	$(PYTEST) -n auto --maxprocesses 4 --dist loadgroup -m "not slow" $(PYTEST_ARGS)
 
 bench: install
 	$(UV_INSTALL) -e '.[$(TF_EXTRA),test,bench]' --config-settings editable_mode=compat \

@@ -1,7 +1,6 @@
 """Sessions (`kind: session`) through Flask's test client on a real Redis: who may start one, what a bad one is told,
 what the API shows of a live one to its owner and to others. (tests/e2e/test_sessions.py drives real ones.)"""
 
-import jsonschema
 import pytest
 
 from jobs.store import JobStore
@@ -11,6 +10,8 @@ SESSION = {"kind": "session"}
 
 def conforms(client, name: str, value: object, headers: dict | None = None) -> None:
     """`value` is valid against the served document's schema `name` (JSON Schema 2020-12, as OpenAPI 3.1)."""
+    import jsonschema  # (here: its import takes most of a second, and every test process collects this module)
+
     doc = client.get("/api/v1/openapi.json", headers=headers).json
     schema = {**doc["components"]["schemas"][name], "components": doc["components"]}
     jsonschema.Draft202012Validator(schema).validate(value)
@@ -28,7 +29,9 @@ def test_a_session_is_a_job_of_its_own_kind_never_preempted_nor_retried(client, 
     conforms(client, "Job", j, users["root"])
     spec = {**SESSION, "gpus": 1, "idle": "45m", "jupyter": False, "max": 3600}
     conforms(client, "JobSpecInput", spec, users["root"])
-    with pytest.raises(jsonschema.ValidationError):  # (a session is not a command job too)
+    from jsonschema import ValidationError
+
+    with pytest.raises(ValidationError):  # (a session is not a command job too)
         conforms(client, "JobSpecInput", {**SESSION, "command": "bash"}, users["root"])
     notebook = client.post("/api/v1/jobs", json={**SESSION, "jupyter": True, "max": 3600}, headers=users["root"]).json
     assert (notebook["name"], notebook["spec"]["max"]) == ("notebook", 3600)

@@ -11,7 +11,6 @@ import time
 from dataclasses import replace
 
 import pytest
-from mlflow import MlflowClient
 
 from jobs import export
 from jobs.keys import EXPORT_DUE_KEY
@@ -42,6 +41,14 @@ def _ended(redis, settings, job_id: int, spec: dict, points: list[dict], status:
     return JobStore(redis).get(job_id)
 
 
+def mlflow_client(settings):
+    """The MLflow client reading the store gpudeck exported to (imported here: mlflow takes most of a second to
+    import, and every test process collects this module)."""
+    from mlflow import MlflowClient
+
+    return MlflowClient(tracking_uri=settings.mlflow_uri)
+
+
 def _points(n: int, lr: float = 0.1) -> list[dict]:
     return [
         {"step": s, "epoch": s / 50, "time": T0 + 5 + s * 0.25, "loss": 2.3 / (1 + lr * s), "lr": lr}
@@ -57,7 +64,7 @@ def test_a_job_becomes_one_mlflow_run_with_every_point_and_again_the_same_run(re
     assert state["status"] == "exported" and state["points"] == 3000 and state["attempts"] == 1, state
     assert not redis.zcard(EXPORT_DUE_KEY)
 
-    client = MlflowClient(tracking_uri=mlflow_settings.mlflow_uri)
+    client = mlflow_client(mlflow_settings)
     run = client.get_run(state["run_id"])
     assert client.get_experiment(run.info.experiment_id).name == "gpudeck" and run.info.status == "FINISHED"
     assert run.info.run_name == "lenet a" and run.info.end_time == int((T0 + 95) * 1000)
@@ -89,7 +96,7 @@ def test_a_search_is_a_parent_run_with_its_trials_nested(redis, mlflow_settings)
         spec = {**LENET, "params": {"lr": lr, "steps": 20}, "tags": ["sweep:7"], "export": ["mlflow"]}
         export.enqueue(redis, _ended(redis, mlflow_settings, job_id, spec, _points(20, lr), sweep_id=7))
     assert export.deliver(redis, mlflow_settings) == 2
-    client = MlflowClient(tracking_uri=mlflow_settings.mlflow_uri)
+    client = mlflow_client(mlflow_settings)
     runs = {r.info.run_id: r for r in client.search_runs([client.get_experiment_by_name("gpudeck").experiment_id])}
     parent = [r for r in runs.values() if r.data.tags.get("gpudeck.sweep_parent") == "7"]
     assert len(parent) == 1 and parent[0].info.run_name == "sweep 7"

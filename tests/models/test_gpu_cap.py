@@ -2,19 +2,17 @@
 share before anything touches a device (models.trainer.cap_gpu_memory), and the frameworks' knobs a command job gets
 (models.protocol.share_env)."""
 
-import tensorflow as tf
+import pytest
 
 from models import protocol
-from models.trainer import cap_gpu_memory
 
 
 class OneGpuConfig:
     """tf.config as it is on a host with one GPU (this machine has none: a FAKE device list), recording what
     TensorFlow is told; the configuration objects are TensorFlow's own."""
 
-    LogicalDeviceConfiguration = tf.config.LogicalDeviceConfiguration
-
-    def __init__(self):
+    def __init__(self, tf):
+        self.LogicalDeviceConfiguration = tf.config.LogicalDeviceConfiguration
         self.told: list[tuple[object, list]] = []
 
     def list_physical_devices(self, kind: str) -> list[str]:
@@ -24,8 +22,23 @@ class OneGpuConfig:
         self.told.append((device, configs))
 
 
-def test_the_trainer_makes_its_gpu_a_logical_device_of_exactly_its_share():
-    config = OneGpuConfig()
+@pytest.fixture(scope="module")
+def tf():
+    """TensorFlow, imported by the tests that use it (not when every test process collects this module: the
+    trainer imports it too)."""
+    import tensorflow
+
+    return tensorflow
+
+
+def cap_gpu_memory(config, env):
+    from models.trainer import cap_gpu_memory
+
+    return cap_gpu_memory(config, env)
+
+
+def test_the_trainer_makes_its_gpu_a_logical_device_of_exactly_its_share(tf):
+    config = OneGpuConfig(tf)
     said = cap_gpu_memory(config, {protocol.GPU_MEMORY_ENV: str(10 << 30)})
     assert said == "gpu_memory: TensorFlow's GPU capped at 10240 MiB (a logical device with memory_limit)"
     [(device, configs)] = config.told
@@ -34,8 +47,8 @@ def test_the_trainer_makes_its_gpu_a_logical_device_of_exactly_its_share():
     assert isinstance(configs[0], tf.config.LogicalDeviceConfiguration)
 
 
-def test_no_share_tells_tensorflow_nothing_and_no_gpu_is_said_plainly():
-    config = OneGpuConfig()
+def test_no_share_tells_tensorflow_nothing_and_no_gpu_is_said_plainly(tf):
+    config = OneGpuConfig(tf)
     assert cap_gpu_memory(config, {}) is None and config.told == []
     said = cap_gpu_memory(tf.config, {protocol.GPU_MEMORY_ENV: str(1 << 30)})  # (the real one: no GPU here)
     assert said == "gpu_memory 1024 MiB: TensorFlow sees no GPU here, nothing to cap"

@@ -8,18 +8,19 @@ import os
 import socket
 import subprocess
 import sys
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import anyio
 import pytest
-from mcp import Client
-from mcp.client.stdio import StdioServerParameters
 
 from jobs import tokens
 from jobs.redis_server import free_port
 from jobs.run.proc import python_module
 from tests.support.live import start_api, until
 from tests.support.readme import json_block
+
+if TYPE_CHECKING:  # (the client is imported where it is made: every test process collects this module)
+    from mcp import Client
 
 pytestmark = pytest.mark.slow
 
@@ -37,12 +38,18 @@ def as_the_readme_says(url: str, token: str, env: dict[str, str]) -> Client:
     config = json_block("agent-config")["mcpServers"]["gpudeck"]  # type: ignore[index]
     args = [a.replace("http://localhost:8686", url) for a in config["args"]]
     told = {k: token if k == "GPUDECK_TOKEN" else v for k, v in config["env"].items()}
+    from mcp import Client
+    from mcp.client.stdio import StdioServerParameters
+
     bin_dir = os.path.dirname(sys.executable)
     path = f"{bin_dir}{os.pathsep}{env.get('PATH', '')}"
     return Client(StdioServerParameters(command=config["command"], args=args, env={**env, "PATH": path, **told}))
 
 
 def over_stdio(url: str, token: str, env: dict[str, str], *flags: str) -> Client:
+    from mcp import Client
+    from mcp.client.stdio import StdioServerParameters
+
     argv = python_module("tui.cli", "mcp", "--api", url, "--token", token, *flags)
     return Client(StdioServerParameters(command=argv[0], args=argv[1:], env=env))
 
@@ -161,6 +168,8 @@ def test_the_http_transport_answers_on_127_0_0_1_only(spawn, child_env, redis):
     until(answers, 60, lambda: f"gpudeck mcp on port {port}: {served.output()[-2000:]}")
 
     async def agent() -> None:
+        from mcp import Client
+
         async with Client(f"http://127.0.0.1:{port}/mcp") as client:
             tools = {t.name for t in (await client.list_tools()).tools}
             assert "list_jobs" in tools and "submit_job" not in tools
