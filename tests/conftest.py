@@ -50,6 +50,11 @@ LONGER = (
 """Tests of 10 to 20 s that would otherwise come last (late in their files' order, or not marked slow): after the
 LONGEST, before the other slow ones, so that no process ends the run on one of them while the others idle."""
 
+# The tests that import TensorFlow in the test process itself (model builders, datasets, augmentation) are the xdist
+# group "tensorflow" (`pytest.mark.xdist_group("tensorflow")` in their modules): one test process imports it (2.5 CPU-s
+# and ~400 MB), not every one. Tests whose trainers run as processes of their own are not in it; test modules import
+# TensorFlow in the tests that use it, not when every test process collects them.
+
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """Longest work first, so that xdist's processes do not end on one long test while the others idle: the

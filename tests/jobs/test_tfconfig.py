@@ -14,6 +14,7 @@ def gpudeck(*args: str) -> subprocess.CompletedProcess:
     return subprocess.run(python_module("tui.cli", "tf-config", *args), capture_output=True, text=True, timeout=60)
 
 
+@pytest.mark.xdist_group("tensorflow")
 def test_every_task_and_one_task_as_tensorflow_reads_it(monkeypatch):
     run = gpudeck("--chief", "h0:2222", "--worker", "h1:2222,h2:2222", "--ps", "h3:2222")
     assert run.returncode == 0, run.stderr

@@ -15,7 +15,7 @@ PUBLISHED = {
     "mobilenet_v2": 3_538_984,
 }
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("tensorflow")]  # (TensorFlow here: tests/conftest.py)
 
 
 @pytest.mark.parametrize("name", sorted(MODELS))

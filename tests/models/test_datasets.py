@@ -8,6 +8,8 @@ import pytest
 from models.datasets import DatasetError, load, open_path
 from tests.support import formats
 
+pytestmark = pytest.mark.xdist_group("tensorflow")  # (TensorFlow in this process: tests/conftest.py)
+
 
 def read_all(split):
     xs, ys = zip(*split.dataset().as_numpy_iterator())

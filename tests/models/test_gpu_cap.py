@@ -6,6 +6,8 @@ import pytest
 
 from models import protocol
 
+pytestmark = pytest.mark.xdist_group("tensorflow")  # (TensorFlow in this process: tests/conftest.py)
+
 
 class OneGpuConfig:
     """tf.config as it is on a host with one GPU (this machine has none: a FAKE device list), recording what

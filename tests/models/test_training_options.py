@@ -12,22 +12,29 @@ import pytest
 from jobs.run.proc import python_module
 from models import params
 from models.datasets import load
-from models.pipeline import Preprocess
-from models.schedules import Schedule
 
 
+@pytest.mark.xdist_group("tensorflow")
 def test_piecewise_divides_by_ten_at_the_fractions():
+    from models.schedules import Schedule  # (TensorFlow: imported by the tests that use it)
+
     s = Schedule(0.1, "piecewise", 100, 10, [0.5, 0.75])
     assert [round(s.value(x), 6) for x in (0, 49, 50, 74, 75, 99)] == [0.1, 0.1, 0.01, 0.01, 0.001, 0.001]
 
 
+@pytest.mark.xdist_group("tensorflow")
 def test_exponential_is_slims_staircase():
+    from models.schedules import Schedule  # (TensorFlow: imported by the tests that use it)
+
     s = Schedule(0.01, "exponential", 1000, 10, decay_rate=0.94, decay_epochs=2.0)
     assert s.value(19) == pytest.approx(0.01) and s.value(20) == pytest.approx(0.0094)
     assert s.value(45) == pytest.approx(0.01 * 0.94**2)
 
 
+@pytest.mark.xdist_group("tensorflow")
 def test_cosine_with_warmup():
+    from models.schedules import Schedule  # (TensorFlow: imported by the tests that use it)
+
     s = Schedule(1.0, "cosine", 110, 10, warmup_steps=10)
     assert s.value(0) == pytest.approx(0.1) and s.value(9) == pytest.approx(1.0)
     assert s.value(60) == pytest.approx(0.5, abs=1e-6) and s.value(110) == pytest.approx(0.0, abs=1e-6)
@@ -48,8 +55,11 @@ def test_augment_names_and_combinations():
         params.parse_augment("flip+blur")
 
 
+@pytest.mark.xdist_group("tensorflow")
 def test_augmentation_keeps_shapes_and_standardizes():
     import tensorflow as tf
+
+    from models.pipeline import Preprocess
 
     src = load("synthetic:16x16x3")
     batch = tf.constant(src.train.x[:8])
@@ -60,8 +70,11 @@ def test_augmentation_keeps_shapes_and_standardizes():
     assert z.shape == (8, 16, 16, 3) and np.allclose(tf.reduce_mean(z, axis=[1, 2, 3]), 0, atol=1e-4)
 
 
+@pytest.mark.xdist_group("tensorflow")
 def test_crop_and_flip_move_whole_pixels():
     import tensorflow as tf
+
+    from models.pipeline import Preprocess
 
     src = load("synthetic:16x16x3")
     batch = tf.constant(src.train.x[:64])
