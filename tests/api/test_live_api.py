@@ -56,12 +56,14 @@ def test_curl_follows_a_log_live_until_the_job_ends_and_resumes_by_offset(spawn,
 
 
 @pytest.mark.slow
-def test_healthz_and_prometheus_metrics(gpu_api, spawn, gpu_env):
+def test_healthz_and_prometheus_metrics(spawn, gpu_env):
+    env = {**gpu_env, "GPUDECK_COMMAND_JOBS": "1"}  # (the job that ends is a command: what is counted is its end)
+    gpu_api = start_api(spawn, env)
     health = requests.get(f"{gpu_api}/healthz", timeout=10).json()
     assert health == {**health, "status": "degraded", "redis": "ok", "workers": 0, "workers_alive": 0}
-    spawn("worker", "--cpu", env=gpu_env)
+    spawn("worker", "--cpu", env=env)
     until(lambda: requests.get(f"{gpu_api}/healthz", timeout=10).json()["workers_alive"] == 1)
-    wait_succeeded(gpu_api, submit_job(gpu_api, TINY))
+    wait_succeeded(gpu_api, submit_job(gpu_api, {"command": "true", "gpus": 0}))
     submit_job(gpu_api, {**TINY, "gpus": 2})  # no two-GPU worker: it stays queued
 
     def scrape() -> dict:

@@ -66,18 +66,21 @@ def test_a_canceled_queued_job_never_runs(client, spawn, child_env):
     assert job["status"] == "canceled" and job["started_at"] is None
 
 
+def ticking(steps: int) -> str:
+    """A command job's script that writes a metric point every tenth of a second for `steps` steps."""
+    return (
+        "import json, os, time\n"
+        "with open(os.path.join(os.environ['JOB_DIR'], 'metrics.jsonl'), 'a') as f:\n"
+        f"    for s in range(1, {steps} + 1):\n"
+        "        f.write(json.dumps({'step': s, 'loss': 1 / s}) + '\\n'); f.flush(); time.sleep(0.1)"
+    )
+
+
 def test_timeout(command_client, worker):
     # A job that makes progress forever (a command: no TensorFlow start-up for a loaded machine to stretch past
     # the timeout, so it is always stopped while running); the rule is the same for every job.
-    ticking = (
-        "import json, os, time\n"
-        "with open(os.path.join(os.environ['JOB_DIR'], 'metrics.jsonl'), 'a') as f:\n"
-        "    for s in range(1, 10**6):\n"
-        "        f.write(json.dumps({'step': s, 'loss': 1 / s}) + '\\n'); f.flush(); time.sleep(0.1)"
-    )
-    job_id = command_client.post("/api/v1/jobs", json={"command": [sys.executable, "-c", ticking], "timeout": 4}).json[
-        "id"
-    ]
+    forever = {"command": [sys.executable, "-c", ticking(10**6)], "timeout": 4}
+    job_id = command_client.post("/api/v1/jobs", json=forever).json["id"]
     job, _ = wait_job(command_client, job_id, timeout=90)
     assert job["status"] == "failed" and job["reason"] == "timeout" and job["progress"]["step"] > 0
     assert job["message"] == "the job ran past its timeout" and 4 <= job["elapsed_s"] < 4 + 30
@@ -180,19 +183,22 @@ def test_two_workers_pinned_to_two_fake_gpus(client, spawn, child_env, tmp_path)
         assert wait_job(client, i)[0]["status"] == "canceled"
 
 
-def test_drain_finishes_the_job_takes_no_new_one_and_exits(client, worker):
-    first = client.post("/api/v1/jobs", json={**LONG, "params": {**LONG["params"], "steps": 40}}).json["id"]
+def test_drain_finishes_the_job_takes_no_new_one_and_exits(command_client, worker):
+    client = command_client  # (commands: what is checked is the worker's drain, the same for every job)
+    first = client.post("/api/v1/jobs", json={"command": [sys.executable, "-c", ticking(30)]}).json["id"]
     wait_job(client, first, stepped(5))
-    second = client.post("/api/v1/jobs", json=TINY).json["id"]
+    second = client.post("/api/v1/jobs", json={"command": "true"}).json["id"]
     name = client.get("/api/v1/workers").json["workers"][0]["name"]
     assert client.post(f"/api/v1/workers/{name}/drain").json == {"worker": name, "draining": True}
     assert worker.proc.wait(120) == 0
-    assert client.get(f"/api/v1/jobs/{first}").json["status"] == "succeeded"
+    job = client.get(f"/api/v1/jobs/{first}").json
+    assert job["status"] == "succeeded" and job["progress"]["step"] == 30, job
     assert client.get(f"/api/v1/jobs/{second}").json["status"] == "queued"
 
 
-def test_rq_info_shows_gpudecks_queues_and_workers(client, worker, settings):
-    job_id = client.post("/api/v1/jobs", json={**TINY, "priority": "low"}).json["id"]
+def test_rq_info_shows_gpudecks_queues_and_workers(command_client, worker, settings):
+    client = command_client  # (a command: what is checked is where RQ shows the job and the worker)
+    job_id = client.post("/api/v1/jobs", json={"command": "true", "gpus": 0, "priority": "low"}).json["id"]
     rq = os.path.join(os.path.dirname(sys.executable), "rq")
 
     def listed() -> str:
