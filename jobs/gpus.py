@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import logging
+import math
 import os
 import pwd
 import re
@@ -52,7 +53,15 @@ KEYS = {
 SAMPLE_EVERY_S = 2.0
 """How often a worker host samples nvidia-smi."""
 SAMPLE_TTL_S = 10
-"""A host's sample expires this long after it was written, so a dead host's GPUs vanish from /gpus."""
+"""A host's sample expires this long after it was written (at least: sample_ttl), so a dead host's GPUs vanish
+from /gpus."""
+
+
+def sample_ttl(last_round_s: float) -> int:
+    """How long a host's sample stays: SAMPLE_TTL_S, or three rounds as long as the last one took where rounds are
+    slow (nvidia-smi on a loaded box, the kernel log, the watchdog's stops), so that live GPUs do not vanish from
+    /gpus between two samples; a dead sampler's still go within three of its rounds."""
+    return max(SAMPLE_TTL_S, math.ceil(3 * (SAMPLE_EVERY_S + last_round_s)))
 
 
 def _run(args: list[str], timeout: float) -> str | None:
@@ -193,6 +202,8 @@ class Sampler(Periodic):
         self.host = host or socket.gethostname()
         self.meter = usage.UsageMeter()
         self.sampled_at: float | None = None
+        self.last_round_s = 0.0
+        """How long the last whole round took (its sample's lifetime follows: sample_ttl)."""
         self.watchdog = Watchdog(grace_s)
         self.leftovers = Leftovers()
         self.kernel = gpuhealth.KernelLog(self.redis, self.host)
@@ -221,6 +232,13 @@ class Sampler(Periodic):
         return str(rec.get("worker", "")).startswith(f"{self.host}.")
 
     def round(self) -> None:
+        began = time.monotonic()
+        try:
+            self._round()
+        finally:
+            self.last_round_s = time.monotonic() - began
+
+    def _round(self) -> None:
         active = JobStore(self.redis).active()  # (read once: the processes' jobs, and who holds which GPUs here)
         # every process of a job's trainers (a command's python under its shell too) maps to the job
         used, members = self.meter.measure(self.pid_jobs(active))
@@ -229,7 +247,7 @@ class Sampler(Periodic):
         if gpus is not None:
             self.leftovers.mark(gpus, time.time())
             doc = {"host": self.host, "sampled_at": time.time(), "gpus": gpus}
-            self.redis.set(gpus_key(self.host), json.dumps(doc), ex=SAMPLE_TTL_S)
+            self.redis.set(gpus_key(self.host), json.dumps(doc), ex=sample_ttl(self.last_round_s))
             if self.sampled_at is not None:  # (a job's GPUs over its life: what it held them for, how busy)
                 mine = [r for r in active if r.get("gpu_ids") and self.here(r)]
                 held = {r["id"]: (r.get("owner"), list(r["gpu_ids"])) for r in mine}

@@ -1,6 +1,11 @@
 """`nvidia-smi -L` parsing, against a FAKE nvidia-smi that prints the real format (no GPUs here)."""
 
-from jobs.gpus import list_gpus
+import os
+
+import pytest
+
+from jobs.gpus import SAMPLE_TTL_S, Sampler, list_gpus, read_all, sample_ttl
+from jobs.keys import gpus_key
 from tests.support.live import fake_nvidia_smi
 
 REAL_L_OUTPUT = """\
@@ -46,3 +51,28 @@ def test_mig_instances_are_devices_of_their_own_in_place_of_their_gpu(tmp_path, 
         {"index": b, "name": "NVIDIA A100-SXM4-40GB MIG 1g.5gb", "uuid": b, "parent": "0"},
         {"index": "1", "name": "NVIDIA A100-SXM4-40GB", "uuid": "GPU-0a0b0c0d-aaaa-bbbb-cccc-ddddeeeeffff"},
     ]
+
+
+SLOW_SMI = """\
+case "$*" in
+  *utilization.gpu*) sleep 3; printf '0, GPU-0000, NVIDIA H100 80GB HBM3, 0, 0, 81559, 40, 70.0, 700.00\\n' ;;
+esac
+exit 0
+"""
+"""A FAKE nvidia-smi (none exists here) that takes 3 s to read its one GPU, as a real one can on a loaded box."""
+
+
+@pytest.mark.slow
+def test_a_slow_hosts_sample_stays_until_its_next_one_can_come(tmp_path, monkeypatch, redis_url, redis):
+    """Live GPUs must not vanish from /gpus between two samples where nvidia-smi is slow: a host's sample stays
+    three rounds as long as its last one took (and SAMPLE_TTL_S where rounds are quick: a dead host's GPUs go)."""
+    fake_nvidia_smi(tmp_path / "bin", SLOW_SMI)
+    monkeypatch.setenv("PATH", f"{tmp_path / 'bin'}:{os.environ['PATH']}")
+    sampler = Sampler(redis_url, host="slow-host")
+    sampler.round()
+    assert sampler.last_round_s >= 3
+    assert 0 < redis.ttl(gpus_key("slow-host")) <= SAMPLE_TTL_S  # (the first: no round was timed yet)
+    sampler.round()
+    assert redis.ttl(gpus_key("slow-host")) >= sample_ttl(3) - 2 > SAMPLE_TTL_S  # (3 × (2 s + 3 s), less the rest)
+    assert [g["uuid"] for h in read_all(redis) for g in h["gpus"]] == ["GPU-0000"]
+    assert sample_ttl(0.2) == SAMPLE_TTL_S
