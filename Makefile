@@ -8,7 +8,7 @@ STAMP := $(VENV)/.installed-$(TF_EXTRA)
 ARGS ?=
 PYTEST_ARGS ?=
 
-.PHONY: install up test test-other check bench bench-gpu lint format clean
+.PHONY: install up test test-other test-slurm check bench bench-gpu lint format clean
 
 install: $(STAMP)
 
@@ -57,6 +57,12 @@ OTHER_MACHINE ?= TF_ENABLE_ONEDNN_OPTS=0 ONEDNN_MAX_CPU_ISA=AVX2
 OTHER_CPUS ?= 0
 test-other: install
 	env $(OTHER_MACHINE) taskset -c $(OTHER_CPUS) $(PYTEST) -n 2 --dist loadgroup $(PYTEST_ARGS)
+
+# Slurm (issue 45, begun): jobs/slurm.py's dialect against a real one-node Slurm (tests/slurm/, not in `make test`).
+# The fixture installs Debian's slurm-wlm and munge where it may (root and apt-get, as bubblewrap is) and starts
+# munged, slurmctld and slurmd in a temporary folder; where it cannot, the tests skip saying why.
+test-slurm: install
+	$(PYTEST) tests/slurm $(PYTEST_ARGS)
 
 # The quick loop: lint and types, then every test that starts no stack and trains nothing.
 check: lint

@@ -1,0 +1,66 @@
+"""Slurm's dialect (jobs/slurm.py) against a real one-node Slurm: Debian's slurm-wlm and munge, started by
+tests/support/slurm.py in a temporary folder with two FAKE GPUs (GRES counted over placeholder files; no GPU exists
+here). sbatch takes the options gpudeck writes, squeue's lines read back, and Slurm's states and pending reasons
+say what they should. `make test-slurm` runs these (not `make test`); where Slurm cannot be had they skip, saying
+why."""
+
+from __future__ import annotations
+
+import pytest
+
+from jobs.record import Kept
+from jobs.slurm import SQUEUE_FORMAT, SlurmJob, SlurmOptions, job_id_of, parse_squeue, sbatch_options, seen
+from tests.support import slurm
+from tests.support.live import until
+
+OPTS = SlurmOptions(account="lab", grace_s=30)
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory):
+    why = slurm.unavailable()
+    if why:
+        pytest.skip(why)
+    running = slurm.start(tmp_path_factory.mktemp("slurm"), gpus=2)
+    yield running
+    running.stop()
+
+
+def submit(cluster: slurm.Cluster, job_id: int, spec: dict, folder, after: tuple[str, ...] = ()) -> str:
+    """sbatch a gpudeck job's options around a `sleep` (what runs is not the point here); Slurm's job id."""
+    options = sbatch_options(job_id, Kept(spec), OPTS, output=str(folder / f"{job_id}.out"), after=after)
+    made = cluster.run("sbatch", *options, "--wrap", "sleep 120", check=False)
+    assert made.returncode == 0, (options, made.stderr, cluster.logs())
+    return made.stdout.strip().split(";")[0]
+
+
+def listed(cluster: slurm.Cluster) -> dict[int, SlurmJob]:
+    """gpudeck's jobs as squeue lists them, ended ones included (Slurm keeps them MinJobAge)."""
+    out = cluster.run("squeue", "-h", "--states=all", "-o", SQUEUE_FORMAT).stdout
+    return {job_id: j for j in parse_squeue(out) if (job_id := job_id_of(j.name)) is not None}
+
+
+def status(cluster: slurm.Cluster, job_id: int) -> str | None:
+    job = listed(cluster).get(job_id)
+    return seen(job).status if job else None
+
+
+def test_slurm_runs_what_fits_says_why_the_rest_waits_and_its_ends_are_gpudecks(cluster, tmp_path):
+    both = submit(cluster, 1, {"command": "train", "gpus": 2, "timeout": 600}, tmp_path)
+    until(lambda: status(cluster, 1) == "running", 60, lambda: f"job 1 running: {listed(cluster)} {cluster.logs()}")
+    one = submit(cluster, 2, {"command": "train", "gpus": 1, "priority": "low"}, tmp_path)
+    after = submit(cluster, 3, {"command": "evaluate", "after": [2]}, tmp_path, after=(one,))
+    waiting = until(lambda: (j := listed(cluster).get(2)) and j.reason != "None" and j, 30, "job 2's reason")
+    said = seen(waiting)
+    assert (said.status, said.reason) == ("queued", None) and "(Resources)" in said.message, waiting
+    assert (
+        listed(cluster)[3].reason == "Dependency" and "waiting for its dependencies" in seen(listed(cluster)[3]).message
+    )
+
+    cluster.run("scancel", both)
+    until(lambda: status(cluster, 1) == "canceled", 60, lambda: f"job 1 canceled: {listed(cluster)}")
+    assert seen(listed(cluster)[1]).reason == "canceled"
+    until(lambda: status(cluster, 2) == "running", 60, lambda: f"job 2 on the freed GPUs: {listed(cluster)}")
+    cluster.run("scancel", one)  # job 3 waited for it to succeed: it never will
+    until(lambda: seen(listed(cluster)[3]).reason == "dependency_failed", 60, lambda: f"job 3: {listed(cluster)}")
+    cluster.run("scancel", after)
