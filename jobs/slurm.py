@@ -114,33 +114,32 @@ def sbatch_options(
 
 @dataclass(frozen=True)
 class SlurmJob:
-    """One line of `squeue` (SQUEUE_FORMAT): Slurm's id, its name, its state, its reason and its start (expected,
-    for a pending job Slurm's backfill has planned; None where Slurm says N/A)."""
+    """One line of `squeue` (SQUEUE_FORMAT): Slurm's id, its name, its state, its reason, its start (expected, for
+    a pending job Slurm's backfill has planned; None where Slurm says N/A) and how often Slurm requeued it."""
 
     slurm_id: str
     name: str
     state: str
     reason: str
     start: str | None
+    restarts: int = 0
 
 
-SQUEUE_FORMAT = "%i\t%j\t%T\t%r\t%S"
-"""`squeue -h -o` with this: fields a tab apart (a reason can hold spaces and commas)."""
+SQUEUE_FIELDS = ("JobID", "Name", "State", "Reason", "StartTime", "RestartCnt")
+SQUEUE_FORMAT = ",".join(f"{name}:\t" for name in SQUEUE_FIELDS)
+"""`squeue -h -O` with this: each field unpadded and ended by a tab (a reason can hold spaces and commas)."""
 
 
 def parse_squeue(text: str) -> list[SlurmJob]:
-    """`squeue -h -o SQUEUE_FORMAT`'s lines (blank ones skipped)."""
+    """`squeue -h -O SQUEUE_FORMAT`'s lines (blank ones skipped)."""
     jobs = []
     for line in text.splitlines():
         if not line.strip():
             continue
-        slurm_id, name, state, reason, start = (line.split("\t") + [""] * 5)[:5]
-        start = start.strip()
-        jobs.append(
-            SlurmJob(
-                slurm_id.strip(), name.strip(), state.strip(), reason.strip(), None if start in ("", "N/A") else start
-            )
-        )
+        slurm_id, name, state, reason, start, restarts = [f.strip() for f in (line.split("\t") + [""] * 6)[:6]]
+        when = None if start in ("", "N/A", "Unknown") else start
+        count = int(restarts) if restarts.isdigit() else 0
+        jobs.append(SlurmJob(slurm_id, name, state, reason, when, count))
     return jobs
 
 
@@ -163,6 +162,9 @@ WAITING = {
 """Slurm's pending reasons, as the job's message says them (`squeue`'s reason is kept beside, in brackets)."""
 
 
+REQUEUED = "requeued by Slurm (preempted, or its node lost): it resumes from its checkpoint"
+
+
 @dataclass(frozen=True)
 class Seen:
     """A Slurm job as gpudeck says it: a status, a reason where it ended (or was preempted), and a message."""
@@ -178,6 +180,8 @@ def seen(job: SlurmJob) -> Seen:
     if state == "PENDING":
         if job.reason == "DependencyNeverSatisfied":
             return Seen(Status.FAILED.value, Reason.DEPENDENCY_FAILED.value, "a job it waits for did not succeed")
+        if job.restarts:  # (Slurm holds a requeued job back a while: BeginTime)
+            return Seen(Status.QUEUED.value, Reason.PREEMPTED.value, REQUEUED)
         why = WAITING.get(job.reason.split(",")[0], "waiting")
         return Seen(Status.QUEUED.value, None, f"in Slurm's queue: {why} ({job.reason})")
     if state in ("CONFIGURING", "RESV_DEL_HOLD"):
@@ -187,7 +191,7 @@ def seen(job: SlurmJob) -> Seen:
     if state == "SUSPENDED":
         return Seen(Status.RUNNING.value, None, "suspended by Slurm")
     if state in ("PREEMPTED", "REQUEUED", "REQUEUE_HOLD", "REQUEUE_FED"):
-        return Seen(Status.QUEUED.value, Reason.PREEMPTED.value, "preempted by Slurm: it resumes from its checkpoint")
+        return Seen(Status.QUEUED.value, Reason.PREEMPTED.value, REQUEUED)
     if state == "COMPLETED":
         return Seen(Status.SUCCEEDED.value, None, "completed under Slurm")
     ended = {

@@ -7,6 +7,7 @@ import pytest
 
 from jobs.record import Kept
 from jobs.slurm import (
+    SQUEUE_FORMAT,
     NotOnSlurm,
     SlurmJob,
     SlurmOptions,
@@ -84,18 +85,20 @@ def test_names_map_back_to_gpudeck_jobs_and_no_other():
 
 
 def test_squeue_lines_are_read_field_by_field_whatever_the_reason_holds():
+    assert SQUEUE_FORMAT == "JobID:\t,Name:\t,State:\t,Reason:\t,StartTime:\t,RestartCnt:\t"
     text = (
-        "101\tgpudeck-3\tRUNNING\tNone\t2026-11-27T04:30:00\n"
+        "101\tgpudeck-3\tRUNNING\tNone\t2026-11-27T04:30:00\t0\t\n"
         "\n"
-        "102\tgpudeck-4\tPENDING\tReqNodeNotAvail, UnavailableNodes:n[1-2]\tN/A\n"
+        "102\tgpudeck-4\tPENDING\tReqNodeNotAvail, UnavailableNodes:n[1-2]\tN/A\t2\t\n"
     )
     running, pending = parse_squeue(text)
-    assert running == SlurmJob("101", "gpudeck-3", "RUNNING", "None", "2026-11-27T04:30:00")
+    assert running == SlurmJob("101", "gpudeck-3", "RUNNING", "None", "2026-11-27T04:30:00", 0)
     assert pending.reason == "ReqNodeNotAvail, UnavailableNodes:n[1-2]" and pending.start is None
+    assert pending.restarts == 2
 
 
-def said(state: str, reason: str = "None") -> tuple[str, str | None, str]:
-    s = seen(SlurmJob("1", "gpudeck-1", state, reason, None))
+def said(state: str, reason: str = "None", restarts: int = 0) -> tuple[str, str | None, str]:
+    s = seen(SlurmJob("1", "gpudeck-1", state, reason, None, restarts))
     return s.status, s.reason, s.message
 
 
@@ -111,6 +114,8 @@ def test_slurms_states_in_gpudecks_words():
     assert said("CONFIGURING")[0] == "starting"
     assert said("RUNNING")[0] == said("COMPLETING")[0] == "running"
     assert said("REQUEUED")[:2] == said("PREEMPTED")[:2] == ("queued", "preempted")
+    assert said("PENDING", "BeginTime", restarts=1)[:2] == ("queued", "preempted")  # (held back after a requeue)
+    assert said("PENDING", "BeginTime")[:2] == ("queued", None)
     assert said("COMPLETED")[:2] == ("succeeded", None)
     assert said("CANCELLED by 0")[:2] == ("canceled", "canceled")  # (sacct's spelling)
     assert said("TIMEOUT")[:2] == ("failed", "timeout")

@@ -26,17 +26,23 @@ def cluster(tmp_path_factory):
     running.stop()
 
 
-def submit(cluster: slurm.Cluster, job_id: int, spec: dict, folder, after: tuple[str, ...] = ()) -> str:
-    """sbatch a gpudeck job's options around a `sleep` (what runs is not the point here); Slurm's job id."""
-    options = sbatch_options(job_id, Kept(spec), OPTS, output=str(folder / f"{job_id}.out"), after=after)
-    made = cluster.run("sbatch", *options, "--wrap", "sleep 120", check=False)
+STAYS = "trap 'echo got TERM; exit 0' TERM; echo started; sleep 120 & wait"
+"""What the Slurm jobs run (what runs is not the point here): a wait that says when SIGTERM reaches it."""
+
+
+def submit(
+    cluster: slurm.Cluster, job_id: int, spec: dict, folder, after: tuple[str, ...] = (), opts: SlurmOptions = OPTS
+) -> str:
+    """sbatch a gpudeck job's options around STAYS; Slurm's job id."""
+    options = sbatch_options(job_id, Kept(spec), opts, output=str(folder / f"{job_id}.out"), after=after)
+    made = cluster.run("sbatch", *options, "--wrap", STAYS, check=False)
     assert made.returncode == 0, (options, made.stderr, cluster.logs())
     return made.stdout.strip().split(";")[0]
 
 
 def listed(cluster: slurm.Cluster) -> dict[int, SlurmJob]:
     """gpudeck's jobs as squeue lists them, ended ones included (Slurm keeps them MinJobAge)."""
-    out = cluster.run("squeue", "-h", "--states=all", "-o", SQUEUE_FORMAT).stdout
+    out = cluster.run("squeue", "-h", "--states=all", "-O", SQUEUE_FORMAT).stdout
     return {job_id: j for j in parse_squeue(out) if (job_id := job_id_of(j.name)) is not None}
 
 
@@ -64,3 +70,18 @@ def test_slurm_runs_what_fits_says_why_the_rest_waits_and_its_ends_are_gpudecks(
     cluster.run("scancel", one)  # job 3 waited for it to succeed: it never will
     until(lambda: seen(listed(cluster)[3]).reason == "dependency_failed", 60, lambda: f"job 3: {listed(cluster)}")
     cluster.run("scancel", after)
+
+
+def test_a_job_slurm_preempts_is_told_sigterm_and_waits_again_as_preempted(cluster, tmp_path):
+    """The fixture's partition `high` preempts `low` (PreemptMode=REQUEUE): the low job gets SIGTERM (where gpudeck's
+    attempt checkpoints) and waits again, requeued, which gpudeck says as preempted."""
+    low = SlurmOptions(partition="low", grace_s=5)
+    victim = submit(cluster, 11, {"command": "train", "gpus": 2, "priority": "low"}, tmp_path, opts=low)
+    until(lambda: status(cluster, 11) == "running", 60, lambda: f"job 11 running: {listed(cluster)}")
+    until(lambda: "started" in (tmp_path / "11.out").read_text(), 30, "job 11's script under way")
+    urgent = submit(cluster, 12, {"command": "train", "gpus": 1}, tmp_path, opts=SlurmOptions(partition="high"))
+    until(lambda: status(cluster, 12) == "running", 60, lambda: f"job 12 running: {listed(cluster)}")
+    requeued = until(lambda: (j := listed(cluster).get(11)) and j.restarts and j, 60, lambda: str(listed(cluster)))
+    assert seen(requeued).reason == "preempted" and seen(requeued).status == "queued", requeued
+    assert "got TERM" in (tmp_path / "11.out").read_text()  # (--open-mode=append: its first run's lines stay)
+    cluster.run("scancel", urgent, victim)
