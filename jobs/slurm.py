@@ -8,11 +8,15 @@ is refused with the field and the reason, never passed on half-done."""
 
 from __future__ import annotations
 
+import json
 import math
+import re
+from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
 from jobs.record import Kept
+from models import tfconfig
 from models.states import Reason, Status
 
 
@@ -209,3 +213,57 @@ def seen(job: SlurmJob) -> Seen:
         status, reason, message = ended[state]
         return Seen(status.value, reason.value, message)
     return Seen(Status.QUEUED.value, None, f"Slurm says {job.state or 'nothing'}")
+
+
+def tasks_per_node(text: str) -> list[int]:
+    """SLURM_TASKS_PER_NODE (`2(x3),1`: two tasks on each of three nodes, then one) as a count per node, in the
+    order of the node list."""
+    counts = []
+    for part in text.split(","):
+        m = re.fullmatch(r"(\d+)(?:\(x(\d+)\))?", part.strip())
+        if not m:
+            raise ValueError(f"SLURM_TASKS_PER_NODE: cannot read {part!r} of {text!r}")
+        counts += [int(m.group(1))] * int(m.group(2) or 1)
+    return counts
+
+
+def base_port(slurm_job_id: str) -> int:
+    """The port a Slurm job's tasks meet on (MASTER_PORT; task ports follow it): every task works it out from the
+    job's id alone, and jobs that share a node differ (20000 + 10 × the id modulo 4000: ports 20000 to 60009)."""
+    return 20000 + int(slurm_job_id) % 4000 * 10
+
+
+@dataclass(frozen=True)
+class Rendezvous:
+    """Where a multi-worker job's tasks meet in their Slurm allocation: each task's `host:port`, this task's rank,
+    and the address PyTorch's env:// rendezvous reads (MASTER_ADDR, MASTER_PORT: the first task's node)."""
+
+    addresses: list[str]
+    rank: int
+    master_addr: str
+    master_port: int
+
+    def tf_config(self) -> str:
+        """TF_CONFIG for this task: every task a worker, in rank order (MultiWorkerMirroredStrategy's chief is
+        worker 0)."""
+        return json.dumps(tfconfig.tf_config(tfconfig.cluster(self.addresses), "worker", self.rank))
+
+
+def rendezvous(env: Mapping[str, str], hosts: Sequence[str]) -> Rendezvous:
+    """This task's Rendezvous from Slurm's environment (a step's variables where `srun` set them, else the job's):
+    `hosts` is the node list expanded (`scontrol show hostnames`, Slurm's own reader of `n[1-4]`), the tasks per
+    node lay the tasks out on it in Slurm's block order, SLURM_PROCID is this task's rank."""
+    per_node = tasks_per_node(env.get("SLURM_STEP_TASKS_PER_NODE") or env["SLURM_TASKS_PER_NODE"])
+    if len(per_node) != len(hosts):
+        raise ValueError(f"{len(hosts)} nodes but tasks per node for {len(per_node)}: {per_node}")
+    base = base_port(env["SLURM_JOB_ID"])
+    on_node: Counter[str] = Counter()
+    addresses = []
+    for host, count in zip(hosts, per_node):
+        for _ in range(count):
+            on_node[host] += 1
+            addresses.append(f"{host}:{base + on_node[host]}")
+    rank = int(env["SLURM_PROCID"])
+    if not 0 <= rank < len(addresses):
+        raise ValueError(f"SLURM_PROCID {rank} is not one of the {len(addresses)} tasks")
+    return Rendezvous(addresses, rank, hosts[0], base)

@@ -3,6 +3,8 @@ words. tests/slurm/ checks the same against a real one-node Slurm (`make test-sl
 
 from __future__ import annotations
 
+import json
+
 import pytest
 
 from jobs.record import Kept
@@ -11,12 +13,15 @@ from jobs.slurm import (
     NotOnSlurm,
     SlurmJob,
     SlurmOptions,
+    base_port,
     job_id_of,
     job_name,
     parse_squeue,
+    rendezvous,
     sbatch_options,
     seen,
     slurm_time,
+    tasks_per_node,
 )
 
 OPTS = SlurmOptions(partition="gpu", account="lab", qos={"high": "urgent"}, low_nice=500, grace_s=90)
@@ -122,3 +127,24 @@ def test_slurms_states_in_gpudecks_words():
     assert said("OUT_OF_MEMORY")[:2] == ("failed", "oom")
     assert said("NODE_FAIL")[:2] == ("failed", "worker_lost")
     assert said("FAILED")[:2] == ("failed", "exit_nonzero")
+
+
+def test_tasks_are_laid_out_on_the_nodes_as_slurm_places_them():
+    assert tasks_per_node("2(x3),1") == [2, 2, 2, 1] and tasks_per_node("4") == [4]
+    with pytest.raises(ValueError, match="SLURM_TASKS_PER_NODE: cannot read 'x2'"):
+        tasks_per_node("x2")
+    env = {"SLURM_JOB_ID": "4007", "SLURM_TASKS_PER_NODE": "2,1", "SLURM_PROCID": "2"}
+    meet = rendezvous(env, ["gpu01", "gpu02"])
+    assert meet.master_port == base_port("4007") == 20070
+    assert meet.addresses == ["gpu01:20071", "gpu01:20072", "gpu02:20071"] and meet.master_addr == "gpu01"
+    assert meet.rank == 2
+    assert json.loads(meet.tf_config()) == {
+        "cluster": {"worker": meet.addresses},
+        "task": {"type": "worker", "index": 2},
+    }
+    step = rendezvous({**env, "SLURM_STEP_TASKS_PER_NODE": "1(x2)", "SLURM_PROCID": "1"}, ["gpu01", "gpu02"])
+    assert step.addresses == ["gpu01:20071", "gpu02:20071"]  # (srun's step, not the whole allocation)
+    with pytest.raises(ValueError, match="2 nodes but tasks per node for 1"):
+        rendezvous({**env, "SLURM_TASKS_PER_NODE": "3"}, ["gpu01", "gpu02"])
+    with pytest.raises(ValueError, match="SLURM_PROCID 3 is not one of the 3 tasks"):
+        rendezvous({**env, "SLURM_PROCID": "3"}, ["gpu01", "gpu02"])

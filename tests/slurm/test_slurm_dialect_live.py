@@ -6,6 +6,9 @@ why."""
 
 from __future__ import annotations
 
+import json
+import sys
+
 import pytest
 
 from jobs.record import Kept
@@ -85,3 +88,46 @@ def test_a_job_slurm_preempts_is_told_sigterm_and_waits_again_as_preempted(clust
     assert seen(requeued).reason == "preempted" and seen(requeued).status == "queued", requeued
     assert "got TERM" in (tmp_path / "11.out").read_text()  # (--open-mode=append: its first run's lines stay)
     cluster.run("scancel", urgent, victim)
+
+
+MEET = """\
+import json, os, socket, subprocess, time
+from jobs.slurm import rendezvous
+
+nodes = ["scontrol", "show", "hostnames", os.environ["SLURM_JOB_NODELIST"]]
+meet = rendezvous(os.environ, subprocess.run(nodes, capture_output=True, text=True, check=True).stdout.split())
+heard = ""
+if meet.rank == 0:
+    with socket.create_server((meet.master_addr, meet.master_port)) as server:
+        server.settimeout(60)
+        conn, _ = server.accept()
+        heard = conn.recv(100).decode()
+else:
+    deadline = time.monotonic() + 60
+    while True:
+        try:
+            conn = socket.create_connection((meet.master_addr, meet.master_port), timeout=5)
+            break
+        except OSError:
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(0.2)
+    conn.sendall(f"rank {meet.rank} at {meet.addresses[meet.rank]}".encode())
+print(json.dumps({"rank": meet.rank, "addresses": meet.addresses, "tf_config": meet.tf_config(), "heard": heard}))
+"""
+"""Each task of a two-task Slurm job: its rendezvous from Slurm's environment; task 0 listens at MASTER_ADDR and
+MASTER_PORT, task 1 finds it there."""
+
+
+def test_the_tasks_of_a_multi_worker_job_meet_at_the_address_slurms_environment_gives(cluster, tmp_path):
+    (tmp_path / "meet.py").write_text(MEET)
+    options = sbatch_options(21, Kept({"command": "train", "workers": 2}), OPTS, output=str(tmp_path / "21.out"))
+    made = cluster.run("sbatch", *options, "--wrap", f"srun {sys.executable} {tmp_path / 'meet.py'}", check=False)
+    assert made.returncode == 0, made.stderr
+    until(lambda: status(cluster, 21) in ("succeeded", "failed"), 90, lambda: f"job 21: {listed(cluster)}")
+    out = (tmp_path / "21.out").read_text()
+    assert status(cluster, 21) == "succeeded", (out, cluster.logs())
+    said = sorted((json.loads(line) for line in out.splitlines() if line.startswith("{")), key=lambda t: t["rank"])
+    assert [t["rank"] for t in said] == [0, 1] and said[0]["addresses"] == said[1]["addresses"], out
+    assert said[0]["heard"] == f"rank 1 at {said[0]['addresses'][1]}", out
+    assert [json.loads(t["tf_config"])["task"]["index"] for t in said] == [0, 1]
