@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import sys
+from datetime import datetime
 
 import pytest
 
@@ -49,6 +50,10 @@ def listed(cluster: slurm.Cluster) -> dict[int, SlurmJob]:
     return {job_id: j for j in parse_squeue(out) if (job_id := job_id_of(j.name)) is not None}
 
 
+def when(text: str) -> datetime:
+    return datetime.fromisoformat(text)
+
+
 def status(cluster: slurm.Cluster, job_id: int) -> str | None:
     job = listed(cluster).get(job_id)
     return seen(job).status if job else None
@@ -62,6 +67,11 @@ def test_slurm_runs_what_fits_says_why_the_rest_waits_and_its_ends_are_gpudecks(
     waiting = until(lambda: (j := listed(cluster).get(2)) and j.reason != "None" and j, 30, "job 2's reason")
     said = seen(waiting)
     assert (said.status, said.reason) == ("queued", None) and "(Resources)" in said.message, waiting
+    # Slurm's backfill plans job 2 for when job 1's time limit (its 600-s timeout, rounded to 10 min) ends it:
+    # what gpudeck will show as its expected_start
+    planned = until(lambda: listed(cluster)[2].start, 30, lambda: f"job 2's planned start: {listed(cluster)}")
+    began = listed(cluster)[1].start
+    assert began and (when(planned) - when(began)).total_seconds() == pytest.approx(600, abs=60), (began, planned)
     assert (
         listed(cluster)[3].reason == "Dependency" and "waiting for its dependencies" in seen(listed(cluster)[3]).message
     )
