@@ -50,6 +50,11 @@ def listed(cluster: slurm.Cluster) -> dict[int, SlurmJob]:
     return {job_id: j for j in parse_squeue(out) if (job_id := job_id_of(j.name)) is not None}
 
 
+def output(path) -> str:
+    """A Slurm job's output so far ('' before slurmstepd has made the file)."""
+    return path.read_text() if path.exists() else ""
+
+
 def when(text: str) -> datetime:
     return datetime.fromisoformat(text)
 
@@ -91,12 +96,12 @@ def test_a_job_slurm_preempts_is_told_sigterm_and_waits_again_as_preempted(clust
     low = SlurmOptions(partition="low", grace_s=5)
     victim = submit(cluster, 11, {"command": "train", "gpus": 2, "priority": "low"}, tmp_path, opts=low)
     until(lambda: status(cluster, 11) == "running", 60, lambda: f"job 11 running: {listed(cluster)}")
-    until(lambda: "started" in (tmp_path / "11.out").read_text(), 30, "job 11's script under way")
+    until(lambda: "started" in output(tmp_path / "11.out"), 30, "job 11's script under way")
     urgent = submit(cluster, 12, {"command": "train", "gpus": 1}, tmp_path, opts=SlurmOptions(partition="high"))
     until(lambda: status(cluster, 12) == "running", 60, lambda: f"job 12 running: {listed(cluster)}")
     requeued = until(lambda: (j := listed(cluster).get(11)) and j.restarts and j, 60, lambda: str(listed(cluster)))
     assert seen(requeued).reason == "preempted" and seen(requeued).status == "queued", requeued
-    assert "got TERM" in (tmp_path / "11.out").read_text()  # (--open-mode=append: its first run's lines stay)
+    assert "got TERM" in output(tmp_path / "11.out")  # (--open-mode=append: its first run's lines stay)
     cluster.run("scancel", urgent, victim)
 
 
@@ -135,9 +140,29 @@ def test_the_tasks_of_a_multi_worker_job_meet_at_the_address_slurms_environment_
     made = cluster.run("sbatch", *options, "--wrap", f"srun {sys.executable} {tmp_path / 'meet.py'}", check=False)
     assert made.returncode == 0, made.stderr
     until(lambda: status(cluster, 21) in ("succeeded", "failed"), 90, lambda: f"job 21: {listed(cluster)}")
-    out = (tmp_path / "21.out").read_text()
+    out = output(tmp_path / "21.out")
     assert status(cluster, 21) == "succeeded", (out, cluster.logs())
     said = sorted((json.loads(line) for line in out.splitlines() if line.startswith("{")), key=lambda t: t["rank"])
     assert [t["rank"] for t in said] == [0, 1] and said[0]["addresses"] == said[1]["addresses"], out
     assert said[0]["heard"] == f"rank 1 at {said[0]['addresses'][1]}", out
     assert [json.loads(t["tf_config"])["task"]["index"] for t in said] == [0, 1]
+
+
+def test_a_job_is_told_sigterm_before_its_time_limit_and_one_that_stays_ends_as_timeout(cluster, tmp_path):
+    """`--signal=B:TERM@grace` with `--time`: SIGTERM reaches the batch shell `grace` seconds before the limit
+    (where gpudeck's attempt checkpoints and ends); a job that carries on is killed at the limit: TIMEOUT. Slurm's
+    limits are whole minutes, so this test takes one."""
+    stays = "trap 'echo got TERM' TERM; echo started; while true; do sleep 1; done"
+    opts = SlurmOptions(grace_s=40)
+    options = sbatch_options(31, Kept({"command": "train", "timeout": 60}), opts, output=str(tmp_path / "31.out"))
+    made = cluster.run("sbatch", *options, "--wrap", stays, check=False)
+    assert made.returncode == 0, made.stderr
+    until(lambda: status(cluster, 31) == "running", 60, lambda: f"job 31 running: {listed(cluster)}")
+    until(lambda: "got TERM" in output(tmp_path / "31.out"), 90, "SIGTERM before the limit")
+    assert status(cluster, 31) == "running"  # (told, not stopped: it may checkpoint)
+    ended = until(
+        lambda: (s := status(cluster, 31)) in ("failed", "succeeded", "canceled") and s,
+        120,
+        lambda: str(listed(cluster)),
+    )
+    assert ended == "failed" and seen(listed(cluster)[31]).reason == "timeout", listed(cluster)[31]
