@@ -441,21 +441,33 @@ def drive(redis: Redis, settings: Settings, record: dict[str, Any], the_study: A
         _save(redis, sweep_id, trial)
     stopped = redis.exists(sweep_stop_key(sweep_id))
     # A trial the study gave out whose job was never submitted (the process that asked for it went between the two,
-    # as when `gpudeck up` stops): submitted now, so no trial number is skipped and none stays running forever.
+    # as when `gpudeck up` stops; perhaps before the study had set all its values): submitted now, its missing values
+    # sampled, so no trial number is skipped and none stays running forever.
     known = {t["number"] for t in kept}
     for orphan in the_study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.RUNNING,)):
         if orphan.number not in known:
             log.info("sweep %s: trial %s was asked for but never launched", sweep_id, orphan.number)
-            if stopped or set(record["space"]) - set(orphan.params):  # (none asked with this space: let it go)
+            if stopped:
                 _tell(the_study, {"trial_id": orphan._trial_id, "number": orphan.number}, optuna.trial.TrialState.FAIL)
             else:
-                kept.append(launch(redis, settings, record, the_study, orphan))
+                kept.append(launch(redis, settings, record, the_study, _completed(the_study, record, orphan)))
     active = sum(t["state"] != "ended" for t in kept)
     while not stopped and active < record["max_concurrent"] and len(kept) < record["max_trials"]:
         kept.append(launch(redis, settings, record, the_study))
         active += 1
         stopped = redis.exists(sweep_stop_key(sweep_id))
     return not (all(t["state"] == "ended" for t in kept) and (stopped or len(kept) >= record["max_trials"]))
+
+
+def _completed(the_study: Any, record: dict[str, Any], orphan: Any) -> Any:
+    """An orphan trial with a value for every key of the space: those the study had set, the rest sampled now (as
+    `ask` would have: the trial's own seeded sampler)."""
+    the_study.sampler = sampler(record, orphan.number)
+    trial = _optuna().trial.Trial(the_study, orphan._trial_id)
+    for name, dist in record["space"].items():
+        if name not in orphan.params:
+            trial._suggest(name, _distribution(dist))
+    return trial
 
 
 def _finite(value: Any) -> float | None:

@@ -355,3 +355,26 @@ def test_a_trial_asked_for_but_never_launched_is_launched_by_the_next_round_and_
     drive(redis, settings, sweep_id)
     third = command_client.get(f"/api/v1/sweeps/{sweep_id}").json["trials"][2]
     assert third["number"] == 2
+
+
+def test_a_trial_the_study_made_but_gave_no_values_yet_is_completed_and_launched(command_client, redis, settings):
+    """The searcher's process went between the study making a trial and setting its values (each its own write to
+    the study's journal): the next round samples the missing ones and launches it; no number is skipped (the README
+    search's restart test saw 0, 2 where it went there)."""
+    made = make(command_client, metric="loss", max_trials=2, max_concurrent=1, seed=1)
+    sweep_id, (first,) = made["id"], made["job_ids"]
+    trials = Trials(redis)
+    trials.run(first)
+    trials.end(first)
+    record = json.loads(redis.get(f"gpudeck:sweep:{sweep_id}"))
+    the_study = search.study(settings.redis_url or "", record)
+    half = the_study._storage.create_new_trial(the_study._study_id)  # (made, no value set)
+    assert the_study._storage.get_trial(half).params == {}
+    drive(redis, settings, sweep_id)
+    shown = command_client.get(f"/api/v1/sweeps/{sweep_id}").json
+    assert [t["number"] for t in shown["trials"]] == [0, 1] and shown["trials"][1]["job"] is not None
+    values = shown["trials"][1]["values"]
+    assert (
+        set(values) == set(record["space"])
+        and JobStore(redis).get(shown["trials"][1]["job"])["trial"]["values"] == values
+    )
