@@ -202,8 +202,6 @@ class Sampler(Periodic):
         self.host = host or socket.gethostname()
         self.meter = usage.UsageMeter()
         self.sampled_at: float | None = None
-        self.last_round_s = 0.0
-        """How long the last whole round took (its sample's lifetime follows: sample_ttl)."""
         self.watchdog = Watchdog(grace_s)
         self.leftovers = Leftovers()
         self.kernel = gpuhealth.KernelLog(self.redis, self.host)
@@ -232,13 +230,6 @@ class Sampler(Periodic):
         return str(rec.get("worker", "")).startswith(f"{self.host}.")
 
     def round(self) -> None:
-        began = time.monotonic()
-        try:
-            self._round()
-        finally:
-            self.last_round_s = time.monotonic() - began
-
-    def _round(self) -> None:
         active = JobStore(self.redis).active()  # (read once: the processes' jobs, and who holds which GPUs here)
         # every process of a job's trainers (a command's python under its shell too) maps to the job
         used, members = self.meter.measure(self.pid_jobs(active))

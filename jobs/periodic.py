@@ -89,6 +89,9 @@ class Periodic(threading.Thread, ABC):
         self.stopped = threading.Event()
         self.round_since: float | None = None
         """When the round under way began (monotonic), None between rounds."""
+        self.last_round_s = 0.0
+        """How long the last round this process did took (the GPU sampler's sample lasts as its rounds do:
+        gpus.sample_ttl)."""
         self._told: float | None = None
 
     def lease_key(self) -> str | None:
@@ -117,12 +120,13 @@ class Periodic(threading.Thread, ABC):
 
     def once(self) -> None:
         """One round, under the lease when there is one; errors logged, never raised."""
-        self.round_since = time.monotonic()
+        self.round_since = began = time.monotonic()
         try:
             key = self.lease_key()
             if key is None or self.redis.set(key, "1", nx=True, px=int(self.every_s * 1000 * self.lease_share)):
                 with FORK_GUARD if self.forks_wait else contextlib.nullcontext():
                     self.round()
+                self.last_round_s = time.monotonic() - began  # (a round another process's lease took is not one)
         except RedisError as exc:
             log.warning("%s: redis unavailable (%s)", self.what, exc)
         except Exception:  # noqa: BLE001 (see the module's doc)

@@ -69,10 +69,10 @@ def test_a_slow_hosts_sample_stays_until_its_next_one_can_come(tmp_path, monkeyp
     fake_nvidia_smi(tmp_path / "bin", SLOW_SMI)
     monkeypatch.setenv("PATH", f"{tmp_path / 'bin'}:{os.environ['PATH']}")
     sampler = Sampler(redis_url, host="slow-host")
-    sampler.round()
+    sampler.once()  # (a round, timed, as its thread runs it)
     assert sampler.last_round_s >= 3
     assert 0 < redis.ttl(gpus_key("slow-host")) <= SAMPLE_TTL_S  # (the first: no round was timed yet)
-    sampler.round()
+    sampler.once()  # (a round, timed, as its thread runs it)
     assert redis.ttl(gpus_key("slow-host")) >= sample_ttl(3) - 2 > SAMPLE_TTL_S  # (3 × (2 s + 3 s), less the rest)
     assert [g["uuid"] for h in read_all(redis) for g in h["gpus"]] == ["GPU-0000"]
     assert sample_ttl(0.2) == SAMPLE_TTL_S

@@ -15,6 +15,8 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from jobs.redis_server import free_port
+
 DAEMONS = ("slurmctld", "slurmd", "munged")
 PACKAGES = ("slurm-wlm", "munge")
 
@@ -33,12 +35,6 @@ def unavailable() -> str | None:
         if done.returncode != 0:
             return f"Slurm could not be installed: {done.stderr.strip()[-300:]}"
     return None
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 @dataclass
