@@ -79,13 +79,24 @@ home_option = click.option(
 @home_option
 @click.option("--gpus", help="GPU indices to start workers for, e.g. 0,1 (default: nvidia-smi -L)")
 @click.option("--cpu-workers", type=int, help="CPU workers (default: 1 when there is no GPU)")
-def up(host, port, home, gpus, cpu_workers) -> int:
-    """Start Redis, the API and one worker per GPU; Ctrl-C stops all."""
+@click.option(
+    "--backend",
+    type=click.Choice(["local", "slurm"]),
+    help="where jobs run: gpudeck's own workers (local), or the lab's Slurm (default $GPUDECK_BACKEND, else local)",
+)
+def up(host, port, home, gpus, cpu_workers, backend) -> int:
+    """Start Redis, the API and one worker per GPU (or, with --backend slurm, the agent that runs jobs on Slurm);
+    Ctrl-C stops all."""
     from jobs.supervisor import up as run_stack
 
     setup_logging()
+    if backend is not None:
+        os.environ["GPUDECK_BACKEND"] = backend
+    settings = settings_from_env(home)
+    if settings.backend == "slurm" and (gpus is not None or cpu_workers is not None):
+        raise ConfigError("--gpus and --cpu-workers start gpudeck's workers; on Slurm the compute nodes are Slurm's")
     chosen = None if gpus is None else [g for g in gpus.split(",") if g != ""]
-    return run_stack(settings_from_env(home), host=host, port=port, gpus=chosen, cpu_workers=cpu_workers)
+    return run_stack(settings, host=host, port=port, gpus=chosen, cpu_workers=cpu_workers)
 
 
 @click.command(cls=ServerCommand)

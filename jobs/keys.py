@@ -358,3 +358,12 @@ def durations_key(owner: str | None, shape: str) -> str:
 EXPORT_DUE_KEY = f"{PREFIX}:export:due"
 """Sorted set: job ids whose export (GPUDECK_MLFLOW_URI) is due, score = when (jobs.export)."""
 EXPORTER_LOCK_KEY = f"{PREFIX}:exporter:lock"
+
+
+# -- on Slurm (jobs.onslurm) ------------------------------------------------------------------
+SLURM_JOBS_KEY = f"{PREFIX}:slurm:jobs"
+"""The gpudeck jobs that have a Slurm job Slurm may still run (a record's `slurm.id`): what the watcher looks at."""
+SLURM_LOCK_KEY = f"{PREFIX}:slurm:lock"
+"""Held by the process submitting to and watching Slurm this round."""
+SLURM_AWAY_KEY = f"{PREFIX}:slurm:away"
+"""Why Slurm's controller does not answer (set while it does not): an outage, never a failure of every job."""

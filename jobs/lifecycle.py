@@ -139,7 +139,8 @@ def preempted(
     whom, where it was, and where it resumes."""
     by = rec.get("preempted_by") or {}
     step = by.get("step") if by.get("step") is not None else (rec.get("progress") or {}).get("step")
-    message = f"preempted by job {by.get('id', '?')} ({by.get('priority', '?')})"
+    who = by.get("who") or f"job {by.get('id', '?')} ({by.get('priority', '?')})"  # (`who`: Slurm, on Slurm)
+    message = f"preempted by {who}"
     if step is not None:
         message += f" at step {step:,}"
     if Kept(rec["spec"]).runs_code:

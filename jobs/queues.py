@@ -14,7 +14,7 @@ from typing import Any
 from redis import Redis
 from redis.exceptions import RedisError
 
-from jobs import datasets, quota, sources
+from jobs import datasets, quota, slurm, sources
 from jobs import spec as spec_mod
 from jobs.errors import Conflict, ReferenceNotFound, Unprocessable, ValidationError
 from jobs.keys import (
@@ -97,8 +97,8 @@ def validate(redis: Redis, body: Any, settings: Settings, default_gpus: int | No
     """spec.validate with what only the store and the settings know: live GPU workers (the default gpus), uploaded
     datasets and sources, data roots, whether command jobs are allowed, the registered environments."""
     s = settings
-    if default_gpus is None:
-        default_gpus = 1 if live_gpu_workers(redis) else 0
+    if default_gpus is None:  # (on Slurm, the cluster's GPUs: there are no workers of gpudeck's to count)
+        default_gpus = 1 if s.backend == "slurm" or live_gpu_workers(redis) else 0
     spec = spec_mod.validate(
         body,
         default_gpus=default_gpus,
@@ -115,8 +115,22 @@ def validate(redis: Redis, body: Any, settings: Settings, default_gpus: int | No
     )
     typed = Kept(spec)
     check_after(redis, list(typed.after))
-    check_hosts(redis, typed, s.gpu_memory_reserve)
+    if s.backend == "slurm":
+        not_on_slurm(typed)
+    else:
+        check_hosts(redis, typed, s.gpu_memory_reserve)
     return spec
+
+
+def not_on_slurm(spec: Kept) -> None:
+    """ValidationError naming the field of what Slurm does not run as gpudeck would (GPUDECK_BACKEND=slurm): a GPU
+    share (Slurm's shard GRES is its operator's), a session, several workers (not yet)."""
+    if spec.workers > 1:
+        raise ValidationError({"workers": "a job of several workers does not run on Slurm yet (GPUDECK_BACKEND=slurm)"})
+    try:
+        slurm.sbatch_options(0, spec, slurm.SlurmOptions(), output="-")
+    except slurm.NotOnSlurm as exc:
+        raise ValidationError({exc.field: f"{str(exc).split(': ', 1)[1]} (GPUDECK_BACKEND=slurm)"}) from None
 
 
 def submit(

@@ -51,14 +51,18 @@ class Reaper(Periodic):
 
     what, every_s, first_wait = "reaper", REAP_EVERY_S, True
 
-    def __init__(self, redis_url: str, retention: Callable[[Redis], object] | None = None):
+    def __init__(self, redis_url: str, retention: Callable[[Redis], object] | None = None, jobs: bool = True):
         super().__init__(redis_url, "gpudeck-reaper")
         self.retention = retention
+        self.jobs = jobs
+        """Whether it looks for lost jobs (not on Slurm: jobs.onslurm judges them, knowing what Slurm did)."""
         self.refused_at: float | None = None
         """When this process last saw Redis refuse writes (its disk full)."""
 
     def round(self) -> None:
         self._retain()
+        if not self.jobs:
+            return
         # Not on a Redis up for less than a heartbeat's lifetime: heartbeats that expired while it was away (a
         # restart, a failover) are not lost workers until each live work-horse has beaten again.
         if redis_uptime_s(self.redis) < SETTLE_S:

@@ -12,7 +12,7 @@ from jobs import objectstore
 from jobs.errors import ConfigError
 from models.common import AGE, DEFAULT_API, DEFAULT_PORT, parse_age, parse_size  # noqa: F401 (their home for jobs/)
 from models.protocol import KEEP_CHECKPOINTS_ENV, keep_checkpoints
-from models.states import ENDED
+from models.states import ENDED, PRIORITIES
 
 DEFAULT_HOME = "~/.local/share/gpudeck"
 """Data root when GPUDECK_HOME is unset: job dirs, the embedded Redis, logs of `gpudeck up`."""
@@ -215,6 +215,17 @@ def _admin_notify(env: os._Environ[str] | dict[str, str]) -> tuple[str, ...]:
     return names
 
 
+def _slurm_qos(raw: str) -> tuple[tuple[str, str], ...]:
+    """GPUDECK_SLURM_QOS `high=gpu-high,low=scavenger`: a QOS name for some of gpudeck's priorities."""
+    out = []
+    for item in (i.strip() for i in raw.split(",") if i.strip()):
+        priority, sep, qos = (x.strip() for x in item.partition("="))
+        if not sep or priority not in PRIORITIES or not re.fullmatch(r"[A-Za-z0-9_.-]{1,64}", qos):
+            raise ValueError(f"GPUDECK_SLURM_QOS takes priority=QOS,… ({', '.join(PRIORITIES)}); got {item!r}")
+        out.append((priority, qos))
+    return tuple(out)
+
+
 @dataclass(frozen=True)
 class Settings:
     """Process-wide configuration; every field comes from one documented env variable."""
@@ -271,6 +282,14 @@ class Settings:
     mlflow_uri: str | None = None
     """GPUDECK_MLFLOW_URI: the MLflow the API exports ended jobs to (jobs.export); none: no server-side export."""
     mlflow_experiment: str = "gpudeck"
+    backend: str = "local"
+    """GPUDECK_BACKEND: `local` (gpudeck's workers and scheduler) or `slurm` (jobs run as Slurm jobs: jobs.onslurm)."""
+    slurm_partition: str | None = None
+    slurm_account: str | None = None
+    slurm_qos: tuple[tuple[str, str], ...] = ()
+    """GPUDECK_SLURM_QOS `high=gpu-high,low=scavenger`: gpudeck's priorities as the cluster's QOS names."""
+    slurm_grace_s: int = 60
+    slurm_poll_s: int = 5
 
     @property
     def command_jobs_allowed(self) -> bool:
@@ -336,6 +355,12 @@ class Settings:
             artifacts=_artifacts(env),
             mlflow_uri=(env.get("GPUDECK_MLFLOW_URI") or "").strip() or None,
             mlflow_experiment=(env.get("GPUDECK_MLFLOW_EXPERIMENT") or "").strip() or cls.mlflow_experiment,
+            backend=_choice(env, "GPUDECK_BACKEND", ("local", "slurm")),
+            slurm_partition=(env.get("GPUDECK_SLURM_PARTITION") or "").strip() or None,
+            slurm_account=(env.get("GPUDECK_SLURM_ACCOUNT") or "").strip() or None,
+            slurm_qos=_checked(_slurm_qos, env, "GPUDECK_SLURM_QOS"),
+            slurm_grace_s=_seconds(env, "GPUDECK_SLURM_GRACE", cls.slurm_grace_s),
+            slurm_poll_s=max(1, _seconds(env, "GPUDECK_SLURM_POLL", cls.slurm_poll_s)),
         )
 
     def webhook(self, name: str) -> Webhook | None:

@@ -74,7 +74,8 @@ def sbatch_options(
     after: Sequence[str] = (),
 ) -> list[str]:
     """`sbatch`'s options for a job: its GPUs (one task: `--gres=gpu:N`; several workers: a task each, with
-    `--gpus-per-task`, so Slurm places each task's GPUs on one node), its timeout as `--time`, its priority as the
+    `--gpus-per-task`, so Slurm places each task's GPUs on one node), its timeout plus the grace as `--time` (so
+    Slurm's SIGTERM comes at the timeout and its kill a grace later), its priority as the
     operator's QOS (or `--nice` for `low`), the owner's Slurm account (`account`, else the default), `after` as
     `--dependency=afterok:` on the Slurm jobs it waits for, and `--requeue` with `--signal=B:TERM@grace`, so that a
     preemption or a time limit reaches the attempt as SIGTERM and a requeued job resumes from its checkpoint. The
@@ -105,8 +106,8 @@ def sbatch_options(
         out.append("--ntasks=1")
         if spec.gpus:
             out.append(f"--gres=gpu:{spec.gpus}")
-    if spec.timeout:
-        out.append(f"--time={slurm_time(spec.timeout)}")
+    if spec.timeout:  # (Slurm's SIGTERM comes `grace` before its limit: at the job's timeout, rounded up)
+        out.append(f"--time={slurm_time(spec.timeout + opts.grace_s)}")
     if spec.priority in opts.qos:
         out.append(f"--qos={opts.qos[spec.priority]}")
     elif spec.priority == "low":

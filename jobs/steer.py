@@ -9,7 +9,7 @@ from typing import Any
 
 from redis import Redis
 
-from jobs import queues
+from jobs import onslurm, queues
 from jobs.errors import Conflict
 from jobs.keys import AFTER_KEY, queue_name
 from jobs.record import Kept
@@ -41,6 +41,9 @@ def _queued(store: JobStore, job_id: int, what: str) -> dict[str, Any]:
 def reprioritize(redis: Redis, job_id: int, priority: str, settings: Settings) -> dict[str, Any]:
     """A queued job goes to the line of another priority, keeping its place in submission order."""
     store = JobStore(redis)
+    if settings.backend == "slurm":  # (Slurm orders its queue: a QOS or a nice value through scontrol)
+        onslurm.reprioritize(redis, settings, job_id, priority)
+        return store.get(job_id)
     with locked(redis):
         rec = _queued(store, job_id, "priority")
         spec = Kept(rec["spec"]).with_(priority=priority)

@@ -63,6 +63,7 @@ JSON_FIELDS = (
     "warm_start",
     "export",
     "artifacts",
+    "slurm",
 )
 FLOAT_FIELDS = (
     "created_at",

@@ -122,7 +122,7 @@ class Stack:
             self.redis = EmbeddedRedis(home / "redis")
             self.redis_url = self.redis.adopt() or self.redis.start()  # (one a killed `up` left runs on: taken over)
             self._redis_started = time.monotonic()
-        env = {"REDIS_URL": self.redis_url, "GPUDECK_HOME": str(home)}
+        env = {"REDIS_URL": self.redis_url, "GPUDECK_HOME": str(home), "GPUDECK_BACKEND": self.settings.backend}
         py = python_module("jobs.cli")
         self.api = Child(
             "api",
@@ -131,6 +131,12 @@ class Stack:
             env=env,
         )
         self.api.start()
+        if self.settings.backend == "slurm":  # (the compute nodes are Slurm's: its agent, no workers)
+            agent = Child("slurm agent", python_module("jobs.slurmagent"), self.logs_dir / "slurm-agent.log", env=env)
+            self.workers.append(agent)
+            agent.start()
+            self._wait_api()
+            return
         gpus = self.gpus if self.gpus is not None else [g["index"] for g in list_gpus()]
         if self.settings.mps:  # (one control daemon a GPU, before its workers: they refuse to start without it)
             for gpu in gpus:

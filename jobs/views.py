@@ -98,7 +98,15 @@ def job_view(
         "early_stop": rec.get("early_stop"),
         "export": rec.get("export"),
         "artifacts": rec.get("artifacts"),
+        "slurm": _slurm(rec.get("slurm")),
     }
+
+
+def _slurm(info: dict[str, Any] | None) -> dict[str, Any] | None:
+    """A job's Slurm job (GPUDECK_BACKEND=slurm): its id, Slurm's state and pending reason as last seen."""
+    if not info:
+        return None
+    return {"id": info.get("id"), "state": info.get("state"), "reason": info.get("reason")}
 
 
 def _session(rec: dict[str, Any], status: Status, names_only: bool) -> dict[str, Any]:

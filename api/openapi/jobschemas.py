@@ -227,6 +227,13 @@ def schemas() -> dict[str, Any]:
                     _obj({"step": _nullable(INT), "rung": _nullable(INT), "metric": STR, "value": _nullable(NUM)})
                     | {"description": "where and why its search stopped it: the step, the rung, the metric's value"}
                 ),
+                "slurm": _nullable(
+                    _obj({"id": STR, "state": _nullable(STR), "reason": _nullable(STR)})
+                    | {
+                        "description": "its Slurm job (GPUDECK_BACKEND=slurm): Slurm's id, and its state and pending "
+                        "reason as gpudeck last saw them in squeue"
+                    }
+                ),
                 "artifacts": _nullable(
                     _obj({"store": STR, "files": INT, "error": _nullable(STR)})
                     | {

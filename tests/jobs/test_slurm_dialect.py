@@ -44,7 +44,7 @@ def test_a_one_gpu_job_asks_for_its_gpu_its_time_and_a_signal_before_the_end():
         "--account=lab",
         "--ntasks=1",
         "--gres=gpu:1",
-        "--time=0-01:00:00",
+        "--time=0-01:02:00",  # (its timeout and the grace, rounded up to the minute)
     ]
 
 

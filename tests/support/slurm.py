@@ -108,7 +108,7 @@ def start(folder: Path, gpus: int = 4) -> Cluster:
         f"""ClusterName=gpudeck-test
 SlurmctldHost={node}
 AuthType=auth/munge
-AuthInfo=socket={sock}
+AuthInfo=socket={sock},cred_expire=10
 CredType=cred/munge
 SlurmUser=root
 SlurmdUser=root

@@ -1,0 +1,191 @@
+"""gpudeck on a real one-node Slurm (issue 45): `gpudeck up --backend slurm` against Debian's slurm-wlm with munge
+(tests/support/slurm.py; four FAKE GPUs: GRES counted over placeholder files, no GPU exists here). Jobs go in
+through the API as on one box and run as Slurm jobs: sbatch, squeue and scancel are Slurm's own. `make test-slurm`
+runs these (not `make test`); where Slurm cannot be had they skip, saying why."""
+
+from __future__ import annotations
+
+import os
+import sys
+from datetime import datetime
+
+import pytest
+import requests
+
+from tests.support import slurm
+from tests.support.live import submit_job, until, wait_ended
+from tests.support.stack import Up
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory):
+    why = slurm.unavailable()
+    if why:
+        pytest.skip(why)
+    running = slurm.start(tmp_path_factory.mktemp("slurm"), gpus=4)
+    yield running
+    running.stop()
+
+
+@pytest.fixture(scope="module")
+def up(cluster, tmp_path_factory):
+    """`gpudeck up --backend slurm` with its embedded Redis; Slurm polled each second, a 10-s grace."""
+    folder = tmp_path_factory.mktemp("stack")
+    env = cluster.env({k: v for k, v in os.environ.items() if not k.startswith("GPUDECK_")})
+    env.update(
+        GPUDECK_SLURM_POLL="1s",
+        GPUDECK_SLURM_GRACE="10s",
+        GPUDECK_COMMAND_JOBS="1",
+        GPUDECK_WARM="off",
+        PYTHONUNBUFFERED="1",
+        TF_NUM_INTRAOP_THREADS="1",
+    )
+    stack = Up(folder / "home", env, folder / "up.log", args=("--backend", "slurm"))
+    yield stack
+    stack.kill()
+    print(stack.output()[-3000:])
+    agent = folder / "home" / "logs" / "slurm-agent.log"
+    if agent.exists():
+        print(agent.read_text(errors="replace")[-3000:])
+
+
+def job(up: Up, job_id: int) -> dict:
+    return requests.get(f"{up.url}/api/v1/jobs/{job_id}", timeout=10).json()
+
+
+def points(up: Up, job_id: int) -> list[dict]:
+    return requests.get(f"{up.url}/api/v1/jobs/{job_id}/metrics", timeout=10).json()["train"]
+
+
+def squeued(cluster: slurm.Cluster, slurm_id: str) -> str:
+    """Slurm's state of one of its jobs ('' once Slurm forgot it)."""
+    return cluster.run("squeue", "-h", "--states=all", "-j", slurm_id, "-o", "%T", check=False).stdout.strip()
+
+
+TICKS = (
+    "import json, os, signal, sys, time\n"
+    "def stop(*_):\n"
+    "    open(os.path.join(os.environ['JOB_DIR'], 'checkpointed'), 'w').write(str(s)); sys.exit(143)\n"
+    "signal.signal(signal.SIGTERM, stop)\n"
+    "with open(os.path.join(os.environ['JOB_DIR'], 'metrics.jsonl'), 'a') as f:\n"
+    "    for s in range(1, int(sys.argv[1]) + 1):\n"
+    "        f.write(json.dumps({'step': s, 'loss': 1 / s}) + '\\n'); f.flush(); print('tick', s, flush=True)\n"
+    "        time.sleep(0.2)\n"
+)
+"""A command job of N steps, 0.2 s each, a metric point and a log line each; on SIGTERM it writes `checkpointed`
+(the step it was at) into its job dir and exits 143, as a shell's TERM does."""
+
+
+def ticks(n: int, **more) -> dict:
+    return {"command": [sys.executable, "-c", TICKS, str(n)], "gpus": 1, **more}
+
+
+def test_a_zoo_job_and_a_command_job_run_as_slurm_jobs_with_their_logs_and_curves(up, cluster):
+    zoo = submit_job(up.url, {"model": "lenet", "dataset": "synthetic:16x16x3", "params": {"steps": 20}})
+    command = submit_job(up.url, ticks(10))
+    for job_id in (zoo, command):
+        ended = wait_ended(up.url, job_id, timeout=180)
+        assert ended["status"] == "succeeded", (ended, up.output()[-2000:])
+        slurm_id = ended["slurm"]["id"]
+        assert ended["worker"].startswith(f"slurm-{slurm_id}@"), ended  # (its attempt ran in that Slurm job)
+        # Slurm ran it with one GPU (gpus defaults to 1 on Slurm), and says so while it keeps the job: the batch
+        # script's status was 0
+        until(lambda sid=slurm_id: squeued(cluster, sid) == "COMPLETED", 30, "Slurm's job COMPLETED")
+        shown = cluster.run("scontrol", "show", "job", slurm_id).stdout
+        assert "TresPerNode=gres:gpu:1" in shown and f"JobName=gpudeck-{job_id}" in shown, shown
+    assert [p["step"] for p in points(up, command)] == list(range(1, 11))
+    assert len(points(up, zoo)) >= 2 and points(up, zoo)[-1]["step"] == 20
+    logs = requests.get(f"{up.url}/api/v1/jobs/{command}/logs", timeout=10).text
+    assert "tick 10" in logs
+
+
+def test_a_waiting_job_says_slurms_reason_and_planned_start_and_cancels_stop_a_job_with_its_grace(up, cluster):
+    blocker = submit_job(up.url, ticks(1000, gpus=4, timeout=300))
+    until(lambda: (job(up, blocker)["progress"]["step"] or 0) >= 3, 60, lambda: str(job(up, blocker)))
+    waiting = submit_job(up.url, ticks(3, gpus=2))
+    queued = until(lambda: (j := job(up, waiting))["expected_start"] and j, 30, lambda: str(job(up, waiting)))
+    assert queued["status"] == "queued" and queued["slurm"]["reason"] == "Resources", queued
+    assert queued["message"] == "in Slurm's queue: waiting for Slurm to free what it asks for (Resources)"
+    assert queued["queue_position"] is None  # (Slurm orders its queue)
+    # Slurm's backfill planned it for the blocker's time limit (its 300-s timeout and the 10-s grace, in minutes)
+    started = datetime.fromisoformat(job(up, blocker)["started_at"].replace("Z", "+00:00")).timestamp()
+    planned = datetime.fromisoformat(queued["expected_start"].replace("Z", "+00:00")).timestamp()
+    assert planned - started == pytest.approx(360, abs=30), (planned, started)
+
+    # Slurm has the job: a place in line means nothing there (409), a priority goes through scontrol
+    moved = requests.post(f"{up.url}/api/v1/jobs/{waiting}/move", json={"top": True}, timeout=10)
+    assert moved.status_code == 409 and "Slurm orders its queue" in moved.json()["message"], moved.text
+    lowered = requests.patch(f"{up.url}/api/v1/jobs/{waiting}", json={"priority": "low"}, timeout=10)
+    assert lowered.status_code == 200 and lowered.json()["spec"]["priority"] == "low", lowered.text
+    assert "Nice=1000 " in cluster.run("scontrol", "show", "job", queued["slurm"]["id"]).stdout
+
+    # canceled while Slurm holds it pending: gone from Slurm's queue too
+    assert requests.post(f"{up.url}/api/v1/jobs/{waiting}/cancel", timeout=10).json()["status"] == "canceled"
+    until(lambda: squeued(cluster, queued["slurm"]["id"]) == "CANCELLED", 30, "the pending Slurm job scancel'ed")
+
+    # canceled while it runs: its attempt gives the script SIGTERM and the grace to checkpoint, as on one box
+    requests.post(f"{up.url}/api/v1/jobs/{blocker}/cancel", timeout=10)
+    ended = wait_ended(up.url, blocker, timeout=60)
+    assert (ended["status"], ended["reason"]) == ("canceled", "canceled"), ended
+    checkpointed = up.home / "jobs" / str(blocker) / "checkpointed"
+    assert checkpointed.exists() and int(checkpointed.read_text()) >= 3
+    until(lambda: squeued(cluster, ended["slurm"]["id"]) not in ("RUNNING", "COMPLETING", "PENDING"), 30, "ended")
+
+
+def test_a_dependency_waits_for_its_job_and_a_timeout_ends_a_job_with_its_grace(up, cluster):
+    first = submit_job(up.url, ticks(15))
+    then = submit_job(up.url, ticks(3, after=[first]))
+    assert job(up, then)["message"] == f"waiting for job {first}"
+    limited = submit_job(up.url, ticks(1000, timeout=5))
+    done = wait_ended(up.url, then, timeout=120)
+    assert done["status"] == "succeeded", done
+    assert done["started_at"] >= job(up, first)["ended_at"]
+    timed = wait_ended(up.url, limited, timeout=120)
+    assert (timed["status"], timed["reason"]) == ("failed", "timeout"), timed
+    assert (up.home / "jobs" / str(limited) / "checkpointed").exists()
+
+
+def test_what_slurm_cannot_run_is_refused_naming_the_field(up, cluster):
+    for spec, field in (
+        ({"command": "true", "gpu_memory": "4G"}, "gpu_memory"),
+        ({"command": "true", "workers": 2}, "workers"),
+        ({"kind": "session", "gpus": 1}, "kind"),
+    ):
+        made = requests.post(f"{up.url}/api/v1/jobs", json=spec, timeout=10)
+        assert made.status_code == 400 and field in made.json()["details"]["fields"], (spec, made.text)
+        assert "GPUDECK_BACKEND=slurm" in made.json()["details"]["fields"][field]
+    # more GPUs than the cluster has: Slurm refuses it at sbatch, in its own words
+    big = submit_job(up.url, ticks(1, gpus=8))
+    ended = wait_ended(up.url, big, timeout=30)
+    assert (ended["status"], ended["reason"]) == ("failed", "bad_input"), ended
+    assert ended["message"].startswith("Slurm refused it: ") and "configuration" in ended["message"], ended
+
+
+PREEMPTOR = "sleep 8"
+"""A job of another lab user in Slurm's high partition that needs every GPU (preempting gpudeck's low one)."""
+
+
+def test_a_job_slurm_preempts_checkpoints_and_resumes_from_its_checkpoint(up, cluster):
+    zoo = {
+        "model": "resnet20",
+        "dataset": "synthetic:16x16x3",
+        "params": {"steps": 100000, "batch_size": 16, "log_every": 5},
+        "checkpoint_every": 20,
+    }
+    victim = submit_job(up.url, zoo)
+    until(lambda: (job(up, victim)["progress"]["step"] or 0) >= 25, 180, lambda: str(job(up, victim)))
+    made = cluster.run("sbatch", "--parsable", "--partition=high", "--gres=gpu:4", "--wrap", PREEMPTOR)
+    preempted = until(lambda: (j := job(up, victim))["preemptions"] == 1 and j, 60, lambda: str(job(up, victim)))
+    assert (preempted["status"], preempted["reason"]) == ("queued", "preempted"), preempted
+    assert preempted["message"].startswith("preempted by Slurm at step "), preempted
+    assert "resumes from the checkpoint of step" in preempted["message"], preempted
+    until(lambda: squeued(cluster, made.stdout.strip()) == "COMPLETED", 120, "the preemptor done")
+    # Slurm requeued the same job (--requeue): it runs again, its next attempt resumes from the checkpoint
+    back = until(lambda: (j := job(up, victim))["status"] == "running" and j, 180, lambda: str(job(up, victim)))
+    assert back["attempt"] == 2 and back["slurm"]["id"] == preempted["slurm"]["id"], back
+    until(lambda: (job(up, victim)["progress"]["step"] or 0) >= 60, 180, lambda: str(job(up, victim)))
+    steps = [p["step"] for p in points(up, victim)]
+    assert steps == sorted(set(steps)) and max(b - a for a, b in zip(steps, steps[1:])) <= 20, steps
+    assert "resumed from" in requests.get(f"{up.url}/api/v1/jobs/{victim}/logs", timeout=10).text
+    requests.post(f"{up.url}/api/v1/jobs/{victim}/cancel", timeout=10)
+    assert wait_ended(up.url, victim, timeout=60)["status"] == "canceled"
