@@ -199,8 +199,14 @@ def token() -> None:
     type=click.Choice(["mlflow"]),
     help="export this user's jobs that say nothing of it to the operator's MLflow when they end (GPUDECK_MLFLOW_URI)",
 )
+@click.option(
+    "--slurm-account",
+    metavar="ACCOUNT",
+    help="on Slurm (GPUDECK_BACKEND=slurm): the Slurm account this user's jobs are charged to (default "
+    "GPUDECK_SLURM_ACCOUNT), so Slurm's fair share sees people, not the service",
+)
 @home_option
-def token_create(name, admin, max_gpus, no_commands, max_priority, expires, notify, export, home) -> int:
+def token_create(name, admin, max_gpus, no_commands, max_priority, expires, notify, export, slurm_account, home) -> int:
     """Create the token NAME and print it (only its hash is kept: it is shown this once)."""
     from jobs import tokens
 
@@ -219,6 +225,7 @@ def token_create(name, admin, max_gpus, no_commands, max_priority, expires, noti
         notify=tuple(notify),
         webhooks=tuple(w.name for w in settings_from_env(home).webhooks),
         export=tuple(export),
+        slurm_account=slurm_account,
     )
     role = "admin" if admin else "user"
     tokens.audit(redis, who, "local", "TOKEN", f"create {name}", 0, detail=role)

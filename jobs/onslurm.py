@@ -26,7 +26,7 @@ from typing import Any
 
 from redis import Redis
 
-from jobs import lifecycle, queues
+from jobs import lifecycle, queues, tokens
 from jobs.depends import release_dependencies
 from jobs.errors import Conflict, NotFound
 from jobs.keys import SLURM_AWAY_KEY, SLURM_JOBS_KEY, SLURM_LOCK_KEY, queue_name
@@ -171,7 +171,8 @@ def submit(redis: Redis, settings: Settings, tools: Tools, job_id: int) -> str |
     out = output_path(settings, job_id)
     out.parent.mkdir(parents=True, exist_ok=True)
     try:
-        opts = sbatch_options(job_id, spec, options(settings), output=str(out), account=rec.get("slurm_account"))
+        account = tokens.slurm_account(redis, rec.get("owner"))  # (else GPUDECK_SLURM_ACCOUNT, else Slurm's)
+        opts = sbatch_options(job_id, spec, options(settings), output=str(out), account=account)
         slurm_id = tools.sbatch(opts, script(job_id))
     except (NotOnSlurm, SlurmRefused) as exc:
         queues.withdraw(redis, rec)
@@ -258,6 +259,8 @@ def _one(
                 return [sj.slurm_id]  # (its attempt had the grace to stop by itself, as a cancel asks)
             return []
         redis.srem(SLURM_JOBS_KEY, job_id)
+        if sj is not None and sj.state != slurm.get("state"):  # (how Slurm saw it end: COMPLETED, FAILED …)
+            store.transition(job_id, ENDED, slurm=_fields(rec, state=sj.state, reason=None))
         return []
     if sj is None or not alive(sj):
         return _gone(redis, settings, store, rec, sj)

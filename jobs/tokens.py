@@ -69,10 +69,12 @@ def create(
     notify: tuple[str, ...] = (),
     webhooks: tuple[str, ...] | None = None,
     export: tuple[str, ...] = (),
+    slurm_account: str | None = None,
 ) -> str:
     """Store a new named token and return it (the only time it is seen). `notify`: the endpoints (of `webhooks`,
     the operator's) its jobs tell when they name none; `export`: where its jobs are exported when they say nothing
-    of it."""
+    of it; `slurm_account`: the Slurm account its jobs are charged to on Slurm (so Slurm's fair share sees people,
+    not the service)."""
     if not NAME.match(name or ""):
         raise BadRequest(f"token name {name!r}: 1 to 32 of a-z 0-9 _ . -, starting with a letter", {"field": "name"})
     if max_gpus is not None and max_gpus < 0:
@@ -88,6 +90,11 @@ def create(
     if bad:
         raise BadRequest(f"--export: {bad[0]!r} is no export target; the targets: {', '.join(EXPORT_TARGETS)}",
                          {"field": "export"})  # fmt: skip
+    if slurm_account is not None and not re.fullmatch(r"[A-Za-z0-9_.-]{1,64}", slurm_account):
+        raise BadRequest(
+            f"--slurm-account: {slurm_account!r} is no Slurm account name (1 to 64 of A-Z a-z 0-9 _ . -)",
+            {"field": "slurm_account"},
+        )
     now = time.time() if now is None else now
     token = "gpd_" + secrets.token_urlsafe(32)
     meta: dict[str, Any] = {
@@ -99,6 +106,7 @@ def create(
         "max_priority": max_priority,
         "notify": list(notify),
         "export": list(dict.fromkeys(export)),
+        "slurm_account": slurm_account,
         "created_at": now,
         "expires_at": now + expires_s if expires_s else None,
         "last_used_at": None,
@@ -134,6 +142,12 @@ def max_gpus(redis: Redis, name: str) -> int | None:
     """The GPU quota of a named token's owner (None: no limit, or no such token now)."""
     raw = redis.hget(TOKENS_KEY, name)
     return None if raw is None else json.loads(raw).get("max_gpus")
+
+
+def slurm_account(redis: Redis, name: str | None) -> str | None:
+    """The Slurm account of a named token's jobs (`gpudeck token create NAME --slurm-account A`), or None."""
+    raw = redis.hget(TOKENS_KEY, name) if name else None
+    return None if raw is None else json.loads(raw).get("slurm_account")
 
 
 def quotas(redis: Redis) -> dict[str, int | None]:

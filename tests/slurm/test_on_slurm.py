@@ -14,6 +14,7 @@ import requests
 
 from tests.support import slurm
 from tests.support.live import submit_job, until, wait_ended
+from tests.support.readme import run_block
 from tests.support.stack import Up
 
 
@@ -78,6 +79,26 @@ TICKS = (
 
 def ticks(n: int, **more) -> dict:
     return {"command": [sys.executable, "-c", TICKS, str(n)], "gpus": 1, **more}
+
+
+def clients(up: Up, cluster: slurm.Cluster) -> dict[str, str]:
+    """What a user's shell on the login node has: the CLI, the API's address, Slurm's tools."""
+    env = cluster.env({k: v for k, v in os.environ.items() if not k.startswith("GPUDECK_")})
+    return {**env, "GPUDECK_API": up.url, "PATH": f"{os.path.dirname(sys.executable)}:{env['PATH']}"}
+
+
+def test_the_readme_section_as_written(up, cluster, tmp_path):
+    """README "On a Slurm cluster": the stack is started as it says (`gpudeck up --backend slurm`, the fixture)."""
+    out = run_block("slurm", int(up.url.rsplit(":", 1)[1]), tmp_path, clients(up, cluster))
+    shown, listed = out[2], out[3]
+    slurm_id = job(up, 1)["slurm"]["id"]
+    assert f"job {slurm_id}" in shown and f"slurm-{slurm_id}@{cluster.node}" in shown, shown
+    # (gpudeck records the end before the batch script exits: Slurm may still be finishing the job)
+    head, line = listed.splitlines()
+    assert head.split() == ["JOBID", "NAME", "STATE"] and line.split()[:2] == [slurm_id, "gpudeck-1"], listed
+    assert line.split()[2] in ("RUNNING", "COMPLETING", "COMPLETED"), listed
+    until(lambda: squeued(cluster, slurm_id) == "COMPLETED", 30, "Slurm's job COMPLETED")
+    until(lambda: job(up, 1)["slurm"]["state"] == "COMPLETED", 30, "the record says how Slurm saw it end")
 
 
 def test_a_zoo_job_and_a_command_job_run_as_slurm_jobs_with_their_logs_and_curves(up, cluster):
@@ -189,3 +210,16 @@ def test_a_job_slurm_preempts_checkpoints_and_resumes_from_its_checkpoint(up, cl
     assert "resumed from" in requests.get(f"{up.url}/api/v1/jobs/{victim}/logs", timeout=10).text
     requests.post(f"{up.url}/api/v1/jobs/{victim}/cancel", timeout=10)
     assert wait_ended(up.url, victim, timeout=60)["status"] == "canceled"
+
+
+def test_a_users_jobs_go_to_their_slurm_account(up, cluster, tmp_path):
+    """README's `gpudeck token create alice --slurm-account physics`, on the server (the last test here: once a
+    named token exists, the API wants one)."""
+    env = {**clients(up, cluster), "GPUDECK_HOME": str(up.home)}
+    alice = {"Authorization": f"Bearer {run_block('slurm-token', 0, tmp_path, env)[0].strip()}"}
+    made = requests.post(f"{up.url}/api/v1/jobs", json=ticks(1), headers=alice, timeout=10)
+    assert made.status_code == 201, made.text
+    url = f"{up.url}/api/v1/jobs/{made.json()['id']}/wait"
+    done = requests.get(url, params={"timeout": 60}, headers=alice, timeout=80).json()
+    assert (done["status"], done["owner"]) == ("succeeded", "alice"), done
+    assert "Account=physics " in cluster.run("scontrol", "show", "job", done["slurm"]["id"]).stdout
