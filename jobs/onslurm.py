@@ -18,6 +18,7 @@ import shlex
 import subprocess
 import sys
 import time
+from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
@@ -26,7 +27,7 @@ from typing import Any
 
 from redis import Redis
 
-from jobs import lifecycle, queues, tokens
+from jobs import lifecycle, queues, quota, sweeps, tokens
 from jobs.depends import release_dependencies
 from jobs.errors import Conflict, NotFound
 from jobs.keys import SLURM_AWAY_KEY, SLURM_JOBS_KEY, SLURM_LOCK_KEY, queue_name
@@ -45,6 +46,7 @@ from jobs.slurm import (
     seen,
 )
 from jobs.store import JobStore, redis_uptime_s
+from jobs.views import sweep_id
 from models.states import ACTIVE, ENDED, Reason, Status
 
 log = logging.getLogger(__name__)
@@ -192,14 +194,36 @@ def submit(redis: Redis, settings: Settings, tools: Tools, job_id: int) -> str |
     return slurm_id
 
 
+def holding(redis: Redis, store: JobStore) -> tuple[Counter[int], Counter[str]]:
+    """What Slurm holds of gpudeck's now (submitted, pending or running): jobs per sweep, GPUs per owner."""
+    per_sweep: Counter[int] = Counter()
+    per_owner: Counter[str] = Counter()
+    for raw in redis.smembers(SLURM_JOBS_KEY):
+        try:
+            rec = store.get(int(raw))
+        except NotFound:
+            continue
+        if rec["status"] in ENDED:
+            continue
+        if (sweep := sweep_id(rec)) is not None:
+            per_sweep[sweep] += 1
+        if rec.get("owner"):
+            per_owner[rec["owner"]] += Kept(rec["spec"]).gpus
+    return per_sweep, per_owner
+
+
 def submit_queued(redis: Redis, settings: Settings, tools: Tools) -> list[int]:
-    """Every job of the lines to sbatch, high priority first, in each line's order; the jobs submitted. A job
-    already Slurm's (requeued by its attempt while Slurm requeues it too: its `slurm.id` still pending) leaves its
-    line without a second submission."""
+    """Every job of the lines to sbatch, high priority first, in each line's order; the jobs submitted. Held back
+    by gpudeck, saying so: a sweep's job while `max_concurrent` of its jobs are Slurm's (as a job array's `%N`
+    would), a job that would take its owner past their token's `--max-gpus`. A job already Slurm's (requeued by
+    its attempt while Slurm requeues it too: its `slurm.id` still pending) leaves its line without a second
+    submission."""
     done = []
     ranked = sorted(queues.lines(redis).items(), key=lambda kv: ("high", "normal", "low").index(kv[0][0]))
     store = JobStore(redis)
     release_dependencies(redis, store)  # (a job whose `after` all succeeded joins its line; one that failed: canceled)
+    per_sweep, per_owner = holding(redis, store) if ranked else (Counter(), Counter())
+    quotas = tokens.quotas(redis) if ranked else {}
     for _, members in ranked:
         for job_id, _ in members:
             try:
@@ -209,9 +233,23 @@ def submit_queued(redis: Redis, settings: Settings, tools: Tools) -> list[int]:
             if (rec.get("slurm") or {}).get("id"):
                 queues.withdraw(redis, rec)  # (the watcher puts it back should Slurm no longer have it)
                 continue
-            if submit(redis, settings, tools, job_id) is not None:
+            sweep, owner, gpus = sweep_id(rec), rec.get("owner"), Kept(rec["spec"]).gpus
+            cap = sweeps.max_concurrent(redis, sweep) if sweep is not None else None
+            limit = quotas.get(owner) if owner and gpus else None
+            if cap is not None and sweep is not None and per_sweep[sweep] >= cap:
+                _say(store, rec, f"waiting: sweep {sweep} runs {per_sweep[sweep]} of {cap} at once")
+            elif limit is not None and owner and per_owner[owner] + gpus > limit:
+                _say(store, rec, quota.waiting(owner, per_owner[owner], limit))
+            elif submit(redis, settings, tools, job_id) is not None:
                 done.append(job_id)
+                per_sweep[sweep if sweep is not None else -1] += 1
+                per_owner[owner or "-"] += gpus
     return done
+
+
+def _say(store: JobStore, rec: dict[str, Any], message: str) -> None:
+    if rec.get("message") != message:
+        store.transition(rec["id"], (Status.QUEUED.value,), message=message)
 
 
 def _fields(rec: dict[str, Any], **changes: Any) -> dict[str, Any]:

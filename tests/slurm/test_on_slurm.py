@@ -5,6 +5,7 @@ runs these (not `make test`); where Slurm cannot be had they skip, saying why.""
 
 from __future__ import annotations
 
+import asyncio
 import os
 import sys
 from datetime import datetime
@@ -210,6 +211,79 @@ def test_a_job_slurm_preempts_checkpoints_and_resumes_from_its_checkpoint(up, cl
     assert "resumed from" in requests.get(f"{up.url}/api/v1/jobs/{victim}/logs", timeout=10).text
     requests.post(f"{up.url}/api/v1/jobs/{victim}/cancel", timeout=10)
     assert wait_ended(up.url, victim, timeout=60)["status"] == "canceled"
+
+
+SEARCHED = (
+    "import json, os, time\n"
+    "good = os.environ['LR'] == 'good'\n"
+    "with open(os.path.join(os.environ['JOB_DIR'], 'metrics.jsonl'), 'a') as f:\n"
+    "    for s in range(1, 31):\n"
+    "        f.write(json.dumps({'step': s, 'loss': 1 / s if good else 1.0}) + '\\n'); f.flush()\n"
+    "        time.sleep(0.2 if good else 0.6)\n"
+)
+"""A trial that learns (LR=good: its loss falls, 0.2 s a step) or not (flat: 1.0 throughout, three times slower,
+so a good trial started beside it reaches each rung first)."""
+
+
+def test_a_search_runs_its_trials_as_slurm_jobs_and_stops_the_bad_ones_early(up, cluster):
+    body = {
+        "search": "random",
+        "base": {"command": [sys.executable, "-c", SEARCHED], "gpus": 1},
+        "space": {"env.LR": {"choice": ["good", "flat"]}},
+        "metric": "loss",
+        "stopping": {"kind": "asha", "min_steps": 5, "reduction_factor": 2},
+        "max_trials": 3,
+        "max_concurrent": 2,
+        "seed": 10,  # (its draws: good and flat, then flat)
+    }
+    made = requests.post(f"{up.url}/api/v1/sweeps", json=body, timeout=30)
+    assert made.status_code == 201, made.text
+    sweep = f"{up.url}/api/v1/sweeps/{made.json()['id']}"
+    until(lambda: requests.get(sweep, timeout=10).json()["state"] != "running", 240, "the search to end")
+    shown = requests.get(sweep, timeout=10).json()
+    assert shown["state"] == "done" and len(shown["trials"]) == 3, shown
+    values = [t["values"]["env.LR"] for t in shown["trials"]]
+    assert "good" in values and "flat" in values, values  # (the seed's draw: both kinds)
+    for t in shown["trials"]:
+        ran = job(up, t["job"])
+        assert ran["status"] == "succeeded" and ran["slurm"]["id"], ran
+        if t["values"]["env.LR"] == "flat":  # stopped at a rung a good trial reached first
+            assert ran["reason"] == "stopped_early" and ran["early_stop"]["metric"] == "loss", ran
+            until(lambda i=ran["slurm"]["id"]: squeued(cluster, i) in ("COMPLETED", "FAILED"), 30, "its Slurm job")
+        else:
+            assert ran["reason"] is None and ran["progress"]["step"] == 30, ran
+    assert shown["best"]["values"]["env.LR"] == "good"
+    jobs = [job(up, t["job"]) for t in shown["trials"]]
+    spans = sorted([(j["started_at"], 1) for j in jobs] + [(j["ended_at"], -1) for j in jobs])
+    at_once = [sum(c for _, c in spans[: i + 1]) for i in range(len(spans))]
+    assert max(at_once) <= 2, spans  # (max_concurrent, held by gpudeck: Slurm had room for four)
+
+
+def test_the_tui_shows_a_slurm_backed_stack(up, cluster):
+    """The jobs table and a job's screen, through Pilot, on the stack's API: jobs with their status, a job's header
+    with its Slurm job."""
+    from textual.widgets import DataTable, Static
+
+    from tests.support.pilot import on_screen, text_of
+    from tests.support.pilot import until as shown
+    from tui.app import GpudeckApp
+    from tui.screens.job import JobScreen
+
+    last = requests.get(f"{up.url}/api/v1/jobs", params={"limit": 1}, timeout=10).json()["jobs"][0]
+
+    async def scenario() -> None:
+        app = GpudeckApp(up.url)
+        async with app.run_test(size=(140, 40)) as pilot:
+            table = app.screen.query_one("#jobs", DataTable)
+            await shown(pilot, lambda: table.row_count >= 2)
+            assert str(table.get_cell(str(1), "status")) == "succeeded"
+            await pilot.press("home", "enter")
+            await on_screen(pilot, app, JobScreen)
+            header = app.screen.query_one("#job-summary", Static)
+            await shown(pilot, lambda: f"slurm job {last['slurm']['id']}" in text_of(header))
+            assert f"on slurm-{last['slurm']['id']}@{cluster.node}" in text_of(header)
+
+    asyncio.run(scenario())
 
 
 def test_a_users_jobs_go_to_their_slurm_account(up, cluster, tmp_path):

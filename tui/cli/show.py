@@ -21,6 +21,7 @@ from tui.widgets.fmt import (
     gpus_text,
     over_attempts,
     progress_of,
+    slurm_text,
     starts_in,
     usage_text,
     value_of,
@@ -104,14 +105,6 @@ def _what_rows(job: dict[str, Any]) -> list[tuple[str, Any]]:
     ]
 
 
-def _slurm(info: dict | None) -> str | None:
-    """A job's Slurm job (on Slurm): `job 12 COMPLETED`, with Slurm's pending reason while it waits."""
-    if not info:
-        return None
-    reason = f" ({info['reason']})" if info.get("reason") and info["reason"] != "None" else ""
-    return f"job {info['id']} {info.get('state') or ''}{reason}".rstrip()
-
-
 @click.command()
 @connection_options
 @job_id_argument
@@ -133,7 +126,7 @@ def show(job_id, as_json) -> int:
         *_what_rows(job),
         ("gpus", gpus_text(job) + (f" on {job['worker']}" if job.get("worker") else "")),
         ("in line", f"#{job['queue_position']} in {job['queue']}" if job.get("queue_position") else None),
-        ("slurm", _slurm(job.get("slurm"))),
+        ("slurm", slurm_text(job["slurm"]).removeprefix("slurm ") if job.get("slurm") else None),
         ("starts", expected_start(job)),
         ("expected", expected_text(job).removeprefix("expected ") or None),
         ("preempted", _preempted(job)),

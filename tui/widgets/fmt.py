@@ -507,3 +507,9 @@ def box_summary(share: dict[str, Any], workers: list[dict[str, Any]], me: dict[s
         cap = me.get("max_gpus")
         parts.append(f"you: {held}/{cap} GPUs" if cap is not None else f"you: {held} GPU{'' if held == 1 else 's'}")
     return " · ".join(parts)
+
+
+def slurm_text(info: dict[str, Any]) -> str:
+    """A job's Slurm job (on Slurm): `slurm job 12 PENDING (Resources)`."""
+    reason = f" ({info['reason']})" if info.get("reason") and info["reason"] != "None" else ""
+    return f"slurm job {info['id']} {info.get('state') or ''}{reason}".rstrip()

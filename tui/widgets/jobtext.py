@@ -25,6 +25,7 @@ from tui.widgets.fmt import (
     one_line,
     over_attempts,
     priority_text,
+    slurm_text,
     status,
     usage_text,
     value_of,
@@ -109,6 +110,7 @@ def header_text(job: dict[str, Any], width: int) -> Text:
             Text.assemble("priority ", priority_text(job)),
             Text(runs_text(job["spec"])),
             Text(f"{gpus_text(job)} on {job.get('worker') or '-'}"),
+            *([Text(slurm_text(job["slurm"]), "cyan")] if job.get("slurm") else []),
         ],
         width,
     )
