@@ -58,9 +58,10 @@ OTHER_CPUS ?= 0
 test-other: install
 	env $(OTHER_MACHINE) taskset -c $(OTHER_CPUS) $(PYTEST) -n 2 --dist loadgroup $(PYTEST_ARGS)
 
-# Slurm (issue 45, begun): jobs/slurm.py's dialect against a real one-node Slurm (tests/slurm/, not in `make test`).
-# The fixture installs Debian's slurm-wlm and munge where it may (root and apt-get, as bubblewrap is) and starts
-# munged, slurmctld and slurmd in a temporary folder; where it cannot, the tests skip saying why.
+# Slurm (issue 45): gpudeck up --backend slurm and Slurm's dialect against a real one-node Slurm (tests/slurm/, not
+# in `make test`; .ci/run runs both). The fixture installs Debian's slurm-wlm and munge where it may (root and apt-get,
+# as bubblewrap is) and starts munged, slurmctld and slurmd in a temporary folder; where it cannot, the tests skip
+# saying why. About 4 minutes.
 test-slurm: install
 	$(PYTEST) tests/slurm $(PYTEST_ARGS)
 

@@ -27,7 +27,7 @@ from typing import Any
 
 from redis import Redis
 
-from jobs import lifecycle, queues, quota, sweeps, tokens
+from jobs import gang, lifecycle, queues, quota, sweeps, tokens
 from jobs.depends import release_dependencies
 from jobs.errors import Conflict, NotFound
 from jobs.keys import SLURM_AWAY_KEY, SLURM_JOBS_KEY, SLURM_LOCK_KEY, queue_name
@@ -131,11 +131,13 @@ class Tools:
             self.run("scancel", *([f"--signal={signal}", "--full"] if signal else []), *slurm_ids)
 
 
-def script(job_id: int) -> str:
+def script(job_id: int, tasks: int = 1) -> str:
     """The batch script of a gpudeck job: the attempt, in this Python (the compute nodes share the install, as they
-    share GPUDECK_HOME)."""
-    python = shlex.quote(sys.executable)
-    return f"#!/bin/sh\n# gpudeck job {job_id}: its attempt\nexec {python} -m jobs.run.slurmrun {job_id}\n"
+    share GPUDECK_HOME); a multi-worker job's tasks each run theirs, started by `srun` on their nodes."""
+    run = f"{shlex.quote(sys.executable)} -m jobs.run.slurmrun {job_id}"
+    if tasks > 1:
+        run = f"srun --kill-on-bad-exit=0 {run}"
+    return f"#!/bin/sh\n# gpudeck job {job_id}: its attempt\nexec {run}\n"
 
 
 def expected_start(rec: dict[str, Any]) -> tuple[float | None, str | None]:
@@ -175,7 +177,7 @@ def submit(redis: Redis, settings: Settings, tools: Tools, job_id: int) -> str |
     try:
         account = tokens.slurm_account(redis, rec.get("owner"))  # (else GPUDECK_SLURM_ACCOUNT, else Slurm's)
         opts = sbatch_options(job_id, spec, options(settings), output=str(out), account=account)
-        slurm_id = tools.sbatch(opts, script(job_id))
+        slurm_id = tools.sbatch(opts, script(job_id, spec.workers))
     except (NotOnSlurm, SlurmRefused) as exc:
         queues.withdraw(redis, rec)
         end = End(Status.FAILED, Reason.BAD_INPUT, f"Slurm refused it: {exc}")
@@ -315,7 +317,9 @@ def _one(
         if _fields(rec, **changes) != slurm or message != rec.get("message"):
             store.transition(job_id, (Status.QUEUED.value,), slurm=_fields(rec, **changes), message=message)
         return []
-    if status in ACTIVE and not store.alive(job_id) and redis_uptime_s(redis) > 30:
+    if status in ACTIVE and Kept(rec["spec"]).multi_worker:
+        gang.check(redis, job_id, rec)  # (its tasks' heartbeats: a lost one stops the others, as on workers)
+    elif status in ACTIVE and not beating(redis, store, rec) and redis_uptime_s(redis) > 30:
         lifecycle.worker_lost(redis, job_id, rec, f"no heartbeat from its attempt in Slurm job {sj.slurm_id}")
         return [sj.slurm_id]
     if sj.state != slurm.get("state"):
@@ -323,11 +327,19 @@ def _one(
     return []
 
 
+def beating(redis: Redis, store: JobStore, rec: dict[str, Any]) -> bool:
+    """Whether a job's attempt (any task of a multi-worker job's placement) still beats."""
+    spec = Kept(rec["spec"])
+    if not spec.multi_worker:
+        return store.alive(rec["id"])
+    return any(t["alive"] for t in gang.tasks(redis, rec["id"], spec.workers) if t.get("gen") == rec.get("gen"))
+
+
 def _gone(redis: Redis, settings: Settings, store: JobStore, rec: dict[str, Any], sj: SlurmJob | None) -> list[str]:
     """A live gpudeck job whose Slurm job ended (or that Slurm forgot: `sj` None)."""
     job_id, status = rec["id"], rec["status"]
     slurm = rec.get("slurm") or {}
-    if status in ACTIVE and store.alive(job_id):
+    if status in ACTIVE and beating(redis, store, rec):
         return []  # (its attempt is recording its end)
     said = seen(sj) if sj is not None else None
     state = sj.state if sj is not None else "gone"

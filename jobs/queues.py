@@ -124,9 +124,7 @@ def validate(redis: Redis, body: Any, settings: Settings, default_gpus: int | No
 
 def not_on_slurm(spec: Kept) -> None:
     """ValidationError naming the field of what Slurm does not run as gpudeck would (GPUDECK_BACKEND=slurm): a GPU
-    share (Slurm's shard GRES is its operator's), a session, several workers (not yet)."""
-    if spec.workers > 1:
-        raise ValidationError({"workers": "a job of several workers does not run on Slurm yet (GPUDECK_BACKEND=slurm)"})
+    share (Slurm's shard GRES is its operator's), a session."""
     try:
         slurm.sbatch_options(0, spec, slurm.SlurmOptions(), output="-")
     except slurm.NotOnSlurm as exc:

@@ -6,6 +6,7 @@ runs these (not `make test`); where Slurm cannot be had they skip, saying why.""
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 import sys
 from datetime import datetime
@@ -170,7 +171,6 @@ def test_a_dependency_waits_for_its_job_and_a_timeout_ends_a_job_with_its_grace(
 def test_what_slurm_cannot_run_is_refused_naming_the_field(up, cluster):
     for spec, field in (
         ({"command": "true", "gpu_memory": "4G"}, "gpu_memory"),
-        ({"command": "true", "workers": 2}, "workers"),
         ({"kind": "session", "gpus": 1}, "kind"),
     ):
         made = requests.post(f"{up.url}/api/v1/jobs", json=spec, timeout=10)
@@ -257,6 +257,55 @@ def test_a_search_runs_its_trials_as_slurm_jobs_and_stops_the_bad_ones_early(up,
     spans = sorted([(j["started_at"], 1) for j in jobs] + [(j["ended_at"], -1) for j in jobs])
     at_once = [sum(c for _, c in spans[: i + 1]) for i in range(len(spans))]
     assert max(at_once) <= 2, spans  # (max_concurrent, held by gpudeck: Slurm had room for four)
+
+
+MEET = """\
+import json, os, socket, time
+rank, addr, port = int(os.environ["RANK"]), os.environ["MASTER_ADDR"], int(os.environ["MASTER_PORT"])
+heard = ""
+if rank == 0:
+    with socket.create_server((addr, port)) as server:
+        server.settimeout(60)
+        conn, _ = server.accept()
+        heard = conn.recv(100).decode()
+else:
+    deadline = time.monotonic() + 60
+    while True:
+        try:
+            conn = socket.create_connection((addr, port), timeout=5)
+            break
+        except OSError:
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(0.2)
+    conn.sendall(f"rank {rank}".encode())
+tf = json.loads(os.environ["TF_CONFIG"])
+print(json.dumps({"rank": rank, "world": os.environ["WORLD_SIZE"], "heard": heard, "task": tf["task"],
+                  "workers": tf["cluster"]["worker"]}), flush=True)
+"""
+"""Each task of a two-task gpudeck job on Slurm: task 0 listens at MASTER_ADDR:MASTER_PORT, task 1 finds it there;
+each prints what it was told."""
+
+
+def test_the_tasks_of_a_multi_worker_job_run_as_one_slurm_job_and_meet_at_master_addr(up, cluster):
+    made = submit_job(up.url, {"command": [sys.executable, "-c", MEET], "workers": 2, "gpus": 1})
+    ended = wait_ended(up.url, made, timeout=120)
+    assert ended["status"] == "succeeded", ended
+    shown = cluster.run("scontrol", "show", "job", ended["slurm"]["id"]).stdout
+    assert "NumTasks=2" in shown and f"JobName=gpudeck-{made}" in shown, shown
+    logs = requests.get(f"{up.url}/api/v1/jobs/{made}/logs", timeout=10).text
+    said = {}
+    for line in logs.splitlines():
+        label, _, rest = line.partition("] ")
+        if rest.startswith("{"):
+            said[label.lstrip("[")] = json.loads(rest)
+    assert set(said) == {"worker0", "worker1"}, logs
+    assert said["worker0"]["heard"] == "rank 1" and said["worker1"]["rank"] == 1, said
+    assert said["worker0"]["workers"] == said["worker1"]["workers"] and len(said["worker0"]["workers"]) == 2
+    assert [said[w]["task"] for w in ("worker0", "worker1")] == [{"type": "worker", "index": i} for i in (0, 1)]
+    tasks = job(up, made)["tasks"]
+    assert [t["status"] for t in tasks] == ["succeeded", "succeeded"], tasks
+    assert all(t["worker"].startswith(f"slurm-{ended['slurm']['id']}@") for t in tasks), tasks
 
 
 def test_the_tui_shows_a_slurm_backed_stack(up, cluster):
