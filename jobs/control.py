@@ -59,7 +59,7 @@ def submit(
         rec, replayed = queues.submit(redis, body, settings, extra=extra), False
     else:
         rec, replayed = queues.submit_once(redis, body, idempotency_key, settings, extra=extra)
-    if not replayed:
+    if not replayed and settings.backend != "slurm":  # (on Slurm, the agent's next round submits it)
         schedule.place(redis, settings)  # it starts now when it can
         rec = JobStore(redis).get(rec["id"])
     return rec, replayed

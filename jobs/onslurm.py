@@ -183,17 +183,23 @@ def submit(redis: Redis, settings: Settings, tools: Tools, job_id: int) -> str |
         end = End(Status.FAILED, Reason.BAD_INPUT, f"Slurm refused it: {exc}")
         lifecycle.end(redis, job_id, end, rec, allowed=(Status.QUEUED.value,))
         return None
-    slurm = {"id": slurm_id, "submitted_at": time.time(), "state": "PENDING", "reason": None, "expected_start": None}
-    with redis.pipeline() as pipe:
-        queues.withdraw(redis, rec, pipe)
-        pipe.sadd(SLURM_JOBS_KEY, job_id)
-        pipe.execute()
-    said = f"submitted to Slurm as job {slurm_id}"
-    if not store.transition(job_id, (Status.QUEUED.value,), slurm=slurm, message=said):
+    if not took(redis, rec, slurm_id):
         tools.scancel([slurm_id])  # (canceled meanwhile)
         return None
     log.info("job %s: submitted to Slurm as job %s", job_id, slurm_id)
     return slurm_id
+
+
+def took(redis: Redis, rec: dict[str, Any], slurm_id: str) -> bool:
+    """Slurm took a queued job as its job `slurm_id`: out of its line, the record says so, the watcher looks at it;
+    False when it was no longer queued (canceled meanwhile)."""
+    slurm = {"id": slurm_id, "submitted_at": time.time(), "state": "PENDING", "reason": None, "expected_start": None}
+    with redis.pipeline() as pipe:
+        queues.withdraw(redis, rec, pipe)
+        pipe.sadd(SLURM_JOBS_KEY, rec["id"])
+        pipe.execute()
+    said = f"submitted to Slurm as job {slurm_id}"
+    return JobStore(redis).transition(rec["id"], (Status.QUEUED.value,), slurm=slurm, message=said)
 
 
 def holding(redis: Redis, store: JobStore) -> tuple[Counter[int], Counter[str]]:
@@ -258,8 +264,10 @@ def _fields(rec: dict[str, Any], **changes: Any) -> dict[str, Any]:
     return {**(rec.get("slurm") or {}), **changes}
 
 
-def watch(redis: Redis, settings: Settings, tools: Tools, listed: list[SlurmJob], now: float | None = None) -> None:
-    """What Slurm says of gpudeck's jobs (`squeue`'s lines), into their records: see the module's docstring."""
+def watch(redis: Redis, settings: Settings, listed: list[SlurmJob], now: float | None = None) -> list[str]:
+    """What Slurm says of gpudeck's jobs (`squeue`'s lines), into their records (see the module's docstring); the
+    Slurm jobs gpudeck no longer wants (to `scancel`): a job canceled or deleted, a stale one of a job since
+    submitted again, a running one whose attempt no longer beats."""
     now = time.time() if now is None else now
     store = JobStore(redis)
     named: dict[int, list[SlurmJob]] = {}
@@ -281,9 +289,7 @@ def watch(redis: Redis, settings: Settings, tools: Tools, listed: list[SlurmJob]
         mine = next((j for j in named.get(job_id, []) if j.slurm_id == sid), None)
         if job_id in wanted:
             strays += _one(redis, settings, store, rec, mine, now)
-    if strays:
-        log.info("scancel %s: Slurm jobs gpudeck no longer wants", " ".join(strays))
-        tools.scancel(sorted(set(strays)))
+    return sorted(set(strays))
 
 
 def _one(
@@ -427,7 +433,10 @@ class Round(Periodic):
         try:
             submit_queued(self.redis, self.settings, self.tools)
             if now >= self.next_poll:
-                watch(self.redis, self.settings, self.tools, self.tools.squeue())
+                strays = watch(self.redis, self.settings, self.tools.squeue())
+                if strays:
+                    log.info("scancel %s: Slurm jobs gpudeck no longer wants", " ".join(strays))
+                    self.tools.scancel(strays)
                 self.next_poll = now + self.settings.slurm_poll_s
         except SlurmAway as exc:
             wait = AWAY_BACKOFF_S[min(self.failures, len(AWAY_BACKOFF_S) - 1)]
