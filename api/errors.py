@@ -18,6 +18,7 @@ from jobs.errors import (
     GpudeckError,
     InsufficientStorage,
     NotFound,
+    NotImplementedHere,
     ReferenceForbidden,
     ReferenceNotFound,
     TooLarge,
@@ -43,6 +44,7 @@ STATUS = {
     InsufficientStorage: 507,
     ConfigError: 500,
     Unavailable: 503,
+    NotImplementedHere: 501,
 }
 """HTTP status of each domain exception; the one place where they are mapped."""
 

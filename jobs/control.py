@@ -30,6 +30,7 @@ from jobs import (
 from jobs.errors import Conflict, NotFound
 from jobs.keys import (
     INDEX_KEY,
+    SLURM_WAKE_KEY,
     job_key,
     job_keys,
     sweep_key,
@@ -59,7 +60,9 @@ def submit(
         rec, replayed = queues.submit(redis, body, settings, extra=extra), False
     else:
         rec, replayed = queues.submit_once(redis, body, idempotency_key, settings, extra=extra)
-    if not replayed and settings.backend != "slurm":  # (on Slurm, the agent's next round submits it)
+    if not replayed and settings.backend == "slurm":  # (the agent's round, woken, sends it to sbatch at once)
+        redis.rpush(SLURM_WAKE_KEY, rec["id"])
+    elif not replayed:
         schedule.place(redis, settings)  # it starts now when it can
         rec = JobStore(redis).get(rec["id"])
     return rec, replayed

@@ -96,6 +96,12 @@ class TooMany(GpudeckError):
     code = "too_many_requests"
 
 
+class NotImplementedHere(GpudeckError):
+    """What this gpudeck does elsewhere but not with its backend (a session on Slurm): the message says why."""
+
+    code = "not_implemented"
+
+
 class Unavailable(GpudeckError):
     """A service gpudeck starts (TensorBoard) could not be started or reached."""
 

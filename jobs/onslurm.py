@@ -26,11 +26,12 @@ from pathlib import Path
 from typing import Any
 
 from redis import Redis
+from redis.exceptions import RedisError
 
 from jobs import gang, lifecycle, queues, quota, sweeps, tokens
 from jobs.depends import release_dependencies
 from jobs.errors import Conflict, NotFound
-from jobs.keys import SLURM_AWAY_KEY, SLURM_JOBS_KEY, SLURM_LOCK_KEY, queue_name
+from jobs.keys import SLURM_AWAY_KEY, SLURM_JOBS_KEY, SLURM_LOCK_KEY, SLURM_WAKE_KEY, queue_name
 from jobs.outcome import End
 from jobs.periodic import Periodic
 from jobs.record import Kept
@@ -410,8 +411,9 @@ def reprioritize(redis: Redis, settings: Settings, job_id: int, priority: str, t
 
 
 class Round(Periodic):
-    """Each second: the lines' jobs to sbatch; every GPUDECK_SLURM_POLL, squeue into the records (backing off while
-    the controller does not answer). One process at a time (SLURM_LOCK_KEY)."""
+    """Each second, and at once when the API queued a job (SLURM_WAKE_KEY): the lines' jobs to sbatch; every
+    GPUDECK_SLURM_POLL, squeue into the records (backing off while the controller does not answer). One process at
+    a time (SLURM_LOCK_KEY)."""
 
     what, every_s = "slurm", 1.0
 
@@ -423,10 +425,21 @@ class Round(Periodic):
         self.next_poll = 0.0
         self.failures = 0
 
-    def lease_key(self) -> str | None:
-        return SLURM_LOCK_KEY
+    def run(self) -> None:
+        """Periodic's loop, but between rounds it waits on SLURM_WAKE_KEY: a job the API queued goes to sbatch
+        at once, not up to a second later."""
+        while not self.stopped.is_set():
+            self.once()
+            try:
+                self.redis.blpop([SLURM_WAKE_KEY], timeout=self.every_s)
+            except RedisError:
+                self.stopped.wait(self.every_s)
 
     def round(self) -> None:
+        self.under_lock(SLURM_LOCK_KEY, 120, self._round)  # (one agent at a time; released when done)
+
+    def _round(self) -> None:
+        self.redis.delete(SLURM_WAKE_KEY)  # (this round sees every job queued until now)
         now = time.monotonic()
         if now < self.next_poll and self.failures:
             return

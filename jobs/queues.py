@@ -16,7 +16,7 @@ from redis.exceptions import RedisError
 
 from jobs import datasets, quota, slurm, sources
 from jobs import spec as spec_mod
-from jobs.errors import Conflict, ReferenceNotFound, Unprocessable, ValidationError
+from jobs.errors import Conflict, NotImplementedHere, ReferenceNotFound, Unprocessable, ValidationError
 from jobs.keys import (
     AFTER_CHECK_KEY,
     AFTER_KEY,
@@ -124,7 +124,13 @@ def validate(redis: Redis, body: Any, settings: Settings, default_gpus: int | No
 
 def not_on_slurm(spec: Kept) -> None:
     """ValidationError naming the field of what Slurm does not run as gpudeck would (GPUDECK_BACKEND=slurm): a GPU
-    share (Slurm's shard GRES is its operator's), a session."""
+    share (Slurm's shard GRES is its operator's); NotImplementedHere (501) for a session, which is not on Slurm yet."""
+    if spec.is_session:
+        raise NotImplementedHere(
+            "sessions do not run on Slurm yet (GPUDECK_BACKEND=slurm): on the cluster, `salloc --gres=gpu:1` then "
+            "`srun --pty bash` gives the same shell on a GPU node",
+            {"field": "kind"},
+        )
     try:
         slurm.sbatch_options(0, spec, slurm.SlurmOptions(), output="-")
     except slurm.NotOnSlurm as exc:

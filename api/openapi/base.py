@@ -54,6 +54,7 @@ def _errors(*codes: int) -> dict[str, Any]:
         413: "body or archive over a limit",
         422: "well-formed but refused",
         429: "too many concurrent streams, or too many bad tokens from this address (Retry-After: when to try again)",
+        501: "not with this server's backend (a session on Slurm: GPUDECK_BACKEND=slurm); the message says why",
         503: "Redis or a started service unavailable (`redis_cannot_write`: Redis cannot save to its disk and refuses "
         "writes; nothing was changed)",
         507: "less than GPUDECK_MIN_FREE is free under GPUDECK_HOME: new jobs and uploads wait for room (the message "

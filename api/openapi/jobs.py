@@ -42,7 +42,7 @@ def paths() -> dict[str, Any]:
                         "dry_run=true, what submitting it would do with nothing stored (a DryRun)",
                         "content": {"application/json": {"schema": {"oneOf": [_ref("Job"), _ref("DryRun")]}}},
                     },
-                    **_errors(400, 403, 404, 409, 413, 422, 503, 507),
+                    **_errors(400, 403, 404, 409, 413, 422, 501, 503, 507),
                 },
                 parameters=[
                     {

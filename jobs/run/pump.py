@@ -460,8 +460,9 @@ def _pump(
     while sel.get_map():
         heart.tick()
         ready = sel.select(poll_s)
-        if ready:
-            time.sleep(COALESCE_S)  # let more output gather; the pipes hold 64 KiB each meanwhile
+        if ready and exited_at is None and proc.poll() is None:
+            time.sleep(COALESCE_S)  # let more output gather; the pipes hold 64 KiB each meanwhile (an exited
+            # process writes no more: what it wrote is read at once, and its end recorded without waiting)
         pipe = writes.pipeline()
         for key, _ in ready:
             chunk, eof = _drain(key.fd)

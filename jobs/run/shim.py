@@ -77,10 +77,11 @@ def main(argv: list[str]) -> int:
     os.set_blocking(lifeline, False)
     stopping_since: float | None = None
     grace = float(os.environ.get(GRACE_ENV) or 30) + 5
+    watched = [lifeline, *_exit_of(job.pid)]  # (the job's end wakes the shim at once: its end is recorded sooner)
     while job.poll() is None:
         if stopping_since is None:
-            ready, _, _ = select.select([lifeline], [], [], 0.5)
-            if ready and _closed(lifeline):  # the work-horse is gone: stop as a cancel would
+            ready, _, _ = select.select(watched, [], [], 0.5)
+            if lifeline in ready and _closed(lifeline):  # the work-horse is gone: stop as a cancel would
                 stopping_since = time.monotonic()
                 _signal_group(signal.SIGTERM)
         elif time.monotonic() - stopping_since > grace:
@@ -92,6 +93,15 @@ def main(argv: list[str]) -> int:
     if stopping_since is not None:  # the work-horse, which ends what a job leaves, is gone: the shim does
         _end_the_rest()
     return 128 - code if code < 0 else code
+
+
+def _exit_of(pid: int) -> list[int]:
+    """A descriptor that becomes readable when process `pid` exits (a pidfd), or none where the kernel has no
+    pidfd_open (Linux before 5.3): the shim then finds the job's end within its half-second poll."""
+    try:
+        return [os.pidfd_open(pid)]
+    except (AttributeError, OSError):
+        return []
 
 
 def _end_the_rest(limit_s: float = 2.0) -> None:
