@@ -333,6 +333,17 @@ def job_id_of(rq_id: str | None) -> int | None:
     return int(part) if part.isdigit() else None
 
 
+def attempt_of(rq_id: str | None) -> int | None:
+    """The attempt of a single job an RQ id runs (`gpudeck-42`: 1, `gpudeck-42-2`: 2); None for a task's, a held
+    worker's or another id."""
+    parts = (rq_id or "").split("-")
+    if len(parts) == 2 and job_id_of(rq_id) is not None:
+        return 1
+    if len(parts) == 3 and job_id_of(rq_id) is not None and parts[2].isdigit():
+        return int(parts[2])
+    return None
+
+
 # -- users ------------------------------------------------------------------------------------------
 TOKENS_KEY = f"{PREFIX}:tokens"
 """Hash: token name -> JSON (sha256 of the token, role, limits, created, expires, last used); never the token."""

@@ -27,6 +27,7 @@ from jobs.keys import (
     RUN_JOB,
     RUN_TASK,
     alive_key,
+    attempt_of,
     base_queue,
     drain_key,
     job_id_of,
@@ -332,11 +333,14 @@ def on_job_error(job: Any, exc_type: type, exc: BaseException, tb: Any) -> None:
 def _horse_lost(job: Any, why: str) -> None:
     if job_id_of(job.id) is None or job.func_name == RUN_HOLD:
         return
+    store = JobStore(job.connection)
+    rec = store.get(int(job_id_of(job.id) or 0))
+    attempt = attempt_of(job.id)
+    if attempt is not None and int(rec.get("attempt", 1)) != attempt:
+        return  # (an earlier attempt's work-horse: the job has moved on, its next attempt maybe running elsewhere)
     job_id, pid = trainer_of(job)
     if pid is not None:
         launch.signal_group(pid, signal.SIGKILL)  # its trainer must not outlive it
-    store = JobStore(job.connection)
-    rec = store.get(job_id)
     if Status(rec["status"]).ended:
         return
     if job.func_name == RUN_TASK:

@@ -10,9 +10,11 @@ import time
 
 import pytest
 from redis import Redis
+from rq.job import Job
 
-from jobs import lifecycle
+from jobs import lifecycle, worker
 from jobs import reaper as reaper_module
+from jobs.keys import attempt_of, rq_job_id
 from jobs.outcome import SUCCEEDED
 from jobs.reaper import SETTLE_S, Reaper
 from jobs.redis_server import find_redis_server, free_port
@@ -38,6 +40,29 @@ def test_a_work_horse_given_up_on_does_not_end_the_next_attempt(redis):
     stale = {**rec, "attempt": 1}  # a reaper that read the record before the requeue gives up nothing now
     assert lifecycle.worker_lost(redis, 1, stale, "no heartbeat") is None and store.get(1)["attempt"] == 2
     assert lifecycle.end(redis, 1, SUCCEEDED, of_attempt=2) == "succeeded"
+
+
+def test_an_earlier_attempts_work_horse_that_died_late_leaves_the_next_attempt_alone(redis):
+    """RQ says attempt 1's work-horse died (or gpudeck failed in it) after the job went back in line and its attempt
+    2 began: attempt 2 is not ended as worker_lost, nor its trainer killed (the RQ id names the attempt)."""
+    store = JobStore(redis)
+    running(store, 1)
+    assert lifecycle.worker_lost(redis, 1, store.get(1), "preempted, say") == "queued"
+    assert store.transition(1, ("queued",), status="running", worker="w2", pid=2**22 + 1)  # (no such process)
+    first = Job.create("jobs.task.run_job", args=(1,), id=rq_job_id(1, 1), connection=redis)
+    worker.on_job_error(first, RuntimeError, RuntimeError("late"), None)
+    worker.on_horse_killed(first, 0, 9, None)
+    assert (store.get(1)["status"], store.get(1)["attempt"]) == ("running", 2)
+    second = Job.create("jobs.task.run_job", args=(1,), id=rq_job_id(1, 2), connection=redis)
+    worker.on_horse_killed(second, 0, 9, None)  # (its own attempt's: lost, retried)
+    assert (store.get(1)["status"], store.get(1)["attempt"]) == ("queued", 3)
+    assert [attempt_of(i) for i in ("gpudeck-7", "gpudeck-7-3", "gpudeck-7-g1-t0", "gpudeck-7-g1-h1", "x")] == [
+        1,
+        3,
+        None,
+        None,
+        None,
+    ]
 
 
 @pytest.fixture

@@ -6,6 +6,7 @@ skip saying so; `make test-slurm` (and CI) install it."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import signal
@@ -67,21 +68,49 @@ class Cluster:
         return "\n".join(out)
 
     def stop(self) -> None:
+        """Cancel every job, stop the daemons (SIGKILL after 10 s), and kill what outlived them: job steps
+        (slurmstepd) and their processes, found by this cluster's SLURM_CONF in their environment."""
+        self.run("scancel", f"--user={os.getuid()}", check=False)
+        deadline = time.monotonic() + 15
+        while self.run("squeue", "-h", "-o", "%i", check=False).stdout.strip() and time.monotonic() < deadline:
+            time.sleep(0.2)
+        pids = []
         for name in DAEMONS:
-            pid_file = self.folder / f"{name}.pid"
             try:
-                os.kill(int(pid_file.read_text().strip()), signal.SIGTERM)
+                pids.append(int((self.folder / f"{name}.pid").read_text().strip()))
             except (OSError, ValueError):
                 continue
+        for pid in pids:
+            with contextlib.suppress(OSError):
+                os.kill(pid, signal.SIGTERM)
         deadline = time.monotonic() + 10
-        for name in DAEMONS:
-            pid_file = self.folder / f"{name}.pid"
-            while pid_file.exists() and time.monotonic() < deadline:
+        while any(_running(pid) for pid in pids) and time.monotonic() < deadline:
+            time.sleep(0.1)
+        for pid in [*pids, *self._strays()]:
+            with contextlib.suppress(OSError):
+                os.kill(pid, signal.SIGKILL)
+
+    def _strays(self) -> list[int]:
+        """Processes whose environment names this cluster's slurm.conf (its steps and what they ran)."""
+        mark = f"SLURM_CONF={self.conf}".encode()
+        found = []
+        for entry in os.listdir("/proc"):
+            if entry.isdigit() and int(entry) != os.getpid():
                 try:
-                    os.kill(int(pid_file.read_text().strip()), 0)
-                except (OSError, ValueError):
-                    break
-                time.sleep(0.1)
+                    if mark in open(f"/proc/{entry}/environ", "rb").read().split(b"\0"):
+                        found.append(int(entry))
+                except OSError:
+                    continue
+        return found
+
+
+def _running(pid: int) -> bool:
+    """Whether `pid` is alive (a zombie is not)."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rpartition(")")[2].split()[0] != "Z"
+    except OSError:
+        return False
 
 
 def start(folder: Path, gpus: int = 4) -> Cluster:
