@@ -20,7 +20,6 @@ import time
 from datetime import datetime
 from pathlib import Path
 
-import pytest
 import requests
 
 from tests.support import slurm
@@ -40,14 +39,7 @@ SCRIPT = (
 """Half a second of work, its start and end times written beside it."""
 
 
-@pytest.fixture(scope="module")
-def cluster(tmp_path_factory):
-    why = slurm.unavailable()
-    if why:
-        pytest.skip(why)
-    running = slurm.start(tmp_path_factory.mktemp("slurm"), gpus=4)
-    yield running
-    running.stop()
+cluster = slurm.cluster_fixture(gpus=4)
 
 
 def stamp(iso: str) -> float:

@@ -19,15 +19,7 @@ from tests.support.live import submit_job, until, wait_ended
 from tests.support.readme import run_block
 from tests.support.stack import Up
 
-
-@pytest.fixture(scope="module")
-def cluster(tmp_path_factory):
-    why = slurm.unavailable()
-    if why:
-        pytest.skip(why)
-    running = slurm.start(tmp_path_factory.mktemp("slurm"), gpus=4)
-    yield running
-    running.stop()
+cluster = slurm.cluster_fixture(gpus=4)
 
 
 @pytest.fixture(scope="module")

@@ -20,14 +20,7 @@ from tests.support.live import until
 OPTS = SlurmOptions(account="lab", grace_s=30)
 
 
-@pytest.fixture(scope="module")
-def cluster(tmp_path_factory):
-    why = slurm.unavailable()
-    if why:
-        pytest.skip(why)
-    running = slurm.start(tmp_path_factory.mktemp("slurm"), gpus=2)
-    yield running
-    running.stop()
+cluster = slurm.cluster_fixture(gpus=2)
 
 
 STAYS = "trap 'echo got TERM; exit 0' TERM; echo started; sleep 120 & wait"

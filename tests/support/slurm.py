@@ -16,6 +16,8 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+import pytest
+
 from jobs.redis_server import free_port
 
 DAEMONS = ("slurmctld", "slurmd", "munged")
@@ -186,3 +188,19 @@ PartitionName=high Nodes={node} Default=NO MaxTime=INFINITE State=UP PriorityTie
         time.sleep(0.5)
     cluster.stop()
     raise RuntimeError(f"slurm did not come up in 30 s:\n{cluster.logs()}")
+
+
+def cluster_fixture(gpus: int):
+    """A module's `cluster` fixture: one cluster of `gpus` FAKE GPUs for the module's tests, stopped after them;
+    the tests skip, saying why, where Slurm cannot be had."""
+
+    @pytest.fixture(scope="module")
+    def cluster(tmp_path_factory: pytest.TempPathFactory):
+        why = unavailable()
+        if why:
+            pytest.skip(why)
+        running = start(tmp_path_factory.mktemp("slurm"), gpus=gpus)
+        yield running
+        running.stop()
+
+    return cluster
