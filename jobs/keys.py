@@ -374,6 +374,9 @@ EXPORTER_LOCK_KEY = f"{PREFIX}:exporter:lock"
 # -- on Slurm (jobs.onslurm) ------------------------------------------------------------------
 SLURM_JOBS_KEY = f"{PREFIX}:slurm:jobs"
 """The gpudeck jobs that have a Slurm job Slurm may still run (a record's `slurm.id`): what the watcher looks at."""
+SLURM_OURS_KEY = f"{PREFIX}:slurm:ours"
+"""The Slurm job ids this stack submitted that Slurm still lists: the only ones it ever cancels (another gpudeck
+under the same Slurm user names its jobs the same way)."""
 SLURM_LOCK_KEY = f"{PREFIX}:slurm:lock"
 """Held by the process submitting to and watching Slurm this round."""
 SLURM_WAKE_KEY = f"{PREFIX}:slurm:wake"

@@ -31,7 +31,7 @@ from redis.exceptions import RedisError
 from jobs import gang, lifecycle, queues, quota, sweeps, tokens
 from jobs.depends import release_dependencies
 from jobs.errors import Conflict, NotFound
-from jobs.keys import SLURM_AWAY_KEY, SLURM_JOBS_KEY, SLURM_LOCK_KEY, SLURM_WAKE_KEY, queue_name
+from jobs.keys import SLURM_AWAY_KEY, SLURM_JOBS_KEY, SLURM_LOCK_KEY, SLURM_OURS_KEY, SLURM_WAKE_KEY, queue_name
 from jobs.outcome import End
 from jobs.periodic import Periodic
 from jobs.record import Kept
@@ -198,6 +198,7 @@ def took(redis: Redis, rec: dict[str, Any], slurm_id: str) -> bool:
     with redis.pipeline() as pipe:
         queues.withdraw(redis, rec, pipe)
         pipe.sadd(SLURM_JOBS_KEY, rec["id"])
+        pipe.sadd(SLURM_OURS_KEY, slurm_id)
         pipe.execute()
     said = f"submitted to Slurm as job {slurm_id}"
     return JobStore(redis).transition(rec["id"], (Status.QUEUED.value,), slurm=slurm, message=said)
@@ -271,11 +272,15 @@ def watch(redis: Redis, settings: Settings, listed: list[SlurmJob], now: float |
     submitted again, a running one whose attempt no longer beats."""
     now = time.time() if now is None else now
     store = JobStore(redis)
+    ours = {m.decode() for m in redis.smembers(SLURM_OURS_KEY)}
     named: dict[int, list[SlurmJob]] = {}
     for sj in listed:
         job_id = job_id_of(sj.name)
-        if job_id is not None:
+        if job_id is not None and sj.slurm_id in ours:  # (never another stack's `gpudeck-N`)
             named.setdefault(job_id, []).append(sj)
+    gone = ours - {sj.slurm_id for sj in listed}
+    if gone:  # (Slurm no longer lists them: nothing of theirs to cancel, ever)
+        redis.srem(SLURM_OURS_KEY, *gone)
     wanted = {int(m) for m in redis.smembers(SLURM_JOBS_KEY)}
     strays: list[str] = []
     for job_id in sorted(wanted | set(named)):

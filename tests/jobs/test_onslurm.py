@@ -107,13 +107,16 @@ def test_what_gpudeck_no_longer_wants_is_scancelled_a_running_one_after_its_grac
     claimed(redis, running)
     control.cancel(redis, pending)  # (queued: canceled at once)
     lifecycle.end(redis, running, outcome.STOPPED["canceled"])  # (its attempt ended it; its batch script exits)
-    stale = submitted(redis, on_slurm, "83")
+    stale = submitted(redis, on_slurm, "82")
+    store = JobStore(redis)
+    assert onslurm.took(redis, {**store.get(stale), "slurm": None}, "83")  # (submitted again: 82 is stale)
     lines = (
         f"80|gpudeck-{pending}|PENDING|Priority|N/A|0",
         f"81|gpudeck-{running}|RUNNING|None|2020-01-01T00:00:00|0",
         f"82|gpudeck-{stale}|PENDING|Priority|N/A|0",  # (an earlier submission of job `stale`)
         f"83|gpudeck-{stale}|PENDING|Priority|N/A|0",
         "84|someone-elses|RUNNING|None|2020-01-01T00:00:00|0",
+        f"85|gpudeck-{running}|RUNNING|None|2020-01-01T00:00:00|0",  # (another gpudeck's, under the same user)
     )
     assert onslurm.watch(redis, on_slurm, squeue(*lines)) == ["80", "82"]
     later = time.time() + on_slurm.slurm_grace_s + 16  # (the running one had its grace to stop by itself)
