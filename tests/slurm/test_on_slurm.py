@@ -188,9 +188,11 @@ def test_a_job_slurm_preempts_checkpoints_and_resumes_from_its_checkpoint(up, cl
     until(lambda: (job(up, victim)["progress"]["step"] or 0) >= 25, 180, lambda: str(job(up, victim)))
     made = cluster.run("sbatch", "--parsable", "--partition=high", "--gres=gpu:4", "--wrap", PREEMPTOR)
     preempted = until(lambda: (j := job(up, victim))["preemptions"] == 1 and j, 60, lambda: str(job(up, victim)))
-    assert (preempted["status"], preempted["reason"]) == ("queued", "preempted"), preempted
-    assert preempted["message"].startswith("preempted by Slurm at step "), preempted
-    assert "resumes from the checkpoint of step" in preempted["message"], preempted
+    # (what it said when it went back in line stays in `preempted_by`: Slurm may run it again at once)
+    said = preempted["preempted_by"]
+    assert said["who"] == "Slurm" and said["message"].startswith("preempted by Slurm at step "), preempted
+    assert "resumes from the checkpoint of step" in said["message"], preempted
+    assert preempted["attempt"] == 2 and preempted["status"] in ("queued", "starting", "running"), preempted
     until(lambda: squeued(cluster, made.stdout.strip()) == "COMPLETED", 120, "the preemptor done")
     # Slurm requeued the same job (--requeue): it runs again, its next attempt resumes from the checkpoint
     back = until(lambda: (j := job(up, victim))["status"] == "running" and j, 180, lambda: str(job(up, victim)))

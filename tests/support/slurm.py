@@ -99,10 +99,12 @@ class Cluster:
         for entry in os.listdir("/proc"):
             if entry.isdigit() and int(entry) != os.getpid():
                 try:
-                    if mark in open(f"/proc/{entry}/environ", "rb").read().split(b"\0"):
-                        found.append(int(entry))
+                    with open(f"/proc/{entry}/environ", "rb") as f:
+                        environ = f.read().split(b"\0")
                 except OSError:
                     continue
+                if mark in environ:
+                    found.append(int(entry))
         return found
 
 
