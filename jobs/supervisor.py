@@ -19,7 +19,7 @@ from jobs.errors import ConfigError
 from jobs.gpus import list_gpus
 from jobs.redis_server import EmbeddedRedis
 from jobs.run import sandbox
-from jobs.run.proc import pdeathsig, python_module
+from jobs.run.proc import become_subreaper, descendants, end_descendants, pdeathsig, python_module
 from jobs.settings import DEFAULT_PORT, Settings
 
 log = logging.getLogger(__name__)
@@ -252,8 +252,11 @@ class Stack:
         self._stopping = True
 
     def stop(self) -> None:
-        """Workers first (their trainers checkpoint), then the API, then Redis; all within 10 s."""
+        """Workers first (their trainers checkpoint), then the API, then Redis; all within 10 s. What a worker
+        killed at the end leaves (its work-horse's sandbox, a trainer still checkpointing) comes up to this process,
+        a subreaper from here on, and is ended before Redis stops: nothing of the stack outlives it."""
         t0 = time.monotonic()
+        become_subreaper()
         for w in self.workers:
             w.signal(signal.SIGTERM)  # warm: the trainer gets SIGTERM, checkpoints, its job ends worker_lost
         if self.api:
@@ -268,6 +271,8 @@ class Stack:
                 c.proc.wait()
         for gpu in self.mps_gpus:  # (their clients, the jobs, have ended)
             mps.stop(self.settings, gpu)
+        redis = self.redis.proc.pid if self.redis and self.redis.proc else None
+        end_descendants(keep=frozenset({redis, *descendants(redis)}) if redis else frozenset())
         if self.redis:
             self.redis.stop(timeout=max(0.5, 9.5 - (time.monotonic() - t0)))
 

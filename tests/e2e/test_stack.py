@@ -115,6 +115,24 @@ def test_stop_restart_and_the_cli(tmp_path, child_env):
     assert gone.returncode == 3 and "cannot reach the gpudeck API" in gone.stderr
 
 
+def test_a_job_that_ignores_sigterm_does_not_outlive_the_stop(tmp_path, child_env):
+    """A job that stays past the warm stop (it ignores SIGTERM, as a trainer still checkpointing would seem): its
+    worker and work-horse are killed at the hard stop, and what they leave (the sandbox, the job) is ended with
+    them, within the stop's 10 s, not left running for its grace."""
+    stack = Up(tmp_path / "home", {**child_env, "GPUDECK_COMMAND_JOBS": "1"}, tmp_path / "up.log")
+    try:
+        stays = {"command": ["sh", "-c", "trap '' TERM; echo staying; while true; do sleep 1; done"]}
+        job_id = requests.post(f"{stack.url}/api/v1/jobs", json=stays, timeout=30).json()["id"]
+        logs = f"{stack.url}/api/v1/jobs/{job_id}/logs"
+        until(lambda: "staying" in requests.get(logs, timeout=10).text, 60, "the job running")
+        procs = descendants(stack.proc.pid)
+        took = stack.stop()
+        assert took < 10 and stack.proc.returncode == 0, took
+        assert [p for p in procs if alive(p)] == []
+    finally:
+        stack.kill()
+
+
 def test_a_second_up_on_a_taken_port_says_so(tmp_path, child_env):
     stack = Up(tmp_path / "home", child_env, tmp_path / "up.log")
     try:
