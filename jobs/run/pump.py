@@ -268,10 +268,12 @@ class Output:
             self.store.update(self.job_id, pipe=pipe, **fields)
 
     def after_earlier_attempts(self, rec: dict[str, Any]) -> None:
-        """A later attempt goes on after the newest point stored (the record's progress may lag it by a point or
-        two): the points it redoes from its checkpoint up to there are not stored again."""
-        steps = [(rec.get("progress") or {}).get("step"), (self.store.last_point(self.job_id) or {}).get("step")]
-        self.seen_step = max((s for s in steps if isinstance(s, int)), default=None)
+        """A later attempt goes on after the newest point stored: the points it redoes from its checkpoint up to
+        there are not stored again. (Not after the record's progress: a command's comes from its log lines, which
+        can lead its points, read from its files once a second; an attempt that died between the two would have
+        the next one drop a point nobody stored.)"""
+        step = (self.store.last_point(self.job_id) or {}).get("step")
+        self.seen_step = step if isinstance(step, int) else None
 
     def command_launched(self, how: Launch, spec: Kept, job_dir: Path, built: Path | None) -> None:
         """A command job that reports (a multi-worker job's task 0) is about to start: its scalars are read from
