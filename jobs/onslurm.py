@@ -31,7 +31,7 @@ from redis.exceptions import RedisError
 from jobs import gang, lifecycle, queues, quota, sweeps, tokens
 from jobs.depends import release_dependencies
 from jobs.errors import Conflict, NotFound
-from jobs.keys import SLURM_AWAY_KEY, SLURM_JOBS_KEY, SLURM_LOCK_KEY, SLURM_OURS_KEY, SLURM_WAKE_KEY, queue_name
+from jobs.keys import SLURM_AWAY_KEY, SLURM_JOBS_KEY, SLURM_LOCK_KEY, SLURM_OURS_KEY, SLURM_WAKE_KEY
 from jobs.outcome import End
 from jobs.periodic import Periodic
 from jobs.record import Kept
@@ -48,7 +48,7 @@ from jobs.slurm import (
 )
 from jobs.store import JobStore, redis_uptime_s
 from jobs.views import sweep_id
-from models.states import ACTIVE, ENDED, Reason, Status
+from models.states import ACTIVE, ENDED, PRIORITIES, Reason, Status
 
 log = logging.getLogger(__name__)
 
@@ -127,9 +127,9 @@ class Tools:
         user = self.user or getpass.getuser()
         return parse_squeue(self.run("squeue", "-h", "--states=all", "-u", user, "-O", SQUEUE_FORMAT).stdout)
 
-    def scancel(self, slurm_ids: Sequence[str], signal: str | None = None) -> None:
+    def scancel(self, slurm_ids: Sequence[str]) -> None:
         if slurm_ids:
-            self.run("scancel", *([f"--signal={signal}", "--full"] if signal else []), *slurm_ids)
+            self.run("scancel", *slurm_ids)
 
 
 def script(job_id: int, tasks: int = 1) -> str:
@@ -229,7 +229,7 @@ def submit_queued(redis: Redis, settings: Settings, tools: Tools) -> list[int]:
     its attempt while Slurm requeues it too: its `slurm.id` still pending) leaves its line without a second
     submission."""
     done = []
-    ranked = sorted(queues.lines(redis).items(), key=lambda kv: ("high", "normal", "low").index(kv[0][0]))
+    ranked = sorted(queues.lines(redis).items(), key=lambda kv: PRIORITIES.index(kv[0][0]))
     store = JobStore(redis)
     release_dependencies(redis, store)  # (a job whose `after` all succeeded joins its line; one that failed: canceled)
     per_sweep, per_owner = holding(redis, store) if ranked else (Counter(), Counter())
@@ -378,41 +378,29 @@ def _gone(redis: Redis, settings: Settings, store: JobStore, rec: dict[str, Any]
     return []
 
 
-def reprioritize(redis: Redis, settings: Settings, job_id: int, priority: str, tools: Tools | None = None) -> None:
-    """A queued job's priority on Slurm: its spec changes; a job Slurm has already gets the QOS the operator mapped
-    to the priority (GPUDECK_SLURM_QOS), or, unmapped, its `--nice` (`low`: GPUDECK's low nice; else 0) through
-    `scontrol update`. Conflict (409) where Slurm has no way: raising a job above normal without a QOS for it
-    (only Slurm's operators may lower a nice value)."""
-    store = JobStore(redis)
-    rec = store.get(job_id)
-    if rec["status"] != Status.QUEUED.value:
-        raise Conflict(f"job {job_id} is {rec['status']}: only a queued job's priority can be changed", {"id": job_id})
-    opts = options(settings)
+def reprioritize(settings: Settings, rec: dict[str, Any], priority: str, tools: Tools | None = None) -> None:
+    """A queued job's new priority, told to Slurm when Slurm has the job: the QOS the operator mapped to it
+    (GPUDECK_SLURM_QOS), or, unmapped, its `--nice` (`low`: the low nice; else 0) through `scontrol update`.
+    Conflict (409) where Slurm has no way: raising a job above normal without a QOS for it (only Slurm's operators
+    may lower a nice value), or Slurm refusing the change. (The spec and the line: jobs.steer, as on one box.)"""
     slurm_id = (rec.get("slurm") or {}).get("id")
-    if slurm_id:
-        if priority in opts.qos:
-            change = f"QOS={opts.qos[priority]}"
-        elif priority == "high":
-            raise Conflict(
-                f"job {job_id} is Slurm's job {slurm_id}: only a QOS raises a job on Slurm, and none is mapped to "
-                "high (the operator sets GPUDECK_SLURM_QOS=high=QOS)",
-                {"field": "priority", "slurm_id": slurm_id},
-            )
-        else:
-            change = f"Nice={opts.low_nice if priority == 'low' else 0}"
-        try:
-            (tools or Tools()).run("scontrol", "update", f"JobId={slurm_id}", change)
-        except (SlurmRefused, SlurmAway) as exc:
-            raise Conflict(f"Slurm did not change job {slurm_id} ({change}): {exc}", {"slurm_id": slurm_id}) from None
-    spec = Kept(rec["spec"]).with_(priority=priority)
-    with redis.pipeline() as pipe:
-        queued = bool(redis.zscore(queues.line_key(Kept(rec["spec"]).priority, rec.get("owner")), job_id) is not None)
-        if queued:
-            queues.withdraw(redis, rec, pipe)
-        store.update(job_id, pipe=pipe, spec=spec.raw, queue=queue_name(spec.gpus, priority))
-        if queued:
-            queues.enqueue(pipe, job_id, spec, rec.get("owner"), rec.get("seq"))
-        pipe.execute()
+    if not slurm_id:
+        return
+    opts = options(settings)
+    if priority in opts.qos:
+        change = f"QOS={opts.qos[priority]}"
+    elif priority == "high":
+        raise Conflict(
+            f"job {rec['id']} is Slurm's job {slurm_id}: only a QOS raises a job on Slurm, and none is mapped to "
+            "high (the operator sets GPUDECK_SLURM_QOS=high=QOS)",
+            {"field": "priority", "slurm_id": slurm_id},
+        )
+    else:
+        change = f"Nice={opts.low_nice if priority == 'low' else 0}"
+    try:
+        (tools or Tools()).run("scontrol", "update", f"JobId={slurm_id}", change)
+    except (SlurmRefused, SlurmAway) as exc:
+        raise Conflict(f"Slurm did not change job {slurm_id} ({change}): {exc}", {"slurm_id": slurm_id}) from None
 
 
 class Round(Periodic):

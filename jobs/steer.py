@@ -41,19 +41,22 @@ def _queued(store: JobStore, job_id: int, what: str) -> dict[str, Any]:
 def reprioritize(redis: Redis, job_id: int, priority: str, settings: Settings) -> dict[str, Any]:
     """A queued job goes to the line of another priority, keeping its place in submission order."""
     store = JobStore(redis)
-    if settings.backend == "slurm":  # (Slurm orders its queue: a QOS or a nice value through scontrol)
-        onslurm.reprioritize(redis, settings, job_id, priority)
-        return store.get(job_id)
+    slurm = settings.backend == "slurm"
     with locked(redis):
         rec = _queued(store, job_id, "priority")
+        if slurm:  # (Slurm orders its queue: a job it has gets a QOS or a nice value through scontrol)
+            onslurm.reprioritize(settings, rec, priority)
         spec = Kept(rec["spec"]).with_(priority=priority)
         waiting = bool(redis.sismember(AFTER_KEY, job_id))
+        in_line = not (rec.get("slurm") or {}).get("id")  # (one Slurm has is in no line of gpudeck's)
         with redis.pipeline() as pipe:
             queues.withdraw(redis, rec, pipe)
             store.update(job_id, pipe=pipe, spec=spec.raw, queue=queue_name(spec.gpus, priority))
-            queues.enqueue(pipe, job_id, spec, rec.get("owner"), rec.get("seq"), waiting=waiting)
+            if in_line:
+                queues.enqueue(pipe, job_id, spec, rec.get("owner"), rec.get("seq"), waiting=waiting)
             pipe.execute()
-    place(redis, settings)
+    if not slurm:
+        place(redis, settings)
     return store.get(job_id)
 
 
