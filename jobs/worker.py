@@ -40,7 +40,7 @@ from jobs.notify import Notifier
 from jobs.periodic import FORK_GUARD, Periodic, Watch
 from jobs.reaper import Reaper
 from jobs.record import Kept
-from jobs.run import launch, sandbox, warm
+from jobs.run import launch, proc, sandbox, warm
 from jobs.run.launch import WorkerContext
 from jobs.search import Searcher
 from jobs.settings import Settings
@@ -101,7 +101,8 @@ class GpudeckWorker(Worker):
         if ctx is not None:
             self.context = replace(ctx, warm=handed)
         try:
-            with FORK_GUARD:  # (no helper thread of this worker is in the middle of an import)
+            # (no helper thread of this worker is in the middle of an import, nor of starting a process: proc.SPAWNING)
+            with FORK_GUARD, proc.SPAWNING:
                 super().fork_work_horse(job, queue)
         finally:
             self.context = ctx

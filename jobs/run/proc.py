@@ -9,6 +9,7 @@ import signal
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from pathlib import Path
 from typing import IO, Protocol
@@ -39,6 +40,13 @@ def python_module(module: str, *args: str) -> list[str]:
     return [sys.executable, *safe_path, "-m", module, *args]
 
 
+SPAWNING = threading.Lock()
+"""Held while a thread starts a child process that the thread then waits on (output_of), and by a worker while it
+forks a work-horse (jobs.worker): a fork without exec copies every descriptor of the process, so a work-horse forked
+while the GPU sampler's thread started `dmesg` kept that Popen's exec-error pipe open for its whole job, and the
+sampler's round waited on it for as long (a running job's CPU % and GPU samples stopped coming)."""
+
+
 def output_of(argv: list[str], timeout: float) -> str:
     """What `argv` prints on stdout, as `subprocess.run(argv, capture_output=True, text=True, timeout=timeout,
     check=True).stdout` gives it, but never after more than `timeout`: it runs in a session of its own, its output
@@ -47,9 +55,10 @@ def output_of(argv: list[str], timeout: float) -> str:
     script's `tr` stuck reading a process's /proc — kept the GPU sampler's round waiting for good.) Raises OSError,
     subprocess.TimeoutExpired or subprocess.CalledProcessError as subprocess.run does."""
     with tempfile.TemporaryFile() as out:
-        proc = subprocess.Popen(
-            argv, stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.DEVNULL, start_new_session=True
-        )
+        with SPAWNING:  # (until the child has exec'd: Popen returns then)
+            proc = subprocess.Popen(
+                argv, stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.DEVNULL, start_new_session=True
+            )
         try:
             code = proc.wait(timeout)
         except subprocess.TimeoutExpired:

@@ -4,11 +4,14 @@ whatever the tool leaves behind (a child holding its output, a hang)."""
 from __future__ import annotations
 
 import os
+import signal
 import subprocess
+import threading
 import time
 
 import pytest
 
+from jobs.run import proc
 from jobs.run.proc import output_of
 
 
@@ -47,3 +50,35 @@ def test_a_failure_and_a_missing_tool_raise_as_subprocess_run_does():
         output_of(["sh", "-c", "echo partial; exit 3"], timeout=10)
     with pytest.raises(OSError):
         output_of(["/nonexistent/nvidia-smi"], timeout=10)
+
+
+def test_a_work_horse_forked_meanwhile_does_not_hold_the_callers_round():
+    """The worker forks work-horses (fork without exec: they keep a copy of every descriptor for their whole job)
+    while its GPU sampler's thread runs nvidia-smi and dmesg. A fork between the Popen's exec-error pipe and the
+    exec kept that pipe open in the work-horse, and the sampler's round waited for the job's end."""
+    calls, done = 0, threading.Event()
+
+    def sampler() -> None:  # (the sampler's thread: a tool run after another)
+        nonlocal calls
+        for _ in range(300):
+            output_of(["true"], timeout=10)
+            calls += 1
+        done.set()
+
+    horses = []
+    try:
+        thread = threading.Thread(target=sampler, daemon=True)
+        thread.start()
+        while not done.is_set() and len(horses) < 300:
+            with proc.SPAWNING:  # (as jobs.worker forks a work-horse)
+                pid = os.fork()
+                if pid == 0:  # a work-horse busy with a long job: it holds what it inherited until it exits
+                    time.sleep(60)
+                    os._exit(0)
+            horses.append(pid)
+        # every horse is still alive: the sampler's calls could only end if none of its pipes went to a horse
+        assert done.wait(30), f"the sampler's thread is stuck after {calls} calls of 300 ({len(horses)} forks)"
+    finally:
+        for pid in horses:
+            os.kill(pid, signal.SIGKILL)
+            os.waitpid(pid, 0)
