@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import os
 import sys
 import threading
 import time
@@ -24,6 +25,16 @@ FORK_GUARD = threading.Lock()
 a fork in the middle of an import leaves the child that module's import lock, held by a thread the child does not
 have, and the work-horse then hangs for good at its first `import numpy` (the searcher imports Optuna, and numpy
 with it, on its first round with a search; a trial forked meanwhile did)."""
+
+
+def _free_in_child() -> None:
+    """A work-horse is forked under FORK_GUARD: its copy of the lock is free for it (its fork never returns to let
+    it go)."""
+    if FORK_GUARD.locked():
+        FORK_GUARD.release()
+
+
+os.register_at_fork(after_in_child=_free_in_child)
 
 
 def stack_of(ident: int | None) -> str:

@@ -44,7 +44,16 @@ SPAWNING = threading.Lock()
 """Held while a thread starts a child process that the thread then waits on (output_of), and by a worker while it
 forks a work-horse (jobs.worker): a fork without exec copies every descriptor of the process, so a work-horse forked
 while the GPU sampler's thread started `dmesg` kept that Popen's exec-error pipe open for its whole job, and the
-sampler's round waited on it for as long (a running job's CPU % and GPU samples stopped coming)."""
+sampler's round waited on it for as long (a running job's CPU % and GPU samples stopped coming). The forked child
+gets it free (its copy was taken by the fork's thread, which goes on in the child and never lets it go)."""
+
+
+def _free_in_child() -> None:
+    if SPAWNING.locked():
+        SPAWNING.release()
+
+
+os.register_at_fork(after_in_child=_free_in_child)
 
 
 def output_of(argv: list[str], timeout: float) -> str:

@@ -82,3 +82,20 @@ def test_a_work_horse_forked_meanwhile_does_not_hold_the_callers_round():
         for pid in horses:
             os.kill(pid, signal.SIGKILL)
             os.waitpid(pid, 0)
+
+
+def test_a_work_horse_forked_under_the_lock_can_run_tools_itself():
+    with proc.SPAWNING:  # (as jobs.worker forks a work-horse: the fork never comes back to this block in the child)
+        pid = os.fork()
+        if pid == 0:
+            try:
+                os._exit(0 if output_of(["echo", "ok"], timeout=5) == "ok\n" else 1)
+            finally:
+                os._exit(2)
+    deadline = time.monotonic() + 30
+    while (done := os.waitpid(pid, os.WNOHANG))[0] == 0 and time.monotonic() < deadline:
+        time.sleep(0.05)
+    if done[0] == 0:
+        os.kill(pid, signal.SIGKILL)
+        os.waitpid(pid, 0)
+    assert done == (pid, 0)  # (it hung on its copy of the held lock)
