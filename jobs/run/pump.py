@@ -165,6 +165,8 @@ class Output:
         self.diverged: dict[str, Any] | None = None
         self.reader: ScalarReader | None = None
         self.seen_step: int | None = None
+        self.later = False
+        """A later attempt (after_earlier_attempts)."""
         """The last step an earlier attempt recorded: a resumed attempt's points up to it are not stored again (the
         curve goes on with no step twice; what was redone since the checkpoint was recorded once already)."""
         self.loss_clock = False
@@ -267,13 +269,15 @@ class Output:
         if fields:
             self.store.update(self.job_id, pipe=pipe, **fields)
 
-    def after_earlier_attempts(self, rec: dict[str, Any]) -> None:
+    def after_earlier_attempts(self) -> None:
         """A later attempt goes on after the newest point stored: the points it redoes from its checkpoint up to
         there are not stored again. (Not after the record's progress: a command's comes from its log lines, which
         can lead its points, read from its files once a second; an attempt that died between the two would have
-        the next one drop a point nobody stored.)"""
+        the next one drop a point nobody stored. And a command's points that an earlier attempt wrote but nobody
+        read, because it died first, are read as its own before this one starts: command_launched.)"""
         step = (self.store.last_point(self.job_id) or {}).get("step")
         self.seen_step = step if isinstance(step, int) else None
+        self.later = True
 
     def command_launched(self, how: Launch, spec: Kept, job_dir: Path, built: Path | None) -> None:
         """A command job that reports (a multi-worker job's task 0) is about to start: its scalars are read from
@@ -281,6 +285,12 @@ class Output:
         that look secret masked, secrets by name) and its project environment's digest (`gpudeck compare`)."""
         shipped = shipped_event_files(how.source) if how.source is not None else set()
         self.reader = ScalarReader(job_dir, ignore=shipped)
+        if self.later:  # what an earlier attempt wrote that nobody read (it died first) is its own, read now
+            with self.store.redis.pipeline(transaction=False) as pipe:
+                self.scan(pipe)
+                pipe.execute()
+            self.reader.save()
+            self.after_earlier_attempts()  # (this attempt goes on after those too)
         env_shown = {**masked(spec.env), **dict.fromkeys(spec.secret_env, "***")}
         fields: dict[str, Any] = {"environment": {**how.injected, **env_shown}}
         if built is not None:

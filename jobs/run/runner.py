@@ -90,7 +90,7 @@ class JobRun:
         self.command = spec.runs_code
         self.attempt, self.resumes, self.owner, self.quick = job.attempt, job.resumes, job.owner, job.trial is not None
         if self.attempt > 1 and self.reports:  # (an earlier attempt's points stay; this one goes on after them)
-            self.output.after_earlier_attempts(job.raw)
+            self.output.after_earlier_attempts()
         try:
             self.data_dir = datasets.local_dir(self.redis, self.ctx.settings, spec.dataset)
             log_file = launch.job_dir_made(self.job_dir, spec, self.data_dir)

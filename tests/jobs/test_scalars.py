@@ -237,3 +237,47 @@ def test_a_script_whose_accuracy_is_at_chance_over_its_declared_classes_gets_the
         Output(store, job_id).command_result(job_dir, spec.get("classes"))
         warning = job_view(store.get(job_id))["warning"]
         assert (warning is None) if said is None else warning.startswith(said), (result, classes, warning)
+
+
+def test_a_resumed_attempt_stores_what_the_dead_one_wrote_unread_and_then_each_step_once(redis, tmp_path: Path):
+    """A script's attempt killed with its work-horse: its last points (16, 17) were in metrics.jsonl, never read.
+    The next attempt resumes from the checkpoint of step 15 and writes 16… again. The curve keeps every step once:
+    the dead attempt's unread points are read as its own before the next starts, which goes on after them
+    (make test saw 1…17, then 17…40: step 16 stored once, 17 twice)."""
+    from types import SimpleNamespace
+
+    from jobs.record import Kept
+    from jobs.run.pump import Output
+    from jobs.store import JobStore
+
+    store = JobStore(redis)
+    store.create(1, {"command": ["python", "train.py"], "gpus": 0}, "gpus-0")
+    metrics = tmp_path / "metrics.jsonl"
+
+    def attempt(*, later: bool) -> Output:
+        out = Output(store, 1)
+        out.points = len(store.read_points(1))
+        if later:
+            out.after_earlier_attempts()
+        out.command_launched(SimpleNamespace(source=None, injected={}), Kept({}), tmp_path, None)  # type: ignore[arg-type]
+        return out
+
+    def written(*steps: int) -> None:
+        with metrics.open("a") as f:
+            f.writelines(json.dumps({"step": s, "loss": 1 / s}) + "\n" for s in steps)
+
+    def pumped(out: Output) -> None:  # (one round of the pump: scan, write, mark read)
+        pipe = redis.pipeline(transaction=False)
+        out.scan(pipe)
+        pipe.execute()
+        assert out.reader is not None
+        out.reader.save()
+
+    first = attempt(later=False)
+    written(*range(1, 16))
+    pumped(first)
+    written(16, 17)  # …and the attempt dies before its next round
+    second = attempt(later=True)
+    written(*range(16, 21))  # from the checkpoint of step 15
+    pumped(second)
+    assert [p["step"] for p in store.read_points(1)] == list(range(1, 21))
