@@ -165,10 +165,10 @@ class Output:
         self.diverged: dict[str, Any] | None = None
         self.reader: ScalarReader | None = None
         self.seen_step: int | None = None
-        self.later = False
-        """A later attempt (after_earlier_attempts)."""
         """The last step an earlier attempt recorded: a resumed attempt's points up to it are not stored again (the
         curve goes on with no step twice; what was redone since the checkpoint was recorded once already)."""
+        self.later = False
+        """A later attempt (after_earlier_attempts)."""
         self.loss_clock = False
         """Whether a point with a loss came: from then on only such points move the progress."""
         self.runs: list[str] = []

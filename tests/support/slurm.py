@@ -19,6 +19,7 @@ from pathlib import Path
 import pytest
 
 from jobs.redis_server import free_port
+from jobs.run.proc import kill_marked
 
 DAEMONS = ("slurmctld", "slurmd", "munged")
 PACKAGES = ("slurm-wlm", "munge")
@@ -88,24 +89,10 @@ class Cluster:
         deadline = time.monotonic() + 10
         while any(_running(pid) for pid in pids) and time.monotonic() < deadline:
             time.sleep(0.1)
-        for pid in [*pids, *self._strays()]:
+        for pid in pids:
             with contextlib.suppress(OSError):
                 os.kill(pid, signal.SIGKILL)
-
-    def _strays(self) -> list[int]:
-        """Processes whose environment names this cluster's slurm.conf (its steps and what they ran)."""
-        mark = f"SLURM_CONF={self.conf}".encode()
-        found = []
-        for entry in os.listdir("/proc"):
-            if entry.isdigit() and int(entry) != os.getpid():
-                try:
-                    with open(f"/proc/{entry}/environ", "rb") as f:
-                        environ = f.read().split(b"\0")
-                except OSError:
-                    continue
-                if mark in environ:
-                    found.append(int(entry))
-        return found
+        kill_marked("SLURM_CONF", str(self.conf))  # (strays: its steps and what they ran name its slurm.conf)
 
 
 def _running(pid: int) -> bool:
