@@ -111,7 +111,8 @@ def test_what_gpudeck_adds_on_slurm(cluster, tmp_path):
             added = pct([r[i] for r in ours], 50) - pct([r[i] for r in direct], 50)
             print(f"{what + ' gpudeck adds (p50)':28}{added:8.3f}")
 
-        blocker = cluster.run("sbatch", "--parsable", "--gres=gpu:4", "--wrap", "sleep 600").stdout.strip()
+        out = f"--output={tmp_path}/blocker.out"
+        blocker = cluster.run("sbatch", "--parsable", "--gres=gpu:4", out, "--wrap", "sleep 600").stdout.strip()
         for _ in range(PENDING):
             made = requests.post(f"{up.url}/api/v1/jobs", json={"command": "true", "gpus": 1}, timeout=30)
             assert made.status_code == 201, made.text

@@ -177,7 +177,7 @@ PREEMPTOR = "sleep 8"
 """A job of another lab user in Slurm's high partition that needs every GPU (preempting gpudeck's low one)."""
 
 
-def test_a_job_slurm_preempts_checkpoints_and_resumes_from_its_checkpoint(up, cluster):
+def test_a_job_slurm_preempts_checkpoints_and_resumes_from_its_checkpoint(up, cluster, tmp_path):
     zoo = {
         "model": "resnet20",
         "dataset": "synthetic:16x16x3",
@@ -186,7 +186,9 @@ def test_a_job_slurm_preempts_checkpoints_and_resumes_from_its_checkpoint(up, cl
     }
     victim = submit_job(up.url, zoo)
     until(lambda: (job(up, victim)["progress"]["step"] or 0) >= 25, 180, lambda: str(job(up, victim)))
-    made = cluster.run("sbatch", "--parsable", "--partition=high", "--gres=gpu:4", "--wrap", PREEMPTOR)
+    # (its own output file: without one, Slurm writes slurm-N.out into the folder the tests run in)
+    out = f"--output={tmp_path / 'preemptor.out'}"
+    made = cluster.run("sbatch", "--parsable", "--partition=high", "--gres=gpu:4", out, "--wrap", PREEMPTOR)
     preempted = until(lambda: (j := job(up, victim))["preemptions"] == 1 and j, 60, lambda: str(job(up, victim)))
     # (what it said when it went back in line stays in `preempted_by`: Slurm may run it again at once)
     said = preempted["preempted_by"]
