@@ -12,7 +12,7 @@ from redis import Redis
 
 from jobs import plan, queues, quota, share, usage
 from jobs.keys import AFTER_KEY, job_key
-from jobs.placement import choose, live_slots, taken_of
+from jobs.placement import choose, live_slots, part_of, taken_of
 from jobs.queues import waiting_for
 from jobs.record import Kept
 from jobs.schedule import BATCH, LINE_HEAD, SCAN_MAX, Round, cordoned, gpu_room, timeline, with_records
@@ -108,7 +108,7 @@ def estimate(
             left.discard(job_id)
         spec = Kept(rec["spec"])
         places, k = spec.workers, spec.gpus
-        part = spec.gpu_memory if k else None
+        part = part_of(spec, s.gpu_context_memory)
         took, _ = plan.expected(rec, history)
         start, chosen = tl.earliest(places, k, took, part)
         if start is None or chosen is None:
@@ -117,11 +117,11 @@ def estimate(
             out[job_id] = (None, NO_ESTIMATE if can else "no live workers can run it")
             continue
         out[job_id] = (start, None)
-        tl.take({x.name for p in chosen for x in p}, start, took, taken_of(spec))
+        tl.take({x.name for p in chosen for x in p}, start, took, taken_of(spec, s.gpu_context_memory))
     if also is not None:
         spec = Kept(also["spec"])
         places, k = spec.workers, spec.gpus
         took, _ = plan.expected(also, history)
-        start, chosen = tl.earliest(places, k, took, spec.gpu_memory if k else None)
+        start, chosen = tl.earliest(places, k, took, part_of(spec, s.gpu_context_memory))
         out[0] = (start, None) if start is not None and chosen is not None else (None, NO_ESTIMATE)
     return out

@@ -194,6 +194,7 @@ class Sampler(Periodic):
         redis_url: str,
         host: str | None = None,
         grace_s: float = 10.0,
+        context: int = 1 << 30,
         idle_gpu: str = "off",
         idle_window_s: float = 1800.0,
         admins: tuple[str, ...] = (),
@@ -202,7 +203,7 @@ class Sampler(Periodic):
         self.host = host or socket.gethostname()
         self.meter = usage.UsageMeter()
         self.sampled_at: float | None = None
-        self.watchdog = Watchdog(grace_s)
+        self.watchdog = Watchdog(grace_s, context)
         self.leftovers = Leftovers()
         self.kernel = gpuhealth.KernelLog(self.redis, self.host)
         self.ecc = gpuhealth.EccWatch(self.redis, self.host)
@@ -284,12 +285,13 @@ class Leftovers:
 
 class Watchdog:
     """Every share's GPU memory against its `gpu_memory`, from each sample's processes (each process counts for
-    the job whose process tree holds it, so nobody pays for a neighbour): a job above its share for longer than
-    `grace_s` is stopped as a cancel stops it, reason gpu_memory_exceeded, its record saying the peak and the share.
-    A job of whole GPUs is never watched (it has the GPU)."""
+    the job whose process tree holds it, so nobody pays for a neighbour), each process allowed its CUDA `context`
+    beside (GPUDECK_GPU_CONTEXT_MEMORY: nvidia-smi counts it, a framework's cap does not): a job above that for
+    longer than `grace_s` is stopped as a cancel stops it, reason gpu_memory_exceeded, its record saying the peak
+    and the share. A job of whole GPUs is never watched (it has the GPU)."""
 
-    def __init__(self, grace_s: float):
-        self.grace_s = grace_s
+    def __init__(self, grace_s: float, context: int):
+        self.grace_s, self.context = grace_s, context
         self.over: dict[int, tuple[float, int, str]] = {}
         """job id -> (when it went over, its peak in bytes, its GPU) while it stays over."""
 
@@ -297,16 +299,18 @@ class Watchdog:
         shares = {r["id"]: r for r in active if Kept(r["spec"]).gpu_memory}
         used: dict[int, int] = {}
         where: dict[int, str] = {}
+        processes: dict[int, int] = {}
         for gpu in gpus:
             for p in gpu.get("processes") or []:
                 if p.get("job_id") in shares:
                     used[p["job_id"]] = used.get(p["job_id"], 0) + (int(p.get("used_memory_mib") or 0) << 20)
                     where[p["job_id"]] = str(gpu.get("index"))
+                    processes[p["job_id"]] = processes.get(p["job_id"], 0) + 1
         for job_id in set(self.over) - set(shares):
             del self.over[job_id]
         for job_id, rec in shares.items():
             cap = Kept(rec["spec"]).gpu_memory or 0
-            if used.get(job_id, 0) <= cap:
+            if used.get(job_id, 0) <= cap + processes.get(job_id, 0) * self.context:
                 self.over.pop(job_id, None)
                 continue
             since, peak, _ = self.over.get(job_id, (now, 0, ""))
@@ -314,10 +318,12 @@ class Watchdog:
             self.over[job_id] = (since, peak, where[job_id])
             if now - since < self.grace_s or store.stop_reason(job_id):
                 continue
+            n = processes[job_id]
+            contexts = f"{n} CUDA context{'s' if n > 1 else ''} of {size_text(self.context)}"
             message = (
                 f"it used {size_text(peak)} of GPU {where[job_id]} (its peak) for {now - since:.0f} s, more than "
-                f"its gpu_memory of {size_text(cap)} (GPUDECK_GPU_MEMORY_GRACE: {self.grace_s:g} s): stopped so "
-                "that the jobs sharing the GPU go on"
+                f"its gpu_memory of {size_text(cap)} and {contexts} (GPUDECK_GPU_MEMORY_GRACE: {self.grace_s:g} s, "
+                "GPUDECK_GPU_CONTEXT_MEMORY): stopped so that the jobs sharing the GPU go on"
             )
             store.update(
                 job_id,

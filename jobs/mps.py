@@ -2,7 +2,8 @@
 kernels side by side instead of time-sliced, each held to its part.
 
 - `gpudeck up` starts `nvidia-cuda-mps-control -d` for each GPU it serves (CUDA_VISIBLE_DEVICES that GPU, its pipe
-  and log directories under `$GPUDECK_HOME/mps/<gpu>/`) before its workers, and stops each (`quit`) when it stops.
+  and log directories under `root`: `$GPUDECK_HOME/mps/<gpu>/`, or as root `/run/gpudeck-mps/<home>/<gpu>/`) before
+  its workers, and stops each (`quit`) when it stops.
   A worker started by hand with GPUDECK_MPS=on refuses to start without its GPU's daemon.
 - A job of one GPU gets CUDA_MPS_PIPE_DIRECTORY (its GPU's daemon; the directory is bound into its sandbox, whose
   /tmp, where MPS keeps its pipes by default, is its own); a share also gets CUDA_MPS_PINNED_DEVICE_MEM_LIMIT (its
@@ -14,6 +15,8 @@ kernels side by side instead of time-sliced, each held to its part.
 
 from __future__ import annotations
 
+import contextlib
+import hashlib
 import math
 import os
 import shutil
@@ -21,14 +24,34 @@ import subprocess
 from pathlib import Path
 
 from jobs.errors import ConfigError
+from jobs.run import sandbox
 from jobs.settings import Settings
 from models import protocol
 
 CONTROL = "nvidia-cuda-mps-control"
+RUN_ROOT = Path("/run/gpudeck-mps")
+"""Where a root service's daemons keep their pipes and logs (a folder per GPUDECK_HOME under it)."""
+
+
+def root(settings: Settings) -> Path:
+    """The folder of this home's daemons: `$GPUDECK_HOME/mps`, or, where this process is root (its jobs run as
+    GPUDECK_JOB_USER), RUN_ROOT/<the home's digest>: a daemon starts each user's MPS server as that user, which must
+    reach its pipes and its log ("a location that's accessible to the given $UID", NVIDIA's MPS guide), and a home
+    is often 0700 (on an H200, servers for `nobody` started under one exited at once and every client failed with
+    CUDA error 805). A job's sandbox hides the folder but for its own GPU's pipes (jobs.run.launch)."""
+    if os.geteuid() != 0:
+        return settings.home / "mps"
+    return RUN_ROOT / hashlib.sha256(str(settings.home).encode()).hexdigest()[:16]
+
+
+def out_of_sight(settings: Settings) -> Path:
+    """What a job's sandbox hides of the daemons (it sees its own GPU's pipes): all of RUN_ROOT for a root service
+    (another home's daemons too), else the home's folder (hidden with the home anyway)."""
+    return RUN_ROOT if root(settings).parent == RUN_ROOT else root(settings)
 
 
 def folder(settings: Settings, gpu: str) -> Path:
-    return settings.home / "mps" / gpu
+    return root(settings) / gpu
 
 
 def pipe_dir(settings: Settings, gpu: str) -> Path:
@@ -57,19 +80,30 @@ def start(settings: Settings, gpu: str) -> None:
             f"GPUDECK_MPS=on, but {CONTROL} is not on PATH: install the NVIDIA driver's MPS tools, or set "
             "GPUDECK_MPS=off"
         )
+    user = sandbox.job_user(settings.job_user)  # (whose MPS servers the daemon starts: the jobs' user)
+    top, here = root(settings), folder(settings, gpu)
+    here.mkdir(parents=True, exist_ok=True)
+    for made in (top.parent, top, here) if top.parent == RUN_ROOT else (top, here):  # (passable by that user)
+        made.chmod(0o755)
     for sub in ("pipe", "log"):
-        (folder(settings, gpu) / sub).mkdir(parents=True, exist_ok=True)
-        (folder(settings, gpu) / sub).chmod(0o755)
+        (here / sub).mkdir(exist_ok=True)
+        (here / sub).chmod(0o755)
+        sandbox.hand_over(here / sub, user)
     done = subprocess.run([CONTROL, "-d"], env=_env(settings, gpu), capture_output=True, text=True, timeout=30)
     if done.returncode != 0:
         raise ConfigError(f"{CONTROL} -d for GPU {gpu} failed ({done.returncode}): {done.stderr.strip()[:500]}")
 
 
 def stop(settings: Settings, gpu: str) -> None:
-    """Ask GPU `gpu`'s daemon to quit (its clients' work ends with their jobs)."""
-    if shutil.which(CONTROL) is None or not running(settings, gpu):
-        return
-    subprocess.run([CONTROL], input="quit\n", env=_env(settings, gpu), capture_output=True, text=True, timeout=30)
+    """Ask GPU `gpu`'s daemon to quit (its clients' work ends with their jobs); a root service's folder under
+    RUN_ROOT goes with it (what is under the home stays, its logs among it)."""
+    if shutil.which(CONTROL) is not None and running(settings, gpu):
+        subprocess.run([CONTROL], input="quit\n", env=_env(settings, gpu), capture_output=True, text=True, timeout=30)
+    top = root(settings)
+    if top.parent == RUN_ROOT:
+        shutil.rmtree(folder(settings, gpu), ignore_errors=True)
+        with contextlib.suppress(OSError):
+            top.rmdir()  # (once its last GPU's is gone)
 
 
 def check_worker(settings: Settings, gpus: list[str]) -> None:

@@ -32,7 +32,7 @@ class Slot:
 GpuKey = tuple[str, str]
 """A GPU: (host, its index)."""
 WHOLE = math.inf
-"""What a job of whole GPUs takes of each: all of it (a share takes its `gpu_memory`, in bytes)."""
+"""What a job of whole GPUs takes of each: all of it (a share takes its `gpu_memory` and a CUDA context: taken_of)."""
 
 
 MIG = "MIG-"
@@ -43,9 +43,15 @@ def gpu_keys(slot: Slot) -> list[GpuKey]:
     return [(slot.host, g) for g in slot.gpus]
 
 
-def taken_of(spec: Kept) -> float:
-    """What a job takes of each GPU it holds: its `gpu_memory` (bytes), else all of it (WHOLE)."""
-    return float(spec.gpu_memory) if spec.gpu_memory else WHOLE
+def taken_of(spec: Kept, context: int) -> float:
+    """What a job takes of each GPU it holds: a share its `gpu_memory` and one CUDA `context` (bytes: what its
+    process holds beside what its framework allocates, GPUDECK_GPU_CONTEXT_MEMORY), else all of it (WHOLE)."""
+    return float(spec.gpu_memory + context) if spec.gpu_memory else WHOLE
+
+
+def part_of(spec: Kept, context: int) -> float | None:
+    """What a share needs free on one GPU to be placed there (taken_of); None for a job of whole GPUs or none."""
+    return taken_of(spec, context) if spec.gpu_memory and spec.gpus else None
 
 
 def memory(redis: Redis, hosts: Iterable[str]) -> dict[GpuKey, tuple[int, int, int]]:

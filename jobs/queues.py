@@ -49,29 +49,31 @@ def live_gpu_workers(redis: Redis) -> int:
     return sum(host_gpus(redis).values())
 
 
-def check_gpu_memory(redis: Redis, wanted: int, hosts: list[str], reserve: int) -> None:
-    """ValidationError naming `gpu_memory` for a share larger than any live GPU's memory less the reserve (GPUs
-    whose memory no sample gives yet refuse nothing)."""
+def check_gpu_memory(redis: Redis, wanted: int, hosts: list[str], s: Settings) -> None:
+    """ValidationError naming `gpu_memory` for a share that with its CUDA context is larger than any live GPU's
+    memory less the reserve (GPUs whose memory no sample gives yet refuse nothing)."""
     found = memory(redis, hosts)
     if not found:
         return
     (host, index), (total, _, _) = max(found.items(), key=lambda kv: (kv[1][0], kv[0]))
-    if wanted > total - reserve:
+    if wanted + s.gpu_context_memory > total - s.gpu_memory_reserve:
+        room = max(0, total - s.gpu_memory_reserve - s.gpu_context_memory)
         raise ValidationError(
             {
                 "gpu_memory": f"asks {size_text(wanted)} of one GPU; the largest, GPU {index} of {host}, has "
-                f"{size_text(total)}, {size_text(max(0, total - reserve))} of it for jobs "
-                "(GPUDECK_GPU_MEMORY_RESERVE keeps the rest)"
+                f"{size_text(total)}: {size_text(room)} for a share once GPUDECK_GPU_MEMORY_RESERVE "
+                f"({size_text(s.gpu_memory_reserve)}) and its CUDA context (GPUDECK_GPU_CONTEXT_MEMORY, "
+                f"{size_text(s.gpu_context_memory)}) are kept"
             }
         )
 
 
-def check_hosts(redis: Redis, spec: Kept, reserve: int = 0) -> None:
+def check_hosts(redis: Redis, spec: Kept, s: Settings) -> None:
     """ValidationError for a job that asks more GPUs (per worker) than any live host has: it could never start.
     With no live GPU worker (a stack still starting, a host away) nothing is refused."""
     hosts = host_gpus(redis)
     if spec.gpu_memory and any(hosts.values()):
-        check_gpu_memory(redis, spec.gpu_memory, [h for h, n in hosts.items() if n], reserve)
+        check_gpu_memory(redis, spec.gpu_memory, [h for h, n in hosts.items() if n], s)
     if not any(hosts.values()) or spec.gpus <= max(hosts.values()):
         return
     host, most = max(hosts.items(), key=lambda kv: (kv[1], kv[0]))
@@ -118,7 +120,7 @@ def validate(redis: Redis, body: Any, settings: Settings, default_gpus: int | No
     if s.backend == "slurm":
         not_on_slurm(typed)
     else:
-        check_hosts(redis, typed, s.gpu_memory_reserve)
+        check_hosts(redis, typed, s)
     return spec
 
 

@@ -67,6 +67,7 @@ from jobs.placement import (
     gpu_keys,
     live_slots,
     memory,
+    part_of,
     partial,
     slots_of,
     taken_of,
@@ -127,7 +128,7 @@ class Round:
                 continue
             keys = {key for n in slots_of(rec) if n in self.slots for key in gpu_keys(self.slots[n])}
             for key in keys:
-                out[key] = out.get(key, 0.0) + taken_of(Kept(rec["spec"]))
+                out[key] = out.get(key, 0.0) + taken_of(Kept(rec["spec"]), self.settings.gpu_context_memory)
         for key, held in self.left.items():
             out[key] = out.get(key, 0.0) + held
         return out
@@ -159,7 +160,7 @@ def timeline(r: Round, unavailable: Iterable[str], history: plan.History) -> pla
     held: set[str] = set()
     for rec in r.active:
         end, _ = plan.expected_end(rec, r.now, history)
-        tl.hold(slots_of(rec), r.now, end, taken_of(Kept(rec["spec"])))
+        tl.hold(slots_of(rec), r.now, end, taken_of(Kept(rec["spec"]), r.settings.gpu_context_memory))
         held.update(slots_of(rec))
     tl.hold(set(unavailable) - held, r.now, plan.INF, 0)  # (draining, paused, foreign: not what a job holds)
     for key, left in r.left.items():  # (a process that outlived its job: until it lets go)
@@ -257,7 +258,7 @@ def _round(redis: Redis, s: Settings, now: float) -> list[int]:
             _waiting(store, rec, quota.waiting(owner or "", held[owner], limit))
             continue  # (over its owner's quota, it holds nobody else up, and preempts nobody)
         places, k = spec.workers, spec.gpus
-        part = spec.gpu_memory if k else None
+        part = part_of(spec, s.gpu_context_memory)
         # (its expected duration matters where it could start now, or where a reservation has a time to find)
         wanted = s.backfill and (r.free or (depth > 0 and len(tl.times()) > 1))
         took = plan.expected(rec, history)[0] if wanted else None
@@ -268,12 +269,12 @@ def _round(redis: Redis, s: Settings, now: float) -> list[int]:
             r.placed.append(job_id)
             taken = {x.name for p in chosen for x in p}
             r.free = [x for x in r.free if x.name not in taken]
-            tl.take(taken, r.now, took, taken_of(spec))
+            tl.take(taken, r.now, took, taken_of(spec, s.gpu_context_memory))
             held[owner] += quota.holds(store.get(job_id)) if spec.gpu_memory else gpus
             if sweep_id is not None:
                 sweep_running[sweep_id] += 1
             continue
-        message = (_need_share(r, tl, part) if part else _need(places, k, r.free)) + (r.out if k else "")
+        message = (_need_share(r, tl, spec, part) if part else _need(places, k, r.free)) + (r.out if k else "")
         if can_preempt:
             tries -= 1
             said = _preempt(r, store, rec, places, k, stopping)
@@ -285,7 +286,7 @@ def _round(redis: Redis, s: Settings, now: float) -> list[int]:
             depth -= 1
             start, picked = tl.earliest(places, k, took, part)
             if start is not None and picked is not None:
-                tl.take({x.name for p in picked for x in p}, start, took, taken_of(spec))
+                tl.take({x.name for p in picked for x in p}, start, took, taken_of(spec, s.gpu_context_memory))
                 _waiting(store, rec, message)
                 continue
             keep = not reserved  # (no known time: what it could use stays free for the first such job)
@@ -325,14 +326,16 @@ def _need(places: int, k: int, free: list[Slot]) -> str:
     return f"waiting for {on}; {max(most.values(), default=0)} free on one host now"
 
 
-def _need_share(r: Round, tl: plan.Timeline, part: float) -> str:
+def _need_share(r: Round, tl: plan.Timeline, spec: Kept, part: float) -> str:
+    wants = f"waiting for {size_text(spec.gpu_memory or 0)} of one GPU"
     if not r.capacity:
-        return f"waiting for {size_text(part)} of one GPU; no GPU's memory is known yet (no nvidia-smi sample)"
+        return f"{wants}; no GPU's memory is known yet (no nvidia-smi sample)"
     room = max(
         (min(c - tl.taken(key, r.now, r.now + 1), r.live.get(key, plan.INF)) for key, c in r.capacity.items()),
         default=0.0,
     )
-    return f"waiting for {size_text(part)} of one GPU; {size_text(max(0.0, room))} free on one GPU now"
+    context = size_text(r.settings.gpu_context_memory)
+    return f"{wants} and its CUDA context ({context}); {size_text(max(0.0, room))} free on one GPU now"
 
 
 def _waiting(store: JobStore, rec: dict[str, Any], message: str) -> None:
@@ -450,7 +453,7 @@ def victims_for(
 ) -> tuple[list[dict[str, Any]], bool]:
     """(the fewest running jobs to stop so that `rec` fits, whether what is already being stopped suffices)."""
     rank = _rank(rec)
-    part = Kept(rec["spec"]).gpu_memory if k else None
+    part = part_of(Kept(rec["spec"]), r.settings.gpu_context_memory)
     going = {v["id"] for v in r.active if stopping.get(v["id"])}
     coming = [r.slots[n] for v in r.active if v["id"] in going for n in slots_of(v) if n in r.slots]
     pool = list(r.free) + coming

@@ -257,6 +257,10 @@ class Settings:
     backfill: bool = True
     foreign_memory: int = 1 << 30
     gpu_memory_reserve: int = 1 << 30
+    gpu_context_memory: int = 1 << 30
+    """GPUDECK_GPU_CONTEXT_MEMORY: what a process holds on its GPU beside what its framework allocates (its CUDA
+    context; 576-610 MiB for JAX 0.11 and PyTorch 2.11 on an H200 with CUDA 13): a share is packed as its
+    `gpu_memory` and one context, and the watchdog allows each of a share's processes one."""
     gpu_memory_grace_s: int = 10
     jobs_per_gpu: int = 1
     mps: bool = False
@@ -334,6 +338,7 @@ class Settings:
             backfill=_switch(env, "GPUDECK_BACKFILL", True),
             foreign_memory=_size(env, "GPUDECK_FOREIGN_MEMORY", cls.foreign_memory, zero=True),
             gpu_memory_reserve=_size(env, "GPUDECK_GPU_MEMORY_RESERVE", cls.gpu_memory_reserve, zero=True),
+            gpu_context_memory=_size(env, "GPUDECK_GPU_CONTEXT_MEMORY", cls.gpu_context_memory, zero=True),
             gpu_memory_grace_s=_seconds(env, "GPUDECK_GPU_MEMORY_GRACE", cls.gpu_memory_grace_s),
             jobs_per_gpu=_checked(_jobs_per_gpu, env, "GPUDECK_JOBS_PER_GPU"),
             mps=_switch(env, "GPUDECK_MPS", False),

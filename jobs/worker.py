@@ -486,6 +486,7 @@ def run(
             settings.redis_url,
             host,
             settings.gpu_memory_grace_s,
+            settings.gpu_context_memory,
             settings.idle_gpu,
             settings.idle_gpu_window_s,
             settings.admin_notify,

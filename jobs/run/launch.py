@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any
 
-from jobs import objectstore, sources
+from jobs import mps, objectstore, sources
 from jobs.record import Kept
 from jobs.redis_server import free_port
 from jobs.run import sandbox
@@ -284,6 +284,7 @@ def sandboxed(
         readable=readable,
         writable=writable,
         shared=([Path(pipes)] if pipes else []) + [c.path for c in caches if c.writable],
+        hidden=[mps.out_of_sight(s)] if pipes else [],  # (every GPU's daemon but its own's)
         lifeline=lifeline,
         env=how.env,
         options_fd=options.fileno(),

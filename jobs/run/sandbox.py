@@ -194,6 +194,7 @@ def wrap(
     readable: list[Path] | tuple[Path, ...] = (),
     writable: list[Path] | tuple[Path, ...] = (),
     shared: list[Path] | tuple[Path, ...] = (),
+    hidden: list[Path] | tuple[Path, ...] = (),
     lifeline: int,
     env: dict[str, str],
     options_fd: int,
@@ -202,8 +203,9 @@ def wrap(
 ) -> tuple[list[str], list[str]]:
     """`argv` run by bubblewrap in a sandbox as the module's doc describes: `job_dir` (and `writable`, and `shared`:
     folders several jobs talk through, left their owner's) writable,
-    `readable` (a dataset, a registered environment, a project's built one) read-only, `home` (GPUDECK_HOME) and
-    the Redis socket's folder hidden; under jobs.run.shim, which stops the job when `lifeline` (an inherited pipe's
+    `readable` (a dataset, a registered environment, a project's built one) read-only, `home` (GPUDECK_HOME), the
+    Redis socket's folder and `hidden` (the folder of every GPU's MPS daemon, whose own `shared` pipes it sees)
+    hidden; under jobs.run.shim, which stops the job when `lifeline` (an inherited pipe's
     read end) closes; with exactly `env`. Returns (the command line, bubblewrap's options): the options, `env`
     among them, are read from `options_fd` (`--args`), so no value shows in a process listing, and bubblewrap
     itself runs with the environment of BWRAP_ENV, not the job's (a job's LD_PRELOAD or LD_LIBRARY_PATH never
@@ -243,9 +245,9 @@ def wrap(
     for path in runtime_paths():  # (again: the tmpfs above may have covered them)
         if path.exists():
             bind("--ro-bind", path)
-    for hidden in (home, _socket_dir(redis_url)):
-        if hidden is not None and hidden.is_dir() and str(hidden) != "/" and not _under(hidden, home):
-            cover(hidden)
+    for gone in (home, _socket_dir(redis_url), *hidden):
+        if gone is not None and gone.is_dir() and str(gone) != "/" and not _under(gone, home):
+            cover(gone)
     for path in readable:
         if path.exists():
             bind("--ro-bind", path)

@@ -6,11 +6,15 @@ TensorFlow of its share: tests/models/test_gpu_cap.py; it reaches the trainer as
 command, which the README's block prints.) MIG instances and MPS daemons with `gpudeck up` too."""
 
 import os
+import pwd
+import shutil
 import sys
 
 import pytest
 import requests
 
+from jobs import mps
+from jobs.settings import Settings
 from tests.support.live import fake_gpus_in_use, fake_nvidia_smi, until
 from tests.support.readme import run_block
 from tests.support.stack import Up
@@ -139,14 +143,23 @@ def test_mps_a_daemon_per_gpu_and_a_share_is_its_client_inside_its_sandbox(tmp_p
         "GPUDECK_MPS": "on",
     }
     up = Up(home, env, tmp_path / "up.log")
+    settings = Settings.from_env({"GPUDECK_HOME": str(home)})
+    decoy = mps.RUN_ROOT / f"decoy-{tmp_path.name}"
     try:
-        pipes = home / "mps" / "0" / "pipe"
-        assert record.read_text() == f"started gpu=0 pipes={pipes} logs={home / 'mps' / '0' / 'log'}\n"
+        pipes = mps.pipe_dir(settings, "0")
+        assert record.read_text() == f"started gpu=0 pipes={pipes} logs={pipes.parent / 'log'}\n"
+        if os.geteuid() == 0:  # (the daemon starts the MPS server as the jobs' user: its folders are that user's)
+            nobody = pwd.getpwnam("nobody").pw_uid
+            assert pipes.parent.parent.parent == mps.RUN_ROOT, pipes
+            assert pipes.stat().st_uid == (pipes.parent / "log").stat().st_uid == nobody
+            assert all(p.stat().st_mode & 0o005 == 0o005 for p in (pipes.parent, pipes.parent.parent, mps.RUN_ROOT))
+            (decoy / "0").mkdir(parents=True)  # (another service's daemons on this box: out of the job's sight)
         until(lambda: len(requests.get(f"{up.url}/api/v1/workers", timeout=10).json()["workers"]) == 2, 60, "workers")
         until(lambda: requests.get(f"{up.url}/api/v1/gpus", timeout=10).json()["hosts"], 30, "a GPU sample")
         look = (
             'echo "pipes=$CUDA_MPS_PIPE_DIRECTORY limit=$CUDA_MPS_PINNED_DEVICE_MEM_LIMIT '
-            'threads=$CUDA_MPS_ACTIVE_THREAD_PERCENTAGE"; test -p "$CUDA_MPS_PIPE_DIRECTORY/control" && echo seen'
+            'threads=$CUDA_MPS_ACTIVE_THREAD_PERCENTAGE"; test -p "$CUDA_MPS_PIPE_DIRECTORY/control" && echo seen; '
+            f'echo "beside: $(ls -A {mps.out_of_sight(settings)} | tr "\\n" " ")"'
         )
         job_id = requests.post(f"{up.url}/api/v1/jobs", json={"command": look, "gpu_memory": "10G"}, timeout=30)
         job_id = job_id.json()["id"]
@@ -154,7 +167,11 @@ def test_mps_a_daemon_per_gpu_and_a_share_is_its_client_inside_its_sandbox(tmp_p
         log = requests.get(f"{up.url}/api/v1/jobs/{job_id}/logs", timeout=10).text
         assert f"pipes={pipes} limit=0=10240M threads=50" in log  # (an even split over 2 slots beats 10G's 13 %)
         assert "seen" in log  # the daemon's pipe, inside the job's sandbox (whose /tmp is its own)
+        # and nothing else of the daemons' folders: no other GPU's daemon (nor another service's) to talk to
+        assert f"beside: {mps.root(settings).name if os.geteuid() == 0 else '0'} \n" in log, log
         up.stop()  # (as Ctrl-C stops it)
         assert record.read_text().splitlines()[-1] == "quit gpu=0"  # the daemon stopped with the stack
+        assert not pipes.exists() or pipes.is_relative_to(home)  # (a root service's folder under /run with it)
     finally:
         up.kill()
+        shutil.rmtree(decoy, ignore_errors=True)

@@ -67,14 +67,18 @@ def test_four_10g_shares_fill_one_gpu_and_a_whole_gpu_job_takes_the_other(redis)
     # a fifth share: GPU 0's four slots are busy and GPU 1 is held whole
     fifth = submit(redis, gpu_memory="10G")
     assert on(redis, fifth) is None
-    assert rec(redis, fifth)["message"] == "waiting for 10G of one GPU; 38.6G free on one GPU now"
+    # (78.6G for shares, less four of 10G and their CUDA contexts of 1G, GPUDECK_GPU_CONTEXT_MEMORY)
+    assert (
+        rec(redis, fifth)["message"]
+        == "waiting for 10G of one GPU and its CUDA context (1G); 34.6G free on one GPU now"
+    )
 
 
 def test_shares_fit_within_the_gpus_memory_less_the_reserve(redis):
     gpus(redis, n=1)
     big = submit(redis, gpu_memory="40G")
     second = submit(redis, gpu_memory="40G")  # 80 > 78.6 GiB: waits though a worker of the GPU is free
-    small = submit(redis, gpu_memory="38G")  # 78 fits
+    small = submit(redis, gpu_memory="36G")  # 76 and a CUDA context of 1G each (GPUDECK_GPU_CONTEXT_MEMORY) fit
     assert (on(redis, big), on(redis, second), on(redis, small)) == ("0", None, "0")
     end(redis, big)
     schedule.place(redis, DEFAULTS)
@@ -85,7 +89,7 @@ def test_what_nvidia_smi_says_is_in_use_counts_too(redis):
     gpus(redis, used_mib={0: 75 * 1024})  # a foreign process (or a job past its share) holds 75 GiB of GPU 0
     first = submit(redis, gpu_memory="10G")
     assert on(redis, first) == "1"  # GPU 0 is declared empty, but only 4.6 GiB of it is free
-    assert on(redis, submit(redis, gpu_memory="4G")) == "0"
+    assert on(redis, submit(redis, gpu_memory="3G")) == "0"  # (3G and its CUDA context fit in 4.6)
 
 
 def test_a_share_waits_while_no_gpus_memory_is_known_and_a_whole_job_does_not(redis):
@@ -165,7 +169,8 @@ def test_no_gpu_is_ever_given_more_than_its_memory_or_a_share_beside_a_whole_job
         for jobs in held.values():
             whole = [r for r in jobs if not r["spec"].get("gpu_memory")]
             assert len(whole) == 0 or len(jobs) == 1
-            assert sum(r["spec"].get("gpu_memory") or 0 for r in jobs) <= capacity
+            # (each share with its CUDA context: what its process holds beside its framework's allocations)
+            assert sum(r["spec"].get("gpu_memory") + DEFAULTS.gpu_context_memory for r in jobs if not whole) <= capacity
             assert len({r["worker"] for r in jobs}) == len(jobs)
 
 
@@ -174,8 +179,8 @@ def test_bad_shares_are_refused_naming_gpu_memory_and_nothing_is_stored(redis, c
     for body, problem in (
         (
             {"gpu_memory": "100G"},
-            "asks 100G of one GPU; the largest, GPU 0 of box, has 79.6G, 78.6G of it for jobs "
-            "(GPUDECK_GPU_MEMORY_RESERVE keeps the rest)",
+            "asks 100G of one GPU; the largest, GPU 0 of box, has 79.6G: 77.6G for a share once "
+            "GPUDECK_GPU_MEMORY_RESERVE (1G) and its CUDA context (GPUDECK_GPU_CONTEXT_MEMORY, 1G) are kept",
         ),
         ({"gpu_memory": "ten gigs"}, "must be a size such as 512M, 10G or 1.5GiB (or bytes), got 'ten gigs'"),
         ({"gpu_memory": "1M"}, "must be between 64M and 1T, got 1M"),
@@ -187,16 +192,19 @@ def test_bad_shares_are_refused_naming_gpu_memory_and_nothing_is_stored(redis, c
         assert resp.json["details"]["fields"]["gpu_memory"] == problem
     assert redis.keys("gpudeck:job:*") == []
     with pytest.raises(ValidationError):
-        control.submit(redis, {**JOB, "gpu_memory": "79G"}, DEFAULTS)  # over 78.6G
+        control.submit(redis, {**JOB, "gpu_memory": "78G"}, DEFAULTS)  # over 77.6G
+    assert control.submit(redis, {**JOB, "gpu_memory": "77G"}, DEFAULTS)[0]["id"]
 
 
 def test_the_watchdog_stops_a_share_over_its_memory_past_the_grace_and_spares_its_neighbour(redis):
     gpus(redis, n=1)
     over, under = submit(redis, gpu_memory="10G"), submit(redis, gpu_memory="10G")
     store = JobStore(redis)
-    dog = Watchdog(grace_s=10)
+    dog = Watchdog(grace_s=10, context=DEFAULTS.gpu_context_memory)
 
-    def look(at: float, over_mib: int, under_mib: int = 4096) -> None:
+    # (`under` holds its 10G and its CUDA context, as a PyTorch share capped the README's way did on an H200:
+    # 10850 MiB in nvidia-smi; each process may hold one context beside its share, GPUDECK_GPU_CONTEXT_MEMORY)
+    def look(at: float, over_mib: int, under_mib: int = 10850) -> None:
         procs = [
             {"pid": 100, "used_memory_mib": over_mib - 1024, "job_id": over},
             {"pid": 101, "used_memory_mib": 1024, "job_id": over},  # (a job's processes add up)
@@ -205,22 +213,24 @@ def test_the_watchdog_stops_a_share_over_its_memory_past_the_grace_and_spares_it
         ]
         dog.look(store, store.active(), [{"index": 0, "processes": procs}], at)
 
-    look(0, 12 * 1024)
-    look(8, 9 * 1024)  # back under its share: the grace starts again
-    look(9, 12 * 1024)
-    look(15, 13 * 1024)
+    look(0, 12 * 1024)  # its two processes: 10G and two contexts of 1G
+    assert dog.over == {}
+    look(1, 13 * 1024)
+    look(8, 11 * 1024)  # back under: the grace starts again
+    look(9, 13 * 1024)
+    look(15, 14 * 1024)
     assert redis.get(stop_key(over)) is None
-    look(19, 12 * 1024)
+    look(19, 13 * 1024)
     assert redis.get(stop_key(over)) == b"gpu_memory_exceeded" and redis.get(stop_key(under)) is None
     taken(redis, over)
     assert lifecycle.end(redis, over, outcome.STOPPED["gpu_memory_exceeded"]) == "failed"
     r = rec(redis, over)
     assert r["reason"] == "gpu_memory_exceeded"
     assert r["message"] == (
-        "it used 13G of GPU 0 (its peak) for 10 s, more than its gpu_memory of 10G (GPUDECK_GPU_MEMORY_GRACE: 10 s): "
-        "stopped so that the jobs sharing the GPU go on"
+        "it used 14G of GPU 0 (its peak) for 10 s, more than its gpu_memory of 10G and 2 CUDA contexts of 1G "
+        "(GPUDECK_GPU_MEMORY_GRACE: 10 s, GPUDECK_GPU_CONTEXT_MEMORY): stopped so that the jobs sharing the GPU go on"
     )
-    assert r["gpu_memory_exceeded"]["peak"] == 13 * G and r["gpu_memory_exceeded"]["gpu_memory"] == 10 * G
+    assert r["gpu_memory_exceeded"]["peak"] == 14 * G and r["gpu_memory_exceeded"]["gpu_memory"] == 10 * G
     assert rec(redis, under)["status"] == "starting"
 
 
