@@ -78,7 +78,7 @@ bench: install
 # GPU at once (pinned, no cross-talk), then the doctor (tests/bench/test_gpu_bench.py; it says so and skips where
 # nvidia-smi lists no GPU).
 bench-gpu: install
-	$(BIN)/python -m pytest tests/bench/test_gpu_bench.py -s $(PYTEST_ARGS)
+	$(BIN)/python -m pytest tests/bench/test_gpu_bench.py tests/bench/test_gpu_torch.py -s $(PYTEST_ARGS)
 
 # mypy type-checks api/, jobs/ and models/ (pyproject.toml's [tool.mypy]); the job spec's pydantic models are typed.
 lint: install
