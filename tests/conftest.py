@@ -45,7 +45,6 @@ LONGER = (
     "test_an_agent_lists_submits_waits_triages",
     "test_a_dead_api_or_a_wrong_token_shows_a_banner",
     "test_tui_in_tmux_at_80x24",
-    "test_a_round_looks_only_at_the_dependants_of_a_job_that_ended",
 )
 """Tests of 10 to 20 s that would otherwise come last (late in their files' order, or not marked slow): after the
 LONGEST, before the other slow ones, so that no process ends the run on one of them while the others idle."""
