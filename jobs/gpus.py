@@ -21,6 +21,7 @@ from jobs.keys import GPUS_PATTERN, gpus_key, gpus_lock_key
 from jobs.periodic import Periodic
 from jobs.record import Kept
 from jobs.run.proc import output_of
+from jobs.settings import Settings
 from jobs.store import JobStore
 from models.common import duration, size_text
 from models.states import Reason
@@ -194,7 +195,7 @@ class Sampler(Periodic):
         redis_url: str,
         host: str | None = None,
         grace_s: float = 10.0,
-        context: int = 1 << 30,
+        context: int = Settings.gpu_context_memory,
         idle_gpu: str = "off",
         idle_window_s: float = 1800.0,
         admins: tuple[str, ...] = (),
