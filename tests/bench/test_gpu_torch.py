@@ -23,7 +23,8 @@ import pytest
 import requests
 
 from jobs.gpus import list_gpus, sample
-from tests.support.live import until
+from models.states import ENDED
+from tests.support.live import submit_job, until, wait_ended
 from tests.support.stack import Up
 
 G = 1 << 30
@@ -220,16 +221,13 @@ class Api:
         self.url, self.http = up.url, requests.Session()
 
     def submit(self, command: str, **spec) -> int:
-        made = self.http.post(f"{self.url}/api/v1/jobs", json={"command": command, **spec}, timeout=30)
-        assert made.status_code == 201, made.text
-        return made.json()["id"]
+        return submit_job(self.url, {"command": command, **spec})
 
     def job(self, job_id: int) -> dict:
         return self.http.get(f"{self.url}/api/v1/jobs/{job_id}", timeout=30).json()
 
-    def wait(self, job_id: int, limit_s: float = 300) -> dict:
-        got = self.http.get(f"{self.url}/api/v1/jobs/{job_id}/wait?timeout={limit_s}", timeout=limit_s + 30)
-        return got.json()
+    def wait(self, job_id: int, limit_s: int = 300) -> dict:
+        return wait_ended(self.url, job_id, limit_s)
 
     def log(self, job_id: int) -> str:
         return self.http.get(f"{self.url}/api/v1/jobs/{job_id}/logs", timeout=30).text
@@ -247,7 +245,7 @@ def watched(api: Api, job_id: int, limit_s: float = 180) -> tuple[dict, int]:
     """Follow a job to its end, sampling what gpudeck's GPU samples say its processes hold: its end and that peak
     (MiB)."""
     peak, deadline = 0, time.monotonic() + limit_s
-    while (job := api.job(job_id))["status"] not in ("succeeded", "failed", "canceled"):
+    while (job := api.job(job_id))["status"] not in ENDED:
         assert time.monotonic() < deadline, job
         hosts = api.http.get(f"{api.url}/api/v1/gpus", timeout=10).json()["hosts"]
         mine = [p for h in hosts for g in h["gpus"] for p in g.get("processes") or [] if p.get("job_id") == job_id]
