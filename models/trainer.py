@@ -323,6 +323,9 @@ class Trainer:
         train_ds = train_dataset(source, pre, batch, p["seed"]).with_options(_shard_by_data())
         iterator = iter(strategy.experimental_distribute_dataset(train_ds))
         val_split = source.validation or source.test
+        # A set without a validation split is validated on its test split: after the last step that pass is the
+        # test's own (same weights, same images), and the result takes it instead of evaluating again.
+        last_validation: tuple[int, dict[str, float]] | None = None
         train_images, train_time = 0, 0.0
         first_loss, peak_loss = None, 0.0  # of this attempt's metric points: did it diverge without a NaN?
         try:
@@ -363,6 +366,7 @@ class Trainer:
                     check_finite()  # never evaluate or save broken weights
                     eval_start = time.perf_counter()
                     val = self._evaluate(strategy, eval_step, val_split, pre, batch)
+                    last_validation = step, val
                     reporter.point(
                         {
                             "step": step,
@@ -407,7 +411,10 @@ class Trainer:
         if p["moving_average"]:
             optimizer.finalize_variable_values(model.trainable_variables)  # evaluate and export the averages
             log.info("evaluating with the moving average of the weights (decay %s)", p["moving_average"])
-        test = self._evaluate(strategy, eval_step, source.test, pre, batch)
+        if val_split is source.test and last_validation and last_validation[0] == step and not p["moving_average"]:
+            test = last_validation[1]
+        else:
+            test = self._evaluate(strategy, eval_step, source.test, pre, batch)
         result = {
             "test_accuracy": test["accuracy"],
             "test_top5": test["top5"],

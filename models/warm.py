@@ -78,4 +78,6 @@ def main() -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    from models.train import leave  # (a warm trainer ends as a cold one does: without TensorFlow's teardown)
+
+    leave(main())
