@@ -6,6 +6,7 @@ would leave lost jobs running, jobs unplaced or TensorBoards forever."""
 from __future__ import annotations
 
 import contextlib
+import faulthandler
 import logging
 import os
 import sys
@@ -35,6 +36,24 @@ def _free_in_child() -> None:
 
 
 os.register_at_fork(after_in_child=_free_in_child)
+
+
+STARTING_S = 12.0
+"""How long a work-horse may take from its fork to its attempt's heartbeat before it says where it is: a job's
+heartbeat outlives its claim by HEARTBEAT_TTL_S (15 s), after which the reaper calls the job lost."""
+
+
+def say_where_if_stuck(seconds: float = STARTING_S) -> None:
+    """Arm this process to print every thread's stack to stderr (a worker's log) after `seconds`, unless
+    `not_stuck()` comes first: a work-horse that hangs before its attempt beats (a lock a thread of the worker held
+    when it forked, a call that never returns) leaves a job worker_lost and its worker waiting on it with nothing
+    in the log; this says where it hung. (faulthandler's watchdog: a thread of its own, in C, no lock of Python's.)"""
+    faulthandler.dump_traceback_later(seconds, exit=False, file=sys.stderr)
+
+
+def not_stuck() -> None:
+    """The attempt has begun to beat (or ended): no stack is printed."""
+    faulthandler.cancel_dump_traceback_later()
 
 
 def stack_of(ident: int | None) -> str:
@@ -73,6 +92,7 @@ class Beating(threading.Thread):
 
     def __enter__(self) -> Beating:
         self.start()
+        not_stuck()  # (a work-horse's attempt beats from here on: jobs.worker armed say_where_if_stuck)
         return self
 
     def __exit__(self, *exc: object) -> None:

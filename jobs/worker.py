@@ -37,7 +37,7 @@ from jobs.keys import (
 )
 from jobs.lifecycle import worker_lost
 from jobs.notify import Notifier
-from jobs.periodic import FORK_GUARD, Periodic, Watch
+from jobs.periodic import FORK_GUARD, Periodic, Watch, not_stuck, say_where_if_stuck
 from jobs.reaper import Reaper
 from jobs.record import Kept
 from jobs.run import launch, proc, sandbox, warm
@@ -89,10 +89,15 @@ class GpudeckWorker(Worker):
     def perform_job(self, job: Any, queue: Any, execution: Any) -> bool:
         """In the work-horse: the job runs with this worker's context (with the warm trainer, when the worker handed
         it this job; any other it leaves to the worker)."""
+        if job.func_name in (RUN_JOB, RUN_TASK):  # (a hold beats nothing: it waits for its gang's tasks)
+            say_where_if_stuck()
         if self._warm is not None and (self.context is None or self.context.warm is not self._warm):
             self._warm.close()  # (the worker's: this work-horse holds no end of it)
         job.context = self.context
-        return super().perform_job(job, queue, execution)
+        try:
+            return super().perform_job(job, queue, execution)
+        finally:
+            not_stuck()
 
     def fork_work_horse(self, job: Any, queue: Any) -> None:
         """RQ's fork of a work-horse, which a zoo job's takes the warm trainer into (jobs.run.warm); the worker then

@@ -18,6 +18,7 @@ from redis import Redis
 from jobs import datasets, mps
 from jobs.archives import tree_bytes
 from jobs.keys import metrics_key
+from jobs.periodic import not_stuck
 from jobs.record import Kept
 from jobs.run import launch, projectenv, upload
 from jobs.run.hooks import Hooks
@@ -203,6 +204,7 @@ class JobRun:
     # -- the hooks the pump and the environment's build call ------------------------------------------------
     def beat(self) -> None:
         self.hooks.beat(self)
+        not_stuck()  # (the attempt beats: its work-horse is not hung; jobs.worker armed say_where_if_stuck)
 
     def stop_reason(self) -> str | None:
         return self.hooks.stop_reason(self)

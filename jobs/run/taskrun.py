@@ -14,6 +14,7 @@ from redis.exceptions import RedisError
 
 from jobs import gang, outcome, taskrecord
 from jobs.keys import rq_task_id
+from jobs.periodic import not_stuck
 from jobs.record import Kept
 from jobs.redis_server import free_port
 from jobs.run import launch
@@ -87,6 +88,7 @@ class TaskHooks(Hooks):
 
     def beat(self, run: Run) -> None:
         taskrecord.beat(run.redis, run.job_id, self.index, run.ctx.name, HEARTBEAT_TTL_S)
+        not_stuck()  # (a task beats at its claim and through its rendezvous: jobs.periodic.say_where_if_stuck)
 
     def stop_reason(self, run: Run) -> str | None:
         reason = run.store.stop_reason(run.job_id) or run.stops.heard_now()

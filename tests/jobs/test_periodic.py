@@ -6,6 +6,7 @@ from __future__ import annotations
 import importlib
 import logging
 import os
+import subprocess
 import sys
 import threading
 import time
@@ -94,3 +95,33 @@ def test_a_fork_waits_for_a_helpers_import_so_the_child_never_inherits_its_modul
     finally:
         sys.path.remove(str(tmp_path))
         sys.modules.pop("slow_module_for_fork_test", None)
+
+
+HANGS = """
+import sys, threading, time
+from jobs.periodic import Beating, say_where_if_stuck
+
+def waits_on_a_lock_nobody_lets_go(lock):
+    lock.acquire()  # (as a work-horse on a lock a thread of its worker held when it forked)
+
+say_where_if_stuck(0.5)
+lock = threading.Lock()
+lock.acquire()
+if sys.argv[1] == "beats":
+    with Beating(lambda: None, 0.1):
+        time.sleep(1.5)
+else:
+    threading.Thread(target=waits_on_a_lock_nobody_lets_go, args=(lock,), daemon=True).start()
+    time.sleep(1.5)
+"""
+
+
+def test_a_work_horse_that_hangs_before_its_attempt_beats_says_where_in_the_worker_log():
+    """jobs.worker arms say_where_if_stuck in each work-horse of a job: one that has not begun to beat after
+    STARTING_S (a hang seen once: the reaper called the job lost, its worker waited on it, the log said nothing)
+    prints every thread's stack to its stderr, the worker's log; one whose attempt beats prints nothing."""
+    hung = subprocess.run([sys.executable, "-c", HANGS, "hangs"], capture_output=True, text=True, timeout=60)
+    assert "Timeout (0:00:00.5" in hung.stderr, hung.stderr
+    assert "line 6 in waits_on_a_lock_nobody_lets_go" in hung.stderr, hung.stderr
+    beating = subprocess.run([sys.executable, "-c", HANGS, "beats"], capture_output=True, text=True, timeout=60)
+    assert beating.returncode == 0 and beating.stderr == "", beating.stderr
