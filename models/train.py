@@ -61,6 +61,14 @@ def main(argv: list[str] | None = None) -> int:
     return EXIT_OK
 
 
+def not_in_a_notebook() -> None:
+    """Keras imports IPython, where it is installed, to tell whether it runs in a notebook (0.2 CPU-s at every
+    trainer's start where Jupyter shares the environment, as a notebook session's needs it to): a trainer never does,
+    so IPython reads as absent here. Only where the process starts as a trainer (this module's or models.warm's
+    `__main__`), before Keras is imported."""
+    sys.modules.setdefault("IPython", None)  # type: ignore[arg-type]  # (None there: "not installed")
+
+
 def leave(code: int) -> NoReturn:
     """Exit with `code` now, without the interpreter's teardown. When `main` returns, the job is written and closed
     (result.json, model, checkpoints, metrics, TensorBoard, the event pipe); tearing TensorFlow down after that (its
@@ -76,4 +84,5 @@ def leave(code: int) -> NoReturn:
 
 
 if __name__ == "__main__":
+    not_in_a_notebook()
     leave(main())

@@ -78,6 +78,7 @@ def main() -> int:
 
 
 if __name__ == "__main__":
-    from models.train import leave  # (a warm trainer ends as a cold one does: without TensorFlow's teardown)
+    from models.train import leave, not_in_a_notebook  # (a warm trainer starts and ends as a cold one does)
 
+    not_in_a_notebook()
     leave(main())
