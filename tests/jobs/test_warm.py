@@ -55,6 +55,7 @@ def test_why_a_work_horse_starts_cold(tmp_path):
         os.close(w)
 
 
+@pytest.mark.xdist_group("warm")  # (it moves models/warm.py's time: a warm trainer made meanwhile would look stale)
 def test_the_code_version_changes_when_the_trainers_code_on_disk_does():
     before = warm.code_version()
     source = sandbox.runtime_paths()[-1] / "models" / "warm.py"

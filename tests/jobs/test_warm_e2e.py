@@ -14,7 +14,10 @@ import pytest
 from jobs.run import warm
 from tests.support.live import alive, environ, fake_gpus, fake_nvidia_smi, until, wait_job
 
-pytestmark = pytest.mark.slow
+# One xdist group with tests/jobs/test_warm.py's code-version test: a test here moves models/warm.py's time to make its
+# worker's warm trainer stale, and a warm trainer another test's worker made meanwhile was let go as stale too (its
+# job then started cold: "warm_start is False" in a full make test).
+pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("warm")]
 
 SPEC = {"model": "lenet", "dataset": "synthetic:8x8x1", "params": {"steps": 4, "batch_size": 8, "log_every": 2}}
 
