@@ -69,7 +69,10 @@ class Termed:
         return why
 
     def by_slurm(self, run: Run) -> None:
-        """A job Slurm preempted says so (`preempted by Slurm at step S`)."""
+        """A job Slurm preempted says so (`preempted by Slurm at step S`). Slurm's TERM reaches the trainer too
+        (PreemptMode=REQUEUE signals every process of the job): a trainer that checkpointed and left before the pump
+        next asked for a stop left Slurm's unrecorded, so it is recorded here first."""
+        self.slurm_stop(run)
         if self.termed is not None and run.store.stop_reason(run.job_id) == Reason.PREEMPTED.value:
             step = (run.store.get(run.job_id).get("progress") or {}).get("step")
             run.store.update(run.job_id, preempted_by={"who": "Slurm", "step": step})
