@@ -14,7 +14,6 @@ from redis.exceptions import RedisError
 
 from jobs import gang, outcome, taskrecord
 from jobs.keys import rq_task_id
-from jobs.periodic import not_stuck
 from jobs.record import Kept
 from jobs.redis_server import free_port
 from jobs.run import launch
@@ -46,7 +45,7 @@ class TaskHooks(Hooks):
         placed = taskrecord.read(run.redis, run.job_id, run.spec.workers)[self.index]
         run.ctx = replace(run.ctx, gpu_ids=[str(g) for g in placed.get("gpus") or run.ctx.gpu_ids])
         taskrecord.update(run.redis, run.job_id, self.index, started_at=time.time(), worker=run.ctx.name)
-        self.beat(run)
+        run.beat()  # (the attempt's beat, as the pump's: it also tells the work-horse's watchdog that it is not hung)
         return True
 
     def prepare(self, run: Run, spec: Kept) -> dict[str, str] | None:
@@ -64,7 +63,7 @@ class TaskHooks(Hooks):
                     break
                 if self.stop_reason(run) or time.monotonic() > give_up:
                     return None
-                self.beat(run)
+                run.beat()
             except RedisError as exc:  # Redis away or refusing writes: the rendezvous waits for it
                 if not passing(exc) or time.monotonic() > give_up:
                     raise
@@ -88,7 +87,6 @@ class TaskHooks(Hooks):
 
     def beat(self, run: Run) -> None:
         taskrecord.beat(run.redis, run.job_id, self.index, run.ctx.name, HEARTBEAT_TTL_S)
-        not_stuck()  # (a task beats at its claim and through its rendezvous: jobs.periodic.say_where_if_stuck)
 
     def stop_reason(self, run: Run) -> str | None:
         reason = run.store.stop_reason(run.job_id) or run.stops.heard_now()
