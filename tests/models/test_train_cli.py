@@ -1,6 +1,7 @@
 """`python -m models.train` on its own: the job dir it writes, bad input."""
 
 import json
+import os
 import subprocess
 
 import pytest
@@ -11,7 +12,7 @@ from models.protocol import EXIT_DIVERGED
 pytestmark = pytest.mark.slow
 
 
-def train(tmp_path, spec, job_dir):
+def train(tmp_path, spec, job_dir, env=None):
     spec_file = tmp_path / "spec.json"
     spec_file.write_text(json.dumps(spec))
     return subprocess.run(
@@ -19,6 +20,7 @@ def train(tmp_path, spec, job_dir):
         capture_output=True,
         text=True,
         timeout=240,
+        env=env,
     )
 
 
@@ -34,8 +36,11 @@ def test_train_writes_the_job_dir(tmp_path):
         "dataset": "synthetic:16x16x3:4",
         "params": {"steps": 6, "batch_size": 16, "log_every": 2, "seed": 1},
     }
-    run = train(tmp_path, spec, job_dir)
+    temp = tmp_path / "tmp"  # (the trainer's temp dir, outside a sandbox the host's /tmp)
+    temp.mkdir()
+    run = train(tmp_path, spec, job_dir, env={**os.environ, "TMPDIR": str(temp)})
     assert run.returncode == 0, run.stdout[-3000:]
+    assert list(temp.iterdir()) == []  # (AutoGraph's modules, one per traced function, deleted as it left)
     train_points = [p for p in points(job_dir) if "loss" in p]
     assert [p["step"] for p in train_points] == [2, 4, 6]
     assert set(train_points[0]) >= {"step", "epoch", "loss", "accuracy", "lr", "images_per_sec"}
