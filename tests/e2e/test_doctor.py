@@ -10,6 +10,7 @@ import socket
 import subprocess
 
 import pytest
+import requests
 
 from jobs.run.proc import python_module
 from tests.support.live import fake_gpus, fake_nvidia_smi
@@ -24,7 +25,10 @@ def test_gpudeck_doctor_says_whether_the_box_is_ready_and_what_to_do(tmp_path, c
     up = Up(tmp_path / "home", env, tmp_path / "up.log", redis_url=redis_url)
     cli = {k: v for k, v in env.items() if k != "REDIS_URL"} | {"GPUDECK_API": up.url}
     try:
-        ran = subprocess.run(python_module("tui.cli", "doctor"), env=cli, capture_output=True, text=True, timeout=600)
+        # (--plain: float32 without XLA, whose compile on this CPU doubled each trial's cost; the default's trials:
+        # tests/tui/test_doctor_checks.py)
+        doctor = python_module("tui.cli", "doctor", "--plain")
+        ran = subprocess.run(doctor, env=cli, capture_output=True, text=True, timeout=600)
         assert ran.returncode == 1, (ran.stdout, ran.stderr, up.output()[-3000:])  # (fake GPUs: TensorFlow sees none)
         lines = ran.stdout.splitlines()
         blind = next(x for x in lines if " tensorflow sees the GPU " in x)
@@ -35,6 +39,8 @@ def test_gpudeck_doctor_says_whether_the_box_is_ready_and_what_to_do(tmp_path, c
         assert marks["gpus"] == "✓" and "2: " in next(x for x in lines if " gpus " in x), lines
         trials = [x for x in lines if " training (job " in x]
         assert len(trials) == 2 and all(x.startswith("✓") and "20 steps on " in x for x in trials), lines
+        trained = [requests.get(f"{up.url}/api/v1/jobs/{n}").json()["spec"]["params"] for n in (1, 2)]
+        assert all(p["steps"] == 20 and "xla" not in p and "mixed_precision" not in p for p in trained), trained
         assert sorted("(GPU 0)" in x for x in trials) == [False, True] and any("(GPU 1)" in x for x in trials), lines
 
         assert next(x for x in lines if " pinning " in x).startswith("✓"), lines

@@ -52,3 +52,37 @@ def test_a_host_without_a_driver_mps_asked_but_missing_and_a_clock_off_are_faile
     ]  # fmt: skip
     assert checks["clock (b)"].detail == "-42.0 s from the API's" and "NTP" in checks["clock (b)"].fix
     assert "nvidia-cuda-mps-control" in checks["mps (b)"].fix
+
+
+class Trials:
+    """The API as the doctor's trials meet it: each submitted spec kept, each job ending as `ends` says."""
+
+    def __init__(self, ends):
+        self.ends, self.specs = ends, []
+
+    def submit(self, spec):
+        self.specs.append(spec)
+        return {"id": len(self.specs)}
+
+    def wait(self, job_id, timeout):
+        return {"id": job_id, "worker": f"vm.gpu{job_id - 1}", "gpu_ids": [str(job_id - 1)], **self.ends}
+
+
+def test_the_trials_use_mixed_precision_and_xla_on_gpus_unless_plain_and_say_so():
+    """(tests/e2e/test_doctor.py runs `doctor --plain` on two fake GPUs, where XLA's compile on the CPU doubles a
+    trial's cost: this is what the default submits and says.)"""
+    from tui.cli.doctor import _trials
+
+    workers = [{"host": "vm", "alive": True, "gpus": ["0"]}, {"host": "vm", "alive": True, "gpus": ["1"]}]
+    done = {"status": "succeeded", "elapsed_s": 13.6, "result": {"gpus_seen": 1, "images_per_sec": 466.0}}
+    for plain, how in ((False, " with mixed precision and XLA"), (True, "")):
+        api = Trials(done)
+        checks = {c.name: c for c in _trials(api, workers, 60, plain)}
+        assert len(api.specs) == 2 and all(s["gpus"] == 1 and s["params"]["steps"] == 20 for s in api.specs)
+        fast = [(s["params"].get("mixed_precision", False), s["params"].get("xla", False)) for s in api.specs]
+        assert fast == [(not plain, not plain)] * 2, api.specs
+        assert checks["training (job 1)"].detail == f"20 steps{how} on vm.gpu0 (GPU 0) in 13.6 s, 466 images/s"
+        assert checks["pinning"].result == checks["tensorflow sees the GPU"].result == "ok"
+    api = Trials(done)
+    _trials(api, [{"host": "vm", "alive": True, "gpus": []}], 60)  # (no GPU: one trial on the CPU worker, float32)
+    assert [s["gpus"] for s in api.specs] == [0] and "xla" not in api.specs[0]["params"]

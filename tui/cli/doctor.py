@@ -150,15 +150,22 @@ def _released(health: dict[str, Any]) -> list[Check]:
     return [Check("gpu memory released", "fail", f"still held after the job ended: {said}", fix)]
 
 
-def _trials(c: Client, workers: list[dict[str, Any]], timeout_s: int) -> list[Check]:
-    """A short real training on each GPU a worker serves, all at once (one job each: pinned, mixed precision and
-    XLA), or one on a CPU worker where none serves a GPU; each job's GPUs, time and images/s."""
-    n_gpus = len({(w["host"], g) for w in workers if w["alive"] for g in w["gpus"]})
+def trial_spec(n_gpus: int, plain: bool = False) -> dict[str, Any]:
+    """The trial job: LeNet for TRIAL_STEPS steps, on one GPU with mixed precision and XLA where workers serve GPUs
+    (what a broken CUDA setup fails first), unless `plain` (float32, no XLA compile); on a CPU worker otherwise."""
     params: dict[str, Any] = {"steps": TRIAL_STEPS}
-    if n_gpus:
+    if n_gpus and not plain:
         params |= {"mixed_precision": True, "xla": True}
     spec = {"model": "lenet", "dataset": "synthetic", "params": params, "gpus": 1 if n_gpus else 0}
-    spec |= {"name": "gpudeck doctor", "tags": ["doctor"], "priority": "high"}
+    return spec | {"name": "gpudeck doctor", "tags": ["doctor"], "priority": "high"}
+
+
+def _trials(c: Client, workers: list[dict[str, Any]], timeout_s: int, plain: bool = False) -> list[Check]:
+    """A short real training on each GPU a worker serves, all at once (one job each: pinned, mixed precision and
+    XLA unless `plain`), or one on a CPU worker where none serves a GPU; each job's GPUs, time and images/s."""
+    n_gpus = len({(w["host"], g) for w in workers if w["alive"] for g in w["gpus"]})
+    spec = trial_spec(n_gpus, plain)
+    how = " with mixed precision and XLA" if spec["params"].get("xla") else ""
     try:
         made = [c.submit(spec)["id"] for _ in range(max(1, n_gpus))]
     except ApiError as exc:
@@ -180,7 +187,7 @@ def _trials(c: Client, workers: list[dict[str, Any]], timeout_s: int) -> list[Ch
             blind.append(str(job_id))
         rate = (job.get("result") or {}).get("images_per_sec")
         took = job.get("elapsed_s")
-        text = f"{TRIAL_STEPS} steps on {job.get('worker')} (GPU {where}) in {took:.1f} s" if took else where
+        text = f"{TRIAL_STEPS} steps{how} on {job.get('worker')} (GPU {where}) in {took:.1f} s" if took else where
         out.append(Check(f"training (job {job_id})", "ok", text + (f", {rate:,.0f} images/s" if rate else "")))
     if n_gpus and placed and blind:
         fix = (
@@ -201,9 +208,15 @@ def _trials(c: Client, workers: list[dict[str, Any]], timeout_s: int) -> list[Ch
 @click.command()
 @connection_options
 @click.option("--no-job", is_flag=True, help="skip the trial training (only what the API and workers report)")
+@click.option(
+    "--plain",
+    is_flag=True,
+    help="trials in float32 without XLA: seconds sooner (no XLA compile), but a GPU that fails only with mixed "
+    "precision or XLA passes",
+)
 @click.option("--timeout", "timeout_s", type=int, default=600, show_default=True, help="seconds the trials may take")
 @json_option
-def doctor(no_job, timeout_s, as_json) -> int:
+def doctor(no_job, plain, timeout_s, as_json) -> int:
     """Is this gpudeck ready? API, Redis and its saving, disk, workers and their sandboxes, GPUs, and a short real
     training job on each GPU (one on a CPU worker where there is none). Exit 0 only when no check failed."""
     c = client()
@@ -215,7 +228,7 @@ def doctor(no_job, timeout_s, as_json) -> int:
         if no_job:
             checks.append(Check("training", "skip", "--no-job"))
         elif any(w["alive"] for w in workers):
-            checks += _trials(c, workers, timeout_s)
+            checks += _trials(c, workers, timeout_s, plain)
         else:
             checks.append(Check("training", "skip", "no worker alive to run it"))
     failed = any(x.result == "fail" for x in checks)
