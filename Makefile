@@ -12,10 +12,26 @@ PYTEST_ARGS ?=
 
 install: $(STAMP)
 
-# uv installs (downloads in parallel, compiles bytecode on every core): ~30 s from a fresh clone where pip takes
-# ~95 s. If uv cannot be had or fails, pip installs the same.
+# uv installs (downloads in parallel): ~10 s from a fresh clone where pip takes ~95 s. If uv cannot be had or fails,
+# pip installs the same. Bytecode: not uv's --compile-bytecode, which compiled all ~17,000 modules of the environment
+# (25 s of a fresh clone's 34 s on 2 cores: TensorFlow's, sympy's, moto's, mlflow's whole trees), but every module
+# of gpudeck imported once, in two processes (the trainer's: TensorFlow; the rest), and pytest with its plugins: what
+# most of its processes load (~4,000 modules, ~10 s), so that the first processes of `make up` or `make test` do not
+# each compile the same modules at once.
 PIP_INSTALL = $(BIN)/python -m pip install -q --disable-pip-version-check
-UV_INSTALL = $(BIN)/uv pip install -q --python $(BIN)/python --compile-bytecode
+UV_INSTALL = $(BIN)/uv pip install -q --python $(BIN)/python
+define PRECOMPILE_PY
+import importlib, pkgutil, sys
+for name in sys.argv[1:]:
+    package = importlib.import_module(name.removesuffix(".*"))
+    if name.endswith(".*"):
+        for found in pkgutil.walk_packages(package.__path__, package.__name__ + "."):
+            if not found.name.endswith("__main__"):
+                importlib.import_module(found.name)
+endef
+export PRECOMPILE_PY
+PRECOMPILE = env -u PYTHONDONTWRITEBYTECODE TF_CPP_MIN_LOG_LEVEL=3 $(BIN)/python -c "$$PRECOMPILE_PY"
+PRECOMPILE_REST = 'api.*' 'jobs.*' 'tui.*' pytest xdist pytest_timeout pytest_textual_snapshot
 # bubblewrap (Debian's package) makes each job's sandbox (jobs/run/sandbox.py): installed here as root where it is
 # missing; without it jobs run unsandboxed and named users may not run commands (the README's security section).
 BWRAP_INSTALL = command -v bwrap >/dev/null 2>&1 || { [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1 && \
@@ -28,6 +44,9 @@ $(STAMP): pyproject.toml
 	@test -x $(BIN)/uv || $(PIP_INSTALL) uv >/dev/null 2>&1 || true
 	$(UV_INSTALL) -e '.[$(TF_EXTRA),test]' --config-settings editable_mode=compat \
 	  || $(PIP_INSTALL) -e '.[$(TF_EXTRA),test]' --config-settings editable_mode=compat
+	@{ $(PRECOMPILE) 'models.*' & trainer=$$!; $(PRECOMPILE) $(PRECOMPILE_REST); rest=$$?; \
+	   wait $$trainer && [ $$rest = 0 ]; } >/dev/null 2>&1 \
+	  || echo "gpudeck: compiling the bytecode of what gpudeck imports failed: its processes will compile it as they go"
 	@rm -f $(VENV)/.installed-*
 	@touch $@
 
