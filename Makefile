@@ -15,9 +15,9 @@ install: $(STAMP)
 # uv installs (downloads in parallel): ~10 s from a fresh clone where pip takes ~95 s. If uv cannot be had or fails,
 # pip installs the same. Bytecode: not uv's --compile-bytecode, which compiled all ~17,000 modules of the environment
 # (25 s of a fresh clone's 34 s on 2 cores: TensorFlow's, sympy's, moto's, mlflow's whole trees), but every module
-# of gpudeck imported once, in two processes (the trainer's: TensorFlow; the rest), and pytest with its plugins: what
-# most of its processes load (~4,000 modules, ~10 s), so that the first processes of `make up` or `make test` do not
-# each compile the same modules at once.
+# of gpudeck imported once, in two processes (the trainer's, with TensorFlow; the rest, with TensorBoard's server,
+# Optuna, pytest and its plugins): what its processes load (~4,500 modules, ~10 s), so that the first processes of
+# `make up` or `make test` do not each compile the same modules at once.
 PIP_INSTALL = $(BIN)/python -m pip install -q --disable-pip-version-check
 UV_INSTALL = $(BIN)/uv pip install -q --python $(BIN)/python
 define PRECOMPILE_PY
@@ -31,7 +31,7 @@ for name in sys.argv[1:]:
 endef
 export PRECOMPILE_PY
 PRECOMPILE = env -u PYTHONDONTWRITEBYTECODE TF_CPP_MIN_LOG_LEVEL=3 $(BIN)/python -c "$$PRECOMPILE_PY"
-PRECOMPILE_REST = 'api.*' 'jobs.*' 'tui.*' pytest xdist pytest_timeout pytest_textual_snapshot
+PRECOMPILE_REST = 'api.*' 'jobs.*' 'tui.*' optuna tensorboard.main pytest xdist pytest_timeout pytest_textual_snapshot
 # bubblewrap (Debian's package) makes each job's sandbox (jobs/run/sandbox.py): installed here as root where it is
 # missing; without it jobs run unsandboxed and named users may not run commands (the README's security section).
 BWRAP_INSTALL = command -v bwrap >/dev/null 2>&1 || { [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1 && \
