@@ -47,6 +47,13 @@ def main(argv: list[str] | None = None) -> int:
         for field, problem in problems.items():
             log.error("bad spec: %s: %s", field, problem)
         return EXIT_BAD_INPUT
+    from models.datasets import DatasetError, must_exist
+
+    try:
+        must_exist(spec.get("dataset_path") or spec["dataset"])
+    except DatasetError as exc:  # (as the trainer says it, without 3 s of TensorFlow's import first)
+        log.error("bad input: %s", exc)
+        return EXIT_BAD_INPUT
 
     from models.trainer import BadInput, Diverged, Stopped, Trainer
 

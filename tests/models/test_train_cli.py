@@ -68,6 +68,10 @@ def test_bad_input_exits_2_and_says_why(tmp_path):
     assert "batch_size 4096 is larger than the training set (2048 images)" in run.stdout
     run = train(tmp_path, {"model": "nope", "dataset": "synthetic"}, tmp_path / "j2")
     assert run.returncode == 2 and "bad spec: model" in run.stdout
+    missing = tmp_path / "missing"
+    run = train(tmp_path, {"model": "lenet", "dataset": str(missing)}, tmp_path / "j3")
+    assert run.returncode == 2 and f"bad input: {missing}: no such file or directory" in run.stdout
+    assert "devices:" not in run.stdout  # (said before TensorFlow's import, which logs the devices it finds)
 
 
 def test_a_short_resnet_run_is_evaluated_with_settled_batch_norm_statistics(tmp_path):
