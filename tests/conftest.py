@@ -27,7 +27,6 @@ LONGEST = (
     "test_a_retried_job_starts_warm_from_its_checkpoint",
     "test_a_session_is_released_when_nobody_is_attached_and_its_gpu_is_idle_and_not_before",
     "test_a_job_stopped_on_one_host_resumes_on_another_from_the_store",
-    "test_gpudeck_doctor_says_whether_the_box_is_ready",
     "test_random_search_with_asha_stops_the_bad_learning_rates_of_a_model_job",
     "test_the_readme_section_as_written",
     "test_kill_9_of_worker_and_horse_is_worker_lost_then_resumed",
@@ -40,6 +39,7 @@ LONGEST = (
 """The slow tests that take longest (`--durations`, 20 to 50 s each here under make test), longest first."""
 LONGER = (
     "test_sigterm_checkpoints_and_a_rerun_resumes",
+    "test_gpudeck_doctor_says_whether_the_box_is_ready",
     "test_convert_writes_tfrecords_that_read_back",
     "test_usage_input_auth_and_unreachable_exit_codes",
     "test_an_agent_lists_submits_waits_triages",
