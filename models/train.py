@@ -49,8 +49,10 @@ def main(argv: list[str] | None = None) -> int:
         return EXIT_BAD_INPUT
     from models.datasets import DatasetError, must_exist
 
+    dataset = parse_dataset(spec.get("dataset_path") or spec["dataset"])  # (a worker's folder of an upload first)
     try:
-        must_exist(spec.get("dataset_path") or spec["dataset"])
+        if dataset.kind == "path":
+            must_exist(Path(dataset.path))
     except DatasetError as exc:  # (as the trainer says it, without 3 s of TensorFlow's import first)
         log.error("bad input: %s", exc)
         return EXIT_BAD_INPUT

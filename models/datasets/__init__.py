@@ -39,18 +39,17 @@ def detect(path: Path) -> tuple[str, Path] | None:
     return None
 
 
-def must_exist(dataset: str) -> None:
-    """DatasetError where `dataset` (a spec's, or the folder a worker resolved an upload to) names a path that does
-    not exist: cheap, before TensorFlow is imported (models.train: such a job fails at once, not seconds later)."""
-    ref = parse_dataset(dataset)
-    if ref.kind == "path" and not Path(ref.path).exists():
-        raise DatasetError(f"{ref.path}: no such file or directory")
+def must_exist(path: Path) -> None:
+    """DatasetError where a dataset's `path` does not exist: cheap, and TensorFlow-free (models.train checks a job's
+    path before importing it: such a job fails at once, not seconds later)."""
+    if not path.exists():
+        raise DatasetError(f"{path}: no such file or directory")
 
 
 def open_path(path: Path) -> Source:
     """Detect the format of a dataset file or dir and open it; DatasetError says what was expected."""
     path = Path(path)
-    must_exist(str(path))
+    must_exist(path)
     if path.is_file():
         if path.name.endswith((".tar.gz", ".tgz", ".tar")):
             src = cifar.from_tar(path)
