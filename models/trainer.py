@@ -286,9 +286,12 @@ class Trainer:
             hits = tf.cast(tf.equal(tf.argmax(logits, -1, output_type=y.dtype), y), tf.float32)
             return loss, tf.reduce_sum(hits)
 
-        step_fn = tf.function(replica_step, jit_compile=True) if p["xla"] else replica_step
+        # Traced without AutoGraph (here and in the evaluation step): neither has Python control flow over tensors
+        # (the `if`s read the spec and the model, once), and AutoGraph's conversion of each function (parsing its
+        # source, rewriting it, writing a module to the temp dir) cost every job ~0.3 CPU-s of start-up.
+        step_fn = tf.function(replica_step, jit_compile=True, autograph=False) if p["xla"] else replica_step
 
-        @tf.function
+        @tf.function(autograph=False)
         def train_step(iterator):
             x, y = next(iterator)
             loss, correct = strategy.run(step_fn, (x, y))
@@ -302,8 +305,6 @@ class Trainer:
 
         def check_finite() -> None:
             """Raise Diverged once a step's loss was not finite (read where the loop syncs anyway)."""
-            # (no := here: AutoGraph parses this file's functions with gast, which cannot read it, and then
-            # warns that it runs every tf.function of the file unconverted)
             at = int(bad_step.numpy()) if p["stop_on_nonfinite"] else 0
             if at:
                 total = float(sums["loss"].numpy())
@@ -447,7 +448,7 @@ class Trainer:
         function built per evaluation would trace the whole forward pass again every epoch (seconds each)."""
         k = min(5, classes)
 
-        @tf.function(reduce_retracing=True)  # the last, partial batch reuses the trace
+        @tf.function(reduce_retracing=True, autograph=False)  # the last, partial batch reuses the trace
         def eval_step(x, y):
             def replica(x, y):
                 logits = tf.cast(model(x, training=False), tf.float32)
