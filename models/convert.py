@@ -27,11 +27,10 @@ def _int64(v: int):
 
 def convert(src: str, dst: Path) -> dict[str, int]:
     """Write `src` (a path or `synthetic…`) into `dst`; returns records written per file."""
-    import tensorflow as tf
-
     from models.datasets import load
 
-    source = load(src)
+    source = load(src)  # (first: a source that is not there is refused without TensorFlow's seconds of import)
+    import tensorflow as tf
     dst.mkdir(parents=True, exist_ok=True)
     h, w, c = source.shape
     counts = {}

@@ -1,5 +1,7 @@
-"""POST/GET /api/v1/datasets over real HTTP (gunicorn API process): uploads in every archive kind, versions,
-jobs naming `name:version` / `name`, and archive attacks refused with nothing written outside."""
+"""POST/GET /api/v1/datasets: uploads in every archive kind, versions, jobs naming `name:version` / `name`, and
+bodies too big, over real HTTP (a gunicorn API process); archive attacks refused with nothing written outside and
+bad form fields named, through Flask's test client (the same app and request parsing, without an API process
+started for each of twenty cases)."""
 
 from __future__ import annotations
 
@@ -7,11 +9,13 @@ import io
 import os
 import tarfile
 import zipfile
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
 import requests
 
+from jobs.settings import Settings
 from tests.support import formats
 from tests.support.live import start_api
 
@@ -24,6 +28,16 @@ def api(spawn, child_env) -> str:
     return start_api(spawn, {**child_env, **LIMITS})
 
 
+@pytest.fixture
+def limited(settings, redis):
+    """Flask's test client of the app with the same small limits (read from LIMITS as the API process reads them)."""
+    from api import create_app
+
+    small = Settings.from_env(LIMITS)
+    s = replace(settings, dataset_max_bytes=small.dataset_max_bytes, dataset_max_files=small.dataset_max_files)
+    return create_app({"SETTINGS": s, "REDIS": redis, "TESTING": True}).test_client()
+
+
 def post(api: str, name: str, version: str, data: bytes, filename: str = "data.tar.gz", **extra) -> requests.Response:
     return requests.post(
         f"{api}/api/v1/datasets",
@@ -31,6 +45,12 @@ def post(api: str, name: str, version: str, data: bytes, filename: str = "data.t
         files={"file": (filename, data)},
         timeout=60,
     )
+
+
+def post_to(client, name: str, version: str, data: bytes, filename: str = "data.tar.gz"):
+    """`post` through Flask's test client."""
+    form = {"name": name, "version": version, "file": (io.BytesIO(data), filename)}
+    return client.post("/api/v1/datasets", data=form, content_type="multipart/form-data")
 
 
 def tar_bytes(add, mode: str = "w:gz") -> bytes:
@@ -183,21 +203,21 @@ ATTACKS = {
 
 
 @pytest.mark.parametrize("attack", ATTACKS)
-def test_unsafe_archives_are_refused_with_nothing_written_outside(api, tmp_path, settings, attack):
+def test_unsafe_archives_are_refused_with_nothing_written_outside(limited, tmp_path, settings, attack):
     make, status, words = ATTACKS[attack]
     (tmp_path / "outside").mkdir()
     before = files_under(tmp_path)
-    resp = post(api, "evil", "1", make())
+    resp = post_to(limited, "evil", "1", make())
     assert resp.status_code == status, resp.text
-    body = resp.json()
+    body = resp.json
     assert body["details"]["field"] == "file" and words in body["message"]
     assert files_under(tmp_path) - before <= {"home", "home/datasets", "home/datasets/.staging"}
     assert not (settings.datasets_dir / "evil").exists()
     assert not any((settings.datasets_dir / ".staging").iterdir())
     assert not Path("/tmp/gpudeck-evil.txt").exists()
-    assert requests.get(f"{api}/api/v1/datasets", timeout=10).json()["datasets"] == []
+    assert limited.get("/api/v1/datasets").json["datasets"] == []
     # A refused upload does not hold the name: a good archive under it is accepted next.
-    assert post(api, "evil", "1", formats.cifar_tgz(tmp_path)).status_code == 201
+    assert post_to(limited, "evil", "1", formats.cifar_tgz(tmp_path)).status_code == 201
 
 
 @pytest.mark.parametrize(
@@ -210,10 +230,10 @@ def test_unsafe_archives_are_refused_with_nothing_written_outside(api, tmp_path,
         ({"name": "ok", "version": "1", "colour": "red"}, "colour", "unknown form field"),
     ],
 )
-def test_bad_form_fields_are_named(api, tmp_path, form, field, words):
-    resp = requests.post(f"{api}/api/v1/datasets", data=form, files={"file": ("a.tgz", b"x")}, timeout=10)
+def test_bad_form_fields_are_named(limited, form, field, words):
+    resp = limited.post("/api/v1/datasets", data={**form, "file": (io.BytesIO(b"x"), "a.tgz")})
     assert resp.status_code == 400
-    body = resp.json()
+    body = resp.json
     assert field in (body["details"].get("fields") or {body["details"].get("field"): 1}) and words in body["message"]
 
 
