@@ -107,6 +107,22 @@ def test_a_client_command_loads_nothing_of_the_server():
     assert out.stdout.strip().splitlines()[-1] == "[]", out.stdout + out.stderr
 
 
+def test_a_server_command_loads_none_of_the_clients_commands():
+    """`gpudeck api` and `gpudeck worker` start without the client's families (their HTTP client, YAML), and every
+    client command is still there after a server command was looked up."""
+    probe = (
+        "import sys\n"
+        "from tui.cli import cli, main\n"
+        "main(['api', '--help']); main(['worker', '--help'])\n"
+        "print(sorted(m for m in sys.modules if m.startswith('tui.cli.') or m in ('requests', 'yaml')))\n"
+        "print(' '.join(cli.list_commands(None)))"
+    )
+    out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=60)
+    loaded, names = out.stdout.strip().splitlines()[-2:]
+    assert loaded == "['tui.cli.base']", out.stdout + out.stderr
+    assert {"submit", "ls", "logs", "datasets", "doctor", "api", "worker", "up"} <= set(names.split()), names
+
+
 def test_tables_are_aligned_and_carry_no_trailing_spaces():
     lines = table_lines(("ID", "NAME", "LOSS"), [(7, "a", "0.5"), (123, "longer name", None)], right=[0, 2])
     assert lines == [" ID  NAME         LOSS", "  7  a             0.5", "123  longer name"]

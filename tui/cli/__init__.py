@@ -1,6 +1,7 @@
 """`gpudeck`: one console script on click. The client commands (one module a family: `jobs`, `data`, `sweeps`,
-`admin`) talk to the API over HTTP and import nothing of the server; the server commands (`up`, `worker`, `token`
-in jobs.cli, `api` in api.serve) are loaded only when one of them runs.
+`admin`…) talk to the API over HTTP and import nothing of the server; the server commands (`up`, `worker`, `token`
+in jobs.cli, `api` in api.serve) are loaded only when one of them runs, and then without the client's families
+(their HTTP client, YAML, tables: ~0.1 CPU-s of imports at each start of an API or a stack).
 
 Every command returns its exit code (models.common); the group turns the API's refusals, an unreachable API and
 usage errors into one line on stderr and that code, in `main()` and under click's CliRunner alike."""
@@ -14,8 +15,10 @@ from typing import Any
 import click
 
 from models.common import EXIT_INTERRUPTED, EXIT_JOB_FAILED, EXIT_OK, EXIT_UNREACHABLE, EXIT_USAGE
-from tui.cli import admin, agent, compare, data, doctor, export, jobs, session, sweeps
 from tui.cli.base import connection_options
+
+FAMILIES = ("jobs", "compare", "export", "session", "data", "sweeps", "admin", "doctor", "agent")
+"""The client's command modules (tui.cli.NAME, each with its COMMANDS), in the order their commands are added."""
 
 SERVER_COMMANDS = {
     "up": ("jobs.cli", "up", "Start Redis, the API and one worker per GPU; Ctrl-C stops all."),
@@ -45,17 +48,32 @@ def report(exc: BaseException) -> int | None:
 class Gpudeck(click.Group):
     """The `gpudeck` group: lazy server commands, one-line bad-parameter errors, exit codes from return values."""
 
+    families_added = False
+
+    def add_families(self) -> None:
+        """Add the client's commands (FAMILIES), once: what any command but a server command needs first."""
+        if not self.families_added:
+            self.families_added = True
+            for family in FAMILIES:
+                for command in importlib.import_module(f"tui.cli.{family}").COMMANDS:
+                    self.add_command(command)
+
     def list_commands(self, ctx: click.Context) -> list[str]:
+        self.add_families()
         return sorted([*super().list_commands(ctx), *SERVER_COMMANDS])
 
     def get_command(self, ctx: click.Context, name: str) -> click.Command | None:
-        if name in SERVER_COMMANDS and name not in self.commands:
-            module, attr, _ = SERVER_COMMANDS[name]
-            self.add_command(getattr(importlib.import_module(module), attr), name)
+        if name in SERVER_COMMANDS:
+            if name not in self.commands:
+                module, attr, _ = SERVER_COMMANDS[name]
+                self.add_command(getattr(importlib.import_module(module), attr), name)
+        else:
+            self.add_families()
         return super().get_command(ctx, name)
 
     def format_commands(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
         """The command list with the server commands' help from SERVER_COMMANDS (`--help` imports no server)."""
+        self.add_families()
         rows = [(name, cmd.get_short_help_str(80)) for name, cmd in sorted(self.commands.items())]
         rows += [(name, text) for name, (_, _, text) in SERVER_COMMANDS.items() if name not in self.commands]
         with formatter.section("Commands"):
@@ -92,11 +110,6 @@ def cli() -> None:
 
     Exit status: 0 ok, 1 a job failed (or fell below --min-accuracy), 2 usage or input error, 3 API unreachable,
     4 `wait --timeout` ran out."""
-
-
-for family in (jobs, compare, export, session, data, sweeps, admin, doctor, agent):
-    for command in family.COMMANDS:
-        cli.add_command(command)
 
 
 def main(argv: list[str] | None = None) -> int:
