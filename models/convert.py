@@ -31,6 +31,7 @@ def convert(src: str, dst: Path) -> dict[str, int]:
 
     source = load(src)  # (first: a source that is not there is refused without TensorFlow's seconds of import)
     import tensorflow as tf
+
     dst.mkdir(parents=True, exist_ok=True)
     h, w, c = source.shape
     counts = {}
