@@ -64,8 +64,10 @@ TEST_PROCS ?= $(shell $(PYTHON) -c "import os; print(min(8, 2 * (os.cpu_count() 
 # ~5 CPU-s per test process). __pycache__ is ignored by git.
 # The suite keeps both cores busy throughout (five test processes, many trainers at once): a trainer's TensorFlow
 # computes each op on one thread (TF_NUM_INTRAOP_THREADS=1; it reaches jobs as every TF_ variable does) instead of
-# two threads contending with the other processes for the same two cores (~7 % less CPU for four trainers at once).
-PYTEST = env -u PYTHONDONTWRITEBYTECODE TF_NUM_INTRAOP_THREADS=1 $(BIN)/python -m pytest
+# two threads contending with the other processes for the same two cores (~7 % less CPU for four trainers at once),
+# and runs independent ops one at a time (TF_NUM_INTEROP_THREADS=1: ~5 % less CPU for a ResNet-20 of 30 steps;
+# the multi-worker jobs' collective all-reduce still completes, tests/jobs/test_multiworker_e2e.py).
+PYTEST = env -u PYTHONDONTWRITEBYTECODE TF_NUM_INTRAOP_THREADS=1 TF_NUM_INTEROP_THREADS=1 $(BIN)/python -m pytest
 test: install
 	$(PYTEST) -n $(TEST_PROCS) --dist loadgroup $(PYTEST_ARGS)
 
