@@ -6,6 +6,8 @@ import os
 import socket
 import tempfile
 import threading
+from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
@@ -113,15 +115,20 @@ def settings(tmp_path: Path, redis_url: str, redis: Redis) -> Settings:
     return Settings(home=tmp_path / "home", redis_url=redis_url)
 
 
-@pytest.fixture
-def child_env(settings: Settings) -> dict[str, str]:
-    """Environment for gpudeck child processes of a test."""
+def gpudeck_env(home: Path, redis_url: str) -> dict[str, str]:
+    """Environment for gpudeck child processes on `home` and `redis_url`."""
     env = {k: v for k, v in os.environ.items() if not k.startswith(("GPUDECK_", "REDIS_URL"))}
-    env.update(GPUDECK_HOME=str(settings.home), REDIS_URL=settings.redis_url or "", PYTHONUNBUFFERED="1")
+    env.update(GPUDECK_HOME=str(home), REDIS_URL=redis_url, PYTHONUNBUFFERED="1")
     # Workers keep no warm trainer (GPUDECK_WARM's default is on): in a test that runs one zoo job, the next
     # trainer's imports are seconds of CPU for a job that never comes. tests/jobs/test_warm_e2e.py turns it on.
     env["GPUDECK_WARM"] = "off"
     return env
+
+
+@pytest.fixture
+def child_env(settings: Settings) -> dict[str, str]:
+    """Environment for gpudeck child processes of a test."""
+    return gpudeck_env(settings.home, settings.redis_url or "")
 
 
 @pytest.fixture
@@ -186,22 +193,66 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo):
     return report
 
 
+def spawner(folder: Path, procs: list[Proc]) -> Callable[..., Proc]:
+    """spawn("worker", "--cpu", env=...): a gpudeck command as a real process, its log in `folder`, kept in `procs`."""
+
+    def _spawn(*args: str, env: dict[str, str], name: str | None = None) -> Proc:
+        log = folder / f"{name or args[0]}-{len(procs)}.log"
+        p = Proc(python_module("tui.cli", *args), env, log)
+        procs.append(p)
+        return p
+
+    return _spawn
+
+
+def stop_all(procs: list[Proc]) -> None:
+    """Stop what `spawner` started: an API at once, the rest as its command's Ctrl-C would."""
+    for p in procs:
+        argv = list(p.proc.args)  # type: ignore[arg-type]
+        p.stop(graceful=argv[argv.index("tui.cli") + 1] != "api")  # (python -P -m tui.cli COMMAND …)
+
+
 @pytest.fixture
 def spawn(tmp_path: Path, request: pytest.FixtureRequest):
     """Start gpudeck commands as real processes: spawn("worker", "--cpu", env=...)."""
     procs: list[Proc] = []
     request.node.stash[PROCS] = procs
+    yield spawner(tmp_path, procs)
+    stop_all(procs)
 
-    def _spawn(*args: str, env: dict[str, str], name: str | None = None) -> Proc:
-        log = tmp_path / f"{name or args[0]}-{len(procs)}.log"
-        p = Proc(python_module("tui.cli", *args), env, log)
-        procs.append(p)
-        return p
 
-    yield _spawn
-    for p in procs:
-        argv = list(p.proc.args)  # type: ignore[arg-type]
-        p.stop(graceful=argv[argv.index("tui.cli") + 1] != "api")  # (python -P -m tui.cli COMMAND …)
+@dataclass(frozen=True)
+class Shared:
+    """A stack that the tests of one module share (module_stacks): its environment, its Redis database, and
+    `spawn` for its processes."""
+
+    env: dict[str, str]
+    redis: Redis
+    spawn: Callable[..., Proc]
+
+
+@pytest.fixture(scope="module")
+def module_stacks(redis_server: str, tmp_path_factory: pytest.TempPathFactory):
+    """Makes stacks that the tests of one module share where each would otherwise start the same one to read the
+    same answers (an API over jobs written once; the tests only read): each stack its own Redis database and
+    GPUDECK_HOME, its processes stopped after the module's last test. Such a module is one xdist_group, so that
+    one test process starts each stack once."""
+    made: list[tuple[Redis, list[Proc]]] = []
+
+    def make() -> Shared:
+        folder = tmp_path_factory.mktemp("shared")
+        url = f"{redis_server}/{next(_DB) % DATABASES}"
+        client = Redis.from_url(url)
+        client.flushdb()
+        procs: list[Proc] = []
+        made.append((client, procs))
+        return Shared(gpudeck_env(folder / "home", url), client, spawner(folder, procs))
+
+    yield make
+    for client, procs in made:
+        stop_all(procs)
+        client.flushdb()
+        client.close()
 
 
 @pytest.fixture

@@ -1,6 +1,7 @@
 """Snapshots of the TUI at 80x24 and 120x40 (SVG files in tests/tui/__snapshots__), against a real API process on
-a fresh Redis: jobs that stay queued (they ask for 2 GPUs and no worker runs), and jobs whose run is written
-into Redis as a worker writes it (log lines, metric points, the end) with fixed times, so every cell is stable:
+a Redis database of its own (one API for all the tests of a fixture: they only read): jobs that stay queued (they
+ask for 2 GPUs and no worker runs), and jobs whose run is written into Redis as a worker writes it (log lines,
+metric points, the end) with fixed times, so every cell is stable:
 the jobs table, a failed job's log, curves and result, the GPUs and workers of a box with none, and a sweep.
 (The submit form is not snapshotted: the table behind a modal repaints on its own clock, so its picture
 depended on timing.)
@@ -15,12 +16,13 @@ from tests.support.live import start_api
 from tests.support.runs import ran
 from tui.app import GpudeckApp
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("snapshots")]  # (one process starts each shared API)
 
 
-@pytest.fixture
-def queued_api(spawn, child_env) -> str:
-    url = start_api(spawn, child_env)
+@pytest.fixture(scope="module")
+def queued_api(module_stacks) -> str:
+    stack = module_stacks()
+    url = start_api(stack.spawn, stack.env)
     for name in ("baseline", "wider lr sweep"):
         spec = {"model": "resnet20", "dataset": "synthetic", "name": name, "gpus": 2, "tags": ["paper"]}
         requests.post(f"{url}/api/v1/jobs", json=spec, timeout=10).raise_for_status()
@@ -42,10 +44,12 @@ LOG = [
 ]
 
 
-@pytest.fixture
-def ran_api(spawn, child_env, redis) -> dict:
+@pytest.fixture(scope="module")
+def ran_api(module_stacks) -> dict:
     """A failed job with its log and curves, and a sweep of three runs (two ended, one queued)."""
-    url = start_api(spawn, child_env)
+    stack = module_stacks()
+    redis = stack.redis
+    url = start_api(stack.spawn, stack.env)
     post = lambda spec: requests.post(f"{url}/api/v1/jobs", json=spec, timeout=10).json()["id"]  # noqa: E731
     failed = post({"model": "resnet20", "dataset": "synthetic", "name": "data on a dead disk", "gpus": 2})
     train = [{"step": s, "loss": 2.3 / (1 + s / 40), "accuracy": min(0.9, s / 400)} for s in range(10, 310, 10)]
