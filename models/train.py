@@ -84,8 +84,9 @@ def leave(code: int) -> NoReturn:
     (result.json, model, checkpoints, metrics, TensorBoard, the event pipe); tearing TensorFlow down after that (its
     runtime, graphs, threads and every module) cost 0.8 CPU-s a job here, what a short job's training costs. An
     exception out of `main` still exits the usual way, with its traceback. The exit handlers still run (logging's
-    shutdown; AutoGraph's, which deletes the modules it wrote to the temp dir for each traced function: a trainer
-    outside the sandbox's private /tmp left ~6 files behind a job without them); they cost nothing measurable."""
+    shutdown; AutoGraph's, which deletes the module it writes to the temp dir for each function it converts: the
+    training and evaluation steps are traced without it, but a trainer outside the sandbox's private /tmp once
+    left ~6 files behind a job); they cost nothing measurable."""
     atexit._run_exitfuncs()  # (CPython's, what the interpreter's own exit calls first; multiprocessing calls it too)
     for stream in (sys.stdout, sys.stderr):
         try:

@@ -91,12 +91,17 @@ DATABASES = 2048
 _DB = iter(range(10**9))
 
 
+def next_database(redis_server: str) -> str:
+    """The URL of the session Redis's next database (a test's, or a module's shared stack's)."""
+    return f"{redis_server}/{next(_DB) % DATABASES}"
+
+
 @pytest.fixture
 def redis_url(redis_server: str) -> str:
     """The session's Redis, on a database of its own: a process or thread a previous test left behind cannot
     write into this test's keys (job 1 of one test is not job 1 of the next) nor hold its leases (a GPU sampler
     left running would take the host's sampling turn every round, the test's worker never)."""
-    return f"{redis_server}/{next(_DB) % DATABASES}"
+    return next_database(redis_server)
 
 
 @pytest.fixture
@@ -241,7 +246,7 @@ def module_stacks(redis_server: str, tmp_path_factory: pytest.TempPathFactory):
 
     def make() -> Shared:
         folder = tmp_path_factory.mktemp("shared")
-        url = f"{redis_server}/{next(_DB) % DATABASES}"
+        url = next_database(redis_server)
         client = Redis.from_url(url)
         client.flushdb()
         procs: list[Proc] = []

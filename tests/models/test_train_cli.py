@@ -40,7 +40,7 @@ def test_train_writes_the_job_dir(tmp_path):
     temp.mkdir()
     run = train(tmp_path, spec, job_dir, env={**os.environ, "TMPDIR": str(temp)})
     assert run.returncode == 0, run.stdout[-3000:]
-    assert list(temp.glob("*.py")) == []  # (AutoGraph's modules, one per traced function, deleted as it left)
+    assert list(temp.glob("*.py")) == []  # (no AutoGraph module left: none written for the steps, any other deleted)
     train_points = [p for p in points(job_dir) if "loss" in p]
     assert [p["step"] for p in train_points] == [2, 4, 6]
     assert set(train_points[0]) >= {"step", "epoch", "loss", "accuracy", "lr", "images_per_sec"}
