@@ -3,13 +3,14 @@
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable
 from typing import Any
 
 from flask import Blueprint, Response, current_app, request, send_file
 
 from api import deps, longpoll
-from jobs import artifacts, objectstore
+from jobs import artifacts, jobfiles, objectstore
 from jobs.errors import BadRequest, NotFound, Unavailable
 
 bp = Blueprint("files", __name__)
@@ -49,22 +50,34 @@ def get_file(job_id: int, path: str):
     root, store = _kept(job_id)
     if store is not None:
         return _stored(store, job_id, path, archive)
-    found = artifacts.inside(root, path)
-    if found.is_dir():
+    fd, folder = artifacts.opened(root, path)  # (through no link out of the job dir: jobs.jobfiles)
+    if folder:
+        name = path.rstrip("/").rsplit("/", 1)[-1] if jobfiles.parts(path) else f"job-{job_id}"
         if archive != "tar.gz":
+            os.close(fd)
             raise BadRequest(f"{path} is a folder: add ?archive=tar.gz to download it as a file", {"field": "archive"})
-        name = found.name if found != root else f"job-{job_id}"
         return _streamed(
             Response(
-                artifacts.tar_stream(found, name),
+                artifacts.tar_stream(fd, name),
                 mimetype="application/gzip",
                 headers={"Content-Disposition": f'attachment; filename="{name}.tar.gz"'},
             )
         )
     if archive is not None:
+        os.close(fd)
         raise BadRequest(f"{path} is a file: archive applies to folders only", {"field": "archive"})
-    artifacts.regular(found, path)
-    return _streamed(send_file(found, conditional=True, etag=True, download_name=found.name, as_attachment=True))
+    try:  # (werkzeug opens the magic link of the very file checked: that inode, whatever the name holds now)
+        st = os.fstat(fd)
+        response = send_file(
+            jobfiles.fd_path(fd),
+            conditional=True,
+            etag=f"{st.st_mtime_ns:x}-{st.st_size:x}-{st.st_ino:x}",
+            download_name=path.rsplit("/", 1)[-1],
+            as_attachment=True,
+        )
+    finally:
+        os.close(fd)
+    return _streamed(response)
 
 
 def _streamed(response: Response) -> Response:

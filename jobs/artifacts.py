@@ -15,6 +15,7 @@ from collections.abc import Iterator
 from pathlib import Path, PurePosixPath
 from typing import Any
 
+from jobs import jobfiles
 from jobs.errors import BadRequest, NotFound
 from jobs.settings import Settings
 
@@ -50,61 +51,68 @@ def relative(rel: str) -> tuple[str, ...]:
     return parts
 
 
-def inside(root: Path, rel: str) -> Path:
-    """`root/rel`, refused unless it stays inside `root` once symlinks are followed."""
-    path = root.joinpath(*relative(rel))
-    real, top = os.path.realpath(path), os.path.realpath(root)
-    if real != top and not real.startswith(top + os.sep):
-        raise NotFound(f"path {rel!r} is not in the job dir", {"field": "path"})  # a symlink pointing out of it
-    if not os.path.lexists(path):
-        raise NotFound(f"path {rel!r} does not exist in the job dir", {"field": "path"})
-    return path
-
-
-def regular(path: Path, rel: str) -> None:
-    """NotFound unless `path` is a regular file (through a link inside the job dir, if one): a FIFO would block the
-    server's thread for good, a socket or a device cannot be read, a link loop cannot be followed."""
+def opened(root: Path, rel: str) -> tuple[int, bool]:
+    """(a descriptor, whether it is a folder) of `root/rel`, reached as jobs.jobfiles reaches it: a link the job
+    left is followed only where it stays inside the job dir, resolved beneath it, never by the kernel (no race with
+    a job that swaps a link meanwhile); NotFound for a link out of it, for what does not exist, and for what is not
+    a regular file or a folder (a FIFO would block the server's thread for good, a socket or a device cannot be
+    read, a link loop cannot be followed)."""
+    relative(rel)
+    if not jobfiles.parts(rel):
+        return jobfiles.open_root(root), True
     try:
-        mode = os.stat(path).st_mode
+        return jobfiles.open_file(root, rel, inside=True), False
+    except FileNotFoundError:
+        raise NotFound(f"path {rel!r} does not exist in the job dir", {"field": "path"}) from None
+    except jobfiles.Refused as exc:
+        if "out of its folder" in exc.why:
+            raise NotFound(f"path {rel!r} is not in the job dir", {"field": "path"}) from None
+        if "not a regular file" not in exc.why:
+            raise NotFound(f"path {rel!r} cannot be read ({exc.why})", {"field": "path"}) from None
     except OSError as exc:
         why = (exc.strerror or str(exc)).lower()
         raise NotFound(f"path {rel!r} cannot be read ({why})", {"field": "path"}) from None
-    if not stat.S_ISREG(mode):
-        raise NotFound(f"path {rel!r} is not a regular file (a FIFO, a socket or a device)", {"field": "path"})
+    try:
+        return jobfiles.open_dir(root, rel, inside=True), True
+    except OSError:
+        raise NotFound(
+            f"path {rel!r} is not a regular file (a FIFO, a socket or a device)", {"field": "path"}
+        ) from None
 
 
 def listing(root: Path, prefix: str = "") -> dict[str, Any]:
     """Every file under `root` (recursive, sorted by path): path, size, modified time; only paths starting with
     `prefix` (folders that cannot hold one are not read). Symlinks are listed only when they point to a file
-    inside the job dir."""
-    top = os.path.realpath(root) + os.sep
+    inside the job dir (resolved as `opened` resolves them)."""
     files: list[dict[str, Any]] = []
-    folders = [(str(root), "")]
-    while folders and len(files) <= MAX_LISTED:
-        folder, above = folders.pop()
-        try:
-            entries = list(os.scandir(folder))
-        except OSError:
-            continue  # gone, or not readable
-        for entry in entries:
-            rel = above + entry.name
-            try:
-                link, folder_here = entry.is_symlink(), entry.is_dir()
-            except OSError:
-                continue  # a link loop, or gone
-            if folder_here:
-                if not link and (rel + "/").startswith(prefix[: len(rel) + 1]):
-                    folders.append((entry.path, rel + "/"))
-                continue
-            if not rel.startswith(prefix) or (link and not os.path.realpath(entry.path).startswith(top)):
-                continue
-            try:
-                st = entry.stat()
-            except OSError:
-                continue  # gone since the folder was read, a link to nothing, a link loop
-            if not stat.S_ISREG(st.st_mode):
-                continue  # a FIFO, a socket, a device: nothing to download
-            files.append({"path": rel, "size": st.st_size, "modified": _iso(st.st_mtime)})
+    try:
+        top = jobfiles.open_root(root)
+    except OSError:
+        return {"files": [], "total_bytes": 0, "truncated": False}
+    try:
+        for here, dirnames, names, fd in os.fwalk(".", dir_fd=top, follow_symlinks=False):
+            above = "" if here == "." else here[2:] + "/"
+            dirnames[:] = [d for d in dirnames if (above + d + "/").startswith(prefix[: len(above + d) + 1])]
+            for name in names:
+                rel = above + name
+                if not rel.startswith(prefix):
+                    continue
+                try:
+                    st = os.stat(name, dir_fd=fd, follow_symlinks=False)
+                    if stat.S_ISLNK(st.st_mode):
+                        with jobfiles.opened(root, rel, inside=True) as linked:
+                            st = os.fstat(linked)
+                except OSError:
+                    continue  # gone since the folder was read, a link out or to nothing, a link loop
+                if not stat.S_ISREG(st.st_mode):
+                    continue  # a FIFO, a socket, a device: nothing to download
+                files.append({"path": rel, "size": st.st_size, "modified": _iso(st.st_mtime)})
+                if len(files) > MAX_LISTED:
+                    break
+            if len(files) > MAX_LISTED:
+                break
+    finally:
+        os.close(top)
     truncated = len(files) > MAX_LISTED
     files.sort(key=lambda f: f["path"])
     del files[MAX_LISTED:]
@@ -154,27 +162,30 @@ class _Pipe:
                 continue
 
 
-def tar_stream(folder: Path, arcname: str) -> Iterator[bytes]:
-    """`folder` as a .tar.gz, produced while it is sent (nothing is built on disk, at most ~8 MiB in memory).
-    Symlinks that point out of the job dir are left out."""
-    top = os.path.realpath(folder)
-
-    def inside_only(info: tarfile.TarInfo) -> tarfile.TarInfo | None:
-        if info.issym() or info.islnk():
-            return None  # an archive of a job dir holds files and folders only
-        return info
+def tar_stream(folder: int, arcname: str) -> Iterator[bytes]:
+    """The folder open as descriptor `folder` (`opened`; closed here once the stream ends) as a .tar.gz,
+    produced while it is sent (nothing is built on disk, at most ~8 MiB in memory): its regular files and folders,
+    each file opened through no link (jobs.jobfiles); links are left out."""
 
     def add(tar: tarfile.TarFile) -> None:
-        for dirpath, dirnames, filenames in os.walk(folder):
-            dirnames.sort()
-            for name in sorted(filenames):
-                full = os.path.join(dirpath, name)
-                if os.path.islink(full) or not os.path.realpath(full).startswith(top + os.sep):
-                    continue
-                rel = os.path.relpath(full, folder)
-                tar.add(full, arcname=f"{arcname}/{rel}", recursive=False, filter=inside_only)
+        for rel, st in jobfiles.walk(folder):
+            try:
+                fd = jobfiles.open_file(folder, rel)
+            except OSError:
+                continue  # gone, or swapped for a link since the walk saw it
+            with os.fdopen(fd, "rb") as f:
+                st = os.fstat(fd)
+                info = tarfile.TarInfo(f"{arcname}/{rel}")
+                info.size, info.mtime, info.mode = st.st_size, int(st.st_mtime), st.st_mode & 0o777
+                tar.addfile(info, f)
 
-    return _tar_stream(add)
+    def closing() -> Iterator[bytes]:
+        try:
+            yield from _tar_stream(add)
+        finally:
+            os.close(folder)
+
+    return closing()
 
 
 def objects_tar_stream(objects: Iterator[tuple[str, Any, int]], folder: str, arcname: str) -> Iterator[bytes]:

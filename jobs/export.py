@@ -9,12 +9,20 @@ a user exports elsewhere from their own machine (`gpudeck export ID --mlflow URI
 
 from __future__ import annotations
 
+import contextlib
 import logging
+import re
+import shutil
+import tempfile
 import time
+from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 from redis import Redis
 
+from jobs import jobfiles
 from jobs.errors import Conflict, Unprocessable
 from jobs.keys import EXPORT_DUE_KEY, EXPORTER_LOCK_KEY, job_key
 from jobs.periodic import Periodic
@@ -69,6 +77,42 @@ def ask(redis: Redis, settings: Settings, job_id: int) -> dict[str, Any]:
     return JobStore(redis).get(job_id)
 
 
+@contextlib.contextmanager
+def artifact_copies(settings: Settings, job_id: int) -> Iterator[list[Path]]:
+    """The job's ARTIFACTS that are regular files reached through no link (jobs.jobfiles), as the service's own
+    files in a folder beside the job dirs (hard links where it can: no space taken), for the MLflow client, which
+    reads by path; gone after. A `model.keras` that points at /proc/self/environ or a root-only file is not sent."""
+    if not settings.job_dir(job_id).is_dir():  # (no files on this host)
+        yield []
+        return
+    folder = Path(tempfile.mkdtemp(prefix=f".{job_id}.export-", dir=settings.jobs_dir))
+    try:
+        made = []
+        for name in ARTIFACTS:
+            try:
+                jobfiles.copy_file(settings.job_dir(job_id), name, folder, name, link=True)
+            except OSError:
+                continue
+            made.append(folder / name)
+        yield made
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
+
+
+USERINFO = re.compile(r"(?i)\b([a-z][a-z0-9+.-]*://)[^/\s@]*@")
+
+
+def redacted(text: str, uri: str | None = None) -> str:
+    """`text` without credentials: a URL's user and password (`https://***@host`), and the configured URI's
+    password and user wherever they appear."""
+    text = USERINFO.sub(r"\1***@", text)
+    parsed = urlsplit(uri or "")
+    for secret in (parsed.password, parsed.username):
+        if secret and len(secret) >= 3:
+            text = text.replace(secret, "***")
+    return text
+
+
 def deliver(redis: Redis, settings: Settings, now: float | None = None) -> int:
     """Make every export due now (one attempt each); the number made."""
     from models import mlflowrun  # (the client library loads only where something is exported)
@@ -89,14 +133,15 @@ def deliver(redis: Redis, settings: Settings, now: float | None = None) -> int:
             if not settings.mlflow_uri:
                 raise mlflowrun.ExportError("GPUDECK_MLFLOW_URI is not set any more")
             view = job_view(rec)
-            files = [settings.job_dir(job_id) / name for name in ARTIFACTS]
-            done = mlflowrun.export(
-                settings.mlflow_uri, view, store.read_points(job_id), files, settings.mlflow_experiment
-            )
+            with artifact_copies(settings, job_id) as files:
+                done = mlflowrun.export(
+                    settings.mlflow_uri, view, store.read_points(job_id), files, settings.mlflow_experiment
+                )
         except mlflowrun.ExportError as exc:
             gave_up = time.time() - float(state.get("queued_at") or now) > GIVE_UP_S
             wait = min(RETRY_MAX_S, FIRST_RETRY_S * 2 ** (state["attempts"] - 1))
-            state.update(status="failed" if gave_up else "retrying", error=str(exc), at=time.time())
+            error = redacted(str(exc), settings.mlflow_uri)  # (every user reads the record: no credential in it)
+            state.update(status="failed" if gave_up else "retrying", error=error, at=time.time())
             state["next_at"] = None if gave_up else time.time() + wait
             log.info("export of job %s to MLflow: %s (attempt %s)", job_id, exc, state["attempts"])
         else:

@@ -18,7 +18,7 @@ import os
 from pathlib import Path
 from typing import Any
 
-from jobs import tbnotf
+from jobs import jobfiles, tbnotf
 
 log = logging.getLogger(__name__)
 
@@ -96,12 +96,16 @@ class ScalarReader:
         source."""
         self.job_dir = job_dir
         self.ignore = ignore
-        self.state_path = job_dir / STATE_FILE
         self.loaders: dict[str, Any] = {}
+        self.held: dict[str, int] = {}
+        """Each event file's descriptor (jobs.jobfiles: opened through no link), which its loader reads by
+        /proc/self/fd/N for the attempt's life."""
         self.plugins: dict[tuple[str, str], str] = {}
         try:
-            self.state: dict[str, int] = json.loads(self.state_path.read_text())
+            self.state: dict[str, int] = json.loads(jobfiles.read_text(job_dir, STATE_FILE, 1 << 20))
         except (OSError, ValueError):
+            self.state = {}
+        if not isinstance(self.state, dict):
             self.state = {}
         self.skip = dict(self.state)  # records read by an earlier attempt: read again, not sent again
         self.counts: dict[str, int] = {}
@@ -110,19 +114,25 @@ class ScalarReader:
         """Each run's last value of each scalar, the runs in the order their first point was read."""
         self.max_step: int | None = None
 
-    def _event_files(self) -> list[Path]:
-        found: list[Path] = []
-        for here, dirs, names in os.walk(self.job_dir):
-            if Path(here) == self.job_dir:
-                dirs[:] = [d for d in dirs if d not in SKIP_DIRS]
-            found.extend(Path(here) / n for n in names if EVENT_FILE_MARK in n)
-        return sorted(p for p in found if str(p.relative_to(self.job_dir)) not in self.ignore)
+    def _event_files(self) -> list[str]:
+        """The event files of the job dir (regular files reached through no link), relative to it."""
+        found = [
+            rel for rel, _ in jobfiles.walk(self.job_dir, skip=SKIP_DIRS) if EVENT_FILE_MARK in rel.rsplit("/", 1)[-1]
+        ]
+        return [rel for rel in found if rel not in self.ignore]
+
+    def close(self) -> None:
+        """Let go of the event files held open."""
+        for fd in self.held.values():
+            os.close(fd)
+        self.held.clear()
+        self.loaders.clear()
 
     def poll(self) -> list[dict[str, Any]]:
         """New metric points, one per (run, step) read now, in file order."""
         points: list[dict[str, Any]] = []
-        for path in self._event_files():
-            points.extend(self._read_events(path))
+        for rel in self._event_files():
+            points.extend(self._read_events(rel))
         points.extend(self._read_jsonl())
         for p in points:
             values = {k: v for k, v in p.items() if k not in ("step", "epoch", "time", "run")}
@@ -134,21 +144,21 @@ class ScalarReader:
 
     def save(self) -> None:
         """Remember what was read (after its points are stored), for a later attempt in the same job dir."""
-        try:
-            self.state_path.parent.mkdir(exist_ok=True)
-            tmp = self.state_path.with_suffix(".tmp")
-            tmp.write_text(json.dumps(self.state))
-            os.replace(tmp, self.state_path)
+        try:  # (through no link the job left: jobs.jobfiles)
+            jobfiles.write_text(self.job_dir, STATE_FILE, json.dumps(self.state), make=True)
         except OSError as exc:  # a full disk: the state stays in memory (a later attempt rereads a little more)
             if exc.errno not in (errno.ENOSPC, errno.EDQUOT):
                 raise
 
-    def _read_events(self, path: Path) -> list[dict[str, Any]]:
-        rel = str(path.relative_to(self.job_dir))
+    def _read_events(self, rel: str) -> list[dict[str, Any]]:
+        path = self.job_dir / rel
         loader = self.loaders.get(rel)
         if loader is None:
             try:
-                loader = self.loaders[rel] = _loader_module().EventFileLoader(str(path))
+                fd = self.held.get(rel)
+                if fd is None:
+                    fd = self.held[rel] = jobfiles.open_file(self.job_dir, rel)
+                loader = self.loaders[rel] = _loader_module().EventFileLoader(jobfiles.fd_path(fd))
             except Exception as exc:  # noqa: BLE001 - a file the script is still creating, or not an event file
                 log.debug("cannot open event file %s yet: %s", path, exc)
                 return []
@@ -178,12 +188,9 @@ class ScalarReader:
         return list(grouped.values())
 
     def _read_jsonl(self) -> list[dict[str, Any]]:
-        path = self.job_dir / METRICS_FILE
         offset = self.state.get(METRICS_FILE, 0)
         try:
-            with open(path, "rb") as f:
-                f.seek(offset)
-                data = f.read()
+            data = jobfiles.read_from(self.job_dir, METRICS_FILE, offset)
         except OSError:
             return []
         complete = data[: data.rfind(b"\n") + 1]
@@ -212,8 +219,8 @@ def newest_run_result(reader: ScalarReader | None) -> dict[str, float]:
 
 def read_result(job_dir: Path) -> dict[str, Any] | None:
     """A script's `$JOB_DIR/result.json` when it wrote one (an object), else None."""
-    try:
-        result = json.loads((job_dir / "result.json").read_text())
+    try:  # (a regular file reached through no link, at most 16 MiB: jobs.jobfiles)
+        result = json.loads(jobfiles.read_bytes(job_dir, "result.json", 16 << 20))
     except (OSError, ValueError):
         return None
     return result if isinstance(result, dict) else None

@@ -14,7 +14,7 @@ from typing import Any
 from redis import Redis
 
 from jobs.keys import IDLE_GPU_KEY, job_key, usage_key
-from jobs.run.proc import SHIM
+from jobs.run.proc import SHIM_FILE
 
 TTL_S = 10
 """A host's usage of a job expires this long after it was written (the job ended, the host went away)."""
@@ -80,7 +80,7 @@ def _sandbox_machinery(pid: str) -> bool:
     except OSError:
         return False
     first = cmd.split(b"\0", 1)[0]
-    return first.endswith(b"bwrap") or b"\0-m\0" + SHIM.encode() + b"\0" in cmd
+    return first.endswith(b"bwrap") or b"\0" + SHIM_FILE.encode() + b"\0" in cmd
 
 
 def gpu_usage(gpus: list[dict[str, Any]] | None, job_id: int) -> list[dict[str, Any]]:

@@ -272,6 +272,7 @@ def sandboxed(
     for path in (job_dir, *writable):  # (what the job may write is its user's)
         sandbox.hand_over(path, user)
     options = tempfile.TemporaryFile()  # noqa: SIM115 (its descriptor outlives this call: the runner closes it)
+    env_file = tempfile.TemporaryFile()  # noqa: SIM115 (the job's environment, for the shim: the same)
     pipes = how.env.get("CUDA_MPS_PIPE_DIRECTORY")  # (its GPU's MPS daemon: the sandbox's /tmp is its own)
     caches = [c for c in s.caches if (how.injected or {}).get(c.name) == str(c.path)]  # (those it named: command())
     readable = [*readable, *(c.path for c in caches if not c.writable)]
@@ -286,15 +287,18 @@ def sandboxed(
         shared=([Path(pipes)] if pipes else []) + [c.path for c in caches if c.writable],
         hidden=[mps.out_of_sight(s)] if pipes else [],  # (every GPU's daemon but its own's)
         lifeline=lifeline,
-        env=how.env,
+        env_fd=env_file.fileno(),
         options_fd=options.fileno(),
         user=user,
         status_fd=status_fd,
     )
     options.write(b"".join(a.encode() + b"\0" for a in args))
     options.seek(0)
+    env_file.write(sandbox.env_blob(how.env))
+    env_file.seek(0)
     outside = {k: v for k, v in os.environ.items() if k in sandbox.BWRAP_ENV}
-    return Launch(argv, how.cwd, outside, how.injected, how.source, sandboxed=True, files=(options, lifeline))
+    files = (options, env_file, lifeline)
+    return Launch(argv, how.cwd, outside, how.injected, how.source, sandboxed=True, files=files)
 
 
 def spawn(how: Launch, max_memory: int | None, fds: tuple[int, ...] = ()) -> subprocess.Popen[bytes]:

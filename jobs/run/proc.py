@@ -30,7 +30,10 @@ class Started(Protocol):
 
 
 SHIM = "jobs.run.shim"
-"""The module a job's sandbox starts first (`python -m SHIM …`), by name: the sandbox runs it, usage tells it apart."""
+"""The module a job's sandbox starts first, by name (usage tells its processes apart by SHIM_FILE)."""
+SHIM_FILE = str(Path(__file__).resolve().with_name("shim.py"))
+"""The shim's file: run as `python -I -S SHIM_FILE …` (jobs.run.sandbox.wrap), with no module search path, site or
+variable of the job's before it drops its privileges."""
 
 
 def python_module(module: str, *args: str) -> list[str]:

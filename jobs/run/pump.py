@@ -520,5 +520,6 @@ def _pump(
         out.scan(pipe)
         writes.flush(pipe)
         out.reader.save()
+        out.reader.close()
     if stopping.termed_at is not None:
         signal_group(proc.pid, signal.SIGKILL)  # anything the trainer left in its group goes with it

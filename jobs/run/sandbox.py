@@ -45,7 +45,7 @@ from pathlib import Path
 from urllib.parse import urlparse
 
 from jobs.errors import ConfigError
-from jobs.run.proc import SHIM, python_module
+from jobs.run.proc import SHIM_FILE
 
 MODES = ("auto", "bwrap", "off")
 """GPUDECK_SANDBOX: auto (bubblewrap where it works), bwrap (required: a worker without it does not start), off."""
@@ -196,7 +196,7 @@ def wrap(
     shared: list[Path] | tuple[Path, ...] = (),
     hidden: list[Path] | tuple[Path, ...] = (),
     lifeline: int,
-    env: dict[str, str],
+    env_fd: int,
     options_fd: int,
     user: tuple[int, int] | None = None,
     status_fd: int | None = None,
@@ -206,10 +206,11 @@ def wrap(
     `readable` (a dataset, a registered environment, a project's built one) read-only, `home` (GPUDECK_HOME), the
     Redis socket's folder and `hidden` (the folder of every GPU's MPS daemon, whose own `shared` pipes it sees)
     hidden; under jobs.run.shim, which stops the job when `lifeline` (an inherited pipe's
-    read end) closes; with exactly `env`. Returns (the command line, bubblewrap's options): the options, `env`
-    among them, are read from `options_fd` (`--args`), so no value shows in a process listing, and bubblewrap
-    itself runs with the environment of BWRAP_ENV, not the job's (a job's LD_PRELOAD or LD_LIBRARY_PATH never
-    reaches a process outside its sandbox). `user`: the job's (uid, gid) where this process is root (job_user):
+    read end) closes. Returns (the command line, bubblewrap's options), the options read from `options_fd`
+    (`--args`). The job's environment is not among them: the shim (`python -I -S`, SHIM_ENV alone) reads it from
+    `env_fd` (env_blob) and hands it to the job only after it dropped every privilege, so a job's PYTHONPATH,
+    LD_PRELOAD or PYTHONHOME never reaches a process that still holds one (issue 62 #1), nor bubblewrap, which
+    runs with BWRAP_ENV alone; no value shows in a process listing. `user`: the job's (uid, gid) where this process is root (job_user):
     the shim becomes that user, with no capability; None: a user namespace with no capability. `status_fd`:
     where bubblewrap writes its child's pid and, at the end, its exit code (`--json-status-fd`: a warm trainer's
     work-horse is not its parent and cannot wait for it)."""
@@ -258,12 +259,20 @@ def wrap(
             bind("--bind", path)
     bind("--bind", job_dir)
     args += ["--chdir", str(cwd), "--clearenv"]
-    for name, value in env.items():
+    for name, value in SHIM_ENV.items():
         args += ["--setenv", name, value]
     command = [shutil.which("bwrap") or "bwrap", "--args", str(options_fd), "--"]
     who = f"{user[0]}:{user[1]}" if user is not None else "-"
-    return [*command, *python_module(SHIM, str(lifeline), who, "--"), *argv], args
+    shim = [sys.executable, "-I", "-S", SHIM_FILE, str(lifeline), who, str(env_fd), "--"]
+    return [*command, *shim, *argv], args
+
+
+def env_blob(env: dict[str, str]) -> bytes:
+    """A job's environment as the shim reads it from its descriptor: `NAME=VALUE` entries, each ended by a NUL."""
+    return b"".join(f"{k}={v}".encode() + b"\0" for k, v in env.items() if "=" not in k and "\0" not in k + v)
 
 
 BWRAP_ENV = ("PATH", "LANG", "LC_ALL")
-"""The only variables bubblewrap itself runs with (the job's are set inside, by --setenv)."""
+"""The only variables bubblewrap itself runs with (the job's go to the shim through a descriptor)."""
+SHIM_ENV = {"PATH": "/usr/sbin:/usr/bin:/sbin:/bin", "LANG": "C.UTF-8"}
+"""The whole environment of the sandbox's first process (the shim), fixed: nothing of the job's."""

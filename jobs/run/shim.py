@@ -1,4 +1,10 @@
-"""`python -m jobs.run.shim FD USER -- ARGV…`: the first process of a job inside its sandbox (jobs.run.sandbox).
+"""`python -I -S .../jobs/run/shim.py FD USER ENV_FD -- ARGV…`: the first process of a job inside its sandbox
+(jobs.run.sandbox).
+
+It starts with a fixed environment (jobs.run.sandbox.SHIM_ENV), in isolated mode without `site` (no module search
+path, `.pth` file, variable or folder of the job's: it is run by its file and imports only the standard library), and
+reads the job's environment from ENV_FD (`NAME=VALUE` entries ended by NULs), which it closes: the job's PYTHONPATH,
+LD_PRELOAD, PYTHONHOME… reach the job's own processes only, started after the drop below (issue 62 #1).
 
 USER is `UID:GID` where the worker runs as root: the shim first becomes that user for good — every capability
 dropped from the bounding set (bubblewrap left it CAP_SETPCAP for that), no supplementary group, real, effective
@@ -63,17 +69,39 @@ def become(user: str) -> str | None:
     return None
 
 
+def read_env(fd: int) -> dict[str, str]:
+    """The job's environment from descriptor `fd` (closed here: the job does not inherit it)."""
+    chunks = []
+    with os.fdopen(fd, "rb") as f:
+        while chunk := f.read(1 << 16):
+            chunks.append(chunk)
+    env = {}
+    for entry in b"".join(chunks).split(b"\0"):
+        name, sep, value = entry.decode("utf-8", "surrogateescape").partition("=")
+        if sep and name:
+            env[name] = value
+    return env
+
+
 def main(argv: list[str]) -> int:
-    fd, user, sep, *command = argv
+    try:
+        fd, user, env_fd, sep, *command = argv
+    except ValueError:
+        sep, command = "", []
     if sep != "--" or not command:
-        print("usage: python -m jobs.run.shim FD USER -- COMMAND…", file=sys.stderr)
+        print("usage: python -I -S shim.py FD USER ENV_FD -- COMMAND…", file=sys.stderr)
         return 2
+    env = read_env(int(env_fd))
     why = become(user)
     if why is not None:
         print(f"gpudeck: the job was not started: its sandbox could not drop its privileges ({why})", file=sys.stderr)
         return 126
     lifeline = int(fd)
-    job = subprocess.Popen(command, pass_fds=_inherited(lifeline), preexec_fn=_default_term)
+    try:
+        job = subprocess.Popen(command, env=env, pass_fds=_inherited(lifeline), preexec_fn=_default_term)
+    except OSError as exc:  # (not found, not executable: as a shell says it)
+        print(f"gpudeck: {command[0]}: {exc.strerror or exc}", file=sys.stderr)
+        return 127 if isinstance(exc, FileNotFoundError) else 126
     os.set_blocking(lifeline, False)
     stopping_since: float | None = None
     grace = float(os.environ.get(GRACE_ENV) or 30) + 5

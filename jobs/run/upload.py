@@ -9,7 +9,6 @@ but the pump's writes the log while it runs)."""
 from __future__ import annotations
 
 import contextlib
-import errno
 import logging
 import os
 import shutil
@@ -20,6 +19,7 @@ from pathlib import Path
 
 from redis.exceptions import RedisError
 
+from jobs import jobfiles
 from jobs.objectstore import CHECKPOINTS, STATE, Store, StoreError, checkpoint_files, newest
 from jobs.periodic import Beating
 
@@ -124,21 +124,20 @@ class Uploader(threading.Thread):
         there is no checkpoint or none new. A file the trainer pruned meanwhile: the newest state is read again (its
         state file is written after its files: a state names only whole checkpoints). OSError when none holds still
         for SNAPSHOT_TRIES reads."""
-        folder = self.job_dir / CHECKPOINTS
         for _ in range(SNAPSHOT_TRIES):
-            try:
-                state = (folder / STATE).read_text()
+            try:  # (every read through no link the job left: jobs.jobfiles)
+                state = jobfiles.read_text(self.job_dir, f"{CHECKPOINTS}/{STATE}", 1 << 20)
+                names = [n for n, st in jobfiles.entries(self.job_dir, CHECKPOINTS) if stat.S_ISREG(st.st_mode)]
             except OSError:
                 return None
             if state == self.sent_state:
                 return None
-            names = [e.name for e in os.scandir(folder) if e.is_file(follow_symlinks=False)]
             wanted = checkpoint_files(state, names)
             shutil.rmtree(self.staging, ignore_errors=True)
             self.staging.mkdir(parents=True)
             try:
                 for name in wanted:
-                    _hold(folder / name, self.staging / name)
+                    jobfiles.copy_file(self.job_dir, f"{CHECKPOINTS}/{name}", self.staging, name, link=True)
             except FileNotFoundError:
                 continue
             return state, wanted
@@ -157,28 +156,19 @@ class Uploader(threading.Thread):
     def _last(self) -> str | None:
         ok = self.sync()
         for name in AT_END:
-            path = self.job_dir / name
-            if path.is_file():
-                try:
-                    self.store.put(path, self.job_id, name)
-                    self.uploaded += 1
-                except StoreError as exc:
-                    ok, self.error = False, str(exc)
+            try:  # (a regular file reached through no link: a model.keras that points at a root file is not sent)
+                fd = jobfiles.open_file(self.job_dir, name)
+            except OSError:
+                continue
+            try:
+                self.store.put(Path(jobfiles.fd_path(fd)), self.job_id, name)
+                self.uploaded += 1
+            except StoreError as exc:
+                ok, self.error = False, str(exc)
+            finally:
+                os.close(fd)
         if not ok:
             self.said.append(
                 f"gpudeck: the artifact store did not take everything ({self.error}); the job dir keeps it all"
             )
         return None if ok else self.error
-
-
-def _hold(src: Path, dst: Path) -> None:
-    """`src` (a regular file of the job's) at `dst` as it is now: a hard link, a copy across filesystems; OSError
-    for anything but a regular file (a link the job put there is not followed)."""
-    try:
-        os.link(src, dst, follow_symlinks=False)
-    except OSError as exc:
-        if exc.errno not in (errno.EXDEV, errno.EPERM):
-            raise
-        shutil.copyfile(src, dst, follow_symlinks=False)
-    if not stat.S_ISREG(os.lstat(dst).st_mode):
-        raise OSError(f"{src.name} is not a regular file")

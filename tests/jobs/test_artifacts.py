@@ -47,20 +47,22 @@ def test_the_listing_holds_the_files_of_the_job_dir_and_no_link_out_of_it(job_di
 @pytest.mark.parametrize("bad", ["../secret", "/etc/passwd", "checkpoints/../../secret", "a\\b", "x\0y"])
 def test_a_path_that_would_leave_the_job_dir_is_bad_input(job_dir, bad):
     with pytest.raises(BadRequest):
-        artifacts.inside(job_dir, bad)
+        artifacts.opened(job_dir, bad)
 
 
 def test_a_symlink_out_of_the_job_dir_is_not_there_and_one_inside_is(job_dir):
     for out in ("out", "out/secret"):
         with pytest.raises(NotFound):
-            artifacts.inside(job_dir, out)
-    assert artifacts.inside(job_dir, "inner").read_bytes() == b"m" * 100
+            artifacts.opened(job_dir, out)
+    fd, folder = artifacts.opened(job_dir, "inner")
+    assert not folder and os.read(fd, 1000) == b"m" * 100
+    os.close(fd)
     with pytest.raises(NotFound, match="does not exist"):
-        artifacts.inside(job_dir, "nothing")
+        artifacts.opened(job_dir, "nothing")
 
 
 def test_a_folder_streams_as_a_tar_gz_of_its_files(job_dir):
-    stream = b"".join(artifacts.tar_stream(job_dir, "job-7"))
+    stream = b"".join(artifacts.tar_stream(artifacts.opened(job_dir, ".")[0], "job-7"))
     with tarfile.open(fileobj=io.BytesIO(stream), mode="r:gz") as tar:
         members = {m.name: m for m in tar.getmembers()}
         assert sorted(members) == [
@@ -74,7 +76,7 @@ def test_a_folder_streams_as_a_tar_gz_of_its_files(job_dir):
 
 def test_a_client_that_goes_away_stops_the_archive(job_dir):
     (job_dir / "big").write_bytes(os.urandom(16 << 20))  # more than the stream holds in flight (~8 MiB)
-    stream = artifacts.tar_stream(job_dir, "job-7")
+    stream = artifacts.tar_stream(artifacts.opened(job_dir, ".")[0], "job-7")
     next(stream)
     assert any(t.name == "gpudeck-tar" for t in threading.enumerate())
     stream.close()  # what the server does when the client hangs up

@@ -12,6 +12,7 @@ import pytest
 
 from jobs.record import Kept
 from jobs.run import launch, sandbox
+from jobs.run.proc import SHIM_FILE
 from jobs.settings import Settings
 from models import protocol
 
@@ -86,11 +87,16 @@ def test_the_sandbox_gets_the_environment_through_a_descriptor_and_bwrap_runs_wi
         assert boxed.sandboxed and boxed.argv[0].endswith("bwrap") and "--args" in boxed.argv
         inside = boxed.argv[boxed.argv.index("--") + 1 :]  # what bubblewrap runs: the shim, then the command
         who = "-" if os.geteuid() else ":".join(map(str, sandbox.job_user(None) or ()))  # (root: GPUDECK_JOB_USER)
-        assert inside[-8:] == ["-m", "jobs.run.shim", str(lifeline), who, "--", "/bin/sh", "-c", "true"], inside
+        env_fd = boxed.fds()[1]
+        assert inside[-10:] == ["-I", "-S", SHIM_FILE, str(lifeline), who, str(env_fd), "--", "/bin/sh", "-c", "true"]
         assert "k" not in boxed.argv and set(boxed.env) <= set(sandbox.BWRAP_ENV)  # the secret is not on its line
         options_fd = boxed.fds()[0]
         options = os.pread(options_fd, 1 << 20, 0).split(b"\0")
-        assert b"--clearenv" in options and options[options.index(b"API_KEY") - 1] == b"--setenv"
+        # the shim starts with a fixed environment; the job's comes through its own descriptor
+        assert b"--clearenv" in options and b"API_KEY" not in options
+        setenv = [options[i + 1] for i, o in enumerate(options) if o == b"--setenv"]
+        assert set(setenv) == {k.encode() for k in sandbox.SHIM_ENV}, setenv
+        assert b"API_KEY=k\0" in os.pread(env_fd, 1 << 20, 0)
         for hidden in (ctx.settings.home, Path("/run/gpudeck")):
             if hidden.is_dir():
                 assert options[options.index(str(hidden).encode()) - 1] == b"--tmpfs"
