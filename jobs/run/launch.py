@@ -7,6 +7,7 @@ Everything here reads and writes files and processes only, so it is tested witho
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import json
 import logging
@@ -22,7 +23,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any
 
-from jobs import mps, objectstore, sources
+from jobs import jobfiles, mps, objectstore, sources
 from jobs.record import Kept
 from jobs.redis_server import free_port
 from jobs.run import sandbox
@@ -107,13 +108,23 @@ class Attempt:
     job_dir: Path
 
 
+SECRET_WORDS = ("TOKEN", "KEY", "SECRET", "PASSWORD", "PASSWD", "CREDENTIAL")
+"""A variable whose name holds one of these (any case) passes by a prefix never (`TF_TOKEN_*`, `TF_VAR_db_password`,
+`NVIDIA_API_KEY`): only where PASSED_ENV or GPUDECK_PASS_ENV name it whole (issue 62 #9)."""
+
+
 def passed(name: str, extra: tuple[str, ...] = (), build: bool = False) -> bool:
     """Whether the worker's variable `name` reaches a job (PASSED_ENV, and `extra`: GPUDECK_PASS_ENV's names, a
-    trailing `*` a prefix), or an environment's build (`build`)."""
+    trailing `*` a prefix), or an environment's build (`build`). A prefix passes no name that looks secret
+    (SECRET_WORDS); a name given whole does."""
     if name in HIDDEN_ENV:
         return False
+    if name in PASSED_ENV or name in extra:
+        return True
+    if any(word in name.upper() for word in SECRET_WORDS):
+        return False
     prefixes = PASSED_PREFIXES + (BUILD_PREFIXES if build else ()) + tuple(e[:-1] for e in extra if e.endswith("*"))
-    return name in PASSED_ENV or name in extra or name.startswith(prefixes)
+    return name.startswith(prefixes)
 
 
 def base_env(attempt: Attempt, settings: Settings, build: bool = False) -> dict[str, str]:
@@ -186,9 +197,13 @@ def command(
     env["PATH"] = f"{bin_dir}{os.pathsep}{env.get('PATH', '')}"
     if not (bin_dir / "python").exists() and (bin_dir / "python3").exists():  # (Debian's /usr: python3 alone)
         own = attempt.job_dir / ".gpudeck-bin"
-        own.mkdir(exist_ok=True)
-        if not (own / "python").is_symlink():
-            (own / "python").symlink_to(bin_dir / "python3")
+        fd = jobfiles.make_dirs(attempt.job_dir, own.name)  # (no link an earlier attempt left is followed)
+        try:
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink("python", dir_fd=fd)
+            os.symlink(bin_dir / "python3", "python", dir_fd=fd)
+        finally:
+            os.close(fd)
         env["PATH"] = f"{own}{os.pathsep}{env['PATH']}"
     job_dir = attempt.job_dir
     injected = {
@@ -328,8 +343,14 @@ def may_run_unsandboxed(ctx: WorkerContext, owner: str | None) -> None:
 def source_copy(ctx: WorkerContext, spec: Kept, job_dir: Path) -> Path:
     """`$JOB_DIR/src`: this job's own writable copy of its source snapshot (kept for a later attempt)."""
     src = job_dir / "src"
-    if src.exists():
+    try:
+        st = os.lstat(src)
+    except FileNotFoundError:
+        st = None
+    if st is not None and stat.S_ISDIR(st.st_mode):
         return src
+    if st is not None:  # a link or a file an earlier attempt left in its place: not the source (never followed)
+        os.unlink(src)
     if not spec.source:
         src.mkdir(exist_ok=True)  # another task of the job on this host may make it at the same moment
         return src
@@ -356,16 +377,8 @@ def source_copy(ctx: WorkerContext, spec: Kept, job_dir: Path) -> Path:
     return src
 
 
-def _link_or_copy(src: str, dst: str) -> None:
-    try:
-        os.link(src, dst)  # no space taken; the trainer only ever replaces files, never writes into them
-    except OSError:
-        shutil.copy2(src, dst)
-
-
-def _unfinished(folder: str, names: list[str]) -> list[str]:
-    """What copytree leaves out of a checkpoints folder: saves cut short (`ckpt-300_temp…`)."""
-    return [n for n in names if "_temp" in n]
+UNFINISHED = ("_temp",)
+"""What a resumed job's copy leaves out of a checkpoints folder: saves cut short (`ckpt-300_temp…`)."""
 
 
 def take_checkpoints(settings: Settings, job_dir: Path, resumes: int | None, own: int | None = None) -> str | None:
@@ -373,34 +386,47 @@ def take_checkpoints(settings: Settings, job_dir: Path, resumes: int | None, own
     host without it, in the artifact store: `own`, the job's id on an attempt after the first), else the job it
     retries (`resumes`: linked, or copied across filesystems, from that job's dir, else fetched from the store)
     into this job's checkpoints/, which the trainer resumes from. The log line that says so, or None."""
-    mine = job_dir / "checkpoints"
-    if (mine / "checkpoint").exists():
+    mine = "checkpoints"  # (every file of either job dir reached through no link: jobs.jobfiles)
+    if jobfiles.is_file(job_dir, f"{mine}/checkpoint"):
         return None  # an earlier attempt of this job saved its own
     store = objectstore.Store.of(settings.artifacts)
     try:
         if store is not None and own:
-            got = objectstore.fetch_checkpoints(store, own, mine)
+            got = _fetched(store, own, job_dir)
             if got:
                 return f"gpudeck: resuming from {got}, which an earlier attempt left in the artifact store ({store})"
         if not resumes:
             return None
-        theirs = settings.job_dir(int(resumes)) / "checkpoints"
-        if (theirs / "checkpoint").exists():
-            shutil.copytree(theirs, mine, copy_function=_link_or_copy, ignore=_unfinished, dirs_exist_ok=True)
+        theirs = settings.job_dir(int(resumes))
+        if jobfiles.is_file(theirs, f"{mine}/checkpoint"):  # linked where it can be: the trainer only replaces files
+            jobfiles.copy_tree(theirs, mine, job_dir, mine, link=True, leave=UNFINISHED)
             return f"gpudeck: resuming from the last checkpoint of job {resumes}"
-        got = objectstore.fetch_checkpoints(store, int(resumes), mine) if store is not None else None
+        got = _fetched(store, int(resumes), job_dir) if store is not None else None
         if got:
             return f"gpudeck: resuming from the last checkpoint of job {resumes} ({got}, from the artifact store)"
     except objectstore.StoreError as exc:
-        shutil.rmtree(mine, ignore_errors=True)  # (nothing half fetched is resumed from)
         return f"gpudeck: the artifact store could not be read ({exc}); training from the start"
     return f"gpudeck: job {resumes} left no checkpoint here; training from the start"
+
+
+def _fetched(store: objectstore.Store, job_id: int, job_dir: Path) -> str | None:
+    """Job `job_id`'s newest checkpoint from the store into `job_dir`'s checkpoints/: fetched into a folder of the
+    service's beside the job dirs, then copied in through no link; nothing half fetched is resumed from."""
+    job_dir.parent.mkdir(parents=True, exist_ok=True)
+    staging = Path(tempfile.mkdtemp(prefix=f".{job_dir.name}.fetch-", dir=job_dir.parent))
+    try:
+        got = objectstore.fetch_checkpoints(store, job_id, staging)
+        if got:
+            jobfiles.copy_tree(staging, "", job_dir, "checkpoints", link=True)
+        return got
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
 
 
 def newest_checkpoint(job_dir: Path) -> int | None:
     """The step of the newest complete checkpoint in a job dir (what a zoo job resumes from), or None."""
     try:
-        text = (job_dir / "checkpoints" / "checkpoint").read_text()
+        text = jobfiles.read_text(job_dir, "checkpoints/checkpoint", 1 << 20)
     except OSError:
         return None
     found = re.search(r'^model_checkpoint_path: "ckpt-(\d+)"', text, re.M)

@@ -32,9 +32,10 @@ import sys
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 from typing import Any
 
+from jobs import jobfiles
 from jobs.archives import tree_bytes
 from jobs.record import Kept
 from jobs.run.proc import python_module
@@ -64,6 +65,8 @@ class Need:
     isolated: bool
     local: bool = False
     """It holds what the job's source carries (its key has the source's digest and the owner)."""
+    texts: tuple[str, ...] = dataclasses.field(default=(), compare=False, repr=False)
+    """The files' texts as read (jobs.jobfiles), the requirements file or uv.lock first."""
 
 
 REQUIREMENT = re.compile(
@@ -92,28 +95,50 @@ def index_only_requirements(text: str) -> bool:
     return True
 
 
-def index_only_lock(lock: Path) -> bool:
-    """Whether every package of a uv.lock comes from a registry (the project itself virtual, not built)."""
+def index_only_lock(text: str) -> bool:
+    """Whether every package of a uv.lock (its text) comes from a registry (the project itself virtual, not built)."""
     import tomllib
 
     try:
-        packages = tomllib.loads(lock.read_text()).get("package", [])
-    except (OSError, ValueError):
+        packages = tomllib.loads(text).get("package", [])
+    except ValueError:
         return False
     return all(set((p.get("source") or {}).keys()) <= {"registry", "virtual"} for p in packages)
 
 
+UV_CONFIG = ("uv.toml", "pyproject.toml")
+"""Where uv finds configuration (an index, find-links, sources) from the build's working directory up: the source
+copy and the job dir above it, both the job's to write."""
+
+
+def uv_configured(src: Path) -> bool:
+    """Whether the source (or its job dir, which an earlier attempt wrote) carries uv configuration that the build
+    would read: a `uv.toml`, or `[tool.uv]` in a `pyproject.toml`. Such a build is the owner's own (issue 62 #4: a
+    `uv.toml` beside another user's index-only requirements pointed uv at the uploader's own wheel)."""
+    for folder in (src, src.parent):
+        for name in UV_CONFIG:
+            try:
+                text = jobfiles.read_text(folder, name, 4 << 20)
+            except FileNotFoundError:
+                continue
+            except OSError:
+                return True  # (a link, a FIFO: not read, and not shared)
+            if name == "uv.toml" or re.search(r"^\s*\[\s*tool\s*\.\s*uv\b", text, re.M) or "tool.uv" in text:
+                return True
+    return False
+
+
 def need(spec: Kept, src: Path, owner: str | None = None) -> Need | None:
     """The environment a command job's source asks for (None: none; it runs with the worker's Python); `owner`'s
-    own when it holds anything of the source (module doc)."""
+    own when it holds anything of the source, or uv configuration (module doc). Every file read through no link
+    (jobs.jobfiles): the source copy is the job's."""
     isolated = spec.isolated_env
     found = _found(spec, src, isolated)
     if found is None:
         return None
-    local = not (
-        index_only_requirements(found.path.read_text(errors="replace"))
-        if found.kind == "requirements"
-        else index_only_lock(found.path / "uv.lock")
+    first = found.texts[0]
+    local = uv_configured(src) or not (
+        index_only_requirements(first) if found.kind == "requirements" else index_only_lock(first)
     )
     if not local:
         return found
@@ -123,28 +148,34 @@ def need(spec: Kept, src: Path, owner: str | None = None) -> Need | None:
 
 def _found(spec: Kept, src: Path, isolated: bool) -> Need | None:
     named = spec.requirements
-    if named:
-        path = (src / named).resolve()
-        if not path.is_relative_to(src.resolve()) or not path.is_file():
-            raise Unusable(f"requirements {named!r}: no such file in the job's source")
-        return _need("requirements", path, [path], isolated)
-    if (src / "uv.lock").is_file() and (src / "pyproject.toml").is_file():
-        return _need("uv.lock", src, [src / "uv.lock", src / "pyproject.toml"], isolated)
-    if (src / "requirements.txt").is_file():
-        return _need("requirements", src / "requirements.txt", [src / "requirements.txt"], isolated)
+    try:
+        if named:
+            try:
+                return _need("requirements", src / named, src, [named], isolated)
+            except OSError:
+                raise Unusable(f"requirements {named!r}: no such file in the job's source (a regular file)") from None
+        if jobfiles.is_file(src, "uv.lock") and jobfiles.is_file(src, "pyproject.toml"):
+            return _need("uv.lock", src, src, ["uv.lock", "pyproject.toml"], isolated)
+        if jobfiles.is_file(src, "requirements.txt"):
+            return _need("requirements", src / "requirements.txt", src, ["requirements.txt"], isolated)
+    except jobfiles.Refused as exc:
+        raise Unusable(f"{exc.rel}: {exc.why}") from None
     return None
 
 
-def _need(kind: str, path: Path, files: list[Path], isolated: bool) -> Need:
+def _need(kind: str, path: Path, src: Path, names: list[str], isolated: bool) -> Need:
     h = hashlib.sha256(f"{kind}\0{sys.version}\0{sys.prefix}\0{isolated}\0".encode())
-    for f in files:
-        h.update(f.name.encode() + b"\0" + f.read_bytes() + b"\0")
-    text = files[0].read_text(errors="replace")
+    texts = []
+    for name in names:
+        data = jobfiles.read_bytes(src, name, 64 << 20)
+        h.update(PurePosixPath(name).name.encode() + b"\0" + data + b"\0")
+        texts.append(data.decode("utf-8", errors="replace"))
+    text = texts[0]
     if kind == "requirements":
         packages = sum(1 for line in text.splitlines() if line.strip() and not line.strip().startswith(("#", "-")))
     else:
         packages = max(0, text.count("[[package]]") - 1)  # (the project itself is one of them)
-    return Need(h.hexdigest()[:32], kind, path, packages, isolated)
+    return Need(h.hexdigest()[:32], kind, path, packages, isolated, texts=tuple(texts))
 
 
 def envs_dir(settings: Settings) -> Path:
@@ -156,7 +187,7 @@ def folder(settings: Settings, need: Need) -> Path:
 
 
 def is_ready(path: Path) -> bool:
-    return (path / READY).is_file()
+    return jobfiles.is_file(path, READY)
 
 
 def open_lock(settings: Settings, need: Need) -> int:
@@ -212,19 +243,17 @@ def mark_ready(path: Path, need: Need, job_id: int, owner: str | None = None) ->
     """`owner`: whose job built it (whose share of GPUDECK_ENV_MAX_BYTES it counts in)."""
     meta = {"kind": need.kind, "packages": need.packages, "isolated": need.isolated, "python": sys.version.split()[0],
             "built_at": time.time(), "built_by": job_id, "owner": owner, "local": need.local}  # fmt: skip
-    (path / READY).write_text(json.dumps(meta))
+    jobfiles.write_text(path, READY, json.dumps(meta))  # (a new file renamed over any link the build left)
 
 
 def used(path: Path, job_id: int) -> None:
     """Note that a job uses the environment now (what the LRU bound and the listing read)."""
     try:
-        jobs = json.loads((path / USED).read_text()).get("jobs", [])
-    except (OSError, ValueError):
+        jobs = json.loads(jobfiles.read_bytes(path, USED, 1 << 20)).get("jobs", [])
+    except (OSError, ValueError, AttributeError):
         jobs = []
     jobs = [*[j for j in jobs if j != job_id], job_id][-20:]
-    tmp = path / f"{USED}.{os.getpid()}"
-    tmp.write_text(json.dumps({"last_used": time.time(), "jobs": jobs}))
-    os.replace(tmp, path / USED)
+    jobfiles.write_text(path, USED, json.dumps({"last_used": time.time(), "jobs": jobs}))
 
 
 def listing(settings: Settings) -> list[dict[str, Any]]:
@@ -235,8 +264,8 @@ def listing(settings: Settings) -> list[dict[str, Any]]:
         if not path.is_dir() or not is_ready(path):
             continue
         try:
-            meta = json.loads((path / READY).read_text())
-            use = json.loads((path / USED).read_text()) if (path / USED).is_file() else {}
+            meta = json.loads(jobfiles.read_bytes(path, READY, 1 << 20))
+            use = json.loads(jobfiles.read_bytes(path, USED, 1 << 20)) if jobfiles.is_file(path, USED) else {}
         except (OSError, ValueError):
             continue
         out.append({"digest": path.name, "path": str(path), "size_bytes": tree_bytes(path), **meta,
@@ -272,7 +301,7 @@ def prune(settings: Settings, keep: str, owner: str | None = None) -> list[str]:
             os.close(fd)
             continue
         try:
-            (Path(e["path"]) / READY).unlink(missing_ok=True)  # (unusable first, then gone)
+            jobfiles.unlink(Path(e["path"]), READY)  # (unusable first, then gone)
             shutil.rmtree(e["path"], ignore_errors=True)
         finally:
             os.close(fd)

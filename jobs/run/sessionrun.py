@@ -24,7 +24,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from jobs import gpus, outcome, usage
+from jobs import gpus, jobfiles, outcome, usage
 from jobs.record import Kept
 from jobs.redis_server import free_port
 from jobs.run import launch, terminal
@@ -65,7 +65,7 @@ def visible_sites(bin_dir: Path) -> list[Path]:
     for sp in own:
         for pth in sp.glob("*.pth"):
             try:
-                lines = pth.read_text().splitlines()
+                lines = jobfiles.read_text(sp, pth.name, 1 << 20).splitlines()  # (no link a build left)
             except OSError:
                 continue
             added += [Path(line.strip()) for line in lines if line.strip().startswith("/")]
