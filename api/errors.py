@@ -98,6 +98,12 @@ def register(app: Flask) -> None:
             "(gpudeck rm --status failed,canceled --older-than 7d) or datasets, then try again",
         )
 
+    @app.errorhandler(OverflowError)
+    def overflow(exc: OverflowError):
+        """A number no field's check caught beyond a float (10**400): bad input, never a 500 (issue 62 #8)."""
+        log.warning("a number too large reached %s %s: %s", request.method, request.path, exc)
+        return error_response(400, "bad_request", f"a number in the request is too large ({exc})")
+
     @app.errorhandler(Exception)
     def unexpected(exc: Exception):
         log.exception("unhandled error")

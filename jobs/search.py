@@ -25,6 +25,7 @@ from collections.abc import Iterator
 from typing import Any
 
 from redis import Redis
+from redis.exceptions import RedisError
 
 from jobs import queues, tokens
 from jobs import spec as spec_mod
@@ -111,8 +112,13 @@ def parse(redis: Redis, body: dict[str, Any], settings: Settings, owner: str | N
     budget = body.get("time_budget")
     if isinstance(budget, str) and AGE.match(budget.strip().lower()):  # (the one grammar: 90m, 1h30m)
         budget = parse_age(budget)
-    if budget is not None and (not isinstance(budget, int) or isinstance(budget, bool) or budget < 1):
-        errors["time_budget"] = f"must be seconds (a whole number of 1 or more) or an age such as 30m, got {budget!r}"
+    if budget is not None and (
+        not isinstance(budget, int) or isinstance(budget, bool) or not 1 <= budget <= MAX_BUDGET_S
+    ):
+        shown_budget = budget if not isinstance(budget, int) or abs(budget) < 10**12 else f"{len(str(budget))} digits"
+        errors["time_budget"] = (
+            f"must be seconds (a whole number from 1 to {MAX_BUDGET_S}) or an age such as 30m, got {shown_budget!r}"
+        )
     seed = body.get("seed", random.randrange(2**31))
     if not isinstance(seed, int) or isinstance(seed, bool) or not 0 <= seed < 2**31:
         errors["seed"] = f"must be a whole number from 0 to 2147483647, got {seed!r}"
@@ -193,11 +199,19 @@ def _distribution_problem(dist: Any) -> str | None:
     ((kind, arg),) = dist.items()
     if kind == "choice":
         ok = isinstance(arg, list) and arg and all(v is None or isinstance(v, (bool, int, float, str)) for v in arg)
-        return None if ok else "choice: must be a non-empty list of numbers, strings, booleans or null"
+        if not ok:
+            return "choice: must be a non-empty list of numbers, strings, booleans or null"
+        if len(arg) > MAX_CHOICES:
+            return f"choice: at most {MAX_CHOICES} values, got {len(arg)}"
+        if any(isinstance(v, (int, float)) and not isinstance(v, bool) and not _number(v) for v in arg):
+            return f"choice: numbers must be finite and within ±{MAX_INT}"
+        return None
     numbers = isinstance(arg, list) and len(arg) == 2 and all(_number(v) for v in arg)
     if not numbers:
-        return f"{kind}: must be [low, high]"
+        return f"{kind}: must be [low, high], two finite numbers within ±{MAX_INT}"
     low, high = arg
+    if not math.isfinite(float(high) - float(low)):
+        return f"{kind}: the range [{low}, {high}] is wider than a float can hold"
     if kind == "int" and not all(isinstance(v, int) for v in arg):
         return f"int: [low, high] must be whole numbers, got {arg}"
     if not low < high:
@@ -207,12 +221,42 @@ def _distribution_problem(dist: Any) -> str | None:
     return None
 
 
+MAX_INT = 2**53
+"""The largest bound of an `int` range (and a number of a range at all): what a float holds exactly and Optuna's
+samplers draw from."""
+MAX_CHOICES = 1000
+"""The most distinct values of one `choice` (issue 62 #8: 20,000 took 83 s of an API process to validate)."""
+MAX_BUDGET_S = 366 * 86400
+"""The longest `time_budget`: a year."""
+PROBED = 32
+"""How many of a choice's values are applied to the base and validated as a job spec one by one (the first ones,
+and the least and the greatest number); the rest are checked by type."""
+
+
 def _number(v: Any) -> bool:
-    return isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
+    """A finite number of a range (an int within MAX_INT: 10**400 is none, and no float either)."""
+    if isinstance(v, bool) or not isinstance(v, (int, float)):
+        return False
+    if isinstance(v, int):
+        return -MAX_INT <= v <= MAX_INT
+    return math.isfinite(v)
 
 
 def _probes(space: dict[str, Any]) -> dict[str, list[Any]]:
-    return {k: list(d["choice"]) if "choice" in d else list(next(iter(d.values()))) for k, d in space.items()}
+    """The values of each key validated as a job spec: a range's ends; a choice's distinct values, at most PROBED
+    of them (the first ones, the least and the greatest number, one of each type): validating a spec is
+    milliseconds, and a choice of a thousand values must not cost seconds of the API."""
+    out = {}
+    for k, d in space.items():
+        if "choice" not in d:
+            out[k] = list(next(iter(d.values())))
+            continue
+        distinct = list({(type(v).__name__, v): v for v in d["choice"]}.values())
+        numbers = [v for v in distinct if isinstance(v, (int, float)) and not isinstance(v, bool)]
+        picked = distinct[:PROBED] + ([min(numbers), max(numbers)] if numbers else [])
+        picked += list({type(v).__name__: v for v in distinct}.values())
+        out[k] = list({(type(v).__name__, v): v for v in picked}.values())
+    return out
 
 
 def _firsts(space: dict[str, Any]) -> dict[str, Any]:
@@ -556,13 +600,39 @@ class Searcher(Periodic):
             if raw is None:
                 self.redis.srem(SEARCHING_KEY, sweep_id)
                 continue
-            record = json.loads(raw)
-            if sweep_id not in self.studies:
-                self.studies[sweep_id] = study(self.settings.redis_url or "", record)
-            if not drive(self.redis, self.settings, record, self.studies[sweep_id]):
+            try:  # (each search in its own error boundary: one that raises fails, the others go on)
+                record = json.loads(raw)
+                if sweep_id not in self.studies:
+                    self.studies[sweep_id] = study(self.settings.redis_url or "", record)
+                going = drive(self.redis, self.settings, record, self.studies[sweep_id])
+            except RedisError:
+                raise  # (an outage is the round's, not the search's: Periodic rides it out)
+            except Exception as exc:  # noqa: BLE001
+                log.exception("sweep %s: its search failed", sweep_id)
+                fail(self.redis, sweep_id, exc)
+                going = False
+            if not going:
                 self.redis.srem(SEARCHING_KEY, sweep_id)
                 self.studies.pop(sweep_id, None)
                 log.info("sweep %s: search over", sweep_id)
+
+
+def forget(redis: Redis, sweep_id: int) -> None:
+    """A search whose creation failed midway, gone: its record, trials, stop and Optuna study (a trial it submitted
+    already stays an ordinary job)."""
+    keys = [sweep_key(sweep_id), sweep_trials_key(sweep_id), sweep_stop_key(sweep_id)]
+    keys += list(redis.scan_iter(match=optuna_prefix(sweep_id) + "*", count=1000))
+    redis.delete(*keys)
+    redis.srem(SEARCHING_KEY, sweep_id)
+
+
+FAILED = "the search failed: "
+"""How the stop of a search that raised begins (the sweep's state is then `failed`)."""
+
+
+def fail(redis: Redis, sweep_id: int, exc: BaseException) -> None:
+    """A search whose round raised launches no more trials and says why (its running trials finish)."""
+    redis.set(sweep_stop_key(sweep_id), f"{FAILED}{type(exc).__name__}: {str(exc)[:300]}")
 
 
 def stop(redis: Redis, sweep_id: int, why: str = "stopped on request") -> None:

@@ -139,7 +139,11 @@ def _create_search(
     base = body["base"]  # (kept whole: its trials are submitted later, secret_env and all)
     record = {"id": sweep_id, **fields, "base": base, "job_ids": [], "created_at": time.time(), "owner": owner}
     redis.set(sweep_key(sweep_id), json.dumps(record))
-    launched = search.start(redis, settings, record)
+    try:
+        launched = search.start(redis, settings, record)
+    except Exception:  # (all or nothing: no sweep is left without its study or its first trials)
+        search.forget(redis, sweep_id)
+        raise
     store = JobStore(redis)
     return {**record, "base": spec_mod.shown(base), "job_ids": [t["job"] for t in launched if t["job"]],
             "jobs": [store.get(t["job"]) for t in launched if t["job"]]}  # fmt: skip
@@ -262,6 +266,8 @@ def summary(redis: Redis, sweep_id: int, redis_url: str | None = None) -> dict[s
         state = "running" if unended else "stopped" if stopped else "done"
     else:
         state = "running" if redis.sismember(SEARCHING_KEY, sweep_id) or unended else "stopped" if stopped else "done"
+        if state == "stopped" and stopped and stopped.decode().startswith(search.FAILED):
+            state = "failed"
     out = {
         "id": sweep_id,
         "search": kind,
@@ -348,7 +354,7 @@ def listing(redis: Redis, limit: int = 50) -> list[dict[str, Any]]:
                 "metric": record.get("metric", "test_accuracy"),
                 "trials": len(kept),
                 "max_trials": record.get("max_trials", len(kept)),
-                "state": "running" if searching else ("stopped" if stopped else None),
+                "state": "running" if searching else ("stopped" if stopped else None),  # (a failed one: stopped)
                 "created_at": iso(record.get("created_at")),
             }
         )

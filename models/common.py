@@ -30,7 +30,10 @@ UNITS = {"k": 1 << 10, "m": 1 << 20, "g": 1 << 30, "t": 1 << 40}
 def parse_size(text: str) -> int:
     """`8G`, `512M`, `10k`, `1000` (bytes or a plain count) as an int; ValueError otherwise."""
     t = text.strip().lower().removesuffix("b")
-    value = int(float(t[:-1]) * UNITS[t[-1]]) if t and t[-1] in UNITS else int(t)
+    try:
+        value = int(float(t[:-1]) * UNITS[t[-1]]) if t and t[-1] in UNITS else int(t)
+    except OverflowError:  # (a number beyond a float: "1e400G", 400 digits)
+        raise ValueError(f"is too large, got {text[:40]!r}") from None
     if value < 1:
         raise ValueError(f"must be at least 1, got {text!r}")
     return value
@@ -38,6 +41,8 @@ def parse_size(text: str) -> int:
 
 def size_text(n: float) -> str:
     """Bytes as a short size people read: 10G, 1.5G, 512M."""
+    if n >= 1 << 70:  # (beyond any disk, and beyond a float for a number of 400 digits)
+        return f"a {len(str(int(n)))}-digit number of bytes" if isinstance(n, int) else "too many bytes"
     for unit, size in (("T", 1 << 40), ("G", 1 << 30), ("M", 1 << 20), ("K", 1 << 10)):
         if n >= size:
             return f"{n / size:.1f}".removesuffix(".0") + unit

@@ -183,7 +183,7 @@ def schemas() -> dict[str, Any]:
             {
                 "id": INT,
                 "search": {**STR, "enum": ["grid", "random", "tpe"]},
-                "state": {**STR, "enum": ["running", "done", "stopped"]},
+                "state": {**STR, "enum": ["running", "done", "stopped", "failed"]},
                 "stopped": _nullable({**STR, "description": "why it launches no more trials"}),
                 "grid": {"type": "object"},
                 "space": _nullable({"type": "object"}),

@@ -210,8 +210,9 @@ def wrap(
     (`--args`). The job's environment is not among them: the shim (`python -I -S`, SHIM_ENV alone) reads it from
     `env_fd` (env_blob) and hands it to the job only after it dropped every privilege, so a job's PYTHONPATH,
     LD_PRELOAD or PYTHONHOME never reaches a process that still holds one (issue 62 #1), nor bubblewrap, which
-    runs with BWRAP_ENV alone; no value shows in a process listing. `user`: the job's (uid, gid) where this process is root (job_user):
-    the shim becomes that user, with no capability; None: a user namespace with no capability. `status_fd`:
+    runs with BWRAP_ENV alone; no value shows in a process listing. `user`: the job's (uid, gid) where this
+    process is root (job_user): the shim becomes that user, with no capability; None: a user namespace with no
+    capability. `status_fd`:
     where bubblewrap writes its child's pid and, at the end, its exit code (`--json-status-fd`: a warm trainer's
     work-horse is not its parent and cannot wait for it)."""
     args = ["--unshare-pid", "--unshare-ipc", "--cap-drop", "ALL"]

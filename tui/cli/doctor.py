@@ -150,22 +150,43 @@ def _released(health: dict[str, Any]) -> list[Check]:
     return [Check("gpu memory released", "fail", f"still held after the job ended: {said}", fix)]
 
 
-def trial_spec(n_gpus: int, plain: bool = False) -> dict[str, Any]:
+PRIORITIES = ("high", "normal", "low")
+"""Highest first (models.states.PRIORITIES: the client imports nothing of the engine)."""
+
+
+def trial_priority(me: dict[str, Any]) -> str:
+    """The trial's priority: the highest the caller's token may give (`max_priority`, else high), so that a user
+    held to `normal` can run the check and nobody's doctor outranks what they may submit (issue 62 #10)."""
+    cap = me.get("max_priority")
+    return cap if cap in PRIORITIES else "high"
+
+
+def trial_spec(n_gpus: int, plain: bool = False, priority: str = "high") -> dict[str, Any]:
     """The trial job: LeNet for TRIAL_STEPS steps, on one GPU with mixed precision and XLA where workers serve GPUs
     (what a broken CUDA setup fails first), unless `plain` (float32, no XLA compile); on a CPU worker otherwise."""
     params: dict[str, Any] = {"steps": TRIAL_STEPS}
     if n_gpus and not plain:
         params |= {"mixed_precision": True, "xla": True}
     spec = {"model": "lenet", "dataset": "synthetic", "params": params, "gpus": 1 if n_gpus else 0}
-    return spec | {"name": "gpudeck doctor", "tags": ["doctor"], "priority": "high"}
+    return spec | {"name": "gpudeck doctor", "tags": ["doctor"], "priority": priority}
 
 
 def _trials(c: Client, workers: list[dict[str, Any]], timeout_s: int, plain: bool = False) -> list[Check]:
     """A short real training on each GPU a worker serves, all at once (one job each: pinned, mixed precision and
     XLA unless `plain`), or one on a CPU worker where none serves a GPU; each job's GPUs, time and images/s."""
     n_gpus = len({(w["host"], g) for w in workers if w["alive"] for g in w["gpus"]})
-    spec = trial_spec(n_gpus, plain)
+    try:
+        priority = trial_priority(c.whoami())
+    except ApiError:
+        priority = "normal"
+    spec = trial_spec(n_gpus, plain, priority)
     how = " with mixed precision and XLA" if spec["params"].get("xla") else ""
+    if priority != "low":  # (said before it happens: the trial may stop other people's jobs for its GPUs)
+        click.echo(
+            f"gpudeck doctor: the training check runs {max(1, n_gpus)} job(s) at priority {priority}: it may preempt "
+            f"running jobs of lower priority on those GPUs (--no-job skips the check)",
+            err=True,
+        )
     try:
         made = [c.submit(spec)["id"] for _ in range(max(1, n_gpus))]
     except ApiError as exc:
