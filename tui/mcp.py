@@ -399,3 +399,30 @@ def _writes(mcp: MCPServer, api: Client) -> None:
             job = _call(api.job, job_id)
             return {"dry_run": True, "job": summary(job), "would_free_bytes": job.get("disk_bytes")}
         return _call(api.delete, job_id)
+
+
+def serve_http(app: MCPServer, host: str, port: int, secret: str) -> None:
+    """MCP's Streamable HTTP transport on `host`:`port`, answering only requests that carry `secret` (`?token=` or
+    `Authorization: Bearer`): jobs share the host's loopback, and the server acts with its token's rights (issue
+    62 #5: a job found the port of an admin's server and read other users' jobs through it)."""
+    import hmac
+
+    import uvicorn
+
+    inner = app.streamable_http_app(host=host)
+    wanted = secret.encode()
+
+    async def guarded(scope: Any, receive: Any, send: Any) -> None:
+        if scope["type"] == "http":
+            headers = dict(scope.get("headers") or [])
+            given = headers.get(b"authorization", b"").removeprefix(b"Bearer ").strip()
+            query = dict(part.split(b"=", 1) for part in (scope.get("query_string") or b"").split(b"&") if b"=" in part)
+            if not any(hmac.compare_digest(g, wanted) for g in (given, query.get(b"token", b""))):
+                body = b'{"error": "this MCP server needs its token: ?token=... or Authorization: Bearer ..."}'
+                head = [(b"content-type", b"application/json"), (b"www-authenticate", b"Bearer")]
+                await send({"type": "http.response.start", "status": 401, "headers": head})
+                await send({"type": "http.response.body", "body": body})
+                return
+        await inner(scope, receive, send)
+
+    uvicorn.Server(uvicorn.Config(guarded, host=host, port=port, log_level="warning")).run()

@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Any
 
 import anyio
 import pytest
+import requests
 
 from jobs import tokens
 from jobs.redis_server import free_port
@@ -156,7 +157,9 @@ def test_the_http_transport_answers_on_127_0_0_1_only(spawn, child_env, redis):
     )
     assert wrong.returncode == 2 and "127.0.0.1 only" in wrong.stderr
     port = free_port()
-    served = spawn("mcp", "--http", f"127.0.0.1:{port}", "--api", url, "--token", token, env=child_env)
+    secret = "s3cret-for-this-test"
+    served = spawn("mcp", "--http", f"127.0.0.1:{port}", "--api", url, "--token", token,
+                   env={**child_env, "GPUDECK_MCP_SECRET": secret})  # fmt: skip
 
     def answers() -> bool:
         try:
@@ -167,10 +170,18 @@ def test_the_http_transport_answers_on_127_0_0_1_only(spawn, child_env, redis):
 
     until(answers, 60, lambda: f"gpudeck mcp on port {port}: {served.output()[-2000:]}")
 
+    # jobs share 127.0.0.1: a request without the server's secret (or with another) gets nothing (issue 62 #5)
+    init = {"jsonrpc": "2.0", "id": 1, "method": "tools/list", "params": {}}
+    accept = {"Accept": "application/json, text/event-stream"}
+    for headers in ({}, {"Authorization": "Bearer guessed"}):
+        refused = requests.post(f"http://127.0.0.1:{port}/mcp", json=init, headers={**accept, **headers}, timeout=10)
+        assert refused.status_code == 401 and "token" in refused.text, refused.text
+    assert f"token={secret}" in served.output()
+
     async def agent() -> None:
         from mcp import Client
 
-        async with Client(f"http://127.0.0.1:{port}/mcp") as client:
+        async with Client(f"http://127.0.0.1:{port}/mcp?token={secret}") as client:
             tools = {t.name for t in (await client.list_tools()).tools}
             assert "list_jobs" in tools and "submit_job" not in tools
             listed = await client.call_tool("list_jobs", {})

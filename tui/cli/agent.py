@@ -2,12 +2,17 @@
 
 from __future__ import annotations
 
+import os
+import secrets
+
 import click
 
 from models.common import EXIT_OK, EXIT_USAGE
 from tui.cli.base import client, connection_options
 
 LOOPBACK = ("127.0.0.1", "localhost")
+SECRET_ENV = "GPUDECK_MCP_SECRET"
+"""The HTTP transport's secret (default: a new random one each start, printed with the URL)."""
 
 
 def http_address(raw: str) -> tuple[str, int] | str:
@@ -45,12 +50,17 @@ def mcp(http: str | None, allow_writes: bool) -> int:
     if where is None:
         app.run("stdio")
     else:
+        from tui.mcp import serve_http
+
         host, port = where
+        secret = os.environ.get(SECRET_ENV) or secrets.token_urlsafe(24)
         click.echo(
-            f"gpudeck mcp: MCP over HTTP at http://{host}:{port}/mcp ({'read-write' if allow_writes else 'read-only'})",
+            f"gpudeck mcp: MCP over HTTP at http://{host}:{port}/mcp?token={secret} "
+            f"({'read-write' if allow_writes else 'read-only'}; or the header 'Authorization: Bearer {secret}'). "
+            "Every process of this host reaches 127.0.0.1, jobs included: a request without the token is refused",
             err=True,
         )
-        app.run("streamable-http", host=host, port=port)
+        serve_http(app, host, port, secret)
     return EXIT_OK
 
 
