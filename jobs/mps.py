@@ -11,7 +11,12 @@ kernels side by side instead of time-sliced, each held to its part.
   memory and an even split over GPUDECK_JOBS_PER_GPU). A job of several GPUs runs without MPS (a process talks to
   one daemon).
 - Every job runs as the one job user (GPUDECK_JOB_USER), so one MPS server serves all of a GPU's clients (MPS
-  serves one user's clients at a time)."""
+  serves one user's clients at a time).
+- What a job may do to them (issue 62 #6): a GPU's pipe folder is root's and sticky (1777: the MPS server, as the
+  jobs' user, makes its pipes there; nobody renames or removes another's, the daemon's control pipe above all); a
+  job's sandbox hides every daemon's folder but its own GPU's pipes, and a CPU job's or a job of several GPUs all of
+  them. `gpudeck up` watches each daemon (`alive`: its control pipe there and its process running) and starts a
+  gone one again; at its start it quits a daemon a killed `up` left and clears its pipes (`start`)."""
 
 from __future__ import annotations
 
@@ -20,6 +25,7 @@ import hashlib
 import math
 import os
 import shutil
+import signal
 import subprocess
 from pathlib import Path
 
@@ -73,6 +79,53 @@ def running(settings: Settings, gpu: str) -> bool:
     return (pipe_dir(settings, gpu) / "control").exists()
 
 
+def daemon_pids(settings: Settings, gpu: str) -> list[int]:
+    """The processes of GPU `gpu`'s control daemon: CONTROL by name, with this GPU's pipe folder in its
+    environment (a daemon of another home or GPU is not this one's)."""
+    want = f"CUDA_MPS_PIPE_DIRECTORY={pipe_dir(settings, gpu)}".encode()
+    found = []
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/cmdline", "rb") as f:
+                argv = f.read(4096).split(b"\0")[:2]
+            if not any(os.path.basename(a) == CONTROL.encode() for a in argv):
+                continue
+            with open(f"/proc/{entry}/environ", "rb") as f:
+                if want in f.read().split(b"\0"):
+                    found.append(int(entry))
+        except OSError:
+            continue
+    return found
+
+
+def alive(settings: Settings, gpu: str) -> bool:
+    """Whether GPU `gpu`'s daemon serves: its control pipe is there and its process runs."""
+    return running(settings, gpu) and bool(daemon_pids(settings, gpu))
+
+
+def _clear_stale(settings: Settings, gpu: str) -> None:
+    """Before a start: quit a daemon of this GPU that a killed `gpudeck up` left running (its jobs are gone with
+    that `up`), then remove what its pipe folder still holds (a stale control pipe: `mkfifo … File exists`)."""
+    pids = daemon_pids(settings, gpu)
+    if pids and running(settings, gpu) and shutil.which(CONTROL) is not None:
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            subprocess.run(
+                [CONTROL], input="quit\n", env=_env(settings, gpu), capture_output=True, text=True, timeout=10
+            )
+    for pid in daemon_pids(settings, gpu):  # (one that did not quit)
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGKILL)
+    pipes = pipe_dir(settings, gpu)
+    if pipes.is_dir() and not pipes.is_symlink():
+        for entry in pipes.iterdir():
+            if entry.is_dir() and not entry.is_symlink():
+                shutil.rmtree(entry, ignore_errors=True)
+            else:
+                entry.unlink(missing_ok=True)
+
+
 def start(settings: Settings, gpu: str) -> None:
     """Start GPU `gpu`'s control daemon (it daemonizes itself); ConfigError when MPS cannot be had here."""
     if shutil.which(CONTROL) is None:
@@ -85,10 +138,13 @@ def start(settings: Settings, gpu: str) -> None:
     here.mkdir(parents=True, exist_ok=True)
     for made in (top.parent, top, here) if top.parent == RUN_ROOT else (top, here):  # (passable by that user)
         made.chmod(0o755)
+    _clear_stale(settings, gpu)
     for sub in ("pipe", "log"):
         (here / sub).mkdir(exist_ok=True)
-        (here / sub).chmod(0o755)
-        sandbox.hand_over(here / sub, user)
+    (here / "log").chmod(0o755)
+    sandbox.hand_over(here / "log", user)  # (the MPS server, as the jobs' user, logs there; no job sees it)
+    os.lchown(here / "pipe", os.geteuid(), os.getegid())  # (the service's, sticky: nobody moves another's pipe)
+    (here / "pipe").chmod(0o1777 if user is not None else 0o755)
     done = subprocess.run([CONTROL, "-d"], env=_env(settings, gpu), capture_output=True, text=True, timeout=30)
     if done.returncode != 0:
         raise ConfigError(f"{CONTROL} -d for GPU {gpu} failed ({done.returncode}): {done.stderr.strip()[:500]}")

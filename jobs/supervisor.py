@@ -30,6 +30,8 @@ HARD_STOP_S = 8.5
 """After SIGTERM, when whatever is left of the stack is killed (the whole stop stays under 10 s)."""
 RESTART_BACKOFF_S = (1, 2, 5, 10, 30)
 """Waits before restarting a worker that died, growing with each death in a row."""
+MPS_CHECK_S = 2.0
+"""How often `gpudeck up` looks whether each GPU's MPS control daemon still runs."""
 HEALTHY_S = 30.0
 """A worker that lived this long before it died starts the backoff over: it was not crash-looping."""
 
@@ -98,6 +100,7 @@ class Stack:
         self.workers: list[Child] = []
         self.mps_gpus: list[str] = []
         """The GPUs whose MPS control daemon this stack started (GPUDECK_MPS=on): stopped with it."""
+        self._mps_checked = 0.0
         self._stopping = False
         self._redis_deaths = 0
         self._redis_started = 0.0
@@ -201,6 +204,7 @@ class Stack:
         while not self._stopping:
             self._keep_redis()
             now = time.monotonic()
+            self._keep_mps(now)
             self._keep(self.api, now, drainable=False)
             for w in self.workers:
                 self._keep(w, now, drainable=True)
@@ -225,6 +229,21 @@ class Stack:
         elif now >= child.restart_at:
             child.restart_at = None
             child.start()
+
+    def _keep_mps(self, now: float) -> None:
+        """Start a GPU's MPS control daemon again when it is gone (killed, or its control pipe removed), every
+        MPS_CHECK_S; its workers wait meanwhile (their jobs' CUDA calls fail until it is back)."""
+        if not self.mps_gpus or now < self._mps_checked + MPS_CHECK_S:
+            return
+        self._mps_checked = now
+        for gpu in self.mps_gpus:
+            if self._stopping or mps.alive(self.settings, gpu):
+                continue
+            log.error("the MPS control daemon of GPU %s is gone; starting it again", gpu)
+            try:
+                mps.start(self.settings, gpu)
+            except (ConfigError, OSError, subprocess.SubprocessError) as exc:
+                log.error("the MPS control daemon of GPU %s did not start: %s", gpu, exc)
 
     def _keep_redis(self) -> None:
         """Restart the embedded Redis when it died (kill -9, OOM killer): from its append-only file, at the same

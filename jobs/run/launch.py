@@ -300,7 +300,7 @@ def sandboxed(
         readable=readable,
         writable=writable,
         shared=([Path(pipes)] if pipes else []) + [c.path for c in caches if c.writable],
-        hidden=[mps.out_of_sight(s)] if pipes else [],  # (every GPU's daemon but its own's)
+        hidden=[mps.out_of_sight(s)],  # (every GPU's daemon but its own's pipes; a CPU job's: all of them)
         lifeline=lifeline,
         env_fd=env_file.fileno(),
         options_fd=options.fileno(),

@@ -8,6 +8,7 @@ command, which the README's block prints.) MIG instances and MPS daemons with `g
 import os
 import pwd
 import shutil
+import signal
 import sys
 
 import pytest
@@ -15,6 +16,7 @@ import requests
 
 from jobs import mps
 from jobs.settings import Settings
+from models.states import ENDED
 from tests.support.live import fake_gpus_in_use, fake_nvidia_smi, until
 from tests.support.readme import run_block
 from tests.support.stack import Up
@@ -112,20 +114,28 @@ def test_gpudeck_up_serves_each_mig_instance_and_pins_a_job_by_its_uuid(tmp_path
 
 def fake_mps_control(bin_dir, record) -> None:
     """A FAKE nvidia-cuda-mps-control (no GPU, no driver here): `-d` makes the control pipe a real daemon makes in
-    CUDA_MPS_PIPE_DIRECTORY (a named pipe) and records what it was started with; `quit` on its input removes it."""
+    CUDA_MPS_PIPE_DIRECTORY (a named pipe), records what it was started with, and leaves a daemon of its own
+    session (as the real one daemonizes) that reads commands from that pipe and records them; `quit` ends it and
+    removes the pipe. Without `-d` it sends its input line down the pipe, as the real one does."""
     path = bin_dir / "nvidia-cuda-mps-control"
     path.write_text(
         "#!/bin/sh\n# FAKE nvidia-cuda-mps-control for tests\n"
         'dir="${CUDA_MPS_PIPE_DIRECTORY:-/tmp/nvidia-mps}"\n'
+        'if [ "$1" = --serve ]; then\n'
+        "  while :; do\n"
+        '    read command < "$dir/control" || exit 0\n'
+        f'    echo "$command gpu=$CUDA_VISIBLE_DEVICES" >> {record}\n'
+        '    if [ "$command" = quit ]; then rm -f "$dir/control"; exit 0; fi\n'
+        "  done\n"
+        "fi\n"
         'if [ "$1" = -d ]; then\n'
-        '  mkfifo "$dir/control"\n'
+        '  mkfifo "$dir/control" || exit 1\n'
         f'  echo "started gpu=$CUDA_VISIBLE_DEVICES pipes=$dir logs=$CUDA_MPS_LOG_DIRECTORY" >> {record}\n'
+        '  setsid "$0" --serve </dev/null >/dev/null 2>&1 &\n'
         "  exit 0\n"
         "fi\n"
         "read command\n"
-        f'echo "$command gpu=$CUDA_VISIBLE_DEVICES" >> {record}\n'
-        '[ "$command" = quit ] && rm -f "$dir/control"\n'
-        "exit 0\n"
+        'echo "$command" > "$dir/control"\n'
     )
     path.chmod(0o755)
 
@@ -142,19 +152,21 @@ def test_mps_a_daemon_per_gpu_and_a_share_is_its_client_inside_its_sandbox(tmp_p
         "GPUDECK_JOBS_PER_GPU": "2",
         "GPUDECK_MPS": "on",
     }
-    up = Up(home, env, tmp_path / "up.log")
+    up = Up(home, env, tmp_path / "up.log", args=("--cpu-workers", "1"))  # (a CPU job too: it sees no daemon)
     settings = Settings.from_env({"GPUDECK_HOME": str(home)})
     decoy = mps.RUN_ROOT / f"decoy-{tmp_path.name}"
     try:
         pipes = mps.pipe_dir(settings, "0")
         assert record.read_text() == f"started gpu=0 pipes={pipes} logs={pipes.parent / 'log'}\n"
-        if os.geteuid() == 0:  # (the daemon starts the MPS server as the jobs' user: its folders are that user's)
+        if os.geteuid() == 0:  # (the daemon starts the MPS server as the jobs' user: it logs and makes pipes there)
             nobody = pwd.getpwnam("nobody").pw_uid
             assert pipes.parent.parent.parent == mps.RUN_ROOT, pipes
-            assert pipes.stat().st_uid == (pipes.parent / "log").stat().st_uid == nobody
+            assert (pipes.parent / "log").stat().st_uid == nobody
+            # the pipes' folder is the service's and sticky: no job moves or replaces the daemon's pipe (#6)
+            assert pipes.stat().st_uid == 0 and pipes.stat().st_mode & 0o7777 == 0o1777
             assert all(p.stat().st_mode & 0o005 == 0o005 for p in (pipes.parent, pipes.parent.parent, mps.RUN_ROOT))
             (decoy / "0").mkdir(parents=True)  # (another service's daemons on this box: out of the job's sight)
-        until(lambda: len(requests.get(f"{up.url}/api/v1/workers", timeout=10).json()["workers"]) == 2, 60, "workers")
+        until(lambda: len(requests.get(f"{up.url}/api/v1/workers", timeout=10).json()["workers"]) == 3, 60, "workers")
         until(lambda: requests.get(f"{up.url}/api/v1/gpus", timeout=10).json()["hosts"], 30, "a GPU sample")
         look = (
             'echo "pipes=$CUDA_MPS_PIPE_DIRECTORY limit=$CUDA_MPS_PINNED_DEVICE_MEM_LIMIT '
@@ -169,6 +181,32 @@ def test_mps_a_daemon_per_gpu_and_a_share_is_its_client_inside_its_sandbox(tmp_p
         assert "seen" in log  # the daemon's pipe, inside the job's sandbox (whose /tmp is its own)
         # and nothing else of the daemons' folders: no other GPU's daemon (nor another service's) to talk to
         assert f"beside: {mps.root(settings).name if os.geteuid() == 0 else '0'} \n" in log, log
+        # a hostile share cannot take its GPU's daemon away from the others; a CPU job sees no daemon at all
+        attack = (
+            'mv "$CUDA_MPS_PIPE_DIRECTORY/control" "$CUDA_MPS_PIPE_DIRECTORY/gone" && echo moved; '
+            'rm -f "$CUDA_MPS_PIPE_DIRECTORY/control"; test -p "$CUDA_MPS_PIPE_DIRECTORY/control" && echo still; '
+            f'echo "cpu sees: $(ls -A {mps.out_of_sight(settings)} 2>/dev/null | tr "\\n" " ")"'
+        )
+        for spec in ({"command": attack, "gpu_memory": "10G"}, {"command": attack, "gpus": 0}):
+            job_id = requests.post(f"{up.url}/api/v1/jobs", json=spec, timeout=30).json()["id"]
+            until(lambda i=job_id: requests.get(f"{up.url}/api/v1/jobs/{i}", timeout=10).json()["status"] in ENDED, 60)
+            said = requests.get(f"{up.url}/api/v1/jobs/{job_id}/logs", timeout=10).text
+            assert "moved" not in said and mps.alive(settings, "0"), said
+            if spec.get("gpus") == 0:
+                assert "cpu sees: \n" in said, said
+            elif os.geteuid() == 0:
+                assert "still" in said, said
+        # a daemon that dies is started again; and after `kill -9` of up, the next up quits the one left (#6)
+        for pid in mps.daemon_pids(settings, "0"):
+            os.kill(pid, signal.SIGKILL)
+        (pipes / "control").unlink()
+        until(lambda: record.read_text().count("started gpu=0") == 2 and mps.alive(settings, "0"), 30, "a restart")
+        os.kill(up.proc.pid, signal.SIGKILL)
+        up.proc.wait()
+        assert mps.alive(settings, "0")  # (the daemon outlives its up, as a real one does)
+        up.respawn()
+        until(lambda: record.read_text().count("started gpu=0") == 3, 30, "the next up's daemon")
+        assert "quit gpu=0" in record.read_text() and len(mps.daemon_pids(settings, "0")) == 1
         up.stop()  # (as Ctrl-C stops it)
         assert record.read_text().splitlines()[-1] == "quit gpu=0"  # the daemon stopped with the stack
         assert not pipes.exists() or pipes.is_relative_to(home)  # (a root service's folder under /run with it)
