@@ -104,12 +104,11 @@ USERINFO = re.compile(r"(?i)\b([a-z][a-z0-9+.-]*://)[^/\s@]*@")
 
 def redacted(text: str, uri: str | None = None) -> str:
     """`text` without credentials: a URL's user and password (`https://***@host`), and the configured URI's
-    password and user wherever they appear."""
+    password wherever else it appears."""
     text = USERINFO.sub(r"\1***@", text)
-    parsed = urlsplit(uri or "")
-    for secret in (parsed.password, parsed.username):
-        if secret and len(secret) >= 3:
-            text = text.replace(secret, "***")
+    password = urlsplit(uri or "").password
+    if password and len(password) >= 3:
+        text = text.replace(password, "***")
     return text
 
 

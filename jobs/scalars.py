@@ -24,7 +24,7 @@ log = logging.getLogger(__name__)
 
 EVENT_FILE_MARK = "tfevents"
 METRICS_FILE = "metrics.jsonl"
-STATE_FILE = Path(".gpudeck") / "scalars.json"
+STATE_FILE = ".gpudeck/scalars.json"
 SKIP_DIRS = (".gpudeck",)
 """Folders of the job dir not searched for event files."""
 VALIDATION_RUNS = ("validation", "eval", "evaluation", "val", "test")
@@ -146,6 +146,8 @@ class ScalarReader:
         """Remember what was read (after its points are stored), for a later attempt in the same job dir."""
         try:  # (through no link the job left: jobs.jobfiles)
             jobfiles.write_text(self.job_dir, STATE_FILE, json.dumps(self.state), make=True)
+        except jobfiles.Refused as exc:  # (the job made .gpudeck a link: not followed, the state stays in memory)
+            log.warning("the scalars' state is not saved: %s", exc)
         except OSError as exc:  # a full disk: the state stays in memory (a later attempt rereads a little more)
             if exc.errno not in (errno.ENOSPC, errno.EDQUOT):
                 raise

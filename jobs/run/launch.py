@@ -387,6 +387,9 @@ def take_checkpoints(settings: Settings, job_dir: Path, resumes: int | None, own
     retries (`resumes`: linked, or copied across filesystems, from that job's dir, else fetched from the store)
     into this job's checkpoints/, which the trainer resumes from. The log line that says so, or None."""
     mine = "checkpoints"  # (every file of either job dir reached through no link: jobs.jobfiles)
+    with contextlib.suppress(FileNotFoundError):
+        if not stat.S_ISDIR(os.lstat(job_dir / mine).st_mode):  # (a link or a file an earlier attempt left there)
+            os.unlink(job_dir / mine)
     if jobfiles.is_file(job_dir, f"{mine}/checkpoint"):
         return None  # an earlier attempt of this job saved its own
     store = objectstore.Store.of(settings.artifacts)
