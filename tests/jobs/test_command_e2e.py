@@ -32,7 +32,7 @@ SCRIPTS = Path(__file__).parents[1] / "support" / "scripts"
 
 def marked(run_id: str) -> set[int]:
     """The job's processes: those whose environment carries this attempt's mark (not the sandbox's own: bwrap
-    and jobs.run.shim)."""
+    and jobs/run/shim.py, whose environment is its own fixed one anyway)."""
     mark = f"{RUN_ID_ENV}={run_id}".encode()
     found = set()
     for entry in os.listdir("/proc"):
@@ -42,7 +42,7 @@ def marked(run_id: str) -> set[int]:
                 and mark in Path(f"/proc/{entry}/environ").read_bytes().split(b"\0")
                 and alive(int(entry))
                 and Path(f"/proc/{entry}/comm").read_text().strip() != "bwrap"
-                and b"jobs.run.shim" not in Path(f"/proc/{entry}/cmdline").read_bytes()
+                and b"jobs/run/shim.py" not in Path(f"/proc/{entry}/cmdline").read_bytes()
             ):
                 found.add(int(entry))
         except OSError:

@@ -54,7 +54,7 @@ def warm_trainers(home: Path) -> dict[int, dict[str, str]]:
             env = environ(int(entry))
         except OSError:
             continue
-        if b"-m" in argv and argv[argv.index(b"-m") + 1] == b"models.warm":  # (not its shim, not bubblewrap)
+        if argv[1:4] == [b"-P", b"-m", b"models.warm"]:  # (not its shim, which runs it, nor bubblewrap)
             if Path(f"/proc/{entry}/cwd").resolve().is_relative_to(home / "warm"):
                 found[int(entry)] = env
     return found

@@ -57,8 +57,11 @@ def test_a_host_without_a_driver_mps_asked_but_missing_and_a_clock_off_are_faile
 class Trials:
     """The API as the doctor's trials meet it: each submitted spec kept, each job ending as `ends` says."""
 
-    def __init__(self, ends):
-        self.ends, self.specs = ends, []
+    def __init__(self, ends, max_priority=None):
+        self.ends, self.specs, self.max_priority = ends, [], max_priority
+
+    def whoami(self):
+        return {"name": "alice", "max_priority": self.max_priority}
 
     def submit(self, spec):
         self.specs.append(spec)
@@ -83,6 +86,10 @@ def test_the_trials_use_mixed_precision_and_xla_on_gpus_unless_plain_and_say_so(
         assert fast == [(not plain, not plain)] * 2, api.specs
         assert checks["training (job 1)"].detail == f"20 steps{how} on vm.gpu0 (GPU 0) in 13.6 s, 466 images/s"
         assert checks["pinning"].result == checks["tensorflow sees the GPU"].result == "ok"
+    assert {s["priority"] for s in api.specs} == {"high"}  # (a token with no limit: the check goes first)
+    api = Trials(done, max_priority="normal")  # (issue 62 #10: a user held to normal runs the check at normal)
+    _trials(api, workers, 60, True)
+    assert {s["priority"] for s in api.specs} == {"normal"}
     api = Trials(done)
     _trials(api, [{"host": "vm", "alive": True, "gpus": []}], 60)  # (no GPU: one trial on the CPU worker, float32)
     assert [s["gpus"] for s in api.specs] == [0] and "xla" not in api.specs[0]["params"]
