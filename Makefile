@@ -2,14 +2,23 @@
 PYTHON ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
-# The trainer's TensorFlow: the CUDA build where nvidia-smi lists a GPU, else the CPU build.
-TF_EXTRA ?= $(shell nvidia-smi -L >/dev/null 2>&1 && echo gpu || echo cpu)
+# The trainer's TensorFlow (gpudeck's extras): the CUDA build where nvidia-smi lists a GPU, else the CPU build.
+TF_EXTRA ?= $(shell nvidia-smi -L >/dev/null 2>&1 && echo tensorflow-gpu || echo tensorflow)
 STAMP := $(VENV)/.installed-$(TF_EXTRA)
+SERVICE_STAMP := $(VENV)/.service-$(TF_EXTRA)
 ARGS ?=
 PYTEST_ARGS ?=
+# WHEELHOUSE=DIR: install from a folder of wheels (`make wheelhouse`, `gpudeck bundle`) with no package index.
+WHEELHOUSE ?=
+OFFLINE = $(if $(WHEELHOUSE),--no-index --find-links $(WHEELHOUSE))
+# `make wheelhouse`'s target box (default: this one): e.g. PYTHON_VERSION=3.12 PLATFORM=manylinux_2_28_x86_64.
+PYTHON_VERSION ?=
+PLATFORM ?=
 
-.PHONY: install up test test-other test-slurm check bench bench-gpu lint format clean
+.PHONY: install install-service up test test-other test-slurm test-install check bench bench-gpu lint format clean \
+	wheelhouse
 
+# `make install` (what `make test` needs): the service with every feature, the zoo's TensorFlow and the test tools.
 install: $(STAMP)
 
 # uv installs (downloads in parallel): ~10 s from a fresh clone where pip takes ~95 s. If uv cannot be had or fails,
@@ -41,17 +50,38 @@ BWRAP_INSTALL = command -v bwrap >/dev/null 2>&1 || { [ "$$(id -u)" = 0 ] && com
 $(STAMP): pyproject.toml
 	@$(BWRAP_INSTALL)
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
-	@test -x $(BIN)/uv || $(PIP_INSTALL) uv >/dev/null 2>&1 || true
-	$(UV_INSTALL) -e '.[$(TF_EXTRA),test]' --config-settings editable_mode=compat \
-	  || $(PIP_INSTALL) -e '.[$(TF_EXTRA),test]' --config-settings editable_mode=compat
+	@test -x $(BIN)/uv || $(PIP_INSTALL) $(OFFLINE) uv >/dev/null 2>&1 || true
+	$(UV_INSTALL) $(OFFLINE) -e '.[$(TF_EXTRA),test]' --config-settings editable_mode=compat \
+	  || $(PIP_INSTALL) $(OFFLINE) -e '.[$(TF_EXTRA),test]' --config-settings editable_mode=compat
 	@{ $(PRECOMPILE) 'models.*' & trainer=$$!; $(PRECOMPILE) $(PRECOMPILE_REST); rest=$$?; \
 	   wait $$trainer && [ $$rest = 0 ]; } >/dev/null 2>&1 \
 	  || echo "gpudeck: compiling the bytecode of what gpudeck imports failed: its processes will compile it as they go"
 	@rm -f $(VENV)/.installed-*
 	@touch $@
 
-up: install
+# `make up`: what the service needs (gpudeck[service], the zoo's TensorFlow), none of the test tools; a venv that
+# `make test` installed already serves as it is.
+install-service: $(SERVICE_STAMP)
+
+$(SERVICE_STAMP): pyproject.toml
+	@$(BWRAP_INSTALL)
+	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	@if [ -f $(STAMP) ] && [ $(STAMP) -nt pyproject.toml ]; then :; else \
+	  { test -x $(BIN)/uv || $(PIP_INSTALL) $(OFFLINE) uv >/dev/null 2>&1 || true; } && \
+	  { $(UV_INSTALL) $(OFFLINE) -e '.[$(TF_EXTRA),service]' --config-settings editable_mode=compat \
+	    || $(PIP_INSTALL) $(OFFLINE) -e '.[$(TF_EXTRA),service]' --config-settings editable_mode=compat; }; fi
+	@rm -f $(VENV)/.service-*
+	@touch $@
+
+up: install-service
 	$(BIN)/gpudeck up $(ARGS)
+
+# A folder of every wheel `make install WHEELHOUSE=wheelhouse` (or `pip install --no-index --find-links wheelhouse
+# 'gpudeck[…]'`) needs on a box with no package index, downloaded here for PYTHON_VERSION and PLATFORM (README:
+# "Offline").
+wheelhouse: install-service
+	$(BIN)/gpudeck bundle wheelhouse --extras $(TF_EXTRA),service \
+	  $(if $(PYTHON_VERSION),--python-version $(PYTHON_VERSION)) $(if $(PLATFORM),--platform $(PLATFORM))
 
 # Tests run in parallel (pytest-xdist): two processes a core and one more, at most 8 (end-to-end tests spend seconds
 # waiting on heartbeats, timeouts and idle TensorBoards; the extra processes use that core time: on 2 cores, 5 took
@@ -85,6 +115,12 @@ test-other: install
 # saying why. About 4 minutes.
 test-slurm: install
 	$(PYTEST) tests/slurm $(PYTEST_ARGS)
+
+# Installed as a lab installs it (issue 68, tests/install/, not in `make test`; .ci/run runs it): a wheelhouse made
+# offline installed into a fresh venv with no index, the service run from there without TensorFlow, and the wheel
+# with [tensorflow] training a lenet. About two minutes.
+test-install: install
+	$(PYTEST) tests/install -s $(PYTEST_ARGS)
 
 # The quick loop: lint and types, then every test that starts no stack and trains nothing.
 check: lint

@@ -72,7 +72,7 @@ def doctor() -> dict[str, Any]:
         one = hosts.setdefault(w["host"], {"host": w["host"], "workers": 0, "gpus": [], "clock_offset_s": None})
         one["workers"] += 1
         one["gpus"] = sorted({*one["gpus"], *w["gpus"]})
-        one.update({k: facts.get(k) for k in ("driver", "mps_installed", "mps")})
+        one.update({k: facts.get(k) for k in ("driver", "mps_installed", "mps", "tensorflow", "uv", "jupyter")})
         one["sandboxed"] = bool(w.get("sandboxed")) and one.get("sandboxed", True)
         if w["name"] in said:
             offset = round(now - said[w["name"]], 3)

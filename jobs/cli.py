@@ -8,6 +8,7 @@ import getpass
 import json
 import logging
 import os
+import subprocess
 import sys
 import time
 from pathlib import Path
@@ -284,6 +285,78 @@ def token_revoke(name, home) -> int:
     tokens.revoke(redis, name)
     tokens.audit(redis, who, "local", "TOKEN", f"revoke {name}", 0)
     click.echo(f"revoked {name}: its next request is refused")
+    return EXIT_OK
+
+
+@click.group(name="service")
+def service() -> None:
+    """`gpudeck up` as a systemd service: started at boot, restarted on failure, logs in the journal."""
+
+
+@service.command(name="install", cls=ServerCommand)
+@click.option("--user", default="root", show_default=True, help="the user `gpudeck up` runs as")
+@home_option
+@click.option("--port", type=int, help=f"the API's port (default {DEFAULT_PORT})")
+@click.option("--unit-dir", type=click.Path(path_type=Path), help="where the unit goes (default /etc/systemd/system)")
+@click.option("--env-file", type=click.Path(path_type=Path), help="its settings (default /etc/gpudeck/gpudeck.env)")
+@click.option("--no-enable", is_flag=True, help="write the unit only: do not enable and start it")
+def service_install(user, home, port, unit_dir, env_file, no_enable) -> int:
+    """Write a systemd unit for `gpudeck up` of this environment (and an environment file to edit) and `enable
+    --now` it where systemd runs; print what to run elsewhere."""
+    from jobs import service as svc
+
+    unit = svc.Unit(svc.gpudeck_command(), home or svc.DEFAULT_HOME, user, port, env_file or svc.ENV_FILE)
+    try:
+        said = svc.install(unit, unit_dir or svc.UNIT_DIR, enable=not no_enable)
+    except (OSError, RuntimeError) as exc:
+        raise ConfigError(f"service install: {exc}") from None
+    for line in said:
+        click.echo(line)
+    return EXIT_OK
+
+
+@service.command(name="status", cls=ServerCommand)
+@click.option("--unit-dir", type=click.Path(path_type=Path), help="where the unit is (default /etc/systemd/system)")
+@click.option("--json", "as_json", is_flag=True, help="print JSON instead of text")
+def service_status(unit_dir, as_json) -> int:
+    """Whether gpudeck is installed as a systemd service, enabled and running."""
+    from jobs import service as svc
+
+    state = svc.status(unit_dir or svc.UNIT_DIR)
+    if as_json:
+        click.echo(json.dumps(state, indent=2))
+    else:
+        click.echo(f"unit      {state['unit']} ({'installed' if state['installed'] else 'not installed'})")
+        click.echo(f"enabled   {state['enabled'] if state['enabled'] is not None else '-'}")
+        click.echo(f"active    {state['active'] if state['active'] is not None else '-'}")
+        if state.get("said"):
+            click.echo(str(state["said"]))
+    return EXIT_OK
+
+
+@click.command(cls=ServerCommand)
+@click.argument("folder", type=click.Path(path_type=Path))
+@click.option("--extras", default="", help="gpudeck's extras to include, comma-separated (tensorflow, mcp, envs…)")
+@click.option("--from-env", is_flag=True, help="repack this environment's installed packages: no network")
+@click.option("--python-version", help="the target's Python, e.g. 3.12 (downloads only)")
+@click.option("--platform", "platforms", multiple=True, help="the target's platform tag (repeatable; downloads only)")
+def bundle(folder, extras, from_env, python_version, platforms) -> int:
+    """Every wheel `pip install --no-index --find-links FOLDER 'gpudeck[EXTRAS]'` needs, for a box with no package
+    index: downloaded for the target's Python and platform, or (--from-env) this environment's, repacked."""
+    from jobs import bundle as bundling
+
+    wanted = {e.strip() for e in extras.split(",") if e.strip()}
+    try:
+        if from_env:
+            if python_version or platforms:
+                raise ConfigError("--python-version and --platform are for downloads: --from-env repacks this Python's")
+            made = bundling.from_env(folder, wanted)
+        else:
+            made = bundling.download(folder, wanted, python_version, list(platforms))
+    except (LookupError, OSError, subprocess.CalledProcessError) as exc:
+        raise ConfigError(f"bundle: {exc}") from None
+    target = f"gpudeck[{','.join(sorted(wanted))}]" if wanted else "gpudeck"
+    click.echo(f"{len(made)} wheels in {folder}: pip install --no-index --find-links {folder} '{target}'")
     return EXIT_OK
 
 

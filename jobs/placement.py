@@ -142,6 +142,16 @@ def live_slots(redis: Redis) -> tuple[dict[str, Slot], set[str]]:
     return slots, unavailable
 
 
+def live_facts(redis: Redis) -> list[dict[str, Any]]:
+    """What each live worker said of its host and its Python at its start (jobs.worker.host_facts)."""
+    names = list(live_slots(redis)[0])
+    with redis.pipeline(transaction=False) as pipe:
+        for name in names:
+            pipe.get(worker_info_key(name))
+        raws = pipe.execute()
+    return [(json.loads(raw).get("facts") or {}) for raw in raws if raw]
+
+
 def foreign(redis: Redis, slots: Iterable[Slot], limit_bytes: int) -> dict[str, str]:
     """Workers whose GPU holds a process that is no gpudeck job's and uses more than `limit_bytes`: name -> why,
     from each host's newest nvidia-smi sample (jobs.gpus)."""

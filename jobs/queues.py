@@ -4,6 +4,7 @@ order the scheduler (jobs.schedule) reads them in."""
 from __future__ import annotations
 
 import contextlib
+import functools
 import hashlib
 import heapq
 import json
@@ -31,7 +32,7 @@ from jobs.keys import (
     parse_line_name,
     queue_name,
 )
-from jobs.placement import host_gpus, memory
+from jobs.placement import host_gpus, live_facts, memory
 from jobs.record import Kept
 from jobs.settings import Settings
 from jobs.share import owner_of, usage
@@ -81,6 +82,32 @@ def check_hosts(redis: Redis, spec: Kept, s: Settings) -> None:
     raise ValidationError({"gpus": f"needs {spec.gpus} GPUs on one host{per}; the largest host, {host}, has {most}"})
 
 
+NO_TENSORFLOW = (
+    "this server cannot train zoo models: TensorFlow is not installed where its workers run; install it there "
+    "(pip install 'gpudeck[tensorflow]', or 'gpudeck[tensorflow-gpu]' on a GPU box) and restart them; command jobs "
+    "and sessions run as they are"
+)
+
+
+def check_zoo(redis: Redis) -> None:
+    """Conflict for a zoo job where nothing could train it (issue 68): live workers, none with TensorFlow (a worker
+    of an older gpudeck says nothing and counts as having it); with none live, this process's own Python decides
+    (`gpudeck up` runs the API and its workers in one)."""
+    facts = live_facts(redis)
+    if facts:
+        if not any(f.get("tensorflow", True) for f in facts):
+            raise Conflict(NO_TENSORFLOW, {"field": "model", "install": "gpudeck[tensorflow]"})
+    elif not _tensorflow_here():
+        raise Conflict(NO_TENSORFLOW, {"field": "model", "install": "gpudeck[tensorflow]"})
+
+
+@functools.lru_cache(maxsize=1)
+def _tensorflow_here() -> bool:
+    import importlib.util
+
+    return importlib.util.find_spec("tensorflow") is not None
+
+
 def check_after(redis: Redis, after: list[int]) -> None:
     """ReferenceNotFound naming `after` for a dependency on a job that does not exist."""
     if not after:
@@ -116,6 +143,8 @@ def validate(redis: Redis, body: Any, settings: Settings, default_gpus: int | No
         mlflow=bool(s.mlflow_uri),
     )
     typed = Kept(spec)
+    if typed.model is not None and s.backend != "slurm":
+        check_zoo(redis)
     check_after(redis, list(typed.after))
     if s.backend == "slurm":
         not_on_slurm(typed)

@@ -101,6 +101,7 @@ class Stack:
         self.mps_gpus: list[str] = []
         """The GPUs whose MPS control daemon this stack started (GPUDECK_MPS=on): stopped with it."""
         self._mps_checked = 0.0
+        self._mps_down: set[str] = set()
         self._stopping = False
         self._redis_deaths = 0
         self._redis_started = 0.0
@@ -231,14 +232,20 @@ class Stack:
             child.start()
 
     def _keep_mps(self, now: float) -> None:
-        """Start a GPU's MPS control daemon again when it is gone (killed, or its control pipe removed), every
-        MPS_CHECK_S; its workers wait meanwhile (their jobs' CUDA calls fail until it is back)."""
+        """Start a GPU's MPS control daemon again when it is gone (killed, or its control pipe removed) at two looks
+        in a row, MPS_CHECK_S apart (one that is starting has its pipe before its process, or the other way round);
+        its workers wait meanwhile (their jobs' CUDA calls fail until it is back)."""
         if not self.mps_gpus or now < self._mps_checked + MPS_CHECK_S:
             return
         self._mps_checked = now
         for gpu in self.mps_gpus:
             if self._stopping or mps.alive(self.settings, gpu):
+                self._mps_down.discard(gpu)
                 continue
+            if gpu not in self._mps_down:
+                self._mps_down.add(gpu)
+                continue
+            self._mps_down.discard(gpu)
             log.error("the MPS control daemon of GPU %s is gone; starting it again", gpu)
             try:
                 mps.start(self.settings, gpu)

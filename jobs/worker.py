@@ -393,6 +393,26 @@ def host_facts(settings: Settings) -> dict[str, Any]:
         "driver": out[0] if out else None,
         "mps_installed": shutil.which(mps.CONTROL) is not None,
         "mps": settings.mps,
+        **kinds(),
+    }
+
+
+def kinds() -> dict[str, bool]:
+    """Which kinds of job this worker's Python can run (issue 68): zoo models (TensorFlow, gpudeck[tensorflow]),
+    project environments (uv: gpudeck[envs] or on PATH), notebook sessions (Jupyter: gpudeck[notebook]); commands
+    and shell sessions always. Looked up without importing any of them."""
+    import importlib.util
+
+    def has(module: str) -> bool:
+        try:
+            return importlib.util.find_spec(module) is not None
+        except (ImportError, ValueError):
+            return False
+
+    return {
+        "tensorflow": has("tensorflow"),
+        "uv": has("uv") or shutil.which("uv") is not None,
+        "jupyter": has("jupyter_server") or has("jupyterlab"),
     }
 
 

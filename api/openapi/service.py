@@ -143,6 +143,13 @@ def schemas() -> dict[str, Any]:
                             "driver": _nullable({**STR, "description": "the NVIDIA driver (null: no nvidia-smi)"}),
                             "mps_installed": _nullable({"type": "boolean"}),
                             "mps": _nullable({"type": "boolean", "description": "GPUDECK_MPS on its workers"}),
+                            "tensorflow": _nullable(
+                                {"type": "boolean", "description": "its workers train zoo models (gpudeck[tensorflow])"}
+                            ),
+                            "uv": _nullable(
+                                {"type": "boolean", "description": "its workers build project environments"}
+                            ),
+                            "jupyter": _nullable({"type": "boolean", "description": "its workers serve notebooks"}),
                             "sandboxed": {"type": "boolean"},
                             "clock_offset_s": _nullable(
                                 {**NUM, "description": "the API's clock less the host's, as its workers last beat"}

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import errno
+import functools
 import json
 import logging
 import os
@@ -154,9 +155,21 @@ def torch_env(master_addr: str, master_port: int, nodes: int, node_rank: int) ->
     }
 
 
+@functools.lru_cache(maxsize=1)
+def own_code_env() -> dict[str, str]:
+    """What gpudeck's own processes in a sandbox (the trainer, a warm one, an environment's builder) need to import
+    it: nothing where this Python finds it by itself (installed), else — a checkout on the service's PYTHONPATH,
+    issue 68 §4 — PYTHONPATH naming the checkout, which the sandbox shows read-only (sandbox.runtime_paths): a
+    job's allowlisted environment carries no PYTHONPATH of the service's."""
+    root = os.path.realpath(sandbox.runtime_paths()[2])
+    given = [os.path.realpath(p) for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]
+    return {"PYTHONPATH": root} if root in given else {}
+
+
 def trainer(ctx: WorkerContext, attempt: Attempt, events_w: int, extra_env: dict[str, str]) -> Launch:
     """`python -m models.train` in the job dir, writing its events to `events_w` (models.protocol)."""
     env = base_env(attempt, ctx.settings)
+    env.update(own_code_env())
     env[protocol.EVENTS_FD_ENV] = str(events_w)
     env[protocol.STOP_GRACE_ENV] = str(protocol.trainer_grace(ctx.stop_grace_s))
     env["CUDA_VISIBLE_DEVICES"] = ",".join(ctx.gpu_ids)  # every GPU of the job's place

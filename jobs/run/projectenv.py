@@ -79,10 +79,15 @@ def ready(run: Building, spec: Kept, log_file: LogFile) -> Path | None:
 def _build(run: Building, spec: Kept, need: pyenv.Need, path: Path, log_file: LogFile) -> bool:
     """Build the environment at `path` in the job's sandbox (only `path` writable besides the job dir), its
     output in the log, beating and answering stops as a running job does; mark it ready when it succeeded."""
+    try:
+        argv = pyenv.build_argv(run.ctx.settings, need, path)
+    except pyenv.Unusable as exc:  # (no uv here: gpudeck[envs])
+        raise Refused(str(exc)) from None
     pyenv.start_build(path)
     run.store.update(run.job_id, message=f"building environment ({need.packages} packages)")
     env = launch.base_env(Attempt(run.job_id, run.attempt, run.run_id, run.job_dir), run.ctx.settings, True)
-    how = launch.Launch(pyenv.build_argv(run.ctx.settings, need, path), run.job_dir / "src", env)
+    env.update(launch.own_code_env())
+    how = launch.Launch(argv, run.job_dir / "src", env)
     lifeline = os.pipe()  # (its own: the job's is for the job)
     how = launch.sandboxed(run.ctx, how, run.job_dir, pyenv.index_paths(), lifeline[0], writable=[path])
     events_r, events_w = os.pipe()

@@ -210,16 +210,35 @@ def acquire(fd: int, exclusive: bool, waiting: Callable[[], bool]) -> bool:
 
 
 def build_argv(settings: Settings, need: Need, path: Path) -> list[str]:
-    """The builder's command line (run in the job's sandbox, which may write `path` only)."""
-    import uv
-
-    argv = python_module("jobs.run.buildenv", "--uv", uv.find_uv_bin(), "--env", str(path), "--python", sys.executable)
+    """The builder's command line (run in the job's sandbox, which may write `path` only); Unusable where no uv is
+    to be had (gpudeck[envs], or uv on PATH)."""
+    argv = python_module("jobs.run.buildenv", "--uv", uv_bin(), "--env", str(path), "--python", sys.executable)
     argv += ["--packages", str(need.packages)]
     argv += ["--requirements", str(need.path)] if need.kind == "requirements" else ["--project", str(need.path)]
     if not need.isolated:
         for sp in site.getsitepackages():
             argv += ["--worker-site", sp]
     return argv
+
+
+UV_MISSING = (
+    "the job's source asks for its own environment ({what}), which gpudeck builds with uv, and this worker has none: "
+    "pip install 'gpudeck[envs]' where the workers run (or put uv on their PATH), or name a registered environment "
+    "with env_name"
+)
+
+
+def uv_bin() -> str:
+    """uv's binary: the `uv` package's (gpudeck[envs]), else one on PATH; Unusable where neither is."""
+    try:
+        import uv
+
+        return str(uv.find_uv_bin())
+    except (ImportError, FileNotFoundError):
+        found = shutil.which("uv")
+        if found is None:
+            raise Unusable(UV_MISSING.format(what="requirements.txt or uv.lock")) from None
+        return found
 
 
 def index_paths() -> list[Path]:

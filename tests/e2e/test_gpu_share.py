@@ -200,13 +200,14 @@ def test_mps_a_daemon_per_gpu_and_a_share_is_its_client_inside_its_sandbox(tmp_p
         for pid in mps.daemon_pids(settings, "0"):
             os.kill(pid, signal.SIGKILL)
         (pipes / "control").unlink()
-        until(lambda: record.read_text().count("started gpu=0") == 2 and mps.alive(settings, "0"), 30, "a restart")
+        until(lambda: record.read_text().count("started gpu=0") >= 2 and mps.alive(settings, "0"), 30, "a restart")
         os.kill(up.proc.pid, signal.SIGKILL)
         up.proc.wait()
         assert mps.alive(settings, "0")  # (the daemon outlives its up, as a real one does)
-        up.respawn()
-        until(lambda: record.read_text().count("started gpu=0") == 3, 30, "the next up's daemon")
-        assert "quit gpu=0" in record.read_text() and len(mps.daemon_pids(settings, "0")) == 1
+        left, started = mps.daemon_pids(settings, "0"), record.read_text().count("started gpu=0")
+        up.respawn()  # (its banner comes after its daemons started)
+        assert record.read_text().count("started gpu=0") == started + 1 and "quit gpu=0" in record.read_text()
+        assert mps.alive(settings, "0") and not set(left) & set(mps.daemon_pids(settings, "0"))
         up.stop()  # (as Ctrl-C stops it)
         assert record.read_text().splitlines()[-1] == "quit gpu=0"  # the daemon stopped with the stack
         assert not pipes.exists() or pipes.is_relative_to(home)  # (a root service's folder under /run with it)

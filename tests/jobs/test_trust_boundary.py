@@ -348,6 +348,8 @@ RAW_IO = {
     "jobs/tensorboard.py": "TensorBoard's own logs, /proc",
     "jobs/usage.py": "/proc",
     "jobs/mps.py": "/proc",
+    "jobs/bundle.py": "this environment's installed distributions, repacked into the operator's wheelhouse",
+    "jobs/service.py": "the systemd unit and its environment file, where the operator says",
     "jobs/run/sandbox.py": "hand_over's walk (lchown: links themselves, never followed), /dev",
     "jobs/run/sessionrun.py": "an environment's site-packages folders (the service's once built), to find Jupyter",
 }

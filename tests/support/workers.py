@@ -12,11 +12,12 @@ from jobs.keys import worker_info_key as info_key
 from tests.support.policy import DEFAULTS
 
 
-def register(redis, name: str, host: str = "box", gpus: tuple[str, ...] = ()) -> str:
+def register(redis, name: str, host: str = "box", gpus: tuple[str, ...] = (), facts: dict | None = None) -> str:
+    """`facts`: what the worker says of its host and Python (jobs.worker.host_facts; none: an older worker)."""
     w = Worker([keys.private_queue(name)], name=name, connection=redis)
     w.register_birth()
     w.set_state("idle")
-    redis.set(info_key(name), json.dumps({"host": host, "gpus": list(gpus)}))
+    redis.set(info_key(name), json.dumps({"host": host, "gpus": list(gpus), **({"facts": facts} if facts else {})}))
     redis.set(keys.alive_key(name), "1")
     return name
 

@@ -52,6 +52,14 @@ def test_a_host_without_a_driver_mps_asked_but_missing_and_a_clock_off_are_faile
     ]  # fmt: skip
     assert checks["clock (b)"].detail == "-42.0 s from the API's" and "NTP" in checks["clock (b)"].fix
     assert "nvidia-cuda-mps-control" in checks["mps (b)"].fix
+    # which kinds of job a host's workers run (issue 68): what is not installed is said with how to have it
+    lean = {"host": "c", "gpus": [], "tensorflow": False, "uv": True, "jupyter": False, "clock_offset_s": None}
+    checks = {c.name: c for c in _hosts(Answers({**doc, "hosts": [lean]}))}
+    assert checks["job kinds (c)"].detail == "runs commands, shell sessions, project environments"
+    assert checks["zoo models (c)"].result == "skip" and "gpudeck[tensorflow]" in checks["zoo models (c)"].fix
+    assert (
+        checks["notebook sessions (c)"].result == "skip" and "gpudeck[notebook]" in checks["notebook sessions (c)"].fix
+    )
 
 
 class Trials:

@@ -25,6 +25,8 @@ SERVER_COMMANDS = {
     "worker": ("jobs.cli", "worker", "Run one worker pinned to GPUs (or the CPU)."),
     "token": ("jobs.cli", "token", "Named tokens, on the server: create, ls, revoke."),
     "api": ("api.serve", "api", "Serve the REST API (gunicorn)."),
+    "service": ("jobs.cli", "service", "gpudeck up as a systemd service: install, status."),
+    "bundle": ("jobs.cli", "bundle", "A wheelhouse for a box with no package index."),
 }
 """name -> (module, attribute, short help): imported when the command runs, so `gpudeck ls` loads no server."""
 
@@ -102,9 +104,34 @@ class Gpudeck(click.Group):
         return code
 
 
+def version() -> str:
+    """gpudeck's version: the installed distribution's, else (a checkout on PYTHONPATH) its pyproject.toml's."""
+    from importlib import metadata
+    from pathlib import Path
+
+    try:
+        return metadata.version("gpudeck")
+    except metadata.PackageNotFoundError:
+        root = Path(__file__).resolve().parents[2]
+        try:
+            import tomllib
+
+            found = tomllib.loads((root / "pyproject.toml").read_text())["project"]["version"]
+        except (OSError, KeyError, ValueError):
+            found = "unknown"
+        return f"{found} (not installed: the checkout at {root})"
+
+
+def show_version(ctx: click.Context, wanted: bool) -> None:
+    if wanted and not ctx.resilient_parsing:
+        click.echo(f"gpudeck, version {version()}")
+        ctx.exit(EXIT_OK)
+
+
 @click.group(name="gpudeck", cls=Gpudeck, context_settings={"help_option_names": ["-h", "--help"]})
 @connection_options
-@click.version_option(package_name="gpudeck", prog_name="gpudeck")
+@click.option("--version", is_flag=True, expose_value=False, is_eager=True, callback=lambda c, _, v: show_version(c, v),
+              help="Show the version and exit.")  # fmt: skip
 def cli() -> None:
     """Self-hosted training jobs on GPU machines.
 

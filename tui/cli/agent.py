@@ -44,8 +44,11 @@ def mcp(http: str | None, allow_writes: bool) -> int:
     if isinstance(where, str):
         click.echo(f"gpudeck mcp: {where}", err=True)
         return EXIT_USAGE
-    from tui.mcp import server
-
+    try:
+        from tui.mcp import server
+    except ImportError as exc:  # (the SDK is an extra: gpudeck[mcp])
+        click.echo(f"gpudeck mcp: the MCP SDK is not installed ({exc}): pip install 'gpudeck[mcp]'", err=True)
+        return EXIT_USAGE
     app = server(client(), allow_writes=allow_writes)
     if where is None:
         app.run("stdio")

@@ -6,8 +6,11 @@ failed."""
 
 from __future__ import annotations
 
+import shutil
+import subprocess
 import time
 from dataclasses import asdict, dataclass
+from pathlib import Path
 from typing import Any
 
 import click
@@ -101,6 +104,44 @@ def _gpus(hosts: list[dict[str, Any]]) -> list[Check]:
     return out
 
 
+KINDS = (
+    ("tensorflow", "zoo models", "pip install 'gpudeck[tensorflow]' (or 'gpudeck[tensorflow-gpu]') there"),
+    ("uv", "project environments", "pip install 'gpudeck[envs]' there, or put uv on the workers' PATH"),
+    ("jupyter", "notebook sessions", "pip install 'gpudeck[notebook]' there"),
+)
+"""What a worker's Python may lack (jobs.worker.kinds): the fact, the kind of job it runs, how to have it."""
+
+
+def _kinds(name: str, h: dict[str, Any]) -> list[Check]:
+    """Which kinds of job a host's workers run: commands and shell sessions always; the rest as installed (nothing
+    where its workers do not say: an older gpudeck)."""
+    if all(h.get(key) is None for key, _, _ in KINDS):
+        return []
+    known = [(what, fix) for key, what, fix in KINDS if h.get(key) is False]
+    runs = ["commands", "shell sessions", *(what for key, what, _ in KINDS if h.get(key))]
+    out = [Check(f"job kinds ({name})", "ok", "runs " + ", ".join(runs))]
+    for what, fix in known:  # (not installed: a skip, not a failure; those jobs are refused or fail saying so)
+        out.append(Check(f"{what} ({name})", "skip", "not installed for its workers", fix))
+    return out
+
+
+SERVICE_UNIT = Path("/etc/systemd/system/gpudeck.service")
+"""Where `gpudeck service install` puts the unit (jobs.service.UNIT_DIR; the client imports nothing of the engine)."""
+
+
+def _service() -> list[Check]:
+    """Whether this host runs gpudeck as a systemd service (`gpudeck service install`)."""
+    if not SERVICE_UNIT.exists():
+        return [Check("service", "skip", "not installed as a systemd service here", "gpudeck service install")]
+    if not Path("/run/systemd/system").is_dir() or shutil.which("systemctl") is None:
+        return [Check("service", "skip", f"{SERVICE_UNIT} is there, but systemd does not run on this host")]
+    state = subprocess.run(["systemctl", "is-active", "gpudeck.service"], capture_output=True, text=True, timeout=30)
+    active = state.stdout.strip()
+    if active == "active":
+        return [Check("service", "ok", "gpudeck.service is active (journalctl -u gpudeck for its log)")]
+    return [Check("service", "fail", f"gpudeck.service is {active or 'unknown'}", "systemctl status gpudeck")]
+
+
 def _hosts(c: Client) -> list[Check]:
     """What each worker host says of itself (GET /api/v1/doctor, admins only): its NVIDIA driver, MPS, its clock."""
     try:
@@ -117,6 +158,7 @@ def _hosts(c: Client) -> list[Check]:
         elif h["gpus"]:
             fix = "install the NVIDIA driver (nvidia-smi must answer on the worker's host)"
             out.append(Check(f"driver ({name})", "fail", "nvidia-smi does not say the driver's version", fix))
+        out += _kinds(name, h)
         if h.get("mps") and not h.get("mps_installed"):
             fix = "install the driver's MPS tools (nvidia-cuda-mps-control) or set GPUDECK_MPS=off"
             out.append(Check(f"mps ({name})", "fail", "GPUDECK_MPS=on but nvidia-cuda-mps-control is missing", fix))
@@ -245,7 +287,7 @@ def doctor(no_job, plain, timeout_s, as_json) -> int:
     if health is not None:
         workers = c.request("GET", "/api/v1/workers").json()["workers"]
         hosts = c.request("GET", "/api/v1/gpus").json()["hosts"]
-        checks += _workers(workers) + _gpus(hosts) + _released(health) + _hosts(c)
+        checks += _workers(workers) + _gpus(hosts) + _released(health) + _hosts(c) + _service()
         if no_job:
             checks.append(Check("training", "skip", "--no-job"))
         elif any(w["alive"] for w in workers):

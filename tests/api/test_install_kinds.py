@@ -1,0 +1,32 @@
+"""Issue 68: a box installed without TensorFlow (gpudeck without its `tensorflow` extra) refuses a zoo job at
+submission in one line saying what to install, and runs everything else; what its workers can run is on
+`GET /api/v1/doctor`. (tests/install/test_install.py installs such a box from a wheel and runs it.)"""
+
+from __future__ import annotations
+
+from tests.support.workers import register
+
+LEAN = {"tensorflow": False, "uv": True, "jupyter": False}
+
+
+def test_a_zoo_job_is_refused_in_one_line_where_no_worker_has_tensorflow(command_client, redis):
+    register(redis, "box.cpu", facts=LEAN)
+    refused = command_client.post("/api/v1/jobs", json={"model": "lenet", "dataset": "synthetic", "gpus": 0})
+    assert refused.status_code == 409, refused.json
+    line = refused.json["message"]
+    assert "\n" not in line and "TensorFlow is not installed" in line and "gpudeck[tensorflow]" in line
+    assert refused.json["details"]["field"] == "model"
+    sweep = {"base": {"model": "lenet", "dataset": "synthetic", "gpus": 0}, "grid": {"params.lr": [0.1, 0.2]}}
+    assert command_client.post("/api/v1/sweeps", json=sweep).status_code == 409  # (a grid of them too)
+    assert redis.zcard("gpudeck:jobs") == 0
+    assert command_client.post("/api/v1/jobs", json={"command": "true", "gpus": 0}).status_code == 201
+    # one worker that has it is enough (a lab's API host without TensorFlow, its GPU hosts with it)
+    register(redis, "gpu-host.gpu0", host="gpu-host", gpus=("0",), facts={**LEAN, "tensorflow": True})
+    made = command_client.post("/api/v1/jobs", json={"model": "lenet", "dataset": "synthetic", "gpus": 0})
+    assert made.status_code == 201, made.json
+    hosts = {h["host"]: h for h in command_client.get("/api/v1/doctor").json["hosts"]}
+    assert (hosts["box"]["tensorflow"], hosts["box"]["jupyter"], hosts["gpu-host"]["tensorflow"]) == (
+        False,
+        False,
+        True,
+    )
