@@ -100,6 +100,18 @@ def chance_warning(result: dict[str, Any], classes: int) -> str | None:
     )
 
 
+def nonfinite_warning(result: dict[str, Any], last_loss: float | None = None) -> str | None:
+    """A run whose final training loss (`last_loss`, its last point's) or whose result's loss is NaN or infinite
+    learned nothing it can use, whatever else it reports (issue 67 #6: lenet at lr 100 with
+    `stop_on_nonfinite=false` ended `succeeded` with a NaN loss and no warning). None when every loss is finite."""
+    losses = {"final training loss": last_loss}
+    losses.update({f"result's {k}": v for k, v in result.items() if "loss" in k.lower()})
+    for what, value in losses.items():
+        if isinstance(value, (int, float)) and not isinstance(value, bool) and not math.isfinite(value):
+            return f"its {what} is {value}: the model learned nothing it can use; lower lr, or check the data"
+    return None
+
+
 def divergence_warning(
     first: float | None, peak: float | None, accuracy: float, classes: int, lr: Any, test_loss: float | None = None
 ) -> str | None:

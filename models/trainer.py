@@ -32,7 +32,7 @@ from models.protocol import (
     STOP_GRACE_ENV,
     trainer_grace,
 )
-from models.reporting import Reporter, divergence_warning
+from models.reporting import Reporter, divergence_warning, nonfinite_warning
 from models.schedules import Schedule
 
 log = logging.getLogger("models.train")
@@ -329,6 +329,7 @@ class Trainer:
         last_validation: tuple[int, dict[str, float]] | None = None
         train_images, train_time = 0, 0.0
         first_loss, peak_loss = None, 0.0  # of this attempt's metric points: did it diverge without a NaN?
+        last_loss: float | None = None
         try:
             # A window runs from one metric point to the next; evaluation time inside it is left out.
             window_start, window_step, paused = time.perf_counter(), step, 0.0
@@ -348,6 +349,7 @@ class Trainer:
                     loss = float(sums["loss"].numpy()) / n
                     first_loss = loss if first_loss is None else first_loss
                     peak_loss = max(peak_loss, loss)  # (a NaN never wins)
+                    last_loss = loss
                     reporter.point(
                         {
                             "step": step,
@@ -426,7 +428,9 @@ class Trainer:
             "duration_s": round(time.time() - started, 2),
             "gpus_seen": len(tf.config.list_physical_devices("GPU")),  # (what TensorFlow found: gpudeck doctor)
         }
-        warning = divergence_warning(first_loss, peak_loss, test["accuracy"], classes, p["lr"], test["loss"])
+        warning = nonfinite_warning(result, last_loss) or divergence_warning(
+            first_loss, peak_loss, test["accuracy"], classes, p["lr"], test["loss"]
+        )
         if warning:
             result["warning"] = warning
             log.warning("%s", warning)

@@ -29,7 +29,7 @@ from jobs.scalars import ScalarReader, newest_run_result, read_result
 from jobs.spec import masked
 from jobs.store import LIVE_TTL_S, JobStore, passing
 from models import protocol
-from models.reporting import chance_warning
+from models.reporting import chance_warning, nonfinite_warning
 from models.states import Reason, Status
 
 log = logging.getLogger(__name__)
@@ -306,8 +306,8 @@ class Output:
         """A command job's result: its result.json, else the last value of each scalar it logged; with a `warning`
         when its accuracy is at chance over the `classes` its spec declares (as a zoo job's result gets)."""
         self.result = read_result(job_dir) or newest_run_result(self.reader)
-        if self.result and classes and "warning" not in self.result:
-            warning = chance_warning(self.result, classes)
+        if self.result and "warning" not in self.result:  # (a NaN loss always; chance where it declares classes)
+            warning = nonfinite_warning(self.result) or (chance_warning(self.result, classes) if classes else None)
             if warning:
                 self.result = {**self.result, "warning": warning}
         self.store.update(self.job_id, result=self.result)

@@ -227,6 +227,9 @@ def test_a_script_whose_accuracy_is_at_chance_over_its_declared_classes_gets_the
         ({"val_accuracy": 0.91}, 10, None),
         ({"val_accuracy": 0.104}, None, None),
         ({"loss": 2.3}, 10, None),
+        # issue 67 #6: a loss that is not finite is always a warning, classes declared or not
+        ({"loss": float("nan"), "accuracy": 0.95}, None, "its result's loss is nan: the model learned nothing"),
+        ({"val_loss": float("inf"), "val_accuracy": 0.104}, 10, "its result's val_loss is inf"),
     ]
     for job_id, (result, classes, said) in enumerate(cases, 1):
         spec = {"command": ["python", "train.py"], "gpus": 0, **({"classes": classes} if classes else {})}

@@ -68,3 +68,14 @@ def test_a_loss_that_exploded_before_its_first_point_is_judged_against_an_untrai
     assert said and "its test loss 89.3 is above an untrained model's (test accuracy 0.170)" in said
     assert divergence_warning(3.3e10, 3.3e11, 0.17, 10, 100.0, test_loss=1.2) is None  # above chance, loss low: learned
     assert divergence_warning(2.3, 3.3e11, 0.9, 10, 100.0, test_loss=0.3) is None
+
+
+def test_a_loss_that_is_not_finite_is_always_a_warning():
+    """Issue 67 #6: lenet at lr 100 with stop_on_nonfinite=false ended `succeeded` with a NaN loss and no warning
+    (the divergence check reads a NaN as no growth). The trainer's result now says so, whatever else it holds."""
+    from models.reporting import nonfinite_warning
+
+    finite = {"test_accuracy": 0.99, "test_loss": 0.05}
+    assert nonfinite_warning(finite, 0.1) is None
+    assert "final training loss is nan" in nonfinite_warning(finite, float("nan"))
+    assert "result's test_loss is inf" in nonfinite_warning({**finite, "test_loss": float("inf")}, 0.1)
