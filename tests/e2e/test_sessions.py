@@ -274,6 +274,11 @@ def test_a_notebook_session_serves_jupyter_with_a_token_or_says_what_to_install(
     assert requests.get(status, timeout=5).status_code == 403  # no token, no notebook
     base = status.removesuffix("/api/status")
     assert run_cell(base, token, "print(6 * 7)") == "42\n"  # a kernel, as a notebook client starts one
+    # and the URL it prints opens a notebook in a browser: JupyterLab's page, not "A Jupyter Server is running"
+    # (issue 67 #1)
+    opened = requests.get(view["url"], timeout=30)
+    assert opened.status_code == 200 and "<title>JupyterLab</title>" in opened.text, opened.text[:500]
+    assert "/lab" in view["url"]
     asyncio.run(_tui_opens_the_notebook(url, sid, view))
     requests.post(f"{url}/api/v1/jobs/{sid}/cancel", timeout=10).raise_for_status()
     assert wait_ended(url, sid, timeout=60)["status"] == "canceled"
