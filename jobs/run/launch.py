@@ -46,10 +46,11 @@ HIDDEN_ENV = ("GPUDECK_TOKENS", "GPUDECK_TOKEN", "REDIS_URL", "GPUDECK_WEBHOOKS"
 PASSED_ENV = ("PATH", "LANG", "LANGUAGE", "TZ", "LD_LIBRARY_PATH", "SSL_CERT_FILE", "SSL_CERT_DIR",
               KEEP_CHECKPOINTS_ENV)  # fmt: skip
 PASSED_PREFIXES = ("LC_", "CUDA_", "NCCL_", "NVIDIA_", "OMP_", "KMP_", "MKL_", "OPENBLAS_", "ONEDNN_", "DNNL_", "TF_",
-                   "XLA_")  # fmt: skip
-"""What of the worker's own environment a job gets (an allowlist: the locale, the time zone, and what an operator
-sets for GPUs and CPU math); GPUDECK_PASS_ENV adds names. Everything else of the shell that ran `gpudeck up` (an
-operator's HF_TOKEN, AWS_SECRET_ACCESS_KEY, GPUDECK_HOME…) stays out of jobs."""
+                   "XLA_", "SLURM_")  # fmt: skip
+"""What of the worker's own environment a job gets (an allowlist: the locale, the time zone, what an operator sets for
+GPUs and CPU math, and, on Slurm, the allocation's SLURM_JOB_ID, SLURM_JOB_NODELIST, SLURM_NTASKS, SLURM_PROCID…,
+which scripts use for scratch folders and logs); GPUDECK_PASS_ENV adds names. Everything else of the shell that ran
+`gpudeck up` (an operator's HF_TOKEN, AWS_SECRET_ACCESS_KEY, GPUDECK_HOME…) stays out of jobs."""
 BUILD_PREFIXES = ("UV_", "PIP_")
 """What an environment's build gets besides (the operator's package index)."""
 UNSANDBOXED = (

@@ -40,12 +40,14 @@ limit's; earlier, a preemption's."""
 
 def gpus_of(env: Mapping[str, str]) -> list[str]:
     """The GPUs Slurm gave this job: CUDA_VISIBLE_DEVICES where Slurm set it (GRES over real devices), else the
-    indices of SLURM_JOB_GPUS (GRES counted without devices: nothing to pin)."""
+    indices of SLURM_JOB_GPUS (GRES counted without devices: nothing to pin), else as many as SLURM_GPUS_ON_NODE
+    counts (issue 67 #8: a node whose GRES are counted only, which says how many and not which)."""
     for name in ("CUDA_VISIBLE_DEVICES", "SLURM_JOB_GPUS", "SLURM_STEP_GPUS"):
         raw = env.get(name, "").strip()
         if raw:
             return [g.strip() for g in raw.split(",") if g.strip()]
-    return []
+    count = env.get("SLURM_GPUS_ON_NODE", "").strip()
+    return [str(i) for i in range(int(count))] if count.isdigit() else []
 
 
 class Termed:

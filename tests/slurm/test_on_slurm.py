@@ -8,6 +8,7 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import shlex
 import sys
 from datetime import datetime
 
@@ -97,7 +98,8 @@ def test_the_readme_section_as_written(up, cluster, tmp_path):
 
 def test_a_zoo_job_and_a_command_job_run_as_slurm_jobs_with_their_logs_and_curves(up, cluster):
     zoo = submit_job(up.url, {"model": "lenet", "dataset": "synthetic:16x16x3", "params": {"steps": 20}})
-    command = submit_job(up.url, ticks(10))
+    told = 'echo "on slurm: id=$SLURM_JOB_ID nodes=$SLURM_JOB_NODELIST tasks=$SLURM_NTASKS gpus=$GPU_COUNT"; '
+    command = submit_job(up.url, {**ticks(10), "command": told + shlex.join(ticks(10)["command"])})
     for job_id in (zoo, command):
         ended = wait_ended(up.url, job_id, timeout=180)
         assert ended["status"] == "succeeded", (ended, up.output()[-2000:])
@@ -112,6 +114,9 @@ def test_a_zoo_job_and_a_command_job_run_as_slurm_jobs_with_their_logs_and_curve
     assert len(points(up, zoo)) >= 2 and points(up, zoo)[-1]["step"] == 20
     logs = requests.get(f"{up.url}/api/v1/jobs/{command}/logs", timeout=10).text
     assert "tick 10" in logs
+    # a job on Slurm knows it is one (issue 67 #8): the allocation's variables, and the GPUs Slurm gave it
+    slurm_id = wait_ended(up.url, command)["slurm"]["id"]
+    assert f"on slurm: id={slurm_id} nodes=" in logs and "tasks=1 gpus=1" in logs, logs
 
 
 def test_a_waiting_job_says_slurms_reason_and_planned_start_and_cancels_stop_a_job_with_its_grace(up, cluster):

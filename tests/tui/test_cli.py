@@ -120,6 +120,7 @@ def test_usage_input_auth_and_unreachable_exit_codes(gpudeck, redis):
     assert gpudeck("show", "99").returncode == 2
     denied = gpudeck("ls", GPUDECK_TOKEN="wrong")
     assert denied.returncode == 2 and "Bearer" in denied.stderr
+    assert "GPUDECK_TOKEN" in denied.stderr and "--token" in denied.stderr  # (issue 67 #7: what a person gives)
     assert gpudeck("datasets", "upload", "nover", "x.tgz").returncode == 2
     assert gpudeck("datasets", "upload", "a:1", "/no/such.tgz").returncode == 2
     url = f"http://127.0.0.1:{free_port()}"

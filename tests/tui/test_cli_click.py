@@ -182,7 +182,7 @@ def test_run_passes_every_word_after_the_command_to_it():
         assert ctx.params["command"] == words, argv
 
 
-def test_several_ids_each_with_its_outcome_and_durations_where_seconds_go(api_with_a_log, redis, capsys):
+def test_several_ids_each_with_its_outcome_and_durations_where_seconds_go(api_with_a_log, redis, capsys, monkeypatch):
     """Issue 25 #12/#13: `rm 1 424242` deletes 1 and says so, names 424242 on stderr, exits 1; `cancel` and `retry`
     take several ids or a selection; `--timeout 5m` is 300 s; `rm --dry-run` prints one id a line."""
     url, _ = api_with_a_log
@@ -193,7 +193,8 @@ def test_several_ids_each_with_its_outcome_and_durations_where_seconds_go(api_wi
     assert out.out.splitlines() == ["1"] and "would delete 1 job" in out.err
     assert main(["rm", "1", "424242", "--api", url]) == 1
     out = capsys.readouterr()
-    assert out.out.startswith("deleted 1 job: 1 (") and "gpudeck rm: job 424242: job 424242 does not exist" in out.err
+    assert out.out.startswith("deleted 1 job: 1 (") and "gpudeck rm: job 424242 does not exist" in out.err
+    assert "job 424242: job 424242" not in out.err  # (issue 67 #7: the job named once)
     for _ in range(3):
         assert main(["submit", "--model", "lenet", "--dataset", "synthetic", "--gpus", "1", "--timeout", "5m",
                      "--tag", "batch", "--api", url]) == 0  # fmt: skip
@@ -203,8 +204,20 @@ def test_several_ids_each_with_its_outcome_and_durations_where_seconds_go(api_wi
     assert main(["cancel", str(ids[0]), "999", "--api", url]) == 1
     out = capsys.readouterr()
     assert out.out.strip() == f"job {ids[0]}: canceled" and "job 999" in out.err
-    assert main(["cancel", "--tag", "batch", "--status", "queued", "--api", url]) == 0
-    assert {store.get(i)["status"] for i in ids} == {"canceled"}
+    from tui.client import Client
+
+    real = Client.cancel
+
+    def ended_meanwhile(self, job_id):  # (the job at ids[2] ends between the listing and its cancel)
+        if job_id == ids[2]:
+            store.transition(job_id, ("queued",), status="succeeded", ended_at=2.0)
+        return real(self, job_id)
+
+    monkeypatch.setattr(Client, "cancel", ended_meanwhile)
+    assert main(["cancel", "--tag", "batch", "--status", "queued", "--api", url]) == 0  # (issue 67 #7)
+    assert f"job {ids[2]}: succeeded meanwhile" in capsys.readouterr().err
+    assert [store.get(i)["status"] for i in ids] == ["canceled", "canceled", "succeeded"]
+    store.transition(ids[2], ("succeeded",), status="canceled")
     capsys.readouterr()
     assert main(["retry", str(ids[1]), str(ids[2]), "--api", url]) == 0
     assert capsys.readouterr().out.count("resubmitted as job") == 2

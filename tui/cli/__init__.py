@@ -37,6 +37,9 @@ def report(exc: BaseException) -> int | None:
 
     if isinstance(exc, ApiError):
         click.echo(f"gpudeck: {exc.message}", err=True)
+        if exc.status == 401:  # (the API speaks of headers; a person gives the CLI a token)
+            click.echo("gpudeck: give your token with GPUDECK_TOKEN=… (or --token …); an admin makes one: "
+                       "gpudeck token create NAME", err=True)  # fmt: skip
         for field, problem in (exc.details.get("fields") or {}).items():
             if f"{field}: {problem}" not in exc.message:  # each problem once
                 click.echo(f"  {field}: {problem}", err=True)

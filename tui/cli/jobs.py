@@ -233,9 +233,16 @@ def wait(job_id, min_accuracy, timeout, as_json) -> int:
     return verdict(job, min_accuracy)
 
 
-def each(command: str, ids: list[int], act, said, as_json: bool) -> int:  # noqa: ANN001
+def named(job_id: int, message: str) -> str:
+    """`job N: why`, the job named once (the API's message may name it already: "job 9999 does not exist")."""
+    return message if message.startswith(f"job {job_id} ") else f"job {job_id}: {message}"
+
+
+def each(command: str, ids: list[int], act, said, as_json: bool, chosen: bool = False) -> int:  # noqa: ANN001
     """`act(id)` for every id, each outcome reported (a refused or unknown one on stderr, and the others still
-    done): exit 0 when all went, 1 when some did not, 2 when none did."""
+    done): exit 0 when all went, 1 when some did not, 2 when none did. `chosen`: the ids are what a selection
+    (--status, --tag) listed a moment ago, and one that ended since (a 409 naming its end) is no failure (issue
+    67 #7: `cancel --status queued` exited 1 for jobs that ended meanwhile)."""
     done, failed = [], 0
     for job_id in ids:
         try:
@@ -243,7 +250,12 @@ def each(command: str, ids: list[int], act, said, as_json: bool) -> int:  # noqa
         except ApiError as exc:
             if exc.status not in (403, 404, 409):
                 raise
-            click.echo(f"gpudeck {command}: job {job_id}: {exc.message}", err=True)
+            ended = (exc.details or {}).get("status")
+            if chosen and exc.status == 409 and ended in ("succeeded", "failed", "canceled"):
+                click.echo(f"job {job_id}: {ended} meanwhile", err=True)
+                continue
+            # (the API's message names the job already: "job 9999 does not exist", not "job 9999: job 9999 …")
+            click.echo(f"gpudeck {command}: {named(job_id, exc.message)}", err=True)
             failed += 1
             continue
         done.append(result)
@@ -288,7 +300,7 @@ def cancel(ids, status, tag, as_json) -> int:
     def said(job_id: int, job: dict) -> str:
         return f"job {job['id']}: {job['status']}" + (" (stopping)" if job["status"] in ("starting", "running") else "")
 
-    return each("cancel", chosen, api.cancel, said, as_json)
+    return each("cancel", chosen, api.cancel, said, as_json, chosen=not ids)
 
 
 @click.command()
@@ -428,7 +440,7 @@ def rm(ids, status, older_than, dry_run) -> int:
         outcomes = list(pool.map(delete, chosen))
     for job_id, outcome in zip(chosen, outcomes):
         if isinstance(outcome, str):
-            click.echo(f"gpudeck rm: job {job_id}: {outcome}", err=True)
+            click.echo(f"gpudeck rm: {named(job_id, outcome)}", err=True)
         elif outcome.get("store_error"):
             click.echo(f"gpudeck rm: job {job_id}: deleted, but not its objects: {outcome['store_error']}", err=True)
     done = [o for o in outcomes if not isinstance(o, str)]
