@@ -232,7 +232,8 @@ def token_create(name, admin, max_gpus, no_commands, max_priority, expires, noti
     tokens.audit(redis, who, "local", "TOKEN", f"create {name}", 0, detail=role)
     click.echo(made)
     click.echo(
-        f"(the token of {name}, a {role}: shown this once; clients send it as GPUDECK_TOKEN or 'Authorization: "
+        f"(the token of {name}, {'an' if role == 'admin' else 'a'} {role}: shown this once; clients send it as "
+        "GPUDECK_TOKEN or 'Authorization: "
         "Bearer …')",
         err=True,
     )

@@ -139,6 +139,8 @@ def preempted(
     whom, where it was, and where it resumes."""
     by = rec.get("preempted_by") or {}
     step = by.get("step") if by.get("step") is not None else (rec.get("progress") or {}).get("step")
+    if checkpoint is not None and (step is None or step < checkpoint):  # (it reached its checkpoint's step at least:
+        step = checkpoint  # asked at step 0, it saved step 1 on its way out — issue 67 #7)
     who = by.get("who") or f"job {by.get('id', '?')} ({by.get('priority', '?')})"  # (`who`: Slurm, on Slurm)
     message = f"preempted by {who}"
     if step is not None:

@@ -217,7 +217,7 @@ def test_the_readme_section_as_written(stack_of, child_env, tmp_path):
     assert "after 2" in listed and "#1 in line" in listed, listed
     assert "#1 in" in shown and "starts" in shown, shown
     assert "job 4: high" in reprioritized
-    assert "preempted  1 times" in first and "preempted by job 4 (high)" in first, first
+    assert "preempted  once" in first and "preempted by job 4 (high)" in first, first  # (not "1 times": #67)
     assert client.get("/api/v1/jobs/3").json()["status"] == "succeeded"
     assert "on GPUs 0,1" in client.get("/api/v1/jobs/1/logs").text
     assert share.splitlines()[0].split() == ["OWNER", "GPU-HOURS", "SHARE", "GPUS", "RUNNING", "QUEUED", "IDLE-GPU-H"]

@@ -117,3 +117,16 @@ def test_no_worker_is_lost_for_heartbeats_redis_could_not_take(own_redis, monkey
     reaper.round()
     rec = store.get(1)
     assert (rec["status"], rec["attempt"], rec["reason"]) == ("queued", 2, "worker_lost"), rec
+
+
+def test_a_preempted_job_is_said_to_have_stopped_no_earlier_than_its_checkpoint(redis):
+    """Issue 67 #7: asked to stop at step 0, a trainer saved step 1 on its way out; the message said "preempted …
+    at step 0; resumes from the checkpoint of step 1"."""
+    from jobs import outcome
+
+    store = JobStore(redis)
+    running(store, 1)
+    store.update(1, preempted_by={"id": 2, "priority": "high", "step": 0})
+    assert lifecycle.end(redis, 1, outcome.STOPPED["preempted"], checkpoint_step=1) == "queued"
+    said = store.get(1)["message"]
+    assert said == "preempted by job 2 (high) at step 1; resumes from the checkpoint of step 1", said

@@ -29,6 +29,8 @@ def test_create_ls_revoke(server, capsys):
     assert main(["token", "revoke", "alice"]) == 0 and tokens.identify(server, token)[0] is None
     entries = [f[b"path"].decode() for _, f in server.xrange("gpudeck:audit")]
     assert entries == ["create alice", "revoke alice"]
+    assert main(["token", "create", "root", "--admin"]) == 0
+    assert "the token of root, an admin:" in capsys.readouterr().err  # (not "a admin": issue 67 #7)
 
 
 @pytest.mark.parametrize(

@@ -41,7 +41,8 @@ def _preempted(job: dict[str, Any]) -> str | None:
     if not job.get("preemptions"):
         return None
     last = (job.get("preempted_by") or {}).get("message")
-    return f"{job['preemptions']} times" + (f"; last: {last}" if last else "")
+    n = job["preemptions"]
+    return ("once" if n == 1 else f"{n} times") + (f"; last: {last}" if last else "")
 
 
 def expected_start(job: dict[str, Any]) -> str | None:
