@@ -96,8 +96,8 @@ def create(
             raise type(exc)(  # a combination whose one problem is a missing dataset is a 404, as a job's
                 {f"combination {i + 1} {json.dumps(combo)}: {k}": v for k, v in exc.fields.items()}
             ) from None
-    if dry_run:
-        shown_specs = [spec_mod.shown(s) for s in checked]
+    if dry_run:  # (each as it would be submitted: its GPUs the live workers' default, as a trial's are — #67)
+        shown_specs = [spec_mod.shown(queues.validate(redis, s, settings)) for s in specs]
         return {"dry_run": True, "search": "grid", "jobs": len(specs), "specs": shown_specs, "metric": metric,
                 "mode": mode, "max_concurrent": cap}  # fmt: skip
     sweep_id = int(redis.incr(SWEEP_COUNTER_KEY))
@@ -133,8 +133,8 @@ def _create_search(
     fields = search.parse(redis, body, settings, owner)
     base_spec = queues.validate(redis, body["base"], settings, default_gpus=0)
     quota.check_fits(redis, owner, Kept(base_spec))
-    if dry_run:
-        return {"dry_run": True, **fields, "base": spec_mod.shown(base_spec)}
+    if dry_run:  # (the base as its trials are submitted: the live workers' default GPUs — issue 67 #5)
+        return {"dry_run": True, **fields, "base": spec_mod.shown(queues.validate(redis, body["base"], settings))}
     sweep_id = int(redis.incr(SWEEP_COUNTER_KEY))
     base = body["base"]  # (kept whole: its trials are submitted later, secret_env and all)
     record = {"id": sweep_id, **fields, "base": base, "job_ids": [], "created_at": time.time(), "owner": owner}
@@ -194,6 +194,7 @@ def summary(redis: Redis, sweep_id: int, redis_url: str | None = None) -> dict[s
     metric, mode = record.get("metric", "test_accuracy"), record.get("mode", "max")
     store = JobStore(redis)
     rows, trials = [], []
+    last_end = 0.0  # (when its last trial ended: a sweep's time stops there once nothing of it runs)
     for trial in kept:
         try:
             rec = store.get(trial["job"]) if trial["job"] is not None else None
@@ -208,6 +209,8 @@ def summary(redis: Redis, sweep_id: int, redis_url: str | None = None) -> dict[s
         if kind != "grid" and value is None and trial.get("state") != "ended":
             value = trial.get("last")  # (running: the last reported)
         status = rec["status"] if rec else "deleted"
+        if rec and rec.get("ended_at"):
+            last_end = max(last_end, float(rec["ended_at"]))
         early = bool(rec and rec.get("reason") == "stopped_early")
         trials.append(
             {
@@ -288,7 +291,7 @@ def summary(redis: Redis, sweep_id: int, redis_url: str | None = None) -> dict[s
         "trials": trials,
         "best": {**best, "job_id": best["job"], "test_accuracy": _best_row(rows, best)} if best else None,
         "rungs": [],
-        "budget": _budget(record, trials),
+        "budget": _budget(record, trials, None if state == "running" else last_end or None),
         "jobs": rows,
         "ended": done,
         "total": len(rows),
@@ -302,9 +305,11 @@ def _best_row(rows: list[dict[str, Any]], best: dict[str, Any]) -> Any:
     return next((r["test_accuracy"] for r in rows if r["job_id"] == best["job"]), None)
 
 
-def _budget(record: dict[str, Any], trials: list[dict[str, Any]]) -> dict[str, Any]:
-    """What a sweep has used and has left: trials, steps trained, time."""
-    used_s = time.time() - record.get("created_at", time.time())
+def _budget(record: dict[str, Any], trials: list[dict[str, Any]], ended_at: float | None = None) -> dict[str, Any]:
+    """What a sweep has used and has left: trials, steps trained, time (until `ended_at`, its last trial's end, once
+    it runs no more: a finished sweep's time does not grow — issue 67 #5)."""
+    created = record.get("created_at", time.time())
+    used_s = max(0.0, (ended_at if ended_at is not None else time.time()) - created)
     budget = record.get("time_budget")
     return {
         "trials": len(trials),

@@ -112,6 +112,20 @@ def test_a_sweeps_dry_run_validates_every_trial_and_stores_nothing(client, redis
     assert redis.keys("gpudeck:*") == []
 
 
+def test_a_dry_run_says_the_gpus_its_jobs_will_get(client, redis):
+    """Issue 67 #5: with a GPU worker live, a sweep's jobs that name no `gpus` get 1 each; the dry run said 0."""
+    from tests.support.workers import register
+
+    register(redis, "box.gpu0", gpus=("0",))
+    base = {k: v for k, v in GOOD.items() if k != "gpus"}
+    grid = client.post("/api/v1/sweeps?dry_run=true", json={"base": base, "grid": {"params.lr": [0.1, 0.05]}})
+    assert [s["gpus"] for s in grid.json["specs"]] == [1, 1], grid.json
+    search = {"search": "random", "base": base, "space": {"params.lr": {"loguniform": [0.001, 0.1]}}}
+    assert client.post("/api/v1/sweeps?dry_run=true", json=search).json["base"]["gpus"] == 1
+    made = client.post("/api/v1/sweeps", json={"base": base, "grid": {"params.lr": [0.1]}}).json
+    assert [j["spec"]["gpus"] for j in made["jobs"]] == [1]  # (what they do get)
+
+
 def test_workers_and_gpus_are_empty_without_workers(client):
     assert client.get("/api/v1/workers").json["workers"] == []
     assert client.get("/api/v1/gpus").json["hosts"] == []

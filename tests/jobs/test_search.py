@@ -229,6 +229,10 @@ def test_a_stopped_search_launches_no_more_and_a_budget_ends_it(command_client, 
     drive(redis, settings, sweep_id)
     shown = command_client.get(f"/api/v1/sweeps/{sweep_id}").json
     assert shown["state"] == "stopped" and len(shown["trials"]) == 1 and shown["best"]["metric"] == 0.5
+    # its time stops at its last trial's end (issue 67 #5: a finished sweep's time_used_s kept growing)
+    record = json.loads(redis.get(f"gpudeck:sweep:{sweep_id}"))
+    ended = float(JobStore(redis).get(first)["ended_at"])
+    assert shown["budget"]["time_used_s"] == round(ended - record["created_at"], 1)
     assert command_client.post("/api/v1/sweeps/999/stop").status_code == 404
     listed = command_client.get("/api/v1/sweeps").json["sweeps"]
     assert listed[0]["id"] == sweep_id and listed[0]["search"] == "random" and listed[0]["trials"] == 1
