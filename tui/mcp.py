@@ -215,7 +215,11 @@ def server(api: Client, allow_writes: bool = False) -> MCPServer:
             yield {}
             tasks.cancel_scope.cancel()
 
-    mcp = MCPServer("gpudeck", instructions=INSTRUCTIONS, subscriptions=bus, lifespan=watching)
+    from tui.cli import version
+
+    mcp = MCPServer(  # (its version gpudeck's: issue 67 #5 found "")
+        "gpudeck", version=version(), instructions=INSTRUCTIONS, subscriptions=bus, lifespan=watching
+    )
 
     @mcp.tool(annotations=READ_ONLY)
     def list_jobs(

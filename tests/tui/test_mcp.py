@@ -182,6 +182,8 @@ def test_the_http_transport_answers_on_127_0_0_1_only(spawn, child_env, redis):
         from mcp import Client
 
         async with Client(f"http://127.0.0.1:{port}/mcp?token={secret}") as client:
+            info = client.server_info
+            assert info is not None and info.name == "gpudeck" and info.version.startswith("0."), info  # (#67: "")
             tools = {t.name for t in (await client.list_tools()).tools}
             assert "list_jobs" in tools and "submit_job" not in tools
             listed = await client.call_tool("list_jobs", {})
