@@ -10,6 +10,7 @@ a user exports elsewhere from their own machine (`gpudeck export ID --mlflow URI
 from __future__ import annotations
 
 import contextlib
+import json
 import logging
 import re
 import shutil
@@ -23,8 +24,16 @@ from urllib.parse import urlsplit
 from redis import Redis
 
 from jobs import jobfiles
-from jobs.errors import Conflict, Unprocessable
-from jobs.keys import EXPORT_DUE_KEY, EXPORTER_LOCK_KEY, job_key
+from jobs.errors import Conflict, NotFound, Unprocessable
+from jobs.keys import (
+    EXPORT_DUE_KEY,
+    EXPORTER_LOCK_KEY,
+    SEARCHING_KEY,
+    job_key,
+    sweep_key,
+    sweep_stop_key,
+    sweep_trials_key,
+)
 from jobs.periodic import Periodic
 from jobs.record import Kept
 from jobs.settings import Settings
@@ -99,6 +108,8 @@ def artifact_copies(settings: Settings, job_id: int) -> Iterator[list[Path]]:
         shutil.rmtree(folder, ignore_errors=True)
 
 
+FAILED_SEARCH = "the search failed: "
+"""How a search that raised says so in its stop (jobs.search.FAILED; that module is above this one)."""
 USERINFO = re.compile(r"(?i)\b([a-z][a-z0-9+.-]*://)[^/\s@]*@")
 
 
@@ -110,6 +121,34 @@ def redacted(text: str, uri: str | None = None) -> str:
     if password and len(password) >= 3:
         text = text.replace(password, "***")
     return text
+
+
+def sweep_times(redis: Redis, store: JobStore, sweep_id: int) -> tuple[float | None, tuple[str, float] | None]:
+    """For a sweep's parent run: when the sweep was made, and (its MLflow status, when it ended) once it runs no
+    more — no search round drives it, every job of it ended (issue 67 #3: the parent stayed RUNNING after the search
+    ended) — else None."""
+    raw = redis.get(sweep_key(sweep_id))
+    if raw is None:
+        return None, None
+    record = json.loads(raw)
+    began = float(record["created_at"]) if record.get("created_at") else None
+    if redis.sismember(SEARCHING_KEY, sweep_id):
+        return began, None
+    if record.get("search", "grid") == "grid":
+        ids = list(record.get("job_ids") or [])
+    else:
+        ids = [json.loads(v).get("job") for v in redis.hvals(sweep_trials_key(sweep_id))]
+    ends = []
+    for job_id in (i for i in ids if i is not None):
+        try:
+            rec = store.get(int(job_id))
+        except NotFound:
+            continue  # (deleted since)
+        if rec["status"] not in ENDED:
+            return began, None
+        ends.append(float(rec.get("ended_at") or 0))
+    stop = (redis.get(sweep_stop_key(sweep_id)) or b"").decode()
+    return began, ("FAILED" if stop.startswith(FAILED_SEARCH) else "FINISHED", max(ends, default=time.time()))
 
 
 def deliver(redis: Redis, settings: Settings, now: float | None = None) -> int:
@@ -132,9 +171,17 @@ def deliver(redis: Redis, settings: Settings, now: float | None = None) -> int:
             if not settings.mlflow_uri:
                 raise mlflowrun.ExportError("GPUDECK_MLFLOW_URI is not set any more")
             view = job_view(rec)
+            sweep_id = rec.get("sweep_id")
+            began, over = sweep_times(redis, store, int(sweep_id)) if sweep_id is not None else (None, None)
             with artifact_copies(settings, job_id) as files:
                 done = mlflowrun.export(
-                    settings.mlflow_uri, view, store.read_points(job_id), files, settings.mlflow_experiment
+                    settings.mlflow_uri,
+                    view,
+                    store.read_points(job_id),
+                    files,
+                    settings.mlflow_experiment,
+                    sweep_began=began,
+                    sweep_ended=over,
                 )
         except mlflowrun.ExportError as exc:
             gave_up = time.time() - float(state.get("queued_at") or now) > GIVE_UP_S

@@ -15,6 +15,7 @@ import json
 import logging
 import math
 import os
+import time
 from pathlib import Path
 from typing import Any
 
@@ -183,6 +184,8 @@ class ScalarReader:
                         continue
                     point = grouped.setdefault(int(event.step), {"step": int(event.step), "run": run_of(rel)})
                     point[field_name(value.tag, validation)] = number
+                    if event.wall_time > 0:  # (when it was written: MLflow's and compare's time axis)
+                        point["time"] = max(point.get("time", 0.0), round(float(event.wall_time), 3))
         except Exception as exc:  # noqa: BLE001 - a damaged record: keep what was read, try again later
             log.warning("event file %s: %s", path, exc)
         self.counts[rel] = n
@@ -196,6 +199,7 @@ class ScalarReader:
         except OSError:
             return []
         complete = data[: data.rfind(b"\n") + 1]
+        now = time.time()
         self.state[METRICS_FILE] = offset + len(complete)
         points = []
         for line in complete.splitlines():
@@ -206,6 +210,7 @@ class ScalarReader:
                 continue
             if isinstance(point, dict) and isinstance(point.get("step"), int):
                 numbers = {k: v for k, v in point.items() if isinstance(v, (int, float)) and not isinstance(v, bool)}
+                numbers.setdefault("time", round(now, 3))  # (a line without its time: when it was read, ≤ 1 s on)
                 points.append(numbers)
         return points
 

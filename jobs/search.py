@@ -27,9 +27,10 @@ from typing import Any
 from redis import Redis
 from redis.exceptions import RedisError
 
-from jobs import queues, tokens
+from jobs import export, queues, tokens
 from jobs import spec as spec_mod
 from jobs.errors import Forbidden, GpudeckError, NotFound, ValidationError
+from jobs.export import FAILED_SEARCH
 from jobs.keys import (
     SEARCHER_LOCK_KEY,
     SEARCHING_KEY,
@@ -42,7 +43,7 @@ from jobs.periodic import Periodic
 from jobs.settings import Settings
 from jobs.store import JobStore
 from models.common import AGE, parse_age
-from models.states import Reason, Status
+from models.states import ENDED, Reason, Status
 
 log = logging.getLogger(__name__)
 
@@ -615,6 +616,24 @@ class Searcher(Periodic):
                 self.redis.srem(SEARCHING_KEY, sweep_id)
                 self.studies.pop(sweep_id, None)
                 log.info("sweep %s: search over", sweep_id)
+                export_last(self.redis, sweep_id)
+
+
+def export_last(redis: Redis, sweep_id: int) -> None:
+    """A search that ended: its trial that ended last is exported again where trials are exported to MLflow
+    (jobs.export, idempotent: the same run), which ends the sweep's parent run there now that nothing of it runs
+    (its own export may have come first)."""
+    store = JobStore(redis)
+    ended = []
+    for t in trials(redis, sweep_id):
+        try:
+            rec = store.get(t["job"]) if t.get("job") is not None else None
+        except NotFound:
+            continue
+        if rec is not None and rec["status"] in ENDED:
+            ended.append(rec)
+    if ended:
+        export.enqueue(redis, max(ended, key=lambda r: float(r.get("ended_at") or 0)))
 
 
 def forget(redis: Redis, sweep_id: int) -> None:
@@ -626,7 +645,7 @@ def forget(redis: Redis, sweep_id: int) -> None:
     redis.srem(SEARCHING_KEY, sweep_id)
 
 
-FAILED = "the search failed: "
+FAILED = FAILED_SEARCH
 """How the stop of a search that raised begins (the sweep's state is then `failed`)."""
 
 

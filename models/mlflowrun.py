@@ -2,8 +2,9 @@
 the same for the server's exports at a job's end (jobs.export) and `gpudeck export --mlflow URI` on a user's
 machine. One run a job, found again by its tags (`gpudeck.job`, `gpudeck.created`), so exporting twice updates
 the same run: params logged once (MLflow's are immutable), tags set again, metric points logged only where the run
-lacks them (every point, with its step and time, 1,000 a batch), the model and result uploaded again. A search's
-trials are nested under one parent run of the sweep (`gpudeck.sweep`)."""
+lacks them (every point, with its step and time, 1,000 a batch), the model and result uploaded again. A run starts
+when its job started. A search's trials are nested under one parent run of the sweep (`gpudeck.sweep`), which
+starts when the sweep was made and ends with the export that finds nothing of it running."""
 
 from __future__ import annotations
 
@@ -72,13 +73,16 @@ def _param(value: Any) -> str:
 
 def series(points: Iterable[dict[str, Any]], started: float) -> list[tuple[str, float, int, int]]:
     """(key, value, timestamp in ms, step) of every number the points measure; a script that trained several
-    times (`run`) has its keys under the run's name (`fit-2/loss`)."""
+    times (`run`: several runs in its points) has its keys under each run's name (`fit-2/loss`); one that trained
+    once keeps them plain (`loss`, not `tensorboard/loss`: issue 67 #3)."""
+    points = list(points)
+    several = len({p.get("run") for p in points if p.get("run") and p.get("run") != "."}) > 1
     out = []
     for n, p in enumerate(points):
         at = p["time"] if number(p.get("time")) else started
         step = int(p["step"]) if number(p.get("step")) else n
         for key in metric_names(p):
-            name = f"{p['run']}/{key}" if p.get("run") else key
+            name = f"{p['run']}/{key}" if several and p.get("run") else key
             out.append((name, float(p[key]), int(at * 1000), step))
     return out
 
@@ -111,12 +115,14 @@ def export(
     artifacts: Sequence[Path] = (),
     experiment: str = EXPERIMENT,
     sweep_name: str | None = None,
+    sweep_began: float | None = None,
+    sweep_ended: tuple[str, float] | None = None,
 ) -> Exported:
     """Export `job` (the API's view of it, with `created_at`) and its metric points to the MLflow at `uri`, with
     the files `artifacts` (those that exist); a trial of a sweep goes under the sweep's parent run (made the first
     time, named `sweep_name`). ExportError saying why it could not."""
     try:
-        return _export(uri, job, points, artifacts, experiment, sweep_name)
+        return _export(uri, job, points, artifacts, experiment, sweep_name, sweep_began, sweep_ended)
     except ExportError:
         raise
     except Exception as exc:  # noqa: BLE001 (the client's own errors, of a server or a store: one message)
@@ -130,6 +136,8 @@ def _export(
     artifacts: Sequence[Path],
     experiment: str,
     sweep_name: str | None,
+    sweep_began: float | None = None,
+    sweep_ended: tuple[str, float] | None = None,
 ) -> Exported:
     from mlflow.entities import Metric, Param, RunTag
 
@@ -137,23 +145,28 @@ def _export(
     experiment_id = _experiment(client, experiment)
     key = {"gpudeck.job": str(job["id"]), "gpudeck.created": str(job.get("created_at") or "")}
     tags = {**tags_of(job), **key}
+    started = _seconds(job.get("started_at")) or _seconds(job.get("created_at")) or 0.0
     if job.get("sweep_id") is not None:
         parent_key = {"gpudeck.sweep_parent": str(job["sweep_id"])}
         parent = _find(client, experiment_id, parent_key)
         if parent is None:
             name = sweep_name or f"sweep {job['sweep_id']}"
-            parent = client.create_run(experiment_id, tags={**parent_key, "mlflow.runName": name})
+            began = min(sweep_began or started, started)  # (the sweep's making, else its first trial's start)
+            parent = client.create_run(
+                experiment_id, start_time=int(began * 1000), tags={**parent_key, "mlflow.runName": name}
+            )
         tags["mlflow.parentRunId"] = parent.info.run_id
+        if sweep_ended is not None:  # (the sweep runs no more: its parent run ends with it, not RUNNING for good)
+            client.set_terminated(parent.info.run_id, sweep_ended[0], int(sweep_ended[1] * 1000))
     run = _find(client, experiment_id, key)
-    if run is None:
-        run = client.create_run(experiment_id, tags=tags)
+    if run is None:  # (it began when the job did, not at its export: a duration is never negative)
+        run = client.create_run(experiment_id, start_time=int(started * 1000), tags=tags)
     run_id = run.info.run_id
     have = run.data.params
     params = [Param(k, _param(v)) for k, v in config_of(job).items() if v is not None and k not in have]
     client.log_batch(run_id, tags=[RunTag(k, v) for k, v in tags.items()])
     for i in range(0, len(params), PARAMS_BATCH):
         client.log_batch(run_id, params=params[i : i + PARAMS_BATCH])
-    started = _seconds(job.get("started_at")) or _seconds(job.get("created_at")) or 0.0
     metrics = series(points, started)
     logged = {}
     for name in {m[0] for m in metrics} & set(run.data.metrics):  # (exported before: only what it lacks)

@@ -68,6 +68,7 @@ def test_a_job_becomes_one_mlflow_run_with_every_point_and_again_the_same_run(re
     run = client.get_run(state["run_id"])
     assert client.get_experiment(run.info.experiment_id).name == "gpudeck" and run.info.status == "FINISHED"
     assert run.info.run_name == "lenet a" and run.info.end_time == int((T0 + 95) * 1000)
+    assert run.info.start_time == int(T0 * 1000)  # (when the job began, not the export: issue 67 #3)
     params = run.data.params
     assert params["model"] == "lenet" and params["params.lr"] == "0.1" and params["gpus"] == "0"
     assert "name" not in params and "export" not in params
@@ -92,6 +93,7 @@ def test_a_job_becomes_one_mlflow_run_with_every_point_and_again_the_same_run(re
 
 
 def test_a_search_is_a_parent_run_with_its_trials_nested(redis, mlflow_settings):
+    redis.set("gpudeck:sweep:7", json.dumps({"id": 7, "search": "grid", "job_ids": [1, 2], "created_at": T0 - 10}))
     for job_id, lr in ((1, 0.1), (2, 0.01)):
         spec = {**LENET, "params": {"lr": lr, "steps": 20}, "tags": ["sweep:7"], "export": ["mlflow"]}
         export.enqueue(redis, _ended(redis, mlflow_settings, job_id, spec, _points(20, lr), sweep_id=7))
@@ -103,6 +105,29 @@ def test_a_search_is_a_parent_run_with_its_trials_nested(redis, mlflow_settings)
     trials = [r for r in runs.values() if r.data.tags.get("gpudeck.sweep") == "7"]
     assert len(trials) == 2 and {r.data.tags["mlflow.parentRunId"] for r in trials} == {parent[0].info.run_id}
     assert sorted(r.data.params["params.lr"] for r in trials) == ["0.01", "0.1"]
+    # every job of the sweep ended: its parent run ended with the last (issue 67 #3: it stayed RUNNING)
+    assert (parent[0].info.status, parent[0].info.end_time) == ("FINISHED", int((T0 + 95) * 1000))
+    assert parent[0].info.start_time == int((T0 - 10) * 1000)  # (when the sweep was made)
+
+
+def test_a_scripts_points_keep_their_names_and_times(redis, mlflow_settings):
+    """Issue 67 #3: a script that trained once exports `loss`, not `tensorboard/loss`; one that trained twice keeps
+    each run's name; every point at its own time (a script's points were all at the job's start)."""
+    spec = {"command": "python train.py", "gpus": 0, "export": ["mlflow"]}
+    once = [{"step": s, "run": "tensorboard", "loss": 1.0 / s, "time": T0 + 10 + s} for s in (1, 2)]
+    twice = [*once, *({**p, "run": "fit-2"} for p in once)]
+    for job_id, points in ((1, once), (2, twice)):
+        export.enqueue(redis, _ended(redis, mlflow_settings, job_id, spec, points))
+    assert export.deliver(redis, mlflow_settings) == 2
+    client = mlflow_client(mlflow_settings)
+    runs = {
+        r.data.tags["gpudeck.job"]: r
+        for r in client.search_runs([client.get_experiment_by_name("gpudeck").experiment_id])
+    }
+    assert set(runs["1"].data.metrics) == {"loss"}
+    history = client.get_metric_history(runs["1"].info.run_id, "loss")
+    assert sorted(m.timestamp for m in history) == [int((T0 + 11) * 1000), int((T0 + 12) * 1000)]
+    assert set(runs["2"].data.metrics) == {"tensorboard/loss", "fit-2/loss"}
 
 
 def test_an_unreachable_mlflow_leaves_the_job_as_it_was_and_is_retried(redis, settings, monkeypatch):

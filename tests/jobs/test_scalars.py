@@ -8,6 +8,7 @@ import json
 import re
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 from jobs import scalars
@@ -39,11 +40,13 @@ def test_event_files_become_points_as_they_grow_without_tensorflow(tmp_path: Pat
     run = {"run": "tensorboard"}  # (its train and validation folders: one run)
     assert reader.poll() == [{"step": 0, **run, "loss": 2.0, "accuracy": 0.125}, {"step": 0, **run, "val_loss": 2.5}]
     assert reader.poll() == []  # nothing new, nothing sent again
-    train.add_event(tensor_event(1, "epoch_loss", 1.0))
+    late = tensor_event(1, "epoch_loss", 1.0)
+    late.wall_time = 1_700_000_123.25  # (a point carries when its writer wrote it: MLflow's time axis, issue 67 #3)
+    train.add_event(late)
     train.add_event(tensor_event(1, "learning_rate", 0.0625))
     train.add_event(tensor_event(1, "epoch_images", [1.0, 2.0]))  # not a scalar: left out
     train.flush()
-    assert reader.poll() == [{"step": 1, **run, "loss": 1.0, "lr": 0.0625}]
+    assert reader.poll() == [{"step": 1, **run, "loss": 1.0, "lr": 0.0625, "time": 1_700_000_123.25}]
     assert reader.last == {"loss": 1.0, "accuracy": 0.125, "val_loss": 2.5, "lr": 0.0625}
     # The worker process never imports TensorFlow to read them.
     code = (
@@ -74,10 +77,13 @@ def test_metrics_jsonl_lines_are_read_when_complete(tmp_path: Path):
     path = tmp_path / "metrics.jsonl"
     path.write_text(json.dumps({"step": 1, "loss": 0.9, "note": "text is dropped"}) + "\n" + '{"step": 2, "lo')
     reader = ScalarReader(tmp_path)
-    assert reader.poll() == [{"step": 1, "loss": 0.9}]
+    before = time.time()
+    (first,) = reader.poll()
+    assert first == {"step": 1, "loss": 0.9, "time": first["time"]}
+    assert before - 0.01 <= first["time"] <= time.time() + 0.01  # (a line without a time: when it was read)
     with open(path, "a") as f:
-        f.write('ss": 0.8}\nnot json\n')
-    assert reader.poll() == [{"step": 2, "loss": 0.8}]
+        f.write('ss": 0.8, "time": 1700000000.5}\nnot json\n')
+    assert reader.poll() == [{"step": 2, "loss": 0.8, "time": 1700000000.5}]  # (its own, where it says)
     reader.save()
     assert ScalarReader(tmp_path).poll() == []
 
