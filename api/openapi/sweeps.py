@@ -61,7 +61,7 @@ def schemas() -> dict[str, Any]:
                 "time_budget": {
                     "description": "seconds, or an age (30m, 2h): after it no trial is launched and running ones are "
                     "stopped early",
-                    "anyOf": [{**INT, "minimum": 1}, {**STR, "pattern": "^[0-9]+[smhdw]$"}],
+                    "anyOf": [{**INT, "minimum": 1}, {**STR, "pattern": "^([0-9]+[smhdw])+$"}],
                 },
                 "seed": {**INT, "minimum": 0, "maximum": 2**31 - 1, "description": "the same seed, the same trials"},
             },
@@ -106,6 +106,13 @@ def schemas() -> dict[str, Any]:
                             k: {"type": "array", "minItems": 1, "items": spec_props[k]} for k in FIELDS if k != "params"
                         },
                         **{f"params.{k}": {"type": "array", "minItems": 1, "items": param_schema(k)} for k in PARAMS},
+                    },
+                    "patternProperties": {  # (a command job's variables and {NAME}s: issue 67 #5)
+                        r"^(env|args)\.[A-Za-z_][A-Za-z0-9_]*$": {
+                            "type": "array",
+                            "minItems": 1,
+                            "items": {"type": ["string", "number", "boolean"]},
+                        }
                     },
                     "additionalProperties": False,
                 },

@@ -208,3 +208,25 @@ def test_real_answers_conform_to_the_document(gpu_api, spawn, gpu_env, tmp_path,
     }
     normalized = {re.sub(r"\{\w+\}", "{x}", d) for d in documented}
     assert normalized <= exercised, normalized - exercised
+
+
+def test_what_the_server_takes_the_document_takes(client, command_client):
+    """Issue 67 #5: a grid over a command's env.X and args.X, and a budget of 1h30m, are taken by the server and were
+    refused by the document (a generated client dropped the grid's keys); the document's input schemas take them."""
+    import jsonschema
+
+    doc = client.get("/api/v1/openapi.json").json
+
+    def valid(schema: str, body: dict) -> bool:
+        wrapped = {"$ref": f"#/components/schemas/{schema}", "components": doc["components"]}
+        return jsonschema.Draft202012Validator(wrapped).is_valid(body)
+
+    base = {"command": "python train.py --depth {DEPTH}", "gpus": 0}
+    grid = {"base": base, "grid": {"env.LR": ["0.1", "0.01"], "args.DEPTH": [2, 4]}}
+    search = {"search": "random", "base": base, "space": {"env.LR": {"uniform": [0.1, 1]}}, "metric": "loss",
+              "time_budget": "1h30m"}  # fmt: skip
+    for schema, body in (("GridSweepInput", grid), ("SearchSweepInput", search)):
+        assert valid(schema, body), schema
+        made = command_client.post("/api/v1/sweeps?dry_run=true", json=body)
+        assert made.status_code == 200, made.json  # (and the server takes it)
+    assert not valid("GridSweepInput", {"base": base, "grid": {"env.1X": ["a"]}})  # (a name the server refuses)
