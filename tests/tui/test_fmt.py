@@ -82,6 +82,9 @@ def test_a_queued_job_reads_its_place_its_expected_start_or_what_it_waits_for():
     queued = {"id": 3, "status": "queued", "spec": {"model": "lenet", "gpus": 1}, "queue_position": 2}
     assert in_line(queued) == "#2 in line"
     assert in_line({**queued, "expected_start": soon}).startswith("#2 in line, ~2m")
+    gone = time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(time.time() - 365)) + "Z"
+    assert in_line({**queued, "expected_start": gone}).startswith("#2 in line, 6m")  # (not `~0s` for 6 minutes)
+    assert in_line({**queued, "expected_start": gone}, short=True) == "#2 late"
     assert in_line({**queued, "queue_position": None, "spec": {"after": [1, 2]}}) == "after 1,2"
     assert in_line({**queued, "message": "waiting: alice holds 1 of 1 GPU"}) == "quota"
     assert "#2 in line" in job_lines([{**queued, "name": "q", "progress": {}}])[1]

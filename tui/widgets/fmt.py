@@ -336,9 +336,26 @@ def in_line(job: dict[str, Any], short: bool = False) -> str:
     if not n:
         return ""
     left = starts_in(job)
+    late = overdue(job) if left == 0 else 0.0
+    if late >= LATE_S:  # (its expected start has passed and it still waits: no `~0s` for minutes — issue 67 #7)
+        return f"#{n} late" if short else f"#{n} in line, {duration(late)} past its expected start"
     if short:  # (an 80-column table: `#3 ~4m00s`)
         return f"#{n}" + (f" ~{duration(left)}" if left is not None else " in line")
     return f"#{n} in line" + (f", ~{duration(left)}" if left is not None else "")
+
+
+LATE_S = 30.0
+"""A queued job this long past its expected start says so, rather than `~0s`."""
+
+
+def overdue(job: dict[str, Any], now: float | None = None) -> float:
+    """Seconds a queued job's expected start lies in the past (0 when it is ahead, or unknown)."""
+    raw = job.get("expected_start")
+    try:
+        at = datetime.fromisoformat(str(raw).replace("Z", "+00:00")).timestamp() if raw else None
+    except ValueError:
+        at = None
+    return max(0.0, (time.time() if now is None else now) - at) if at is not None else 0.0
 
 
 EXPECTED_FROM = {"declared": "as declared", "history": "from its owner's past runs", "timeout": "its timeout"}
