@@ -10,6 +10,8 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from jobs.errors import BadRequest
+from models import params
+from models.common import size_text
 from models.runinfo import config_of, metric_names, number
 
 MAX_JOBS = 20
@@ -44,6 +46,25 @@ def parse_ids(raw: str | None) -> list[int]:
     if len(ids) > MAX_JOBS:
         raise BadRequest(f"query argument jobs: at most {MAX_JOBS} jobs at once, got {len(ids)}", {"field": "jobs"})
     return ids
+
+
+SIZES = ("gpu_memory",)
+"""Fields that are bytes, shown as people write them (8G, not 8589934592)."""
+
+
+def shown_config(view: dict[str, Any]) -> dict[str, Any]:
+    """A job's configuration as a comparison shows it (issue 67 #7): a zoo job's params it left at their default
+    given that default (a `-` read as "not set" where it was the model's own value), sizes as sizes."""
+    config = config_of(view)
+    model = view["spec"].get("model")
+    if model:
+        for name, value in params.defaults(model).items():
+            if value is not None:
+                config.setdefault(f"params.{name}", value)
+    for name in SIZES:
+        if isinstance(config.get(name), int):
+            config[name] = size_text(config[name])
+    return config
 
 
 def differing(configs: Sequence[dict[str, Any]]) -> tuple[list[dict[str, Any]], int]:
@@ -149,7 +170,7 @@ def compare(
             f"query argument metric: none of these jobs reports {metric!r}; they report: {', '.join(names) or 'none'}",
             {"field": "metric"},
         )
-    rows, same = differing([config_of(v) for v in views])
+    rows, same = differing([shown_config(v) for v in views])
     results = [results_of(v, points[v["id"]]) for v in views]
     columns = result_columns(results)
     return {

@@ -113,3 +113,17 @@ def test_bad_comparisons_are_named(client, redis, query, status, words):
         ran(redis, job_id, [{"step": 1, "loss": 1.0}], [], {"status": "succeeded"})
     resp = client.get(f"/api/v1/compare?{query}")
     assert resp.status_code == status and words in resp.json["message"], resp.json
+
+
+def test_a_param_at_its_default_shows_the_default_and_sizes_read_as_sizes(client, redis):
+    """Issue 67 #7: a run that left lr at its default showed `-` beside another's lr; gpu_memory showed 8589934592."""
+    from models import params
+
+    ids = []
+    for spec in ({**ZOO, "gpus": 1, "gpu_memory": "8G"}, {**ZOO, "gpus": 1, "params": {"steps": 300, "lr": 0.05}}):
+        job_id = client.post("/api/v1/jobs", json=spec).json["id"]
+        ran(redis, job_id, [], [], {"status": "succeeded", "result": {"test_accuracy": 0.5}})
+        ids.append(job_id)
+    rows = {r["field"]: r["values"] for r in client.get(f"/api/v1/compare?jobs={ids[0]},{ids[1]}").json["differs"]}
+    assert rows["params.lr"] == [params.defaults("lenet")["lr"], 0.05]
+    assert rows["gpu_memory"] == ["8G", None]
