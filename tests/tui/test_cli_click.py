@@ -308,3 +308,10 @@ def test_a_session_host_is_local_by_this_machines_own_names_and_addresses(monkey
     assert not local_host("203.0.113.9") and not local_host("no-such-host.invalid") and not local_host("gpu-box-7")
     monkeypatch.setenv("GPUDECK_ADVERTISE_HOST", "gpu-box-7")
     assert local_host("gpu-box-7")
+
+
+def test_compare_of_one_job_is_a_usage_error_in_the_clis_words(capsys):
+    """Issue 67 #7: `gpudeck compare 1` answered with the API's words (query argument jobs: …); the CLI's own."""
+    assert main(["compare", "1", "--api", "http://127.0.0.1:9"]) == 2  # (nothing asked of any API)
+    err = capsys.readouterr().err
+    assert "name at least two jobs to compare, e.g. gpudeck compare 12 15" in err and "query argument" not in err

@@ -69,6 +69,8 @@ def lines(doc: dict[str, Any]) -> list[tuple[list[str], list[list[Any]], tuple[i
 @json_option
 def compare(ids, metric, x, as_csv, as_json) -> int:
     """Runs side by side: what differs, results (* the best), curves."""
+    if len(set(ids)) < 2:  # (said in the CLI's words, not the API's query arguments: issue 67 #7)
+        raise click.UsageError("name at least two jobs to compare, e.g. gpudeck compare 12 15")
     api = client()
     if as_csv:
         click.echo(api.compare(list(ids), metric, x, "csv"), nl=False)
