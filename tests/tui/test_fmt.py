@@ -364,3 +364,17 @@ def test_the_trials_of_a_search_are_listed_by_one_kind_of_accuracy():
     running = {**base, "id": 5, "sweep_id": 4, "status": "running", "result": None, "metrics": {"accuracy": 0.5}}
     rows = {line.split()[0]: line for line in job_lines([finished, stopped, running])[1:]}
     assert all(rows[i].rstrip().endswith(" batch") for i in "125"), rows  # (all the trials have is batch)
+
+
+def test_gpudeck_ls_fits_a_terminal_of_80_columns_and_a_pipe_gets_every_cell_whole():
+    """Issue 67 #7: `gpudeck ls` wrapped every row at 80 columns."""
+    jobs = [
+        {"id": 1234, "status": "running", "name": "sweep 12 lr=0.0123 momentum=0.9 wd=1e-4", "owner": "alice",
+         "spec": {"command": "python train_imagenet_resnet.py --epochs 90", "gpus": 2}, "gpu_ids": ["0", "1"],
+         "progress": {"step": 1200, "total_steps": 90000}, "metrics": {"loss": 2.3456}, "result": None},
+    ]  # fmt: skip
+    wide = job_lines(jobs, owners=True)
+    assert max(map(len, wide)) > 80 and "sweep 12 lr=0.0123 …" in wide[1]  # (a pipe: as it was)
+    fitted = job_lines(jobs, owners=True, width=80)
+    assert max(map(len, fitted)) <= 80, fitted
+    assert "…" in fitted[1] and fitted[1].startswith("1234") and "2.3456" in fitted[1] and "1200/90000" in fitted[1]

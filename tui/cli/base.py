@@ -300,13 +300,15 @@ OWNER_AT = 2
 """Where the OWNER column goes when jobs have owners (named tokens): after the status."""
 
 
-def job_row(job: dict[str, Any], owners: bool = False, kind: str | None = None) -> list[str]:
+def job_row(
+    job: dict[str, Any], owners: bool = False, kind: str | None = None, name_w: int = 20, model_w: int = 14
+) -> list[str]:
     p = job.get("progress") or {}
     cells = [
         str(job["id"]),
         shown_status(job) + (WARNED if job.get("warning") else ""),
-        one_line(job.get("name"), 20),
-        one_line(what(job["spec"]), 14),
+        one_line(job.get("name"), name_w),
+        one_line(what(job["spec"]), model_w),
         gpus_text(job),
         progress_of(p) if p.get("total_steps") else in_line(job) or "-",
         value_of(job.get("metrics"), "loss") or "-",
@@ -317,19 +319,38 @@ def job_row(job: dict[str, Any], owners: bool = False, kind: str | None = None) 
     return cells
 
 
-def job_lines(jobs: Sequence[dict[str, Any]], owners: bool = False) -> list[str]:
-    """`gpudeck ls`'s table: a header, then a row a job (an OWNER column where `owners`)."""
-    head = list(JOB_HEAD)
-    right = {0, 5, 6}
-    if owners:
-        head.insert(OWNER_AT, "OWNER")
-        right = {0, 6, 7}
+NARROWER = ((20, 14, JOB_HEAD[-1]), (14, 10, "ACC"), (10, 8, "ACC"), (8, 6, "ACC"))
+"""(NAME's width, MODEL's, ACC's header) from the widest table to the narrowest, tried in turn on a terminal."""
+
+
+def job_lines(jobs: Sequence[dict[str, Any]], owners: bool = False, width: int | None = None) -> list[str]:
+    """`gpudeck ls`'s table: a header, then a row a job (an OWNER column where `owners`); `width`: a terminal's,
+    into which NAME and MODEL are narrowed (an ellipsis where cut) so that no row wraps (issue 67 #7: every row
+    wrapped at 80 columns), as far as they go; None (a pipe, a script): every cell whole."""
+    right = {0, 5, 6} if not owners else {0, 6, 7}
     kinds = sweep_kinds(jobs)  # (the trials of one search by the same kind of accuracy)
-    return table_lines(head, [job_row(j, owners, kinds.get(j["id"])) for j in jobs], right)
+    lines: list[str] = []
+    for name_w, model_w, acc in NARROWER if width is not None else NARROWER[:1]:
+        head = [*JOB_HEAD[:-1], acc]
+        if owners:
+            head.insert(OWNER_AT, "OWNER")
+        rows = [job_row(j, owners, kinds.get(j["id"]), name_w, model_w) for j in jobs]
+        lines = table_lines(head, rows, right)
+        if width is None or max(map(len, lines), default=0) <= width:
+            break
+    return lines
+
+
+def terminal_width(err: bool = False) -> int | None:
+    """The width a table must fit: COLUMNS where set, the terminal's where the output is one, else None."""
+    if os.environ.get("COLUMNS", "").isdigit():
+        return int(os.environ["COLUMNS"])
+    stream = sys.stderr if err else sys.stdout
+    return shutil.get_terminal_size().columns if stream.isatty() else None
 
 
 def print_jobs(jobs: Sequence[dict[str, Any]], owners: bool = False, err: bool = False) -> None:
-    for line in job_lines(jobs, owners):
+    for line in job_lines(jobs, owners, terminal_width(err)):
         click.echo(line, err=err)
 
 
