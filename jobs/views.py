@@ -176,9 +176,15 @@ def _progress(
     running_at = p.get("since") or running_at  # (a script's second training: from its first point, not the job's)
     if status == Status.RUNNING and running_at and step is not None and total:
         done = step - p.get("first_step", 0)
-        if done > 0 and step <= total:  # (past its total, the clock is not the one total counts: no ETA)
-            eta = round((total - step) * (now - running_at) / done, 1)
+        at = p.get("at")  # (when its newest step was: its rate from the steps' own times, counting down between
+        if done > 0 and step <= total:  # points rather than climbing — issue 67 #2; past its total: no ETA)
+            if isinstance(at, (int, float)) and running_at < at <= now + 1:
+                eta = round(max(0.0, (total - step) * (at - running_at) / done - (now - at)), 1)
+            else:
+                eta = round((total - step) * (now - running_at) / done, 1)
     elif status.ended:
         eta = 0.0 if status == Status.SUCCEEDED else None
+    if status == Status.SUCCEEDED and done == 1.0 and step is not None and total and step < total:
+        out["step"] = total  # (a run that ran to its end is whole: Keras logs epochs 0-4 of five, `4/5` read wrong)
     out["eta_s"] = eta
     return out

@@ -242,6 +242,9 @@ class Output:
         self.store.append_point(self.job_id, self.points, data, pipe)
         # One clock: once a loss is seen, only the steps of the series it comes from move the progress (Keras
         # writes epoch_loss by epoch and evaluation_*_vs_iterations by iteration: 5 epochs read 5,625 of 5).
+        first_loss = "loss" in data and not self.loss_clock
+        stamp = data.get("time")  # (when the point was written, where it says: else now, as it is read)
+        stamp = stamp if isinstance(stamp, (int, float)) and not isinstance(stamp, bool) else time.time()
         self.loss_clock = self.loss_clock or "loss" in data
         fields: dict[str, Any] = {}
         run = data.get("run")
@@ -249,12 +252,16 @@ class Output:
             self.runs.append(run)
             fields["runs"] = list(self.runs)
             if self.progress.get("run") is not None and isinstance(data.get("step"), int):
-                self.progress.update(step=None, first_step=data["step"], since=time.time())  # (its own clock)
+                self.progress.update(step=None, first_step=data["step"], since=stamp)  # (its own clock)
             self.progress["run"] = run
         if isinstance(data.get("step"), int) and ("loss" in data or not self.loss_clock):
             if run is None or run == self.progress.get("run"):
+                if first_loss:  # (the loss's clock takes over from any other series read before it: a validation
+                    # file's per-iteration point read first had the progress at 1,875 of 5 for good — issue 67 #2)
+                    self.progress.update(step=None, first_step=data["step"])
                 self.progress.setdefault("first_step", data["step"])
                 self.progress["step"] = max(data["step"], self.progress.get("step") or 0)
+                self.progress["at"] = stamp
         fields["progress"] = self.progress
         if "loss" in data:
             fields["metrics"] = data

@@ -138,6 +138,40 @@ def test_progress_follows_the_loss_clock_and_never_reads_past_its_total(redis):
     assert job_view(store.get(1))["progress"]["fraction"] == 1.0
     store.update(1, progress={**out.progress, "step": 2}, reason="stopped_early")
     assert job_view(store.get(1))["progress"]["fraction"] == 0.4
+    store.update(1, progress={**out.progress, "step": 4}, reason=None)
+    assert job_view(store.get(1))["progress"]["step"] == 5  # (issue 67 #2: a finished 5-epoch run read `4/5`)
+
+
+def test_a_validation_point_read_before_the_first_loss_does_not_take_the_progress(redis):
+    """Issue 67 #2, the file order a Keras job with validation left: the validation folder's per-iteration point
+    (step 1,875) was read before the training folder's first epoch_loss (step 0), and the progress read `1875/5`
+    for the whole first training, the bar full and no ETA. The loss's clock takes over when its first point comes."""
+    from jobs.run.pump import Output
+    from jobs.store import JobStore
+    from jobs.views import job_view
+
+    store = JobStore(redis)
+    store.create(1, {"command": ["python", "train.py"], "total_steps": 5, "gpus": 0}, "gpus-0")
+    out = Output(store, 1)
+    out.progress = {"step": None, "total_steps": 5, "steps_per_epoch": None}
+    t = time.time() - 60
+    order = [
+        {"step": 1875, "run": "tensorboard", "val_loss": 0.31, "time": t + 40},  # (evaluation_loss_vs_iterations)
+        {"step": 0, "run": "tensorboard", "loss": 0.49, "accuracy": 0.85, "time": t + 40},
+        {"step": 0, "run": "tensorboard", "val_loss": 0.31, "val_accuracy": 0.9, "time": t + 41},
+    ]
+    for point in order:
+        pipe = redis.pipeline()
+        store.update(1, pipe=pipe, **out.point(point, pipe))
+        pipe.execute()
+    store.update(1, status="running", running_at=t)
+    view = job_view(store.get(1), now=t + 45)
+    assert (view["progress"]["step"], view["progress"]["fraction"]) == (0, 0.0), view["progress"]
+    pipe = redis.pipeline()
+    store.update(1, pipe=pipe, **out.point({"step": 1, "run": "tensorboard", "loss": 0.3, "time": t + 80}, pipe))
+    pipe.execute()
+    view = job_view(store.get(1), now=t + 80)
+    assert (view["progress"]["step"], view["progress"]["fraction"]) == (1, 0.2) and view["eta_s"] is not None
 
 
 def test_the_line_being_drawn_is_shown_at_most_once_a_second_and_goes_with_its_newline(redis, client):
@@ -207,16 +241,20 @@ def test_a_second_training_gets_its_eta_from_its_own_clock_not_the_jobs(redis):
     out = Output(store, 1)
     out.progress = {"step": None, "total_steps": 5, "steps_per_epoch": None}
     store.update(1, status="running", running_at=time.time() - 600)  # (the first training took ten minutes)
+    t = time.time() - 20
     for point in [{"step": s, "run": "fit/A", "loss": 1.0 / (s + 1)} for s in range(5)] + [
-        {"step": 0, "run": "fit/B", "loss": 0.9},
-        {"step": 2, "run": "fit/B", "loss": 0.5},
+        {"step": 0, "run": "fit/B", "loss": 0.9, "time": t},
+        {"step": 2, "run": "fit/B", "loss": 0.5, "time": t + 10},
     ]:
         pipe = redis.pipeline()
         store.update(1, pipe=pipe, **out.point(point, pipe))
         pipe.execute()
     since = store.get(1)["progress"]["since"]
-    view = job_view(store.get(1), now=since + 10)  # two steps of B in its first ten seconds: three more take 15 s
+    assert since == t  # (B's clock starts at its first point's own time)
+    view = job_view(store.get(1), now=t + 10)  # two steps of B in its first ten seconds: three more take 15 s
     assert (view["progress"]["step"], view["eta_s"]) == (2, 15.0), view["progress"]
+    # and between two points it counts down, not up (issue 67 #2: `eta 2m19s` 4 s before the end, climbing)
+    assert job_view(store.get(1), now=t + 14)["eta_s"] == 11.0
 
 
 def test_a_script_whose_accuracy_is_at_chance_over_its_declared_classes_gets_the_chance_warning(redis, tmp_path):
