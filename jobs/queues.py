@@ -32,7 +32,7 @@ from jobs.keys import (
     parse_line_name,
     queue_name,
 )
-from jobs.placement import host_gpus, live_facts, memory
+from jobs.placement import host_gpus, live_facts, live_slots, memory
 from jobs.record import Kept
 from jobs.settings import Settings
 from jobs.share import owner_of, usage
@@ -73,6 +73,8 @@ def check_hosts(redis: Redis, spec: Kept, s: Settings) -> None:
     """ValidationError for a job that asks more GPUs (per worker) than any live host has: it could never start.
     With no live GPU worker (a stack still starting, a host away) nothing is refused."""
     hosts = host_gpus(redis)
+    if spec.gpus == 0 and hosts and all(hosts.values()) and not any(not s.gpus for s in live_slots(redis)[0].values()):
+        raise Conflict(NO_CPU_WORKER, {"field": "gpus"})  # (it would wait for good: issue 67 #4)
     if spec.gpu_memory and any(hosts.values()):
         check_gpu_memory(redis, spec.gpu_memory, [h for h, n in hosts.items() if n], s)
     if not any(hosts.values()) or spec.gpus <= max(hosts.values()):
@@ -82,6 +84,11 @@ def check_hosts(redis: Redis, spec: Kept, s: Settings) -> None:
     raise ValidationError({"gpus": f"needs {spec.gpus} GPUs on one host{per}; the largest host, {host}, has {most}"})
 
 
+NO_CPU_WORKER = (
+    "gpus: 0 asks for a CPU worker, and every live worker holds a GPU (gpudeck up starts one on a GPU host only "
+    "where it has cores to spare): ask for a GPU (--gpus 1), or start a CPU worker (gpudeck up --cpu-workers 1, "
+    "or gpudeck worker --cpu)"
+)
 NO_TENSORFLOW = (
     "this server cannot train zoo models: TensorFlow is not installed where its workers run; install it there "
     "(pip install 'gpudeck[tensorflow]', or 'gpudeck[tensorflow-gpu]' on a GPU box) and restart them; command jobs "

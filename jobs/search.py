@@ -131,7 +131,7 @@ def parse(redis: Redis, body: dict[str, Any], settings: Settings, owner: str | N
         for value in values:
             probe = apply(base, {**_firsts(space), key: value})
             try:
-                queues.validate(redis, probe, settings, default_gpus=0)
+                queues.validate(redis, probe, settings)
             except ValidationError as exc:
                 fields = {f"space.{key}": f"with {key}={value!r}: {k}: {v}" for k, v in exc.fields.items()}
                 raise type(exc)(fields) from None
@@ -140,7 +140,7 @@ def parse(redis: Redis, body: dict[str, Any], settings: Settings, owner: str | N
                 raise Forbidden(
                     f"space.{key}: with {key}={value!r}: {refused[0]}", {**refused[1], "field": f"space.{key}"}
                 )
-    queues.validate(redis, base, settings, default_gpus=0)
+    queues.validate(redis, base, settings)
     return {
         "search": body["search"],
         "space": space,

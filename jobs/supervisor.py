@@ -36,6 +36,19 @@ HEALTHY_S = 30.0
 """A worker that lived this long before it died starts the backoff over: it was not crash-looping."""
 
 
+SPARE_CORES_PER_GPU = 4
+"""A GPU host with at least this many cores for each GPU (and 4 more) gets a CPU worker from `gpudeck up` too."""
+
+
+def cpu_workers_default(gpus: int, cores: int | None) -> int:
+    """`gpudeck up`'s CPU workers where --cpu-workers is not given: one where there is no GPU, and one on a GPU host
+    whose cores are to spare (an H200 box of 16 cores: its `--gpus 0` jobs run, rather than wait for good — issue
+    67 #4); none on a GPU host short of cores (its jobs' input pipelines need them)."""
+    if not gpus:
+        return 1
+    return 1 if (cores or 0) >= SPARE_CORES_PER_GPU * (gpus + 1) else 0
+
+
 def restart_delay(deaths_in_a_row: int, lived_s: float) -> tuple[float, int]:
     """(seconds to wait before restarting a worker that died after `lived_s`, its deaths in a row now)."""
     if lived_s >= HEALTHY_S:
@@ -158,7 +171,7 @@ class Stack:
                         env=env,
                     )
                 )
-        cpu = self.cpu_workers if self.cpu_workers is not None else (0 if gpus else 1)
+        cpu = self.cpu_workers if self.cpu_workers is not None else cpu_workers_default(len(gpus), os.cpu_count())
         for i in range(cpu):
             self.workers.append(
                 Child(f"worker cpu {i}", [*py, "worker", "--cpu"], self.logs_dir / f"worker-cpu{i}.log", env=env)

@@ -90,14 +90,14 @@ def create(
     checked = []
     for i, (s, combo) in enumerate(zip(specs, combos)):
         try:
-            checked.append(queues.validate(redis, s, settings, default_gpus=0))
+            checked.append(queues.validate(redis, s, settings))  # (as submitted: the live default GPUs)
             quota.check_fits(redis, owner, Kept(checked[-1]))
         except ValidationError as exc:
             raise type(exc)(  # a combination whose one problem is a missing dataset is a 404, as a job's
                 {f"combination {i + 1} {json.dumps(combo)}: {k}": v for k, v in exc.fields.items()}
             ) from None
     if dry_run:  # (each as it would be submitted: its GPUs the live workers' default, as a trial's are — #67)
-        shown_specs = [spec_mod.shown(queues.validate(redis, s, settings)) for s in specs]
+        shown_specs = [spec_mod.shown(s) for s in checked]
         return {"dry_run": True, "search": "grid", "jobs": len(specs), "specs": shown_specs, "metric": metric,
                 "mode": mode, "max_concurrent": cap}  # fmt: skip
     sweep_id = int(redis.incr(SWEEP_COUNTER_KEY))
@@ -131,10 +131,10 @@ def _create_search(
     if body.get("search") not in search.SEARCHES:
         raise ValidationError({"search": f"must be one of {', '.join(search.SEARCHES)}, got {body.get('search')!r}"})
     fields = search.parse(redis, body, settings, owner)
-    base_spec = queues.validate(redis, body["base"], settings, default_gpus=0)
+    base_spec = queues.validate(redis, body["base"], settings)
     quota.check_fits(redis, owner, Kept(base_spec))
     if dry_run:  # (the base as its trials are submitted: the live workers' default GPUs — issue 67 #5)
-        return {"dry_run": True, **fields, "base": spec_mod.shown(queues.validate(redis, body["base"], settings))}
+        return {"dry_run": True, **fields, "base": spec_mod.shown(base_spec)}
     sweep_id = int(redis.incr(SWEEP_COUNTER_KEY))
     base = body["base"]  # (kept whole: its trials are submitted later, secret_env and all)
     record = {"id": sweep_id, **fields, "base": base, "job_ids": [], "created_at": time.time(), "owner": owner}

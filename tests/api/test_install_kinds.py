@@ -30,3 +30,19 @@ def test_a_zoo_job_is_refused_in_one_line_where_no_worker_has_tensorflow(command
         False,
         True,
     )
+
+
+def test_a_cpu_job_where_every_worker_holds_a_gpu_is_refused_with_the_way_out(command_client, redis):
+    """Issue 67 #4: on a GPU box whose `up` started no CPU worker, a `--gpus 0` job was accepted and waited for good
+    ("starts unknown"). It is a 409 that says what to do; with a CPU worker it runs as before. And `gpudeck up`
+    gives a GPU host a CPU worker where it has cores to spare."""
+    from jobs.supervisor import cpu_workers_default
+
+    register(redis, "box.gpu0", gpus=("0",))
+    refused = command_client.post("/api/v1/jobs", json={"command": "true", "gpus": 0})
+    assert refused.status_code == 409 and refused.json["details"]["field"] == "gpus", refused.json
+    assert "--cpu-workers 1" in refused.json["message"] and "--gpus 1" in refused.json["message"]
+    assert command_client.post("/api/v1/jobs", json={"command": "true"}).status_code == 201  # (a GPU by default)
+    register(redis, "box.cpu", facts=None)
+    assert command_client.post("/api/v1/jobs", json={"command": "true", "gpus": 0}).status_code == 201
+    assert (cpu_workers_default(0, 2), cpu_workers_default(1, 16), cpu_workers_default(2, 2)) == (1, 1, 0)

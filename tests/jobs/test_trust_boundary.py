@@ -159,15 +159,15 @@ def test_a_regular_file_is_still_read_and_uploaded(tmp_path):
     job_dir = settings.job_dir(6)
     (job_dir / "checkpoints").mkdir(parents=True)
     (job_dir / "result.json").write_text(json.dumps({"test_accuracy": 0.5}))
-    (job_dir / "metrics.jsonl").write_text(json.dumps({"step": 3, "loss": 0.25}) + "\n")
+    (job_dir / "metrics.jsonl").write_text(json.dumps({"step": 3, "loss": 0.25, "time": 1.5}) + "\n")
     (job_dir / "model.keras").write_bytes(b"model")
     (job_dir / "checkpoints" / "checkpoint").write_text('model_checkpoint_path: "ckpt-7"\n')
     (job_dir / "checkpoints" / "ckpt-7.index").write_bytes(b"i")
     assert scalars.read_result(job_dir) == {"test_accuracy": 0.5}
     reader = scalars.ScalarReader(job_dir)
-    assert reader.poll() == [{"step": 3, "loss": 0.25}]
+    assert reader.poll() == [{"step": 3, "loss": 0.25, "time": 1.5}]
     reader.save()
-    line = json.dumps({"step": 3, "loss": 0.25}) + "\n"
+    line = json.dumps({"step": 3, "loss": 0.25, "time": 1.5}) + "\n"
     assert json.loads((job_dir / ".gpudeck" / "scalars.json").read_text()) == {"metrics.jsonl": len(line)}
     assert launch.newest_checkpoint(job_dir) == 7
     with export.artifact_copies(settings, 6) as files:
