@@ -19,6 +19,7 @@ from contextlib import asynccontextmanager
 from typing import Any
 
 import anyio
+from mcp import types as mcp_types
 from mcp.server import MCPServer
 from mcp.server.mcpserver.exceptions import ResourceError, ToolError
 from mcp.server.subscriptions import InMemorySubscriptionBus
@@ -171,10 +172,12 @@ class Watch:
     log length and last metric step (its own API client, on a thread), a ResourceUpdated for each that changed, and
     for both once more when the job ends."""
 
-    def __init__(self, api: Client, bus: InMemorySubscriptionBus) -> None:
+    def __init__(self, api: Client, bus: InMemorySubscriptionBus, legacy: dict[str, set[Any]] | None = None) -> None:
         self.api = Client(api.base_url, timeout=api.timeout)
         self.api.session.headers.update(api.session.headers)
         self.bus = bus
+        self.legacy = legacy if legacy is not None else {}
+        """uri -> the sessions of clients of the 2025 protocol that asked `resources/subscribe` for it."""
         self.seen: dict[int, tuple[int, Any]] = {}
 
     def look(self) -> list[str]:
@@ -199,6 +202,11 @@ class Watch:
             try:
                 for uri in await anyio.to_thread.run_sync(self.look):
                     await self.bus.publish(ResourceUpdated(uri=uri))
+                    for session in list(self.legacy.get(uri, ())):
+                        try:  # (a 2025 client: told on its own session, as that protocol says)
+                            await session.send_resource_updated(uri)
+                        except Exception:  # noqa: BLE001 (gone: forgotten)
+                            self.legacy[uri].discard(session)
             except (ApiError, Unreachable):
                 pass  # (the next look tries again)
             await anyio.sleep(WATCH_EVERY_S)
@@ -207,11 +215,12 @@ class Watch:
 def server(api: Client, allow_writes: bool = False) -> MCPServer:
     """The MCP server over `api` (writes only where `allow_writes`)."""
     bus = InMemorySubscriptionBus()
+    legacy: dict[str, set[Any]] = {}
 
     @asynccontextmanager
     async def watching(_: Any) -> AsyncIterator[dict[str, Any]]:
         async with anyio.create_task_group() as tasks:
-            tasks.start_soon(Watch(api, bus).run)
+            tasks.start_soon(Watch(api, bus, legacy).run)
             yield {}
             tasks.cancel_scope.cancel()
 
@@ -220,6 +229,19 @@ def server(api: Client, allow_writes: bool = False) -> MCPServer:
     mcp = MCPServer(  # (its version gpudeck's: issue 67 #5 found "")
         "gpudeck", version=version(), instructions=INSTRUCTIONS, subscriptions=bus, lifespan=watching
     )
+
+    # The 2025-11-25 protocol's resources/subscribe (and unsubscribe), beside 2026's subscriptions/listen: a client of
+    # that protocol is told on its session as the resource changes (issue 67 #5: `Method not found`)
+    async def subscribe(ctx: Any, params: mcp_types.SubscribeRequestParams) -> mcp_types.EmptyResult:
+        legacy.setdefault(str(params.uri), set()).add(ctx.session)
+        return mcp_types.EmptyResult()
+
+    async def unsubscribe(ctx: Any, params: mcp_types.UnsubscribeRequestParams) -> mcp_types.EmptyResult:
+        legacy.get(str(params.uri), set()).discard(ctx.session)
+        return mcp_types.EmptyResult()
+
+    mcp._lowlevel_server.add_request_handler("resources/subscribe", mcp_types.SubscribeRequestParams, subscribe)
+    mcp._lowlevel_server.add_request_handler("resources/unsubscribe", mcp_types.UnsubscribeRequestParams, unsubscribe)
 
     @mcp.tool(annotations=READ_ONLY)
     def list_jobs(

@@ -8,6 +8,7 @@ import os
 import socket
 import subprocess
 import sys
+import warnings
 from typing import TYPE_CHECKING, Any
 
 import anyio
@@ -77,6 +78,10 @@ def test_an_agent_lists_submits_waits_triages_and_reads_metrics_within_the_apis_
     env = {k: v for k, v in child_env.items() if not k.startswith("GPUDECK_")}
 
     async def agent() -> None:
+        from mcp import Client
+        from mcp import types as mcp_types
+        from mcp.shared.exceptions import MCPDeprecationWarning
+
         async with as_the_readme_says(url, names["alice"], env) as reader:
             tools = {t.name for t in (await reader.list_tools()).tools}
             assert {"list_jobs", "show_job", "job_logs", "job_metrics", "triage_job", "wait_job"} <= tools
@@ -112,12 +117,32 @@ def test_an_agent_lists_submits_waits_triages_and_reads_metrics_within_the_apis_
             trained = (await call(writer, "submit_job", spec=TINY))["id"]
             uri = f"gpudeck://jobs/{trained}/log"
             told = 0
-            async with writer.listen(resource_subscriptions=[uri]) as updates:  # (as it starts, grows and ends)
-                with anyio.fail_after(120):
-                    async for event in updates:
-                        told += event.uri == uri
-                        if told == 2:
-                            break
+            legacy_told: list[str] = []
+
+            async def legacy_notes(message: Any) -> None:  # (a client of the 2025-11-25 protocol: issue 67 #5)
+                root = getattr(message, "root", message)
+                if isinstance(root, mcp_types.ResourceUpdatedNotification):
+                    legacy_told.append(str(root.params.uri))
+
+            from mcp.client.stdio import StdioServerParameters
+
+            argv = python_module("tui.cli", "mcp", "--api", url, "--token", names["alice"])
+            old = Client(StdioServerParameters(command=argv[0], args=argv[1:], env=env), mode="legacy",
+                         message_handler=legacy_notes)  # fmt: skip
+            async with old:
+                assert old.server_capabilities.resources.subscribe is True
+                with warnings.catch_warnings():  # (the 2025 protocol's method, deprecated by the SDK: what is tested)
+                    warnings.simplefilter("ignore", MCPDeprecationWarning)
+                    await old.subscribe_resource(uri)  # (was `Method not found`)
+                async with writer.listen(resource_subscriptions=[uri]) as updates:  # (as it starts, grows, ends)
+                    with anyio.fail_after(120):
+                        async for event in updates:
+                            told += event.uri == uri
+                            if told == 2:
+                                break
+                with anyio.fail_after(30):
+                    while uri not in legacy_told:
+                        await anyio.sleep(0.2)
             assert (await call(writer, "wait_job", job_id=trained, timeout=180))["status"] == "succeeded"
             curve = await call(writer, "job_metrics", job_id=trained)
             assert curve["train"]["points"] >= 1 and curve["train"]["loss"]["last"] > 0
