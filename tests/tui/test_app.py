@@ -1002,3 +1002,29 @@ def test_a_search_on_train_loss_charts_train_loss_and_shows_its_loss_once():
     columns, charted = run(scenario("val_accuracy"))
     assert columns[-2:] == ["TEST ACC", "LAST LOSS"] and "VAL_ACCURACY" in columns, columns
     assert charted == {"sweep-loss": "val_loss", "sweep-acc": "val_accuracy"}, charted
+
+
+def test_the_form_moves_focus_before_it_reads_the_next_key_and_its_dataset_starts_empty():
+    """Issue 67 #7: under load a key typed right after Tab landed in the field Tab left (2 times in 9): the terminal
+    hands a burst of keys over at once, and Tab moved focus only after the next key had gone to the old field. And
+    the dataset was pre-filled with `synthetic`, so what a user typed was appended (`syntheticsynthetic:16x16x3`)."""
+    from textual import events
+
+    async def scenario():
+        app = GpudeckApp(f"http://127.0.0.1:{free_port()}")  # (no API: the form alone)
+        async with app.run_test(size=(80, 24)) as pilot:
+            await pilot.press("n")
+            form = await on_screen(pilot, app, SubmitScreen)
+            dataset = form.query_one("#f-dataset", Input)
+            assert dataset.value == "" and "synthetic" in dataset.placeholder
+            form.query_one("#f-params", Input).focus()
+            await pilot.pause()
+            for key, char in (("tab", None), ("x", "x"), ("tab", None), ("y", "y"), ("shift+tab", None), ("z", "z")):
+                app.post_message(events.Key(key, char))  # (a burst: no wait between the keys)
+            await until(pilot, lambda: form.query_one("#f-command", Input).value == "xz")
+            assert form.query_one("#f-params", Input).value == "" and form.query_one("#f-source", Input).value == "y"
+            form.query_one("#f-command", Input).value = ""
+            form.query_one("#f-model", Input).value = "lenet"
+            assert form.spec()["dataset"] == "synthetic"  # (empty: the default, as its placeholder says)
+
+    run(scenario())
