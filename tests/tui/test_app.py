@@ -1028,3 +1028,44 @@ def test_the_form_moves_focus_before_it_reads_the_next_key_and_its_dataset_start
             assert form.spec()["dataset"] == "synthetic"  # (empty: the default, as its placeholder says)
 
     run(scenario())
+
+
+def test_c_on_another_users_job_is_refused_before_any_question_and_no_mark_stays_on_ended_rows(spawn, child_env, redis):
+    """Issue 67 #7: alice's `c` on bob's job asked "Cancel job N?" and only then was refused; and the ✓ stayed on
+    rows that had ended (a canceled job among those she had chosen)."""
+    from jobs import tokens
+
+    alice, bob = tokens.create(redis, "alice"), tokens.create(redis, "bob")
+    url = start_api(spawn, child_env)  # (no worker: the jobs wait in line)
+
+    def submit(token: str) -> int:
+        answer = requests.post(f"{url}/api/v1/jobs", json={"command": "sleep 60", "gpus": 0},
+                               headers={"Authorization": f"Bearer {token}"}, timeout=30)  # fmt: skip
+        return answer.json()["id"]
+
+    bobs, mine, done = submit(bob), submit(alice), submit(alice)
+    requests.post(f"{url}/api/v1/jobs/{done}/cancel", headers={"Authorization": f"Bearer {alice}"}, timeout=30)
+
+    def status(job_id: int) -> str:
+        seen = requests.get(f"{url}/api/v1/jobs/{job_id}", headers={"Authorization": f"Bearer {alice}"}, timeout=10)
+        return seen.json()["status"]
+
+    async def scenario():
+        app = GpudeckApp(url, token=alice)
+        async with app.run_test(size=(120, 40)) as pilot:
+            screen = app.screen
+            table = screen.query_one("#jobs", DataTable)
+            await until(pilot, lambda: table.row_count == 3 and app.me is not None)
+            screen.selected = {bobs}
+            await pilot.press("c")
+            await pilot.pause(0.3)
+            assert not isinstance(app.screen, Confirm)  # (refused first: no question)
+            assert status(bobs) == "queued"
+            screen.selected = {mine, done}
+            await pilot.press("c")
+            await on_screen(pilot, app, Confirm)
+            await pilot.press("y")
+            await until(pilot, lambda: status(mine) == "canceled")
+            await until(pilot, lambda: not screen.selected)  # (neither the one canceled nor the one ended before)
+
+    run(scenario())

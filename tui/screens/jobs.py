@@ -453,16 +453,33 @@ class JobsScreen(Screen):
 
         self.app.push_screen(Confirm(question), confirmed)
 
+    def _not_mine(self, ids: list[int]) -> list[int]:
+        """Of `ids`, the jobs another user owns, where the token is a plain user's (the API would refuse them)."""
+        me = self.app.me or {}
+        if me.get("role") != "user" or not me.get("name"):
+            return []
+        return [i for i in ids if (self.jobs.get(i) or {}).get("owner") not in (None, me["name"])]
+
     def action_cancel(self) -> None:
-        """Cancel the selected jobs that can be (or the current one), after one confirmation that lists them."""
+        """Cancel the selected jobs that can be (or the current one), after one confirmation that lists them; another
+        user's job is refused first, not after the question (issue 67 #7)."""
         active = self._chosen(UNENDED)
         if not active:
             self.notify("nothing to cancel: no queued or running job selected", severity="warning")
             return
+        theirs = self._not_mine(active)
+        if theirs:
+            owners = sorted({str(self.jobs[i].get("owner")) for i in theirs})
+            self.notify(f"{id_list(theirs)}: {', '.join(owners)}'s, not yours to cancel", severity="error")
+            active = [i for i in active if i not in theirs]
+            if not active:
+                return
+        chosen = set(self._chosen())
 
         def said(done: list[dict]) -> None:
             ids = [d["id"] for d in done]
-            self.selected -= set(ids)
+            # (what was canceled, and what the choice held that had ended: no ✓ left on rows done with)
+            self.selected -= set(ids) | {i for i in chosen if (self.jobs.get(i) or {}).get("status") in ENDED}
             if ids:
                 self.notify(f"canceling job{'s' if len(ids) > 1 else ''} {', '.join(map(str, ids))}")
 
