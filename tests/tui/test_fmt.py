@@ -213,6 +213,8 @@ def test_rows_that_read_alike_keep_what_tells_them_apart():
         assert len(set(shown)) == 4 and all(len(s) <= width for s in shown), shown
     assert keep_tail("lrsweep lr=0.001", 24) == "lrsweep lr=0.001"  # what fits stays as it is
     assert keep_tail("a plain long job name here", 12) == "a plain lon…"
+    # no room for the base: the value, with an ellipsis where the name was cut (issue 67 #7: `0.1000` alone)
+    assert keep_tail("sweep 3 lr=0.1000", 8) == "…0.1000" and keep_tail("sweep 3 lr=0.1000 m=0.9", 8) == "…0.1000…"
     failed = {"id": 1, "status": "failed", "reason": "diverged", "spec": {"model": "lenet", "gpus": 0}}
     assert job_cells(failed, compact=True)["status"].plain == "✗ diverged"
     assert job_cells({**failed, "reason": "dependency_failed"}, compact=True)["status"].plain == "✗ after"

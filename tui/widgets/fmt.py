@@ -150,7 +150,8 @@ def keep_tail(name: str, width: int) -> str:
     room = width - len(values) - 2  # the base's head, `…` and a space
     if room >= 1 and base:
         return f"{base[:room]}… {values}"
-    return one_line(values, width)
+    # (no room for the base: an ellipsis says a name was cut, not that the job is named `0.1000` — issue 67 #7)
+    return one_line(f"…{values}" if base else values, width)
 
 
 def one_line(text: Any, width: int = 40) -> str:
