@@ -380,3 +380,12 @@ def test_gpudeck_ls_fits_a_terminal_of_80_columns_and_a_pipe_gets_every_cell_who
     fitted = job_lines(jobs, owners=True, width=80)
     assert max(map(len, fitted)) <= 80, fitted
     assert "…" in fitted[1] and fitted[1].startswith("1234") and "2.3456" in fitted[1] and "1200/90000" in fitted[1]
+
+
+def test_a_preempted_job_in_line_again_shows_no_old_gpu_and_no_growing_time():
+    """Issue 67 #7: a preempted job waiting in line showed the GPU it had held and an elapsed time that grew."""
+    waiting = {"id": 9, "status": "queued", "reason": "preempted", "gpu_ids": ["1"], "elapsed_s": 400.0,
+               "spec": {"model": "lenet", "gpus": 1}, "queue_position": 1}  # fmt: skip
+    cells = job_cells(waiting)
+    assert cells["gpu"] == "1 GPU" and cells["time"] == "" and cells["elapsed"] == ""
+    assert job_cells({**waiting, "status": "running"})["gpu"] == "GPU 1"

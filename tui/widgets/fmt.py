@@ -227,8 +227,8 @@ def gpus_text(job: dict[str, Any]) -> str:
     """Which GPUs, in a form that cannot be mistaken for another: `cpu` (a job that asks for none), `2 GPUs` (a
     count, before it is placed), `GPU 0` / `GPU 0,1` (the indices it holds); a share of one says how much:
     `10G of GPU 0`, `10G of a GPU`."""
-    held = job.get("gpu_ids") or []
-    part = job["spec"].get("gpu_memory")
+    held = job.get("gpu_ids") or [] if job.get("status") != "queued" else []  # (a preempted job in line again
+    part = job["spec"].get("gpu_memory")  # holds no GPU: the one it had is another's now — issue 67 #7)
     if held:
         return (f"{size_text(part)} of " if part else "") + f"GPU {','.join(map(str, held))}"
     if part:
@@ -290,9 +290,10 @@ def job_cells(
         "loss": value_of(metrics, "loss", 3 if compact else 4, sci=1 if compact else 3),
         "acc": (f"{value:.3f} {which}" if compact else f"{value:.4f} {which}") if value is not None else "",
         "gpu": gpus_text(job),
-        "elapsed": duration(job.get("elapsed_s")),
+        "elapsed": duration(job.get("elapsed_s")) if job["status"] != "queued" else "",
         "eta": eta,
-        "time": f"eta {eta}" if eta else duration(job.get("elapsed_s")),
+        # (in line again after a preemption: no elapsed time that grows while it waits — issue 67 #7)
+        "time": f"eta {eta}" if eta else duration(job.get("elapsed_s")) if job["status"] != "queued" else "",
         "disk": Text(human(job["disk_bytes"]), justify="right") if job.get("disk_bytes") is not None else "",
     }
 
