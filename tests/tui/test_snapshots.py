@@ -283,3 +283,25 @@ def test_C_compares_the_selected_jobs_and_m_x_l_change_the_chart(ran_api):
             await until(pilot, lambda: not hasattr(app.screen, "job_ids"), 10)
 
     asyncio.run(drive())
+
+
+def test_three_jobs_compared_at_80_columns_all_fit(ran_api):
+    """Issue 67 #7: at 80x24 the third job of three was pushed off the screen (a horizontal scroll)."""
+    import asyncio
+
+    from textual.widgets import DataTable
+
+    jobs = requests.get(f"{ran_api['url']}/api/v1/sweeps/{ran_api['sweep']}", timeout=10).json()["jobs"]
+    first, second = [j["job_id"] for j in jobs if j["status"] == "succeeded"]
+
+    async def drive():
+        app = SnapshotApp(ran_api["url"])
+        async with app.run_test(size=(80, 24)) as pilot:
+            screen = await _compared(pilot, [first, ran_api["failed"], second])
+            await pilot.pause(0.3)
+            for which in ("#compare-config", "#compare-results"):
+                table = screen.query_one(which, DataTable)
+                assert table.virtual_size.width <= table.size.width, (which, table.virtual_size, table.size)
+                assert len(table.columns) == 4
+
+    asyncio.run(drive())

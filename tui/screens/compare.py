@@ -36,8 +36,22 @@ def _count(n: int, one: str, many: str) -> str:
     return f"{n} {one if n == 1 else many}"
 
 
-def _cell(value: Any) -> str:
-    return one_line(value_text(value), 24)
+def _cell(value: Any, width: int = 24) -> str:
+    return one_line(value_text(value), width)
+
+
+CELL_MAX, CELL_MIN, FIELD_MIN = 24, 8, 10
+"""A job's column: at most 24 characters, at least 8; the field names' at least 10."""
+
+
+def fitted(width: int, jobs: int, longest_field: int) -> tuple[int, int]:
+    """(the field column's width, each job's) so that the table's columns fit `width` cells (each column takes two
+    more, its padding; and a scrollbar): the third job of three is not pushed off an 80-column screen (issue 67 #7)."""
+    room = max(40, width) - 2 - 2 * (jobs + 1)
+    field = min(longest_field, CELL_MAX)
+    cell = max(CELL_MIN, min(CELL_MAX, (room - field) // max(1, jobs)))
+    field = max(FIELD_MIN, min(field, room - cell * jobs))
+    return field, cell
 
 
 class CompareScreen(Screen):
@@ -96,8 +110,13 @@ class CompareScreen(Screen):
             Text(f"━ {j['id']}", style=RICH_COLOR.get(colours[j["id"]], colours[j["id"]]), justify="right")
             for j in doc["jobs"]
         ]
-        config = [["name", *(j["name"] or "-" for j in doc["jobs"])], ["status", *(j["status"] for j in doc["jobs"])]]
-        config += [[r["field"], *map(_cell, r["values"])] for r in doc["differs"]]
+        names = ["name", "status", *(r["field"] for r in doc["differs"]), *doc["result_columns"]]
+        field_w, cell_w = fitted(self.size.width or 80, len(doc["jobs"]), max(map(len, names)))
+        config = [
+            ["name", *(_cell(j["name"] or "-", cell_w) for j in doc["jobs"])],
+            ["status", *(_cell(j["status"], cell_w) for j in doc["jobs"])],
+        ]
+        config += [[one_line(r["field"], field_w), *(_cell(v, cell_w) for v in r["values"])] for r in doc["differs"]]
         self._fill("#compare-config", "DIFFERS", heads, [(row, None) for row in config])
         results = []
         ids = [r["job_id"] for r in doc["results"]]
@@ -105,7 +124,8 @@ class CompareScreen(Screen):
             cells = [r.get(column) for r in doc["results"]]
             if any(c is not None for c in cells):
                 best = ids.index(doc["best"][column]) if column in doc["best"] else None
-                results.append(([column, *map(_cell, cells)], best))
+                marked = cell_w - 2  # (room for the best's ` *`)
+                results.append(([one_line(column, field_w), *(_cell(c, marked) for c in cells)], best))
         self._fill("#compare-results", "RESULT", heads, results)
         scale = "log10 " if self.log_scale else ""
         self.query_one("#compare-summary", Static).update(
