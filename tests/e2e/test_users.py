@@ -113,8 +113,9 @@ def test_a_users_gpu_quota_holds_their_second_job_not_the_next_users(spawn, chil
 
 async def _tui_shows_who_holds_what_and_cancels_hers(url: str, token: str, a1: int, a2: int, b1: int) -> None:
     """The TUI of alice: the jobs table's OWNER column and the job that waits for her quota, the GPUs screen's
-    HELD BY column; she selects her running job and bob's and cancels both: hers goes, bob's is refused with the
-    API's reason, and the job waiting for her quota is still queued meanwhile (the placers look every second)."""
+    HELD BY column; she selects her running job and bob's and cancels both: bob's is refused before the question
+    (issue 67 #7), hers goes, and the job waiting for her quota is still queued meanwhile (the placers look every
+    second)."""
     from textual.widgets import DataTable, Static
 
     from tests.support.pilot import on_screen, text_of, until
@@ -143,5 +144,6 @@ async def _tui_shows_who_holds_what_and_cancels_hers(url: str, token: str, a1: i
         await on_screen(pilot, app, Confirm)
         await pilot.press("y")
         said = lambda: "\n".join(str(n.message) for n in app._notifications)  # noqa: E731
-        await until(pilot, lambda: f"canceling job {a1}" in said() and f"job {b1}: job {b1} belongs to bob" in said())
+        refused = f"job {b1}: bob's, not yours to cancel"
+        await until(pilot, lambda: f"canceling job {a1}" in said() and refused in said())
         assert jobs.selected == {b1}  # what was refused stays selected
