@@ -25,7 +25,7 @@ import contextlib
 import errno
 import os
 import stat
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path, PurePosixPath
 
 MAX_LINKS = 40
@@ -317,10 +317,14 @@ def entries(root: Path | int, rel: str | PurePosixPath = "") -> list[tuple[str, 
 
 
 def walk(
-    root: Path | int, rel: str | PurePosixPath = "", skip: tuple[str, ...] = ()
+    root: Path | int,
+    rel: str | PurePosixPath = "",
+    skip: tuple[str, ...] = (),
+    wanted: Callable[[str], bool] | None = None,
 ) -> Iterator[tuple[str, os.stat_result]]:
     """Every regular file below the folder `rel` (paths relative to `root`, sorted, with their stat), descending
-    into real folders only; `skip`: names of folders of the top not descended into."""
+    into real folders only; `skip`: names of folders of the top not descended into; `wanted`: the file names
+    looked at (the others are not even stat'ed: a reader that looks every second at a source tree)."""
     try:
         top = open_dir(root, rel)
     except OSError:
@@ -331,6 +335,8 @@ def walk(
             if here == "." and skip:
                 _dirs[:] = [d for d in _dirs if d not in skip]
             for name in sorted(files):
+                if wanted is not None and not wanted(name):
+                    continue
                 try:
                     st = os.stat(name, dir_fd=fd, follow_symlinks=False)
                 except OSError:

@@ -117,10 +117,8 @@ class ScalarReader:
 
     def _event_files(self) -> list[str]:
         """The event files of the job dir (regular files reached through no link), relative to it."""
-        found = [
-            rel for rel, _ in jobfiles.walk(self.job_dir, skip=SKIP_DIRS) if EVENT_FILE_MARK in rel.rsplit("/", 1)[-1]
-        ]
-        return [rel for rel in found if rel not in self.ignore]
+        found = jobfiles.walk(self.job_dir, skip=SKIP_DIRS, wanted=lambda name: EVENT_FILE_MARK in name)
+        return [rel for rel, _ in found if rel not in self.ignore]
 
     def close(self) -> None:
         """Let go of the event files held open."""

@@ -9,6 +9,7 @@ import os
 import pwd
 import shutil
 import signal
+import subprocess
 import sys
 
 import pytest
@@ -140,7 +141,7 @@ def fake_mps_control(bin_dir, record) -> None:
     path.chmod(0o755)
 
 
-def test_mps_a_daemon_per_gpu_and_a_share_is_its_client_inside_its_sandbox(tmp_path, child_env):
+def test_mps_a_daemon_per_gpu_and_a_share_is_its_client_inside_its_sandbox(tmp_path, child_env, monkeypatch):
     fake_nvidia_smi(tmp_path / "bin", fake_gpus_in_use(1))
     record = tmp_path / "mps.log"
     fake_mps_control(tmp_path / "bin", record)
@@ -201,16 +202,21 @@ def test_mps_a_daemon_per_gpu_and_a_share_is_its_client_inside_its_sandbox(tmp_p
             os.kill(pid, signal.SIGKILL)
         (pipes / "control").unlink()
         until(lambda: record.read_text().count("started gpu=0") >= 2 and mps.alive(settings, "0"), 30, "a restart")
-        os.kill(up.proc.pid, signal.SIGKILL)
-        up.proc.wait()
-        assert mps.alive(settings, "0")  # (the daemon outlives its up, as a real one does)
-        left, started = mps.daemon_pids(settings, "0"), record.read_text().count("started gpu=0")
-        up.respawn()  # (its banner comes after its daemons started)
-        assert record.read_text().count("started gpu=0") == started + 1 and "quit gpu=0" in record.read_text()
-        assert mps.alive(settings, "0") and not set(left) & set(mps.daemon_pids(settings, "0"))
         up.stop()  # (as Ctrl-C stops it)
         assert record.read_text().splitlines()[-1] == "quit gpu=0"  # the daemon stopped with the stack
         assert not pipes.exists() or pipes.is_relative_to(home)  # (a root service's folder under /run with it)
+        # what a `kill -9` of up leaves: its daemon, running, its pipe in place; the next up's start quits it and
+        # starts its own (it failed: `mkfifo … File exists`, the API never came back)
+        monkeypatch.setenv("PATH", env["PATH"])  # (the FAKE daemon's)
+        pipes.mkdir(parents=True, exist_ok=True)
+        subprocess.run(["nvidia-cuda-mps-control", "-d"], env=mps._env(settings, "0"), check=True, timeout=30)
+        left, started = mps.daemon_pids(settings, "0"), record.read_text().count("started gpu=0")
+        assert left and mps.alive(settings, "0")
+        mps.start(settings, "0")  # (what the next `up` does first for its GPU)
+        assert record.read_text().count("started gpu=0") == started + 1 and record.read_text().count("quit") == 2
+        assert mps.alive(settings, "0") and not set(left) & set(mps.daemon_pids(settings, "0"))
+        mps.stop(settings, "0")
+        until(lambda: not mps.daemon_pids(settings, "0"), 10, "the daemon quit")
     finally:
         up.kill()
         shutil.rmtree(decoy, ignore_errors=True)
