@@ -294,6 +294,19 @@ def write_text(root: Path | int, rel: str | PurePosixPath, text: str, mode: int 
     write_bytes(root, rel, text.encode(), mode, make=make)
 
 
+def clear_unless_folder(path: Path) -> bool:
+    """Remove what stands at `path` (the service's own name in a job's dir) unless it is a real folder: a link or
+    a file an earlier attempt left in its place is never followed. Whether a folder is there."""
+    try:
+        st = os.lstat(path)
+    except FileNotFoundError:
+        return False
+    if stat.S_ISDIR(st.st_mode):
+        return True
+    os.unlink(path)
+    return False
+
+
 def unlink(root: Path | int, rel: str | PurePosixPath) -> None:
     """Remove the name `rel` below `root` (a link itself, never what it points at); nothing where it is missing."""
     try:

@@ -118,10 +118,15 @@ def choose(
     return fit(whole_pool(pool, busy) if gpus else pool, places, gpus)
 
 
+def worker_names(redis: Redis) -> list[str]:
+    """The workers RQ has registered (alive or not: their alive marks say), by name."""
+    return sorted(k.decode().rsplit(":", 1)[1] for k in redis.smembers(RQ_WORKERS_KEY))
+
+
 def live_slots(redis: Redis) -> tuple[dict[str, Slot], set[str]]:
     """Every live worker (alive key, info), and the names of those that take no new job now (draining, paused
     (its disk, or Redis's, is full), or a job already waiting on their private queue)."""
-    names = sorted(k.decode().rsplit(":", 1)[1] for k in redis.smembers(RQ_WORKERS_KEY))
+    names = worker_names(redis)
     with redis.pipeline(transaction=False) as pipe:
         for name in names:
             pipe.get(worker_info_key(name))
@@ -143,13 +148,15 @@ def live_slots(redis: Redis) -> tuple[dict[str, Slot], set[str]]:
 
 
 def live_facts(redis: Redis) -> list[dict[str, Any]]:
-    """What each live worker said of its host and its Python at its start (jobs.worker.host_facts)."""
-    names = list(live_slots(redis)[0])
+    """What each live worker said of its host and its Python at its start (jobs.worker.host_facts): its info and
+    its alive mark read in one round trip."""
+    names = worker_names(redis)
     with redis.pipeline(transaction=False) as pipe:
         for name in names:
             pipe.get(worker_info_key(name))
-        raws = pipe.execute()
-    return [(json.loads(raw).get("facts") or {}) for raw in raws if raw]
+            pipe.exists(alive_key(name))
+        answers = pipe.execute()
+    return [json.loads(raw).get("facts") or {} for raw, alive in zip(answers[::2], answers[1::2]) if raw and alive]
 
 
 def foreign(redis: Redis, slots: Iterable[Slot], limit_bytes: int) -> dict[str, str]:

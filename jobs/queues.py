@@ -72,10 +72,13 @@ def check_gpu_memory(redis: Redis, wanted: int, hosts: list[str], s: Settings) -
 def check_hosts(redis: Redis, spec: Kept, s: Settings) -> None:
     """ValidationError for a job that asks more GPUs (per worker) than any live host has: it could never start.
     With no live GPU worker (a stack still starting, a host away) nothing is refused."""
-    hosts = host_gpus(redis)
+    slots = live_slots(redis)[0].values()  # (read once: the hosts' GPUs and whether a CPU worker lives)
+    hosts: dict[str, int] = {}
+    for slot in slots:
+        hosts[slot.host] = hosts.get(slot.host, 0) + len(slot.gpus)
     # (a CPU job where no CPU worker lives would wait for good: issue 67 #4. One of several tasks waits for more
     # CPU workers, as one of several GPU hosts does for more hosts: they may be starting, or on their way)
-    if spec.gpus == 0 and hosts and not any(not slot.gpus for slot in live_slots(redis)[0].values()):
+    if spec.gpus == 0 and hosts and all(slot.gpus for slot in slots):
         raise Conflict(NO_CPU_WORKER, {"field": "gpus"})
     if spec.gpu_memory and any(hosts.values()):
         check_gpu_memory(redis, spec.gpu_memory, [h for h, n in hosts.items() if n], s)

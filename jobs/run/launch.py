@@ -357,14 +357,8 @@ def may_run_unsandboxed(ctx: WorkerContext, owner: str | None) -> None:
 def source_copy(ctx: WorkerContext, spec: Kept, job_dir: Path) -> Path:
     """`$JOB_DIR/src`: this job's own writable copy of its source snapshot (kept for a later attempt)."""
     src = job_dir / "src"
-    try:
-        st = os.lstat(src)
-    except FileNotFoundError:
-        st = None
-    if st is not None and stat.S_ISDIR(st.st_mode):
+    if jobfiles.clear_unless_folder(src):  # (a link or a file in its place: removed, never followed)
         return src
-    if st is not None:  # a link or a file an earlier attempt left in its place: not the source (never followed)
-        os.unlink(src)
     if not spec.source:
         src.mkdir(exist_ok=True)  # another task of the job on this host may make it at the same moment
         return src
@@ -401,9 +395,7 @@ def take_checkpoints(settings: Settings, job_dir: Path, resumes: int | None, own
     retries (`resumes`: linked, or copied across filesystems, from that job's dir, else fetched from the store)
     into this job's checkpoints/, which the trainer resumes from. The log line that says so, or None."""
     mine = "checkpoints"  # (every file of either job dir reached through no link: jobs.jobfiles)
-    with contextlib.suppress(FileNotFoundError):
-        if not stat.S_ISDIR(os.lstat(job_dir / mine).st_mode):  # (a link or a file an earlier attempt left there)
-            os.unlink(job_dir / mine)
+    jobfiles.clear_unless_folder(job_dir / mine)  # (a link or a file an earlier attempt left there: removed)
     if jobfiles.is_file(job_dir, f"{mine}/checkpoint"):
         return None  # an earlier attempt of this job saved its own
     store = objectstore.Store.of(settings.artifacts)
