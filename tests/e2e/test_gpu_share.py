@@ -18,7 +18,7 @@ import requests
 from jobs import mps
 from jobs.settings import Settings
 from models.states import ENDED
-from tests.support.live import fake_gpus_in_use, fake_nvidia_smi, until
+from tests.support.live import alive, fake_gpus_in_use, fake_nvidia_smi, until
 from tests.support.readme import run_block
 from tests.support.stack import Up
 
@@ -213,8 +213,9 @@ def test_mps_a_daemon_per_gpu_and_a_share_is_its_client_inside_its_sandbox(tmp_p
         left, started = mps.daemon_pids(settings, "0"), record.read_text().count("started gpu=0")
         assert left and mps.alive(settings, "0")
         mps.start(settings, "0")  # (what the next `up` does first for its GPU)
-        assert record.read_text().count("started gpu=0") == started + 1 and record.read_text().count("quit") == 2
-        assert mps.alive(settings, "0") and not set(left) & set(mps.daemon_pids(settings, "0"))
+        # (quit, or killed where it did not read its `quit` within the wait: on one loaded core it may not have)
+        assert record.read_text().count("started gpu=0") == started + 1
+        assert mps.alive(settings, "0") and not any(alive(pid) for pid in left)
         mps.stop(settings, "0")
         until(lambda: not mps.daemon_pids(settings, "0"), 10, "the daemon quit")
     finally:
