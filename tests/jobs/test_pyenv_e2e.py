@@ -46,7 +46,7 @@ def log(api: str, job_id: int) -> str:
     return requests.get(f"{api}/api/v1/jobs/{job_id}/logs", timeout=10).text
 
 
-def test_a_projects_environment_is_built_once_reused_and_bounded(tmp_path, spawn, child_env):
+def test_a_projects_environment_is_built_once_reused_and_bounded(tmp_path, spawn, child_env, gpu_env):
     wheels = Path("/var/tmp") / f"gpudeck-wheels-{tmp_path.name}"  # (outside /tmp: the sandbox has its own /tmp)
     wheel(wheels, "tinypkg", "1.0", "VALUE = 41\n")
     wheel(wheels, "otherpkg", "2.0", "VALUE = 'other'\n")
@@ -63,6 +63,8 @@ def test_a_projects_environment_is_built_once_reused_and_bounded(tmp_path, spawn
     api = start_api(spawn, env)
     for _ in range(2):
         spawn("worker", "--cpu", env=env)
+    # A box with a GPU (a FAKE nvidia-smi): the README's block, which names no --gpus, runs there as written.
+    spawn("worker", "--gpus", "0", env={**env, "PATH": gpu_env["PATH"]})
     home = Path(child_env["GPUDECK_HOME"])
     project = tmp_path / "project"
     project.mkdir()
@@ -75,10 +77,14 @@ def test_a_projects_environment_is_built_once_reused_and_bounded(tmp_path, spawn
     (readme / "requirements.txt").write_text("tinypkg==1.0\n")
     (readme / "train.py").write_text("import tinypkg\nprint('trained with tinypkg', tinypkg.VALUE)\n")
     try:
-        # The README's commands, as written, from a project folder with a requirements.txt (job 1).
+        # The README's commands, as written, from a project folder with a requirements.txt (job 1), once the
+        # GPU worker is live (a job that names no --gpus takes one where a worker has GPUs).
+        workers = lambda: requests.get(f"{api}/api/v1/workers", timeout=10).json()["workers"]  # noqa: E731
+        until(lambda: len(workers()) == 3, 60, "the three workers")
         cli_env = {**child_env, "GPUDECK_API": api, "PATH": f"{Path(sys.executable).parent}:{child_env['PATH']}"}
         ran, listed = run_block("pyenv", int(api.rsplit(":", 1)[1]), readme, cli_env)
         assert "[env] building environment (1 packages)" in ran and "trained with tinypkg 41" in ran, ran
+        assert requests.get(f"{api}/api/v1/jobs/1", timeout=10).json()["spec"]["gpus"] == 1  # (the GPU worker's)
         assert listed.splitlines()[0].split() == ["ENV", "FROM", "PACKAGES", "SIZE", "LAST", "USED", "JOBS"], listed
         assert listed.splitlines()[1].split()[1:3] == ["requirements", "1"] and listed.rstrip().endswith(" 1"), listed
 
