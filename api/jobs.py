@@ -11,9 +11,10 @@ from flask import Blueprint, Response, current_app, request
 
 from api import auth, deps, longpoll
 from api.finite import finite
-from jobs import control, export, forecast, gang, notify, onslurm, plan, queues, steer, usage
+from jobs import control, export, gang, notify, plan, steer, usage
+from jobs.backends import base as backends
 from jobs.compare import csv_cell
-from jobs.errors import BadRequest, Conflict, NotFound
+from jobs.errors import BadRequest, NotFound
 from jobs.views import LIVE, job_view
 from models.common import search_text
 from models.states import PRIORITIES, Status
@@ -92,16 +93,8 @@ def move(job_id: int):
         raise BadRequest(f"{field} must be a job id, got {json.dumps(value)}", {"field": field})
     store = deps.store()
     auth.may(store.get(job_id).get("owner"), "move", f"job {job_id}")
-    if deps.settings().backend == "slurm":
-        raise Conflict(
-            "on Slurm, Slurm orders its queue (by priority, fair share and age): a job has no place to move to; "
-            'change its priority instead (PATCH with {"priority": …}: a QOS or nice value through scontrol)',
-            {"field": "body"},
-        )
-    if field != "top" and not store.exists(value):
-        raise NotFound(f"job {value} does not exist", {"field": field, "id": value})
-    target = {field: value} if field != "top" else {}
-    rec = steer.move(deps.redis(), job_id, **target)
+    target = {"before": None, "after": None, **({field: value} if field != "top" else {})}
+    rec = backends.of(deps.settings()).move(deps.redis(), job_id, **target)
     return views([rec], with_tasks=True)[0]
 
 
@@ -177,14 +170,7 @@ def views(recs: list[dict], with_tasks: bool = False) -> list[dict]:
     """Job records as the API answers them, with each queued job's place in line and expected start, and each
     running job's usage (CPU, memory, GPU)."""
     redis = deps.redis()
-    if deps.settings().backend == "slurm":  # (Slurm orders its queue and plans its starts: squeue's, as recorded)
-        line, starts = {}, {r["id"]: onslurm.expected_start(r) for r in recs if r["status"] == "queued"}
-    else:
-        line = queues.positions(redis, recs, deps.settings())
-        # (expected starts for the jobs the plan reaches: one further in line than it looks has none, and asking
-        # for it would walk the plan to its end for nothing)
-        queued = [r["id"] for r in recs if r["status"] == "queued" and line.get(r["id"], 0) <= forecast.SCAN_MAX]
-        starts = forecast.estimate(redis, deps.settings(), queued) if queued else {}
+    line, starts = backends.of(deps.settings()).lines(redis, recs, deps.settings())
     used = usage.read(redis, [r["id"] for r in recs if r["status"] in ("starting", "running")])
     history = plan.learned(redis, [r for r in recs if r["status"] in LIVE])
     return [

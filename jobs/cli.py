@@ -15,6 +15,7 @@ from pathlib import Path
 
 import click
 
+from jobs.backends import base as backends
 from jobs.errors import ConfigError, GpudeckError
 from jobs.settings import DEFAULT_PORT, Settings
 from models.common import EXIT_INTERRUPTED, EXIT_OK, EXIT_USAGE, parse_age, parse_size
@@ -94,8 +95,7 @@ def up(host, port, home, gpus, cpu_workers, backend) -> int:
     if backend is not None:
         os.environ["GPUDECK_BACKEND"] = backend
     settings = settings_from_env(home)
-    if settings.backend == "slurm" and (gpus is not None or cpu_workers is not None):
-        raise ConfigError("--gpus and --cpu-workers start gpudeck's workers; on Slurm the compute nodes are Slurm's")
+    backends.of(settings).check_up(gpus, cpu_workers)
     chosen = None if gpus is None else [g for g in gpus.split(",") if g != ""]
     return run_stack(settings, host=host, port=port, gpus=chosen, cpu_workers=cpu_workers)
 

@@ -22,15 +22,14 @@ from jobs import (
     plan,
     queues,
     quota,
-    schedule,
     search,
     sweeps,
     views,
 )
+from jobs.backends import base as backends
 from jobs.errors import Conflict, NotFound
 from jobs.keys import (
     INDEX_KEY,
-    SLURM_WAKE_KEY,
     job_key,
     job_keys,
     sweep_key,
@@ -60,10 +59,8 @@ def submit(
         rec, replayed = queues.submit(redis, body, settings, extra=extra), False
     else:
         rec, replayed = queues.submit_once(redis, body, idempotency_key, settings, extra=extra)
-    if not replayed and settings.backend == "slurm":  # (the agent's round, woken, sends it to sbatch at once)
-        redis.rpush(SLURM_WAKE_KEY, rec["id"])
-    elif not replayed:
-        schedule.place(redis, settings)  # it starts now when it can
+    if not replayed:
+        backends.of(settings).queued(redis, rec["id"], settings)  # (it starts now when it can)
         rec = JobStore(redis).get(rec["id"])
     return rec, replayed
 

@@ -15,9 +15,10 @@ from typing import Any
 from redis import Redis
 from redis.exceptions import RedisError
 
-from jobs import datasets, quota, slurm, sources
+from jobs import datasets, quota, sources
 from jobs import spec as spec_mod
-from jobs.errors import Conflict, NotImplementedHere, ReferenceNotFound, Unprocessable, ValidationError
+from jobs.backends import base as backends
+from jobs.errors import Conflict, ReferenceNotFound, Unprocessable, ValidationError
 from jobs.keys import (
     AFTER_CHECK_KEY,
     AFTER_KEY,
@@ -138,8 +139,9 @@ def validate(redis: Redis, body: Any, settings: Settings, default_gpus: int | No
     """spec.validate with what only the store and the settings know: live GPU workers (the default gpus), uploaded
     datasets and sources, data roots, whether command jobs are allowed, the registered environments."""
     s = settings
-    if default_gpus is None:  # (on Slurm, the cluster's GPUs: there are no workers of gpudeck's to count)
-        default_gpus = 1 if s.backend == "slurm" or live_gpu_workers(redis) else 0
+    backend = backends.of(s)
+    if default_gpus is None:
+        default_gpus = backend.default_gpus(redis)
     spec = spec_mod.validate(
         body,
         default_gpus=default_gpus,
@@ -155,29 +157,9 @@ def validate(redis: Redis, body: Any, settings: Settings, default_gpus: int | No
         mlflow=bool(s.mlflow_uri),
     )
     typed = Kept(spec)
-    if typed.model is not None and s.backend != "slurm":
-        check_zoo(redis)
     check_after(redis, list(typed.after))
-    if s.backend == "slurm":
-        not_on_slurm(typed)
-    else:
-        check_hosts(redis, typed, s)
+    backend.admit(redis, typed, s)
     return spec
-
-
-def not_on_slurm(spec: Kept) -> None:
-    """ValidationError naming the field of what Slurm does not run as gpudeck would (GPUDECK_BACKEND=slurm): a GPU
-    share (Slurm's shard GRES is its operator's); NotImplementedHere (501) for a session, which is not on Slurm yet."""
-    if spec.is_session:
-        raise NotImplementedHere(
-            "sessions do not run on Slurm yet (GPUDECK_BACKEND=slurm): on the cluster, `salloc --gres=gpu:1` then "
-            "`srun --pty bash` gives the same shell on a GPU node",
-            {"field": "kind"},
-        )
-    try:
-        slurm.sbatch_options(0, spec, slurm.SlurmOptions(), output="-")
-    except slurm.NotOnSlurm as exc:
-        raise ValidationError({exc.field: f"{str(exc).split(': ', 1)[1]} (GPUDECK_BACKEND=slurm)"}) from None
 
 
 def submit(

@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from jobs import objectstore
+from jobs.backends import IMPLEMENTATIONS
 from jobs.errors import ConfigError
 from models.common import AGE, DEFAULT_API, DEFAULT_PORT, parse_age, parse_size  # noqa: F401 (their home for jobs/)
 from models.protocol import KEEP_CHECKPOINTS_ENV, keep_checkpoints
@@ -360,7 +361,7 @@ class Settings:
             artifacts=_artifacts(env),
             mlflow_uri=(env.get("GPUDECK_MLFLOW_URI") or "").strip() or None,
             mlflow_experiment=(env.get("GPUDECK_MLFLOW_EXPERIMENT") or "").strip() or cls.mlflow_experiment,
-            backend=_choice(env, "GPUDECK_BACKEND", ("local", "slurm")),
+            backend=_choice(env, "GPUDECK_BACKEND", tuple(IMPLEMENTATIONS)),
             slurm_partition=(env.get("GPUDECK_SLURM_PARTITION") or "").strip() or None,
             slurm_account=(env.get("GPUDECK_SLURM_ACCOUNT") or "").strip() or None,
             slurm_qos=_checked(_slurm_qos, env, "GPUDECK_SLURM_QOS"),

@@ -9,11 +9,12 @@ from typing import Any
 
 from redis import Redis
 
-from jobs import onslurm, queues
+from jobs import queues
+from jobs.backends import base as backends
 from jobs.errors import Conflict
 from jobs.keys import AFTER_KEY, queue_name
 from jobs.record import Kept
-from jobs.schedule import lock_round, place
+from jobs.schedule import lock_round
 from jobs.settings import Settings
 from jobs.store import JobStore
 from models.states import Status
@@ -41,11 +42,10 @@ def _queued(store: JobStore, job_id: int, what: str) -> dict[str, Any]:
 def reprioritize(redis: Redis, job_id: int, priority: str, settings: Settings) -> dict[str, Any]:
     """A queued job goes to the line of another priority, keeping its place in submission order."""
     store = JobStore(redis)
-    slurm = settings.backend == "slurm"
+    backend = backends.of(settings)
     with locked(redis):
         rec = _queued(store, job_id, "priority")
-        if slurm:  # (Slurm orders its queue: a job it has gets a QOS or a nice value through scontrol)
-            onslurm.reprioritize(settings, rec, priority)
+        backend.reprioritize(redis, rec, priority, settings)  # (on Slurm: a QOS or a nice value through scontrol)
         spec = Kept(rec["spec"]).with_(priority=priority)
         waiting = bool(redis.sismember(AFTER_KEY, job_id))
         in_line = not (rec.get("slurm") or {}).get("id")  # (one Slurm has is in no line of gpudeck's)
@@ -55,8 +55,7 @@ def reprioritize(redis: Redis, job_id: int, priority: str, settings: Settings) -
             if in_line:
                 queues.enqueue(pipe, job_id, spec, rec.get("owner"), rec.get("seq"), waiting=waiting)
             pipe.execute()
-    if not slurm:
-        place(redis, settings)
+    backend.queued(redis, job_id, settings)
     return store.get(job_id)
 
 

@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import IO
 
 from jobs import mps
+from jobs.backends import base as backends
 from jobs.errors import ConfigError
 from jobs.gpus import list_gpus
 from jobs.redis_server import EmbeddedRedis
@@ -148,8 +149,14 @@ class Stack:
             env=env,
         )
         self.api.start()
-        if self.settings.backend == "slurm":  # (the compute nodes are Slurm's: its agent, no workers)
-            agent = Child("slurm agent", python_module("jobs.slurmagent"), self.logs_dir / "slurm-agent.log", env=env)
+        agent_module = backends.of(self.settings).agent_module
+        if agent_module:  # (the compute nodes are another's, Slurm's: its agent, no workers)
+            agent = Child(
+                f"{self.settings.backend} agent",
+                python_module(agent_module),
+                self.logs_dir / f"{self.settings.backend}-agent.log",
+                env=env,
+            )
             self.workers.append(agent)
             agent.start()
             self._wait_api()
