@@ -23,7 +23,7 @@ from urllib.parse import urlsplit
 
 from redis import Redis
 
-from jobs import jobfiles
+from jobs import jobfiles, outbox
 from jobs.errors import Conflict, NotFound, Unprocessable
 from jobs.keys import (
     EXPORT_DUE_KEY,
@@ -34,7 +34,6 @@ from jobs.keys import (
     sweep_stop_key,
     sweep_trials_key,
 )
-from jobs.periodic import Periodic
 from jobs.record import Kept
 from jobs.settings import Settings
 from jobs.store import JobStore
@@ -43,12 +42,10 @@ from models.states import ENDED
 
 log = logging.getLogger(__name__)
 
-FIRST_RETRY_S = 5.0
-"""The wait before the second attempt; each later one waits twice as long, at most RETRY_MAX_S."""
-RETRY_MAX_S = 3600.0
-GIVE_UP_S = 86400.0
-"""An export still failing this long after it was queued is given up (recorded so)."""
+FIRST_RETRY_S = outbox.FIRST_RETRY_S
 EXPORT_EVERY_S = 1.0
+BOX = outbox.Box(EXPORT_DUE_KEY, EXPORTER_LOCK_KEY, lock_s=600, batch=20)
+"""The exports due: job ids (their state on the record, `export.mlflow`)."""
 ARTIFACTS = ("model.keras", "result.json")
 """The files of a job dir an export uploads (where the API's host sees the job dir)."""
 NO_URI = (
@@ -70,7 +67,7 @@ def enqueue(redis: Redis, rec: dict[str, Any], asked: bool = False) -> bool:
     state = {**((rec.get("export") or {}).get("mlflow") or {}), "status": "pending", "queued_at": time.time()}
     with redis.pipeline(transaction=True) as pipe:
         JobStore(redis).update(rec["id"], pipe=pipe, export={"mlflow": state})
-        pipe.zadd(EXPORT_DUE_KEY, {str(rec["id"]): time.time()})
+        BOX.put(pipe, str(rec["id"]))
         pipe.execute()
     return True
 
@@ -153,70 +150,64 @@ def sweep_times(redis: Redis, store: JobStore, sweep_id: int) -> tuple[float | N
 
 def deliver(redis: Redis, settings: Settings, now: float | None = None) -> int:
     """Make every export due now (one attempt each); the number made."""
+    now = time.time() if now is None else now
+    return BOX.deliver(redis, lambda item: _export(redis, settings, int(item), now), now)
+
+
+def _export(redis: Redis, settings: Settings, job_id: int, now: float) -> int:
+    """One attempt at a job's export, its state written on the record and the item settled; 1 when it was made."""
     from models import mlflowrun  # (the client library loads only where something is exported)
 
-    now = time.time() if now is None else now
     store = JobStore(redis)
-    made = 0
-    for raw in redis.zrangebyscore(EXPORT_DUE_KEY, "-inf", now, start=0, num=20):
-        job_id = int(raw)
-        try:
-            rec = store.get(job_id)
-        except Exception:  # noqa: BLE001 (deleted since: nothing to export)
-            redis.zrem(EXPORT_DUE_KEY, raw)
-            continue
-        state = dict((rec.get("export") or {}).get("mlflow") or {})
-        state["attempts"] = state.get("attempts", 0) + 1
-        try:
-            if not settings.mlflow_uri:
-                raise mlflowrun.ExportError("GPUDECK_MLFLOW_URI is not set any more")
-            view = job_view(rec)
-            sweep_id = rec.get("sweep_id")
-            began, over = sweep_times(redis, store, int(sweep_id)) if sweep_id is not None else (None, None)
-            with artifact_copies(settings, job_id) as files:
-                done = mlflowrun.export(
-                    settings.mlflow_uri,
-                    view,
-                    store.read_points(job_id),
-                    files,
-                    settings.mlflow_experiment,
-                    sweep_began=began,
-                    sweep_ended=over,
-                )
-        except mlflowrun.ExportError as exc:
-            gave_up = time.time() - float(state.get("queued_at") or now) > GIVE_UP_S
-            wait = min(RETRY_MAX_S, FIRST_RETRY_S * 2 ** (state["attempts"] - 1))
-            error = redacted(str(exc), settings.mlflow_uri)  # (every user reads the record: no credential in it)
-            state.update(status="failed" if gave_up else "retrying", error=error, at=time.time())
-            state["next_at"] = None if gave_up else time.time() + wait
-            log.info("export of job %s to MLflow: %s (attempt %s)", job_id, exc, state["attempts"])
-        else:
-            state = {"status": "exported", "run_id": done.run_id, "experiment_id": done.experiment_id,
-                     "points": done.points, "attempts": state["attempts"], "at": time.time()}  # fmt: skip
-            made += 1
-        if not redis.exists(job_key(job_id)):  # (deleted while it was exported: no half record made again)
-            redis.zrem(EXPORT_DUE_KEY, raw)
-            continue
-        with redis.pipeline(transaction=True) as pipe:
-            store.update(job_id, pipe=pipe, export={"mlflow": state})
-            if state["status"] == "retrying":
-                pipe.zadd(EXPORT_DUE_KEY, {str(job_id): state["next_at"]})
-            else:
-                pipe.zrem(EXPORT_DUE_KEY, raw)
-            pipe.execute()
-    return made
+    try:
+        rec = store.get(job_id)
+    except NotFound:  # (deleted since: nothing to export)
+        BOX.settle(redis, str(job_id), None)
+        return 0
+    state = dict((rec.get("export") or {}).get("mlflow") or {})
+    state["attempts"] = state.get("attempts", 0) + 1
+    try:
+        if not settings.mlflow_uri:
+            raise mlflowrun.ExportError("GPUDECK_MLFLOW_URI is not set any more")
+        sweep_id = rec.get("sweep_id")
+        began, over = sweep_times(redis, store, int(sweep_id)) if sweep_id is not None else (None, None)
+        with artifact_copies(settings, job_id) as files:
+            done = mlflowrun.export(
+                settings.mlflow_uri,
+                job_view(rec),
+                store.read_points(job_id),
+                files,
+                settings.mlflow_experiment,
+                sweep_began=began,
+                sweep_ended=over,
+            )
+    except mlflowrun.ExportError as exc:
+        given_up = outbox.gave_up(float(state.get("queued_at") or now))
+        error = redacted(str(exc), settings.mlflow_uri)  # (every user reads the record: no credential in it)
+        state.update(status="failed" if given_up else "retrying", error=error, at=time.time())
+        state["next_at"] = None if given_up else time.time() + outbox.backoff(state["attempts"])
+        log.info("export of job %s to MLflow: %s (attempt %s)", job_id, exc, state["attempts"])
+    else:
+        state = {"status": "exported", "run_id": done.run_id, "experiment_id": done.experiment_id,
+                 "points": done.points, "attempts": state["attempts"], "at": time.time()}  # fmt: skip
+    if not redis.exists(job_key(job_id)):  # (deleted while it was exported: no half record made again)
+        BOX.settle(redis, str(job_id), None)
+        return 0
+    with redis.pipeline(transaction=True) as pipe:
+        store.update(job_id, pipe=pipe, export={"mlflow": state})
+        BOX.settle(pipe, str(job_id), state["next_at"] if state["status"] == "retrying" else None)
+        pipe.execute()
+    return int(state["status"] == "exported")
 
 
-class Exporter(Periodic):
+class Exporter(outbox.Outbox):
     """Makes the due exports, in one process at a time (a lock held for the round)."""
 
-    what, every_s = "exporter", EXPORT_EVERY_S
+    what, every_s, box = "exporter", EXPORT_EVERY_S, BOX
 
     def __init__(self, settings: Settings):
         super().__init__(settings.redis_url or "", "gpudeck-exporter")
         self.settings = settings
 
-    def round(self) -> None:
-        if not self.redis.zcount(EXPORT_DUE_KEY, "-inf", time.time()):
-            return
-        self.under_lock(EXPORTER_LOCK_KEY, 600, lambda: deliver(self.redis, self.settings))
+    def deliver(self) -> int:
+        return deliver(self.redis, self.settings)

@@ -20,6 +20,7 @@ from typing import Any
 import requests
 from redis import Redis
 
+from jobs import outbox
 from jobs.keys import (
     ADMIN_NOTIFICATIONS_KEY,
     NOTIFIER_LOCK_KEY,
@@ -27,7 +28,6 @@ from jobs.keys import (
     NOTIFY_DUE_KEY,
     notifications_key,
 )
-from jobs.periodic import Periodic
 from jobs.record import Kept
 from jobs.settings import Settings, Webhook
 from models.common import NOTIFY_ENTRY
@@ -36,12 +36,9 @@ log = logging.getLogger(__name__)
 
 ENDS = ("succeeded", "failed", "canceled", "stopped_early")
 """What `notify: ["lab"]` is sent for (`lab:any`: every change of status too)."""
-FIRST_RETRY_S = 5.0
-"""The wait before the second attempt (GPUDECK_WEBHOOK_RETRY); each later one waits twice as long, at most
-RETRY_MAX_S."""
-RETRY_MAX_S = 3600.0
-GIVE_UP_S = 86400.0
-"""A delivery still failing this long after its event is given up (recorded so)."""
+BOX = outbox.Box(NOTIFY_DUE_KEY, NOTIFIER_LOCK_KEY, lock_s=120, batch=50)
+"""The deliveries due: their ids (each delivery in NOTIFY_DELIVERIES_KEY); retried after GPUDECK_WEBHOOK_RETRY
+seconds, then twice as long each time."""
 SEND_TIMEOUT_S = 5.0
 NOTIFY_EVERY_S = 0.5
 KEEP_ATTEMPTS = 100
@@ -106,7 +103,7 @@ def _queue(redis: Redis, endpoints: tuple[str, ...], job: int | None, event: str
             delivery = {"id": delivery_id, "endpoint": name, "job": job, "event": event, "summary": told,
                         "created_at": now, "attempts": 0}  # fmt: skip
             pipe.hset(NOTIFY_DELIVERIES_KEY, delivery_id, json.dumps(delivery))
-            pipe.zadd(NOTIFY_DUE_KEY, {delivery_id: now})
+            BOX.put(pipe, delivery_id, now)
             ids.append(delivery_id)
         pipe.execute()
     return ids
@@ -165,54 +162,54 @@ def attempts(redis: Redis, job_id: int) -> list[dict[str, Any]]:
 
 def deliver(redis: Redis, settings: Settings, now: float | None = None) -> int:
     """Send every delivery due now (one attempt each); the number sent."""
-    now = time.time() if now is None else now
-    due = [d.decode() for d in redis.zrangebyscore(NOTIFY_DUE_KEY, "-inf", now, start=0, num=50)]
-    sent = 0
-    for delivery_id in due:
-        raw = redis.hget(NOTIFY_DELIVERIES_KEY, delivery_id)
-        if raw is None:
-            redis.zrem(NOTIFY_DUE_KEY, delivery_id)
-            continue
-        d = json.loads(raw)
-        hook = settings.webhook(d["endpoint"])
-        d["attempts"] += 1
-        if hook is None:  # the operator removed the endpoint since
-            ok, said = False, f"no endpoint {d['endpoint']!r} in GPUDECK_WEBHOOKS any more"
+    return BOX.deliver(redis, lambda delivery_id: _send(redis, settings, delivery_id), now)
+
+
+def _send(redis: Redis, settings: Settings, delivery_id: str) -> int:
+    """One attempt at a delivery, recorded on its job (or the box's own list) and settled; 1 when it was sent."""
+    raw = redis.hget(NOTIFY_DELIVERIES_KEY, delivery_id)
+    if raw is None:
+        BOX.settle(redis, delivery_id, None)
+        return 0
+    d = json.loads(raw)
+    hook = settings.webhook(d["endpoint"])
+    d["attempts"] += 1
+    if hook is None:  # the operator removed the endpoint since
+        ok, said = False, f"no endpoint {d['endpoint']!r} in GPUDECK_WEBHOOKS any more"
+    else:
+        ok, said = send(hook, d["event"], d["summary"], settings.public_url or "http://localhost:8686")
+    given_up = not ok and (hook is None or outbox.gave_up(d["created_at"]))
+    record = {"delivery": delivery_id, "endpoint": d["endpoint"], "event": d["event"], "attempt": d["attempts"],
+              "at": time.time(), "delivered": ok, "answer": said}  # fmt: skip
+    if given_up:
+        record["gave_up"] = True
+    kept = notifications_key(d["job"]) if d["job"] is not None else ADMIN_NOTIFICATIONS_KEY
+    with redis.pipeline(transaction=True) as pipe:
+        pipe.rpush(kept, json.dumps(record))
+        pipe.ltrim(kept, -KEEP_ATTEMPTS, -1)
+        if ok or given_up:
+            pipe.hdel(NOTIFY_DELIVERIES_KEY, delivery_id)
+            BOX.settle(pipe, delivery_id, None)
         else:
-            ok, said = send(hook, d["event"], d["summary"], settings.public_url or "http://localhost:8686")
-            sent += 1
-        gave_up = not ok and (hook is None or time.time() - d["created_at"] > GIVE_UP_S)
-        record = {"delivery": delivery_id, "endpoint": d["endpoint"], "event": d["event"], "attempt": d["attempts"],
-                  "at": time.time(), "delivered": ok, "answer": said}  # fmt: skip
-        if gave_up:
-            record["gave_up"] = True
-        kept = notifications_key(d["job"]) if d["job"] is not None else ADMIN_NOTIFICATIONS_KEY
-        with redis.pipeline(transaction=True) as pipe:
-            pipe.rpush(kept, json.dumps(record))
-            pipe.ltrim(kept, -KEEP_ATTEMPTS, -1)
-            if ok or gave_up:
-                pipe.hdel(NOTIFY_DELIVERIES_KEY, delivery_id)
-                pipe.zrem(NOTIFY_DUE_KEY, delivery_id)
-            else:
-                wait = min(RETRY_MAX_S, settings.webhook_retry_s * 2 ** (d["attempts"] - 1))
-                pipe.hset(NOTIFY_DELIVERIES_KEY, delivery_id, json.dumps(d))
-                pipe.zadd(NOTIFY_DUE_KEY, {delivery_id: time.time() + wait})
-            pipe.execute()
-        if not ok:
-            log.info("notification of job %s to %s: %s (attempt %s)", d["job"], d["endpoint"], said, d["attempts"])
-    return sent
+            pipe.hset(NOTIFY_DELIVERIES_KEY, delivery_id, json.dumps(d))
+            BOX.settle(pipe, delivery_id, time.time() + outbox.backoff(d["attempts"], settings.webhook_retry_s))
+        pipe.execute()
+    if not ok:
+        log.info("notification of job %s to %s: %s (attempt %s)", d["job"], d["endpoint"], said, d["attempts"])
+    return int(hook is not None)
 
 
-class Notifier(Periodic):
+class Notifier(outbox.Outbox):
     """Sends due notifications, in one process at a time (a lock held for the round)."""
 
-    what, every_s = "notifier", NOTIFY_EVERY_S
+    what, every_s, box = "notifier", NOTIFY_EVERY_S, BOX
 
     def __init__(self, settings: Settings):
         super().__init__(settings.redis_url or "", "gpudeck-notifier")
         self.settings = settings
 
-    def round(self) -> None:
-        if not self.settings.webhooks or not self.redis.zcard(NOTIFY_DUE_KEY):
-            return
-        self.under_lock(NOTIFIER_LOCK_KEY, 120, lambda: deliver(self.redis, self.settings))
+    def wanted(self) -> bool:
+        return bool(self.settings.webhooks)
+
+    def deliver(self) -> int:
+        return deliver(self.redis, self.settings)
