@@ -119,6 +119,8 @@ class Round:
     """What processes that outlived their job hold on each GPU: it takes no job of whole GPUs until they let go."""
     out: str = ""
     """The GPUs out of service (cordoned), as a waiting job's message ends: `; cordoned: Xid 79 at 14:02 on GPU 0`."""
+    unavailable: set[str] = field(default_factory=set)
+    """Workers no job may take this round (their GPU out of service, or held by a process not ours)."""
 
     def taken(self, gone: set[int]) -> dict[GpuKey, float]:
         """What the active jobs but `gone` take of each GPU now."""
@@ -192,6 +194,25 @@ def gpu_room(
 
 
 def _round(redis: Redis, s: Settings, now: float) -> list[int]:
+    """One round: what is free and who holds what (`_look`), then the lines walked in the scheduler's order, each
+    queued job taken through the steps of `Walk.consider` — its sweep's cap, its owner's quota, a fit now, preemption
+    for it, a reservation in time — until the walk has seen enough; the jobs placed."""
+    r = _look(redis, s, now)
+    found = queues.lines(redis, LINE_HEAD)  # each line's head; the rest as the round reaches it
+    if not found:
+        return []
+    walk = Walk(r)
+    ordered = queues.scheduler_order(redis, s, found, walk.used, r.now, queues.reader(redis, LINE_HEAD, LINE_HEAD * 4))
+    for n, (job_id, priority, owner, rec) in enumerate(with_records(walk.store, ordered)):
+        if not walk.goes_on(n, priority):
+            break
+        walk.consider(job_id, priority, owner, rec)
+    return r.placed
+
+
+def _look(redis: Redis, s: Settings, now: float) -> Round:
+    """What a round starts from: dependencies released, the live workers, who holds which, what is blocked (memory a
+    foreign process holds, a cordoned GPU: each waiting job told why), what is free, each GPU's room for shares."""
     store = JobStore(redis)
     release_dependencies(redis, store)
     slots, unavailable = live_slots(redis)
@@ -204,99 +225,158 @@ def _round(redis: Redis, s: Settings, now: float) -> list[int]:
     free = [x for n, x in slots.items() if n not in holders and n not in unavailable and n not in blocked]
     capacity, live, left = gpu_room(redis, s, slots)
     r = Round(redis, s, now, slots, free, active, holders, capacity=capacity, live=live, left=left)
+    r.unavailable = set(unavailable) | set(blocked)
     if out:  # (what a waiting job of GPUs is told besides: why fewer GPUs serve)
         r.out = "; " + ", ".join(sorted({why.split(" (")[0] for why in out.values()}))
-    found = queues.lines(redis, LINE_HEAD)  # each line's head; the rest as the round reaches it
-    if not found:
-        return []
-    history = plan.learned(redis, active)
-    tl = timeline(r, set(unavailable) | set(blocked), history)
-    depth = plan.RESERVE_DEPTH
-    used = share.usage(redis, s.fairshare_halflife_s, active, r.now) if s.fairshare else {}
-    held: dict[str | None, float] = defaultdict(float)  # (GPUs each owner holds: a share counts its part)
-    for one in active:
-        held[one.get("owner")] += quota.holds(one)
-    sweep_running = Counter(one.get("sweep_id") for one in active if one.get("sweep_id") is not None)
-    limits: dict[int, int | None] = {}
-    stopping = _stopping(redis, active)
-    # the lowest priority a job could be preempted from, among those that may be (and the others stopping)
-    lowest_running = max(
-        (_rank(v) for v in active if _preemptible(r, v, stopping)),
-        default=-1,
-    )
-    tries = PREEMPT_TRIES
-    reserved = False  # (only the first job that does not fit keeps free workers, and those preemption frees)
-    preempting = {
-        int(v["preempted_by"]["id"]) for v in active if stopping.get(v["id"]) == PREEMPTED and v.get("preempted_by")
-    }
-    ordered = queues.scheduler_order(redis, s, found, used, r.now, queues.reader(redis, LINE_HEAD, LINE_HEAD * 4))
-    quotas = tokens.quotas(redis)
-    for n, (job_id, priority, owner, rec) in enumerate(with_records(store, ordered)):
-        can_preempt = s.preempt and tries > 0 and PRIORITIES.index(priority) < lowest_running
-        if n >= SCAN_MAX or (not r.free and not can_preempt and n >= SAYS_WHY):
-            break
+    return r
+
+
+class Walk:
+    """A round's walk down the lines: what it has learned so far (each owner's GPUs held, each sweep's jobs running,
+    the timeline of reservations, preemptions started and left to try), and the steps it takes each queued job
+    through."""
+
+    def __init__(self, r: Round):
+        s, active = r.settings, r.active
+        self.r, self.s, self.store = r, s, JobStore(r.redis)
+        self.history = plan.learned(r.redis, active)
+        self.tl = timeline(r, r.unavailable, self.history)
+        self.depth = plan.RESERVE_DEPTH
+        """Reservations in time left to make (conservative backfill)."""
+        self.used = share.usage(r.redis, s.fairshare_halflife_s, active, r.now) if s.fairshare else {}
+        self.held: dict[str | None, float] = defaultdict(float)  # (GPUs each owner holds: a share counts its part)
+        for one in active:
+            self.held[one.get("owner")] += quota.holds(one)
+        self.sweep_running = Counter(one.get("sweep_id") for one in active if one.get("sweep_id") is not None)
+        self.limits: dict[int, int | None] = {}
+        self.stopping = _stopping(r.redis, active)
+        # the lowest priority a job could be preempted from, among those that may be (and the others stopping)
+        self.lowest_running = max((_rank(v) for v in active if _preemptible(r, v, self.stopping)), default=-1)
+        self.tries = PREEMPT_TRIES
+        self.reserved = False  # (only the first job that does not fit keeps free workers, and those preemption frees)
+        self.preempting = {
+            int(v["preempted_by"]["id"])
+            for v in active
+            if self.stopping.get(v["id"]) == PREEMPTED and v.get("preempted_by")
+        }
+        self.quotas = tokens.quotas(r.redis)
+
+    def can_preempt(self, priority: str) -> bool:
+        """Whether a job of `priority` may still preempt one running now."""
+        return self.s.preempt and self.tries > 0 and PRIORITIES.index(priority) < self.lowest_running
+
+    def goes_on(self, n: int, priority: str) -> bool:
+        """Whether the walk looks at its `n`-th job: not past SCAN_MAX, nor past SAYS_WHY once nothing is free and
+        the job could preempt nobody."""
+        return n < SCAN_MAX and (bool(self.r.free) or self.can_preempt(priority) or n < SAYS_WHY)
+
+    def consider(self, job_id: int, priority: str, owner: str | None, rec: dict[str, Any] | None) -> None:
+        """One queued job, through the steps: still queued; its sweep's cap; its owner's quota; a fit now; else
+        preemption for it, a reservation in time, or what it could use kept free for it — and told why it waits."""
         if rec is None:  # (deleted meanwhile)
-            redis.zrem(queues.line_key(priority, owner), job_id)
-            continue
+            self.r.redis.zrem(queues.line_key(priority, owner), job_id)
+            return
         if rec["status"] != Status.QUEUED.value:
-            queues.withdraw(redis, rec)
-            continue
+            queues.withdraw(self.r.redis, rec)
+            return
         spec = Kept(rec["spec"])
-        sweep_id = rec.get("sweep_id")
-        if sweep_id is not None:
-            if sweep_id not in limits:
-                limits[sweep_id] = sweeps.max_concurrent(redis, sweep_id)
-            cap = limits[sweep_id]
-            if cap is not None and sweep_running[sweep_id] >= cap:
-                _waiting(store, rec, f"waiting: sweep {sweep_id} runs {sweep_running[sweep_id]} of {cap} at once")
-                continue
-        gpus: float = quota.job_gpus(spec)
-        if spec.gpu_memory and r.capacity:  # (a share counts as its part of the largest GPU until placed)
-            gpus = min(1.0, spec.gpu_memory / (max(r.capacity.values()) + s.gpu_memory_reserve))
-        limit = quotas.get(owner) if owner and gpus else None
-        if limit is not None and held[owner] + gpus > limit:
-            _waiting(store, rec, quota.waiting(owner or "", held[owner], limit))
-            continue  # (over its owner's quota, it holds nobody else up, and preempts nobody)
-        places, k = spec.workers, spec.gpus
-        part = part_of(spec, s.gpu_context_memory)
+        if self.over_sweep_cap(rec):
+            return
+        gpus = self.gpus_of(spec)
+        if self.over_quota(rec, owner, gpus):
+            return  # (over its owner's quota, it holds nobody else up, and preempts nobody)
+        part = part_of(spec, self.s.gpu_context_memory)
         # (its expected duration matters where it could start now, or where a reservation has a time to find)
-        wanted = s.backfill and (r.free or (depth > 0 and len(tl.times()) > 1))
-        took = plan.expected(rec, history)[0] if wanted else None
-        # now, on workers (and GPU memory) free until it is expected to end (unknown: reserved by nobody); without
-        # backfill, free for good: only what running jobs hold is taken then
-        chosen = tl.fit_at([x.name for x in r.free], r.now, places, k, took if s.backfill else None, part)
-        if chosen is not None and _assign(r, store, rec, chosen):
-            r.placed.append(job_id)
-            taken = {x.name for p in chosen for x in p}
-            r.free = [x for x in r.free if x.name not in taken]
-            tl.take(taken, r.now, took, taken_of(spec, s.gpu_context_memory))
-            held[owner] += quota.holds(store.get(job_id)) if spec.gpu_memory else gpus
-            if sweep_id is not None:
-                sweep_running[sweep_id] += 1
-            continue
-        message = (_need_share(r, tl, spec, part) if part else _need(places, k, r.free)) + (r.out if k else "")
-        if can_preempt:
-            tries -= 1
-            said = _preempt(r, store, rec, places, k, stopping)
-            if said and said.startswith("preempting"):
-                preempting.add(job_id)
-            message = said or message
-        keep = job_id in preempting or not (s.backfill or reserved)
-        if s.backfill and job_id not in preempting and depth > 0:  # a reservation in time (conservative backfill)
-            depth -= 1
-            start, picked = tl.earliest(places, k, took, part)
-            if start is not None and picked is not None:
-                tl.take({x.name for p in picked for x in p}, start, took, taken_of(spec, s.gpu_context_memory))
-                _waiting(store, rec, message)
-                continue
-            keep = not reserved  # (no known time: what it could use stays free for the first such job)
+        wanted = self.s.backfill and (self.r.free or (self.depth > 0 and len(self.tl.times()) > 1))
+        took = plan.expected(rec, self.history)[0] if wanted else None
+        if self.fits_now(rec, spec, owner, gpus, part, took):
+            return
+        message = _need_share(self.r, self.tl, spec, part) if part else _need(spec.workers, spec.gpus, self.r.free)
+        message += self.r.out if spec.gpus else ""
+        if self.can_preempt(priority):
+            message = self.preempt_for(rec, spec) or message
+        keep = job_id in self.preempting or not (self.s.backfill or self.reserved)
+        if self.s.backfill and job_id not in self.preempting and self.depth > 0:
+            if self.reserve_in_time(spec, part, took):
+                _waiting(self.store, rec, message)
+                return
+            keep = not self.reserved  # (no known time: what it could use stays free for the first such job)
         if keep and not part:  # what it could use stays free for it, for good (a share keeps no GPU)
-            kept = {x.name for x in partial(r.free, places, k, lambda key: tl.taken(key, r.now, r.now + 1))}
-            r.free = [x for x in r.free if x.name not in kept]
-            tl.hold(kept, r.now, plan.INF)
-            reserved = True
-        _waiting(store, rec, message)
-    return r.placed
+            self.keep_free(spec)
+        _waiting(self.store, rec, message)
+
+    def over_sweep_cap(self, rec: dict[str, Any]) -> bool:
+        """Whether its sweep already runs as many jobs at once as it may (the job told so)."""
+        sweep_id = rec.get("sweep_id")
+        if sweep_id is None:
+            return False
+        if sweep_id not in self.limits:
+            self.limits[sweep_id] = sweeps.max_concurrent(self.r.redis, sweep_id)
+        cap, running = self.limits[sweep_id], self.sweep_running[sweep_id]
+        if cap is not None and running >= cap:
+            _waiting(self.store, rec, f"waiting: sweep {sweep_id} runs {running} of {cap} at once")
+            return True
+        return False
+
+    def gpus_of(self, spec: Kept) -> float:
+        """The GPUs the job would hold: a share counts as its part of the largest GPU until placed."""
+        gpus: float = quota.job_gpus(spec)
+        if spec.gpu_memory and self.r.capacity:
+            gpus = min(1.0, spec.gpu_memory / (max(self.r.capacity.values()) + self.s.gpu_memory_reserve))
+        return gpus
+
+    def over_quota(self, rec: dict[str, Any], owner: str | None, gpus: float) -> bool:
+        """Whether the job would take its owner past their GPU quota (the job told so)."""
+        limit = self.quotas.get(owner) if owner and gpus else None
+        if limit is not None and self.held[owner] + gpus > limit:
+            _waiting(self.store, rec, quota.waiting(owner or "", self.held[owner], limit))
+            return True
+        return False
+
+    def fits_now(
+        self, rec: dict[str, Any], spec: Kept, owner: str | None, gpus: float, part: float | None, took: float | None
+    ) -> bool:
+        """Place the job now where workers (and GPU memory) are free until it is expected to end (unknown: reserved
+        by nobody; without backfill, free for good: only what running jobs hold is taken); whether it was."""
+        r, job_id = self.r, rec["id"]
+        backfill_took = took if self.s.backfill else None
+        chosen = self.tl.fit_at([x.name for x in r.free], r.now, spec.workers, spec.gpus, backfill_took, part)
+        if chosen is None or not _assign(r, self.store, rec, chosen):
+            return False
+        r.placed.append(job_id)
+        taken = {x.name for p in chosen for x in p}
+        r.free = [x for x in r.free if x.name not in taken]
+        self.tl.take(taken, r.now, took, taken_of(spec, self.s.gpu_context_memory))
+        self.held[owner] += quota.holds(self.store.get(job_id)) if spec.gpu_memory else gpus
+        if rec.get("sweep_id") is not None:
+            self.sweep_running[rec["sweep_id"]] += 1
+        return True
+
+    def preempt_for(self, rec: dict[str, Any], spec: Kept) -> str | None:
+        """Preempt running jobs of lower priority for it (one try of PREEMPT_TRIES); what it is told, if anything."""
+        self.tries -= 1
+        said = _preempt(self.r, self.store, rec, spec.workers, spec.gpus, self.stopping)
+        if said and said.startswith("preempting"):
+            self.preempting.add(rec["id"])
+        return said
+
+    def reserve_in_time(self, spec: Kept, part: float | None, took: float | None) -> bool:
+        """A reservation at the earliest time its workers are free for long enough (conservative backfill);
+        whether one was made."""
+        self.depth -= 1
+        start, picked = self.tl.earliest(spec.workers, spec.gpus, took, part)
+        if start is None or picked is None:
+            return False
+        self.tl.take({x.name for p in picked for x in p}, start, took, taken_of(spec, self.s.gpu_context_memory))
+        return True
+
+    def keep_free(self, spec: Kept) -> None:
+        """What the job could use stays free for it, for good (no later job takes it this round)."""
+        r, tl = self.r, self.tl
+        kept = {x.name for x in partial(r.free, spec.workers, spec.gpus, lambda key: tl.taken(key, r.now, r.now + 1))}
+        r.free = [x for x in r.free if x.name not in kept]
+        tl.hold(kept, r.now, plan.INF)
+        self.reserved = True
 
 
 BATCH = 32
