@@ -8,7 +8,7 @@ from collections.abc import Mapping, Sequence
 from types import MappingProxyType
 from typing import Any, Generic, TypeVar, cast, overload
 
-from models.jobspec import SESSION
+from models.jobspec import SESSION, Common
 
 T = TypeVar("T")
 
@@ -39,6 +39,11 @@ class Read(Generic[T]):
 NOTHING: Mapping[str, Any] = MappingProxyType({})
 
 
+def declared(name: str) -> Any:
+    """A spec field's default as its declaration states it (models/jobspec.py: `Field(1)`), not written again."""
+    return Common.model_fields[name].default
+
+
 class Kept:
     """A job's spec as the job keeps it (`normalized`: every default filled in), typed for the engine: `spec.gpus`,
     not `spec.get("gpus") or 0`. `Kept(record["spec"])`; `raw` is the dict as stored (what files and clients are
@@ -59,7 +64,7 @@ class Kept:
     tags: Read[Sequence[str]] = Read(())
     timeout: Read[int | None] = Read(None)
     expected_duration: Read[int | None] = Read(None)
-    max_retries: Read[int] = Read(0)
+    max_retries: Read[int] = Read(declared("max_retries"))
     preemptible: Read[bool] = Read(True)
     idle_exempt: Read[bool] = Read(False)
     after: Read[Sequence[int]] = Read(())

@@ -269,7 +269,7 @@ def _normalized(
         "tags": list(typed.tags or []),
         "priority": typed.priority or "normal",
         "timeout": typed.timeout,
-        "max_retries": typed.max_retries if typed.max_retries is not None else 1,
+        "max_retries": typed.max_retries,
         "workers": typed.workers or 1,
         "chief": bool(typed.chief),
         "after": list(typed.after or []),

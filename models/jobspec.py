@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from typing import Annotated, Any, ClassVar, Literal
 
-from pydantic import BaseModel, ConfigDict, Discriminator, Field, Tag, TypeAdapter
+from pydantic import BaseModel, ConfigDict, Discriminator, Field, Tag, TypeAdapter, model_validator
 
 from models import params as params_mod
 from models import sourcetree
@@ -96,6 +96,15 @@ class Common(BaseModel):
     model_config = ConfigDict(strict=True, extra="forbid", frozen=True)
     kind_name: ClassVar[str] = ""
 
+    @model_validator(mode="before")
+    @classmethod
+    def _null_is_the_default(cls, data: Any) -> Any:
+        """A field given as null takes its declared default (`Field(1)`): the default is stated once, there."""
+        if isinstance(data, dict):
+            declared = {n for n, f in cls.model_fields.items() if f.default is not None and not f.is_required()}
+            return {k: v for k, v in data.items() if not (v is None and k in declared)}
+        return data
+
     gpus: Annotated[
         int | None,
         Cli("--gpus"),
@@ -163,8 +172,8 @@ class Common(BaseModel):
             reads="duration",
         ),
     ] = None
-    max_retries: Annotated[int | None, Cli("--max-retries", "automatic retries after worker_lost (1)")] = Field(
-        None, ge=0, le=10, description="automatic retries after worker_lost (default 1)"
+    max_retries: Annotated[int | None, Cli("--max-retries", "automatic retries after worker_lost")] = Field(
+        1, ge=0, le=10, description="automatic retries after worker_lost"
     )
     preemptible: Annotated[
         bool | None,

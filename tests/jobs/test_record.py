@@ -20,7 +20,7 @@ def test_a_kept_spec_reads_its_values_and_the_defaults_where_they_are_missing_or
     )
     assert spec.runs_code and not spec.is_session and not spec.multi_worker
     bare = Kept({"model": "lenet", "gpus": None, "env": None, "after": None})
-    assert (bare.gpus, dict(bare.env), list(bare.after), bare.preemptible, bare.max_retries) == (0, {}, [], True, 0)
+    assert (bare.gpus, dict(bare.env), list(bare.after), bare.preemptible, bare.max_retries) == (0, {}, [], True, 1)
     assert not bare.runs_code
 
 

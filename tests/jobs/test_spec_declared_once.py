@@ -1,6 +1,7 @@
-"""A job field is declared once (issue 38): one declaration in models/jobspec.py, and the API validates it, keeps
-it, documents it and `gpudeck submit --help` offers it. The test adds a field to a copy of the code, in that one
-place, and looks at all four."""
+"""A job field is declared once (issue 38), its default too (issue 63): one declaration in models/jobspec.py, and
+the API validates it, keeps it (its default where it is not given, or given as null), documents it (its default too)
+and `gpudeck submit --help` offers it (saying its default). The test adds a field with a default to a copy of the
+code, in that one place, and looks at all of them."""
 
 import json
 import os
@@ -12,13 +13,14 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[2]
 FIELD = """
     gpu_share: Annotated[str | None, Cli("--gpu-share", "a part of one GPU, as 10G")] = Field(
-        None, pattern="^[0-9]+G$", description="how much of one GPU's memory the job needs"
+        "1G", pattern="^[0-9]+G$", description="how much of one GPU's memory the job needs"
     )
 """
 PROBE = """
 import json
 from jobs import spec
 from jobs.errors import ValidationError
+from jobs.record import Kept
 from api.openapi import document
 base = {"model": "lenet", "dataset": "synthetic"}
 try:
@@ -27,10 +29,14 @@ try:
 except ValidationError as exc:
     bad = exc.fields
 kept = spec.validate({**base, "gpu_share": "10G"}, default_gpus=0)
+unsaid = spec.validate(base, default_gpus=0)
+null = spec.validate({**base, "gpu_share": None}, default_gpus=0)
 schemas = document()["components"]["schemas"]
 print(json.dumps({
     "bad": bad,
     "kept": kept.get("gpu_share"),
+    "defaults": [unsaid.get("gpu_share"), null.get("gpu_share"), Kept(unsaid).raw.get("gpu_share")],
+    "documented_default": schemas["ModelJobSpec"]["properties"]["gpu_share"].get("default"),
     "documented": {k: "gpu_share" in schemas[k]["properties"] for k in ("ModelJobSpec", "CommandJobSpec", "JobSpec")},
 }))
 """
@@ -50,8 +56,10 @@ def test_a_field_added_in_one_place_is_validated_kept_documented_and_offered(tmp
     seen = json.loads(probe.stdout)
     assert seen["bad"] == {"gpu_share": "must match ^[0-9]+G$, got 'lots'"}
     assert seen["kept"] == "10G"
+    assert seen["defaults"] == ["1G", "1G", "1G"] and seen["documented_default"] == "1G"  # (stated once: Field("1G"))
     assert seen["documented"] == {"ModelJobSpec": True, "CommandJobSpec": True, "JobSpec": True}
     helped = subprocess.run(
         [sys.executable, "-m", "tui.cli", "submit", "--help"], cwd=tmp_path, env=env, capture_output=True, text=True
     )
-    assert helped.returncode == 0 and "--gpu-share" in helped.stdout and "a part of one GPU" in helped.stdout
+    words = " ".join(helped.stdout.split())  # (click wraps its help)
+    assert helped.returncode == 0 and "--gpu-share" in words and "a part of one GPU, as 10G (default 1G)" in words
