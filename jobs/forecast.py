@@ -4,7 +4,7 @@ sshare) and expected starts (like `squeue --start`), both read from the line in 
 from __future__ import annotations
 
 import time
-from collections import Counter
+from collections import Counter, defaultdict
 from collections.abc import Iterable
 from typing import Any
 
@@ -36,9 +36,9 @@ def share_table(redis: Redis, settings: Settings) -> list[dict[str, Any]]:
         for owner in pipe.execute():
             queued[share.owner_of(owner.decode() if owner else None)] += 1
     running: Counter[str] = Counter(share.owner_of(r.get("owner")) for r in active)
-    gpus: Counter[str] = Counter()
+    gpus: dict[str, float] = defaultdict(float)
     for r in active:
-        gpus[share.owner_of(r.get("owner"))] += quota.job_gpus(Kept(r["spec"]))
+        gpus[share.owner_of(r.get("owner"))] += quota.holds(r)  # (a share counts its part)
     idle = usage.idle_gpu_hours(redis)
     total = sum(used.values()) or 1.0
     idlers = {share.owner_of(o) for o in idle}  # (who held GPUs idle, even with no usage left to decay)
@@ -48,7 +48,7 @@ def share_table(redis: Redis, settings: Settings) -> list[dict[str, Any]]:
             "owner": None if o == share.owner_of(None) else o,
             "usage_gpu_hours": round(used.get(o, 0.0) / 3600, 3),
             "share": round(used.get(o, 0.0) / total, 4),
-            "gpus": gpus[o],
+            "gpus": round(gpus[o], 2),
             "running": running[o],
             "queued": queued[o],
             "idle_gpu_hours": round(idle.get(None if o == share.owner_of(None) else o, 0.0), 3),

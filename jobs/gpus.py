@@ -16,7 +16,7 @@ from typing import Any
 
 from redis import Redis
 
-from jobs import gpuhealth, taskrecord, usage
+from jobs import gpuhealth, quota, taskrecord, usage
 from jobs.keys import GPUS_PATTERN, gpus_key, gpus_lock_key
 from jobs.periodic import Periodic
 from jobs.record import Kept
@@ -241,10 +241,15 @@ class Sampler(Periodic):
             self.leftovers.mark(gpus, time.time())
             doc = {"host": self.host, "sampled_at": time.time(), "gpus": gpus}
             self.redis.set(gpus_key(self.host), json.dumps(doc), ex=sample_ttl(self.last_round_s))
-            if self.sampled_at is not None:  # (a job's GPUs over its life: what it held them for, how busy)
+            # (a job's GPUs over its life: what it held them for, how busy; each second once, whichever of the
+            # host's samplers books it)
+            seconds = usage.booked_seconds(self.redis, self.host, time.time(), 3 * SAMPLE_EVERY_S)
+            if seconds:
                 mine = [r for r in active if r.get("gpu_ids") and self.here(r)]
-                held = {r["id"]: (r.get("owner"), list(r["gpu_ids"])) for r in mine}
-                usage.account(self.redis, self.host, held, gpus, min(now - self.sampled_at, 3 * SAMPLE_EVERY_S))
+                held = {r["id"]: (r.get("owner"), list(r["gpu_ids"]), quota.part(r)) for r in mine}
+                usage.account(self.redis, self.host, held, gpus, seconds)
+        else:
+            usage.unbooked(self.redis, self.host)
         self.sampled_at = now if gpus is not None else None
         usage.write(self.redis, self.host, used, gpus)
         if gpus is not None:

@@ -182,6 +182,12 @@ def gpus_key(host: str) -> str:
     return f"{PREFIX}:gpus:{host}"
 
 
+def gpus_booked_key(host: str) -> str:
+    """When one host's GPU time was last booked on its jobs (epoch s), by whichever of its samplers booked it: each
+    second of a GPU is booked once (jobs.usage.booked_seconds)."""
+    return f"{PREFIX}:gpubook:{host}"
+
+
 def gpus_lock_key(host: str) -> str:
     """Held for a moment by the one process of a host that samples nvidia-smi this round."""
     return f"{gpus_key(host)}:lock"

@@ -25,11 +25,16 @@ def job_gpus(spec: Kept) -> int:
     return spec.gpus * spec.workers
 
 
+def part(rec: dict[str, Any]) -> float:
+    """How much of each GPU it holds an active job holds: a share its part (`gpu_fraction`, set where it is placed;
+    all of one until then), else all of it (1). The one answer every count of GPUs held uses (issue 64): quotas,
+    fair share, the title bar, `gpudeck share`, GPU-seconds, compare, idle accounting."""
+    return Job(rec).gpu_fraction or 1.0
+
+
 def holds(rec: dict[str, Any]) -> float:
-    """The GPUs an active job holds: every task's; a share its part of one (`gpu_fraction`, set where it is placed;
-    all of one until then)."""
-    job = Job(rec)
-    return job.gpu_fraction or job_gpus(job.spec)
+    """The GPUs an active job holds: every task's, each its part of its GPU (`part`)."""
+    return part(rec) * job_gpus(Job(rec).spec)
 
 
 def held(redis: Redis, owner: str) -> float:

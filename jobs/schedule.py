@@ -549,7 +549,7 @@ def victims_for(
     candidates.sort(
         key=lambda v: (
             -_rank(v),
-            quota.job_gpus(Kept(v["spec"])),
+            quota.holds(v),
             -float(v.get("started_at") or 0),
         )
     )

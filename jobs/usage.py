@@ -13,7 +13,7 @@ from typing import Any
 
 from redis import Redis
 
-from jobs.keys import IDLE_GPU_KEY, job_key, usage_key
+from jobs.keys import IDLE_GPU_KEY, gpus_booked_key, job_key, usage_key
 from jobs.run.proc import SHIM_FILE
 
 TTL_S = 10
@@ -118,25 +118,39 @@ IDLE_PERCENT = 5
 """A GPU under this utilization is idle (as Princeton's jobstats and slurm-job-exporter count it)."""
 
 
-def account(redis: Redis, host: str, held: dict[int, tuple[str | None, list[str]]], gpus: list[dict[str, Any]] | None,
-            seconds: float) -> None:  # fmt: skip
+def booked_seconds(redis: Redis, host: str, now: float, most: float) -> float:
+    """The seconds of `host`'s GPU time to book now: since it was last booked, by whichever of the host's samplers
+    (the sampling moves between its workers' processes), at most `most` (a gap of no samples is not booked); 0 the
+    first time. Each second is booked once: the time of this booking is swapped in atomically."""
+    last = redis.set(gpus_booked_key(host), repr(now), get=True)
+    return 0.0 if last is None else max(0.0, min(now - float(last), most))
+
+
+def unbooked(redis: Redis, host: str) -> None:
+    """No sample this round (nvidia-smi failed): the next booking starts over rather than booking the gap."""
+    redis.delete(gpus_booked_key(host))
+
+
+def account(redis: Redis, host: str, held: dict[int, tuple[str | None, list[str], float]],
+            gpus: list[dict[str, Any]] | None, seconds: float) -> None:  # fmt: skip
     """`seconds` more of GPU life for each job holding GPUs on `host` (`held`: job id -> (owner, its GPU indices
-    here)), as nvidia-smi read them: GPU-seconds held, utilization-weighted seconds, and idle seconds (under
-    IDLE_PERCENT) on the job's record, and its owner's idle GPU-seconds (IDLE_GPU_KEY). A GPU whose utilization
-    nvidia-smi does not report ([N/A]) is not counted."""
+    here, its part of each: a share's fraction, else 1)), as nvidia-smi read them: GPU-seconds held, utilization-
+    weighted seconds, and idle seconds (under IDLE_PERCENT) on the job's record, each its part of the GPU's, and its
+    owner's idle GPU-seconds (IDLE_GPU_KEY). A GPU whose utilization nvidia-smi does not report ([N/A]) is not
+    counted."""
     util = {
         str(g.get("index")): float(g["utilization"])
         for g in gpus or []
         if isinstance(g.get("utilization"), (int, float))
     }
     with redis.pipeline(transaction=False) as pipe:
-        for job_id, (owner, indices) in held.items():
+        for job_id, (owner, indices, part) in held.items():
             read = [util[i] for i in indices if i in util]
             if not read:
                 continue
-            idle = sum(seconds for u in read if u < IDLE_PERCENT)
-            pipe.hincrbyfloat(job_key(job_id), "gpu_seconds", seconds * len(read))
-            pipe.hincrbyfloat(job_key(job_id), "gpu_busy_seconds", sum(seconds * u / 100 for u in read))
+            idle = sum(seconds * part for u in read if u < IDLE_PERCENT)
+            pipe.hincrbyfloat(job_key(job_id), "gpu_seconds", seconds * part * len(read))
+            pipe.hincrbyfloat(job_key(job_id), "gpu_busy_seconds", sum(seconds * part * u / 100 for u in read))
             pipe.hincrbyfloat(job_key(job_id), "gpu_idle_seconds", idle)
             if idle:
                 pipe.hincrbyfloat(IDLE_GPU_KEY, owner or "-", idle)

@@ -276,7 +276,7 @@ def schemas() -> dict[str, Any]:
                             "owner": _nullable(STR),
                             "usage_gpu_hours": {"type": "number", "description": "decayed GPU-hours"},
                             "share": {"type": "number", "description": "of everybody's decayed usage"},
-                            "gpus": INT,
+                            "gpus": {"type": "number", "description": "GPUs held now (a share counts its part)"},
                             "running": INT,
                             "queued": INT,
                             "idle_gpu_hours": {

@@ -482,6 +482,11 @@ def over_attempts(job: dict[str, Any]) -> str:
     return " (" + ", ".join(p for p in parts if p) + ")"
 
 
+def gpu_amount(gpus: float) -> str:
+    """GPUs held, a share counted as its part of a GPU: `2`, `1.13`, `0.25`."""
+    return f"{round(float(gpus), 2):g}"
+
+
 SHARE_COLUMNS = ("OWNER", "GPU-HOURS", "SHARE", "GPUS", "RUNNING", "QUEUED", "IDLE-GPU-H")
 
 
@@ -492,7 +497,7 @@ def share_rows(doc: dict[str, Any]) -> list[tuple[Any, ...]]:
             o["owner"] or "-",
             f"{o['usage_gpu_hours']:.2f}",
             f"{100 * o['share']:.1f}%",
-            o["gpus"],
+            gpu_amount(o["gpus"]),
             o["running"],
             o["queued"],
             f"{o.get('idle_gpu_hours') or 0:.2f}",
@@ -516,15 +521,15 @@ def box_summary(share: dict[str, Any], workers: list[dict[str, Any]], me: dict[s
     live = [w for w in workers if w.get("alive")]
     gpus = {(w.get("host"), g) for w in live for g in w.get("gpus") or []}
     if gpus:
-        parts = [f"{min(sum(o['gpus'] for o in owners), len(gpus))}/{len(gpus)} GPUs busy"]
+        parts = [f"{gpu_amount(min(sum(o['gpus'] for o in owners), len(gpus)))}/{len(gpus)} GPUs busy"]
     else:
         parts = [f"{sum(1 for w in live if w.get('job_id'))}/{len(live)} workers busy"]
     parts.append(f"{sum(o['queued'] for o in owners)} queued")
     if me and me.get("auth") == "named":
         mine = next((o for o in owners if o["owner"] == me.get("name")), None)
-        held = mine["gpus"] if mine else 0
+        held = gpu_amount(mine["gpus"] if mine else 0)
         cap = me.get("max_gpus")
-        parts.append(f"you: {held}/{cap} GPUs" if cap is not None else f"you: {held} GPU{'' if held == 1 else 's'}")
+        parts.append(f"you: {held}/{cap} GPUs" if cap is not None else f"you: {held} GPU{'' if held == '1' else 's'}")
     return " · ".join(parts)
 
 
