@@ -153,3 +153,54 @@ def test_the_gpus_screen_opens_the_job_that_holds_the_gpu_under_its_cursor():
     told = asyncio.run(scenario())
     assert told == ["GPU 0: no gpudeck job holds it"], told
     assert opened == [42], opened
+
+
+def test_resizing_and_cycling_facets_leave_every_column_of_a_running_job_whole():
+    """Issue 64 #1: after 80→150→80 (or a facet cycled once with many jobs) LOSS, ACC and TIME/ETA sat behind a
+    horizontal scroll bar: columns only grew, and the resize fitted to the old width. At 80 columns again the
+    table is no wider than the terminal and the running job's row reads whole; a facet that drops most rows and
+    the way back to all leave every row in its place (rows removed and added in one pass)."""
+    from tui.screens.jobs import FACETS, JobsScreen
+
+    class Quiet(JobsScreen):
+        def refresh_jobs(self) -> None:  # (no API: the test gives the answer)
+            pass
+
+    many = [
+        {"id": n, "name": f"lr sweep trial {n} with a long name", "status": "succeeded", "elapsed_s": 100,
+         "result": {"test_accuracy": 0.5}, "spec": {"model": "lenet", "gpus": 1, "priority": "normal"}}
+        for n in range(1, 400)
+    ]  # fmt: skip
+    jobs = _jobs(None) + many
+
+    async def scenario() -> list[tuple[int, int, str, int]]:
+        app = App()
+        seen = []
+        async with app.run_test(size=(80, 24)) as pilot:
+            screen = Quiet()
+            await app.push_screen(screen)
+            await pilot.pause()
+            screen.apply(jobs)
+            table = screen.query_one("#jobs", JobsTable)
+
+            async def look() -> None:
+                await pilot.pause(0.3)
+                row = next(table.render_line(y).text for y in range(1, 8) if table.render_line(y).text.strip()
+                           .startswith("1234"))  # fmt: skip
+                seen.append((table.virtual_size.width, table.size.width, row, table.row_count))
+
+            await look()
+            for width in (150, 80):
+                await pilot.resize_terminal(width, 24)
+                await look()
+            for _ in FACETS:  # once round: all, running, …, and all again
+                screen.action_facet()
+            await look()
+        return seen
+
+    seen = asyncio.run(scenario())
+    for virtual, shown, row, rows in seen:
+        assert virtual <= shown, seen
+        assert "running" in row and "50%" in row and ("eta 1h02m" in row or "1h02m" in row), seen
+        assert rows == len(jobs), seen
+    assert len(seen) == 4 and seen[2][1] == seen[0][1] == seen[3][1], seen  # (80, 150, 80, then the facets at 80)
