@@ -1069,3 +1069,34 @@ def test_c_on_another_users_job_is_refused_before_any_question_and_no_mark_stays
             await until(pilot, lambda: not screen.selected)  # (neither the one canceled nor the one ended before)
 
     run(scenario())
+
+
+def test_a_running_job_stays_in_the_all_view_whatever_the_number_of_newer_jobs(redis, spawn, child_env):
+    """Issue 64 #2: the table reads the newest 1,000 jobs and then the older live ones; only the newest 500 of
+    those were read, so a running job behind more than 500 newer live ones (and 1,000 newer ended ones) was in no
+    row. Records as the store writes them, straight into Redis: what the API lists is what the test made."""
+    from jobs.store import JobStore
+
+    store = JobStore(redis)
+    spec = {"model": "lenet", "dataset": "synthetic", "gpus": 0, "priority": "normal"}
+    pipe = redis.pipeline(transaction=False)
+    for job_id in range(1, 1602):  # 1: running; 2–601: queued (newer, live); 602–1601: ended, newest
+        store.create(job_id, {**spec, "name": f"job {job_id}"}, "cpu", pipe=pipe)
+    pipe.execute()
+    pipe = redis.pipeline(transaction=False)
+    for job_id in range(602, 1602):
+        store.update(job_id, pipe=pipe, status="succeeded", ended_at=1.0)
+    pipe.execute()
+    assert store.transition(1, ("queued",), status="running", started_at=1.0)
+    url = start_api(spawn, child_env)
+
+    async def scenario() -> set[int]:
+        app = GpudeckApp(url)
+        async with app.run_test(size=(120, 40)) as pilot:
+            table = app.screen.query_one("#jobs", DataTable)
+            await until(pilot, lambda: table.row_count >= 1601, 60)
+            await pilot.pause(0.5)
+            return {int(row.key.value) for row in table.ordered_rows}
+
+    shown = asyncio.run(scenario())
+    assert 1 in shown and set(range(2, 602)) <= shown and len(shown) == 1601

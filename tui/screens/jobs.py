@@ -280,10 +280,16 @@ class JobsScreen(Screen):
                     break
             more = cursor is not None or len(jobs) > most
             jobs = jobs[:most]
-            if more and status in LIVE_FACETS:  # (older jobs still live stay in the table, whatever the window)
+            if more and status in LIVE_FACETS:  # (older jobs still live stay in the table, whatever the window:
+                # every page of them, not the newest 500 — a running job fell out behind 1,510 newer ones, issue 64)
                 seen = {j["id"] for j in jobs}
-                live = status or ",".join(LIVE_FACETS[1:])
-                jobs += [j for j in client.jobs(limit=500, status=live, q=words)["jobs"] if j["id"] not in seen]
+                live, cursor = status or ",".join(LIVE_FACETS[1:]), None
+                while len(jobs) < SORTED_MAX_JOBS:
+                    page = client.jobs(limit=500, cursor=cursor, status=live, q=words)
+                    jobs += [j for j in page["jobs"] if j["id"] not in seen]
+                    cursor = page["next_cursor"]
+                    if cursor is None:
+                        break
             return jobs, total, more
 
         self.app.call_api(fetch, self._read, group="jobs-refresh", exclusive=True)
