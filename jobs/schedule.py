@@ -60,6 +60,7 @@ from jobs.keys import (
 )
 from jobs.periodic import Periodic
 from jobs.placement import (
+    WHOLE,
     GpuKey,
     Slot,
     choose,
@@ -266,9 +267,18 @@ class Walk:
         return self.s.preempt and self.tries > 0 and PRIORITIES.index(priority) < self.lowest_running
 
     def goes_on(self, n: int, priority: str) -> bool:
-        """Whether the walk looks at its `n`-th job: not past SCAN_MAX, nor past SAYS_WHY once nothing is free and
-        the job could preempt nobody."""
-        return n < SCAN_MAX and (bool(self.r.free) or self.can_preempt(priority) or n < SAYS_WHY)
+        """Whether the walk looks at its `n`-th job: not past SCAN_MAX, nor past SAYS_WHY once no free worker has
+        room and the job could preempt nobody."""
+        return n < SCAN_MAX and (n < SAYS_WHY or self.can_preempt(priority) or self.room_now())
+
+    def room_now(self) -> bool:
+        """Whether a free worker could take a job now: one of no GPUs, or one with a GPU not held whole. (The other
+        slots of a GPU a job holds whole have nothing to give: with 1,000 jobs queued behind such a GPU, every
+        round of every worker read them all, and a submission waited for one — issue 64.)"""
+        now = self.r.now
+        return any(
+            not x.gpus or any(self.tl.taken(key, now, now + 1) < WHOLE for key in gpu_keys(x)) for x in self.r.free
+        )
 
     def consider(self, job_id: int, priority: str, owner: str | None, rec: dict[str, Any] | None) -> None:
         """One queued job, through the steps: still queued; its sweep's cap; its owner's quota; a fit now; else
