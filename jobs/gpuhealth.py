@@ -25,7 +25,7 @@ from typing import Any
 from redis import Redis
 
 from jobs import notify
-from jobs.keys import CORDON_PATTERN, GPU_ERRORS_KEY, cordon_key, ecc_seen_key, xid_seen_key
+from jobs.keys import CORDONS_KEY, GPU_ERRORS_KEY, LEGACY_CORDON_PATTERN, ecc_seen_key, xid_seen_key
 from jobs.run.proc import output_of
 from jobs.store import JobStore
 from models.states import Reason
@@ -184,7 +184,7 @@ def handle(
         at = time.time()
         if hardware:
             why = {"xid": xid, "at": at, "text": text[:300]}
-            redis.set(cordon_key(host, gpu), json.dumps(why))
+            cordon(redis, host, gpu, why)
             log.error("GPU %s of %s cordoned: Xid %s (%s)", gpu, host, xid, text)
             notify.enqueue_event(redis, admins, "gpu_cordoned", {"host": host, "gpu": gpu, **why})
         on = [r for r in active if str(r.get("worker", "")).startswith(f"{host}.") and gpu in (r.get("gpu_ids") or [])]
@@ -204,20 +204,37 @@ def handle(
             store.request_stop(rec["id"], stop, only_first=True)
 
 
+def cordon(redis: Redis, host: str, gpu: str, why: dict[str, Any]) -> None:
+    """Take a GPU out of service (`why`: xid, at, text) until an admin uncordons it."""
+    redis.hset(CORDONS_KEY, f"{host}:{gpu}", json.dumps(why))
+
+
 def cordons(redis: Redis) -> dict[tuple[str, str], dict[str, Any]]:
     """Every cordoned GPU: (host, index) -> {xid, at, text}."""
-    keys = sorted(redis.scan_iter(CORDON_PATTERN))
     out = {}
-    for key, raw in zip(keys, redis.mget(keys) if keys else []):
-        if raw:
-            _, _, host, gpu = key.decode().split(":", 3)
-            out[(host, gpu)] = json.loads(raw)
+    for field, raw in sorted(redis.hgetall(CORDONS_KEY).items()):
+        host, gpu = field.decode().rsplit(":", 1)
+        out[(host, gpu)] = json.loads(raw)
     return out
 
 
 def uncordon(redis: Redis, host: str, gpu: str) -> bool:
     """Put a cordoned GPU back in service; False when it was not cordoned."""
-    return bool(redis.delete(cordon_key(host, gpu)))
+    return bool(redis.hdel(CORDONS_KEY, f"{host}:{gpu}"))
+
+
+def adopt_legacy_cordons(redis: Redis) -> int:
+    """Cordons an older gpudeck kept as a key a GPU (LEGACY_CORDON_PATTERN), moved into CORDONS_KEY (a GPU cordoned
+    before an upgrade stays out of service after it); how many. Once, at start-up: it scans the keyspace."""
+    moved = 0
+    for key in redis.scan_iter(LEGACY_CORDON_PATTERN, count=1000):
+        raw = redis.get(key)
+        if raw is not None:
+            _, _, host, gpu = key.decode().split(":", 3)
+            redis.hsetnx(CORDONS_KEY, f"{host}:{gpu}", raw)
+            moved += 1
+        redis.delete(key)
+    return moved
 
 
 def errors(redis: Redis) -> dict[tuple[str, str, int], int]:

@@ -17,7 +17,7 @@ from typing import Any
 from redis import Redis
 
 from jobs import gpuhealth, quota, taskrecord, usage
-from jobs.keys import GPUS_PATTERN, gpus_key, gpus_lock_key
+from jobs.keys import GPU_HOSTS_KEY, gpus_key, gpus_lock_key
 from jobs.periodic import Periodic
 from jobs.record import Kept
 from jobs.run.proc import output_of
@@ -178,10 +178,19 @@ def utilization(redis: Redis, host: str) -> dict[str, Any]:
         return {}
 
 
+def write_sample(redis: Redis, host: str, doc: dict[str, Any], ttl: float | None = None) -> None:
+    """A host's newest sample (`doc`: host, sampled_at, gpus), living `ttl` seconds (None: until the next), and
+    the host among those read_all reads."""
+    with redis.pipeline(transaction=False) as pipe:
+        pipe.set(gpus_key(host), json.dumps(doc), ex=None if ttl is None else max(1, int(ttl)))
+        pipe.sadd(GPU_HOSTS_KEY, host)
+        pipe.execute()
+
+
 def read_all(redis: Redis) -> list[dict[str, Any]]:
     """Every live host's latest sample, by host name."""
-    keys = sorted(k for k in redis.scan_iter(GPUS_PATTERN) if not k.endswith(b":lock"))
-    values = redis.mget(keys) if keys else []
+    hosts = sorted(h.decode() for h in redis.smembers(GPU_HOSTS_KEY))
+    values = redis.mget([gpus_key(h) for h in hosts]) if hosts else []
     return [json.loads(v) for v in values if v]
 
 
@@ -240,7 +249,7 @@ class Sampler(Periodic):
         if gpus is not None:
             self.leftovers.mark(gpus, time.time())
             doc = {"host": self.host, "sampled_at": time.time(), "gpus": gpus}
-            self.redis.set(gpus_key(self.host), json.dumps(doc), ex=sample_ttl(self.last_round_s))
+            write_sample(self.redis, self.host, doc, sample_ttl(self.last_round_s))
             # (a job's GPUs over its life: what it held them for, how busy; each second once, whichever of the
             # host's samplers books it)
             seconds = usage.booked_seconds(self.redis, self.host, time.time(), 3 * SAMPLE_EVERY_S)

@@ -19,7 +19,7 @@ from rq import Worker
 from rq.command import send_shutdown_command
 from rq.job import Job
 
-from jobs import control, disk, gang, mps, schedule, taskrecord
+from jobs import control, disk, gang, gpuhealth, mps, schedule, taskrecord
 from jobs.errors import ConfigError, NotFound
 from jobs.gpus import Sampler
 from jobs.keys import (
@@ -495,6 +495,7 @@ def run(
         "facts": host_facts(settings),
     }
     redis.set(worker_info_key(name), json.dumps(info), ex=7 * 24 * 3600)
+    gpuhealth.adopt_legacy_cordons(redis)  # (an older gpudeck's cordons: still out of service after an upgrade)
     worker = GpudeckWorker(
         [private_queue(name)],
         name=name,

@@ -12,6 +12,7 @@ import subprocess
 import pytest
 import requests
 
+from jobs import gpuhealth
 from jobs.run.proc import python_module
 from tests.support.live import fake_gpus, fake_nvidia_smi
 from tests.support.stack import Up
@@ -68,7 +69,7 @@ def test_gpudeck_doctor_says_whether_the_box_is_ready_and_what_to_do(tmp_path, c
         assert next(x for x in doc["checks"] if x["name"] == "training")["result"] == "skip"
 
         # (a hardware XID the kernel log reported on GPU 1: tests/e2e/test_gpu_health.py)
-        redis.set(f"gpudeck:cordon:{host}:1", json.dumps({"xid": 79, "at": 1.0, "text": "fell off the bus"}))
+        gpuhealth.cordon(redis, host, "1", {"xid": 79, "at": 1.0, "text": "fell off the bus"})
         ran = subprocess.run(
             python_module("tui.cli", "doctor", "--no-job", "--json"), env=cli, capture_output=True, text=True
         )

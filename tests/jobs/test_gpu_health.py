@@ -63,7 +63,7 @@ def test_a_hardware_xid_cordons_its_gpu_and_retries_its_job_elsewhere_uncharged(
     store.update(first, started_at=time.time() - 3600)
     gpuhealth.handle(redis, "box", [("0", 79, "GPU has fallen off the bus.")], store.active())
     assert redis.get(stop_key(first)) == b"gpu_error" and redis.get(stop_key(second)) is None
-    assert json.loads(redis.get("gpudeck:cordon:box:0"))["xid"] == 79
+    assert gpuhealth.cordons(redis)[("box", "0")]["xid"] == 79
     taken(redis, first)
     assert lifecycle.end(redis, first, outcome.STOPPED["gpu_error"]) == "queued"  # retried
     rec = store.get(first)
@@ -103,7 +103,7 @@ def test_an_application_xid_fails_only_its_job_and_the_gpu_stays_in_service(redi
 
 
 def test_only_an_admin_uncordons(redis, client, users):
-    redis.set("gpudeck:cordon:box:0", json.dumps({"xid": 79, "at": time.time(), "text": "x"}))
+    gpuhealth.cordon(redis, "box", "0", {"xid": 79, "at": time.time(), "text": "x"})
     refused = client.post("/api/v1/gpus/box/0/uncordon", headers=users["alice"])
     assert refused.status_code == 403 and gpuhealth.cordons(redis)
     assert client.post("/api/v1/gpus/box/0/uncordon", headers=users["root"]).status_code == 200
@@ -193,4 +193,13 @@ def test_a_rise_of_a_gpus_uncorrectable_ecc_count_is_a_hardware_fault_that_cordo
     assert store.get(job)["gpu_ids"] == ["0"]
     gpuhealth.handle(redis, "box", events, store.active())
     assert redis.get(stop_key(job)) == b"gpu_error"
-    assert json.loads(redis.get("gpudeck:cordon:box:0"))["xid"] == 48
+    assert gpuhealth.cordons(redis)[("box", "0")]["xid"] == 48
+
+
+def test_a_gpu_cordoned_by_an_older_gpudeck_stays_cordoned(redis):
+    """Before issue 64 a cordon was a key a GPU, found by a SCAN of the whole keyspace every round; start-up moves
+    such keys into the one hash, so a GPU out of service before an upgrade is still out of service after it."""
+    redis.set("gpudeck:cordon:box:1", json.dumps({"xid": 79, "at": 1.0, "text": "fell off the bus"}))
+    assert gpuhealth.adopt_legacy_cordons(redis) == 1 and gpuhealth.adopt_legacy_cordons(redis) == 0
+    assert gpuhealth.cordons(redis) == {("box", "1"): {"xid": 79, "at": 1.0, "text": "fell off the bus"}}
+    assert redis.get("gpudeck:cordon:box:1") is None

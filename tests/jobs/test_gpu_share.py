@@ -3,7 +3,6 @@ reserve and within what is free on it now, whole GPUs kept whole, a whole-GPU jo
 shares, preemption of shares, quotas and fair share counting a share's part. Workers are registered as `gpudeck up`
 registers GPUDECK_JOBS_PER_GPU of them per GPU (tests/e2e/test_gpu_share.py runs the real stack)."""
 
-import json
 import random
 import time
 from dataclasses import replace
@@ -12,8 +11,8 @@ import pytest
 
 from jobs import control, lifecycle, outcome, quota, schedule, share, sweeps
 from jobs.errors import ValidationError
-from jobs.gpus import IdlePolicy, Leftovers, Watchdog
-from jobs.keys import gpus_key, stop_key
+from jobs.gpus import IdlePolicy, Leftovers, Watchdog, write_sample
+from jobs.keys import stop_key
 from jobs.store import JobStore
 from tests.support.policy import DEFAULTS
 from tests.support.workers import rec, register, taken
@@ -36,7 +35,7 @@ def sample(redis, host: str, n: int, used_mib: dict[int, int]) -> None:
         {"index": i, "uuid": f"GPU-{i}", "memory_total_mib": H100_MIB, "memory_used_mib": used_mib.get(i, 0)}
         for i in range(n)
     ]
-    redis.set(gpus_key(host), json.dumps({"host": host, "gpus": rows}))
+    write_sample(redis, host, {"host": host, "gpus": rows})
 
 
 def submit(redis, settings=DEFAULTS, owner=None, **spec) -> int:
@@ -249,7 +248,7 @@ def test_a_process_that_outlives_its_job_keeps_whole_gpu_jobs_off_its_gpu_and_he
         {"index": 1, "memory_total_mib": H100_MIB, "memory_used_mib": 0, "processes": []},
     ]
     rows[0]["processes"][0]["left_since"] = time.time() - 90
-    redis.set(gpus_key("box"), json.dumps({"host": "box", "sampled_at": time.time(), "gpus": rows}))
+    write_sample(redis, "box", {"host": "box", "sampled_at": time.time(), "gpus": rows})
     part = submit(redis, gpu_memory="10G")
     assert on(redis, part) == "0"  # a share fits beside it (best fit: the GPU it fills most)
     end(redis, part)

@@ -2,13 +2,12 @@
 bounded sweeps and foreign GPU processes. The workers are registered the way `gpudeck worker` registers itself but
 not started, so each test sees exactly what a round hands out (tests/e2e/test_sharing.py runs the real stack)."""
 
-import json
 import time
 from dataclasses import replace
 
 import pytest
 
-from jobs import control, gang, lifecycle, outcome, queues, schedule, sweeps
+from jobs import control, gang, gpus, lifecycle, outcome, queues, schedule, sweeps
 from jobs.errors import ReferenceNotFound, ValidationError
 from jobs.keys import gpus_key, rq_hold_id, rq_job_id, stop_key
 from jobs.store import JobStore
@@ -291,7 +290,7 @@ def test_a_gpu_a_foreign_process_fills_takes_no_job(redis):
             {"index": 1, "processes": [{"pid": 77, "used_memory_mib": 200, "job_id": None}]},  # small: ignored
         ],
     }
-    redis.set(gpus_key("box"), json.dumps(sample))
+    gpus.write_sample(redis, "box", sample)
     first, second = submit(redis), submit(redis)
     assert rec(redis, first)["gpu_ids"] == ["1"] and rec(redis, second)["status"] == "queued"
     state = {w["name"]: w["state"] for w in describe(redis)}
