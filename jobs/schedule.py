@@ -44,6 +44,7 @@ from rq import Queue
 from jobs import disk, gpuhealth, plan, queues, quota, share, sweeps, taskrecord, tokens
 from jobs.depends import AFTER_SWEEP_S, CHECK_MAX, release_dependencies  # noqa: F401 (re-exported: their old home)
 from jobs.keys import (
+    PLACE_DUE_KEY,
     RUN_HOLD,
     RUN_JOB,
     RUN_TASK,
@@ -639,7 +640,8 @@ class Placer(Periodic):
             self.redis.set(paused_key(self.worker), f"the disk is below GPUDECK_MIN_FREE ({low} bytes free)", ex=10)
         else:
             self.redis.delete(paused_key(self.worker))
-        place(self.redis, self.settings)
+        if self.redis.set(PLACE_DUE_KEY, self.worker, nx=True, px=int(PLACE_EVERY_S * 800)):
+            place(self.redis, self.settings)  # (this second's periodic round, for the box: one placer's)
 
     def closing(self) -> None:
         self.redis.delete(alive_key(self.worker))
