@@ -9,7 +9,7 @@ from typing import Any
 from flask import Blueprint, request
 
 from api import auth, deps
-from jobs import control, disk, forecast, gpuhealth, gpus, quota, search, sweeps, worker
+from jobs import control, disk, forecast, gpuhealth, gpus, queues, quota, search, sweeps, worker
 from jobs.errors import NotFound
 from jobs.keys import worker_info_key
 from jobs.run import pyenv
@@ -89,6 +89,22 @@ def uncordon(host: str, gpu: str):
     if not gpuhealth.uncordon(deps.redis(), host, gpu):
         raise NotFound(f"GPU {gpu} of {host} is not cordoned", {"host": host, "gpu": gpu})
     return {"host": host, "gpu": gpu, "uncordoned": True, "was": was}
+
+
+LINE_MAX = 500
+
+
+@bp.get("/line")
+def line():
+    """The queued jobs in the order the scheduler reads them (the first `limit`), how many are in line, and how
+    many wait for their dependencies."""
+    from api.jobs import views
+
+    deps.only_args(request.args, ("limit",))
+    limit = deps.int_arg("limit", 20, 1, LINE_MAX)
+    ids, queued, waiting = queues.head(deps.redis(), deps.settings(), limit)
+    recs = [r for r in deps.store().get_many(ids) if r is not None]
+    return {"queued": queued, "waiting_for_dependencies": waiting, "jobs": views(recs)}
 
 
 @bp.get("/share")

@@ -7,6 +7,7 @@ import contextlib
 import functools
 import hashlib
 import heapq
+import itertools
 import json
 import time
 from collections.abc import Callable, Iterator, Sequence
@@ -361,6 +362,23 @@ def scheduler_order(
     """`order` as the scheduler reads the line under `settings` (fair share, its age factor read from Redis at
     `now`): the one order a round, expected starts and places in line all follow."""
     return order(found, used, settings.fairshare, more, entered(redis), now, settings.fairshare_age_max_s)
+
+
+def head(redis: Redis, settings: Settings, limit: int, now: float | None = None) -> tuple[list[int], int, int]:
+    """The line as the scheduler reads it: its first `limit` jobs in the scheduler's order, how many jobs are in
+    the lines, and how many wait for their dependencies (in no line yet). Reads what it shows, not the whole line:
+    the GPUs screen showed the newest 500 queued jobs as `500 jobs` of 1,981 and missed the real first (issue 64)."""
+    now = time.time() if now is None else now
+    names = sorted(n.decode() for n in redis.smembers(LINES_KEY))
+    with redis.pipeline(transaction=False) as pipe:
+        for name in names:
+            pipe.zcard(line_key(*parse_line_name(name)))
+        pipe.scard(AFTER_KEY)
+        *sizes, waiting = pipe.execute()
+    found = lines(redis, limit)
+    used = usage(redis, settings.fairshare_halflife_s, JobStore(redis).active(), now) if settings.fairshare else {}
+    ordered = scheduler_order(redis, settings, found, used, now, reader(redis, limit, max(limit, 32)))
+    return [job_id for job_id, _, _ in itertools.islice(ordered, limit)], sum(sizes), int(waiting)
 
 
 def positions(

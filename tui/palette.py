@@ -39,6 +39,8 @@ class GpudeckCommands(Provider):
                     self.screen.action_priority, 1)),
                 ("Top of line", "move the selected queued jobs (or this one) to the top of their line: T",
                  self.screen.action_top),
+                ("Compare", "the selected jobs side by side (two or more: space selects): C",
+                 self.screen.action_compare),
             ]  # fmt: skip
         for facet in ("all", "running", "starting", "queued", *ENDED):
             out.append((f"Show {facet} jobs", f"the jobs table, status: {facet}", partial(app.show_jobs, facet)))

@@ -51,6 +51,7 @@ OPERATIONS: dict[tuple[str, str], tuple[str, str]] = {
     ("get", "/api/v1/gpus"): ("list_gpus", "cluster"),
     ("get", "/api/v1/doctor"): ("get_doctor", "cluster"),
     ("post", "/api/v1/gpus/{host}/{gpu}/uncordon"): ("uncordon_gpu", "cluster"),
+    ("get", "/api/v1/line"): ("get_line", "cluster"),
     ("get", "/api/v1/share"): ("get_share", "cluster"),
     ("post", "/api/v1/tensorboard"): ("start_tensorboard", "tensorboard"),
     ("get", "/api/v1/tensorboard"): ("list_tensorboards", "tensorboard"),

@@ -263,6 +263,14 @@ def schemas() -> dict[str, Any]:
             },
             ["status", "redis", "workers", "workers_alive", "long_polls", "command_jobs"],
         ),
+        "Line": _obj(
+            {
+                "queued": {**INT, "description": "jobs in line"},
+                "waiting_for_dependencies": {**INT, "description": "jobs waiting for their dependencies (in no line)"},
+                "jobs": {"type": "array", "items": _ref("Job"), "description": "the first, in the scheduler's order"},
+            },
+            ["queued", "waiting_for_dependencies", "jobs"],
+        ),
         "Share": _obj(
             {
                 "fairshare": {"type": "boolean", "description": "GPUDECK_FAIRSHARE: the line is ordered by usage"},
@@ -356,6 +364,13 @@ def paths() -> dict[str, Any]:
                     {"name": "host", "in": "path", "required": True, "schema": STR},
                     {"name": "gpu", "in": "path", "required": True, "schema": STR},
                 ],
+            )
+        },
+        "/api/v1/line": {
+            "get": _op(
+                "The queued jobs in the order the scheduler reads them",
+                {"200": _json("Line"), **_errors(400)},
+                parameters=[_q("limit", {**INT, "minimum": 1, "maximum": 500}, "the first N (20)")],
             )
         },
         "/api/v1/share": {

@@ -130,3 +130,17 @@ def test_workers_and_gpus_are_empty_without_workers(client):
     assert client.get("/api/v1/workers").json["workers"] == []
     assert client.get("/api/v1/gpus").json["hosts"] == []
     assert client.post("/api/v1/workers/nobody/drain").status_code == 404
+
+
+def test_the_line_is_read_in_the_schedulers_order_and_counted_whole(client, redis):
+    """Issue 64 #3: GET /api/v1/line — the first jobs as the scheduler reads them (a high one first, then the
+    oldest), how many are in line (not the 500 a page holds), how many wait for their dependencies."""
+    ids = [client.post("/api/v1/jobs", json=GOOD).json["id"] for _ in range(3)]
+    urgent = client.post("/api/v1/jobs", json={**GOOD, "priority": "high"}).json["id"]
+    after = client.post("/api/v1/jobs", json={**GOOD, "after": [ids[0]]}).json["id"]
+    line = client.get("/api/v1/line?limit=2").json
+    assert (line["queued"], line["waiting_for_dependencies"]) == (4, 1)
+    assert [(j["id"], j["queue_position"]) for j in line["jobs"]] == [(urgent, 1), (ids[0], 2)]
+    assert after not in [j["id"] for j in client.get("/api/v1/line?limit=500").json["jobs"]]
+    refused = client.get("/api/v1/line?limit=0")
+    assert refused.status_code == 400 and "limit" in refused.get_data(as_text=True)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+from pathlib import Path
 
 import pytest
 from textual.app import App, ComposeResult
@@ -204,3 +205,33 @@ def test_resizing_and_cycling_facets_leave_every_column_of_a_running_job_whole()
         assert "running" in row and "50%" in row and ("eta 1h02m" in row or "1h02m" in row), seen
         assert rows == len(jobs), seen
     assert len(seen) == 4 and seen[2][1] == seen[0][1] == seen[3][1], seen  # (80, 150, 80, then the facets at 80)
+
+
+def test_the_keys_help_uses_the_terminal_and_end_reaches_the_last_keys():
+    """Issue 64 #4: `?` scrolled inside 12 lines even at 120×40 (the newer keys below the fold) and End did
+    nothing. At 120×40 it shows most of the list; End shows its last line, Home its first."""
+    from textual.containers import VerticalScroll
+
+    from tui.app import JOBS_KEYS
+    from tui.screens.dialogs import KeysHelp
+
+    class Styled(App):
+        CSS_PATH = str(Path(__file__).resolve().parents[2] / "tui" / "app.tcss")  # (the TUI's own styles)
+
+    async def scenario() -> tuple[int, int, float, float, float]:
+        app = Styled()
+        async with app.run_test(size=(120, 40)) as pilot:
+            await app.push_screen(KeysHelp("jobs", JOBS_KEYS))
+            await pilot.pause()
+            box = app.screen.query_one("#keys-help VerticalScroll", VerticalScroll)
+            height, total = box.size.height, box.virtual_size.height
+            await pilot.press("end")
+            await pilot.pause()
+            at_end, most = box.scroll_y, box.max_scroll_y
+            await pilot.press("home")
+            await pilot.pause()
+            return height, total, at_end, most, box.scroll_y
+
+    height, total, at_end, most, at_home = asyncio.run(scenario())
+    assert total > 24 and height >= 24, (height, total)  # (the list is longer than 24 lines: it must scroll)
+    assert most == 0 or (at_end == most and at_home == 0), (at_end, most, at_home)

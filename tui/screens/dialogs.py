@@ -133,7 +133,21 @@ ANYWHERE: KeyGroups = [
 class KeysHelp(ModalScreen[None]):
     """gpudeck's keys for the screen below it, grouped and scrollable (not Textual's generic widget bindings)."""
 
-    BINDINGS = [Binding("escape,question_mark,q,enter", "app.pop_screen", "Close")]
+    BINDINGS = [
+        Binding("escape,question_mark,q,enter", "app.pop_screen", "Close"),
+        Binding("end,G", "scroll('end')", "Last keys", show=False),
+        Binding("home,g", "scroll('home')", "First keys", show=False),
+        Binding("pagedown,space", "scroll('page_down')", "Page down", show=False),
+        Binding("pageup", "scroll('page_up')", "Page up", show=False),
+        Binding("down,j", "scroll('down')", "Down", show=False),
+        Binding("up,k", "scroll('up')", "Up", show=False),
+    ]
+
+    def action_scroll(self, where: str) -> None:
+        """The keys' list scrolled: to its end or start, a page or a line (it scrolled only with the mouse, and
+        `End` did nothing, issue 64)."""
+        box = self.query_one("#keys-help VerticalScroll", VerticalScroll)
+        getattr(box, f"scroll_{where}")(animate=False)
 
     def __init__(self, title: str, groups: KeyGroups):
         super().__init__()

@@ -26,7 +26,7 @@ WIDE = 120
 """From this many columns the GPUs table shows host, name, bars, temperature, power and history too; below it,
 what nvitop shows: which GPU, its utilization and memory as numbers, and which job (and owner) holds it."""
 LINE_SHOWN = 5
-"""Queued jobs listed per queue (the rest are counted)."""
+"""Queued jobs listed, the first in the scheduler's order (the rest are counted)."""
 
 
 def gpu_history() -> dict[str, deque]:
@@ -171,7 +171,7 @@ class GpusScreen(Screen):
                 "hosts": client.request("GET", "/api/v1/gpus").json()["hosts"],
                 "workers": client.request("GET", "/api/v1/workers").json()["workers"],
                 "running": {j["id"]: j for j in running},
-                "queued": client.jobs(limit=500, status="queued")["jobs"],
+                "line": client.request("GET", "/api/v1/line", params={"limit": LINE_SHOWN}).json(),
             }
 
         if self.is_active and self.app.api_ready():
@@ -199,7 +199,8 @@ class GpusScreen(Screen):
             state["hosts"],
             [{k: v for k, v in w.items() if k != "last_heartbeat"} for w in state["workers"]],
             {i: (j.get("name"), j.get("usage")) for i, j in state["running"].items()},
-            [(j["id"], j.get("name"), j.get("queue"), j.get("queue_position")) for j in state["queued"]],
+            (state["line"]["queued"], state["line"]["waiting_for_dependencies"]),
+            [(j["id"], j.get("name"), j.get("queue_position")) for j in state["line"]["jobs"]],
         )
         if key == self.shown and not (state["hosts"] and sample):
             return
@@ -209,7 +210,7 @@ class GpusScreen(Screen):
             Text(""),
             self._workers(state["workers"], state["running"], wide),
         ]
-        self.query_one("#gpus", Static).update(Group(*parts, Text(""), self._line(state["queued"])))
+        self.query_one("#gpus", Static).update(Group(*parts, Text(""), self._line(state["line"])))
 
     def _gpus(self, hosts: list[dict[str, Any]], wide: bool = True, width: int = 200) -> Table | Text:
         if not hosts:
@@ -270,25 +271,21 @@ class GpusScreen(Screen):
         return table
 
     @staticmethod
-    def _line(queued: list[dict[str, Any]]) -> Text:
-        """The queued jobs by queue, in the order workers take them."""
-        if not queued:
+    def _line(line: dict[str, Any]) -> Text:
+        """The line as the scheduler reads it (GET /api/v1/line): how many wait, and the first LINE_SHOWN in its
+        order, with their places."""
+        queued, waiting = line["queued"], line["waiting_for_dependencies"]
+        if not queued and not waiting:
             return Text("Queued: none", style="dim")
-        by_queue: dict[str, list[dict[str, Any]]] = defaultdict(list)
-        for job in queued:
-            by_queue[job.get("queue") or "?"].append(job)
-        out = Text(f"Queued: {len(queued)} job{'s' if len(queued) != 1 else ''}", style="bold")
-        for queue, jobs in sorted(by_queue.items()):
-            jobs.sort(key=lambda j: (j.get("queue_position") is None, j.get("queue_position") or 0, j["id"]))
-            out.append(f"\n  {queue} ({len(jobs)}): ")
-            out.append(
-                ", ".join(
-                    f"#{j['queue_position'] or '?'} job {j['id']} {one_line(j.get('name') or '', 20)}".rstrip()
-                    for j in jobs[:LINE_SHOWN]
-                )
-            )
-            if len(jobs) > LINE_SHOWN:
-                out.append(f", … {len(jobs) - LINE_SHOWN} more", style="dim")
+        out = Text(f"Queued: {queued} job{'s' if queued != 1 else ''} in line", style="bold")
+        if waiting:
+            out.append(f", {waiting} waiting for their dependencies", style="dim")
+        for j in line["jobs"]:
+            place = f"#{j['queue_position']}" if j.get("queue_position") else "next"
+            out.append(f"\n  {place:>6} job {j['id']} {one_line(j.get('name') or '', 30)}".rstrip())
+            out.append(f"  ({j.get('queue') or '?'})", style="dim")
+        if queued > len(line["jobs"]):
+            out.append(f"\n  … {queued - len(line['jobs'])} more", style="dim")
         return out
 
     # -- a GPU and its job ---------------------------------------------------------------------------
