@@ -10,7 +10,7 @@ from flask import Blueprint, request
 
 from api import auth, deps
 from jobs import control, disk, forecast, gpuhealth, gpus, queues, quota, search, sweeps, worker
-from jobs.errors import NotFound
+from jobs.errors import BadRequest, Conflict, NotFound
 from jobs.keys import worker_info_key
 from jobs.run import pyenv
 from jobs.spec import shown
@@ -79,6 +79,29 @@ def doctor() -> dict[str, Any]:
             known = one["clock_offset_s"]
             one["clock_offset_s"] = offset if known is None or abs(offset) < abs(known) else known
     return {"hosts": sorted(hosts.values(), key=lambda h: h["host"]), "clock_skew_max_s": CLOCK_SKEW_S}
+
+
+@bp.post("/gpus/<host>/<gpu>/cordon")
+def cordon(host: str, gpu: str):
+    """Take a GPU out of service by hand (admins only, where there are tokens): no job is placed on it until it is
+    uncordoned; what runs there runs on. The optional body: {"reason": "…"}."""
+    auth.admin_only("cordon a GPU")
+    body = deps.json_body() if request.content_length else {}
+    if not isinstance(body, dict) or set(body) - {"reason"}:
+        raise BadRequest('the body, when there is one, is {"reason": "…"}', {"field": "body"})
+    reason = body.get("reason")
+    if reason is not None and (not isinstance(reason, str) or len(reason) > 300):
+        raise BadRequest("reason must be a string of at most 300 characters", {"field": "reason"})
+    redis = deps.redis()
+    known = {(h["host"], str(g.get("index"))) for h in gpus.read_all(redis) for g in h.get("gpus", [])}
+    if (host, gpu) not in known:
+        raise NotFound(f"no GPU {gpu} on {host} has been sampled (gpudeck gpu ls)", {"host": host, "gpu": gpu})
+    was = gpuhealth.cordons(redis).get((host, gpu))
+    if was is not None:
+        raise Conflict(f"GPU {gpu} of {host} is cordoned already ({was['cause']})", {"host": host, "gpu": gpu})
+    why = {"xid": None, "at": time.time(), "text": reason or "", "by": auth.owner_name() or "an admin"}
+    gpuhealth.cordon(redis, host, gpu, why)
+    return {"host": host, "gpu": gpu, "cordoned": gpuhealth.cordons(redis)[(host, gpu)]}
 
 
 @bp.post("/gpus/<host>/<gpu>/uncordon")

@@ -209,12 +209,20 @@ def cordon(redis: Redis, host: str, gpu: str, why: dict[str, Any]) -> None:
     redis.hset(CORDONS_KEY, f"{host}:{gpu}", json.dumps(why))
 
 
+def cause(why: dict[str, Any]) -> str:
+    """Why a GPU is cordoned, in a few words: `Xid 79` (a hardware error), or `by alice: fan noise` (by hand)."""
+    if why.get("xid") is not None:
+        return f"Xid {why['xid']}"
+    return f"by {why.get('by') or 'an admin'}" + (f": {why['text']}" if why.get("text") else "")
+
+
 def cordons(redis: Redis) -> dict[tuple[str, str], dict[str, Any]]:
     """Every cordoned GPU: (host, index) -> {xid, at, text}."""
     out = {}
     for field, raw in sorted(redis.hgetall(CORDONS_KEY).items()):
         host, gpu = field.decode().rsplit(":", 1)
-        out[(host, gpu)] = json.loads(raw)
+        why = json.loads(raw)
+        out[(host, gpu)] = {**why, "cause": cause(why)}
     return out
 
 

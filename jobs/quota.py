@@ -77,6 +77,7 @@ def holders(redis: Redis) -> dict[tuple[str, str], list[dict[str, Any]]]:
             "owner": rec.get("owner"),
             "kind": "session" if spec.is_session else "job",
             "gpu_memory": spec.gpu_memory,
+            "part": part(rec),
         }
         places = []
         if spec.multi_worker:

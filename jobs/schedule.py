@@ -180,7 +180,7 @@ def cordoned(redis: Redis, slots: Iterable[Slot]) -> dict[str, str]:
         for key in gpu_keys(x):
             if key in found:
                 at = time.strftime("%H:%M", time.localtime(found[key]["at"]))
-                out[x.name] = f"cordoned: Xid {found[key]['xid']} at {at} on GPU {key[1]} (gpudeck gpu uncordon)"
+                out[x.name] = f"cordoned: {gpuhealth.cause(found[key])} at {at} on GPU {key[1]} (gpudeck gpu uncordon)"
     return out
 
 

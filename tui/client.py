@@ -135,6 +135,10 @@ class Client:
     def stop_sweep(self, sweep_id: int) -> dict[str, Any]:
         return self.request("POST", f"/api/v1/sweeps/{sweep_id}/stop").json()
 
+    def cordon(self, host: str, gpu: str, reason: str | None = None) -> dict[str, Any]:
+        body = {"reason": reason} if reason else {}
+        return self.request("POST", f"/api/v1/gpus/{host}/{gpu}/cordon", json=body).json()
+
     def uncordon(self, host: str, gpu: str) -> dict[str, Any]:
         return self.request("POST", f"/api/v1/gpus/{host}/{gpu}/uncordon").json()
 

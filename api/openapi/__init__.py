@@ -50,6 +50,7 @@ OPERATIONS: dict[tuple[str, str], tuple[str, str]] = {
     ("post", "/api/v1/workers/{name}/drain"): ("drain_worker", "cluster"),
     ("get", "/api/v1/gpus"): ("list_gpus", "cluster"),
     ("get", "/api/v1/doctor"): ("get_doctor", "cluster"),
+    ("post", "/api/v1/gpus/{host}/{gpu}/cordon"): ("cordon_gpu", "cluster"),
     ("post", "/api/v1/gpus/{host}/{gpu}/uncordon"): ("uncordon_gpu", "cluster"),
     ("get", "/api/v1/line"): ("get_line", "cluster"),
     ("get", "/api/v1/share"): ("get_share", "cluster"),

@@ -355,6 +355,27 @@ def paths() -> dict[str, Any]:
         "/api/v1/doctor": {
             "get": _op("What each worker host says of itself (gpudeck doctor)", {"200": _json("Doctor")} | _errors(403))
         },
+        "/api/v1/gpus/{host}/{gpu}/cordon": {
+            "post": _op(
+                "Take a GPU out of service by hand (no job is placed on it until it is uncordoned)",
+                {"200": {"description": "cordoned", "content": {"application/json": {"schema": {"type": "object"}}}}}
+                | _errors(400, 403, 404, 409),
+                parameters=[
+                    {"name": "host", "in": "path", "required": True, "schema": STR},
+                    {"name": "gpu", "in": "path", "required": True, "schema": STR},
+                ],
+                requestBody={
+                    "required": False,
+                    "content": {
+                        "application/json": {
+                            "schema": _obj(
+                                {"reason": {**STR, "maxLength": 300, "description": "why, for the others"}}, []
+                            )
+                        }
+                    },
+                },
+            )
+        },
         "/api/v1/gpus/{host}/{gpu}/uncordon": {
             "post": _op(
                 "Put a GPU a hardware error cordoned back in service",

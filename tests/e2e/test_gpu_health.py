@@ -48,7 +48,7 @@ def test_a_hardware_xid_cordons_the_gpu_retries_its_job_and_an_admin_uncordons_i
         assert back["reason"] == "gpu_error"
         assert back["message"].startswith("waiting for 1 GPU on one host; 0 free on one host now; cordoned: Xid 79 at ")
         assert back["message"].endswith(" on GPU 0"), back["message"]
-        shown, gpus, freed, _ = run_block(
+        shown, gpus, freed, cordoned_by_hand, listed, freed_1, _ = run_block(
             "walkthrough-gpu-health", up.port, tmp_path, client_env, start_at="gpudeck show"
         )
         assert "queued" in shown and "gpu_error" in shown, shown
@@ -59,7 +59,13 @@ def test_a_hardware_xid_cordons_the_gpu_retries_its_job_and_an_admin_uncordons_i
             for g in h["gpus"]
         }
         assert '"xid": 79' in gpus.replace('"xid":79', '"xid": 79') and cordoned[1] is None
-        assert f"GPU 0 of {host}: back in service (cordoned for Xid 79)" in freed
+        assert f"GPU 0 of {host}: back in service (cordoned: Xid 79)" in freed
+        # an admin's cordon by hand: job 2 runs on there; `gpu ls` shows it, its holder and why
+        assert f"GPU 1 of {host}: cordoned (by an admin: fan noise)" in cordoned_by_hand
+        row = next(line for line in listed.splitlines() if line.split()[:2] == [host, "1"])
+        assert "job 2" in row and "cordoned (by an admin: fan noise)" in row, listed
+        assert listed.splitlines()[0].split() == ["HOST", "GPU", "NAME", "MEMORY", "UTIL", "HELD", "BY", "STATE"]
+        assert f"GPU 1 of {host}: back in service (cordoned: by an admin: fan noise)" in freed_1
         until(lambda: job(2)["status"] == "canceled", 60, "job 2 canceled")
         assert job(2)["attempt"] == 1  # (it ran on undisturbed until the cancel)
         metrics = requests.get(f"{up.url}/metrics", timeout=10).text

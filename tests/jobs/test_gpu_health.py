@@ -201,5 +201,29 @@ def test_a_gpu_cordoned_by_an_older_gpudeck_stays_cordoned(redis):
     such keys into the one hash, so a GPU out of service before an upgrade is still out of service after it."""
     redis.set("gpudeck:cordon:box:1", json.dumps({"xid": 79, "at": 1.0, "text": "fell off the bus"}))
     assert gpuhealth.adopt_legacy_cordons(redis) == 1 and gpuhealth.adopt_legacy_cordons(redis) == 0
-    assert gpuhealth.cordons(redis) == {("box", "1"): {"xid": 79, "at": 1.0, "text": "fell off the bus"}}
+    assert gpuhealth.cordons(redis) == {
+        ("box", "1"): {"xid": 79, "at": 1.0, "text": "fell off the bus", "cause": "Xid 79"}
+    }
     assert redis.get("gpudeck:cordon:box:1") is None
+
+
+def test_only_an_admin_cordons_a_sampled_gpu_by_hand_and_no_job_is_placed_there(redis, client, users):
+    from jobs.gpus import write_sample
+
+    write_sample(redis, "box", {"host": "box", "gpus": [{"index": 0, "uuid": "GPU-0"}, {"index": 1, "uuid": "GPU-1"}]})
+    for i in range(2):
+        register(redis, f"box.gpu{i}", host="box", gpus=(str(i),))
+    refused = client.post("/api/v1/gpus/box/0/cordon", headers=users["alice"])
+    assert refused.status_code == 403 and gpuhealth.cordons(redis) == {}
+    unknown = client.post("/api/v1/gpus/box/7/cordon", headers=users["root"])
+    assert unknown.status_code == 404 and "gpudeck gpu ls" in unknown.get_data(as_text=True)
+    bad = client.post("/api/v1/gpus/box/0/cordon", json={"reason": 5}, headers=users["root"])
+    assert bad.status_code == 400
+    done = client.post("/api/v1/gpus/box/0/cordon", json={"reason": "fan noise"}, headers=users["root"])
+    assert done.status_code == 200 and done.json["cordoned"]["cause"] == "by root: fan noise", done.json
+    again = client.post("/api/v1/gpus/box/0/cordon", headers=users["root"])
+    assert again.status_code == 409 and "by root: fan noise" in again.get_data(as_text=True)
+    job = submit(redis)
+    assert JobStore(redis).get(job)["gpu_ids"] == ["1"]  # (not the cordoned GPU)
+    listed = client.get("/api/v1/gpus", headers=users["alice"]).json["hosts"][0]["gpus"]
+    assert listed[0]["cordoned"]["cause"] == "by root: fan noise" and listed[1]["holders"][0]["part"] == 1.0

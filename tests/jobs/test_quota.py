@@ -90,5 +90,7 @@ def test_a_multi_worker_job_counts_every_tasks_gpus_and_waits_without_holding_up
     c2, b1 = job(redis, "carol", gang_spec), job(redis, "bob", gang_spec)
     assert schedule.place(redis, DEFAULTS) == [b1]  # carol's second waits; bob's, behind it in line, is placed
     assert JobStore(redis).get(c2)["message"] == "waiting: carol holds 2 of 2 GPUs"
-    assert quota.holders(redis)[("box", "0")] == [{"job_id": c1, "owner": "carol", "kind": "job", "gpu_memory": None}]
+    assert quota.holders(redis)[("box", "0")] == [
+        {"job_id": c1, "owner": "carol", "kind": "job", "gpu_memory": None, "part": 1.0}
+    ]
     assert {h["owner"] for v in quota.holders(redis).values() for h in v} == {"carol", "bob"}

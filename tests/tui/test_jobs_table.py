@@ -124,7 +124,7 @@ def test_the_gpus_screen_opens_the_job_that_holds_the_gpu_under_its_cursor():
         ],
         "workers": [],
         "running": {},
-        "queued": [],
+        "line": {"queued": 0, "waiting_for_dependencies": 0, "jobs": []},
     }  # fmt: skip
     opened: list[int] = []
 

@@ -4,13 +4,14 @@ from __future__ import annotations
 
 import json
 import time
+from typing import Any
 
 import click
 
 from models.common import EXIT_OK, EXIT_USAGE
 from models.sourcetree import human
 from tui.cli.base import client, connection_options, echo_json, json_option, print_table, settings
-from tui.widgets.fmt import SHARE_COLUMNS, duration, one_line, share_rows, share_rule
+from tui.widgets.fmt import SHARE_COLUMNS, cordon_cause, duration, gpu_amount, one_line, share_rows, share_rule
 
 
 @click.command()
@@ -119,7 +120,88 @@ def drain(name, as_json) -> int:
 
 @click.group()
 def gpu() -> None:
-    """GPUs: take one a hardware error cordoned back into service."""
+    """GPUs: list them with who holds each, cordon one by hand, put one back in service."""
+
+
+GPU_COLUMNS = ("HOST", "GPU", "NAME", "MEMORY", "UTIL", "HELD BY", "STATE")
+
+
+def gpu_rows(doc: dict[str, Any]) -> list[tuple[Any, ...]]:
+    """`GET /api/v1/gpus` as rows of GPU_COLUMNS: every holder of a GPU (a job holding it whole, or each share
+    with its part) and every process not gpudeck's, whatever the width (issue 64: HELD BY was cut)."""
+    rows = []
+    for host in doc["hosts"]:
+        for g in host.get("gpus", []):
+            used, total = g.get("memory_used_mib"), g.get("memory_total_mib")
+            memory = f"{human((used or 0) * 2**20)}/{human(total * 2**20)}" if total else "-"
+            util = g.get("utilization")
+            holders = [
+                f"job {h['job_id']}" + (f" ({h['owner']})" if h.get("owner") else "")
+                + (f" {gpu_amount(h['part'])}" if h.get("part") not in (None, 1, 1.0) else "")
+                for h in g.get("holders") or []
+            ]  # fmt: skip
+            foreign = [p for p in g.get("processes") or [] if p.get("job_id") is None and not p.get("left_by")]
+            holders += [f"pid {p['pid']}" + (f" ({p['user']})" if p.get("user") else "") for p in foreign]
+            cordon = g.get("cordoned")
+            state = f"cordoned ({cordon_cause(cordon)})" if cordon else ("busy" if holders else "free")
+            util_text = f"{util}%" if isinstance(util, (int, float)) else "-"
+            rows.append(
+                (
+                    host["host"],
+                    g.get("index"),
+                    g.get("name") or "-",
+                    memory,
+                    util_text,
+                    ", ".join(holders) or "-",
+                    state,
+                )
+            )
+    return rows
+
+
+@gpu.command("ls")
+@connection_options
+@json_option
+def gpu_ls(as_json) -> int:
+    """Every GPU of the live hosts: memory, utilization, who holds it (jobs, their shares, processes not
+    gpudeck's), and whether it is cordoned."""
+    doc = client().gpus()
+    if as_json:
+        echo_json(doc)
+    elif not any(h.get("gpus") for h in doc["hosts"]):
+        click.echo("no GPU: no worker's host reports one (no nvidia-smi there)")
+    else:
+        print_table(GPU_COLUMNS, gpu_rows(doc), right=[1])
+    return EXIT_OK
+
+
+def _host_gpu(command: str, where: str) -> tuple[str, str] | None:
+    host, sep, index = where.rpartition(":")
+    if not sep or not host or not index:
+        click.echo(
+            f"gpudeck gpu {command}: HOST:GPU: write the host and the GPU index, e.g. node1:0; got {where!r}", err=True
+        )
+        return None
+    return host, index
+
+
+@gpu.command()
+@connection_options
+@click.argument("where", metavar="HOST:GPU")
+@click.option("--reason", help="why, for the others (shown wherever the GPU is)")
+@json_option
+def cordon(where, reason, as_json) -> int:
+    """Take GPU HOST:GPU out of service by hand (admins only, where there are tokens): no job is placed on it until
+    `gpudeck gpu uncordon`; what runs there runs on."""
+    found = _host_gpu("cordon", where)
+    if found is None:
+        return EXIT_USAGE
+    answer = client().cordon(*found, reason)
+    if as_json:
+        echo_json(answer)
+    else:
+        click.echo(f"GPU {found[1]} of {found[0]}: cordoned ({cordon_cause(answer['cordoned'])})")
+    return EXIT_OK
 
 
 @gpu.command()
@@ -129,18 +211,16 @@ def gpu() -> None:
 def uncordon(where, as_json) -> int:
     """Put GPU HOST:GPU (gpudeck's GPUs screen, or GET /api/v1/gpus) back in service after a hardware error cordoned
     it (admins only, where there are tokens)."""
-    host, sep, index = where.rpartition(":")
-    if not sep or not host or not index:
-        click.echo(
-            f"gpudeck gpu uncordon: HOST:GPU: write the host and the GPU index, e.g. node1:0; got {where!r}", err=True
-        )
+    found = _host_gpu("uncordon", where)
+    if found is None:
         return EXIT_USAGE
+    host, index = found
     answer = client().uncordon(host, index)
     if as_json:
         echo_json(answer)
     else:
         was = answer.get("was") or {}
-        click.echo(f"GPU {index} of {host}: back in service" + (f" (cordoned for Xid {was['xid']})" if was else ""))
+        click.echo(f"GPU {index} of {host}: back in service" + (f" (cordoned: {cordon_cause(was)})" if was else ""))
     return EXIT_OK
 
 

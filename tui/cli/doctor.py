@@ -19,6 +19,7 @@ from models.common import EXIT_OK
 from models.sourcetree import human
 from tui.cli.base import client, connection_options, echo_json, json_option, print_table
 from tui.client import ApiError, Client
+from tui.widgets.fmt import cordon_cause
 
 EXIT_UNHEALTHY = 1
 MARK = {"ok": "✓", "fail": "✗", "skip": "–"}
@@ -96,7 +97,7 @@ def _gpus(hosts: list[dict[str, Any]]) -> list[Check]:
     out = [Check("gpus", "ok", f"{len(gpus)}: {listed}")]
     cordoned = [(host, g) for host, g in gpus if g.get("cordoned")]
     if cordoned:
-        said = ", ".join(f"{host}:{g['index']} (Xid {g['cordoned']['xid']})" for host, g in cordoned)
+        said = ", ".join(f"{host}:{g['index']} ({cordon_cause(g['cordoned'])})" for host, g in cordoned)
         fix = "see the kernel log (dmesg) on that host; once the GPU is repaired: gpudeck gpu uncordon HOST:GPU"
         out.append(Check("cordoned gpus", "fail", f"out of service after a hardware error: {said}", fix))
     else:

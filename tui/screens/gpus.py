@@ -18,7 +18,7 @@ from textual.widgets import Footer, Static
 
 from models.common import size_text
 from tui.widgets.chrome import chrome
-from tui.widgets.fmt import NA, bar, human, na, one_line, sparkline
+from tui.widgets.fmt import NA, bar, cordon_cause, human, na, one_line, sparkline
 
 REFRESH_S = 2.0
 HISTORY = 30
@@ -88,7 +88,7 @@ def _holders(g: dict[str, Any]) -> str:
         if not p.get("job_id")
     ]
     cordon = g.get("cordoned")
-    out = f"CORDONED (Xid {cordon['xid']}: gpudeck gpu uncordon)" if cordon else ""
+    out = f"CORDONED ({cordon_cause(cordon)}: gpudeck gpu uncordon)" if cordon else ""
     return ", ".join(x for x in (out, jobs, *foreign) if x) or "-"
 
 

@@ -482,6 +482,11 @@ def over_attempts(job: dict[str, Any]) -> str:
     return " (" + ", ".join(p for p in parts if p) + ")"
 
 
+def cordon_cause(why: dict[str, Any]) -> str:
+    """Why a GPU is cordoned, as the API says it (`cordoned.cause`: `Xid 79`, or `by alice: fan noise`)."""
+    return str(why.get("cause") or f"Xid {why.get('xid')}")
+
+
 def gpu_amount(gpus: float) -> str:
     """GPUs held, a share counted as its part of a GPU: `2`, `1.13`, `0.25`."""
     return f"{round(float(gpus), 2):g}"
