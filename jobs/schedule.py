@@ -34,7 +34,7 @@ import logging
 import time
 import uuid
 from collections import Counter, defaultdict
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -302,7 +302,10 @@ class Walk:
         took = plan.expected(rec, self.history)[0] if wanted else None
         if self.fits_now(rec, spec, owner, gpus, part, took):
             return
-        message = _need_share(self.r, self.tl, spec, part) if part else _need(spec.workers, spec.gpus, self.r.free)
+        held = lambda key: self.tl.taken(key, self.r.now, self.r.now + 1)  # noqa: E731
+        message = (
+            _need_share(self.r, self.tl, spec, part) if part else _need(spec.workers, spec.gpus, self.r.free, held)
+        )
         message += self.r.out if spec.gpus else ""
         if self.can_preempt(priority):
             message = self.preempt_for(rec, spec) or message
@@ -406,15 +409,18 @@ def with_records(
             yield job_id, priority, owner, rec
 
 
-def _need(places: int, k: int, free: list[Slot]) -> str:
+def _need(places: int, k: int, free: list[Slot], taken: Callable[[GpuKey], float] = lambda key: 0.0) -> str:
+    """What a job of `places` workers of `k` GPUs each waits for, and the most GPUs free on one host now: GPUs
+    nothing holds (`taken`: what is held of each), not idle workers (a GPU of four slots held whole showed as
+    `3 free on one host`, issue 64)."""
     if k == 0:
         cpus = sum(1 for x in free if not x.gpus)
         return f"waiting for {places} free CPU worker{'s' if places > 1 else ''}; {cpus} free now"
     on = f"{k} GPU{'s' if k > 1 else ''} on one host" + (f", on each of {places} workers" if places > 1 else "")
-    most: Counter[str] = Counter()
+    idle: dict[str, set[GpuKey]] = defaultdict(set)
     for x in free:
-        most[x.host] += len(x.gpus)
-    return f"waiting for {on}; {max(most.values(), default=0)} free on one host now"
+        idle[x.host].update(key for key in gpu_keys(x) if not taken(key))
+    return f"waiting for {on}; {max(map(len, idle.values()), default=0)} free on one host now"
 
 
 def _need_share(r: Round, tl: plan.Timeline, spec: Kept, part: float) -> str:

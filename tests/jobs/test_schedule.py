@@ -14,7 +14,7 @@ from jobs.store import JobStore
 from jobs.worker import describe
 from models.states import Status
 from tests.support.policy import DEFAULTS
-from tests.support.workers import box, placed_on, rec, taken
+from tests.support.workers import box, placed_on, rec, register, taken
 
 JOB = {"model": "lenet", "dataset": "synthetic:8x8x1", "params": {"steps": 2}, "gpus": 1}
 
@@ -309,3 +309,13 @@ def test_a_placed_job_that_is_canceled_frees_its_gpus(redis):
     assert not gang.current(redis, two, r["gen"])  # the held worker lets go
     assert submit(redis) and placed_on(redis, names)
     assert Status(rec(redis, two)["status"]).ended
+
+
+def test_a_waiting_jobs_message_counts_free_gpus_not_idle_slots(redis):
+    """Issue 64: with one GPU of four job slots held whole, a waiting job read `3 free on one host now` (its idle
+    slots); no GPU is free."""
+    for k in range(4):
+        register(redis, f"box.gpu0-{k}", gpus=("0",))
+    first, second = submit(redis), submit(redis)
+    assert rec(redis, first)["gpu_ids"] == ["0"]
+    assert rec(redis, second)["message"] == "waiting for 1 GPU on one host; 0 free on one host now"
