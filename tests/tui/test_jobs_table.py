@@ -235,3 +235,25 @@ def test_the_keys_help_uses_the_terminal_and_end_reaches_the_last_keys():
     height, total, at_end, most, at_home = asyncio.run(scenario())
     assert total > 24 and height >= 24, (height, total)  # (the list is longer than 24 lines: it must scroll)
     assert most == 0 or (at_end == most and at_home == 0), (at_end, most, at_home)
+
+
+def test_an_idle_worker_of_a_gpu_held_whole_says_so():
+    """Issue 64 #3: the other slots of a GPU a job holds whole read plain `idle`; they take nothing until it ends."""
+    from tui.screens.gpus import GpusScreen
+
+    gpu = {"name": "NVIDIA H100 80GB HBM3", "utilization": 90, "memory_used_mib": 1, "memory_total_mib": 81559}
+    whole = {"job_id": 7, "owner": "alice", "kind": "job", "gpu_memory": None, "part": 1.0}
+    workers = [
+        {"name": f"box.gpu0-{k}", "host": "box", "gpus": ["0"], "alive": True, "draining": False,
+         "state": "busy" if k == 0 else "idle", "job_id": 7 if k == 0 else None}
+        for k in range(3)
+    ] + [{"name": "box.gpu1-0", "host": "box", "gpus": ["1"], "alive": True, "draining": False, "state": "idle",
+          "job_id": None}]  # fmt: skip
+    table = GpusScreen._workers(
+        workers,
+        {},
+        True,
+        [{"host": "box", "gpus": [{**gpu, "index": 0, "holders": [whole]}, {**gpu, "index": 1, "holders": []}]}],
+    )
+    states = [str(cell) for cell in table.columns[2].cells]
+    assert states == ["busy", "held: job 7", "held: job 7", "idle"], states

@@ -25,6 +25,8 @@ HISTORY = 30
 WIDE = 120
 """From this many columns the GPUs table shows host, name, bars, temperature, power and history too; below it,
 what nvitop shows: which GPU, its utilization and memory as numbers, and which job (and owner) holds it."""
+STATE_STYLES = {"busy": "cyan", "idle": "green", "lost": "red", "draining": "yellow"}
+"""A worker's state's colour (an idle worker of a GPU held whole: dim)."""
 LINE_SHOWN = 5
 """Queued jobs listed, the first in the scheduler's order (the rest are counted)."""
 
@@ -208,7 +210,7 @@ class GpusScreen(Screen):
         parts = [
             self._gpus(state["hosts"], wide, width - 2),
             Text(""),
-            self._workers(state["workers"], state["running"], wide),
+            self._workers(state["workers"], state["running"], wide, state["hosts"]),
         ]
         self.query_one("#gpus", Static).update(Group(*parts, Text(""), self._line(state["line"])))
 
@@ -243,9 +245,21 @@ class GpusScreen(Screen):
         return table
 
     @staticmethod
-    def _workers(workers: list[dict[str, Any]], running: dict[int, dict[str, Any]], wide: bool = True) -> Table | Text:
+    def _workers(
+        workers: list[dict[str, Any]],
+        running: dict[int, dict[str, Any]],
+        wide: bool = True,
+        hosts: list[dict[str, Any]] = (),  # type: ignore[assignment]
+    ) -> Table | Text:
         """Each worker, its state, GPUs and job (at WIDE columns its host and what its job uses too). (No queues:
-        each serves its own, where the scheduler places its jobs.)"""
+        each serves its own, where the scheduler places its jobs.) An idle worker of a GPU another worker's job holds
+        whole says so: it takes nothing until that job ends (it read plain `idle`, issue 64)."""
+        whole = {
+            (h["host"], str(g.get("index"))): g["holders"][0]["job_id"]
+            for h in hosts
+            for g in h.get("gpus") or []
+            if g.get("holders") and g["holders"][0].get("gpu_memory") is None
+        }
         if not workers:
             return Text("Workers: none registered (start one: gpudeck worker, or gpudeck up)", style="yellow")
         table = (
@@ -255,13 +269,19 @@ class GpusScreen(Screen):
         )
         for w in workers:
             state = "lost" if not w["alive"] else ("draining" if w["draining"] else w["state"])
+            held = sorted({whole[(w["host"], g)] for g in w["gpus"] if (w["host"], g) in whole})
+            if state == "idle" and held and w.get("job_id") is None:
+                state = f"held: job {held[0]}"
             job = running.get(w["job_id"]) if w.get("job_id") else None
             usage = (job or {}).get("usage") or {}
             cpu = usage.get("cpu_percent")
             cells = [
                 w["name"],
                 w["host"],
-                Text(state, style={"busy": "cyan", "idle": "green", "lost": "red", "draining": "yellow"}.get(state)),
+                Text(
+                    state,
+                    style={"busy": "cyan", "idle": "green", "lost": "red", "draining": "yellow"}.get(state, "dim"),
+                ),
                 ",".join(w["gpus"]) or "cpu",
                 f"{w['job_id']} {one_line((job or {}).get('name') or '', 16)}".strip() if w.get("job_id") else "-",
                 f"{cpu:.0f}%" if cpu is not None else "",
