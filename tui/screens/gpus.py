@@ -38,10 +38,12 @@ def gpu_history() -> dict[str, deque]:
 
 def _table(*columns: str, widths: dict[str, int] | None = None) -> Table:
     """A table of `columns` over the screen's width; `widths`: each column's, set (the wide GPUs table: what
-    identifies a GPU and its numbers are never cut, the name, history and holder give way first)."""
+    identifies a GPU and its numbers are never cut, the name and history give way first; the holders wrap)."""
     table = Table(expand=widths is None, box=None, padding=(0, 1), header_style="bold")
     for col in columns:
-        table.add_column(col, no_wrap=True, overflow="ellipsis", width=(widths or {}).get(col))
+        wraps = col == "HELD BY"  # (every holder and foreign process read whole, on more lines: issue 64)
+        overflow = "fold" if wraps else "ellipsis"
+        table.add_column(col, no_wrap=not wraps, overflow=overflow, width=(widths or {}).get(col))
     return table
 
 
