@@ -185,6 +185,12 @@ def gpus_key(host: str) -> str:
     return f"{PREFIX}:gpus:{host}"
 
 
+def warm_wanted_key(host: str, gpus: tuple[str, ...] | list[str]) -> str:
+    """When a zoo job last ran on these GPUs of `host` (any of their job slots): the first of their workers keeps a
+    warm trainer ready while it is younger than GPUDECK_WARM_MAX_AGE (one a GPU, not one a slot: issue 64)."""
+    return f"{PREFIX}:warm:{host}:{','.join(gpus) or 'cpu'}"
+
+
 def gpus_booked_key(host: str) -> str:
     """When one host's GPU time was last booked on its jobs (epoch s), by whichever of its samplers booked it: each
     second of a GPU is booked once (jobs.usage.booked_seconds)."""

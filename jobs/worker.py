@@ -33,11 +33,13 @@ from jobs.keys import (
     job_id_of,
     private_queue,
     waiting_key,
+    warm_wanted_key,
     worker_info_key,
 )
 from jobs.lifecycle import worker_lost
 from jobs.notify import Notifier
 from jobs.periodic import FORK_GUARD, Periodic, Watch, not_stuck, say_where_if_stuck
+from jobs.placement import live_slots
 from jobs.reaper import Reaper
 from jobs.record import Kept
 from jobs.run import launch, proc, sandbox, warm
@@ -80,8 +82,6 @@ class GpudeckWorker(Worker):
         """The warm trainer this worker keeps ready (jobs.run.warm)."""
         self._let_go: list[warm.Warm] = []
         """Warm trainers handed on or let go, until they exit (this worker is their parent: it reaps them)."""
-        self._zoo_at: float | None = None
-        """When this worker last ran a zoo job: it keeps a warm trainer for GPUDECK_WARM_MAX_AGE after."""
         self._warm_failed_at = 0.0
         self.placer: schedule.Placer | None = None
         """The thread that says this worker is alive for placement (stopped with the worker's stop request)."""
@@ -129,7 +129,12 @@ class GpudeckWorker(Worker):
             return None
         if not warm.warm_wanted(spec):
             return None
-        self._zoo_at = time.time()
+        now = time.time()
+        max_age = self.context.settings.warm_max_age_s
+        try:  # (the first worker of these GPUs keeps the next one warm, whichever slot ran this one)
+            self.connection.set(self._warm_key(), repr(now), ex=max(1, int(max_age)))
+        except RedisError:
+            pass  # (no warm trainer made for the next job: it starts cold)
         if self._warm is None:
             return None
         why = self._warm.stale(self.context.settings.warm_max_age_s)
@@ -140,8 +145,8 @@ class GpudeckWorker(Worker):
         return self._warm
 
     def _keep_warm(self) -> None:
-        """Reap the warm trainers that exited; let a stale one go; make one ready while this worker has run a zoo job
-        in the last GPUDECK_WARM_MAX_AGE (GPUDECK_WARM=on, jobs in a sandbox)."""
+        """Reap the warm trainers that exited; let a stale one go; make one ready while a zoo job ran on this worker's
+        GPUs in the last GPUDECK_WARM_MAX_AGE and it is their first worker (GPUDECK_WARM=on, jobs in a sandbox)."""
         self._let_go = [w for w in self._let_go if not w.reap()]
         if self.context is None or not self.context.settings.warm:
             return
@@ -153,10 +158,31 @@ class GpudeckWorker(Worker):
             self._let_warm_go(self._warm, why)
             self._warm = None
         now = time.time()
-        if self._zoo_at is not None and now - self._zoo_at < max_age and now - self._warm_failed_at > WARM_RETRY_S:
-            self._warm = warm.start(self.context)
-            if self._warm is None:
-                self._warm_failed_at = now
+        if now - self._warm_failed_at <= WARM_RETRY_S or not self._keeps_warm(now, max_age):
+            return
+        self._warm = warm.start(self.context)
+        if self._warm is None:
+            self._warm_failed_at = now
+
+    def _warm_key(self) -> str:
+        assert self.context is not None
+        return warm_wanted_key(socket.gethostname(), self.context.gpu_ids)
+
+    def _keeps_warm(self, now: float, max_age: float) -> bool:
+        """Whether this worker makes a warm trainer ready now: a zoo job ran on its GPUs (any of their slots) in the
+        last `max_age` s, and it is the first by name of the live workers of these GPUs on this host — the one a
+        job of whole GPUs is placed on (placement.whole_pool). One warm trainer a GPU, not one a job slot (four
+        slots a GPU kept four, 577 MiB each: issue 64)."""
+        try:
+            raw = self.connection.get(self._warm_key())
+            if raw is None or now - float(raw) >= max_age:
+                return False
+            slots = live_slots(self.connection)[0]
+        except (RedisError, ValueError):
+            return False
+        me = slots.get(self.name)
+        mates = [s.name for s in slots.values() if me is not None and s.host == me.host and s.gpus == me.gpus]
+        return me is None or min(mates) == self.name
 
     def _let_warm_go(self, w: warm.Warm, why: str | None) -> None:
         if why is not None:

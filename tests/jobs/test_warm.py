@@ -141,3 +141,36 @@ def test_an_adopted_trainers_exit_status_comes_from_bubblewraps_status_pipe(tmp_
     gone = a_warm(tmp_path / "k", status=r)
     assert Adopted(gone).wait() == warm.KILLED
     os.close(r)
+
+
+def test_one_warm_trainer_a_gpu_its_first_worker_keeps_whichever_slot_ran_the_zoo_job(redis):
+    """Issue 64: with four job slots a GPU, each slot that ran a zoo job kept a warm trainer (577 MiB each). A zoo
+    job on any slot marks its GPUs; only their first worker by name (where a job of whole GPUs is placed) keeps one."""
+    import socket
+    import time
+    from types import SimpleNamespace
+
+    from jobs.keys import warm_wanted_key
+    from jobs.worker import GpudeckWorker
+    from tests.support.workers import register
+
+    host = socket.gethostname()
+    for name, gpus in ((f"{host}.gpu0-0", ("0",)), (f"{host}.gpu0-1", ("0",)), (f"{host}.gpu1-0", ("1",))):
+        register(redis, name, host=host, gpus=gpus)
+
+    def worker(name: str, gpus: list[str]) -> SimpleNamespace:
+        w = SimpleNamespace(connection=redis, name=name, context=SimpleNamespace(gpu_ids=gpus))
+        w._warm_key = lambda: GpudeckWorker._warm_key(w)
+        return w
+
+    first, second, other = (
+        worker(f"{host}.gpu0-0", ["0"]),
+        worker(f"{host}.gpu0-1", ["0"]),
+        worker(f"{host}.gpu1-0", ["1"]),
+    )
+    now = time.time()
+    keeps = lambda w: GpudeckWorker._keeps_warm(w, now, 600)  # noqa: E731
+    assert not any(map(keeps, (first, second, other)))  # (no zoo job ran yet)
+    redis.set(warm_wanted_key(host, ["0"]), repr(now - 5))  # a zoo job ran on GPU 0's second slot
+    assert [keeps(first), keeps(second), keeps(other)] == [True, False, False]
+    assert not GpudeckWorker._keeps_warm(first, now + 600, 600)  # (too long ago)
