@@ -180,6 +180,7 @@ def views(recs: list[dict], with_tasks: bool = False) -> list[dict]:
             queue_position=line.get(r["id"]),
             expected_start=starts.get(r["id"], (None, None)),
             expected=plan.expected(r, history) if r["status"] in LIVE else (None, None),
+            learned=history.learned(r) if r["status"] in LIVE else None,
             usage=used.get(r["id"]),
             names_only=auth.names_only(r.get("owner")),
         )

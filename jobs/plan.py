@@ -1,9 +1,12 @@
 """Time in the scheduler: how long each job is expected to run, and the plan of the line that backfill and expected
 starts share (the scheduler follows it, `expected_start` reports it: one plan, two answers).
 
-- A job's expected duration: what its owner declared (`expected_duration`), else what gpudeck learned of the same
-  job shape of the same owner (the 90th percentile of their last HISTORY succeeded runs; a zoo job's shape is its
-  model, dataset and params, a command's its command), bounded by its `timeout`; else its timeout; else unknown.
+- A job's expected duration: what its owner declared (`expected_duration`), else what gpudeck learned (the 90th
+  percentile of the last HISTORY succeeded runs): of the same job shape of the same owner (a zoo job's shape is
+  its model, dataset and params, a command's its command), else of the same *kind* of the owner's (a zoo job's
+  model and dataset name, a command's entry point — its script or module, not its whole text — and the GPUs and
+  workers it takes: issue 66), else of that kind of anybody's; bounded by its `timeout`; else its timeout; else
+  unknown. Where it comes from (`history`, `kind`, `others`) and the spread of the runs it comes from go with it.
 - A running job holds its workers until its progress says it ends (steps per second so far), else until its start
   plus its expected duration, else for good (unknown). One that has overrun its estimate is not killed for it (its
   timeout does that), but its end is unknown from then on: the job waiting for its workers keeps them as it would
@@ -20,6 +23,8 @@ from __future__ import annotations
 import hashlib
 import json
 import math
+import re
+import shlex
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
@@ -51,44 +56,120 @@ def shape(spec: dict[str, Any]) -> str:
     return hashlib.sha256(json.dumps(what, sort_keys=True, default=str).encode()).hexdigest()[:16]
 
 
+PYTHONS = re.compile(r"^(python[\d.]*|pypy[\d.]*|torchrun|accelerate|deepspeed|uv|poetry|pipenv|conda)$")
+"""Programs whose first script or module argument is what a command runs (`python -m pkg`, `torchrun train.py`)."""
+SHELLS = ("sh", "bash", "zsh", "env", "exec", "nohup", "time", "run", "launch")
+
+
+def entry_point(command: str | list[str] | None) -> str:
+    """What a command runs, not its whole text: its script (`train.py`) or module (`-m pkg.train`), else its first
+    program; its options and arguments left out (`python train.py --lr 0.1` and `--lr 0.2` are one kind)."""
+    if command is None:
+        return ""
+    try:
+        words = shlex.split(command) if isinstance(command, str) else [str(w) for w in command]
+    except ValueError:
+        words = str(command).split()
+    words = [w for w in words if not re.match(r"^[A-Za-z_][A-Za-z0-9_]*=", w)]  # (VAR=value before it)
+    for n, word in enumerate(words):
+        base = word.rsplit("/", 1)[-1]
+        if word in ("-m", "--module") and n + 1 < len(words):
+            return f"module {words[n + 1]}"
+        if word == "-c":  # (python -c CODE: its code is all it runs)
+            return f"inline {' '.join(words[n + 1 :])}"
+        if word.endswith((".py", ".sh")):
+            return f"script {word}"
+        if n == 0 and not (PYTHONS.match(base) or base in SHELLS):
+            return f"program {word}"
+    return f"program {words[0]}" if words else ""
+
+
+def kind(spec: dict[str, Any]) -> str:
+    """What makes two jobs of one kind for an estimate when their shapes differ: a zoo job's model and dataset name
+    (not its params or version), a command's entry point (not its text), a session's kind; and the GPUs and
+    workers it takes."""
+    if spec.get("command") is not None or spec.get("kind"):
+        what = {"entry": entry_point(spec.get("command")), "kind": spec.get("kind")}
+    else:
+        what = {"model": spec.get("model"), "dataset": str(spec.get("dataset") or "").split(":", 1)[0]}
+    what |= {"gpus": spec.get("gpus"), "workers": spec.get("workers")}
+    return "kind-" + hashlib.sha256(json.dumps(what, sort_keys=True, default=str).encode()).hexdigest()[:16]
+
+
+ANYBODY = "*"
+"""The owner whose history is every owner's runs of a kind (an estimate for a newcomer's first job)."""
+
+
 def learn(redis: Any, rec: dict[str, Any], seconds: float) -> None:
-    """A run of `rec`'s shape took `seconds` (a succeeded attempt): kept for the owner's next estimates. `redis`: a
-    client or a pipeline."""
-    key = durations_key(rec.get("owner"), shape(rec["spec"]))
-    redis.lpush(key, round(seconds, 3))
-    redis.ltrim(key, 0, HISTORY - 1)
-    redis.expire(key, 90 * 86400)
+    """A run of `rec`'s shape took `seconds` (a succeeded attempt): kept for the next estimates of the owner's shape,
+    the owner's kind and anybody's kind. `redis`: a client or a pipeline."""
+    for key, _ in History.keys_of(rec):
+        redis.lpush(key, round(seconds, 3))
+        redis.ltrim(key, 0, HISTORY - 1)
+        redis.expire(key, 90 * 86400)
+
+
+SOURCES = ("history", "kind", "others")
+"""Where a learned estimate comes from, most precise first: the owner's runs of the same job shape, of the same
+kind, anybody's runs of that kind."""
+
+
+@dataclass(frozen=True)
+class Learned:
+    """An estimate learned from runs: the QUANTILE of them, where from (SOURCES), how many, and their spread (the
+    shortest and longest)."""
+
+    seconds: float
+    source: str
+    runs: int
+    spread: tuple[float, float]
 
 
 class History:
-    """What gpudeck learned of jobs' durations, read from Redis as it is asked for (`of`), each owner's shape once
-    per History (a scheduling round makes one), several at once with `prefetch`."""
+    """What gpudeck learned of jobs' durations, read from Redis as it is asked for (`of`), each key once per History
+    (a scheduling round makes one), several at once with `prefetch`."""
 
     def __init__(self, redis: Redis):
         self.redis = redis
-        self.known: dict[str, float | None] = {}
+        self.known: dict[str, list[float]] = {}
+
+    @staticmethod
+    def keys_of(rec: dict[str, Any]) -> list[tuple[str, str]]:
+        spec, owner = rec["spec"], rec.get("owner")
+        return [
+            (durations_key(owner, shape(spec)), "history"),
+            (durations_key(owner, kind(spec)), "kind"),
+            (durations_key(ANYBODY, kind(spec)), "others"),
+        ]
 
     def prefetch(self, recs: Iterable[dict[str, Any]]) -> History:
-        keys = sorted({durations_key(r.get("owner"), shape(r["spec"])) for r in recs} - set(self.known))
+        keys = sorted({key for r in recs for key, _ in self.keys_of(r)} - set(self.known))
         if keys:
             with self.redis.pipeline(transaction=False) as pipe:
                 for key in keys:
                     pipe.lrange(key, 0, HISTORY - 1)
                 for key, values in zip(keys, pipe.execute()):
-                    self.known[key] = _quantile(values)
+                    self.known[key] = sorted(float(v) for v in values)
         return self
 
+    def learned(self, rec: dict[str, Any]) -> Learned | None:
+        """The estimate for `rec` from the most precise history there is of it, or None."""
+        for key, source in self.keys_of(rec):
+            if key not in self.known:
+                self.known[key] = sorted(float(v) for v in self.redis.lrange(key, 0, HISTORY - 1))
+            runs = self.known[key]
+            if runs:
+                return Learned(_quantile(runs), source, len(runs), (runs[0], runs[-1]))
+        return None
+
     def of(self, rec: dict[str, Any]) -> float | None:
-        """The estimate for `rec`'s owner and shape (the QUANTILE of their last runs), or None."""
-        key = durations_key(rec.get("owner"), shape(rec["spec"]))
-        if key not in self.known:
-            self.known[key] = _quantile(self.redis.lrange(key, 0, HISTORY - 1))
-        return self.known[key]
+        """The learned estimate's seconds, or None."""
+        found = self.learned(rec)
+        return found.seconds if found else None
 
 
-def _quantile(values: list[Any]) -> float | None:
-    runs = sorted(float(v) for v in values)
-    return runs[min(len(runs) - 1, math.ceil(QUANTILE * len(runs)) - 1)] if runs else None
+def _quantile(runs: list[float]) -> float:
+    return runs[min(len(runs) - 1, math.ceil(QUANTILE * len(runs)) - 1)]
 
 
 def learned(redis: Redis, recs: Iterable[dict[str, Any]]) -> History:
@@ -101,10 +182,10 @@ def expected(rec: dict[str, Any], history: History) -> tuple[float | None, str |
     spec = Kept(rec["spec"])
     if spec.expected_duration:
         return float(spec.expected_duration), "declared"
-    learnt = history.of(rec)
+    learnt = history.learned(rec)
     timeout = float(spec.timeout) if spec.timeout else None
-    if learnt is not None and (timeout is None or learnt <= timeout):
-        return learnt, "history"
+    if learnt is not None and (timeout is None or learnt.seconds <= timeout):
+        return learnt.seconds, learnt.source
     if timeout is not None:
         return timeout, "timeout"
     return None, None

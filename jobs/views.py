@@ -29,6 +29,14 @@ def _warning(rec: dict[str, Any]) -> str | None:
     return warning if isinstance(warning, str) else None
 
 
+def _confidence(learned: Any) -> dict[str, Any]:
+    """How sure a learned estimate is (plan.Learned): how many runs it comes from, and their spread."""
+    if learned is None:
+        return {"expected_duration_runs": None, "expected_duration_spread_s": None}
+    low, high = learned.spread
+    return {"expected_duration_runs": learned.runs, "expected_duration_spread_s": [round(low, 1), round(high, 1)]}
+
+
 def job_view(
     rec: dict[str, Any],
     now: float | None = None,
@@ -38,6 +46,7 @@ def job_view(
     names_only: bool = False,
     expected_start: tuple[float | None, str | None] = (None, None),
     expected: tuple[float | None, str | None] = (None, None),
+    learned: Any = None,
 ) -> dict[str, Any]:
     """The JSON object GET /api/v1/jobs/ID answers (`tasks`: a multi-worker job's, from gang.view; a queued job's
     place in line, from queues.positions, and its expected start with why there is none, from
@@ -86,6 +95,7 @@ def job_view(
         "expected_start_reason": expected_start[1] if status == Status.QUEUED else None,
         "expected_duration_s": expected[0] if status.value in LIVE else None,
         "expected_duration_source": expected[1] if status.value in LIVE else None,
+        **_confidence(learned if status.value in LIVE and expected[1] in ("history", "kind", "others") else None),
         "preemptions": rec.get("preemptions", 0),
         "preempted_by": rec.get("preempted_by") if rec.get("preemptions") else None,
         "usage": usage if status in (Status.STARTING, Status.RUNNING) else None,

@@ -162,9 +162,22 @@ def schemas() -> dict[str, Any]:
                 "expected_duration_source": _nullable(
                     {
                         **STR,
-                        "enum": ["declared", "history", "timeout"],
+                        "enum": ["declared", "history", "kind", "others", "timeout"],
                         "description": "where expected_duration_s comes from: the job's expected_duration, its "
-                        "owner's past runs of the same job, or its timeout",
+                        "owner's past runs of the same job, of the same kind (a zoo job's model and dataset, a "
+                        "command's script or module), anybody's runs of that kind, or its timeout",
+                    }
+                ),
+                "expected_duration_runs": _nullable(
+                    {**INT, "description": "how many past runs a learned expected_duration_s comes from"}
+                ),
+                "expected_duration_spread_s": _nullable(
+                    {
+                        "type": "array",
+                        "items": NUM,
+                        "minItems": 2,
+                        "maxItems": 2,
+                        "description": "the shortest and longest of those runs (seconds): how sure the estimate is",
                     }
                 ),
                 "preemptions": _nullable(

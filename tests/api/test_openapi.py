@@ -176,6 +176,7 @@ def test_real_answers_conform_to_the_document(gpu_api, spawn, gpu_env, tmp_path,
     workers = call("GET", "/api/v1/workers", 200).json()["workers"]
     call("POST", "/api/v1/workers/nobody/drain", 404)
     call("POST", "/api/v1/gpus/nobody/0/uncordon", 404)
+    call("POST", "/api/v1/gpus/nobody/0/cordon", 404)
     call("GET", "/api/v1/doctor", 200)
     board = call("POST", "/api/v1/tensorboard", 201, json={"jobs": [job]}).json()
     call("POST", "/api/v1/tensorboard", 200, json={"jobs": [job]})

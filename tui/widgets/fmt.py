@@ -360,7 +360,13 @@ def overdue(job: dict[str, Any], now: float | None = None) -> float:
     return max(0.0, (time.time() if now is None else now) - at) if at is not None else 0.0
 
 
-EXPECTED_FROM = {"declared": "as declared", "history": "from its owner's past runs", "timeout": "its timeout"}
+EXPECTED_FROM = {
+    "declared": "as declared",
+    "history": "from its owner's past runs",
+    "kind": "from its owner's runs of its kind",
+    "others": "from others' runs of its kind",
+    "timeout": "its timeout",
+}
 
 
 def expected_text(job: dict[str, Any]) -> str:
@@ -368,7 +374,13 @@ def expected_text(job: dict[str, Any]) -> str:
     took, source = job.get("expected_duration_s"), job.get("expected_duration_source")
     if took is None:
         return ""
-    return f"expected {duration(took)} ({EXPECTED_FROM.get(source or '', source)})"
+    runs, spread = job.get("expected_duration_runs"), job.get("expected_duration_spread_s")
+    sure = (
+        f", {runs} run{'s' if runs != 1 else ''}: {duration(spread[0])}–{duration(spread[1])}"
+        if runs and spread
+        else ""
+    )
+    return f"expected {duration(took)} ({EXPECTED_FROM.get(source or '', source)}{sure})"
 
 
 def starts_in(job: dict[str, Any], now: float | None = None) -> float | None:
