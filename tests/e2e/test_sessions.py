@@ -169,7 +169,7 @@ def test_a_shell_session_waits_its_turn_runs_on_its_gpu_and_leaves_nothing_behin
         assert view["status"] == "running" and view["kind"] == "session" and view["gpu_ids"] == ["0"]
         assert view["attach"]["command"] == f"gpudeck session attach {sid}"
         held = requests.get(f"{url}/api/v1/gpus", timeout=10).json()["hosts"][0]["gpus"][0]["held_by"]
-        assert held == {"job_id": sid, "owner": None, "kind": "session", "gpu_memory": None}
+        assert held == {"job_id": sid, "owner": None, "kind": "session", "gpu_memory": None, "part": 1.0}
         asyncio.run(_tui_shows_the_session(url, sid))
         at = term.send(leave + "\r")
         assert term.wait(30) == 0
