@@ -100,8 +100,17 @@ def test_queue_cost_resting_with_100_and_10000_jobs_queued(tmp_path, child_env, 
             time.sleep(5)  # (the rounds the new jobs cause)
             pids = [*tree(up.proc.pid), redis_pid]
             before, t0 = cpu_seconds(pids), time.monotonic()
+            each = {pid: cpu_seconds([pid]) for pid in pids}
             time.sleep(WINDOW_S)
             cpu = (cpu_seconds(pids) - before) / (time.monotonic() - t0) * 100
+            took = time.monotonic() - t0
+            print(f"\n{size} queued, CPU % of one core by process over {WINDOW_S:g} s:")
+            for pid in pids:  # (which of them costs what: the API, each worker, Redis)
+                try:
+                    argv = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode()[:70]
+                except OSError:
+                    continue
+                print(f"  {(cpu_seconds([pid]) - each[pid]) / took * 100:5.2f}  {argv}")
             posts, lists = [], []
             for _ in range(40):
                 t = time.perf_counter()
