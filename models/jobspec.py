@@ -1,10 +1,13 @@
 """The job spec, declared once: the pydantic models below are each field's type, bounds, default, the kinds of job
 it belongs to and its doc (with its words for a wrong value and its command-line option). The service validates
 with them (jobs/spec.py), the OpenAPI document's components are their JSON Schema (api/openapi) and `gpudeck
-submit`'s options are made from them (tui/cli/base.py). A new field is one declaration here."""
+submit`'s options (tui/cli/base.py) and the TUI's submit form (`form_fields`, tui/screens/submit.py) are made from
+them. A new field is one declaration here."""
 
 from __future__ import annotations
 
+import typing
+from dataclasses import dataclass
 from typing import Annotated, Any, ClassVar, Literal
 
 from pydantic import BaseModel, ConfigDict, Discriminator, Field, Tag, TypeAdapter, model_validator
@@ -64,9 +67,11 @@ from models.specfields import (
     Check,
     Cli,
     Elsewhere,
+    Form,
     Required,
     Says,
     bytes_of,
+    marker,
     whole,
     with_context,
 )
@@ -108,6 +113,7 @@ class Common(BaseModel):
     gpus: Annotated[
         int | None,
         Cli("--gpus"),
+        Form(7, "GPUs (empty: 1 if a GPU worker is live, else 0)", "whole"),
     ] = Field(None, ge=0, le=MAX_GPUS, description="GPUs per task (default: 1 when a GPU worker is live, else 0)")
     workers: Annotated[
         int | None,
@@ -130,6 +136,7 @@ class Common(BaseModel):
         ]
         | None,
         Cli("--gpu-memory", "part of one GPU: this much of its memory (10G), shared with other such jobs", "SIZE"),
+        Form(8, "part of one GPU, shared with other jobs: 10G (empty: whole GPUs)"),
     ] = None
     chief: Annotated[
         bool | None, Cli("--chief", "task 0 of a multi-worker job runs as a `chief` task", flag_value=True)
@@ -138,20 +145,24 @@ class Common(BaseModel):
         Priority | None,
         Says(f"must be one of {', '.join(PRIORITIES)}, got {{v!r}}"),
         Cli("--priority", "which line it waits in (default normal)"),
+        Form(12, reads="choice"),
     ] = Field(None, description="which line it waits in (default normal)")
     name: Annotated[
         str | None,
         Says(f"must be a string of 1 to {NAME_MAX} characters, got {{v!r}}"),
         Cli("--name", "its name (default: the model, the command's first words, or shell/notebook)"),
+        Form(9, "a name (default: the model)"),
     ] = Field(None, min_length=1, max_length=NAME_MAX, description="default: the model, or the command's first words")
     tags: Annotated[
         list[Annotated[str, Field(min_length=1, max_length=64)]] | None,
         Says("must be a list of at most 50 strings of 1 to 64 characters"),
         Cli("--tag", "a tag (repeatable)", multiple=True),
+        Form(10, "tags, separated by spaces or commas: baseline cifar", "words"),
     ] = Field(None, max_length=50)
     timeout: Annotated[
         int | None,
         Cli("--timeout", "stop the job after this: 3600, 90m, 12h", metavar="S|AGE", reads="duration"),
+        Form(11, "stop it after: 90s, 30m, 2h, 1h30m (empty: never)", "duration"),
     ] = Field(None, ge=1, le=MAX_TIMEOUT_S, description="seconds: the job fails (reason timeout) after this long")
     expected_duration: Annotated[
         Annotated[
@@ -298,8 +309,13 @@ class ModelJobSpec(Common):
         ],
         Required("is required (or give command to run your own code)"),
         Elsewhere("a job has either model (a zoo model) or command (your own code), not both"),
+        Form(1, "resnet20, lenet, vgg_16 … (tab completes); empty for a command job"),
     ]
-    dataset: Annotated[Any, Check(check_dataset, {**STR, "pattern": DATASET_PATTERN, "description": DATASET_DOC})]
+    dataset: Annotated[
+        Any,
+        Check(check_dataset, {**STR, "pattern": DATASET_PATTERN, "description": DATASET_DOC}),
+        Form(2, "empty: synthetic; or cifar10, cifar10:1.0.0, /data/cifar-10-binary.tar.gz"),
+    ]
     params: Annotated[
         Annotated[
             Any,
@@ -315,6 +331,7 @@ class ModelJobSpec(Common):
         ]
         | None,
         Elsewhere("belongs to model jobs; pass your script's options in its command"),
+        Form(3, "steps=100 batch_size=32 lr=0.1 recipe=resnet-paper", "json_pairs"),
     ] = None
     checkpoint_every: Annotated[
         Annotated[
@@ -357,6 +374,7 @@ class Code(Common):
         ]
         | None,
         CODE_ELSEWHERE,
+        Form(5, "a command job's folder: src:<sha256> (gpudeck run uploads one) or a server folder"),
     ] = None
     dataset: (
         Annotated[
@@ -382,6 +400,7 @@ class Code(Common):
         ]
         | None,
         CODE_ELSEWHERE,
+        Form(6, "a command job's variables: SEED=1 WANDB_MODE=offline", "pairs"),
     ] = None
     secret_env: Annotated[
         Annotated[
@@ -474,6 +493,7 @@ class CommandJobSpec(Code):
             f"a session runs a shell (or a notebook: jupyter true), not a command; without kind {SESSION} it is a "
             "command job"
         ),
+        Form(4, "or your own: python train.py --data-dir $DATA_DIR (run by /bin/sh on the worker)"),
     ]
     total_steps: Annotated[
         int | None, COMMAND_ELSEWHERE, Cli("--total-steps", "the steps your script will log, for progress and ETA")
@@ -592,3 +612,33 @@ def bounds_of(cls: type[BaseModel], field: str) -> tuple[Any, Any]:
     lo = next((m.ge for m in info.metadata if hasattr(m, "ge")), None)
     hi = next((m.le for m in info.metadata if hasattr(m, "le")), None)
     return lo, hi
+
+
+@dataclass(frozen=True)
+class FormField:
+    """A field of the submit form, as its declaration says (its `Form` marker): the placeholder, how what is typed
+    is read, the choices of a `choice` field."""
+
+    name: str
+    placeholder: str
+    reads: str
+    choices: tuple[str, ...] = ()
+
+
+def form_fields() -> list[FormField]:
+    """The submit form's fields, in their order, from the first kind that declares each with a `Form` marker: a
+    field with a default and a Form marker is in the form, its placeholder its description and default where the
+    marker gives none (the form is made from the declaration: issue 63)."""
+    found: dict[str, tuple[int, FormField]] = {}
+    for cls in KINDS.values():
+        for name, info in cls.model_fields.items():
+            form = marker(cls, name, Form)
+            if form is None or name in found:
+                continue
+            text = form.placeholder or info.description or name
+            if info.default is not None and not info.is_required():
+                text += f" (default {info.default})"
+            literals = [a for t in typing.get_args(info.annotation) for a in (typing.get_args(t) or (t,))]
+            choices = tuple(str(c) for c in literals if isinstance(c, str)) if form.reads == "choice" else ()
+            found[name] = (form.order, FormField(name, text, form.reads, choices))
+    return [field for _, field in sorted(found.values(), key=lambda f: f[0])]

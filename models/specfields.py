@@ -60,6 +60,19 @@ class Cli:
     reads: str | None = None
 
 
+@dataclass(frozen=True)
+class Form:
+    """The field as a field of the TUI's submit form (tui/screens/submit.py makes it): its place, its placeholder
+    (default: the field's description, and its default where it has one) and how the form reads what is typed —
+    `text` (as typed), `whole` (a whole number), `words` (a list: spaces or commas), `duration` (90s, 30m, 1h30m:
+    seconds), `pairs` (KEY=VALUE …), `json_pairs` (KEY=VALUE …, each value JSON where it parses), `choice` (one of
+    the field's Literal values)."""
+
+    order: int = 100
+    placeholder: str = ""
+    reads: str = "text"
+
+
 Problem = Callable[[Any], "str | dict[str, str] | None"]
 
 

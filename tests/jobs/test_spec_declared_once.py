@@ -12,7 +12,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
 FIELD = """
-    gpu_share: Annotated[str | None, Cli("--gpu-share", "a part of one GPU, as 10G")] = Field(
+    gpu_share: Annotated[str | None, Cli("--gpu-share", "a part of one GPU, as 10G"), Form()] = Field(
         "1G", pattern="^[0-9]+G$", description="how much of one GPU's memory the job needs"
     )
 """
@@ -22,6 +22,7 @@ from jobs import spec
 from jobs.errors import ValidationError
 from jobs.record import Kept
 from api.openapi import document
+from tui.screens.submit import FORM, SubmitScreen
 base = {"model": "lenet", "dataset": "synthetic"}
 try:
     spec.validate({**base, "gpu_share": "lots"}, default_gpus=0)
@@ -37,6 +38,7 @@ print(json.dumps({
     "kept": kept.get("gpu_share"),
     "defaults": [unsaid.get("gpu_share"), null.get("gpu_share"), Kept(unsaid).raw.get("gpu_share")],
     "documented_default": schemas["ModelJobSpec"]["properties"]["gpu_share"].get("default"),
+    "form": [FORM["gpu_share"].placeholder, FORM["gpu_share"].reads, SubmitScreen._read("gpu_share", "text", "20G")],
     "documented": {k: "gpu_share" in schemas[k]["properties"] for k in ("ModelJobSpec", "CommandJobSpec", "JobSpec")},
 }))
 """
@@ -57,6 +59,7 @@ def test_a_field_added_in_one_place_is_validated_kept_documented_and_offered(tmp
     assert seen["bad"] == {"gpu_share": "must match ^[0-9]+G$, got 'lots'"}
     assert seen["kept"] == "10G"
     assert seen["defaults"] == ["1G", "1G", "1G"] and seen["documented_default"] == "1G"  # (stated once: Field("1G"))
+    assert seen["form"] == ["how much of one GPU's memory the job needs (default 1G)", "text", "20G"]  # (the form's)
     assert seen["documented"] == {"ModelJobSpec": True, "CommandJobSpec": True, "JobSpec": True}
     helped = subprocess.run(
         [sys.executable, "-m", "tui.cli", "submit", "--help"], cwd=tmp_path, env=env, capture_output=True, text=True

@@ -16,9 +16,15 @@ from textual.suggester import SuggestFromList
 from textual.widgets import Button, Footer, Input, Label, Select
 
 from models.common import parse_duration
+from models.jobspec import form_fields
 
-FIELDS = ("model", "dataset", "params", "command", "source", "env", "gpus", "gpu_memory", "name", "tags", "timeout")
+FORM = {f.name: f for f in form_fields()}
+"""The form's fields, made from the job spec's declaration (models/jobspec.py: each field's `Form` marker)."""
+FIELDS = tuple(name for name, f in FORM.items() if f.reads != "choice")
+CHOICES = tuple(name for name, f in FORM.items() if f.reads == "choice")
 COMMAND_FIELDS = ("command", "source", "env")
+KIND_FIELDS = ("model", "dataset", "command", "source", "env")
+"""The fields that say which kind of job it is (a zoo model, or your own command): read together (spec)."""
 
 
 def seconds(text: str) -> int | None:
@@ -63,30 +69,19 @@ class SubmitScreen(ModalScreen[dict | None]):
     def compose(self) -> ComposeResult:
         with VerticalScroll(classes="dialog form"):
             yield Label("New training job", classes="title")
-            for field, placeholder in (
-                ("model", "resnet20, lenet, vgg_16 … (tab completes); empty for a command job"),
-                ("dataset", "empty: synthetic; or cifar10, cifar10:1.0.0, /data/cifar-10-binary.tar.gz"),
-                ("params", "steps=100 batch_size=32 lr=0.1 recipe=resnet-paper"),
-                ("command", "or your own: python train.py --data-dir $DATA_DIR (run by /bin/sh on the worker)"),
-                ("source", "a command job's folder: src:<sha256> (gpudeck run uploads one) or a server folder"),
-                ("env", "a command job's variables: SEED=1 WANDB_MODE=offline"),
-                ("gpus", "GPUs (empty: 1 if a GPU worker is live, else 0)"),
-                ("gpu_memory", "part of one GPU, shared with other jobs: 10G (empty: whole GPUs)"),
-                ("name", "a name (default: the model)"),
-                ("tags", "tags, separated by spaces or commas: baseline cifar"),
-                ("timeout", "stop it after: 90s, 30m, 2h, 1h30m (empty: never)"),
-            ):
+            for field in FIELDS:
                 yield Label(field, id=f"l-{field}")
                 # (the cursor goes to the end, the text unselected: after an error Backspace fixes a character, not
                 # the whole field)
                 kind = CompletingInput if field == "model" else Input
-                yield kind(placeholder=placeholder, id=f"f-{field}", select_on_focus=False)
+                yield kind(placeholder=FORM[field].placeholder, id=f"f-{field}", select_on_focus=False)
                 yield Label("", id=f"e-{field}", classes="field-error")
             yield Label("", id="commands-off", classes="field-hint")
-            yield Label("priority")
-            yield Select(
-                [(p, p) for p in ("normal", "high", "low")], value="normal", allow_blank=False, id="f-priority"
-            )
+            for field in CHOICES:  # (choices from the field's Literal: priority)
+                choices = FORM[field].choices
+                yield Label(field)
+                first = "normal" if "normal" in choices else choices[0]
+                yield Select([(c, c) for c in choices], value=first, allow_blank=False, id=f"f-{field}")
             yield Label("", id="e-form", classes="field-error")
             with Horizontal(classes="buttons"):
                 yield Button("Submit ^s", id="submit", variant="primary")
@@ -135,30 +130,37 @@ class SubmitScreen(ModalScreen[dict | None]):
                 spec["env"] = dict(self._pairs("env", value["env"]))
         else:
             spec.update(model=value["model"], dataset=value["dataset"] or "synthetic", params={})
-        if value["params"]:
-            spec["params"] = {}
-        for key, raw in self._pairs("params", value["params"]):
-            try:
-                spec["params"][key] = json.loads(raw)
-            except ValueError:
-                spec["params"][key] = raw
-        if value["gpus"]:
-            if not value["gpus"].isdigit():
-                raise FieldError("gpus", f"must be a whole number, got {value['gpus']!r}")
-            spec["gpus"] = int(value["gpus"])
-        if value["gpu_memory"]:
-            spec["gpu_memory"] = value["gpu_memory"]  # (the API reads the size, and says what is wrong here)
-        if value["name"]:
-            spec["name"] = value["name"]
-        if value["tags"]:
-            spec["tags"] = [t for t in re.split(r"[\s,]+", value["tags"]) if t]
-        if value["timeout"]:
-            timeout = seconds(value["timeout"])
-            if not timeout:
-                raise FieldError("timeout", f"write a duration such as 90s, 30m, 2h or 1h30m, got {value['timeout']!r}")
-            spec["timeout"] = timeout
-        spec["priority"] = self.query_one("#f-priority", Select).value
+        for field in FIELDS:  # (the others, each as its declaration says it is read; a size or such: the API reads)
+            if field not in KIND_FIELDS and value[field]:
+                spec[field] = self._read(field, FORM[field].reads, value[field])
+        for field in CHOICES:
+            spec[field] = self.query_one(f"#f-{field}", Select).value
         return spec
+
+    @classmethod
+    def _read(cls, field: str, reads: str, text: str) -> Any:
+        """What was typed in `field`, read as its declaration says (models.specfields.Form)."""
+        if reads == "whole":
+            if not text.isdigit():
+                raise FieldError(field, f"must be a whole number, got {text!r}")
+            return int(text)
+        if reads == "words":
+            return [t for t in re.split(r"[\s,]+", text) if t]
+        if reads == "duration":
+            if not (took := seconds(text)):
+                raise FieldError(field, f"write a duration such as 90s, 30m, 2h or 1h30m, got {text!r}")
+            return took
+        if reads == "pairs":
+            return dict(cls._pairs(field, text))
+        if reads == "json_pairs":
+            out: dict[str, Any] = {}
+            for key, raw in cls._pairs(field, text):
+                try:
+                    out[key] = json.loads(raw)
+                except ValueError:
+                    out[key] = raw
+            return out
+        return text
 
     @staticmethod
     def _pairs(field: str, text: str) -> list[tuple[str, str]]:
