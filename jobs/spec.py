@@ -267,13 +267,13 @@ def _normalized(
             else {}
         ),
         "tags": list(typed.tags or []),
-        "priority": typed.priority or "normal",
+        "priority": typed.priority,
         "timeout": typed.timeout,
         "max_retries": typed.max_retries,
-        "workers": typed.workers or 1,
-        "chief": bool(typed.chief),
+        "workers": typed.workers,
+        "chief": typed.chief,
         "after": list(typed.after or []),
-        "preemptible": typed.preemptible is not False,
+        "preemptible": typed.preemptible,
         **({"notify": list(typed.notify)} if typed.notify else {}),
         **({"export": list(typed.export)} if typed.export else {}),
         **(

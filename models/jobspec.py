@@ -118,7 +118,7 @@ class Common(BaseModel):
     workers: Annotated[
         int | None,
         Cli("--workers", "tasks of a multi-worker (TF_CONFIG) job, each on its own worker"),
-    ] = Field(None, ge=1, le=MAX_WORKERS, description="tasks of a multi-worker job (default 1)")
+    ] = Field(1, ge=1, le=MAX_WORKERS, description="tasks of a multi-worker job")
     gpu_memory: Annotated[
         Annotated[
             Any,
@@ -140,13 +140,13 @@ class Common(BaseModel):
     ] = None
     chief: Annotated[
         bool | None, Cli("--chief", "task 0 of a multi-worker job runs as a `chief` task", flag_value=True)
-    ] = Field(None, description="task 0 runs as TF_CONFIG type chief (needs workers >= 2)")
+    ] = Field(False, description="task 0 runs as TF_CONFIG type chief (needs workers >= 2)")
     priority: Annotated[
         Priority | None,
         Says(f"must be one of {', '.join(PRIORITIES)}, got {{v!r}}"),
-        Cli("--priority", "which line it waits in (default normal)"),
+        Cli("--priority", "which line it waits in"),
         Form(12, reads="choice"),
-    ] = Field(None, description="which line it waits in (default normal)")
+    ] = Field("normal", description="which line it waits in")
     name: Annotated[
         str | None,
         Says(f"must be a string of 1 to {NAME_MAX} characters, got {{v!r}}"),
@@ -194,9 +194,9 @@ class Common(BaseModel):
             flag_value=False,
         ),
     ] = Field(
-        None,
+        True,
         description="false: never stopped to make room for a higher-priority job (only an admin may say so when "
-        "tokens are configured); default true",
+        "tokens are configured)",
     )
     idle_exempt: Annotated[
         bool | None,
@@ -558,7 +558,7 @@ class SessionSpec(Code):
     ] = None
     # What every job may say but a session may not (or only as the default):
     timeout: Annotated[None, Says("a session's limit is max (default 8h)")] = None
-    workers: Annotated[Literal[1] | None, Says("a session runs on one worker")] = None
+    workers: Annotated[Literal[1] | None, Says("a session runs on one worker")] = 1
     after: Annotated[list[int] | None, Says("a session starts when it can (it waits for no job)")] = Field(
         None, max_length=0
     )
