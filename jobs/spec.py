@@ -266,13 +266,13 @@ def _normalized(
             if typed.gpu_memory is not None
             else {}
         ),
-        "tags": list(typed.tags or []),
+        "tags": list(typed.tags or ()),  # (its declared default: an empty list)
         "priority": typed.priority,
         "timeout": typed.timeout,
         "max_retries": typed.max_retries,
         "workers": typed.workers,
         "chief": typed.chief,
-        "after": list(typed.after or []),
+        "after": list(typed.after or ()),
         "preemptible": typed.preemptible,
         **({"notify": list(typed.notify)} if typed.notify else {}),
         **({"export": list(typed.export)} if typed.export else {}),

@@ -72,6 +72,7 @@ from models.specfields import (
     Says,
     bytes_of,
     marker,
+    shown_default,
     whole,
     with_context,
 )
@@ -158,7 +159,7 @@ class Common(BaseModel):
         Says("must be a list of at most 50 strings of 1 to 64 characters"),
         Cli("--tag", "a tag (repeatable)", multiple=True),
         Form(10, "tags, separated by spaces or commas: baseline cifar", "words"),
-    ] = Field(None, max_length=50)
+    ] = Field(default_factory=list, max_length=50)
     timeout: Annotated[
         int | None,
         Cli("--timeout", "stop the job after this: 3600, 90m, 12h", metavar="S|AGE", reads="duration"),
@@ -232,7 +233,7 @@ class Common(BaseModel):
             multiple=True,
             reads="natural",
         ),
-    ] = None
+    ] = Field(default_factory=list)
     notify: Annotated[
         Annotated[
             Any,
@@ -560,7 +561,7 @@ class SessionSpec(Code):
     timeout: Annotated[None, Says("a session's limit is max (default 8h)")] = None
     workers: Annotated[Literal[1] | None, Says("a session runs on one worker")] = 1
     after: Annotated[list[int] | None, Says("a session starts when it can (it waits for no job)")] = Field(
-        None, max_length=0
+        default_factory=list, max_length=0
     )
 
 
@@ -636,8 +637,8 @@ def form_fields() -> list[FormField]:
             if form is None or name in found:
                 continue
             text = form.placeholder or info.description or name
-            if info.default is not None and not info.is_required():
-                text += f" (default {info.default})"
+            if (default := shown_default(info)) is not None:
+                text += f" (default {default})"
             literals = [a for t in typing.get_args(info.annotation) for a in (typing.get_args(t) or (t,))]
             choices = tuple(str(c) for c in literals if isinstance(c, str)) if form.reads == "choice" else ()
             found[name] = (form.order, FormField(name, text, form.reads, choices))

@@ -156,6 +156,15 @@ def whole(value: Any) -> Any:
     return int(value) if isinstance(value, float) and value.is_integer() else value
 
 
+def shown_default(info: Any) -> Any:
+    """A field's declared default as help texts say it (`(default 1)`), or None: a field with none, or whose
+    default is nothing to say (an empty list, false)."""
+    if info.is_required():
+        return None
+    value = info.get_default(call_default_factory=True)
+    return None if value is None or value is False or value in ([], {}, ()) else value
+
+
 def marker(cls: type[BaseModel], field: str, kind: type) -> Any:
     """The declaration's `kind` marker (Says, Elsewhere, Cli, Required) on `field` of `cls`, or None."""
     info = cls.model_fields.get(field)

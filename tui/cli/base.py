@@ -209,8 +209,8 @@ class CountOrAge(click.ParamType):
 def _spec_option(name: str, field: Any, cli: specfields.Cli) -> Callable[[Callable], Callable]:
     """The option of one spec field, as its declaration (models/jobspec.py) says."""
     help_text = cli.help or field.description or ""
-    if field.default is not None and not field.is_required() and cli.flag_value is None:
-        help_text += f" (default {field.default})"  # (the default its declaration states: Field(1))
+    if (default := specfields.shown_default(field)) is not None and cli.flag_value is None:
+        help_text += f" (default {default})"  # (the default its declaration states: Field(1))
     kw: dict[str, Any] = {"help": help_text, "metavar": cli.metavar, "multiple": cli.multiple}
     if cli.flag_value is not None:
         return click.option(cli.flag, name, is_flag=True, help=kw["help"])
