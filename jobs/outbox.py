@@ -6,6 +6,7 @@ notifications (jobs.notify, an item a delivery id, its state in a hash)."""
 from __future__ import annotations
 
 import time
+from abc import abstractmethod
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -74,9 +75,10 @@ class Outbox(Periodic):
         """Whether this process delivers at all (configured)."""
         return True
 
+    @abstractmethod
     def deliver(self) -> int:
-        """One attempt at each due item."""
-        raise NotImplementedError
+        """One attempt at each due item (the export's or the notification's `deliver` with this process's
+        settings)."""
 
     def round(self) -> None:
         if self.wanted() and self.box.pending(self.redis):
