@@ -19,13 +19,10 @@ from models import sourcetree
 from models.catalog import parse_dataset
 from models.common import did_you_mean
 from models.jobspec import (  # noqa: F401 (the names jobs/ and api/ import them by)
-    COMMAND_ONLY,
     ENV_NAME,
-    FIELDS,
     GPU_MEMORY_MAX,
     GPU_MEMORY_MIN,
     INJECTED,
-    INPUT,
     KINDS,
     MAX_AFTER,
     MAX_GPUS,
@@ -41,13 +38,18 @@ from models.jobspec import (  # noqa: F401 (the names jobs/ and api/ import them
     Common,
     ModelJobSpec,
     SessionSpec,
-    bounds_of,
-    integral,
-    kind_of,
     param_schema,
     session_top,
 )
 from models.specfields import Elsewhere, Required, Says, bytes_of, marker, seconds_of
+from models.specinput import (  # noqa: F401 (the names jobs/ and api/ import them by)
+    COMMAND_ONLY,
+    FIELDS,
+    INPUT,
+    bounds_of,
+    integral,
+    kind_of,
+)
 
 COMMANDS_OFF = (
     "command jobs are turned off: they run any code as the gpudeck service. Turn on tokens (GPUDECK_TOKENS=...) "

@@ -1,16 +1,14 @@
 """The job spec, declared once: the pydantic models below are each field's type, bounds, default, the kinds of job
 it belongs to and its doc (with its words for a wrong value and its command-line option). The service validates
 with them (jobs/spec.py), the OpenAPI document's components are their JSON Schema (api/openapi) and `gpudeck
-submit`'s options (tui/cli/base.py) and the TUI's submit form (`form_fields`, tui/screens/submit.py) are made from
-them. A new field is one declaration here."""
+submit`'s options (tui/cli/base.py) and the TUI's submit form (models/specform.py) are made from them; how the
+service reads a body against them is models/specinput.py. A new field is one declaration here."""
 
 from __future__ import annotations
 
-import typing
-from dataclasses import dataclass
 from typing import Annotated, Any, ClassVar, Literal
 
-from pydantic import BaseModel, ConfigDict, Discriminator, Field, Tag, TypeAdapter, model_validator
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from models import params as params_mod
 from models import sourcetree
@@ -71,23 +69,9 @@ from models.specfields import (
     Required,
     Says,
     bytes_of,
-    marker,
-    shown_default,
-    whole,
     with_context,
 )
 from models.states import PRIORITIES
-
-
-def integral(body: dict[str, Any]) -> dict[str, Any]:
-    """`body` with the integral floats of its integer fields and integer params as ints."""
-    ints = {name for name, kind in _FIELD_TYPES.items() if kind is int}
-    out = {k: whole(v) if k in ints else v for k, v in body.items()}
-    if isinstance(out.get("params"), dict):
-        int_params = {k for k, p in params_mod.PARAMS.items() if p.kind is int}
-        out["params"] = {k: whole(v) if k in int_params else v for k, v in out["params"].items()}
-    return out
-
 
 Priority = Literal["high", "normal", "low"]
 assert PRIORITIES == Priority.__args__  # type: ignore[attr-defined]
@@ -567,79 +551,3 @@ class SessionSpec(Code):
 
 KINDS: dict[str, type[Common]] = {"model": ModelJobSpec, "command": CommandJobSpec, SESSION: SessionSpec}
 """Each kind of job by the name its tag has."""
-
-
-def kind_of(body: Any) -> str:
-    """Which kind of job a body is: a session (kind: session), a command job (command), else a model job."""
-    if isinstance(body, dict):
-        if body.get("kind") == SESSION:
-            return SESSION
-        if "command" in body:
-            return "command"
-    return "model"
-
-
-JobSpecInput = Annotated[
-    Annotated[ModelJobSpec, Tag("model")]
-    | Annotated[CommandJobSpec, Tag("command")]
-    | Annotated[SessionSpec, Tag(SESSION)],
-    Discriminator(kind_of),
-]
-"""What a client submits: one of the kinds, told apart by kind_of."""
-INPUT = TypeAdapter(JobSpecInput)
-
-
-def _fields() -> tuple[str, ...]:
-    seen: dict[str, None] = {}
-    for cls in (ModelJobSpec, CommandJobSpec, SessionSpec):
-        seen.update(dict.fromkeys(cls.model_fields))
-    return tuple(seen)
-
-
-FIELDS = _fields()
-"""Every field a job spec may have, of any kind."""
-COMMAND_ONLY = tuple(f for f in CommandJobSpec.model_fields if f not in ModelJobSpec.model_fields and f != "command")
-"""Spec fields only a command job (or a session: its code) has, besides `command` itself."""
-_FIELD_TYPES = {
-    name: int
-    for cls in KINDS.values()
-    for name, f in cls.model_fields.items()
-    if f.annotation is int or int in getattr(f.annotation, "__args__", ())
-}
-
-
-def bounds_of(cls: type[BaseModel], field: str) -> tuple[Any, Any]:
-    info = cls.model_fields[field]
-    lo = next((m.ge for m in info.metadata if hasattr(m, "ge")), None)
-    hi = next((m.le for m in info.metadata if hasattr(m, "le")), None)
-    return lo, hi
-
-
-@dataclass(frozen=True)
-class FormField:
-    """A field of the submit form, as its declaration says (its `Form` marker): the placeholder, how what is typed
-    is read, the choices of a `choice` field."""
-
-    name: str
-    placeholder: str
-    reads: str
-    choices: tuple[str, ...] = ()
-
-
-def form_fields() -> list[FormField]:
-    """The submit form's fields, in their order, from the first kind that declares each with a `Form` marker: a
-    field with a default and a Form marker is in the form, its placeholder its description and default where the
-    marker gives none (the form is made from the declaration: issue 63)."""
-    found: dict[str, tuple[int, FormField]] = {}
-    for cls in KINDS.values():
-        for name, info in cls.model_fields.items():
-            form = marker(cls, name, Form)
-            if form is None or name in found:
-                continue
-            text = form.placeholder or info.description or name
-            if (default := shown_default(info)) is not None:
-                text += f" (default {default})"
-            literals = [a for t in typing.get_args(info.annotation) for a in (typing.get_args(t) or (t,))]
-            choices = tuple(str(c) for c in literals if isinstance(c, str)) if form.reads == "choice" else ()
-            found[name] = (form.order, FormField(name, text, form.reads, choices))
-    return [field for _, field in sorted(found.values(), key=lambda f: f[0])]

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from jobs import spec as spec_mod
 from jobs.record import Job, Kept, Read
-from models.jobspec import FIELDS
+from models.specinput import FIELDS
 
 
 def test_a_kept_spec_reads_its_values_and_the_defaults_where_they_are_missing_or_null():

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import re
 import time
 from typing import Any
 
@@ -15,25 +14,30 @@ from textual.screen import Screen
 from textual.widgets import DataTable, Footer, Input, Static
 
 from models.common import search_text
-from models.states import PRIORITIES
 from tui.client import ApiError
+from tui.screens import jobsread
 from tui.screens.compare import CompareScreen
 from tui.screens.dialogs import Confirm, open_tensorboard
 from tui.screens.job import JobScreen
+from tui.screens.jobsread import (  # noqa: F401 (re-exported: their old home)
+    FACETS,
+    LIVE_FACETS,
+    MAX_JOBS,
+    SORTED_MAX_JOBS,
+    WHOLE_EVERY_S,
+)
 from tui.screens.sweep import SweepScreen, sweep_of
 from tui.widgets.chrome import chrome
 from tui.widgets.fmt import (
     ENDED,
     UNENDED,
     EtaSmoother,
-    accuracy,
     gpus_text,
     human,
     id_list,
     job_cells,
     sweep_kinds,
     uncut,
-    what,
 )
 from tui.widgets.jobstable import (  # noqa: F401 (re-exported: their old home)
     COLUMNS,
@@ -42,55 +46,16 @@ from tui.widgets.jobstable import (  # noqa: F401 (re-exported: their old home)
     FLEX,
     FLEX_WIDE,
     GIVE_WAY,
+    SORT_VALUES,
     WIDE_COLUMNS,
     JobsTable,
     fit_columns,
     id_of,
 )
 
-FACETS = (None, "running", "starting", "queued", *ENDED)
-LIVE_FACETS = (None, "running", "starting", "queued")
-"""The facets under which a job older than the newest MAX_JOBS is still read when it is live (up to 500 of them):
-nobody's running or queued job falls out of the table because 1,000 newer ones ended."""
 REFRESH_S = 2.0
 FILTER_PAUSE_S = 0.3
 """The filter asks the API (which reaches jobs older than those read) once typing has paused this long."""
-MAX_JOBS = 1000
-"""Newest jobs the table holds, sorted by id."""
-SORTED_MAX_JOBS = 20_000
-"""Sorted by another column, the table reads up to this many, so the order is over every job (pages the API
-answers 304 for, unchanged, cost next to nothing)."""
-WHOLE_EVERY_S = 30.0
-"""Sorted by another column, every job is read again this often (and on a new sort, facet or filter); the refreshes
-between read only what may have changed: the newest page (new jobs, ones that just ended) and the live jobs, and a
-live job that left both (it ended) on its own. Every job every 2 s cost the API 61 % of a core at 2,000 jobs
-(issue 64)."""
-
-
-def natural(text: str) -> tuple:
-    """A sort key that reads numbers in a name as numbers: bulk99 before bulk989, bulk989 before bulk990."""
-    return tuple(
-        (0, int(part), "") if part.isdigit() else (1, 0, part.lower()) for part in re.split(r"(\d+)", text) if part
-    )
-
-
-SORT_VALUES = {
-    "id": lambda job: job["id"],
-    "name": lambda job: natural(str(job.get("name") or "")) or None,
-    "model": lambda job: what(job["spec"]),
-    "status": lambda job: job["status"],
-    "priority": lambda job: PRIORITIES.index((job.get("spec") or {}).get("priority") or "normal"),
-    "progress": lambda job: (job.get("progress") or {}).get("fraction"),
-    "loss": lambda job: (job.get("metrics") or {}).get("loss"),
-    "acc": lambda job: accuracy(job)[0],
-    "gpu": lambda job: ",".join(job.get("gpu_ids") or []) or None,
-    "owner": lambda job: job.get("owner"),
-    "elapsed": lambda job: job.get("elapsed_s"),
-    "disk": lambda job: job.get("disk_bytes"),
-    "eta": lambda job: job.get("eta_s") if job["status"] == "running" else None,
-    "time": lambda job: job.get("elapsed_s"),
-}
-"""What each column sorts a job by; None where the job has none (those sort last either way)."""
 
 
 KEYS = [
@@ -279,55 +244,16 @@ class JobsScreen(Screen):
             self.whole_read = None  # (the newest MAX_JOBS are held: not every job)
         whole = self.whole_read
         if whole is not None and whole[1:] == (status, words) and now - whole[0] < WHOLE_EVERY_S:
-            known = dict(self.jobs)  # (the model the table holds: what changed is laid over it)
+            known, more = dict(self.jobs), self.more  # (the model the table holds: what changed is laid over it)
 
-            def changed(client) -> tuple[list[dict[str, Any]], int | None, bool, tuple | None]:
-                """The newest page and every live job, laid over the jobs held; a job held as live that is in
-                neither (it ended, or was deleted) read on its own."""
-                page = client.jobs(limit=500, status=status, q=words)
-                fresh = {j["id"]: j for j in page["jobs"]}
-                if status in LIVE_FACETS:
-                    live, cursor = status or ",".join(LIVE_FACETS[1:]), None
-                    while len(fresh) < SORTED_MAX_JOBS:
-                        more_live = client.jobs(limit=500, cursor=cursor, status=live, q=words)
-                        fresh.update((j["id"], j) for j in more_live["jobs"])
-                        cursor = more_live["next_cursor"]
-                        if cursor is None:
-                            break
-                for job_id in [i for i, j in known.items() if j["status"] in UNENDED and i not in fresh]:
-                    try:
-                        fresh[job_id] = client.job(job_id)
-                    except ApiError:  # (deleted since)
-                        known.pop(job_id, None)
-                return list({**known, **fresh}.values()), page.get("total"), self.more, None
+            def fetch_changed(client) -> tuple[list[dict[str, Any]], int | None, bool, tuple | None]:
+                return (*jobsread.changed(client, status, words, known), more, None)
 
-            self.app.call_api(changed, self._read, group="jobs-refresh", exclusive=True)
+            self.app.call_api(fetch_changed, self._read, group="jobs-refresh", exclusive=True)
             return
 
         def fetch(client) -> tuple[list[dict[str, Any]], int | None, bool, tuple | None]:
-            """The newest `most` jobs of the facet and filter (the API filters: older ones are reached by
-            narrowing), how many the store holds, and whether there were more than were read."""
-            jobs: list[dict[str, Any]] = []
-            cursor, total = None, None
-            while len(jobs) < most:
-                page = client.jobs(limit=500, cursor=cursor, status=status, q=words)
-                jobs += page["jobs"]
-                cursor, total = page["next_cursor"], page.get("total")
-                if cursor is None:
-                    break
-            more = cursor is not None or len(jobs) > most
-            jobs = jobs[:most]
-            if more and status in LIVE_FACETS:  # (older jobs still live stay in the table, whatever the window:
-                # every page of them, not the newest 500 — a running job fell out behind 1,510 newer ones, issue 64)
-                seen = {j["id"] for j in jobs}
-                live, cursor = status or ",".join(LIVE_FACETS[1:]), None
-                while len(jobs) < SORTED_MAX_JOBS:
-                    page = client.jobs(limit=500, cursor=cursor, status=live, q=words)
-                    jobs += [j for j in page["jobs"] if j["id"] not in seen]
-                    cursor = page["next_cursor"]
-                    if cursor is None:
-                        break
-            return jobs, total, more, None if sorted_by_id else (now, status, words)
+            return (*jobsread.window(client, status, words, most), None if sorted_by_id else (now, status, words))
 
         self.app.call_api(fetch, self._read, group="jobs-refresh", exclusive=True)
 

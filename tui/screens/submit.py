@@ -16,7 +16,7 @@ from textual.suggester import SuggestFromList
 from textual.widgets import Button, Footer, Input, Label, Select
 
 from models.common import parse_duration
-from models.jobspec import form_fields
+from models.specform import form_fields
 
 FORM = {f.name: f for f in form_fields()}
 """The form's fields, made from the job spec's declaration (models/jobspec.py: each field's `Form` marker)."""

@@ -1,9 +1,10 @@
-"""The jobs table: its columns (wide and compact sets), how they fit the terminal's width (fit_columns: names
-shrink, then columns give way, no other cell is cut), and the DataTable that repaints only the rows it changes.
-tui.screens.jobs fills it."""
+"""The jobs table: its columns (wide and compact sets) and what each sorts a job by, how they fit the terminal's
+width (fit_columns: names shrink, then columns give way, no other cell is cut), and the DataTable that repaints only
+the rows it changes. tui.screens.jobs fills it."""
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterable
 from typing import Any
 
@@ -15,7 +16,8 @@ from textual.geometry import Size
 from textual.widgets import DataTable
 from textual.widgets.data_table import CellKey, ColumnKey, Row, RowKey
 
-from tui.widgets.fmt import PRIORITY_MARK
+from models.states import PRIORITIES
+from tui.widgets.fmt import PRIORITY_MARK, accuracy, what
 
 COLUMNS = [
     ("id", "ID"),
@@ -53,6 +55,32 @@ FLEX_WIDE = {**FLEX, "name": (16, 40)}
 """The same in the wide set, where a name keeps 16 cells and columns give way before it shrinks further."""
 GIVE_WAY = ("disk", "elapsed", "gpu", "model")
 """The wide set's columns left out, in this order, where even the shrunk names leave them no room."""
+
+
+def natural(text: str) -> tuple:
+    """A sort key that reads numbers in a name as numbers: bulk99 before bulk989, bulk989 before bulk990."""
+    return tuple(
+        (0, int(part), "") if part.isdigit() else (1, 0, part.lower()) for part in re.split(r"(\d+)", text) if part
+    )
+
+
+SORT_VALUES = {
+    "id": lambda job: job["id"],
+    "name": lambda job: natural(str(job.get("name") or "")) or None,
+    "model": lambda job: what(job["spec"]),
+    "status": lambda job: job["status"],
+    "priority": lambda job: PRIORITIES.index((job.get("spec") or {}).get("priority") or "normal"),
+    "progress": lambda job: (job.get("progress") or {}).get("fraction"),
+    "loss": lambda job: (job.get("metrics") or {}).get("loss"),
+    "acc": lambda job: accuracy(job)[0],
+    "gpu": lambda job: ",".join(job.get("gpu_ids") or []) or None,
+    "owner": lambda job: job.get("owner"),
+    "elapsed": lambda job: job.get("elapsed_s"),
+    "disk": lambda job: job.get("disk_bytes"),
+    "eta": lambda job: job.get("eta_s") if job["status"] == "running" else None,
+    "time": lambda job: job.get("elapsed_s"),
+}
+"""What each column sorts a job by; None where the job has none (those sort last either way)."""
 
 
 def fit_columns(
