@@ -7,6 +7,7 @@ Run: make bench PYTEST_ARGS="-k tui"   (prints the figures)
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import statistics
 import subprocess
@@ -21,7 +22,7 @@ from jobs import queues
 from jobs.redis_server import EmbeddedRedis, free_port
 from jobs.run.proc import python_module
 from jobs.store import JobStore
-from tests.support.live import cpu_seconds
+from tests.support.live import api_on, cpu_seconds
 from tests.support.policy import DEFAULTS
 
 N_JOBS = 1000
@@ -52,19 +53,11 @@ def test_jobs_table_refresh_idle_cpu_and_memory_with_1000_jobs(tmp_path):
         ]
         store.append_lines(1, lines, pipe)
         pipe.execute()
-    env = {k: v for k, v in os.environ.items() if not k.startswith("GPUDECK_")}
-    env.update(REDIS_URL=redis_url, GPUDECK_HOME=str(tmp_path / "home"))
-    port = free_port()
-    url = f"http://127.0.0.1:{port}"
-    api = subprocess.Popen(python_module("tui.cli", "api", "--port", str(port)), env=env, stdout=subprocess.DEVNULL)
-    session = f"gpudeck-bench-{port}"
-    try:
-        while True:
-            try:
-                requests.get(f"{url}/healthz", timeout=1)
-                break
-            except requests.RequestException:
-                time.sleep(0.1)
+    session = f"gpudeck-bench-{free_port()}"
+    with contextlib.ExitStack() as stack:
+        stack.callback(server.stop)
+        url = stack.enter_context(api_on(redis_url, tmp_path / "home"))
+        stack.callback(subprocess.run, ["tmux", "kill-session", "-t", session], capture_output=True)
         fill, refresh = asyncio.run(_table_timings(url))
         load_s, keys_ms = asyncio.run(_long_log(url))
 
@@ -94,11 +87,6 @@ def test_jobs_table_refresh_idle_cpu_and_memory_with_1000_jobs(tmp_path):
             f"gpudeck tui idle on the jobs screen ({N_JOBS} jobs, 2 s refresh): CPU {idle_cpu:.1f} % of one core, "
             f"RSS {rss:.0f} MiB"
         )
-    finally:
-        subprocess.run(["tmux", "kill-session", "-t", session], capture_output=True)
-        api.terminate()
-        api.wait(15)
-        server.stop()
 
 
 async def _table_timings(url: str) -> tuple[list[float], list[float]]:

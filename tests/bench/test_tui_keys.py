@@ -10,18 +10,16 @@ from __future__ import annotations
 import asyncio
 import os
 import statistics
-import subprocess
 import time
 
 import pytest
-import requests
 from redis import Redis
 
 from jobs.keys import COUNTER_KEY
 from jobs.redis_server import EmbeddedRedis, free_port
-from jobs.run.proc import python_module
 from jobs.store import JobStore
 from models.states import Status
+from tests.support.live import api_on
 
 SIZES = [int(n) for n in os.environ.get("GPUDECK_BENCH_JOBS", "2000,10000").split(",")]
 SPEC = {"model": "lenet", "dataset": "synthetic", "gpus": 1, "priority": "normal", "params": {"steps": 10}}
@@ -118,22 +116,10 @@ def test_jobs_screen_keys_with_thousands_of_jobs(tmp_path):
         server = EmbeddedRedis(tmp_path / f"redis-{n}", port=free_port(), appendonly=False)
         redis = Redis.from_url(server.start())
         _fill(redis, n)
-        env = {k: v for k, v in os.environ.items() if not k.startswith("GPUDECK_")}
-        env.update(REDIS_URL=server.url, GPUDECK_HOME=str(tmp_path / f"home-{n}"))
-        port = free_port()
-        url = f"http://127.0.0.1:{port}"
-        api = subprocess.Popen(python_module("tui.cli", "api", "--port", str(port)), env=env, stdout=subprocess.DEVNULL)
         try:
-            while True:
-                try:
-                    requests.get(f"{url}/healthz", timeout=1)
-                    break
-                except requests.RequestException:
-                    time.sleep(0.1)
-            took = asyncio.run(_keys(url, n))
+            with api_on(server.url, tmp_path / f"home-{n}") as url:
+                took = asyncio.run(_keys(url, n))
         finally:
-            api.terminate()
-            api.wait(15)
             server.stop()
         print(f"\njobs screen with {n} jobs, key press to the screen changed (ms):")
         for name, ms in took.items():

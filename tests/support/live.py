@@ -3,6 +3,7 @@ them over HTTP, and the FAKE nvidia-smi that stands in for GPUs we do not have."
 
 from __future__ import annotations
 
+import contextlib
 import fcntl
 import os
 import pty
@@ -14,7 +15,7 @@ import subprocess
 import termios
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import requests
@@ -426,3 +427,30 @@ class Terminal:
             self.proc.wait(10)
         self._reader.join(5)
         os.close(self.master)
+
+
+@contextlib.contextmanager
+def api_on(redis_url: str, home: Path) -> Iterator[str]:
+    """An API process (`gpudeck api`, gunicorn) on a free port over `redis_url`, with none of this environment's
+    GPUDECK_ settings: its URL once /healthz answers; stopped after (what the benchmarks of the TUI run against)."""
+    from jobs.run.proc import python_module
+
+    env = {k: v for k, v in os.environ.items() if not k.startswith("GPUDECK_")}
+    env.update(REDIS_URL=redis_url, GPUDECK_HOME=str(home))
+    port = free_port()
+    url = f"http://127.0.0.1:{port}"
+    api = subprocess.Popen(python_module("tui.cli", "api", "--port", str(port)), env=env, stdout=subprocess.DEVNULL)
+    try:
+        until(lambda: _answers(f"{url}/healthz"), 60, "the API")
+        yield url
+    finally:
+        api.terminate()
+        api.wait(15)
+
+
+def _answers(url: str) -> bool:
+    try:
+        requests.get(url, timeout=1)
+    except requests.RequestException:
+        return False
+    return True

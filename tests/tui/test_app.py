@@ -1072,23 +1072,30 @@ def test_c_on_another_users_job_is_refused_before_any_question_and_no_mark_stays
     run(scenario())
 
 
-def test_a_running_job_stays_in_the_all_view_whatever_the_number_of_newer_jobs(redis, spawn, child_env):
-    """Issue 64 #2: the table reads the newest 1,000 jobs and then the older live ones; only the newest 500 of
-    those were read, so a running job behind more than 500 newer live ones (and 1,000 newer ended ones) was in no
-    row. Records as the store writes them, straight into Redis: what the API lists is what the test made."""
+def recorded(redis, n: int, ended_from: int) -> dict:
+    """Jobs 1…n as the store writes their records, straight into Redis (what the API lists is what the test made):
+    job 1 running, ended_from…n succeeded, the others queued; the spec they have."""
     from jobs.store import JobStore
 
     store = JobStore(redis)
     spec = {"model": "lenet", "dataset": "synthetic", "gpus": 0, "priority": "normal"}
     pipe = redis.pipeline(transaction=False)
-    for job_id in range(1, 1602):  # 1: running; 2–601: queued (newer, live); 602–1601: ended, newest
+    for job_id in range(1, n + 1):
         store.create(job_id, {**spec, "name": f"job {job_id}"}, "cpu", pipe=pipe)
     pipe.execute()
     pipe = redis.pipeline(transaction=False)
-    for job_id in range(602, 1602):
+    for job_id in range(ended_from, n + 1):
         store.update(job_id, pipe=pipe, status="succeeded", ended_at=1.0)
     pipe.execute()
     assert store.transition(1, ("queued",), status="running", started_at=1.0)
+    return spec
+
+
+def test_a_running_job_stays_in_the_all_view_whatever_the_number_of_newer_jobs(redis, spawn, child_env):
+    """Issue 64 #2: the table reads the newest 1,000 jobs and then the older live ones; only the newest 500 of
+    those were read, so a running job behind more than 500 newer live ones (and 1,000 newer ended ones) was in no
+    row. Records as the store writes them, straight into Redis: what the API lists is what the test made."""
+    recorded(redis, 1601, ended_from=602)  # 1: running; 2–601: queued (newer, live); 602–1601: ended, newest
     url = start_api(spawn, child_env)
 
     async def scenario() -> set[int]:
@@ -1111,16 +1118,7 @@ def test_sorted_by_a_column_the_table_reads_every_job_once_then_what_changed(red
     from tui.client import Client
 
     store = JobStore(redis)
-    spec = {"model": "lenet", "dataset": "synthetic", "gpus": 0, "priority": "normal"}
-    pipe = redis.pipeline(transaction=False)
-    for job_id in range(1, 1201):  # 1: running (old); 2–1200: ended
-        store.create(job_id, {**spec, "name": f"job {job_id}"}, "cpu", pipe=pipe)
-    pipe.execute()
-    pipe = redis.pipeline(transaction=False)
-    for job_id in range(2, 1201):
-        store.update(job_id, pipe=pipe, status="succeeded", ended_at=1.0)
-    pipe.execute()
-    assert store.transition(1, ("queued",), status="running", started_at=1.0)
+    spec = recorded(redis, 1200, ended_from=2)  # 1: running (old); 2–1200: ended
     url = start_api(spawn, child_env)
     pages: list[tuple] = []
     real = Client.jobs
