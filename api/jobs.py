@@ -15,6 +15,7 @@ from jobs import control, export, gang, notify, plan, steer, usage
 from jobs.backends import base as backends
 from jobs.compare import csv_cell
 from jobs.errors import BadRequest, NotFound
+from jobs.record import Job
 from jobs.views import LIVE, job_view
 from models.common import search_text
 from models.states import PRIORITIES, Status
@@ -166,7 +167,7 @@ def list_jobs():
     return resp.make_conditional(request)
 
 
-def views(recs: list[dict], with_tasks: bool = False) -> list[dict]:
+def views(recs: list[Job], with_tasks: bool = False) -> list[dict]:
     """Job records as the API answers them, with each queued job's place in line and expected start, and each
     running job's usage (CPU, memory, GPU)."""
     redis = deps.redis()

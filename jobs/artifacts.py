@@ -17,6 +17,7 @@ from typing import Any
 
 from jobs import jobfiles
 from jobs.errors import BadRequest, NotFound
+from jobs.record import Job
 from jobs.settings import Settings
 
 MAX_LISTED = 100_000
@@ -26,7 +27,7 @@ CHUNK = 1 << 20
 GZIP_LEVEL = 1
 
 
-def job_dir(settings: Settings, rec: dict[str, Any]) -> Path:
+def job_dir(settings: Settings, rec: Job) -> Path:
     """The job's dir as this API host sees it; NotFound naming the host that has it when this one does not (a
     worker host without the shared GPUDECK_HOME)."""
     path = settings.job_dir(rec["id"])

@@ -36,7 +36,7 @@ from jobs.keys import (
 )
 from jobs.outcome import CANCELED_QUEUED
 from jobs.placement import host_gpus, memory
-from jobs.record import Kept
+from jobs.record import Job, Kept
 from jobs.settings import Settings
 from jobs.store import JobStore, cannot_write, iso, through_outage
 from models.states import Reason, Status
@@ -50,7 +50,7 @@ def submit(
     settings: Settings,
     idempotency_key: str | None = None,
     extra: dict[str, Any] | None = None,
-) -> tuple[dict[str, Any], bool]:
+) -> tuple[Job, bool]:
     """Validate and queue a job (once per Idempotency-Key when one is given); it is placed right away when it can
     start. Returns (record, replayed). Refused while the disk is below
     GPUDECK_MIN_FREE."""
@@ -74,7 +74,7 @@ def dry_run(redis: Redis, body: Any, settings: Settings, extra: dict[str, Any] |
     typed = Kept(spec)
     owner = (extra or {}).get("owner")
     quota.check_fits(redis, owner, typed)
-    rec = {"id": 0, "spec": spec, "owner": owner}
+    rec = Job(id=0, spec=spec, owner=owner)
     took, source = plan.expected(rec, plan.learned(redis, [rec]))
     start: float | None
     why: str | None
@@ -122,7 +122,7 @@ def _cancel(redis: Redis, job_id: int) -> dict[str, Any]:
             {"id": job_id, "status": rec["status"]},
         )
     store.request_stop(job_id, Reason.CANCELED.value)
-    if Kept(rec["spec"]).multi_worker:
+    if rec.spec.multi_worker:
         gang.finish(redis, job_id)  # tasks still waiting for their workers end here; running ones stop
     return store.get(job_id)
 
@@ -164,7 +164,7 @@ def retry(
     settings: Settings,
     resume: bool = True,
     extra: dict[str, Any] | None = None,
-) -> dict[str, Any]:
+) -> Job:
     """Submit an ended job's spec again, as a new job with the next id (a command job: the same source snapshot).
     A model job `resume`s from the last complete checkpoint the job left (its worker links it in); a command
     job's script keeps its own state."""
@@ -274,10 +274,10 @@ def apply_retention(redis: Redis, settings: Settings, now: float | None = None) 
     return deleted
 
 
-def _forget(redis: Redis, job_id: int, rec: dict[str, Any], slots: list[str], sweeps: list[str]) -> None:
+def _forget(redis: Redis, job_id: int, rec: Job, slots: list[str], sweeps: list[str]) -> None:
     """Everything of one job in Redis, in one transaction that holds only while the job is still ended and the
     sweeps that name it unchanged."""
-    keys = job_keys(job_id, Kept(rec["spec"]).workers, int(rec.get("gen") or 0))
+    keys = job_keys(job_id, rec.spec.workers, int(rec.get("gen") or 0))
     with redis.pipeline() as pipe:
         while True:
             try:

@@ -17,7 +17,6 @@ from redis import Redis
 from jobs import archives
 from jobs.errors import Conflict, NotFound, TooLarge, Unprocessable, ValidationError
 from jobs.keys import DATASETS_KEY, dataset_key, dataset_order_key, dataset_upload_key
-from jobs.record import Kept
 from jobs.settings import Settings
 from jobs.store import JobStore, iso
 from models.catalog import NAME, STORED, parse_dataset
@@ -112,7 +111,7 @@ def delete(
     ref = f"{name}:{version}"
     users = JobStore(redis).list(
         limit=USERS_NAMED,
-        where=lambda rec: rec["status"] in ("queued", "starting", "running") and Kept(rec["spec"]).dataset == ref,
+        where=lambda rec: rec["status"] in ("queued", "starting", "running") and rec.spec.dataset == ref,
     )
     if users:
         ids = [r["id"] for r in users]

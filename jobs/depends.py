@@ -11,7 +11,6 @@ from jobs.errors import NotFound
 from jobs.keys import AFTER_CHECK_KEY, AFTER_KEY, AFTER_SWEPT_KEY, job_key
 from jobs.outcome import End
 from jobs.queues import waiting_for
-from jobs.record import Kept
 from jobs.store import JobStore
 from models.states import Reason, Status
 
@@ -56,7 +55,7 @@ def _release(redis: Redis, store: JobStore, job_id: int) -> None:
     if rec["status"] != Status.QUEUED.value:
         redis.srem(AFTER_KEY, job_id)
         return
-    after = Kept(rec["spec"]).after
+    after = rec.spec.after
     with redis.pipeline(transaction=False) as pipe:
         for dep in after:
             pipe.hget(job_key(dep), "status")
@@ -73,7 +72,7 @@ def _release(redis: Redis, store: JobStore, job_id: int) -> None:
     if all(st == Status.SUCCEEDED.value for st in statuses):
         with redis.pipeline() as pipe:
             pipe.srem(AFTER_KEY, job_id)
-            queues.enqueue(pipe, job_id, Kept(rec["spec"]), rec.get("owner"), rec.get("seq"))
+            queues.enqueue(pipe, job_id, rec.spec, rec.get("owner"), rec.get("seq"))
             pipe.execute()
         store.transition(job_id, (Status.QUEUED.value,), message=None)
     elif rec.get("message") != waiting_for(after):

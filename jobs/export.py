@@ -18,7 +18,6 @@ import tempfile
 import time
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 from urllib.parse import urlsplit
 
 from redis import Redis
@@ -34,7 +33,7 @@ from jobs.keys import (
     sweep_stop_key,
     sweep_trials_key,
 )
-from jobs.record import Kept
+from jobs.record import Job
 from jobs.settings import Settings
 from jobs.store import JobStore
 from jobs.views import job_view
@@ -54,12 +53,12 @@ NO_URI = (
 )
 
 
-def wanted(rec: dict[str, Any]) -> bool:
+def wanted(rec: Job) -> bool:
     """Whether the job asks to be exported to MLflow when it ends."""
-    return "mlflow" in Kept(rec["spec"]).export
+    return "mlflow" in rec.spec.export
 
 
-def enqueue(redis: Redis, rec: dict[str, Any], asked: bool = False) -> bool:
+def enqueue(redis: Redis, rec: Job, asked: bool = False) -> bool:
     """Queue the job's export (`rec` as just written) when it ended and asks for one (`asked`: its owner asked
     now); whether it was queued."""
     if rec["status"] not in ENDED or not (asked or wanted(rec)):
@@ -72,7 +71,7 @@ def enqueue(redis: Redis, rec: dict[str, Any], asked: bool = False) -> bool:
     return True
 
 
-def ask(redis: Redis, settings: Settings, job_id: int) -> dict[str, Any]:
+def ask(redis: Redis, settings: Settings, job_id: int) -> Job:
     """Its owner asks for the job's export now (POST /api/v1/jobs/ID/export): the record, queued."""
     if not settings.mlflow_uri:
         raise Unprocessable(NO_URI, {"field": "target"})

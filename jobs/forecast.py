@@ -14,7 +14,7 @@ from jobs import plan, queues, quota, share, usage
 from jobs.keys import AFTER_KEY, job_key
 from jobs.placement import choose, live_slots, part_of, taken_of
 from jobs.queues import waiting_for
-from jobs.record import Kept
+from jobs.record import Job
 from jobs.schedule import BATCH, LINE_HEAD, SCAN_MAX, Round, cordoned, gpu_room, timeline, with_records
 from jobs.settings import Settings
 from jobs.store import JobStore
@@ -84,7 +84,7 @@ def estimate(
     asked_of = None if wanted is None else set(wanted)
     asked = sorted(waiting if asked_of is None else waiting & asked_of)  # (not all 1,000: the ones asked of)
     for job_id, rec in zip(asked, store.get_many(asked)):
-        after = list(Kept(rec["spec"]).after) if rec else []
+        after = list(rec.spec.after) if rec else []
         out[job_id] = (None, waiting_for(after) if after else "waiting for its dependencies")
     left = None if asked_of is None else asked_of - waiting  # (a job waiting on dependencies is in no line)
     if left == set():
@@ -106,7 +106,7 @@ def estimate(
             continue
         if left is not None:
             left.discard(job_id)
-        spec = Kept(rec["spec"])
+        spec = rec.spec
         places, k = spec.workers, spec.gpus
         part = part_of(spec, s.gpu_context_memory)
         took, _ = plan.expected(rec, history)
@@ -119,9 +119,10 @@ def estimate(
         out[job_id] = (start, None)
         tl.take({x.name for p in chosen for x in p}, start, took, taken_of(spec, s.gpu_context_memory))
     if also is not None:
-        spec = Kept(also["spec"])
+        extra = Job.of(also)
+        spec = extra.spec
         places, k = spec.workers, spec.gpus
-        took, _ = plan.expected(also, history)
+        took, _ = plan.expected(extra, history)
         start, chosen = tl.earliest(places, k, took, part_of(spec, s.gpu_context_memory))
         out[0] = (start, None) if start is not None and chosen is not None else (None, NO_ESTIMATE)
     return out

@@ -28,9 +28,9 @@ from jobs.keys import (
     rq_task_id,
 )
 from jobs.outcome import of_tasks
-from jobs.record import Kept
+from jobs.record import Job, Kept
 from jobs.settings import Settings
-from jobs.store import Job, JobStore
+from jobs.store import JobStore
 from models.states import ACTIVE, TASK_ENDED, Reason, Status, TaskStatus
 
 log = logging.getLogger(__name__)
@@ -61,9 +61,9 @@ tasks = taskrecord.read
 """The current placement's tasks, with `alive` (heartbeat present)."""
 
 
-def view(redis: Redis, rec: dict[str, Any]) -> list[dict[str, Any]] | None:
+def view(redis: Redis, rec: Job) -> list[dict[str, Any]] | None:
     """What GET /api/v1/jobs/ID shows of each task (None for a single-task job or one never placed)."""
-    spec = Kept(rec["spec"])
+    spec = rec.spec
     if not spec.multi_worker or "gen" not in rec:
         return None
     out = []
@@ -113,7 +113,7 @@ def claim(store: JobStore, job_id: int, gen: int | None, worker: str) -> list[st
     an older gpudeck, queued before the scheduler placed every job)."""
     if gen is None:
         return None
-    job = store.job(job_id)
+    job = store.get(job_id)
     if not current(store.redis, job_id, gen) or job.worker != worker:
         return None
     store.beat(job_id, worker)
@@ -144,7 +144,7 @@ def finish(redis: Redis, job_id: int) -> str | None:
     and no task is still alive. Idempotent: every task calls it at its end, the reaper when a task's worker
     vanished. Returns the status it set, or None when the job is not over yet (or was already decided)."""
     store = JobStore(redis)
-    job = store.job(job_id)
+    job = store.get(job_id)
     if job.status not in ACTIVE:
         return None
     spec, gen = job.spec, job.gen
@@ -157,7 +157,7 @@ def finish(redis: Redis, job_id: int) -> str | None:
         t["label"] = label(spec, t["index"])
     has_result = spec.runs_code or bool(job.result)  # a command job's result is optional
     outcome, blamed = of_tasks(stop, ended, spec.workers, has_result)
-    status = lifecycle.end(redis, job_id, outcome, job.raw, log_tail=blamed.get("log_tail", []) if blamed else None)
+    status = lifecycle.end(redis, job_id, outcome, job, log_tail=blamed.get("log_tail", []) if blamed else None)
     if status is not None:
         _cleanup(redis, job_id, gen, spec.workers)
     return status
@@ -173,7 +173,7 @@ def _cleanup(redis: Redis, job_id: int, gen: int, n: int) -> None:
 def unplace(redis: Redis, job_id: int, gen: int, why: str) -> bool:
     """Placement `gen` did not gather (a task never arrived): the job goes back in line, its tasks stand down."""
     store = JobStore(redis)
-    job = store.job(job_id)
+    job = store.get(job_id)
     if not store.transition(
         job_id, (Status.STARTING.value,), status=Status.QUEUED.value, gen=gen + 1, message=f"{why}; waiting again"
     ):
@@ -184,10 +184,10 @@ def unplace(redis: Redis, job_id: int, gen: int, why: str) -> bool:
     return True
 
 
-def check(redis: Redis, job_id: int, rec: dict[str, Any]) -> None:
+def check(redis: Redis, job_id: int, rec: Job) -> None:
     """The reaper's look at an active multi-worker job: a placement that did not gather in RENDEZVOUS_S goes
     back in line; a task whose worker vanished stops the others (worker_lost); then `finish` if it is over."""
-    job = Job(rec)
+    job = Job.of(rec)
     spec, gen = job.spec, job.gen
     ts = [t for t in tasks(redis, job_id, spec.workers) if t.get("gen") == gen]
     started = [t for t in ts if "started_at" in t]

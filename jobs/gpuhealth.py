@@ -20,6 +20,7 @@ import logging
 import re
 import subprocess
 import time
+from collections.abc import Sequence
 from typing import Any
 
 from redis import Redis
@@ -169,7 +170,7 @@ def handle(
     redis: Redis,
     host: str,
     events: list[tuple[str | None, int, str]],
-    active: list[dict[str, Any]],
+    active: Sequence[dict[str, Any]],
     admins: tuple[str, ...] = (),
 ) -> None:
     """Apply what the kernel log said of this host's GPUs: count, cordon (telling the operator's `admins`

@@ -19,7 +19,7 @@ from redis import Redis
 from jobs import gpuhealth, quota, taskrecord, usage
 from jobs.keys import GPU_HOSTS_KEY, gpus_key, gpus_lock_key
 from jobs.periodic import Periodic
-from jobs.record import Kept
+from jobs.record import Job, Kept
 from jobs.run.proc import output_of
 from jobs.settings import Settings
 from jobs.store import JobStore
@@ -223,20 +223,20 @@ class Sampler(Periodic):
     def lease_key(self) -> str:
         return gpus_lock_key(self.host)
 
-    def pid_jobs(self, active: list[dict[str, Any]]) -> dict[int, int]:
+    def pid_jobs(self, active: list[Job]) -> dict[int, int]:
         """Trainer pid on this host -> its job, of the `active` records."""
         out = {}
         for rec in active:  # (one deleted meanwhile is not among them)
             job_id = rec["id"]
             if rec.get("pid") and self.here(rec):
                 out[rec["pid"]] = job_id
-            if (spec := Kept(rec["spec"])).multi_worker:
+            if (spec := rec.spec).multi_worker:
                 for task in taskrecord.read(self.redis, job_id, spec.workers):
                     if task.get("pid") and task.get("host") == self.host:
                         out[task["pid"]] = job_id
         return out
 
-    def here(self, rec: dict[str, Any]) -> bool:
+    def here(self, rec: Job) -> bool:
         """Whether a job's worker runs on this host."""
         return str(rec.get("worker", "")).startswith(f"{self.host}.")
 
@@ -310,7 +310,7 @@ class Watchdog:
         self.over: dict[int, tuple[float, int, str]] = {}
         """job id -> (when it went over, its peak in bytes, its GPU) while it stays over."""
 
-    def look(self, store: JobStore, active: list[dict[str, Any]], gpus: list[dict[str, Any]], now: float) -> None:
+    def look(self, store: JobStore, active: list[Job], gpus: list[dict[str, Any]], now: float) -> None:
         shares = {r["id"]: r for r in active if Kept(r["spec"]).gpu_memory}
         used: dict[int, int] = {}
         where: dict[int, str] = {}
@@ -324,7 +324,7 @@ class Watchdog:
         for job_id in set(self.over) - set(shares):
             del self.over[job_id]
         for job_id, rec in shares.items():
-            cap = Kept(rec["spec"]).gpu_memory or 0
+            cap = rec.spec.gpu_memory or 0
             if used.get(job_id, 0) <= cap + processes.get(job_id, 0) * self.context:
                 self.over.pop(job_id, None)
                 continue
@@ -360,13 +360,13 @@ class IdlePolicy:
         self.since: dict[int, float] = {}
         """job id -> when its GPUs went idle (wall clock), while they stay idle."""
 
-    def look(self, store: JobStore, active: list[dict[str, Any]], gpus: list[dict[str, Any]], now: float) -> None:
+    def look(self, store: JobStore, active: list[Job], gpus: list[dict[str, Any]], now: float) -> None:
         if self.mode == "off":
             return
         util = {str(g.get("index")): g["utilization"] for g in gpus if isinstance(g.get("utilization"), (int, float))}
         watched = set()
         for rec in active:
-            spec = Kept(rec["spec"])
+            spec = rec.spec
             started = rec.get("running_at") or rec.get("started_at")
             read = [util[i] for i in rec.get("gpu_ids") or [] if i in util]
             if rec.get("status") != "running" or spec.is_session or spec.idle_exempt:

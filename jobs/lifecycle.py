@@ -11,7 +11,7 @@ from redis import Redis
 
 from jobs import export, notify, plan, queues, share
 from jobs.outcome import End, lost
-from jobs.record import Kept
+from jobs.record import Job, Kept
 from jobs.store import JobStore
 from models.states import ACTIVE, Reason, Status
 
@@ -28,7 +28,7 @@ def end(
     redis: Redis,
     job_id: int,
     outcome: End,
-    rec: dict[str, Any] | None = None,
+    rec: Job | None = None,
     allowed=ACTIVE,
     of_attempt: int | None = None,
     **fields: Any,
@@ -50,7 +50,7 @@ def end(
     if outcome.retry:
         rec = rec or store.get(job_id)
         retries = rec.get("attempt", 1) - int(rec.get("preemptions") or 0)  # (a preemption is not a retry)
-        if retries <= Kept(rec["spec"]).max_retries:
+        if retries <= rec.spec.max_retries:
             said = f"{outcome.message or ''}; retrying"
             reason = outcome.reason or Reason.WORKER_LOST
             again = requeue(redis, job_id, rec, said, reason, of_attempt=fence, charged=outcome.charged, **fields)
@@ -70,7 +70,7 @@ def end(
     return outcome.status.value
 
 
-def worker_lost(redis: Redis, job_id: int, rec: dict[str, Any], message: str, **fields: Any) -> str | None:
+def worker_lost(redis: Redis, job_id: int, rec: Job, message: str, **fields: Any) -> str | None:
     """The job's worker went away (`message` says how): queued again, or failed as worker_lost."""
     return end(redis, job_id, lost(message), rec, **fields)
 
@@ -86,7 +86,7 @@ def _notify(redis: Redis, job_id: int) -> None:
         log.exception("job %s: its notifications or export could not be queued", job_id)
 
 
-def _charge(redis: Redis, rec: dict[str, Any]) -> None:
+def _charge(redis: Redis, rec: Job) -> None:
     """An attempt ended: what it held, for how long, goes to its owner's usage (fair share)."""
     if rec.get("started_at") and rec["status"] in ACTIVE:
         share.charge(redis, rec.get("owner"), share.attempt_seconds(rec))
@@ -95,7 +95,7 @@ def _charge(redis: Redis, rec: dict[str, Any]) -> None:
 def requeue(
     redis: Redis,
     job_id: int,
-    rec: dict[str, Any],
+    rec: Job,
     message: str,
     reason: Reason = Reason.WORKER_LOST,
     of_attempt: int | None = None,
@@ -126,14 +126,14 @@ def requeue(
         if charged:  # (an attempt another job's fault ended is not its owner's usage)
             _charge(redis, rec)
         store.clear_stop(job_id)
-        queues.enqueue(redis, job_id, Kept(rec["spec"]), rec.get("owner"), rec.get("seq"))
+        queues.enqueue(redis, job_id, rec.spec, rec.get("owner"), rec.get("seq"))
         _notify(redis, job_id)  # (queued again: for `any`)
         log.warning("job %s: %s (%s); queued again as attempt %d", job_id, reason.value, message, attempt)
     return ok
 
 
 def preempted(
-    redis: Redis, job_id: int, rec: dict[str, Any], checkpoint: int | None, of_attempt: int | None = None, **fields: Any
+    redis: Redis, job_id: int, rec: Job, checkpoint: int | None, of_attempt: int | None = None, **fields: Any
 ) -> bool:
     """A job stopped to make room: back in line (not a retry), `preemptions` counted, and a message that says by
     whom, where it was, and where it resumes."""
@@ -145,7 +145,7 @@ def preempted(
     message = f"preempted by {who}"
     if step is not None:
         message += f" at step {step:,}"
-    if Kept(rec["spec"]).runs_code:
+    if rec.spec.runs_code:
         message += f"; it starts again as attempt {rec.get('attempt', 1) + 1} (GPUDECK_ATTEMPT) from its own checkpoint"
     elif checkpoint is not None:
         message += f"; resumes from the checkpoint of step {checkpoint:,}"

@@ -28,7 +28,7 @@ from jobs.keys import (
     NOTIFY_DUE_KEY,
     notifications_key,
 )
-from jobs.record import Kept
+from jobs.record import Job
 from jobs.settings import Settings, Webhook
 from models.common import NOTIFY_ENTRY
 
@@ -61,13 +61,13 @@ def wanted(entry: str, event: str) -> bool:
     return "any" in events or event in events
 
 
-def summary(rec: dict[str, Any]) -> dict[str, Any]:
+def summary(rec: Job) -> dict[str, Any]:
     """What an endpoint is told of a job: id, name, owner, status, reason, message, result, duration (and, when
     sent, a link to it)."""
     started, ended = rec.get("started_at"), rec.get("ended_at")
     return {
         "id": rec["id"],
-        "name": Kept(rec["spec"]).name or None,
+        "name": rec.spec.name or None,
         "owner": rec.get("owner"),
         "status": rec["status"],
         "reason": rec.get("reason"),
@@ -78,9 +78,9 @@ def summary(rec: dict[str, Any]) -> dict[str, Any]:
     }
 
 
-def enqueue(redis: Redis, rec: dict[str, Any]) -> list[str]:
+def enqueue(redis: Redis, rec: Job) -> list[str]:
     """Queue the notifications the job asks for its current status (`rec` as just written); the ids queued."""
-    entries = Kept(rec["spec"]).notify
+    entries = rec.spec.notify
     if not entries:
         return []
     event = event_of(rec["status"], rec.get("reason"))

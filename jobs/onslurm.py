@@ -34,7 +34,7 @@ from jobs.errors import Conflict, NotFound
 from jobs.keys import SLURM_AWAY_KEY, SLURM_JOBS_KEY, SLURM_LOCK_KEY, SLURM_OURS_KEY, SLURM_WAKE_KEY
 from jobs.outcome import End
 from jobs.periodic import Periodic
-from jobs.record import Kept
+from jobs.record import Job
 from jobs.settings import Settings
 from jobs.slurm import (
     SQUEUE_FORMAT,
@@ -141,7 +141,7 @@ def script(job_id: int, tasks: int = 1) -> str:
     return f"#!/bin/sh\n# gpudeck job {job_id}: its attempt\nexec {run}\n"
 
 
-def expected_start(rec: dict[str, Any]) -> tuple[float | None, str | None]:
+def expected_start(rec: Job) -> tuple[float | None, str | None]:
     """A queued job's expected start on Slurm (the API's `expected_start`, and why there is none): the start Slurm's
     backfill planned for it, as the last squeue said."""
     slurm = rec.get("slurm") or {}
@@ -172,7 +172,7 @@ def submit(redis: Redis, settings: Settings, tools: Tools, job_id: int) -> str |
     if rec["status"] != Status.QUEUED.value:
         queues.withdraw(redis, rec)
         return None
-    spec = Kept(rec["spec"])
+    spec = rec.spec
     out = output_path(settings, job_id)
     out.parent.mkdir(parents=True, exist_ok=True)
     try:
@@ -191,7 +191,7 @@ def submit(redis: Redis, settings: Settings, tools: Tools, job_id: int) -> str |
     return slurm_id
 
 
-def took(redis: Redis, rec: dict[str, Any], slurm_id: str) -> bool:
+def took(redis: Redis, rec: Job, slurm_id: str) -> bool:
     """Slurm took a queued job as its job `slurm_id`: out of its line, the record says so, the watcher looks at it;
     False when it was no longer queued (canceled meanwhile)."""
     slurm = {"id": slurm_id, "submitted_at": time.time(), "state": "PENDING", "reason": None, "expected_start": None}
@@ -218,7 +218,7 @@ def holding(redis: Redis, store: JobStore) -> tuple[Counter[int], Counter[str]]:
         if (sweep := sweep_id(rec)) is not None:
             per_sweep[sweep] += 1
         if rec.get("owner"):
-            per_owner[rec["owner"]] += Kept(rec["spec"]).gpus
+            per_owner[rec["owner"]] += rec.spec.gpus
     return per_sweep, per_owner
 
 
@@ -243,7 +243,7 @@ def submit_queued(redis: Redis, settings: Settings, tools: Tools) -> list[int]:
             if (rec.get("slurm") or {}).get("id"):
                 queues.withdraw(redis, rec)  # (the watcher puts it back should Slurm no longer have it)
                 continue
-            sweep, owner, gpus = sweep_id(rec), rec.get("owner"), Kept(rec["spec"]).gpus
+            sweep, owner, gpus = sweep_id(rec), rec.get("owner"), rec.spec.gpus
             cap = sweeps.max_concurrent(redis, sweep) if sweep is not None else None
             limit = quotas.get(owner) if owner and gpus else None
             if cap is not None and sweep is not None and per_sweep[sweep] >= cap:
@@ -257,12 +257,12 @@ def submit_queued(redis: Redis, settings: Settings, tools: Tools) -> list[int]:
     return done
 
 
-def _say(store: JobStore, rec: dict[str, Any], message: str) -> None:
+def _say(store: JobStore, rec: Job, message: str) -> None:
     if rec.get("message") != message:
         store.transition(rec["id"], (Status.QUEUED.value,), message=message)
 
 
-def _fields(rec: dict[str, Any], **changes: Any) -> dict[str, Any]:
+def _fields(rec: Job, **changes: Any) -> dict[str, Any]:
     return {**(rec.get("slurm") or {}), **changes}
 
 
@@ -298,9 +298,7 @@ def watch(redis: Redis, settings: Settings, listed: list[SlurmJob], now: float |
     return sorted(set(strays))
 
 
-def _one(
-    redis: Redis, settings: Settings, store: JobStore, rec: dict[str, Any], sj: SlurmJob | None, now: float
-) -> list[str]:
+def _one(redis: Redis, settings: Settings, store: JobStore, rec: Job, sj: SlurmJob | None, now: float) -> list[str]:
     """One job of SLURM_JOBS_KEY against its Slurm job (None: Slurm has forgotten it); the Slurm ids to cancel."""
     job_id, status = rec["id"], rec["status"]
     slurm = rec.get("slurm") or {}
@@ -329,7 +327,7 @@ def _one(
         if _fields(rec, **changes) != slurm or message != rec.get("message"):
             store.transition(job_id, (Status.QUEUED.value,), slurm=_fields(rec, **changes), message=message)
         return []
-    if status in ACTIVE and Kept(rec["spec"]).multi_worker:
+    if status in ACTIVE and rec.spec.multi_worker:
         gang.check(redis, job_id, rec)  # (its tasks' heartbeats: a lost one stops the others, as on workers)
     elif status in ACTIVE and not beating(redis, store, rec) and redis_uptime_s(redis) > 30:
         lifecycle.worker_lost(redis, job_id, rec, f"no heartbeat from its attempt in Slurm job {sj.slurm_id}")
@@ -339,15 +337,15 @@ def _one(
     return []
 
 
-def beating(redis: Redis, store: JobStore, rec: dict[str, Any]) -> bool:
+def beating(redis: Redis, store: JobStore, rec: Job) -> bool:
     """Whether a job's attempt (any task of a multi-worker job's placement) still beats."""
-    spec = Kept(rec["spec"])
+    spec = rec.spec
     if not spec.multi_worker:
         return store.alive(rec["id"])
     return any(t["alive"] for t in gang.tasks(redis, rec["id"], spec.workers) if t.get("gen") == rec.get("gen"))
 
 
-def _gone(redis: Redis, settings: Settings, store: JobStore, rec: dict[str, Any], sj: SlurmJob | None) -> list[str]:
+def _gone(redis: Redis, settings: Settings, store: JobStore, rec: Job, sj: SlurmJob | None) -> list[str]:
     """A live gpudeck job whose Slurm job ended (or that Slurm forgot: `sj` None)."""
     job_id, status = rec["id"], rec["status"]
     slurm = rec.get("slurm") or {}
@@ -365,7 +363,7 @@ def _gone(redis: Redis, settings: Settings, store: JobStore, rec: dict[str, Any]
         why = f"Slurm job {slurm.get('id')} ended {state} without its attempt's end"
         if status == Status.QUEUED.value:
             if store.transition(job_id, (Status.QUEUED.value,), slurm=None, message=f"{why}; submitted again"):
-                queues.enqueue(redis, job_id, Kept(rec["spec"]), rec.get("owner"), rec.get("seq"))
+                queues.enqueue(redis, job_id, rec.spec, rec.get("owner"), rec.get("seq"))
             return []
         lifecycle.worker_lost(redis, job_id, rec, why, slurm=None)
         return []
@@ -378,7 +376,7 @@ def _gone(redis: Redis, settings: Settings, store: JobStore, rec: dict[str, Any]
     return []
 
 
-def reprioritize(settings: Settings, rec: dict[str, Any], priority: str, tools: Tools | None = None) -> None:
+def reprioritize(settings: Settings, rec: Job, priority: str, tools: Tools | None = None) -> None:
     """A queued job's new priority, told to Slurm when Slurm has the job: the QOS the operator mapped to it
     (GPUDECK_SLURM_QOS), or, unmapped, its `--nice` (`low`: the low nice; else 0) through `scontrol update`.
     Conflict (409) where Slurm has no way: raising a job above normal without a QOS for it (only Slurm's operators

@@ -14,7 +14,7 @@ from redis import Redis
 from rq import Queue
 
 from jobs.keys import alive_key, drain_key, gpus_key, paused_key, private_queue, worker_info_key
-from jobs.record import Kept
+from jobs.record import Job, Kept
 
 RQ_WORKERS_KEY = "rq:workers"
 """RQ's set of registered workers' keys (`rq:worker:NAME`)."""
@@ -187,7 +187,7 @@ def foreign(redis: Redis, slots: Iterable[Slot], limit_bytes: int) -> dict[str, 
     return out
 
 
-def slots_of(rec: dict[str, Any]) -> list[str]:
+def slots_of(rec: Job) -> list[str]:
     """The workers an active job holds (every place's, holders included)."""
     return list(rec.get("slots") or ([rec["worker"]] if rec.get("worker") and "," not in rec["worker"] else []))
 

@@ -33,7 +33,7 @@ from redis import Redis
 
 from jobs.keys import durations_key
 from jobs.placement import WHOLE, GpuKey, Slot, choose, gpu_keys
-from jobs.record import Kept
+from jobs.record import Job
 
 INF = math.inf
 HISTORY = 20
@@ -100,7 +100,7 @@ ANYBODY = "*"
 """The owner whose history is every owner's runs of a kind (an estimate for a newcomer's first job)."""
 
 
-def learn(redis: Any, rec: dict[str, Any], seconds: float) -> None:
+def learn(redis: Any, rec: Job, seconds: float) -> None:
     """A run of `rec`'s shape took `seconds` (a succeeded attempt): kept for the next estimates of the owner's shape,
     the owner's kind and anybody's kind. `redis`: a client or a pipeline."""
     for key, _ in History.keys_of(rec):
@@ -134,7 +134,7 @@ class History:
         self.known: dict[str, list[float]] = {}
 
     @staticmethod
-    def keys_of(rec: dict[str, Any]) -> list[tuple[str, str]]:
+    def keys_of(rec: Job) -> list[tuple[str, str]]:
         spec, owner = rec["spec"], rec.get("owner")
         return [
             (durations_key(owner, shape(spec)), "history"),
@@ -142,7 +142,7 @@ class History:
             (durations_key(ANYBODY, kind(spec)), "others"),
         ]
 
-    def prefetch(self, recs: Iterable[dict[str, Any]]) -> History:
+    def prefetch(self, recs: Iterable[Job]) -> History:
         keys = sorted({key for r in recs for key, _ in self.keys_of(r)} - set(self.known))
         if keys:
             with self.redis.pipeline(transaction=False) as pipe:
@@ -152,7 +152,7 @@ class History:
                     self.known[key] = sorted(float(v) for v in values)
         return self
 
-    def learned(self, rec: dict[str, Any]) -> Learned | None:
+    def learned(self, rec: Job) -> Learned | None:
         """The estimate for `rec` from the most precise history there is of it, or None."""
         for key, source in self.keys_of(rec):
             if key not in self.known:
@@ -162,7 +162,7 @@ class History:
                 return Learned(_quantile(runs), source, len(runs), (runs[0], runs[-1]))
         return None
 
-    def of(self, rec: dict[str, Any]) -> float | None:
+    def of(self, rec: Job) -> float | None:
         """The learned estimate's seconds, or None."""
         found = self.learned(rec)
         return found.seconds if found else None
@@ -172,14 +172,14 @@ def _quantile(runs: list[float]) -> float:
     return runs[min(len(runs) - 1, math.ceil(QUANTILE * len(runs)) - 1)]
 
 
-def learned(redis: Redis, recs: Iterable[dict[str, Any]]) -> History:
+def learned(redis: Redis, recs: Iterable[Job]) -> History:
     """A History with these records' shapes read (one round trip)."""
     return History(redis).prefetch(recs)
 
 
-def expected(rec: dict[str, Any], history: History) -> tuple[float | None, str | None]:
+def expected(rec: Job, history: History) -> tuple[float | None, str | None]:
     """(seconds, where that comes from: declared, history, timeout) a job is expected to run; (None, None) unknown."""
-    spec = Kept(rec["spec"])
+    spec = rec.spec
     if spec.expected_duration:
         return float(spec.expected_duration), "declared"
     learnt = history.learned(rec)
@@ -191,7 +191,7 @@ def expected(rec: dict[str, Any], history: History) -> tuple[float | None, str |
     return None, None
 
 
-def expected_end(rec: dict[str, Any], now: float, history: History) -> tuple[float, str | None]:
+def expected_end(rec: Job, now: float, history: History) -> tuple[float, str | None]:
     """When a running job is expected to free its workers (INF: unknown), and from what: progress, or its expected
     duration's source."""
     p = rec.get("progress") or {}

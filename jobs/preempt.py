@@ -6,14 +6,13 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass, field
-from typing import Any
 
 from redis import Redis
 
 from jobs import plan, quota
 from jobs.keys import stop_key
 from jobs.placement import GpuKey, Slot, choose, gpu_keys, part_of, slots_of, taken_of
-from jobs.record import Kept
+from jobs.record import Job, Kept
 from jobs.settings import Settings
 from jobs.store import JobStore
 from models.states import PRIORITIES
@@ -33,7 +32,7 @@ class Round:
     now: float
     slots: dict[str, Slot]
     free: list[Slot]
-    active: list[dict[str, Any]]
+    active: list[Job]
     holders: dict[str, int] = field(default_factory=dict)
     """worker name -> the active job holding it."""
     placed: list[int] = field(default_factory=list)
@@ -56,7 +55,7 @@ class Round:
                 continue
             keys = {key for n in slots_of(rec) if n in self.slots for key in gpu_keys(self.slots[n])}
             for key in keys:
-                out[key] = out.get(key, 0.0) + taken_of(Kept(rec["spec"]), self.settings.gpu_context_memory)
+                out[key] = out.get(key, 0.0) + taken_of(rec.spec, self.settings.gpu_context_memory)
         for key, held in self.left.items():
             out[key] = out.get(key, 0.0) + held
         return out
@@ -74,7 +73,7 @@ class Round:
 
 
 # -- preemption ------------------------------------------------------------------------------------
-def _stopping(redis: Redis, active: list[dict[str, Any]]) -> dict[int, str]:
+def _stopping(redis: Redis, active: list[Job]) -> dict[int, str]:
     """Active jobs with a stop requested: id -> reason."""
     if not active:
         return {}
@@ -84,22 +83,20 @@ def _stopping(redis: Redis, active: list[dict[str, Any]]) -> dict[int, str]:
         return {rec["id"]: raw.decode() for rec, raw in zip(active, pipe.execute()) if raw}
 
 
-def _rank(rec: dict[str, Any]) -> int:
+def _rank(rec: Job) -> int:
     """A job's priority as its place in PRIORITIES (0: the highest)."""
-    return PRIORITIES.index(Kept(rec["spec"]).priority)
+    return PRIORITIES.index(rec.spec.priority)
 
 
-def victims_for(
-    r: Round, rec: dict[str, Any], places: int, k: int, stopping: dict[int, str]
-) -> tuple[list[dict[str, Any]], bool]:
+def victims_for(r: Round, rec: Job, places: int, k: int, stopping: dict[int, str]) -> tuple[list[Job], bool]:
     """(the fewest running jobs to stop so that `rec` fits, whether what is already being stopped suffices)."""
     rank = _rank(rec)
-    part = part_of(Kept(rec["spec"]), r.settings.gpu_context_memory)
+    part = part_of(rec.spec, r.settings.gpu_context_memory)
     going = {v["id"] for v in r.active if stopping.get(v["id"])}
     coming = [r.slots[n] for v in r.active if v["id"] in going for n in slots_of(v) if n in r.slots]
     pool = list(r.free) + coming
 
-    def fits(victims: list[dict[str, Any]]) -> bool:
+    def fits(victims: list[Job]) -> bool:
         return r.fits(pool + _freed(r, victims), places, k, part, going | {v["id"] for v in victims}) is not None
 
     if fits([]):
@@ -117,7 +114,7 @@ def victims_for(
     alone = next((v for v in candidates if fits([v])), None)
     if alone is not None:  # one job makes room: the first such in the order of preference
         return [alone], False
-    chosen: list[dict[str, Any]] = []
+    chosen: list[Job] = []
     for v in candidates:
         chosen.append(v)
         if fits(chosen):
@@ -131,7 +128,7 @@ def victims_for(
     return chosen, False
 
 
-def _preemptible(r: Round, v: dict[str, Any], stopping: dict[int, str]) -> bool:
+def _preemptible(r: Round, v: Job, stopping: dict[int, str]) -> bool:
     """Whether a running job may be stopped to make room: preemptible, placed at least GPUDECK_PREEMPT_AFTER ago
     (this attempt: a job that just came back from a preemption is not taken again at once), not being stopped
     already, holding workers."""
@@ -143,13 +140,11 @@ def _preemptible(r: Round, v: dict[str, Any], stopping: dict[int, str]) -> bool:
     )
 
 
-def _freed(r: Round, jobs: list[dict[str, Any]]) -> list[Slot]:
+def _freed(r: Round, jobs: list[Job]) -> list[Slot]:
     return [r.slots[n] for v in jobs for n in slots_of(v) if n in r.slots]
 
 
-def _preempt(
-    r: Round, store: JobStore, rec: dict[str, Any], places: int, k: int, stopping: dict[int, str]
-) -> str | None:
+def _preempt(r: Round, store: JobStore, rec: Job, places: int, k: int, stopping: dict[int, str]) -> str | None:
     """Stop the victims `rec` needs (see victims_for); the message `rec` shows meanwhile, or None when no set of
     running jobs would make room."""
     victims, enough = victims_for(r, rec, places, k, stopping)
@@ -162,7 +157,7 @@ def _preempt(
         )
     if not victims:
         return None
-    priority = Kept(rec["spec"]).priority
+    priority = rec.spec.priority
     for v in victims:
         step = (v.get("progress") or {}).get("step")
         store.update(v["id"], preempted_by={"id": rec["id"], "priority": priority, "step": step, "at": r.now})

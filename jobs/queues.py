@@ -35,7 +35,7 @@ from jobs.keys import (
     queue_name,
 )
 from jobs.placement import host_gpus, live_facts, live_slots, memory
-from jobs.record import Kept
+from jobs.record import Job, Kept
 from jobs.settings import Settings
 from jobs.share import owner_of, usage
 from jobs.store import JobStore
@@ -169,7 +169,7 @@ def submit(
     settings: Settings,
     extra: dict[str, Any] | None = None,
     also: Callable[[Any, int], None] | None = None,
-) -> dict[str, Any]:
+) -> Job:
     """Validate, assign the next id, and write the record (with `extra` fields) and the RQ job in one transaction
     (with what `also(pipe, job_id)` adds). A command job's source is pinned: a server folder is snapshotted now,
     and the record keeps the snapshot's description."""
@@ -221,10 +221,10 @@ def enqueue(
     target.hset(QUEUED_AT_KEY, str(job_id), time.time())
 
 
-def withdraw(redis: Redis, rec: dict[str, Any], target: Any = None) -> None:
+def withdraw(redis: Redis, rec: Job, target: Any = None) -> None:
     """Take a queued job out of its line (or out of the jobs waiting for dependencies)."""
     pipe = target if target is not None else redis.pipeline(transaction=False)
-    pipe.zrem(line_key(Kept(rec["spec"]).priority, rec.get("owner")), rec["id"])
+    pipe.zrem(line_key(rec.spec.priority, rec.get("owner")), rec["id"])
     pipe.srem(AFTER_KEY, rec["id"])
     pipe.hdel(QUEUED_AT_KEY, rec["id"])
     if target is None:
@@ -381,9 +381,7 @@ def head(redis: Redis, settings: Settings, limit: int, now: float | None = None)
     return [job_id for job_id, _, _ in itertools.islice(ordered, limit)], sum(sizes), int(waiting)
 
 
-def positions(
-    redis: Redis, recs: list[dict[str, Any]], settings: Settings, running: Sequence[dict[str, Any]] = ()
-) -> dict[int, int]:
+def positions(redis: Redis, recs: list[Job], settings: Settings, running: Sequence[Job] = ()) -> dict[int, int]:
     """Each queued job's place in line (1: the next the scheduler considers), in the scheduler's own order
     (jobs.queues.order). A job waiting for its dependencies has none."""
     queued = [r for r in recs if r["status"] == Status.QUEUED.value]
@@ -403,7 +401,7 @@ def positions(
     return out
 
 
-def _alone_in_priority(redis: Redis, queued: list[dict[str, Any]]) -> tuple[dict[int, int], set[int]]:
+def _alone_in_priority(redis: Redis, queued: list[Job]) -> tuple[dict[int, int], set[int]]:
     """The places of the jobs whose line is the only one of its priority, without walking the line: every job of a
     higher priority comes first, then this line in its own order (ZRANK), whatever fair share says (with one owner
     at a priority there is nobody to take turns with); and those of them in no line (waiting for dependencies).
@@ -430,9 +428,9 @@ def _alone_in_priority(redis: Redis, queued: list[dict[str, Any]]) -> tuple[dict
     return out, absent
 
 
-def move(redis: Redis, rec: dict[str, Any], place: float) -> None:
+def move(redis: Redis, rec: Job, place: float) -> None:
     """Give a queued job another place in its line."""
-    redis.zadd(line_key(Kept(rec["spec"]).priority, rec.get("owner")), {str(rec["id"]): place}, xx=True)
+    redis.zadd(line_key(rec.spec.priority, rec.get("owner")), {str(rec["id"]): place}, xx=True)
 
 
 IDEMPOTENCY_TTL_S = 24 * 3600
@@ -443,7 +441,7 @@ PENDING_S = 120
 
 def submit_once(
     redis: Redis, body: Any, key: str, settings: Settings, extra: dict[str, Any] | None = None
-) -> tuple[dict[str, Any], bool]:
+) -> tuple[Job, bool]:
     """submit() under an Idempotency-Key: the same key within 24 h returns the first job and creates nothing.
     Keys are the owner's own (`extra["owner"]`): bob's key sent by alice is a new key. Returns (record, replayed)."""
     digest = hashlib.sha256(json.dumps(body, sort_keys=True).encode()).hexdigest()

@@ -25,16 +25,16 @@ def job_gpus(spec: Kept) -> int:
     return spec.gpus * spec.workers
 
 
-def part(rec: dict[str, Any]) -> float:
+def part(rec: Job) -> float:
     """How much of each GPU it holds an active job holds: a share its part (`gpu_fraction`, set where it is placed;
     all of one until then), else all of it (1). The one answer every count of GPUs held uses (issue 64): quotas,
     fair share, the title bar, `gpudeck share`, GPU-seconds, compare, idle accounting."""
-    return Job(rec).gpu_fraction or 1.0
+    return Job.of(rec).gpu_fraction or 1.0
 
 
-def holds(rec: dict[str, Any]) -> float:
+def holds(rec: Job) -> float:
     """The GPUs an active job holds: every task's, each its part of its GPU (`part`)."""
-    return part(rec) * job_gpus(Job(rec).spec)
+    return part(rec) * job_gpus(Job.of(rec).spec)
 
 
 def held(redis: Redis, owner: str) -> float:
@@ -71,7 +71,7 @@ def holders(redis: Redis) -> dict[tuple[str, str], list[dict[str, Any]]]:
     out: dict[tuple[str, str], list[dict[str, Any]]] = {}
     for rec in JobStore(redis).active():
         job_id = rec["id"]
-        spec = Kept(rec["spec"])
+        spec = rec.spec
         who = {
             "job_id": job_id,
             "owner": rec.get("owner"),

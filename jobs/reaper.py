@@ -13,7 +13,6 @@ from jobs import gang
 from jobs.keys import REAPER_LOCK_KEY, RETENTION_LOCK_KEY
 from jobs.lifecycle import worker_lost
 from jobs.periodic import Periodic
-from jobs.record import Kept
 from jobs.store import HEARTBEAT_TTL_S, JobStore, redis_uptime_s, write_refusal
 from models.states import ACTIVE
 
@@ -33,7 +32,7 @@ def reap(redis: Redis) -> list[int]:
     lost = []
     for job_id in store.active_ids():
         rec = store.get(job_id)
-        if Kept(rec["spec"]).multi_worker:
+        if rec.spec.multi_worker:
             gang.check(redis, job_id, rec)  # heartbeats per task; a lost task stops the others
             continue
         if store.alive(job_id) or rec["status"] not in ACTIVE:

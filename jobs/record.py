@@ -46,7 +46,7 @@ def declared(name: str) -> Any:
 
 class Kept:
     """A job's spec as the job keeps it (`normalized`: every default filled in), typed for the engine: `spec.gpus`,
-    not `spec.get("gpus") or 0`. `Kept(record["spec"])`; `raw` is the dict as stored (what files and clients are
+    not `spec.get("gpus") or 0`. `job.spec` (jobs.record.Job); `raw` is the dict as stored (what files and clients are
     given)."""
 
     __slots__ = ("raw",)
@@ -107,11 +107,12 @@ class Kept:
         return Kept({**self.raw, **fields})
 
 
-class Job:
-    """A job record, typed for the engine: `job.attempt`, `job.spec.gpus` (Kept), the stored value or the
-    default where it is missing; `raw` is the record as read (what views and the API are given)."""
+class Job(dict[str, Any]):
+    """A job record, typed for the engine: the record as read (what views and the API are given; `rec["status"]`
+    reads as from the dict it is) and its fields typed, `job.attempt`, `job.spec.gpus` (Kept), the stored value or
+    the default where it is missing. Every record the store reads is one (jobs.store)."""
 
-    __slots__ = ("raw",)
+    __slots__ = ()
 
     id: Read[int] = Read(0)
     status: Read[str] = Read("")
@@ -131,9 +132,16 @@ class Job:
     placed_at: Read[float] = Read(0.0)
     started_at: Read[float | None] = Read(None)
 
-    def __init__(self, raw: dict[str, Any]):
-        self.raw = raw
+    @property
+    def raw(self) -> dict[str, Any]:
+        """The record as a dict (itself)."""
+        return self
 
     @property
-    def spec(self) -> Kept:
-        return Kept(self.raw["spec"])
+    def spec(self) -> Kept:  # type: ignore[override]
+        return Kept(self["spec"])
+
+    @classmethod
+    def of(cls, rec: dict[str, Any]) -> Job:
+        """`rec` typed: itself where it is a Job already (nothing copied), else a Job of its fields."""
+        return rec if isinstance(rec, Job) else cls(rec)

@@ -80,7 +80,7 @@ from jobs.preempt import (  # noqa: F401 (re-exported: their old home)
     _stopping,
     victims_for,
 )
-from jobs.record import Kept
+from jobs.record import Job, Kept
 from jobs.settings import Settings
 from jobs.spec import command_words
 from jobs.store import JobStore
@@ -119,7 +119,7 @@ def timeline(r: Round, unavailable: Iterable[str], history: plan.History) -> pla
     held: set[str] = set()
     for rec in r.active:
         end, _ = plan.expected_end(rec, r.now, history)
-        tl.hold(slots_of(rec), r.now, end, taken_of(Kept(rec["spec"]), r.settings.gpu_context_memory))
+        tl.hold(slots_of(rec), r.now, end, taken_of(rec.spec, r.settings.gpu_context_memory))
         held.update(slots_of(rec))
     tl.hold(set(unavailable) - held, r.now, plan.INF, 0)  # (draining, paused, foreign: not what a job holds)
     for key, left in r.left.items():  # (a process that outlived its job: until it lets go)
@@ -236,7 +236,7 @@ class Walk:
             not x.gpus or any(self.tl.taken(key, now, now + 1) < WHOLE for key in gpu_keys(x)) for x in self.r.free
         )
 
-    def consider(self, job_id: int, priority: str, owner: str | None, rec: dict[str, Any] | None) -> None:
+    def consider(self, job_id: int, priority: str, owner: str | None, rec: Job | None) -> None:
         """One queued job, through the steps: still queued; its sweep's cap; its owner's quota; a fit now; else
         preemption for it, a reservation in time, or what it could use kept free for it — and told why it waits."""
         if rec is None:  # (deleted meanwhile)
@@ -245,7 +245,7 @@ class Walk:
         if rec["status"] != Status.QUEUED.value:
             queues.withdraw(self.r.redis, rec)
             return
-        spec = Kept(rec["spec"])
+        spec = rec.spec
         if self.over_sweep_cap(rec):
             return
         gpus = self.gpus_of(spec)
@@ -274,7 +274,7 @@ class Walk:
             self.keep_free(spec)
         _waiting(self.store, rec, message)
 
-    def over_sweep_cap(self, rec: dict[str, Any]) -> bool:
+    def over_sweep_cap(self, rec: Job) -> bool:
         """Whether its sweep already runs as many jobs at once as it may (the job told so)."""
         sweep_id = rec.get("sweep_id")
         if sweep_id is None:
@@ -294,7 +294,7 @@ class Walk:
             gpus = min(1.0, spec.gpu_memory / (max(self.r.capacity.values()) + self.s.gpu_memory_reserve))
         return gpus
 
-    def over_quota(self, rec: dict[str, Any], owner: str | None, gpus: float) -> bool:
+    def over_quota(self, rec: Job, owner: str | None, gpus: float) -> bool:
         """Whether the job would take its owner past their GPU quota (the job told so)."""
         limit = self.quotas.get(owner) if owner and gpus else None
         if limit is not None and self.held[owner] + gpus > limit:
@@ -303,7 +303,7 @@ class Walk:
         return False
 
     def fits_now(
-        self, rec: dict[str, Any], spec: Kept, owner: str | None, gpus: float, part: float | None, took: float | None
+        self, rec: Job, spec: Kept, owner: str | None, gpus: float, part: float | None, took: float | None
     ) -> bool:
         """Place the job now where workers (and GPU memory) are free until it is expected to end (unknown: reserved
         by nobody; without backfill, free for good: only what running jobs hold is taken); whether it was."""
@@ -321,7 +321,7 @@ class Walk:
             self.sweep_running[rec["sweep_id"]] += 1
         return True
 
-    def preempt_for(self, rec: dict[str, Any], spec: Kept) -> str | None:
+    def preempt_for(self, rec: Job, spec: Kept) -> str | None:
         """Preempt running jobs of lower priority for it (one try of PREEMPT_TRIES); what it is told, if anything."""
         self.tries -= 1
         said = _preempt(self.r, self.store, rec, spec.workers, spec.gpus, self.stopping)
@@ -356,7 +356,7 @@ LINE_HEAD = 8
 
 def with_records(
     store: JobStore, ordered: Iterator[tuple[int, str, str | None]]
-) -> Iterator[tuple[int, str, str | None, dict[str, Any] | None]]:
+) -> Iterator[tuple[int, str, str | None, Job | None]]:
     """The line in order, each job with its record, read BATCH at a time."""
     while batch := list(itertools.islice(ordered, BATCH)):
         recs = store.get_many([job_id for job_id, _, _ in batch])
@@ -390,7 +390,7 @@ def _need_share(r: Round, tl: plan.Timeline, spec: Kept, part: float) -> str:
     return f"{wants} and its CUDA context ({context}); {size_text(max(0.0, room))} free on one GPU now"
 
 
-def _waiting(store: JobStore, rec: dict[str, Any], message: str) -> None:
+def _waiting(store: JobStore, rec: Job, message: str) -> None:
     """A queued job's message says why it waits (a preempted one keeps saying so until it starts again)."""
     if rec.get("message") != message and rec.get("reason") != Reason.PREEMPTED.value:
         store.transition(rec["id"], (Status.QUEUED.value,), message=message)
@@ -405,10 +405,10 @@ def _say_waiting(redis: Redis, blocked: dict[str, str]) -> None:
 
 
 # -- placing ---------------------------------------------------------------------------------------
-def _assign(r: Round, store: JobStore, rec: dict[str, Any], chosen: list[list[Slot]]) -> bool:
+def _assign(r: Round, store: JobStore, rec: Job, chosen: list[list[Slot]]) -> bool:
     """queued -> starting with a new placement generation; then the job (or each task) on its place's first
     worker's private queue, and a hold on each other worker of the place."""
-    redis, job_id, spec = r.redis, rec["id"], Kept(rec["spec"])
+    redis, job_id, spec = r.redis, rec["id"], rec.spec
     gen = int(rec.get("gen", 0)) + 1
     multi = spec.multi_worker
     leads = [p[0] for p in chosen]

@@ -11,7 +11,6 @@ import functools
 import json
 import time
 from collections.abc import Sequence
-from typing import Any
 
 from redis import Redis
 
@@ -67,19 +66,17 @@ def charge(
     script(keys=[SHARE_KEY], args=[owner_of(owner), seconds, now, half or halflife_s()])
 
 
-def attempt_seconds(rec: dict[str, Any], now: float | None = None) -> float:
+def attempt_seconds(rec: Job, now: float | None = None) -> float:
     """What an attempt that started at the record's `started_at` has used by `now`, in GPU-seconds."""
     started = rec.get("started_at")
     if not started:
         return 0.0
-    job = Job(rec)
+    job = Job.of(rec)
     held = job.gpu_fraction or slots(job.spec)  # (a share: its part)
     return held * max(0.0, (time.time() if now is None else now) - float(started))
 
 
-def usage(
-    redis: Redis, halflife_s: float, running: Sequence[dict[str, Any]] = (), now: float | None = None
-) -> dict[str, float]:
+def usage(redis: Redis, halflife_s: float, running: Sequence[Job] = (), now: float | None = None) -> dict[str, float]:
     """Every owner's decayed usage now, with what their running jobs (`running`: active records) used so far."""
     now = time.time() if now is None else now
     out: dict[str, float] = {}

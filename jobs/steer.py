@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Iterator
-from typing import Any
 
 from redis import Redis
 
@@ -13,7 +12,7 @@ from jobs import queues
 from jobs.backends import base as backends
 from jobs.errors import Conflict
 from jobs.keys import AFTER_KEY, queue_name
-from jobs.record import Kept
+from jobs.record import Job
 from jobs.schedule import lock_round
 from jobs.settings import Settings
 from jobs.store import JobStore
@@ -29,7 +28,7 @@ def locked(redis: Redis, wait_s: float = 10.0) -> Iterator[None]:
         yield
 
 
-def _queued(store: JobStore, job_id: int, what: str) -> dict[str, Any]:
+def _queued(store: JobStore, job_id: int, what: str) -> Job:
     rec = store.get(job_id)
     if rec["status"] != Status.QUEUED.value:
         raise Conflict(
@@ -39,14 +38,14 @@ def _queued(store: JobStore, job_id: int, what: str) -> dict[str, Any]:
     return rec
 
 
-def reprioritize(redis: Redis, job_id: int, priority: str, settings: Settings) -> dict[str, Any]:
+def reprioritize(redis: Redis, job_id: int, priority: str, settings: Settings) -> Job:
     """A queued job goes to the line of another priority, keeping its place in submission order."""
     store = JobStore(redis)
     backend = backends.of(settings)
     with locked(redis):
         rec = _queued(store, job_id, "priority")
         backend.reprioritize(redis, rec, priority, settings)  # (on Slurm: a QOS or a nice value through scontrol)
-        spec = Kept(rec["spec"]).with_(priority=priority)
+        spec = rec.spec.with_(priority=priority)
         waiting = bool(redis.sismember(AFTER_KEY, job_id))
         in_line = not (rec.get("slurm") or {}).get("id")  # (one Slurm has is in no line of gpudeck's)
         with redis.pipeline() as pipe:
@@ -59,13 +58,13 @@ def reprioritize(redis: Redis, job_id: int, priority: str, settings: Settings) -
     return store.get(job_id)
 
 
-def move(redis: Redis, job_id: int, before: int | None = None, after: int | None = None) -> dict[str, Any]:
+def move(redis: Redis, job_id: int, before: int | None = None, after: int | None = None) -> Job:
     """A queued job's new place in its line (its owner's, at its priority: between people, fair share decides):
     just before or after another queued job of that line, or first of it (neither given)."""
     store = JobStore(redis)
     with locked(redis):
         rec = _queued(store, job_id, "place")
-        key = queues.line_key(Kept(rec["spec"]).priority, rec.get("owner"))
+        key = queues.line_key(rec.spec.priority, rec.get("owner"))
         if redis.zscore(key, job_id) is None:
             raise Conflict(f"job {job_id} waits for its dependencies: it has no place in line yet", {"id": job_id})
         target = before if before is not None else after

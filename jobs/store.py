@@ -170,8 +170,8 @@ def _append_script(redis: Redis) -> Any:
     return redis.register_script(APPEND_LINES)
 
 
-def _decode(raw: dict[bytes, bytes]) -> dict[str, Any]:
-    rec: dict[str, Any] = {}
+def _decode(raw: dict[bytes, bytes]) -> Job:
+    rec = Job()
     for k, v in raw.items():
         key, val = k.decode(), v.decode()
         if key in JSON_FIELDS:
@@ -207,17 +207,17 @@ class JobStore:
         pipe: Any = None,
         source: dict[str, Any] | None = None,
         extra: dict[str, Any] | None = None,
-    ) -> dict[str, Any]:
+    ) -> Job:
         """Write a new queued record (into `pipe` when given, so it lands with the enqueue); `source`: a command
         job's pinned source snapshot (ref, sha256, files, size, git); `extra`: more fields (`resumes`)."""
-        rec = {
-            "id": job_id,
-            "spec": spec,
-            "status": Status.QUEUED.value,
-            "queue": queue,
-            "attempt": 1,
-            "created_at": time.time(),
-        }
+        rec = Job(
+            id=job_id,
+            spec=spec,
+            status=Status.QUEUED.value,
+            queue=queue,
+            attempt=1,
+            created_at=time.time(),
+        )
         if source is not None:
             rec["source"] = source
         rec.update(extra or {})
@@ -226,18 +226,14 @@ class JobStore:
         target.zadd(INDEX_KEY, {str(job_id): job_id})
         return rec
 
-    def get(self, job_id: int) -> dict[str, Any]:
-        """One job record, or NotFound."""
+    def get(self, job_id: int) -> Job:
+        """One job record (typed: Job), or NotFound."""
         raw = self.redis.hgetall(job_key(job_id))
         if not raw:
             raise NotFound(f"job {job_id} does not exist", {"id": job_id})
         return _decode(raw)
 
-    def job(self, job_id: int) -> Job:
-        """One job record, typed (Job), or NotFound."""
-        return Job(self.get(job_id))
-
-    def get_many(self, job_ids: list[int]) -> list[dict[str, Any] | None]:
+    def get_many(self, job_ids: list[int]) -> list[Job | None]:
         """Records in one round trip (None for one that does not exist)."""
         with self.redis.pipeline(transaction=False) as pipe:
             for job_id in job_ids:
@@ -295,7 +291,7 @@ class JobStore:
         """Jobs a worker has taken and not yet ended."""
         return sorted(int(i) for i in self.redis.smembers(ACTIVE_KEY))
 
-    def active(self) -> list[dict[str, Any]]:
+    def active(self) -> list[Job]:
         """The records of the jobs a worker holds (starting or running), in one round trip."""
         return [rec for rec in self.get_many(self.active_ids()) if rec is not None]
 
@@ -326,9 +322,9 @@ class JobStore:
         raw = self.redis.get(stop_key(job_id))
         return raw.decode() if raw else None
 
-    def list(self, limit: int = 50, before: int | None = None, where: Any = None) -> list[dict[str, Any]]:
+    def list(self, limit: int = 50, before: int | None = None, where: Any = None) -> list[Job]:
         """Up to `limit` records, newest first, with ids below the cursor `before`, for which `where(rec)` holds."""
-        found: list[dict[str, Any]] = []
+        found: list[Job] = []
         chunk = limit if where is None else 2 * limit
         while len(found) < limit:
             hi = f"({before}" if before is not None else "+inf"

@@ -14,7 +14,7 @@ from jobs import queues, quota, search, views
 from jobs import spec as spec_mod
 from jobs.errors import NotFound, TooLarge, ValidationError
 from jobs.keys import SEARCHING_KEY, SWEEP_COUNTER_KEY, sweep_key, sweep_stop_key
-from jobs.record import Kept
+from jobs.record import Job, Kept
 from jobs.settings import Settings
 from jobs.store import JobStore, iso
 from models.states import ENDED
@@ -200,11 +200,12 @@ def summary(redis: Redis, sweep_id: int, redis_url: str | None = None) -> dict[s
             rec = store.get(trial["job"]) if trial["job"] is not None else None
         except NotFound:
             rec = None  # (deleted since)
+        had: dict[str, Any] = rec or {}
         spec = rec["spec"] if rec else apply_values(record, trial)
         values = trial["values"]
         if values is None:  # a grid's job: its combination (jobs of sweeps made before it was kept: from the spec)
-            values = ((rec or {}).get("trial") or {}).get("values") or {k: _get(spec, k) for k in record["grid"]}
-        result = (rec or {}).get("result") or {}
+            values = (had.get("trial") or {}).get("values") or {k: _get(spec, k) for k in record["grid"]}
+        result = had.get("result") or {}
         value = trial.get("metric") if kind != "grid" else _metric_of(rec, metric)
         if kind != "grid" and value is None and trial.get("state") != "ended":
             value = trial.get("last")  # (running: the last reported)
@@ -220,12 +221,10 @@ def summary(redis: Redis, sweep_id: int, redis_url: str | None = None) -> dict[s
                 "values": values,
                 "metric": value,
                 "status": status,
-                "reason": (rec or {}).get("reason") or trial.get("error"),
+                "reason": had.get("reason") or trial.get("error"),
                 "stopped_early": early,
-                "rung": ((rec or {}).get("early_stop") or {}).get("rung", trial.get("rung"))
-                if early
-                else trial.get("rung"),
-                "step": trial.get("step") if kind != "grid" else ((rec or {}).get("progress") or {}).get("step"),
+                "rung": (had.get("early_stop") or {}).get("rung", trial.get("rung")) if early else trial.get("rung"),
+                "step": trial.get("step") if kind != "grid" else (had.get("progress") or {}).get("step"),
                 "fraction": views.fraction(rec) if rec else None,
             }
         )
@@ -320,7 +319,7 @@ def _budget(record: dict[str, Any], trials: list[dict[str, Any]], ended_at: floa
     }
 
 
-def _metric_of(rec: dict[str, Any] | None, metric: str) -> float | None:
+def _metric_of(rec: Job | None, metric: str) -> float | None:
     """A grid job's value of the metric: its result's, else its newest point's."""
     if rec is None:
         return None

@@ -29,7 +29,7 @@ def run_job(job_id: int, gen: int | None = None, context: WorkerContext | None =
     """Run placement `gen` of gpudeck job `job_id` in this work-horse; returns its final status."""
     ctx, redis = _where(context)
     try:
-        session = JobStore(redis).job(job_id).spec.is_session
+        session = JobStore(redis).get(job_id).spec.is_session
     except NotFound:  # (deleted meanwhile: the run says so as ever)
         session = False
     hooks = sessionrun.SessionHooks() if session else None

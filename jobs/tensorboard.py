@@ -21,6 +21,7 @@ from redis import Redis
 from jobs.errors import BadRequest, Unavailable, ValidationError
 from jobs.keys import tensorboard_key, tensorboard_lock_key
 from jobs.periodic import Periodic
+from jobs.record import Job
 from jobs.redis_server import free_port
 from jobs.run.proc import pdeathsig, running, stop_pid
 from jobs.settings import Settings
@@ -53,7 +54,7 @@ def _job_ids(body: Any) -> list[int]:
     return sorted(set(ids))
 
 
-def run_name(rec: dict[str, Any]) -> str:
+def run_name(rec: Job) -> str:
     """A job's run name in TensorBoard: `<id>-<name>`, with characters TensorBoard's spec splits on replaced."""
     return f"{rec['id']}-{re.sub(r'[^A-Za-z0-9._-]+', '_', str(rec['spec'].get('name') or ''))}"
 
@@ -148,7 +149,7 @@ class TensorBoards:
             self.stop(oldest)
             del live[oldest]
 
-    def _start(self, recs: list[dict[str, Any]]) -> dict[str, Any]:
+    def _start(self, recs: list[Job]) -> dict[str, Any]:
         # Each job's whole dir: every run folder with event files in it is a run, `<id>-<name>/<its path>` (a zoo
         # job's tensorboard/train, a script's ./logs/fit/20261124-120000 under src), wherever the script wrote it.
         runs = {run_name(r): str(self.settings.job_dir(r["id"])) for r in recs}

@@ -16,6 +16,7 @@ from abc import ABC, abstractmethod
 from typing import TYPE_CHECKING, Any
 
 from jobs.backends import IMPLEMENTATIONS
+from jobs.record import Job
 
 if TYPE_CHECKING:
     from redis import Redis
@@ -47,15 +48,15 @@ class Backend(ABC):
         """A job just entered a line (submitted, or steered): start what can start now."""
 
     @abstractmethod
-    def lines(self, redis: Redis, recs: list[dict[str, Any]], settings: Settings) -> tuple[dict[int, int], Starts]:
+    def lines(self, redis: Redis, recs: list[Job], settings: Settings) -> tuple[dict[int, int], Starts]:
         """The queued jobs of `recs`: their places in line, and their expected starts."""
 
     @abstractmethod
-    def reprioritize(self, redis: Redis, rec: dict[str, Any], priority: str, settings: Settings) -> None:
+    def reprioritize(self, redis: Redis, rec: Job, priority: str, settings: Settings) -> None:
         """Before a queued job's priority changes in its record: tell the place that orders the line, if not ours."""
 
     @abstractmethod
-    def move(self, redis: Redis, job_id: int, before: int | None, after: int | None) -> dict[str, Any]:
+    def move(self, redis: Redis, job_id: int, before: int | None, after: int | None) -> Job:
         """A queued job moved in its line (before or after another, or first): its record."""
 
     def check_up(self, gpus: str | None, cpu_workers: int | None) -> None:

@@ -3,14 +3,12 @@ its lines and plans their starts."""
 
 from __future__ import annotations
 
-from typing import Any
-
 from redis import Redis
 
 from jobs import forecast, queues, steer
 from jobs.backends.base import Backend, Starts
 from jobs.errors import NotFound
-from jobs.record import Kept
+from jobs.record import Job, Kept
 from jobs.schedule import place
 from jobs.settings import Settings
 from jobs.store import JobStore
@@ -32,17 +30,17 @@ class LocalBackend(Backend):
     def queued(self, redis: Redis, job_id: int, settings: Settings) -> None:
         place(redis, settings)  # (it starts now when it can)
 
-    def lines(self, redis: Redis, recs: list[dict[str, Any]], settings: Settings) -> tuple[dict[int, int], Starts]:
+    def lines(self, redis: Redis, recs: list[Job], settings: Settings) -> tuple[dict[int, int], Starts]:
         line = queues.positions(redis, recs, settings)
         # (expected starts for the jobs the plan reaches: one further in line than it looks has none, and asking
         # for it would walk the plan to its end for nothing)
         queued = [r["id"] for r in recs if r["status"] == "queued" and line.get(r["id"], 0) <= forecast.SCAN_MAX]
         return line, forecast.estimate(redis, settings, queued) if queued else {}
 
-    def reprioritize(self, redis: Redis, rec: dict[str, Any], priority: str, settings: Settings) -> None:
+    def reprioritize(self, redis: Redis, rec: Job, priority: str, settings: Settings) -> None:
         """Nothing to tell: the line is ours (jobs.steer rewrites it)."""
 
-    def move(self, redis: Redis, job_id: int, before: int | None, after: int | None) -> dict[str, Any]:
+    def move(self, redis: Redis, job_id: int, before: int | None, after: int | None) -> Job:
         """NotFound naming the field for a job to move beside that does not exist."""
         for field, target in (("before", before), ("after", after)):
             if target is not None and not JobStore(redis).exists(target):

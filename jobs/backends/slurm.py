@@ -3,15 +3,13 @@
 
 from __future__ import annotations
 
-from typing import Any
-
 from redis import Redis
 
 from jobs import onslurm, slurm
 from jobs.backends.base import Backend, Starts
 from jobs.errors import ConfigError, Conflict, NotImplementedHere, ValidationError
 from jobs.keys import SLURM_WAKE_KEY
-from jobs.record import Kept
+from jobs.record import Job, Kept
 from jobs.settings import Settings
 
 
@@ -40,15 +38,15 @@ class SlurmBackend(Backend):
     def queued(self, redis: Redis, job_id: int, settings: Settings) -> None:
         redis.rpush(SLURM_WAKE_KEY, job_id)  # (the agent's round, woken, sends it to sbatch at once)
 
-    def lines(self, redis: Redis, recs: list[dict[str, Any]], settings: Settings) -> tuple[dict[int, int], Starts]:
+    def lines(self, redis: Redis, recs: list[Job], settings: Settings) -> tuple[dict[int, int], Starts]:
         """No places (Slurm orders its queue); the starts Slurm's backfill planned, as squeue said."""
         return {}, {r["id"]: onslurm.expected_start(r) for r in recs if r["status"] == "queued"}
 
-    def reprioritize(self, redis: Redis, rec: dict[str, Any], priority: str, settings: Settings) -> None:
+    def reprioritize(self, redis: Redis, rec: Job, priority: str, settings: Settings) -> None:
         """A job Slurm has gets a QOS or a nice value through scontrol."""
         onslurm.reprioritize(settings, rec, priority)
 
-    def move(self, redis: Redis, job_id: int, before: int | None, after: int | None) -> dict[str, Any]:
+    def move(self, redis: Redis, job_id: int, before: int | None, after: int | None) -> Job:
         raise Conflict(
             "on Slurm, Slurm orders its queue (by priority, fair share and age): a job has no place to move to; "
             'change its priority instead (PATCH with {"priority": …}: a QOS or nice value through scontrol)',

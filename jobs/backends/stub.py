@@ -3,13 +3,11 @@ it was made with, starts nothing, and keeps what was queued, so a test sees what
 
 from __future__ import annotations
 
-from typing import Any
-
 from redis import Redis
 
 from jobs.backends.base import Backend, Starts
 from jobs.errors import Conflict
-from jobs.record import Kept
+from jobs.record import Job, Kept
 from jobs.settings import Settings
 
 
@@ -30,11 +28,11 @@ class StubBackend(Backend):
     def queued(self, redis: Redis, job_id: int, settings: Settings) -> None:
         self.queued_ids.append(job_id)
 
-    def lines(self, redis: Redis, recs: list[dict[str, Any]], settings: Settings) -> tuple[dict[int, int], Starts]:
+    def lines(self, redis: Redis, recs: list[Job], settings: Settings) -> tuple[dict[int, int], Starts]:
         return {}, {}
 
-    def reprioritize(self, redis: Redis, rec: dict[str, Any], priority: str, settings: Settings) -> None:
+    def reprioritize(self, redis: Redis, rec: Job, priority: str, settings: Settings) -> None:
         self.priorities.append((rec["id"], priority))
 
-    def move(self, redis: Redis, job_id: int, before: int | None, after: int | None) -> dict[str, Any]:
+    def move(self, redis: Redis, job_id: int, before: int | None, after: int | None) -> Job:
         raise Conflict("the stub backend has no line to move in", {"field": "body"})

@@ -67,7 +67,7 @@ class Hooks:
         return {}
 
     def stand_down(self, run: Run) -> str:
-        return run.store.job(run.job_id).status
+        return run.store.get(run.job_id).status
 
     def plan_launch(
         self, run: Run, spec: Kept, extra_env: dict[str, str], events_w: int, built: Path | None = None
@@ -141,7 +141,7 @@ class Hooks:
             disk_bytes=tree_bytes(run.job_dir),
             checkpoint_step=kept,
         )
-        return status or run.store.job(run.job_id).status
+        return status or run.store.get(run.job_id).status
 
     # -- for the hooks of every kind ---------------------------------------------------------------------------
     @staticmethod

@@ -83,10 +83,10 @@ class JobRun:
 
     def run(self) -> str:
         if not self.hooks.claim(self):
-            status = self.store.job(self.job_id).status
+            status = self.store.get(self.job_id).status
             log.info("job %s is %s, not for this worker now; skipping", self.job_id, status)
             return status
-        job = self.store.job(self.job_id)
+        job = self.store.get(self.job_id)
         spec = self.spec = job.spec
         self.command = spec.runs_code
         self.attempt, self.resumes, self.owner, self.quick = job.attempt, job.resumes, job.owner, job.trial is not None

@@ -109,7 +109,7 @@ class SlurmHooks(Termed, Hooks):
 
     def claim(self, run: Run) -> bool:
         """Take the job when its record still names this Slurm job and waits for it (queued): starting, here."""
-        job = run.store.job(run.job_id)
+        job = run.store.get(run.job_id)
         if (job.raw.get("slurm") or {}).get("id") != self.slurm_id:
             return False
         run.store.beat(run.job_id, run.ctx.name)

@@ -36,7 +36,7 @@ class TaskHooks(Hooks):
 
     def begin(self, run: Run) -> None:
         run.reports = self.index == 0
-        run.spec = run.store.job(run.job_id).spec
+        run.spec = run.store.get(run.job_id).spec
         run.prefix = run.output.prefix = f"[{gang.label(run.spec, self.index)}] "
 
     def claim(self, run: Run) -> bool:

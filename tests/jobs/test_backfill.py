@@ -11,6 +11,7 @@ import time
 from dataclasses import replace
 
 from jobs import control, forecast, lifecycle, outcome, plan, queues, schedule, share
+from jobs.record import Job
 from jobs.store import JobStore
 from tests.support.workers import box, rec, taken
 
@@ -99,7 +100,7 @@ def test_a_job_with_no_declared_time_gets_one_from_its_owners_history(redis, set
     for took in (10, 12, 20):  # its owner ran this shape before
         plan.learn(redis, mine, took)
     assert plan.expected(mine, plan.learned(redis, [mine])) == (20.0, "history")  # (the 90th percentile of 3)
-    theirs = {**mine, "owner": "bob"}
+    theirs = Job({**mine, "owner": "bob"})
     assert plan.expected(theirs, plan.learned(redis, [theirs])) == (20.0, "others")  # (their first: anybody's runs)
     assert schedule.place(redis, s, now=t0 + 1) == [probe]  # 20 s ends before t0 + 60: it backfills
     assert rec(redis, big)["status"] == "queued"

@@ -10,6 +10,7 @@ from dataclasses import replace
 import pytest
 
 from jobs import control, forecast, plan
+from jobs.record import Job
 from jobs.store import JobStore
 from tests.support.workers import box, taken
 from tui.widgets.fmt import expected_text
@@ -31,8 +32,8 @@ def test_a_commands_kind_is_what_it_runs_not_its_text(command, entry):
     assert plan.entry_point(command) == entry
 
 
-def record(job_id: int, owner: str, **spec) -> dict:
-    return {"id": job_id, "owner": owner, "spec": {"gpus": 1, "workers": 1, **spec}}
+def record(job_id: int, owner: str, **spec) -> Job:
+    return Job(id=job_id, owner=owner, spec={"gpus": 1, "workers": 1, **spec})
 
 
 def test_estimates_come_from_the_same_shape_then_the_owners_kind_then_anybodys(redis):

@@ -17,6 +17,7 @@ from jobs import reaper as reaper_module
 from jobs.keys import attempt_of, rq_job_id
 from jobs.outcome import SUCCEEDED
 from jobs.reaper import SETTLE_S, Reaper
+from jobs.record import Job as Record
 from jobs.redis_server import find_redis_server, free_port
 from jobs.store import JobStore, cannot_write, write_refusal
 from models.states import Status
@@ -37,7 +38,7 @@ def test_a_work_horse_given_up_on_does_not_end_the_next_attempt(redis):
     assert lifecycle.end(redis, 1, SUCCEEDED, of_attempt=1) is None  # attempt 1's horse, late
     rec = store.get(1)
     assert (rec["status"], rec["attempt"], rec["worker"]) == ("starting", 2, "w2")
-    stale = {**rec, "attempt": 1}  # a reaper that read the record before the requeue gives up nothing now
+    stale = Record({**rec, "attempt": 1})  # a reaper that read the record before the requeue gives up nothing now
     assert lifecycle.worker_lost(redis, 1, stale, "no heartbeat") is None and store.get(1)["attempt"] == 2
     assert lifecycle.end(redis, 1, SUCCEEDED, of_attempt=2) == "succeeded"
 

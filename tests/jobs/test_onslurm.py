@@ -11,6 +11,7 @@ import pytest
 
 from jobs import control, lifecycle, onslurm, outcome, queues, sweeps
 from jobs.keys import SLURM_AWAY_KEY, SLURM_JOBS_KEY
+from jobs.record import Job
 from jobs.slurm import parse_squeue
 from jobs.store import JobStore
 from models.states import Status
@@ -109,7 +110,7 @@ def test_what_gpudeck_no_longer_wants_is_scancelled_a_running_one_after_its_grac
     lifecycle.end(redis, running, outcome.STOPPED["canceled"])  # (its attempt ended it; its batch script exits)
     stale = submitted(redis, on_slurm, "82")
     store = JobStore(redis)
-    assert onslurm.took(redis, {**store.get(stale), "slurm": None}, "83")  # (submitted again: 82 is stale)
+    assert onslurm.took(redis, Job({**store.get(stale), "slurm": None}), "83")  # (submitted again: 82 is stale)
     lines = (
         f"80|gpudeck-{pending}|PENDING|Priority|N/A|0",
         f"81|gpudeck-{running}|RUNNING|None|2020-01-01T00:00:00|0",
