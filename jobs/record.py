@@ -44,6 +44,21 @@ def declared(name: str) -> Any:
     return Common.model_fields[name].default
 
 
+FILLED = ("gpus", "name")
+"""What the service fills in where a spec does not say (the GPUs from the live workers, the name from the model or
+command): every kept spec has them."""
+
+
+def defaults() -> dict[str, Any]:
+    """Every field of every kind with a default of its own, as the declaration states it: every kept spec has these
+    too (a record made before a field was declared is shown with its default)."""
+    return {
+        name: field.get_default(call_default_factory=True)
+        for name, field in Common.model_fields.items()
+        if not field.is_required() and (field.default is not None or field.default_factory is not None)
+    }
+
+
 class Kept:
     """A job's spec as the job keeps it (`normalized`: every default filled in), typed for the engine: `spec.gpus`,
     not `spec.get("gpus") or 0`. `job.spec` (jobs.record.Job); `raw` is the dict as stored (what files and clients are

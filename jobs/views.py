@@ -5,6 +5,7 @@ from __future__ import annotations
 import time
 from typing import Any
 
+from jobs.record import defaults
 from jobs.spec import is_command, is_session, shown
 from jobs.store import iso
 from jobs.usage import life as gpu_life
@@ -57,7 +58,7 @@ def job_view(
     started, running, ended = rec.get("started_at"), rec.get("running_at"), rec.get("ended_at")
     elapsed = ((ended or now) - started) if started else None
     progress = _progress(rec.get("progress") or {}, running, ended or now, status, fraction(rec))
-    spec = {"after": [], "preemptible": True, **shown(rec["spec"], names_only)}  # (records made before they were)
+    spec = {**defaults(), **shown(rec["spec"], names_only)}  # (records made before a field was declared)
     return {
         "id": rec["id"],
         "name": spec.get("name"),

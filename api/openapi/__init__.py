@@ -8,6 +8,7 @@ from typing import Any
 
 from flask import Blueprint
 
+from api import schemas
 from api.openapi import data, jobs, service, sweeps
 from api.openapi.base import VERSION
 from models.common import DEFAULT_API
@@ -105,10 +106,15 @@ def document() -> dict[str, Any]:
         "tags": [{"name": name, "description": text} for name, text in TAGS.items()],
         "paths": _named({k: v for part in PARTS for k, v in part.paths().items()}),
         "components": {
-            "schemas": {k: v for part in PARTS for k, v in part.schemas().items()},
+            "schemas": components(),
             "securitySchemes": {"bearer": {"type": "http", "scheme": "bearer"}},
         },
     }
+
+
+def components() -> dict[str, Any]:
+    """The component schemas: the bodies api.schemas declares, and those made from the job spec's declaration."""
+    return {**schemas.components(), **jobs.schemas(), **sweeps.schemas()}
 
 
 @bp.get("/api/v1/openapi.json")

@@ -4,75 +4,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from api.openapi.base import BOOL, INT, OWNER, STR, TIME, _errors, _json, _obj, _op, _ref
+from api.openapi.base import STR, _errors, _json, _obj, _op
 from jobs.sources import GIT_COMMIT
 from models.catalog import NAME
 from models.sourcetree import REF
-
-
-def schemas() -> dict[str, Any]:
-    """The components/schemas of the model zoo, datasets and sources."""
-    return {
-        "Source": _obj(
-            {
-                "ref": STR,
-                "sha256": STR,
-                "files": INT,
-                "size_bytes": INT,
-                "created_at": TIME,
-                "git_commit": STR,
-                "git_dirty": BOOL,
-                "path": STR,
-            },
-            ["ref", "sha256", "files", "size_bytes", "created_at"],
-        ),
-        "DeletedDataset": _obj(
-            {"name": STR, "version": STR, "deleted": {"type": "boolean"}, "bytes_freed": INT},
-            ["name", "version", "deleted", "bytes_freed"],
-        ),
-        "ModelList": _obj(
-            {
-                "models": {
-                    "type": "array",
-                    "items": _obj(
-                        {
-                            "name": STR,
-                            "family": STR,
-                            "input_shape": {"type": "array", "items": INT},
-                            "parameters": INT,
-                            "aliases": {"type": "array", "items": STR},
-                            "params": {"type": "object"},
-                        },
-                        ["name", "family", "input_shape", "parameters", "params"],
-                    ),
-                },
-                "recipes": {"type": "object"},
-                "next_cursor": {"type": "null"},
-            },
-            ["models", "recipes"],
-        ),
-        "DatasetVersion": _obj(
-            {
-                "name": STR,
-                "version": STR,
-                "ref": STR,
-                "format": STR,
-                "files": INT,
-                "size_bytes": INT,
-                "created_at": TIME,
-                "owner": OWNER,
-            },
-            ["name", "version", "ref", "format", "files", "size_bytes", "created_at"],
-        ),
-        "Dataset": _obj(
-            {"name": STR, "latest": STR, "versions": {"type": "array", "items": _ref("DatasetVersion")}},
-            ["name", "latest", "versions"],
-        ),
-        "DatasetList": _obj(
-            {"datasets": {"type": "array", "items": _ref("Dataset")}, "next_cursor": {"type": "null"}},
-            ["datasets", "next_cursor"],
-        ),
-    }
 
 
 def paths() -> dict[str, Any]:

@@ -21,7 +21,7 @@ from api.openapi.base import (
     _q,
     _ref,
 )
-from api.openapi.jobschemas import KEPT, schemas  # noqa: F401 (re-exported: their old home)
+from api.openapi.jobschemas import KEPT, schemas  # noqa: F401 (the components made from the spec's declaration)
 from jobs.compare import MAX_JOBS as MAX_COMPARED
 from jobs.compare import X_AXES
 from models.states import Status

@@ -232,3 +232,31 @@ def test_what_the_server_takes_the_document_takes(client, command_client):
         made = command_client.post("/api/v1/sweeps?dry_run=true", json=body)
         assert made.status_code == 200, made.json  # (and the server takes it)
     assert not valid("GridSweepInput", {"base": base, "grid": {"env.1X": ["a"]}})  # (a name the server refuses)
+
+
+MADE_FROM_THE_SPEC = {"ModelJobSpec", "CommandJobSpec", "SessionSpec", "JobSpecInput", "JobSpec", "GridSweepInput"}
+"""The components made from the job spec's declaration (models.jobspec); every other one is a model of api.schemas."""
+
+
+def test_every_schema_the_document_serves_is_a_models(client):
+    """Issue 63 #2: the document's schemas are generated from models, not written beside them: each served component
+    is what its model (api.schemas, or a job kind of models.jobspec) says, and there is none that no model makes."""
+    from pydantic.json_schema import models_json_schema
+
+    from api import schemas
+    from jobs.spec import KINDS
+
+    served = client.get("/api/v1/openapi.json").json["components"]["schemas"]
+
+    def own(model: type) -> dict:  # (the model alone, as pydantic makes its JSON Schema)
+        _, top = models_json_schema(
+            [(model, "validation")], ref_template="#/components/schemas/{model}", schema_generator=schemas._Components
+        )
+        return schemas._plain(top["$defs"][model.__name__])
+
+    for model in [*schemas.models(), *KINDS.values()]:
+        assert schemas._plain(served[model.__name__]) == own(model), model.__name__
+    made = {m.__name__ for m in schemas.models()} | {"Status", "Reason", "TaskStatus"}  # (enums the models name)
+    assert set(served) - made == MADE_FROM_THE_SPEC
+    kept = served["JobSpec"]
+    assert set(kept["required"]) >= {"max_retries", "workers", "priority", "preemptible", "chief", "gpus", "name"}

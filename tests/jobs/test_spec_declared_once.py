@@ -40,6 +40,7 @@ print(json.dumps({
     "documented_default": schemas["ModelJobSpec"]["properties"]["gpu_share"].get("default"),
     "form": [FORM["gpu_share"].placeholder, FORM["gpu_share"].reads, SubmitScreen._read("gpu_share", "text", "20G")],
     "documented": {k: "gpu_share" in schemas[k]["properties"] for k in ("ModelJobSpec", "CommandJobSpec", "JobSpec")},
+    "always_kept": "gpu_share" in schemas["JobSpec"]["required"],
 }))
 """
 
@@ -47,11 +48,17 @@ print(json.dumps({
 def test_a_field_added_in_one_place_is_validated_kept_documented_and_offered(tmp_path):
     for package in ("api", "jobs", "models", "tui"):
         shutil.copytree(ROOT / package, tmp_path / package, ignore=shutil.ignore_patterns("__pycache__"))
+    git = ["git", "-c", "user.name=t", "-c", "user.email=t@t", "-C", str(tmp_path)]
+    subprocess.run([*git, "init", "-q"], check=True)
+    subprocess.run([*git, "add", "-A"], check=True)
+    subprocess.run([*git, "commit", "-qm", "the code as it is"], check=True)
     declared = tmp_path / "models" / "jobspec.py"
     text = declared.read_text()
     anchor = '    kind_name: ClassVar[str] = ""\n'
     assert text.count(anchor) == 1
     declared.write_text(text.replace(anchor, anchor + FIELD))
+    changed = subprocess.run([*git, "diff", "--stat"], capture_output=True, text=True, check=True).stdout
+    assert [line.split("|")[0].strip() for line in changed.splitlines()[:-1]] == ["models/jobspec.py"]
     env = {**os.environ, "PYTHONPATH": str(tmp_path)}
     probe = subprocess.run([sys.executable, "-c", PROBE], cwd=tmp_path, env=env, capture_output=True, text=True)
     assert probe.returncode == 0, probe.stderr
@@ -61,6 +68,7 @@ def test_a_field_added_in_one_place_is_validated_kept_documented_and_offered(tmp
     assert seen["defaults"] == ["1G", "1G", "1G"] and seen["documented_default"] == "1G"  # (stated once: Field("1G"))
     assert seen["form"] == ["how much of one GPU's memory the job needs (default 1G)", "text", "20G"]  # (the form's)
     assert seen["documented"] == {"ModelJobSpec": True, "CommandJobSpec": True, "JobSpec": True}
+    assert seen["always_kept"]  # (a field with a default of its own: every kept spec has a value of it)
     helped = subprocess.run(
         [sys.executable, "-m", "tui.cli", "submit", "--help"], cwd=tmp_path, env=env, capture_output=True, text=True
     )
