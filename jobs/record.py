@@ -18,8 +18,10 @@ class Read(Generic[T]):
     `default` where it is missing or null. Views hold the dict itself (`raw`): nothing is copied or validated again,
     and a field this view does not declare is kept all the same."""
 
-    def __init__(self, default: T):
+    def __init__(self, default: T, stored: str = "text"):
         self.default = default
+        self.stored = stored
+        """How the store keeps it in the record's hash (a job record's: jobs.store's codec): text, int, float, json."""
         self.name = ""
 
     def __set_name__(self, owner: type, name: str) -> None:
@@ -37,6 +39,8 @@ class Read(Generic[T]):
 
 
 NOTHING: Mapping[str, Any] = MappingProxyType({})
+INT, FLOAT, JSON = "int", "float", "json"
+"""How a job record's field is kept in its Redis hash, other than text (Read.stored)."""
 
 
 def declared(name: str) -> Any:
@@ -129,23 +133,56 @@ class Job(dict[str, Any]):
 
     __slots__ = ()
 
-    id: Read[int] = Read(0)
+    id: Read[int] = Read(0, INT)
     status: Read[str] = Read("")
     owner: Read[str | None] = Read(None)
     worker: Read[str | None] = Read(None)
-    attempt: Read[int] = Read(1)
-    resumes: Read[int | None] = Read(None)
+    attempt: Read[int] = Read(1, INT)
+    resumes: Read[int | None] = Read(None, INT)
     """The job a retry of it resumes from (its checkpoints)."""
-    trial: Read[dict[str, Any] | None] = Read(None)
+    trial: Read[dict[str, Any] | None] = Read(None, JSON)
     """A search's trial: its number and values."""
-    gen: Read[int] = Read(0)
-    seq: Read[float | None] = Read(None)
-    gpu_ids: Read[Sequence[int | str]] = Read(())
-    gpu_fraction: Read[float | None] = Read(None)
-    """A share's part of its GPU, once placed."""
-    result: Read[dict[str, Any] | None] = Read(None)
-    placed_at: Read[float] = Read(0.0)
-    started_at: Read[float | None] = Read(None)
+    gen: Read[int] = Read(0, INT)
+    seq: Read[float | None] = Read(None, FLOAT)
+    gpu_ids: Read[Sequence[int | str]] = Read((), JSON)
+    gpu_fraction: Read[float | None] = Read(None, FLOAT)
+    """A share's part of its GPU, once placed (jobs.schedule)."""
+    result: Read[dict[str, Any] | None] = Read(None, JSON)
+    created_at: Read[float] = Read(0.0, FLOAT)
+    placed_at: Read[float] = Read(0.0, FLOAT)
+    claimed_at: Read[float | None] = Read(None, FLOAT)
+    spawned_at: Read[float | None] = Read(None, FLOAT)
+    started_at: Read[float | None] = Read(None, FLOAT)
+    first_started_at: Read[float | None] = Read(None, FLOAT)
+    running_at: Read[float | None] = Read(None, FLOAT)
+    ended_at: Read[float | None] = Read(None, FLOAT)
+    ran_s: Read[float] = Read(0.0, FLOAT)
+    """Seconds its earlier attempts ran (kept at each requeue)."""
+    gpu_seconds: Read[float] = Read(0.0, FLOAT)
+    """Its GPUs over its life (jobs.usage.account adds to these three)."""
+    gpu_busy_seconds: Read[float] = Read(0.0, FLOAT)
+    gpu_idle_seconds: Read[float] = Read(0.0, FLOAT)
+    pid: Read[int | None] = Read(None, INT)
+    disk_bytes: Read[int | None] = Read(None, INT)
+    preemptions: Read[int] = Read(0, INT)
+    progress: Read[dict[str, Any] | None] = Read(None, JSON)
+    metrics: Read[dict[str, Any] | None] = Read(None, JSON)
+    log_tail: Read[Sequence[str]] = Read((), JSON)
+    source: Read[dict[str, Any] | None] = Read(None, JSON)
+    environment: Read[dict[str, Any] | None] = Read(None, JSON)
+    slots: Read[Sequence[str]] = Read((), JSON)
+    preempted_by: Read[dict[str, Any] | None] = Read(None, JSON)
+    runs: Read[Sequence[str]] = Read((), JSON)
+    early_stop: Read[dict[str, Any] | None] = Read(None, JSON)
+    gpu_memory_exceeded: Read[dict[str, Any] | None] = Read(None, JSON)
+    gpu_error: Read[dict[str, Any] | None] = Read(None, JSON)
+    idle_warning: Read[dict[str, Any] | None] = Read(None, JSON)
+    idle_stop: Read[dict[str, Any] | None] = Read(None, JSON)
+    session: Read[dict[str, Any] | None] = Read(None, JSON)
+    warm_start: Read[Any] = Read(None, JSON)
+    export: Read[dict[str, Any] | None] = Read(None, JSON)
+    artifacts: Read[dict[str, Any] | None] = Read(None, JSON)
+    slurm: Read[dict[str, Any] | None] = Read(None, JSON)
 
     @property
     def raw(self) -> dict[str, Any]:
@@ -155,6 +192,12 @@ class Job(dict[str, Any]):
     @property
     def spec(self) -> Kept:  # type: ignore[override]
         return Kept(self["spec"])
+
+    @classmethod
+    def stored_as(cls, kind: str) -> tuple[str, ...]:
+        """The record's fields the store keeps as `kind` (jobs.store's codec; the spec is kept as JSON)."""
+        fields = tuple(v.name for v in vars(cls).values() if isinstance(v, Read) and v.stored == kind)
+        return ("spec", *fields) if kind == JSON else fields
 
     @classmethod
     def of(cls, rec: dict[str, Any]) -> Job:

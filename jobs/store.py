@@ -31,7 +31,7 @@ from jobs.keys import (
     stop_channel,
     stop_key,
 )
-from jobs.record import Job
+from jobs.record import FLOAT, INT, JSON, Job
 from models.states import ENDED, Status
 
 LOG_MAXLEN = 100_000
@@ -41,47 +41,10 @@ LIVE_TTL_S = 30
 METRICS_MAXLEN = 100_000
 """Metric points kept in a job's Redis stream."""
 
-JSON_FIELDS = (
-    "spec",
-    "gpu_ids",
-    "progress",
-    "metrics",
-    "result",
-    "log_tail",
-    "source",
-    "environment",
-    "slots",
-    "preempted_by",
-    "runs",
-    "early_stop",
-    "gpu_memory_exceeded",
-    "gpu_error",
-    "idle_warning",
-    "idle_stop",
-    "session",
-    "trial",
-    "warm_start",
-    "export",
-    "artifacts",
-    "slurm",
-)
-FLOAT_FIELDS = (
-    "created_at",
-    "started_at",
-    "first_started_at",
-    "spawned_at",
-    "running_at",
-    "ended_at",
-    "placed_at",
-    "claimed_at",
-    "seq",
-    "ran_s",
-    "gpu_seconds",  # (a job's GPUs over its life: jobs.usage.account adds to these three)
-    "gpu_busy_seconds",
-    "gpu_idle_seconds",
-    "gpu_fraction",  # (a share: its part of its GPU, jobs.schedule)
-)
-INT_FIELDS = ("id", "pid", "attempt", "gen", "disk_bytes", "resumes", "preemptions")
+JSON_FIELDS = Job.stored_as(JSON)
+FLOAT_FIELDS = Job.stored_as(FLOAT)
+INT_FIELDS = Job.stored_as(INT)
+"""The codec of a record's hash, from the record's declaration (jobs.record.Job): a field not named is text."""
 HEARTBEAT_TTL_S = 15
 """A running job's heartbeat key lives this long; the work-horse refreshes it every few seconds."""
 
