@@ -10,6 +10,7 @@ from typing import Any
 from redis import Redis
 
 from jobs import export, notify, plan, queues, share
+from jobs.keys import REBAND_KEY
 from jobs.outcome import End, lost
 from jobs.record import Job, Kept
 from jobs.store import JobStore
@@ -126,7 +127,10 @@ def requeue(
         if charged:  # (an attempt another job's fault ended is not its owner's usage)
             _charge(redis, rec)
         store.clear_stop(job_id)
-        queues.enqueue(redis, job_id, rec.spec, rec.get("owner"), rec.get("seq"))
+        with redis.pipeline() as pipe:  # (its band of attained service, under GPUDECK_POLICY=las: the next round's)
+            queues.enqueue(pipe, job_id, rec.spec, rec.get("owner"), rec.get("seq"))
+            pipe.sadd(REBAND_KEY, job_id)
+            pipe.execute()
         _notify(redis, job_id)  # (queued again: for `any`)
         log.warning("job %s: %s (%s); queued again as attempt %d", job_id, reason.value, message, attempt)
     return ok

@@ -9,10 +9,10 @@ from dataclasses import dataclass, field
 
 from redis import Redis
 
-from jobs import plan, quota
+from jobs import las, plan, quota
 from jobs.keys import stop_key
 from jobs.placement import GpuKey, Slot, choose, gpu_keys, part_of, slots_of, taken_of
-from jobs.record import Job, Kept
+from jobs.record import Job
 from jobs.settings import Settings
 from jobs.store import JobStore
 from models.states import PRIORITIES
@@ -83,14 +83,18 @@ def _stopping(redis: Redis, active: list[Job]) -> dict[int, str]:
         return {rec["id"]: raw.decode() for rec, raw in zip(active, pipe.execute()) if raw}
 
 
-def _rank(rec: Job) -> int:
-    """A job's priority as its place in PRIORITIES (0: the highest)."""
-    return PRIORITIES.index(rec.spec.priority)
+def _rank(r: Round, rec: Job) -> tuple[int, int]:
+    """A running job's rank: its priority's place in PRIORITIES (0: the highest), then its band of attained service
+    (jobs.las; 0 for every job under GPUDECK_POLICY=fifo). A job preempts only jobs of a higher rank."""
+    return las.rank(rec, r.settings, r.now)
 
 
-def victims_for(r: Round, rec: Job, places: int, k: int, stopping: dict[int, str]) -> tuple[list[Job], bool]:
-    """(the fewest running jobs to stop so that `rec` fits, whether what is already being stopped suffices)."""
-    rank = _rank(rec)
+def victims_for(
+    r: Round, rec: Job, places: int, k: int, stopping: dict[int, str], rank: tuple[int, int] | None = None
+) -> tuple[list[Job], bool]:
+    """(the fewest running jobs to stop so that `rec` fits, whether what is already being stopped suffices);
+    `rank`: the waiting job's (jobs.las.waiting_rank; its priority's alone by default)."""
+    rank = rank if rank is not None else (PRIORITIES.index(rec.spec.priority), 0)
     part = part_of(rec.spec, r.settings.gpu_context_memory)
     going = {v["id"] for v in r.active if stopping.get(v["id"])}
     coming = [r.slots[n] for v in r.active if v["id"] in going for n in slots_of(v) if n in r.slots]
@@ -101,12 +105,12 @@ def victims_for(r: Round, rec: Job, places: int, k: int, stopping: dict[int, str
 
     if fits([]):
         return [], True
-    candidates = [v for v in r.active if _rank(v) > rank and _preemptible(r, v, stopping)]
-    # lowest priority first; then the fewest GPUs (a 4-GPU victim for a 1-GPU job leaves three idle while it waits
-    # to start again); then the most recently started (it loses the least)
+    candidates = [v for v in r.active if _rank(r, v) > rank and _preemptible(r, v, stopping)]
+    # lowest priority first (then the most attained service); then the fewest GPUs (a 4-GPU victim for a 1-GPU job
+    # leaves three idle while it waits to start again); then the most recently started (it loses the least)
     candidates.sort(
         key=lambda v: (
-            -_rank(v),
+            tuple(-x for x in _rank(r, v)),
             quota.holds(v),
             -float(v.get("started_at") or 0),
         )
@@ -133,7 +137,7 @@ def _preemptible(r: Round, v: Job, stopping: dict[int, str]) -> bool:
     (this attempt: a job that just came back from a preemption is not taken again at once), not being stopped
     already, holding workers."""
     return (
-        Kept(v["spec"]).preemptible
+        v.spec.preemptible
         and v["id"] not in stopping
         and r.now - float(v.get("started_at") or r.now) >= r.settings.preempt_after_s
         and bool(slots_of(v))
@@ -144,10 +148,18 @@ def _freed(r: Round, jobs: list[Job]) -> list[Slot]:
     return [r.slots[n] for v in jobs for n in slots_of(v) if n in r.slots]
 
 
-def _preempt(r: Round, store: JobStore, rec: Job, places: int, k: int, stopping: dict[int, str]) -> str | None:
-    """Stop the victims `rec` needs (see victims_for); the message `rec` shows meanwhile, or None when no set of
-    running jobs would make room."""
-    victims, enough = victims_for(r, rec, places, k, stopping)
+def _preempt(
+    r: Round,
+    store: JobStore,
+    rec: Job,
+    places: int,
+    k: int,
+    stopping: dict[int, str],
+    rank: tuple[int, int] | None = None,
+) -> str | None:
+    """Stop the victims `rec` (of `rank`) needs (see victims_for); the message `rec` shows meanwhile, or None when
+    no set of running jobs would make room."""
+    victims, enough = victims_for(r, rec, places, k, stopping, rank)
     if enough:
         ids = [v["id"] for v in r.active if stopping.get(v["id"]) == PREEMPTED]
         return (
@@ -163,6 +175,6 @@ def _preempt(r: Round, store: JobStore, rec: Job, places: int, k: int, stopping:
         store.update(v["id"], preempted_by={"id": rec["id"], "priority": priority, "step": step, "at": r.now})
         store.request_stop(v["id"], PREEMPTED, only_first=True)
         stopping[v["id"]] = PREEMPTED
-        log.warning("job %s (%s) preempts job %s (%s)", rec["id"], priority, v["id"], Kept(v["spec"]).priority)
-    names = ", ".join(f"{v['id']} ({Kept(v['spec']).priority})" for v in victims)
+        log.warning("job %s (%s) preempts job %s (%s)", rec["id"], priority, v["id"], v.spec.priority)
+    names = ", ".join(f"{v['id']} ({v.spec.priority})" for v in victims)
     return f"preempting job{'s' if len(victims) > 1 else ''} {names}"

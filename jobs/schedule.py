@@ -40,10 +40,11 @@ from typing import Any
 from redis import Redis
 from rq import Queue
 
-from jobs import disk, gpuhealth, plan, queues, quota, share, sweeps, taskrecord, tokens
+from jobs import disk, gpuhealth, las, plan, queues, quota, share, sweeps, taskrecord, tokens
 from jobs.depends import AFTER_SWEEP_S, CHECK_MAX, release_dependencies  # noqa: F401 (re-exported: their old home)
 from jobs.keys import (
     PLACE_DUE_KEY,
+    QUEUED_AT_KEY,
     RUN_HOLD,
     RUN_JOB,
     RUN_TASK,
@@ -154,6 +155,8 @@ def _round(redis: Redis, s: Settings, now: float) -> list[int]:
     """One round: what is free and who holds what (`_look`), then the lines walked in the scheduler's order, each
     queued job taken through the steps of `Walk.consider` — its sweep's cap, its owner's quota, a fit now, preemption
     for it, a reservation in time — until the walk has seen enough; the jobs placed."""
+    las.settle(redis, s, now)  # (least attained service: who came back in line goes to its band,
+    las.promote(redis, s, now)  # and who waited long enough back to band 0)
     r = _look(redis, s, now)
     found = queues.lines(redis, LINE_HEAD)  # each line's head; the rest as the round reaches it
     if not found:
@@ -207,8 +210,10 @@ class Walk:
         self.sweep_running = Counter(one.get("sweep_id") for one in active if one.get("sweep_id") is not None)
         self.limits: dict[int, int | None] = {}
         self.stopping = _stopping(r.redis, active)
-        # the lowest priority a job could be preempted from, among those that may be (and the others stopping)
-        self.lowest_running = max((_rank(v) for v in active if _preemptible(r, v, self.stopping)), default=-1)
+        # the lowest rank a job could be preempted from (priority, then band of attained service: jobs.las), among
+        # those that may be (and the others stopping)
+        ranks = [_rank(r, v) for v in active if _preemptible(r, v, self.stopping)]
+        self.lowest_running = max(ranks, default=(-1, 0))
         self.tries = PREEMPT_TRIES
         self.reserved = False  # (only the first job that does not fit keeps free workers, and those preemption frees)
         self.preempting = {
@@ -218,14 +223,15 @@ class Walk:
         }
         self.quotas = tokens.quotas(r.redis)
 
-    def can_preempt(self, priority: str) -> bool:
-        """Whether a job of `priority` may still preempt one running now."""
-        return self.s.preempt and self.tries > 0 and PRIORITIES.index(priority) < self.lowest_running
+    def can_preempt(self, rank: tuple[int, int]) -> bool:
+        """Whether a job of `rank` (its priority's place, its band: jobs.las) may still preempt one running now."""
+        return self.s.preempt and self.tries > 0 and rank < self.lowest_running
 
     def goes_on(self, n: int, priority: str) -> bool:
         """Whether the walk looks at its `n`-th job: not past SCAN_MAX, nor past SAYS_WHY once no free worker has
         room and the job could preempt nobody."""
-        return n < SCAN_MAX and (n < SAYS_WHY or self.can_preempt(priority) or self.room_now())
+        best = (PRIORITIES.index(priority), 0)  # (the highest rank a job of this priority may have)
+        return n < SCAN_MAX and (n < SAYS_WHY or self.can_preempt(best) or self.room_now())
 
     def room_now(self) -> bool:
         """Whether a free worker could take a job now: one of no GPUs, or one with a GPU not held whole. (The other
@@ -262,8 +268,9 @@ class Walk:
             _need_share(self.r, self.tl, spec, part) if part else _need(spec.workers, spec.gpus, self.r.free, held)
         )
         message += self.r.out if spec.gpus else ""
-        if self.can_preempt(priority):
-            message = self.preempt_for(rec, spec) or message
+        rank = self.rank_of(rec, priority)
+        if self.can_preempt(rank):
+            message = self.preempt_for(rec, spec, rank) or message
         keep = job_id in self.preempting or not (self.s.backfill or self.reserved)
         if self.s.backfill and job_id not in self.preempting and self.depth > 0:
             if self.reserve_in_time(spec, part, took):
@@ -321,10 +328,19 @@ class Walk:
             self.sweep_running[rec["sweep_id"]] += 1
         return True
 
-    def preempt_for(self, rec: Job, spec: Kept) -> str | None:
-        """Preempt running jobs of lower priority for it (one try of PREEMPT_TRIES); what it is told, if anything."""
+    def rank_of(self, rec: Job, priority: str) -> tuple[int, int]:
+        """A queued job's rank (jobs.las.waiting_rank: its priority's place, and its band under least attained
+        service, promoted once it has waited long enough)."""
+        if self.s.policy != "las" or not rec.get("ran_s"):
+            return PRIORITIES.index(priority), 0
+        since = self.r.redis.hget(QUEUED_AT_KEY, str(rec["id"]))
+        return las.waiting_rank(rec, self.s, self.r.now, float(since) if since is not None else None)
+
+    def preempt_for(self, rec: Job, spec: Kept, rank: tuple[int, int]) -> str | None:
+        """Preempt running jobs of a higher rank (a lower priority, or more attained service) for it (one try of
+        PREEMPT_TRIES); what it is told, if anything."""
         self.tries -= 1
-        said = _preempt(self.r, self.store, rec, spec.workers, spec.gpus, self.stopping)
+        said = _preempt(self.r, self.store, rec, spec.workers, spec.gpus, self.stopping, rank)
         if said and said.startswith("preempting"):
             self.preempting.add(rec["id"])
         return said

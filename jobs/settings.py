@@ -59,6 +59,11 @@ def _checked(parse, env, name: str):
         raise ConfigError(str(exc) if name in str(exc) else f"{name}: {exc}") from None
 
 
+def _unless_unset(parse, env, name: str, default: Any) -> Any:
+    """`_checked(parse, ...)` where `name` is set, else `default`."""
+    return _checked(parse, env, name) if (env.get(name) or "").strip() else default
+
+
 def _artifacts(env) -> str | None:
     """GPUDECK_ARTIFACTS, checked (s3://BUCKET[/PREFIX]), or None."""
     url = (env.get("GPUDECK_ARTIFACTS") or "").strip()
@@ -81,6 +86,28 @@ def _choice(env, name: str, choices: tuple[str, ...]) -> str:
     if raw not in choices:
         raise ConfigError(f"{name} must be one of {', '.join(choices)}, got {raw!r}")
     return raw
+
+
+POLICIES = ("fifo", "las")
+"""GPUDECK_POLICY's values, the default first."""
+
+
+def _las_limits(raw: str) -> tuple[int, ...]:
+    """GPUDECK_LAS_LIMITS: GPU-times (`10m,1h` or GPU-seconds), rising."""
+    limits = tuple(int(part) if part.strip().isdigit() else _duration(part) for part in raw.split(","))
+    if not limits or any(a >= b for a, b in zip(limits, limits[1:])) or limits[0] <= 0:
+        raise ValueError(f"write rising GPU-times above 0, comma-separated (10m,1h), got {raw!r}")
+    return limits
+
+
+def _positive(raw: str) -> float:
+    try:
+        value = float(raw)
+    except ValueError:
+        value = -1.0
+    if not 0 < value < 1e6:
+        raise ValueError(f"write a number above 0, got {raw!r}")
+    return value
 
 
 def _switch(env, name: str, default: bool) -> bool:
@@ -256,6 +283,13 @@ class Settings:
     fairshare_halflife_s: int = 7 * 86400
     fairshare_age_max_s: int = 86400
     backfill: bool = True
+    policy: str = "fifo"
+    """GPUDECK_POLICY: `fifo` (within a priority and the fair share, the order of submission) or `las` (least
+    attained service first, preempting at a checkpoint: jobs.las)."""
+    las_limits: tuple[int, ...] = (3600,)
+    """GPUDECK_LAS_LIMITS: the GPU-time (`1h`, or GPU-seconds) that puts a job in the next band, comma-separated."""
+    las_promote: float = 2.0
+    """GPUDECK_LAS_PROMOTE: a job that has waited this many times as long as it has run goes back to band 0."""
     foreign_memory: int = 1 << 30
     gpu_memory_reserve: int = 1 << 30
     gpu_context_memory: int = 1 << 30
@@ -337,6 +371,13 @@ class Settings:
             fairshare_halflife_s=_seconds(env, "GPUDECK_FAIRSHARE_HALFLIFE", cls.fairshare_halflife_s),
             fairshare_age_max_s=_seconds(env, "GPUDECK_FAIRSHARE_AGE_MAX", cls.fairshare_age_max_s),
             backfill=_switch(env, "GPUDECK_BACKFILL", True),
+            policy=_choice(env, "GPUDECK_POLICY", POLICIES),
+            las_limits=_checked(_las_limits, env, "GPUDECK_LAS_LIMITS")
+            if env.get("GPUDECK_LAS_LIMITS")
+            else cls.las_limits,
+            las_promote=_checked(_positive, env, "GPUDECK_LAS_PROMOTE")
+            if env.get("GPUDECK_LAS_PROMOTE")
+            else cls.las_promote,
             foreign_memory=_size(env, "GPUDECK_FOREIGN_MEMORY", cls.foreign_memory, zero=True),
             gpu_memory_reserve=_size(env, "GPUDECK_GPU_MEMORY_RESERVE", cls.gpu_memory_reserve, zero=True),
             gpu_context_memory=_size(env, "GPUDECK_GPU_CONTEXT_MEMORY", cls.gpu_context_memory, zero=True),

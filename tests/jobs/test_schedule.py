@@ -14,27 +14,7 @@ from jobs.store import JobStore
 from jobs.worker import describe
 from models.states import Status
 from tests.support.policy import DEFAULTS
-from tests.support.workers import box, placed_on, rec, register, taken
-
-JOB = {"model": "lenet", "dataset": "synthetic:8x8x1", "params": {"steps": 2}, "gpus": 1}
-
-
-def submit(redis, settings=None, owner=None, **spec) -> int:
-    return control.submit(redis, {**JOB, **spec}, settings or DEFAULTS, extra={"owner": owner} if owner else None)[0][
-        "id"
-    ]
-
-
-def succeed(redis, job_id: int) -> None:
-    taken(redis, job_id)
-    assert lifecycle.end(redis, job_id, outcome.SUCCEEDED)
-
-
-def running(redis, job_id: int, ago: float = 3600.0) -> None:
-    """The placed job's work-horse started it `ago` seconds ago."""
-    taken(redis, job_id)
-    t = time.time() - ago
-    assert JobStore(redis).transition(job_id, ("starting",), status="running", started_at=t, running_at=t)
+from tests.support.workers import JOB, box, placed_on, rec, register, running, submit, succeed
 
 
 def test_a_job_runs_on_any_k_free_gpus_of_a_host_and_the_others_keep_serving(redis):

@@ -1,14 +1,17 @@
 """Workers registered the way `gpudeck worker` registers itself (RQ's register_birth, gpudeck's info and alive
-keys) but not started: what placement sees of an idle worker, for tests of placement and quotas."""
+keys) but not started: what placement sees of an idle worker, for tests of placement and quotas; and the jobs the
+scheduler's tests put on them (`submit`, then `running` or `succeed` as their work-horses would)."""
 
 from __future__ import annotations
 
 import json
+import time
 
 from rq import Queue, Worker
 
-from jobs import keys, lifecycle, outcome, schedule
+from jobs import control, keys, lifecycle, outcome, schedule
 from jobs.keys import worker_info_key as info_key
+from jobs.store import JobStore
 from tests.support.policy import DEFAULTS
 
 
@@ -61,3 +64,26 @@ def take_all(redis, worker: str) -> list[int]:
             job_id = keys.job_id_of(rq_id)
             taken.append(job_id)
             assert lifecycle.end(redis, job_id, outcome.SUCCEEDED)
+
+
+JOB = {"model": "lenet", "dataset": "synthetic:8x8x1", "params": {"steps": 2}, "gpus": 1}
+
+
+def submit(redis, settings=None, owner=None, **spec) -> int:
+    """A 1-GPU lenet job (JOB, `spec` over it) submitted as `owner` (its submission runs a round)."""
+    return control.submit(redis, {**JOB, **spec}, settings or DEFAULTS, extra={"owner": owner} if owner else None)[0][
+        "id"
+    ]
+
+
+def succeed(redis, job_id: int) -> None:
+    """The placed job ran and succeeded."""
+    taken(redis, job_id)
+    assert lifecycle.end(redis, job_id, outcome.SUCCEEDED)
+
+
+def running(redis, job_id: int, ago: float = 3600.0) -> None:
+    """The placed job's work-horse started it `ago` seconds ago."""
+    taken(redis, job_id)
+    t = time.time() - ago
+    assert JobStore(redis).transition(job_id, ("starting",), status="running", started_at=t, running_at=t)
