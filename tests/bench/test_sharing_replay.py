@@ -1,12 +1,15 @@
 """Replay a cluster trace on a box of eight FAKE GPUs (a fake nvidia-smi on PATH: none exist here) with gpudeck's
-policy (priorities with preemption, fair share with age, backfill from expected durations), the same without
-backfill (`GPUDECK_BACKFILL=off`: one reservation, no time), and plain FIFO (`GPUDECK_PREEMPT=off`,
-`GPUDECK_FAIRSHARE=off`, `GPUDECK_BACKFILL=off`), in the same run, and compare; gpudeck's twice: once with each job
-declaring its duration exactly (`expected_duration`), once with users' estimates off by a factor drawn between 0.5
-and 3 (GPUDECK_REPLAY_ESTIMATES=exact,off to choose).
+policy as it is out of the box (priorities with preemption, fair share with age, backfill from the durations it
+learns), the same under least attained service (GPUDECK_POLICY=las), and plain FIFO (`GPUDECK_PREEMPT=off`,
+`GPUDECK_FAIRSHARE=off`, `GPUDECK_BACKFILL=off`; GPUDECK_REPLAY_FIFO=0 leaves it out), in the same run, beside the
+same trace simulated without overheads (FIFO, greedy first fit, EASY backfill with exact run times, LAS). Jobs are
+submitted as people submit, declaring no duration; GPUDECK_REPLAY_ESTIMATES=none,exact,off adds runs where each job
+declares its duration exactly, or off by a factor drawn between 0.5 and 3.
 
-The trace is CSV, `submit_s,gpus,duration_s,owner,priority[,workers]`, in real seconds; the replay compresses
-time by GPUDECK_REPLAY_FACTOR (60: an hour of trace is a minute here). GPUDECK_REPLAY_TRACE names a trace file;
+The trace is CSV, `submit_s,gpus,duration_s,owner,priority[,workers]`, in real seconds, or a published simulator's
+(Tiresias': `job_id,num_gpu,submit_time,...,duration`, three owners in turn, every fifth job `high`); the replay
+compresses time by GPUDECK_REPLAY_FACTOR (60: an hour of trace is a minute here). GPUDECK_REPLAY_TRACE names a trace
+file;
 by default one is made from published shapes (most jobs one GPU, heavy-tailed log-normal durations, sweeps
 submitted in bursts at low priority, a CI job every few minutes at high priority) with two researchers of equal
 demand, seeded by GPUDECK_REPLAY_SEED. Each entry runs as a command job that "trains" in steps of 0.25 s,
@@ -146,8 +149,19 @@ SHAPES = {"bursts": make_trace, "mixed": make_mixed_trace}
 """GPUDECK_REPLAY_SHAPE chooses the made trace (when GPUDECK_REPLAY_TRACE names none)."""
 
 
+OWNERS = ("alice", "bob", "carol")
+
+
 def read_trace(text: str) -> list[Entry]:
-    rows = csv.DictReader(io.StringIO(text))
+    """Our CSV (`submit_s,gpus,duration_s,owner,priority[,workers]`), or a published simulator's (Tiresias':
+    `job_id,num_gpu,submit_time,...,duration`): its jobs owned by three people in turn, every fifth one `high`."""
+    rows = list(csv.DictReader(io.StringIO(text)))
+    if rows and "num_gpu" in rows[0]:
+        return [
+            Entry(float(r["submit_time"]), int(r["num_gpu"]), float(r["duration"]), OWNERS[n % 3],
+                  "high" if n % 5 == 4 else "normal")
+            for n, r in enumerate(rows)
+        ]  # fmt: skip
     return [
         Entry(
             float(r["submit_s"]),
@@ -343,6 +357,79 @@ def simulate(entries: list[Entry], easy: bool) -> dict[str, float]:
     }
 
 
+def simulate_ticks(
+    entries: list[Entry],
+    policy: str,
+    limits: tuple[float, ...] = (),
+    promote: float = 2.0,
+    preempt_after_s: float = 0.0,
+) -> dict[str, float]:
+    """The same trace, compressed as the replay is, on GPUS GPUs in a simulation without any overhead, a step of
+    STEP_S at a time: `greedy` (first fit: every waiting job that fits starts, in order of arrival, nothing kept for
+    a blocked one) or `las` (least attained service as jobs.las does it, with preemption at no cost: bands of GPU-time
+    had by `limits` (GPU-seconds, compressed), FIFO within a band, a job of a lower band preempting running jobs of a
+    higher one that ran at least `preempt_after_s`, promotion after waiting `promote` times as long as it ran).
+    Priorities and owners are not modelled."""
+    jobs = [(e.submit_s / FACTOR, e.gpus * e.workers, max(1, round(e.duration_s / FACTOR / STEP_S)) * STEP_S)
+            for e in sorted(entries, key=lambda e: e.submit_s)]  # fmt: skip
+    n, t = len(jobs), 0.0
+    had = [0.0] * n  # seconds run
+    since = [0.0] * n  # when it last entered the line
+    start = [0.0] * n  # when its attempt began
+    first: dict[int, float] = {}
+    done: dict[int, float] = {}
+    running: set[int] = set()
+    busy = waiting_time = busy_while_waiting = 0.0
+
+    def band(i: int) -> int:
+        b = sum(1 for limit in limits if had[i] * jobs[i][1] >= limit)
+        return 0 if b and t - since[i] >= promote * had[i] else b
+
+    while len(done) < n:
+        for i in list(running):
+            if had[i] >= jobs[i][2] - 1e-9:
+                running.discard(i)
+                done[i] = t
+        line = [i for i in range(n) if jobs[i][0] <= t and i not in running and i not in done]
+        line.sort(key=(lambda i: (band(i), jobs[i][0])) if policy == "las" else (lambda i: jobs[i][0]))
+        for i in line:
+            free = GPUS - sum(jobs[j][1] for j in running)
+            if jobs[i][1] > free and policy == "las":
+                victims = sorted((j for j in running if band(j) > band(i) and t - start[j] >= preempt_after_s),
+                                 key=lambda j: (-band(j), -start[j]))  # fmt: skip
+                chosen = []
+                for j in victims:
+                    if free >= jobs[i][1]:
+                        break
+                    chosen.append(j)
+                    free += jobs[j][1]
+                if free >= jobs[i][1]:
+                    for j in chosen:
+                        running.discard(j)
+                        since[j] = t
+            if jobs[i][1] <= GPUS - sum(jobs[j][1] for j in running):
+                running.add(i)
+                start[i] = t
+                first.setdefault(i, t)
+        used = sum(jobs[j][1] for j in running)
+        busy += used * STEP_S
+        if any(jobs[i][0] <= t and i not in running and i not in done for i in range(n)):
+            waiting_time += STEP_S
+            busy_while_waiting += used * STEP_S
+        for j in running:
+            had[j] += STEP_S
+        t += STEP_S
+    jct = [done[i] - jobs[i][0] for i in range(n)]
+    return {
+        "jct_mean_s": statistics.mean(jct),
+        "jct_p50_s": statistics.median(jct),
+        "jct_p95_s": p95(jct),
+        "wait_p50_s": statistics.median(first[i] - jobs[i][0] for i in range(n)),
+        "utilization": busy / (GPUS * t),
+        "utilization_while_jobs_wait": busy_while_waiting / (GPUS * waiting_time) if waiting_time else 1.0,
+    }
+
+
 def stamp(text: str | None) -> float | None:
     from datetime import datetime
 
@@ -427,38 +514,52 @@ def test_sharing_replay(tmp_path, child_env):
     env = {**child_env, "GPUDECK_COMMAND_JOBS": "1"}
     rng = random.Random(SEED + 1)
     off = [rng.uniform(0.5, 3.0) for _ in entries]
-    modes = os.environ.get("GPUDECK_REPLAY_ESTIMATES", "exact,off").split(",")
+    # people submit with no duration (issue 66): `none`, the default; `exact` and `off` (by 0.5-3x) declare one
+    modes = os.environ.get("GPUDECK_REPLAY_ESTIMATES", "none").split(",")
+    estimates = {"none": None, "exact": [1.0] * len(entries), "off": off}
+    # GPUDECK_LAS_LIMITS: GPUDECK_REPLAY_LAS_LIMIT (GPU-seconds of the trace), else its default (an hour), compressed
+    las_limit = max(1, round(float(os.environ.get("GPUDECK_REPLAY_LAS_LIMIT", "3600")) / FACTOR))
+    las = {"GPUDECK_POLICY": "las", "GPUDECK_LAS_LIMITS": str(las_limit)}
     runs: dict[str, tuple[dict[str, str], list[float] | None]] = {}
-    if "exact" in modes:
-        runs["backfill"] = ({}, [1.0] * len(entries))
-    if "off" in modes:
-        runs["backfill~"] = ({}, off)
-    runs["no-backfill"] = ({"GPUDECK_BACKFILL": "off"}, [1.0] * len(entries))
-    runs["fifo"] = ({"GPUDECK_PREEMPT": "off", "GPUDECK_FAIRSHARE": "off", "GPUDECK_BACKFILL": "off"}, None)
+    for mode in modes:
+        tag = "" if mode == "none" else f"+{mode}"
+        runs[f"gpudeck{tag}"] = ({}, estimates[mode])
+        runs[f"las{tag}"] = (las, estimates[mode])
+    if os.environ.get("GPUDECK_REPLAY_FIFO", "1") != "0":
+        runs["fifo"] = ({"GPUDECK_PREEMPT": "off", "GPUDECK_FAIRSHARE": "off", "GPUDECK_BACKFILL": "off"}, None)
     results = {
         name: figures(replay(tmp_path / name, env, entries, policy, est)) for name, (policy, est) in runs.items()
     }
-    results["sim-EASY"], results["sim-FIFO"] = simulate(entries, easy=True), simulate(entries, easy=False)
+    preempt_after = float(PREEMPT_AFTER.rstrip("s"))
+    results["sim-FIFO"] = simulate(entries, easy=False)
+    results["sim-greedy"] = simulate_ticks(entries, "greedy")
+    results["sim-EASY"] = simulate(entries, easy=True)
+    results["sim-LAS"] = simulate_ticks(entries, "las", (las_limit,), 2.0, preempt_after)
     print(f"\ntrace: {len(entries)} jobs ({tmp_path / 'trace.csv'}), time / {FACTOR:g}, {GPUS} fake GPUs")
-    print("backfill: durations declared exactly; backfill~: declared off by a factor of 0.5 to 3")
-    print("sim-: the same trace simulated without overheads (EASY backfill with exact run times; strict FIFO)")
-    keys = sorted({k for r in results.values() for k in r}, key=lambda k: list(results["fifo"]).index(k)
-                  if k in results["fifo"] else 99)  # fmt: skip
+    print("gpudeck: GPUDECK_POLICY=fifo (the default); las: GPUDECK_POLICY=las; +exact/+off: durations declared")
+    print("sim-: the same trace simulated without overheads (FIFO; greedy first fit; EASY backfill with exact run")
+    print("times; least attained service with free preemption)")
+    first = next(iter(results.values()))
+    keys = sorted({k for r in results.values() for k in r}, key=lambda k: list(first).index(k) if k in first else 99)
     print(f"{'':30}" + "".join(f"{name:>13}" for name in results))
     for k in keys:
         print(f"{k:30}" + "".join(f"{r.get(k, float('nan')):13.3f}" for r in results.values()))
-    f = results["fifo"]
+    easy, f = results["sim-EASY"], results.get("fifo")
+    missed = []
     for name, g in results.items():
-        if not name.startswith("backfill"):  # (the others are what it is compared with)
+        if name.startswith("sim-") or name == "fifo" or "+" in name:  # (the targets are for undeclared durations)
             continue
-        assert g["wait_p95_high_s"] <= GRACE_S + 5, (name, g)
-        assert g["jain_alice_bob"] >= 0.95, (name, g)
-        # (over the whole replay, the drain at the end counts too: which jobs are left last is the policy's choice,
-        # but a box with nothing waiting is idle by no scheduler's fault; the target is for the saturated box)
-        assert g["utilization_while_jobs_wait"] >= max(0.8, f["utilization_while_jobs_wait"] - 0.02), (name, g, f)
-        for size in (k for k in g if k.startswith("wait_p95_") and k.endswith("gpu_s")):  # no size starves
-            assert g[size] <= 3 * max(f.get(size, 0.0), 1.0), (name, size, g, f)
-        assert g["redone_steps_per_preemption"] <= 1, (name, g)
+        checks = {
+            "utilization while jobs wait >= 0.80": g["utilization_while_jobs_wait"] >= 0.80,
+            "mean completion <= 1.1x simulated EASY's": g["jct_mean_s"] <= 1.1 * easy["jct_mean_s"],
+            "Jain >= 0.95 while both wait": g["jain_alice_bob"] >= 0.95,
+            "no steps redone": g["redone_steps_max"] == 0,
+            "no GPU count waits longer at p95 than under FIFO": f is None
+            or all(g[k] <= max(f.get(k, 0.0), 1.0) for k in g if k.startswith("wait_p95_") and k.endswith("gpu_s")),
+        }
+        missed += [f"{name}: {what}" for what, ok in checks.items() if not ok]
+    print("missed: " + ("; ".join(missed) if missed else "none"))
+    assert not missed
 
 
 def test_a_scheduling_round_with_10000_jobs_queued(redis):
