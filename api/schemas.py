@@ -12,6 +12,7 @@ from pydantic import BaseModel, ConfigDict, Field, RootModel, WithJsonSchema
 from pydantic.json_schema import GenerateJsonSchema, JsonRef, JsonSchemaValue, models_json_schema
 
 from jobs.compare import X_AXES
+from jobs.plan import SOURCES
 from jobs.searchspace import DEFAULT_CONCURRENT, DEFAULT_TRIALS, MAX_TRIALS, SEARCHES, ZOO_METRICS
 from models.specfields import AGE_PATTERN
 from models.states import PRIORITIES, Reason, Status, TaskStatus
@@ -34,6 +35,7 @@ OMITTED: Any = None
 Priority = Annotated[str, WithJsonSchema({"type": "string", "enum": list(PRIORITIES)})]
 XAxis = Annotated[str, WithJsonSchema({"type": "string", "enum": list(X_AXES)})]
 Search = Annotated[str, WithJsonSchema({"type": "string", "enum": list(SEARCHES)})]
+DurationSource = Annotated[str, WithJsonSchema({"type": "string", "enum": ["declared", *SOURCES, "timeout"]})]
 Time = Annotated[str, Field(json_schema_extra={"format": "date-time"})]
 """Every date-time in one form: RFC 3339 in UTC with milliseconds, 2026-11-24T15:17:02.123Z (jobs.store.iso)."""
 UnixS = Annotated[float, Field(description="unix time, seconds (a sample's clock, for arithmetic, not a date)")]
@@ -220,10 +222,11 @@ class Job(Answer):
             "how long a queued or running job is expected to run, as the scheduler plans with it (null: unknown)"
         ),
     )
-    expected_duration_source: Literal["declared", "history", "kind", "others", "timeout"] | None = Field(
+    expected_duration_source: DurationSource | None = Field(
         None,
         description=(
             "where expected_duration_s comes from: the job's expected_duration, its owner's past runs of the same job,"
+            " its steps (total_steps, params.steps) at the pace its kind's runs went, its owner's runs"
             " of the same kind (a zoo job's model and dataset, a command's script or module), anybody's runs of that "
             "kind, or its timeout"
         ),
@@ -382,7 +385,7 @@ class DryRun(Answer):
     spec: JobSpec
     queue: str
     expected_duration_s: float | None
-    expected_duration_from: Literal["declared", "history", "timeout"] | None = None
+    expected_duration_from: DurationSource | None = None
     expected_start: Time | None
     expected_start_note: str | None = None
     gpu_hours: float | None = Field(description="GPUs x tasks x expected hours (a share: its part)")

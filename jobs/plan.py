@@ -102,16 +102,34 @@ ANYBODY = "*"
 
 def learn(redis: Any, rec: Job, seconds: float) -> None:
     """A run of `rec`'s shape took `seconds` (a succeeded attempt): kept for the next estimates of the owner's shape,
-    the owner's kind and anybody's kind. `redis`: a client or a pipeline."""
-    for key, _ in History.keys_of(rec):
-        redis.lpush(key, round(seconds, 3))
+    the owner's kind and anybody's kind; and, where it reported its steps, the seconds a step of that kind took (the
+    owner's and anybody's). `redis`: a client or a pipeline."""
+    p = rec.get("progress") or {}
+    step, first = p.get("step"), p.get("first_step") or 0
+    per_step = [(key, seconds / (step - first)) for key in History.rate_keys_of(rec)] if step and step > first else []
+    for key, value in [(key, seconds) for key, _ in History.keys_of(rec)] + per_step:
+        redis.lpush(key, round(value, 6))
         redis.ltrim(key, 0, HISTORY - 1)
         redis.expire(key, 90 * 86400)
 
 
-SOURCES = ("history", "kind", "others")
-"""Where a learned estimate comes from, most precise first: the owner's runs of the same job shape, of the same
-kind, anybody's runs of that kind."""
+def steps_left(rec: Job) -> int | None:
+    """The steps a job says it will run (a command's `total_steps`, a zoo job's `params.steps`), less those a
+    checkpoint it resumes from has done; None where it says none."""
+    spec = rec.spec
+    total = spec.total_steps or spec.params.get("steps")
+    if not isinstance(total, int) or isinstance(total, bool) or total <= 0:
+        return None
+    done = (rec.get("progress") or {}).get("step") or 0
+    return max(1, total - int(done))
+
+
+SOURCES = ("history", "steps", "kind", "others")
+"""Where a learned estimate comes from, most precise first: the owner's runs of the same job shape; the steps it says
+it runs at the pace its kind's runs went (the owner's, else anybody's); the owner's runs of the same kind;
+anybody's runs of that kind."""
+PER_STEP = ":per-step"
+"""The suffix of a kind's key of seconds a step (History.rate_keys_of)."""
 
 
 @dataclass(frozen=True)
@@ -142,8 +160,16 @@ class History:
             (durations_key(ANYBODY, kind(spec)), "others"),
         ]
 
+    @staticmethod
+    def rate_keys_of(rec: Job) -> list[str]:
+        """Where the seconds a step of `rec`'s kind took are kept: its owner's runs, then anybody's."""
+        spec, owner = rec["spec"], rec.get("owner")
+        return [durations_key(owner, kind(spec) + PER_STEP), durations_key(ANYBODY, kind(spec) + PER_STEP)]
+
     def prefetch(self, recs: Iterable[Job]) -> History:
-        keys = sorted({key for r in recs for key, _ in self.keys_of(r)} - set(self.known))
+        keys = sorted(
+            {key for r in recs for key in [k for k, _ in self.keys_of(r)] + self.rate_keys_of(r)} - set(self.known)
+        )
         if keys:
             with self.redis.pipeline(transaction=False) as pipe:
                 for key in keys:
@@ -153,14 +179,27 @@ class History:
         return self
 
     def learned(self, rec: Job) -> Learned | None:
-        """The estimate for `rec` from the most precise history there is of it, or None."""
-        for key, source in self.keys_of(rec):
-            if key not in self.known:
-                self.known[key] = sorted(float(v) for v in self.redis.lrange(key, 0, HISTORY - 1))
-            runs = self.known[key]
+        """The estimate for `rec` from the most precise history there is of it (SOURCES), or None."""
+        (shaped, _), *kinds = self.keys_of(rec)
+        runs = self.runs(shaped)
+        if runs:
+            return Learned(_quantile(runs), "history", len(runs), (runs[0], runs[-1]))
+        steps = steps_left(rec)
+        for key in self.rate_keys_of(rec) if steps else []:
+            pace = self.runs(key)
+            if pace and steps:
+                return Learned(steps * _quantile(pace), "steps", len(pace), (steps * pace[0], steps * pace[-1]))
+        for key, source in kinds:
+            runs = self.runs(key)
             if runs:
                 return Learned(_quantile(runs), source, len(runs), (runs[0], runs[-1]))
         return None
+
+    def runs(self, key: str) -> list[float]:
+        """What is kept under `key`, sorted (read once)."""
+        if key not in self.known:
+            self.known[key] = sorted(float(v) for v in self.redis.lrange(key, 0, HISTORY - 1))
+        return self.known[key]
 
     def of(self, rec: Job) -> float | None:
         """The learned estimate's seconds, or None."""

@@ -96,7 +96,9 @@ def job_view(
         "expected_start_reason": expected_start[1] if status == Status.QUEUED else None,
         "expected_duration_s": expected[0] if status.value in LIVE else None,
         "expected_duration_source": expected[1] if status.value in LIVE else None,
-        **_confidence(learned if status.value in LIVE and expected[1] in ("history", "kind", "others") else None),
+        **_confidence(
+            learned if status.value in LIVE and expected[1] in ("history", "steps", "kind", "others") else None
+        ),
         "preemptions": rec.get("preemptions", 0),
         "preempted_by": rec.get("preempted_by") if rec.get("preemptions") else None,
         "usage": usage if status in (Status.STARTING, Status.RUNNING) else None,

@@ -80,3 +80,24 @@ def test_a_job_of_a_known_kind_has_an_expected_start_and_says_how_sure(redis, se
     assert (view["expected_duration_s"], view["expected_duration_source"]) == (100.0, "kind"), view
     assert view["expected_duration_runs"] == 2 and view["expected_duration_spread_s"] == [80.0, 100.0]
     assert expected_text(view) == "expected 1m40s (from its owner's runs of its kind, 2 runs: 1m20s–1m40s)"
+
+
+def test_a_job_that_says_its_steps_is_expected_to_run_them_at_its_kinds_pace(redis):
+    """Issue 66 #1: jobs of a kind run at a like pace; a job that says how many steps it runs (total_steps, a zoo
+    job's params.steps) is expected to take them at the pace its kind's runs went, before any guess from their
+    durations alone, and a resumed one only the steps it has left."""
+    ran = record(1, "alice", command="python train.py --steps 100", total_steps=100)
+    ran["progress"] = {"step": 100, "first_step": 0}
+    plan.learn(redis, ran, 50.0)  # (0.5 s a step)
+    history = plan.learned(redis, [])
+    longer = history.learned(record(2, "alice", command="python train.py --steps 400", total_steps=400))
+    assert (longer.seconds, longer.source, longer.runs) == (200.0, "steps", 1)  # (not 50 s: the kind's duration)
+    bobs = history.learned(record(3, "bob", command="python train.py --steps 40", total_steps=40))
+    assert (bobs.seconds, bobs.source) == (20.0, "steps")  # (anybody's pace, for his first)
+    resumed = record(4, "alice", command="python train.py --steps 400", total_steps=400)
+    resumed["progress"] = {"step": 300}
+    assert history.learned(resumed).seconds == 50.0  # (100 steps left)
+    unsaid = history.learned(record(5, "alice", command="python train.py --steps 400"))
+    assert (unsaid.seconds, unsaid.source) == (50.0, "kind")  # (no steps said: the kind's durations)
+    same = history.learned(record(6, "alice", command="python train.py --steps 100", total_steps=100))
+    assert same.source == "history"  # (the very same job ran: its own durations first)

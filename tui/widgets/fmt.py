@@ -363,6 +363,7 @@ def overdue(job: dict[str, Any], now: float | None = None) -> float:
 EXPECTED_FROM = {
     "declared": "as declared",
     "history": "from its owner's past runs",
+    "steps": "from its steps at the pace of its kind's runs",
     "kind": "from its owner's runs of its kind",
     "others": "from others' runs of its kind",
     "timeout": "its timeout",
