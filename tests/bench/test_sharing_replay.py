@@ -12,9 +12,9 @@ compresses time by GPUDECK_REPLAY_FACTOR (60: an hour of trace is a minute here)
 file;
 by default one is made from published shapes (most jobs one GPU, heavy-tailed log-normal durations, sweeps
 submitted in bursts at low priority, a CI job every few minutes at high priority) with two researchers of equal
-demand, seeded by GPUDECK_REPLAY_SEED. Each entry runs as a command job that "trains" in steps of 0.25 s,
-checkpoints every step in $JOB_DIR and resumes from it (GPUDECK_ATTEMPT), so a preemption redoes at most the
-step it was in.
+demand, seeded by GPUDECK_REPLAY_SEED. Each entry runs as a command job that says its `total_steps`, "trains" in
+steps of 0.25 s, logs each step to $JOB_DIR/metrics.jsonl, checkpoints every step in $JOB_DIR and resumes from it
+(GPUDECK_ATTEMPT), so a preemption redoes at most the step it was in.
 
 Reported for each: mean, p50 and p95 job completion time, p95 queueing delay per priority and per GPU count, the
 error of `expected_start` as the API answered it at submission (median and p90 absolute, median signed; late is
@@ -80,6 +80,8 @@ while step < total:
     with open(ckpt + ".tmp", "w") as f:
         f.write(str(step))
     os.replace(ckpt + ".tmp", ckpt)
+    with open(os.path.join(job, "metrics.jsonl"), "a") as f:  # (its steps, as a script logs them)
+        f.write(json.dumps({"step": step, "loss": 1.0 / step}) + "\n")
 """.replace("STEP_S", str(STEP_S))
 
 
