@@ -13,8 +13,8 @@ from pydantic.json_schema import GenerateJsonSchema, JsonRef, JsonSchemaValue, m
 
 from jobs.compare import X_AXES
 from jobs.plan import SOURCES
-from jobs.searchspace import DEFAULT_CONCURRENT, DEFAULT_TRIALS, MAX_TRIALS, SEARCHES, ZOO_METRICS
-from models.specfields import AGE_PATTERN
+from jobs.searchspace import SEARCHES
+from models.searchinput import Distribution, JobSpecInput, SearchSweepInput, Stopping  # noqa: F401 (declared there)
 from models.states import PRIORITIES, Reason, Status, TaskStatus
 
 
@@ -41,7 +41,6 @@ Time = Annotated[str, Field(json_schema_extra={"format": "date-time"})]
 UnixS = Annotated[float, Field(description="unix time, seconds (a sample's clock, for arithmetic, not a date)")]
 # Schemas made from the job spec's declaration (models.jobspec; api/openapi/jobschemas.py, api/openapi/sweeps.py):
 JobSpec = Annotated[dict[str, Any], WithJsonSchema({"$ref": "#/components/schemas/JobSpec"})]
-JobSpecInput = Annotated[dict[str, Any], WithJsonSchema({"$ref": "#/components/schemas/JobSpecInput"})]
 GridSweepInput = Annotated[dict[str, Any], WithJsonSchema({"$ref": "#/components/schemas/GridSweepInput"})]
 
 
@@ -491,47 +490,6 @@ class RetryInput(Input):
     )
 
 
-class SearchSweepInput(Input):
-    base: JobSpecInput
-    search: Literal["random", "tpe"] = Field(description="random sampling, or Bayesian (TPE)")
-    space: dict[str, Distribution] = Field(
-        description=(
-            "params.<name> (a model job), env.<NAME> or args.<NAME> (a {NAME} in a command job's command), or a spec "
-            "field -> how its values are sampled"
-        ),
-        json_schema_extra={"minProperties": 1},
-    )
-    stopping: Stopping | None = None
-    metric: str = Field(
-        OMITTED,
-        description=f"a scalar the jobs report (a model job: {', '.join(ZOO_METRICS)}); needed for a command job",
-    )
-    mode: Literal["min", "max"] = Field(OMITTED, description="default: min for a loss or error, else max")
-    max_trials: int = Field(DEFAULT_TRIALS, ge=1, le=MAX_TRIALS)
-    max_concurrent: int = Field(DEFAULT_CONCURRENT, ge=1)
-    time_budget: Annotated[int, Field(ge=1)] | Annotated[str, Field(pattern=AGE_PATTERN)] = Field(
-        OMITTED,
-        description="seconds, or an age (30m, 2h): after it no trial is launched and running ones are stopped early",
-    )
-    seed: int = Field(OMITTED, description="the same seed, the same trials", ge=0, le=2147483647)
-
-
-class Distribution(Input):
-    """[low, high] with low < high (loguniform: low > 0), or a list of choices"""
-
-    model_config = ConfigDict(json_schema_extra={"minProperties": 1, "maxProperties": 1})
-    loguniform: tuple[float, float] = OMITTED
-    uniform: tuple[float, float] = OMITTED
-    int_: tuple[int, int] = Field(OMITTED, alias="int")
-    choice: list[float | str | bool] = Field(OMITTED, min_length=1)
-
-
-class Stopping(Input):
-    kind: Literal["asha", "median"]
-    min_steps: int = Field(OMITTED, description="the first rung (asha), the warm-up (median)", ge=1)
-    reduction_factor: int = Field(OMITTED, description="asha: 1 in this many goes on at a rung", ge=2)
-
-
 class Sweep(Answer):
     id: int
     grid: dict[str, Any] = OMITTED
@@ -971,13 +929,13 @@ def _plain(node: Any) -> Any:
 
 
 def models() -> list[type[BaseModel]]:
-    """Every body declared here."""
+    """Every body declared here, and the search body models.searchinput declares (jobs.searchspace checks with it)."""
     return [
         v
         for k, v in globals().items()
         if isinstance(v, type)
         and issubclass(v, BaseModel)
-        and v.__module__ == __name__
+        and v.__module__ in (__name__, "models.searchinput")
         and v not in (Answer, Input)
         and k.isidentifier()  # (not the parametrized generics pydantic names here: RootModel[...])
     ]

@@ -19,15 +19,17 @@ from jobs import spec as spec_mod
 from jobs.errors import Forbidden, ValidationError
 from jobs.settings import Settings
 from models.common import AGE, parse_age
+from models.searchinput import (  # noqa: F401 (declared there, with the body they check)
+    DEFAULT_CONCURRENT,
+    DEFAULT_TRIALS,
+    DISTRIBUTIONS,
+    MAX_TRIALS,
+    SEARCHES,
+    STOPPINGS,
+    ZOO_METRICS,
+    problems,
+)
 
-SEARCHES = ("grid", "random", "tpe")
-STOPPINGS = ("asha", "median")
-DISTRIBUTIONS = ("loguniform", "uniform", "int", "choice")
-ZOO_METRICS = ("loss", "accuracy", "val_loss", "val_accuracy", "test_accuracy", "test_loss", "test_top5")
-"""What a model job reports: its points' fields and its result's."""
-MAX_TRIALS = 500
-DEFAULT_TRIALS = 20
-DEFAULT_CONCURRENT = 4
 METRIC_NAME = re.compile(r"[A-Za-z0-9_./-]{1,100}")
 FIELDS = {
     "base", "grid", "space", "search", "stopping", "metric", "mode", "max_trials", "max_concurrent", "time_budget",
@@ -88,6 +90,8 @@ def parse(redis: Redis, body: dict[str, Any], settings: Settings, owner: str | N
     if not isinstance(seed, int) or isinstance(seed, bool) or not 0 <= seed < 2**31:
         errors["seed"] = f"must be a whole number from 0 to 2147483647, got {seed!r}"
     stopping = _stopping(body.get("stopping"), errors)
+    if not errors:  # (what the document says of the body: a search it refuses is never taken)
+        errors.update(problems(body))
     if errors:
         raise ValidationError(errors)
     who = tokens.named(redis, owner)[0] if owner else None
