@@ -4,15 +4,17 @@ loop that reads the pipes, beats, and acts on stop requests, timeouts and stray 
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import os
 import re
+import select
 import selectors
 import signal
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any, Protocol
@@ -447,6 +449,28 @@ class Stopping:
             self.termed_at = float("inf")
 
 
+@contextlib.contextmanager
+def _exit_of(pid: int) -> Iterator[int | None]:
+    """A descriptor that becomes readable when process `pid` ends (Linux's pidfd), or None where there is none."""
+    try:
+        fd = os.pidfd_open(pid)
+    except (AttributeError, OSError):
+        yield None
+        return
+    try:
+        yield fd
+    finally:
+        os.close(fd)
+
+
+def _linger(exit_fd: int | None, seconds: float) -> None:
+    """Wait `seconds`, or less: until the process `exit_fd` watches ends."""
+    if exit_fd is None:
+        time.sleep(seconds)
+    else:
+        select.select([exit_fd], [], [], seconds)
+
+
 def pump(run: Running, proc: Started, events: IO[bytes], log_file: LogFile, timeout: int | None) -> None:
     """Stream the process's output and events until both pipes close, the job's heartbeat beating meanwhile; act
     on stop requests (SIGTERM, SIGKILL after the grace), on the job's timeout, and on processes it left holding its
@@ -476,51 +500,52 @@ def _pump(
     last_scan = time.monotonic()
     exited_at: float | None = None
     ended_strays_at: float | None = None
-    while sel.get_map():
-        heart.tick()
-        ready = sel.select(poll_s)
-        if ready and exited_at is None and proc.poll() is None:
-            time.sleep(COALESCE_S)  # let more output gather; the pipes hold 64 KiB each meanwhile (an exited
-            # process writes no more: what it wrote is read at once, and its end recorded without waiting)
-        pipe = writes.pipeline()
-        for key, _ in ready:
-            chunk, eof = _drain(key.fd)
-            if chunk:
-                *complete, buffers[key.data] = (buffers[key.data] + chunk).split(b"\n")
-                out.handle(key.data, complete, log_file, pipe)
-            if eof:
-                sel.unregister(key.fileobj)
-                rest, buffers[key.data] = buffers[key.data], b""
-                if rest:
-                    out.handle(key.data, [rest], log_file, pipe)
-        out.drawing(buffers["log"], pipe)
-        now = time.monotonic()
-        scanned = out.reader is not None and now - last_scan >= SCAN_EVERY_S
-        if scanned:  # (its points go in with this flush; what it read is marked read once they are in)
-            out.scan(pipe)
-            last_scan = now
-        writes.flush(pipe)
-        if scanned:
-            out.reader.save()  # type: ignore[union-attr]
-        if out.went_running and run.reports and writes.carry is None:  # (written: its notifications, for `any`)
-            out.went_running = False
-            writes.reachable(lambda: notify.enqueue(out.store.redis, out.store.get(out.job_id)))
-        for timer in timers:
-            timer.tick(now)
-        stopping.escalate(now)
-        if exited_at is None and proc.poll() is not None:
-            exited_at = now
-        elif exited_at is not None and now - exited_at > EXIT_LINGER_S and sel.get_map():
-            if ended_strays_at is None:
-                log.info("job %s: its process exited; ending what it left holding its output", run.job_id)
-                signal_group(proc.pid, signal.SIGKILL)
-                kill_marked(RUN_ID_ENV, run.run_id)
-                end_descendants(keep=frozenset({proc.pid}))
-                ended_strays_at = now
-            elif now - ended_strays_at > EXIT_LINGER_S:  # something out of reach still holds them: stop reading
-                log.warning("job %s: its output is still held open; the attempt ends without it", run.job_id)
-                for key in list(sel.get_map().values()):
+    with _exit_of(proc.pid) as exit_fd:
+        while sel.get_map():
+            heart.tick()
+            ready = sel.select(poll_s)
+            if ready and exited_at is None and proc.poll() is None:
+                _linger(exit_fd, COALESCE_S)  # let more output gather (the pipes hold 64 KiB each meanwhile), but
+                # not past the process's exit: what it wrote last is read at once, and its end recorded (issue 65)
+            pipe = writes.pipeline()
+            for key, _ in ready:
+                chunk, eof = _drain(key.fd)
+                if chunk:
+                    *complete, buffers[key.data] = (buffers[key.data] + chunk).split(b"\n")
+                    out.handle(key.data, complete, log_file, pipe)
+                if eof:
                     sel.unregister(key.fileobj)
+                    rest, buffers[key.data] = buffers[key.data], b""
+                    if rest:
+                        out.handle(key.data, [rest], log_file, pipe)
+            out.drawing(buffers["log"], pipe)
+            now = time.monotonic()
+            scanned = out.reader is not None and now - last_scan >= SCAN_EVERY_S
+            if scanned:  # (its points go in with this flush; what it read is marked read once they are in)
+                out.scan(pipe)
+                last_scan = now
+            writes.flush(pipe)
+            if scanned:
+                out.reader.save()  # type: ignore[union-attr]
+            if out.went_running and run.reports and writes.carry is None:  # (written: its notifications, for `any`)
+                out.went_running = False
+                writes.reachable(lambda: notify.enqueue(out.store.redis, out.store.get(out.job_id)))
+            for timer in timers:
+                timer.tick(now)
+            stopping.escalate(now)
+            if exited_at is None and proc.poll() is not None:
+                exited_at = now
+            elif exited_at is not None and now - exited_at > EXIT_LINGER_S and sel.get_map():
+                if ended_strays_at is None:
+                    log.info("job %s: its process exited; ending what it left holding its output", run.job_id)
+                    signal_group(proc.pid, signal.SIGKILL)
+                    kill_marked(RUN_ID_ENV, run.run_id)
+                    end_descendants(keep=frozenset({proc.pid}))
+                    ended_strays_at = now
+                elif now - ended_strays_at > EXIT_LINGER_S:  # something out of reach still holds them: stop reading
+                    log.warning("job %s: its output is still held open; the attempt ends without it", run.job_id)
+                    for key in list(sel.get_map().values()):
+                        sel.unregister(key.fileobj)
     events.close()
     if out.reader is not None:
         pipe = writes.pipeline()
