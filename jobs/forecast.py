@@ -11,7 +11,7 @@ from typing import Any
 from redis import Redis
 
 from jobs import plan, queues, quota, share, usage
-from jobs.keys import AFTER_KEY, job_key
+from jobs.keys import AFTER_KEY, BEGINS_KEY, job_key
 from jobs.placement import choose, live_slots, part_of, taken_of
 from jobs.queues import waiting_for
 from jobs.record import Job
@@ -86,6 +86,10 @@ def estimate(
     for job_id, rec in zip(asked, store.get_many(asked)):
         after = list(rec.spec.after) if rec else []
         out[job_id] = (None, waiting_for(after) if after else "waiting for its dependencies")
+    begins = {int(raw): at for raw, at in redis.zrange(BEGINS_KEY, 0, -1, withscores=True)}
+    for job_id in begins if asked_of is None else begins.keys() & asked_of:  # (in no line until its begin)
+        out[job_id] = (begins[job_id], None)
+    waiting |= set(begins)
     left = None if asked_of is None else asked_of - waiting  # (a job waiting on dependencies is in no line)
     if left == set():
         return out

@@ -113,6 +113,9 @@ def idempotency_key(digest: str) -> str:
 # -- the line, placement, workers and locks ------------------------------------------------------
 LINES_KEY = f"{PREFIX}:lines"
 """Set of the non-empty lines, each `PRIORITY:OWNER` (`-` for jobs without an owner)."""
+BEGINS_KEY = f"{PREFIX}:begins"
+"""Sorted set of queued jobs waiting for their `begin`: job id -> when (Unix time); a round moves each due one into
+its line (jobs.queues.release_begun)."""
 AFTER_KEY = f"{PREFIX}:after"
 """Set of queued jobs waiting for their dependencies (`after`) before they join their line."""
 IDLE_GPU_KEY = f"{PREFIX}:idle-gpu-seconds"

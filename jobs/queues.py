@@ -23,6 +23,7 @@ from jobs.errors import Conflict, ReferenceNotFound, Unprocessable, ValidationEr
 from jobs.keys import (
     AFTER_CHECK_KEY,
     AFTER_KEY,
+    BEGINS_KEY,
     LINES_KEY,
     PRIORITIES,
     QUEUED_AT_KEY,
@@ -40,7 +41,8 @@ from jobs.settings import Settings
 from jobs.share import owner_of, usage
 from jobs.store import JobStore
 from models import sourcetree
-from models.common import size_text
+from models.common import iso, size_text
+from models.specchecks import begin_at
 from models.states import Status
 
 RQ_JOB_TTL = 7 * 24 * 3600
@@ -188,6 +190,8 @@ def submit(
     owner = (extra or {}).get("owner")
     if typed.after:
         extra = {**(extra or {}), "message": waiting_for(list(typed.after))}
+    elif (begin := begins_at(typed)) is not None and begin > time.time():
+        extra = {**(extra or {}), "message": waiting_until(begin)}
     with redis.pipeline() as pipe:
         rec = store.create(job_id, spec, name, pipe=pipe, source=source, extra=extra)
         enqueue(pipe, job_id, typed, owner, waiting=bool(typed.after))
@@ -197,6 +201,33 @@ def submit(
     return rec
 
 
+def begins_at(spec: Kept) -> float | None:
+    """A job's `begin` as a Unix time (its kept form is an ISO 8601 UTC date-time), or None."""
+    begin = spec.raw.get("begin")
+    return begin_at(begin, 0.0) if isinstance(begin, str) else None
+
+
+def waiting_until(at: float) -> str:
+    """The message of a job whose `begin` is ahead."""
+    return f"waiting until {iso(at)} (its begin)"
+
+
+def release_begun(redis: Redis, now: float) -> list[int]:
+    """Move each job whose `begin` has come (BEGINS_KEY) into its line; the ids moved."""
+    due = [int(raw) for raw in redis.zrangebyscore(BEGINS_KEY, "-inf", now)]
+    if not due:
+        return []
+    moved = []
+    with redis.pipeline(transaction=False) as pipe:
+        for job_id, rec in zip(due, JobStore(redis).get_many(due)):
+            pipe.zrem(BEGINS_KEY, job_id)
+            if rec is not None and rec.status == Status.QUEUED.value:
+                enqueue(pipe, job_id, rec.spec, rec.owner, rec.seq, now=now)
+                moved.append(job_id)
+        pipe.execute()
+    return moved
+
+
 def waiting_for(after: Sequence[int]) -> str:
     """The message of a job whose dependencies have not all succeeded yet."""
     return f"waiting for job{'s' if len(after) > 1 else ''} {', '.join(map(str, after))}"
@@ -204,11 +235,22 @@ def waiting_for(after: Sequence[int]) -> str:
 
 # -- the line ---------------------------------------------------------------------------------
 def enqueue(
-    target: Any, job_id: int, spec: Kept, owner: str | None, seq: float | None = None, waiting: bool = False
+    target: Any,
+    job_id: int,
+    spec: Kept,
+    owner: str | None,
+    seq: float | None = None,
+    waiting: bool = False,
+    now: float | None = None,
 ) -> None:
     """Put a job in its line (its priority's, its owner's), at `seq` (default: its id: the order of submission);
-    `waiting`: it waits for its dependencies first (the scheduler moves it into its line when they succeed).
-    `target`: Redis or a pipeline."""
+    `waiting`: it waits for its dependencies first (the scheduler moves it into its line when they succeed); one
+    whose `begin` is still ahead of `now` waits out of line until then (BEGINS_KEY). `target`: Redis or a
+    pipeline."""
+    begin = begins_at(spec)
+    if not waiting and begin is not None and begin > (time.time() if now is None else now):
+        target.zadd(BEGINS_KEY, {str(job_id): begin})
+        return
     if waiting:
         target.sadd(AFTER_KEY, job_id)
         target.sadd(AFTER_CHECK_KEY, job_id)  # (once: a dependency may have ended already)
@@ -222,10 +264,11 @@ def enqueue(
 
 
 def withdraw(redis: Redis, rec: Job, target: Any = None) -> None:
-    """Take a queued job out of its line (or out of the jobs waiting for dependencies)."""
+    """Take a queued job out of its line (or out of the jobs waiting for dependencies, or for their `begin`)."""
     pipe = target if target is not None else redis.pipeline(transaction=False)
     pipe.zrem(line_key(rec.spec.priority, rec.get("owner")), rec["id"])
     pipe.srem(AFTER_KEY, rec["id"])
+    pipe.zrem(BEGINS_KEY, rec["id"])
     pipe.hdel(QUEUED_AT_KEY, rec["id"])
     if target is None:
         pipe.execute()

@@ -155,6 +155,7 @@ def _round(redis: Redis, s: Settings, now: float) -> list[int]:
     """One round: what is free and who holds what (`_look`), then the lines walked in the scheduler's order, each
     queued job taken through the steps of `Walk.consider` — its sweep's cap, its owner's quota, a fit now, preemption
     for it, a reservation in time — until the walk has seen enough; the jobs placed."""
+    queues.release_begun(redis, now)  # (a job whose `begin` has come joins its line)
     las.settle(redis, s, now)  # (least attained service: who came back in line goes to its band,
     las.promote(redis, s, now)  # and who waited long enough back to band 0)
     r = _look(redis, s, now)

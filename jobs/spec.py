@@ -6,6 +6,7 @@ is right; then the spec a job keeps, every default filled in."""
 from __future__ import annotations
 
 import os
+import time
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -17,7 +18,7 @@ from jobs.errors import Forbidden, ReferenceForbidden, ReferenceNotFound, Valida
 from jobs.record import Kept
 from models import sourcetree
 from models.catalog import parse_dataset
-from models.common import did_you_mean
+from models.common import did_you_mean, iso
 from models.jobspec import (  # noqa: F401 (the names jobs/ and api/ import them by)
     ENV_NAME,
     GPU_MEMORY_MAX,
@@ -41,6 +42,7 @@ from models.jobspec import (  # noqa: F401 (the names jobs/ and api/ import them
     param_schema,
     session_top,
 )
+from models.specchecks import begin_at
 from models.specfields import Elsewhere, Required, Says, bytes_of, marker, seconds_of
 from models.specinput import (  # noqa: F401 (the names jobs/ and api/ import them by)
     COMMAND_ONLY,
@@ -283,6 +285,7 @@ def _normalized(
             if typed.expected_duration is not None
             else {}
         ),
+        **({"begin": iso(begin_at(typed.begin, time.time()))} if typed.begin else {}),  # (+2h: from now)
     }
     if isinstance(typed, ModelJobSpec):
         return {

@@ -8,7 +8,6 @@ import json
 import logging
 import time
 from collections.abc import Callable, Iterator
-from datetime import datetime, timezone
 from typing import Any, TypeVar
 
 from redis import Redis
@@ -32,6 +31,7 @@ from jobs.keys import (
     stop_key,
 )
 from jobs.record import FLOAT, INT, JSON, Job
+from models.common import iso  # noqa: F401 (re-exported: its old home)
 from models.states import ENDED, Status
 
 LOG_MAXLEN = 100_000
@@ -107,13 +107,6 @@ def through_outage(fn: Callable[[], T], what: str, limit_s: float = OUTAGE_LIMIT
 def redis_uptime_s(redis: Redis) -> float:
     """How long this Redis server has been up (a restarted one has dropped the keys that expired meanwhile)."""
     return float(redis.info("server")["uptime_in_seconds"])
-
-
-def iso(ts: float | None) -> str | None:
-    """A Unix time as an ISO 8601 UTC string."""
-    if ts is None:
-        return None
-    return datetime.fromtimestamp(ts, tz=timezone.utc).isoformat(timespec="milliseconds").replace("+00:00", "Z")
 
 
 APPEND_LINES = """

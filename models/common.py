@@ -129,3 +129,12 @@ def did_you_mean(word: object, known: Iterable[str]) -> str:
 
 def _common_prefix(a: str, b: str) -> int:
     return next((i for i, (x, y) in enumerate(zip(a, b)) if x != y), min(len(a), len(b)))
+
+
+def iso(ts: float | None) -> str | None:
+    """A Unix time as an ISO 8601 UTC string: 2026-11-24T15:17:02.123Z (every date-time the API answers)."""
+    if ts is None:
+        return None
+    from datetime import datetime, timezone
+
+    return datetime.fromtimestamp(ts, tz=timezone.utc).isoformat(timespec="milliseconds").replace("+00:00", "Z")

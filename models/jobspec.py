@@ -39,6 +39,7 @@ from models.specchecks import (  # noqa: F401 (re-exported: their old home)
     SESSION_IDLE_S,
     SESSION_MAX_S,
     check_after,
+    check_begin,
     check_checkpoint_every,
     check_command,
     check_dataset,
@@ -218,6 +219,21 @@ class Common(BaseModel):
             reads="natural",
         ),
     ] = Field(default_factory=list)
+    begin: Annotated[
+        Annotated[
+            Any,
+            Check(
+                check_begin,
+                {
+                    "type": "string",
+                    "description": "when it may start at the earliest: an ISO 8601 date-time with its zone "
+                    "(2026-12-01T02:00Z), or +AGE from its submission (+2h); it waits out of line until then",
+                },
+            ),
+        ]
+        | None,
+        Cli("--begin", "start no earlier than this: 2026-12-01T02:00Z, or +2h from now", "TIME"),
+    ] = Field(None)
     notify: Annotated[
         Annotated[
             Any,

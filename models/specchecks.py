@@ -265,3 +265,43 @@ ENV_SCHEMA = {
 COMMAND_ELSEWHERE = Elsewhere("belongs to command jobs (give command)", session="belongs to command jobs")
 CODE_ELSEWHERE = Elsewhere("belongs to command jobs (give command)")
 SESSION_ELSEWHERE = Elsewhere(f"belongs to sessions (kind: {SESSION})")
+
+
+MAX_BEGIN_S = 366 * 86400
+"""The latest a job may ask to begin: a year from now."""
+
+
+def begin_at(value: str, now: float) -> float:
+    """`begin` as a Unix time: an ISO 8601 date-time with its zone (2026-12-01T02:00Z, …+01:00), or `+AGE` from `now`
+    (+2h, +1h30m); ValueError saying what was wrong."""
+    text = value.strip()
+    if text.startswith("+"):
+        try:
+            return now + parse_age(text[1:])
+        except ValueError:
+            raise ValueError(f"must be +AGE such as +2h or +1h30m, or a date-time, got {value!r}") from None
+    from datetime import datetime
+
+    try:
+        when = datetime.fromisoformat(text.replace("Z", "+00:00").replace("z", "+00:00"))
+    except ValueError:
+        raise ValueError(f"must be a date-time such as 2026-12-01T02:00Z, or +AGE such as +2h, got {value!r}") from None
+    if when.tzinfo is None:
+        raise ValueError(f"must say its time zone (2026-12-01T02:00Z, 2026-12-01T03:00+01:00), got {value!r}")
+    return when.timestamp()
+
+
+def check_begin(value: Any) -> str | None:
+    """`begin`: when the job may start at the earliest; no later than a year from now."""
+    import time
+
+    if not isinstance(value, str):
+        return f"must be a date-time such as 2026-12-01T02:00Z, or +AGE such as +2h, got {value!r}"
+    now = time.time()
+    try:
+        at = begin_at(value, now)
+    except ValueError as exc:
+        return str(exc)
+    if at > now + MAX_BEGIN_S:
+        return f"must be within a year from now, got {value!r}"
+    return None
