@@ -32,6 +32,10 @@ OMITTED: Any = None
 """The default of a field an answer may leave out (it is not null when it is there)."""
 
 
+# (said in place, not as components of their own: a generated client names each enum by its field, JobStatus)
+StatusName = Annotated[str, WithJsonSchema({"type": "string", "enum": [s.value for s in Status]})]
+ReasonName = Annotated[str, WithJsonSchema({"type": "string", "enum": [r.value for r in Reason]})]
+TaskStatusName = Annotated[str, WithJsonSchema({"type": "string", "enum": [s.value for s in TaskStatus]})]
 Priority = Annotated[str, WithJsonSchema({"type": "string", "enum": list(PRIORITIES)})]
 XAxis = Annotated[str, WithJsonSchema({"type": "string", "enum": list(X_AXES)})]
 Search = Annotated[str, WithJsonSchema({"type": "string", "enum": list(SEARCHES)})]
@@ -158,8 +162,8 @@ class Job(Answer):
     id: int
     name: str
     owner: str | None = Field(None, description="the name of the token that made it (null: no named tokens then)")
-    status: Status
-    reason: Reason | None = None
+    status: StatusName
+    reason: ReasonName | None = None
     message: str | None = None
     spec: JobSpec
     queue: str = OMITTED
@@ -368,7 +372,7 @@ class Task(Answer):
     gpu_ids: list[str] = OMITTED
     address: str | None = None
     pid: int | None = None
-    status: TaskStatus
+    status: TaskStatusName
     reason: str | None = None
     message: str | None = None
 
@@ -418,7 +422,7 @@ class ComparedJob(Answer):
     id: int
     name: str | None = None
     owner: str | None = Field(None, description="the name of the token that made it (null: no named tokens then)")
-    status: Status
+    status: StatusName
     reason: str | None = None
     kind: Literal["model", "command", "session"]
     sweep_id: int | None = None
