@@ -1075,6 +1075,7 @@ def test_c_on_another_users_job_is_refused_before_any_question_and_no_mark_stays
 def recorded(redis, n: int, ended_from: int) -> dict:
     """Jobs 1…n as the store writes their records, straight into Redis (what the API lists is what the test made):
     job 1 running, ended_from…n succeeded, the others queued; the spec they have."""
+    from jobs.keys import heartbeat_key
     from jobs.store import JobStore
 
     store = JobStore(redis)
@@ -1088,6 +1089,8 @@ def recorded(redis, n: int, ended_from: int) -> dict:
         store.update(job_id, pipe=pipe, status="succeeded", ended_at=1.0)
     pipe.execute()
     assert store.transition(1, ("queued",), status="running", started_at=1.0)
+    # its work-horse beats: the API's reaper leaves it running however long the test takes
+    redis.set(heartbeat_key(1), "w", ex=3600)
     return spec
 
 
