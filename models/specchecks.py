@@ -5,6 +5,8 @@ declarations call. Re-exported there, their old home."""
 from __future__ import annotations
 
 import re
+import time
+from datetime import datetime
 from typing import Any
 
 from models import params as params_mod
@@ -280,8 +282,6 @@ def begin_at(value: str, now: float) -> float:
             return now + parse_age(text[1:])
         except ValueError:
             raise ValueError(f"must be +AGE such as +2h or +1h30m, or a date-time, got {value!r}") from None
-    from datetime import datetime
-
     try:
         when = datetime.fromisoformat(text.replace("Z", "+00:00").replace("z", "+00:00"))
     except ValueError:
@@ -293,8 +293,6 @@ def begin_at(value: str, now: float) -> float:
 
 def check_begin(value: Any) -> str | None:
     """`begin`: when the job may start at the earliest; no later than a year from now."""
-    import time
-
     if not isinstance(value, str):
         return f"must be a date-time such as 2026-12-01T02:00Z, or +AGE such as +2h, got {value!r}"
     now = time.time()
