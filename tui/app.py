@@ -14,6 +14,7 @@ from typing import Any
 from textual.app import App
 from textual.binding import Binding
 from textual.widget import Widget
+from textual.worker import Worker, get_current_worker
 
 from models.sourcetree import human
 from tui.client import ApiError, Client, Unreachable
@@ -84,28 +85,35 @@ class GpudeckApp(App):
         on_error: Callable[[ApiError], None] | None = None,
         group: str = "api",
         exclusive: bool = False,
-    ) -> None:
-        """Run `call(client)` in a thread; `on_ok(result)` on the UI thread. Unreachable and 401 go to the banner;
-        other API errors to `on_error` (or a notification)."""
+    ) -> Worker:
+        """Run `call(client)` in a thread (the worker it runs in is returned); `on_ok(result)` on the UI thread.
+        Unreachable and 401 go to the banner; other API errors to `on_error` (or a notification). A call whose
+        worker was cancelled meanwhile (a newer one of its `exclusive` group began) delivers nothing: its answer is
+        older than the newer one's."""
 
         def work() -> None:
+            worker = get_current_worker()
             try:
                 result = call(self.client())
             except Unreachable as exc:
-                self.call_from_thread(self._failed, f"Cannot reach the gpudeck API at {self.api_url} ({_short(exc)})")
+                if not worker.is_cancelled:
+                    self.call_from_thread(
+                        self._failed, f"Cannot reach the gpudeck API at {self.api_url} ({_short(exc)})"
+                    )
             except ApiError as exc:
+                if worker.is_cancelled:
+                    return
                 if exc.status == 401:
                     self.call_from_thread(
                         self._failed, f"The API refused the token (401): set GPUDECK_TOKEN or --token. {exc.message}"
                     )
-                elif on_error is not None:
-                    self.call_from_thread(self._ok_then, on_error, exc)
                 else:
-                    self.call_from_thread(self._ok_then, self._notify_error, exc)
+                    self.call_from_thread(self._ok_then, on_error or self._notify_error, exc)
             else:
-                self.call_from_thread(self._ok_then, on_ok, result)
+                if not worker.is_cancelled:
+                    self.call_from_thread(self._ok_then, on_ok, result)
 
-        self.run_worker(work, thread=True, group=group, exclusive=exclusive, exit_on_error=False)
+        return self.run_worker(work, thread=True, group=group, exclusive=exclusive, exit_on_error=False)
 
     def _notify_error(self, exc: ApiError) -> None:
         self.notify(exc.message, title=f"HTTP {exc.status}", severity="error")

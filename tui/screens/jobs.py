@@ -12,6 +12,7 @@ from textual.binding import Binding
 from textual.containers import Horizontal
 from textual.screen import Screen
 from textual.widgets import DataTable, Footer, Input, Static
+from textual.worker import Worker
 
 from models.common import search_text
 from tui.client import ApiError
@@ -155,6 +156,8 @@ class JobsScreen(Screen):
         self.whole_read: tuple[Any, ...] | None = None
         """(when, facet, filter) of the last read of every job the table holds, sorted by a column but id: between
         two (WHOLE_EVERY_S), a refresh reads only what may have changed."""
+        self.reading: Worker | None = None
+        """The worker of the last read (the timer starts no other while it runs)."""
         self.more = False
         """Whether the facet and filter match more jobs than the newest MAX_JOBS that were read."""
         """Whether any job listed has an owner (named tokens): the table then has an OWNER column."""
@@ -226,12 +229,18 @@ class JobsScreen(Screen):
 
     def on_mount(self) -> None:
         self.query_one("#filter", Input).display = False
-        self.set_interval(REFRESH_S, self.refresh_jobs)  # (the first read: on_screen_resume)
+        self.set_interval(REFRESH_S, self._tick)  # (the first read: on_screen_resume)
 
     def on_screen_resume(self) -> None:
         self.refresh_jobs()
 
     # -- data ----------------------------------------------------------------------------------
+    def _tick(self) -> None:
+        """The timer's refresh, unless the last read is still on its way (every job read, sorted by a column, can
+        take longer than REFRESH_S: a second one beside it would only double the API's work)."""
+        if self.reading is None or self.reading.is_finished:
+            self.refresh_jobs()
+
     def refresh_jobs(self) -> None:
         if not self.is_active or not self.app.api_ready():
             # Under another screen (or a dialog) nothing is read or drawn: Textual composes the screen below the
@@ -249,13 +258,13 @@ class JobsScreen(Screen):
             def fetch_changed(client) -> tuple[list[dict[str, Any]], int | None, bool, tuple | None]:
                 return (*jobsread.changed(client, status, words, known), more, None)
 
-            self.app.call_api(fetch_changed, self._read, group="jobs-refresh", exclusive=True)
+            self.reading = self.app.call_api(fetch_changed, self._read, group="jobs-refresh", exclusive=True)
             return
 
         def fetch(client) -> tuple[list[dict[str, Any]], int | None, bool, tuple | None]:
             return (*jobsread.window(client, status, words, most), None if sorted_by_id else (now, status, words))
 
-        self.app.call_api(fetch, self._read, group="jobs-refresh", exclusive=True)
+        self.reading = self.app.call_api(fetch, self._read, group="jobs-refresh", exclusive=True)
 
     def _read(self, answer: tuple[list[dict[str, Any]], int | None, bool, tuple | None]) -> None:
         jobs, self.total, self.more, whole = answer

@@ -6,6 +6,8 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator
 from typing import Any
 
+from textual.worker import NoActiveWorker, get_current_worker
+
 from tui.client import ApiError
 from tui.widgets.fmt import ENDED, UNENDED
 
@@ -28,12 +30,21 @@ live job that left both (it ended) on its own. Every job every 2 s cost the API 
 Jobs = list[dict[str, Any]]
 
 
+def cancelled() -> bool:
+    """Whether the worker this read runs in was cancelled (a newer read of the table began): its pages stop, so
+    two reads never run side by side."""
+    try:
+        return get_current_worker().is_cancelled
+    except NoActiveWorker:
+        return False
+
+
 def live_pages(client: Any, status: str | None, words: str | None, full: Callable[[], bool]) -> Iterator[Jobs]:
-    """The live jobs of the facet and filter, a page at a time, until there are no more or `full()` says the
+    """The live jobs of the facet and filter, a page at a time, until there are no more, `full()` says the
     caller holds enough (every page of them, not the newest 500: a running job fell out behind 1,510 newer ones,
-    issue 64)."""
+    issue 64) or the read was cancelled."""
     live, cursor = status or ",".join(LIVE_FACETS[1:]), None
-    while not full():
+    while not full() and not cancelled():
         page = client.jobs(limit=PAGE, cursor=cursor, status=live, q=words)
         yield page["jobs"]
         cursor = page["next_cursor"]
@@ -46,7 +57,7 @@ def window(client: Any, status: str | None, words: str | None, most: int) -> tup
     the older live ones, how many the store holds, and whether there were more than were read."""
     jobs: Jobs = []
     cursor, total = None, None
-    while len(jobs) < most:
+    while len(jobs) < most and not cancelled():
         page = client.jobs(limit=PAGE, cursor=cursor, status=status, q=words)
         jobs += page["jobs"]
         cursor, total = page["next_cursor"], page.get("total")
