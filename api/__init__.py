@@ -50,6 +50,7 @@ def create_app(config: dict[str, Any] | None = None) -> Flask:
         health,
         jobs,
         openapi,
+        schedules,
         sources,
         tensorboard,
         users,
@@ -68,9 +69,11 @@ def create_app(config: dict[str, Any] | None = None) -> Flask:
     app.register_blueprint(sources.bp, url_prefix="/api/v1")
     app.register_blueprint(tensorboard.bp, url_prefix="/api/v1")
     app.register_blueprint(users.bp, url_prefix="/api/v1")
+    app.register_blueprint(schedules.bp, url_prefix="/api/v1")
     auth.register_audit(app)
     if app.config.get("START_REAPER") and settings.redis_url:
         from jobs import control
+        from jobs.cronjobs import Timetable
         from jobs.notify import Notifier
         from jobs.reaper import Reaper
         from jobs.tensorboard import Sweeper
@@ -79,6 +82,7 @@ def create_app(config: dict[str, Any] | None = None) -> Flask:
         Reaper(settings.redis_url, retention).start()  # lost jobs are found even when every worker is gone
         Sweeper(settings.redis_url, settings).start()  # idle TensorBoards are stopped
         Notifier(settings).start()  # notifications are sent even when every worker is gone
+        Timetable(settings).start()  # schedules fire even when every worker is gone (their jobs wait in line)
         if settings.mlflow_uri:
             from jobs.export import Exporter
 

@@ -293,6 +293,17 @@ SEARCHING_KEY = f"{PREFIX}:sweeps:searching"
 """Set of the ids of searches still running: what the searcher drives."""
 SEARCHER_LOCK_KEY = f"{PREFIX}:searcher:lock"
 """Held by the one process driving the searches this round."""
+SCHEDULES_KEY = f"{PREFIX}:schedules"
+"""Hash: a schedule's name -> its record (JSON: cron, zone, rules, its job or sweep, its last firings)."""
+SCHEDULES_DUE_KEY = f"{PREFIX}:schedules:due"
+"""Sorted set: each schedule not paused -> its next firing (Unix time)."""
+TIMETABLE_LOCK_KEY = f"{PREFIX}:schedules:lock"
+"""Held by the one process firing the due schedules."""
+
+
+def schedule_fired_key(name: str, created_at: float, firing: float) -> str:
+    """A sweep a schedule's firing made (its id, for a day): made once, whichever process fires it."""
+    return f"{PREFIX}:schedules:fired:{name}:{created_at!r}:{firing!r}"
 
 
 def tensorboard_key(host: str) -> str:

@@ -142,6 +142,8 @@ class Job(dict[str, Any]):
     """The job a retry of it resumes from (its checkpoints)."""
     trial: Read[dict[str, Any] | None] = Read(None, JSON)
     """A search's trial: its number and values."""
+    schedule: Read[dict[str, Any] | None] = Read(None, JSON)
+    """The schedule and the firing that made the job: {"name", "firing"} (jobs.cronjobs)."""
     gen: Read[int] = Read(0, INT)
     seq: Read[float | None] = Read(None, FLOAT)
     gpu_ids: Read[Sequence[int | str]] = Read((), JSON)

@@ -13,6 +13,7 @@ import threading
 from typing import Any
 
 from jobs import control
+from jobs.cronjobs import Timetable
 from jobs.errors import ConfigError
 from jobs.notify import Notifier
 from jobs.onslurm import Round, SlurmAway, Tools
@@ -38,6 +39,7 @@ def run(settings: Settings, stopped: threading.Event | None = None) -> None:
         Round(settings),
         Reaper(settings.redis_url, retention, jobs=False),
         Searcher(settings),
+        Timetable(settings),
         Notifier(settings),
     ]
     helpers.append(Watch(settings.redis_url, list(helpers)))

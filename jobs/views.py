@@ -107,6 +107,7 @@ def job_view(
         "resumes": rec.get("resumes"),
         "sweep_id": sweep_id(rec),
         "trial": rec.get("trial"),
+        "schedule": rec.get("schedule"),
         "stopped_early": rec.get("reason") == Reason.STOPPED_EARLY.value,
         "early_stop": rec.get("early_stop"),
         "export": rec.get("export"),

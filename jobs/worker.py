@@ -20,6 +20,7 @@ from rq.command import send_shutdown_command
 from rq.job import Job
 
 from jobs import control, disk, gang, gpuhealth, mps, schedule, taskrecord
+from jobs.cronjobs import Timetable
 from jobs.errors import ConfigError, NotFound
 from jobs.gpus import Sampler
 from jobs.keys import (
@@ -545,6 +546,7 @@ def run(
         ),
         placer := schedule.Placer(settings.redis_url, name, settings),
         Searcher(settings),  # (one process at a time drives the searches: whichever holds the lock this round)
+        Timetable(settings),  # (and makes the schedules' due firings)
         Notifier(settings),  # (and sends the notifications due: the API's does too, one of them at a time)
     ]
     helpers.append(Watch(settings.redis_url, list(helpers)))  # (says where one of them is stuck, should one be)

@@ -135,6 +135,21 @@ class Client:
     def stop_sweep(self, sweep_id: int) -> dict[str, Any]:
         return self.request("POST", f"/api/v1/sweeps/{sweep_id}/stop").json()
 
+    def create_schedule(self, body: dict[str, Any]) -> dict[str, Any]:
+        return self.request("POST", "/api/v1/schedules", json=body).json()
+
+    def schedules(self) -> list[dict[str, Any]]:
+        return self.request("GET", "/api/v1/schedules").json()["schedules"]
+
+    def schedule(self, name: str, action: str | None = None) -> dict[str, Any]:
+        """A schedule (GET), or the schedule after `action` (pause, resume: POST)."""
+        if action is None:
+            return self.request("GET", f"/api/v1/schedules/{quote(name, safe='')}").json()
+        return self.request("POST", f"/api/v1/schedules/{quote(name, safe='')}/{action}").json()
+
+    def delete_schedule(self, name: str) -> None:
+        self.request("DELETE", f"/api/v1/schedules/{quote(name, safe='')}")
+
     def cordon(self, host: str, gpu: str, reason: str | None = None) -> dict[str, Any]:
         body = {"reason": reason} if reason else {}
         return self.request("POST", f"/api/v1/gpus/{host}/{gpu}/cordon", json=body).json()

@@ -9,13 +9,13 @@ from typing import Any
 from flask import Blueprint
 
 from api import schemas
-from api.openapi import data, jobs, service, sweeps
+from api.openapi import data, jobs, schedules, service, sweeps
 from api.openapi.base import VERSION
 from models.common import DEFAULT_API
 
 bp = Blueprint("openapi", __name__)
 
-PARTS = (jobs, sweeps, data, service)
+PARTS = (jobs, sweeps, schedules, data, service)
 """The document's parts, in the order their paths are listed."""
 
 OPERATIONS: dict[tuple[str, str], tuple[str, str]] = {
@@ -39,6 +39,12 @@ OPERATIONS: dict[tuple[str, str], tuple[str, str]] = {
     ("get", "/api/v1/sweeps/{id}"): ("get_sweep", "sweeps"),
     ("get", "/api/v1/sweeps"): ("list_sweeps", "sweeps"),
     ("get", "/api/v1/envs"): ("list_envs", "cluster"),
+    ("post", "/api/v1/schedules"): ("create_schedule", "schedules"),
+    ("get", "/api/v1/schedules"): ("list_schedules", "schedules"),
+    ("get", "/api/v1/schedules/{name}"): ("get_schedule", "schedules"),
+    ("delete", "/api/v1/schedules/{name}"): ("delete_schedule", "schedules"),
+    ("post", "/api/v1/schedules/{name}/pause"): ("pause_schedule", "schedules"),
+    ("post", "/api/v1/schedules/{name}/resume"): ("resume_schedule", "schedules"),
     ("post", "/api/v1/sweeps/{id}/stop"): ("stop_sweep", "sweeps"),
     ("get", "/api/v1/models"): ("list_models", "data"),
     ("get", "/api/v1/datasets"): ("list_datasets", "data"),
@@ -68,6 +74,7 @@ OPERATIONS: dict[tuple[str, str], tuple[str, str]] = {
 TAGS = {
     "jobs": "submit, list, watch, cancel, retry, compare and delete training jobs; their logs, files and metrics",
     "sweeps": "grids and searches of jobs, ranked",
+    "schedules": "jobs and sweeps made on a cron, in a time zone",
     "data": "models, datasets and source snapshots",
     "cluster": "workers, GPUs and the fair share",
     "tensorboard": "TensorBoard over jobs",

@@ -12,14 +12,14 @@ from typing import Any
 from pydantic import BaseModel, RootModel
 from pydantic.json_schema import GenerateJsonSchema, JsonRef, JsonSchemaValue, models_json_schema
 
-from api.schemas import data, jobs, service, sweeps
+from api.schemas import data, jobs, schedules, service, sweeps
 from api.schemas.base import GridSweepInput
-from models import searchinput
+from models import scheduleinput, searchinput
 from models.searchinput import SearchSweepInput
 
-PARTS: tuple[ModuleType, ...] = (jobs, sweeps, data, service, searchinput)
-"""Where the bodies are declared: one module a resource, and the search body models.searchinput declares (what
-jobs.searchspace checks a search with)."""
+PARTS: tuple[ModuleType, ...] = (jobs, sweeps, schedules, data, service, searchinput, scheduleinput)
+"""Where the bodies are declared: one module a resource, and the search and schedule bodies models.searchinput and
+models.scheduleinput declare (what jobs.searchspace and jobs.cronjobs check them with)."""
 
 
 class SweepInput(RootModel[GridSweepInput | SearchSweepInput]):

@@ -71,6 +71,13 @@ class GpuLife(Answer):
     gpu_seconds: float
 
 
+class MadeBy(Answer):
+    """the schedule and the firing that made this job"""
+
+    name: str
+    firing: str = Field(description="the firing's time (ISO 8601, UTC)")
+
+
 class TrialOf(Answer):
     """the trial of a search this job is: its number and sampled values"""
 
@@ -238,6 +245,9 @@ class Job(Answer):
     )
     sweep_id: int | None = Field(None, description="the sweep that made this job (it also has a sweep:N tag)")
     trial: TrialOf | None = Field(None, description="the trial of a search this job is: its number and sampled values")
+    schedule: MadeBy | None = Field(
+        None, description="the schedule and the firing that made this job (it also has a schedule:NAME tag)"
+    )
     stopped_early: bool = Field(
         OMITTED, description="a trial its search stopped early (status succeeded, reason stopped_early)"
     )

@@ -157,6 +157,19 @@ def test_real_answers_conform_to_the_document(gpu_api, spawn, gpu_env, tmp_path,
     call("POST", "/api/v1/sweeps", 400, json={**searched, "space": {"params.lr": {"uniform": [1, 0]}}})
     call("POST", f"/api/v1/sweeps/{search['id']}/stop", 200)
     call("POST", "/api/v1/sweeps/999/stop", 404)
+    # a schedule firing every second (its job waits for two GPUs nobody has: the next firings skip)
+    every = {"name": "nightly", "cron": "* * * * * *", "job": {**TINY, "gpus": 2}}
+    call("POST", "/api/v1/schedules", 201, json=every)
+    call("POST", "/api/v1/schedules", 409, json=every)
+    call("POST", "/api/v1/schedules", 400, json={**every, "name": "other", "cron": "61 * * * *"})
+    until(lambda: len(requests.get(f"{gpu_api}/api/v1/schedules/nightly", timeout=10).json()["firings"]) >= 2, 30)
+    fired = call("POST", "/api/v1/schedules/nightly/pause", 200).json()
+    call("GET", "/api/v1/schedules/nightly", 200)
+    call("GET", "/api/v1/schedules", 200)
+    call("POST", "/api/v1/schedules/nightly/resume", 200)
+    call("DELETE", "/api/v1/schedules/nightly", 204)
+    call("GET", "/api/v1/schedules/nightly", 404)
+    call("POST", f"/api/v1/jobs/{fired['last_made']['id']}/cancel", 200)
     call("GET", f"/api/v1/jobs/{job}/notifications", 200)
     call("GET", "/api/v1/envs", 200)
     call("DELETE", f"/api/v1/jobs/{sweep['job_ids'][0]}", 409)  # queued: not ended
@@ -202,7 +215,7 @@ def test_real_answers_conform_to_the_document(gpu_api, spawn, gpu_env, tmp_path,
     documented = {f"{m.upper()} {p}" for p, ops in doc["paths"].items() for m in ops}
     exercised = {
         re.sub(
-            r"/(\d+|c|none|nope|nobody|model\.keras|checkpoints|src:[0-9a-f]+|[\w.-]+\.cpu\.\d+)(?=/|$)",
+            r"/(\d+|c|none|nope|nobody|nightly|model\.keras|checkpoints|src:[0-9a-f]+|[\w.-]+\.cpu\.\d+)(?=/|$)",
             "/{x}",
             c.rsplit(" ", 1)[0],
         )

@@ -67,10 +67,13 @@ async def _keys(url: str, n: int) -> dict[str, list[float]]:
     t0 = time.perf_counter()
     async with app.run_test(size=(120, 40)) as pilot:
 
-        async def until(check, timeout: float = 120.0) -> None:
+        async def until(check, timeout: float = 120.0, what: str = "the first table") -> None:
             deadline = time.monotonic() + timeout
             while not check():
-                assert time.monotonic() < deadline, "the screen did not change"
+                assert time.monotonic() < deadline, (
+                    f"the screen did not change: {what}; focused {app.focused!r}, {table.row_count} rows, "
+                    f"cursor {table.cursor_row}, screen {app.screen!r}, stack {app.screen_stack!r}"
+                )
                 await pilot.pause(0.005)
 
         screen = app.screen
@@ -85,7 +88,7 @@ async def _keys(url: str, n: int) -> dict[str, list[float]]:
             t0 = time.perf_counter()
             for key in keys:
                 await pilot.press(key)
-            await until(lambda: changed(before))
+            await until(lambda: changed(before), what=f"{name} ({keys})")
             took.setdefault(name, []).append((time.perf_counter() - t0) * 1000)
 
         moved = lambda before: table.cursor_row != before[1]  # noqa: E731

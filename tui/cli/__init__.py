@@ -17,7 +17,7 @@ import click
 from models.common import EXIT_INTERRUPTED, EXIT_JOB_FAILED, EXIT_OK, EXIT_UNREACHABLE, EXIT_USAGE
 from tui.cli.base import connection_options
 
-FAMILIES = ("jobs", "compare", "export", "session", "data", "sweeps", "admin", "doctor", "agent")
+FAMILIES = ("jobs", "compare", "export", "session", "data", "sweeps", "schedules", "admin", "doctor", "agent")
 """The client's command modules (tui.cli.NAME, each with its COMMANDS), in the order their commands are added."""
 
 SERVER_COMMANDS = {
