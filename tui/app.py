@@ -27,6 +27,7 @@ from tui.screens.job import KEYS as JOB_KEYS
 from tui.screens.job import JobScreen
 from tui.screens.jobs import KEYS as JOBS_KEYS
 from tui.screens.jobs import JobsScreen
+from tui.screens.schedules import SchedulesScreen
 from tui.screens.share import ShareScreen
 from tui.screens.submit import SubmitScreen
 from tui.screens.sweep import KEYS as SWEEP_KEYS
@@ -51,6 +52,7 @@ class GpudeckApp(App):
         Binding("n", "submit", "New"),  # (a new job: "New job" ran under the palette key at 80 columns)
         Binding("g", "gpus", "GPUs", show=False),  # (in `?` and the palette: the footer fits 80 columns)
         Binding("u", "share", "Share", show=False),
+        Binding("o", "schedules", "Schedules", show=False),
     ]
 
     def __init__(self, api_url: str, token: str | None = None, job: int | None = None):
@@ -213,6 +215,10 @@ class GpudeckApp(App):
     def action_share(self) -> None:
         if not isinstance(self.screen, ShareScreen):
             self.push_screen(ShareScreen())
+
+    def action_schedules(self) -> None:
+        if not isinstance(self.screen, SchedulesScreen):
+            self.push_screen(SchedulesScreen())
 
     def action_submit(self) -> None:
         def opened(job: dict | None) -> None:

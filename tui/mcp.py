@@ -326,6 +326,11 @@ def server(api: Client, allow_writes: bool = False) -> MCPServer:
         return _call(api.sweep_summary, sweep_id)
 
     @mcp.tool(annotations=READ_ONLY)
+    def list_schedules() -> dict[str, Any]:
+        """The schedules (jobs or sweeps made on a cron): each one's next firing, rules and last firings."""
+        return {"schedules": _call(api.schedules)}
+
+    @mcp.tool(annotations=READ_ONLY)
     def list_datasets() -> dict[str, Any]:
         """The uploaded datasets and their versions."""
         return _call(api.datasets)
@@ -387,6 +392,23 @@ def _writes(mcp: MCPServer, api: Client) -> None:
             return _call(lambda: api.request("POST", "/api/v1/sweeps", params={"dry_run": "true"}, json=body).json())
         sweep = _call(api.sweep, body)
         return {k: v for k, v in sweep.items() if k != "jobs"} | {"jobs": [summary(j) for j in sweep.get("jobs", [])]}
+
+    @mcp.tool(annotations=WRITE)
+    def create_schedule(body: dict[str, Any]) -> dict[str, Any]:
+        """Make a schedule: {"name", "cron" ('0 2 * * *'), "tz" (Europe/Berlin), "overlap" (skip, queue,
+        cancel-previous), "catch_up" (none, one), and "job" (a job spec) or "sweep"}: its job made at each firing."""
+        return _call(api.create_schedule, body)
+
+    @mcp.tool(annotations=WRITE)
+    def pause_schedule(name: str, resume: bool = False) -> dict[str, Any]:
+        """Pause a schedule (no firing until resumed), or resume it (resume=true: firing from its next time)."""
+        return _call(api.schedule, name, "resume" if resume else "pause")
+
+    @mcp.tool(annotations=DESTRUCTIVE)
+    def delete_schedule(name: str) -> dict[str, Any]:
+        """Delete a schedule (the jobs it made stay)."""
+        _call(api.delete_schedule, name)
+        return {"deleted": name}
 
     @mcp.tool(annotations=DESTRUCTIVE)
     def cancel_job(job_id: int, dry_run: bool = False) -> dict[str, Any]:

@@ -25,6 +25,7 @@ class GpudeckCommands(Provider):
                 "who uses the box: GPUs held, decayed GPU-hours, running and queued, per person",
                 app.action_share,
             ),
+            ("Schedules", "jobs made on a cron: next firings, what each made; pause, delete", app.action_schedules),
             ("New job", "the form to submit a job", app.action_submit),
             ("TensorBoard", "TensorBoard on the current job (or the selected ones)", app.action_tensorboard),
             ("Keys", "gpudeck's keys on this screen", app.action_toggle_help),

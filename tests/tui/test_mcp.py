@@ -97,6 +97,14 @@ def test_an_agent_lists_submits_waits_triages_and_reads_metrics_within_the_apis_
             assert sweep["dry_run"] is True and sweep["jobs"] == 3 and len(sweep["specs"]) == 3
             assert (await call(writer, "list_jobs"))["total"] == 0  # (a dry run stores nothing)
             assert (await call(writer, "list_sweeps"))["sweeps"] == []
+            nightly = {"name": "nightly", "cron": "0 2 * * *", "tz": "Europe/Berlin", "job": TINY}
+            assert (await call(writer, "create_schedule", body=nightly))["owner"] == "alice"
+            assert [s["name"] for s in (await call(writer, "list_schedules"))["schedules"]] == ["nightly"]
+            assert (await call(writer, "pause_schedule", name="nightly"))["paused"] is True
+            assert (await call(writer, "pause_schedule", name="nightly", resume=True))["next_at"].endswith(":00.000Z")
+            assert "cron" in await refused(writer, "create_schedule", body={**nightly, "cron": "61 * * * *"})
+            await call(writer, "delete_schedule", name="nightly")
+            assert (await call(writer, "list_schedules"))["schedules"] == []
             assert "envs" in await call(writer, "list_environments")
             bad = await refused(writer, "submit_job", spec={**TINY, "gpus": -1})
             assert "gpus" in bad and "HTTP 400" in bad  # (the API's own message)

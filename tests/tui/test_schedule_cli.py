@@ -51,3 +51,51 @@ def test_the_readme_makes_a_schedule_and_a_schedule_fires(spawn, child_env, tmp_
     listed = cli("ls", "--tag", "schedule:smoke")
     assert listed.returncode == 0 and [r.split()[0] for r in listed.stdout.splitlines()[1:]] == [str(job["id"])]
     assert cli("schedule", "rm", "smoke").returncode == 0
+
+
+def test_the_tuis_schedules_screen_lists_pauses_and_deletes(spawn, child_env):
+    """`o` opens the schedules: a row each with its next firing, the last firings below; p pauses (and resumes)
+    the one under the cursor, D deletes it after one confirmation, as the API then says."""
+    import asyncio
+
+    from textual.widgets import DataTable, Static
+
+    from tests.support.pilot import on_screen, text_of
+    from tests.support.pilot import until as until_shown
+    from tui.app import GpudeckApp
+    from tui.screens.dialogs import Confirm
+    from tui.screens.schedules import SchedulesScreen
+
+    url = start_api(spawn, child_env)
+    job = {"model": "lenet", "dataset": "synthetic", "gpus": 2}
+    for name, cron in (("hourly", "0 * * * *"), ("nightly", "0 2 * * *")):
+        made = requests.post(f"{url}/api/v1/schedules", json={"name": name, "cron": cron, "job": job}, timeout=10)
+        assert made.status_code == 201, made.text
+
+    def api(name: str) -> requests.Response:
+        return requests.get(f"{url}/api/v1/schedules/{name}", timeout=10)
+
+    async def scenario() -> None:
+        app = GpudeckApp(url)
+        async with app.run_test(size=(120, 40)) as pilot:
+            await pilot.press("o")
+            screen = await on_screen(pilot, app, SchedulesScreen)
+            table = screen.query_one("#schedules", DataTable)
+            await until_shown(pilot, lambda: table.row_count == 2)
+            assert [str(table.get_cell(k, "name")) for k in ("hourly", "nightly")] == ["hourly", "nightly"]
+            assert str(table.get_cell("nightly", "cron")) == "0 2 * * *"
+            assert "it has not fired yet" in text_of(screen.query_one("#firings", Static))
+            table.move_cursor(row=table.get_row_index("nightly"))
+            await pilot.press("p")
+            await until_shown(pilot, lambda: str(table.get_cell("nightly", "next")) == "paused", 10)
+            assert api("nightly").json()["paused"] is True and api("hourly").json()["paused"] is False
+            await pilot.press("p")
+            await until_shown(pilot, lambda: str(table.get_cell("nightly", "next")) != "paused", 10)
+            assert api("nightly").json()["paused"] is False
+            await pilot.press("D")
+            await on_screen(pilot, app, Confirm)
+            await pilot.press("y")
+            await until_shown(pilot, lambda: table.row_count == 1, 10)
+            assert api("nightly").status_code == 404 and api("hourly").status_code == 200
+
+    asyncio.run(scenario())

@@ -92,6 +92,7 @@ KEYS = [
             ("n", "new job"),
             ("g", "GPUs and workers"),
             ("u", "who uses the box: fair share per person"),
+            ("o", "the schedules (jobs made on a cron): p pauses or resumes one, D deletes it"),
         ],
     ),
     (
