@@ -1,4 +1,4 @@
-"""/api/v1/workers, /api/v1/gpus and /api/v1/sweeps."""
+"""/api/v1/workers, /api/v1/gpus, /api/v1/share, /api/v1/usage and /api/v1/sweeps."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from typing import Any
 from flask import Blueprint, request
 
 from api import auth, deps
-from jobs import control, disk, forecast, gpuhealth, gpus, queues, quota, search, sweeps, worker
+from jobs import accounts, control, disk, forecast, gpuhealth, gpus, queues, quota, search, sweeps, worker
 from jobs.errors import BadRequest, Conflict, NotFound
 from jobs.keys import worker_info_key
 from jobs.run import pyenv
@@ -141,6 +141,30 @@ def fair_share():
         "preempt_after_s": settings.preempt_after_s,
         "owners": forecast.share_table(deps.redis(), settings),
     }
+
+
+@bp.get("/usage")
+def usage() -> dict[str, Any]:
+    """The accounts: GPU-hours (shares as their parts), idle GPU-hours, jobs by end state and queue waits of the
+    jobs that ended in [since, until) — deleted ones too — per owner (`by=user`) and `period` (day, week, month,
+    all). since: 30 days ago by default; until: now."""
+    deps.only_args(request.args, ("since", "until", "by", "period"))
+    now = time.time()
+    bounds: dict[str, float] = {}
+    for name, default in (("since", now - 30 * 86400), ("until", now)):
+        given = request.args.get(name)
+        try:
+            bounds[name] = default if not given else accounts.moment(given, now)
+        except ValueError as exc:
+            raise BadRequest(f"{name}: {exc}", {"field": name}) from None
+    if bounds["since"] >= bounds["until"]:
+        raise BadRequest("since must come before until", {"field": "since"})
+    chosen: dict[str, str] = {}
+    for name, allowed, fallback in (("by", accounts.BY, "user"), ("period", accounts.PERIODS, "all")):
+        chosen[name] = request.args.get(name) or fallback
+        if chosen[name] not in allowed:
+            raise BadRequest(f"{name} must be one of {', '.join(allowed)}, got {chosen[name]!r}", {"field": name})
+    return accounts.usage(deps.redis(), bounds["since"], bounds["until"], chosen["by"], chosen["period"])
 
 
 @bp.post("/sweeps")

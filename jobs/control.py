@@ -13,6 +13,7 @@ from redis import Redis
 from redis.exceptions import RedisError, WatchError
 
 from jobs import (
+    accounts,
     archives,
     disk,
     forecast,
@@ -291,6 +292,7 @@ def _forget(redis: Redis, job_id: int, rec: Job, slots: list[str], sweeps: list[
                 pipe.multi()
                 pipe.zrem(INDEX_KEY, job_id)
                 pipe.delete(*keys, *slots)
+                accounts.keep(pipe, job_id, rec)  # (deleting a job does not delete its accounting)
                 for key, raw in records.items():
                     if raw:
                         sweep = json.loads(raw)

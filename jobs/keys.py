@@ -18,6 +18,12 @@ INDEX_KEY = f"{PREFIX}:jobs"
 """Sorted set of every job id (score = id): the newest-first listing."""
 ACTIVE_KEY = f"{PREFIX}:jobs:active"
 """Ids of jobs a worker has taken (starting or running): what the reaper watches."""
+ENDED_KEY = f"{PREFIX}:jobs:ended"
+"""Sorted set: each job that ended -> when (Unix time), kept when the job is deleted: the accounts' index."""
+ACCOUNTS_KEY = f"{PREFIX}:accounts"
+"""Hash: a deleted job's id -> what the accounts need of it (JSON: owner, end state, GPU-seconds, times)."""
+ACCOUNTS_INDEXED_KEY = f"{PREFIX}:accounts:indexed"
+"""Set once the jobs that ended before ENDED_KEY existed were put in it."""
 
 
 def job_keys(job_id: int, workers: int = 1, gens: int = 0) -> list[str]:

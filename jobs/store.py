@@ -20,6 +20,7 @@ from jobs.keys import (
     ACTIVE_KEY,
     AFTER_CHECK_KEY,
     COUNTER_KEY,
+    ENDED_KEY,
     INDEX_KEY,
     dependants_key,
     heartbeat_key,
@@ -126,7 +127,8 @@ def _append_script(redis: Redis) -> Any:
     return redis.register_script(APPEND_LINES)
 
 
-def _decode(raw: dict[bytes, bytes]) -> Job:
+def decode(raw: dict[bytes, bytes]) -> Job:
+    """A record as Redis keeps it (its hash's fields and values, bytes), typed."""
     rec = Job()
     for k, v in raw.items():
         key, val = k.decode(), v.decode()
@@ -187,14 +189,14 @@ class JobStore:
         raw = self.redis.hgetall(job_key(job_id))
         if not raw:
             raise NotFound(f"job {job_id} does not exist", {"id": job_id})
-        return _decode(raw)
+        return decode(raw)
 
     def get_many(self, job_ids: list[int]) -> list[Job | None]:
         """Records in one round trip (None for one that does not exist)."""
         with self.redis.pipeline(transaction=False) as pipe:
             for job_id in job_ids:
                 pipe.hgetall(job_key(job_id))
-            return [_decode(raw) if raw else None for raw in pipe.execute()]
+            return [decode(raw) if raw else None for raw in pipe.execute()]
 
     def exists(self, job_id: int) -> bool:
         """Whether job `job_id` has a record."""
@@ -238,6 +240,7 @@ class JobStore:
                     if fields.get("status") in ENDED:  # the jobs that wait for this one: looked at next round
                         pipe.sunionstore(AFTER_CHECK_KEY, [AFTER_CHECK_KEY, dependants_key(job_id)])
                         pipe.delete(dependants_key(job_id))
+                        pipe.zadd(ENDED_KEY, {str(job_id): float(fields.get("ended_at") or time.time())})
                     pipe.execute()
                     return True
                 except WatchError:
@@ -290,7 +293,7 @@ class JobStore:
             pipe = self.redis.pipeline(transaction=False)
             for i in ids:
                 pipe.hgetall(job_key(int(i)))
-            recs = [_decode(raw) for raw in pipe.execute() if raw]
+            recs = [decode(raw) for raw in pipe.execute() if raw]
             found.extend(r for r in recs if where is None or where(r))
             before = int(ids[-1])
             if len(ids) < chunk:

@@ -110,6 +110,10 @@ class Client:
     def share(self) -> dict[str, Any]:
         return self.request("GET", "/api/v1/share").json()
 
+    def usage(self, **args: str | None) -> dict[str, Any]:
+        """The accounts (since, until, by, period: as GET /api/v1/usage takes them; None: its default)."""
+        return self.request("GET", "/api/v1/usage", params={k: v for k, v in args.items() if v}).json()
+
     def delete(self, job_id: int) -> dict[str, Any]:
         return self.request("DELETE", f"/api/v1/jobs/{job_id}").json()
 

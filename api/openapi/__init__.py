@@ -61,6 +61,7 @@ OPERATIONS: dict[tuple[str, str], tuple[str, str]] = {
     ("post", "/api/v1/gpus/{host}/{gpu}/uncordon"): ("uncordon_gpu", "cluster"),
     ("get", "/api/v1/line"): ("get_line", "cluster"),
     ("get", "/api/v1/share"): ("get_share", "cluster"),
+    ("get", "/api/v1/usage"): ("get_usage", "cluster"),
     ("post", "/api/v1/tensorboard"): ("start_tensorboard", "tensorboard"),
     ("get", "/api/v1/tensorboard"): ("list_tensorboards", "tensorboard"),
     ("delete", "/api/v1/tensorboard/{port}"): ("stop_tensorboard", "tensorboard"),

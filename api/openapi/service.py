@@ -16,6 +16,7 @@ from api.openapi.base import (
     _q,
 )
 from api.users import MAX_AUDIT
+from jobs.accounts import BY, PERIODS
 from jobs.settings import AGE
 
 
@@ -78,6 +79,19 @@ def paths() -> dict[str, Any]:
         },
         "/api/v1/share": {
             "get": _op("Fair share: each owner's decayed usage and what they hold", {"200": _json("Share")})
+        },
+        "/api/v1/usage": {
+            "get": _op(
+                "The accounts: GPU-hours, idle GPU-hours, jobs by end state and queue waits of the jobs that ended "
+                "in a range (deleted ones too), per owner and period",
+                {"200": _json("Usage"), **_errors(400)},
+                parameters=[
+                    _q("since", STR, "a date (2026-11-01, UTC), a date-time with its zone, or an age (30d): 30d"),
+                    _q("until", STR, "the same (default now); the range ends before it"),
+                    _q("by", {**STR, "enum": list(BY)}, "user (default): a row per owner; none: totals"),
+                    _q("period", {**STR, "enum": list(PERIODS)}, "day, week, month or all (default)"),
+                ],
+            )
         },
         "/api/v1/tensorboard": {
             "post": _op(

@@ -226,6 +226,26 @@ class Share(Answer):
     owners: list[OwnerShare]
 
 
+class UsageRow(Answer):
+    period: str = Field(description="the period's first day (UTC: a week's Monday, a month's 1st), or all")
+    owner: str | None = Field(description="by=user: whose jobs (null: no named token); by=none: null")
+    jobs: int = Field(description="jobs that ended in it")
+    by_state: dict[str, int] = Field(description="those jobs by their end state: succeeded, failed, canceled")
+    gpu_hours: float = Field(description="GPU-hours they held (a share of a GPU counts its part)")
+    idle_gpu_hours: float = Field(description="of those, GPU-hours under 5 % utilization")
+    wait_p50_s: float | None = Field(description="their wait in line, submit to first start: the median")
+    wait_p95_s: float | None = Field(description="and the 95th percentile (null: none of them started)")
+
+
+class Usage(Answer):
+    since: str
+    until: str
+    by: Literal["user", "none"]
+    period: Literal["day", "week", "month", "all"]
+    rows: list[UsageRow] = Field(description="a row per period and owner, oldest first")
+    total: UsageRow = Field(description="every job of the range")
+
+
 class WhoAmI(Answer):
     name: str | None
     role: Literal["admin", "user"]

@@ -224,6 +224,52 @@ def uncordon(where, as_json) -> int:
     return EXIT_OK
 
 
+USAGE_COLUMNS = ("PERIOD", "OWNER", "JOBS", "SUCCEEDED", "FAILED", "CANCELED", "GPU-H", "IDLE-GPU-H", "WAIT P50",
+                 "WAIT P95")  # fmt: skip
+
+
+def usage_rows(doc: dict[str, Any]) -> list[list[str]]:
+    def wait(s: float | None) -> str:
+        return "-" if s is None else duration(s)
+
+    return [
+        [r["period"], r["owner"] or "-", str(r["jobs"]), *(str(r["by_state"].get(s, 0)) for s in
+         ("succeeded", "failed", "canceled")), f"{r['gpu_hours']:.2f}", f"{r['idle_gpu_hours']:.2f}",
+         wait(r["wait_p50_s"]), wait(r["wait_p95_s"])]
+        for r in [*doc["rows"], {**doc["total"], "period": "total", "owner": None}]
+    ]  # fmt: skip
+
+
+@click.command()
+@connection_options
+@click.option("--since", help="from: a date (2026-11-01, UTC), a date-time with its zone, or an age (30d; default)")
+@click.option("--until", help="to (not included): the same; default now")
+@click.option("--by", type=click.Choice(["user", "none"]), default="user", show_default=True, help="a row per owner")
+@click.option("--period", type=click.Choice(["day", "week", "month", "all"]), default="all", show_default=True)
+@click.option("--csv", "as_csv", is_flag=True, help="print CSV (a spreadsheet's)")
+@json_option
+def usage(since, until, by, period, as_csv, as_json) -> int:
+    """The accounts, like Slurm's sreport: GPU-hours (a share counts its part), idle GPU-hours, jobs by end state
+    and queue waits of the jobs that ended in the range — deleted ones too — per owner and period."""
+    doc = client().usage(since=since, until=until, by=by, period=period)
+    if as_json:
+        echo_json(doc)
+        return EXIT_OK
+    rows = usage_rows(doc)
+    if as_csv:
+        import csv
+        import sys
+
+        out = csv.writer(sys.stdout, lineterminator="\n")
+        out.writerow([c.lower().replace(" ", "_").replace("-", "_") for c in USAGE_COLUMNS])
+        out.writerows(rows[:-1])
+        return EXIT_OK
+    print_table(USAGE_COLUMNS, rows, right=range(2, 10))
+    said = f"(jobs that ended from {doc['since']} to {doc['until']}; a job's GPU time counts where it ended)"
+    click.echo(said, err=True)
+    return EXIT_OK
+
+
 @click.command()
 @connection_options
 @json_option
@@ -263,4 +309,4 @@ def envs(as_json) -> int:
     return EXIT_OK
 
 
-COMMANDS = (drain, whoami, audit, tf_config, share, tui, envs, gpu)
+COMMANDS = (drain, whoami, audit, tf_config, share, usage, tui, envs, gpu)
