@@ -21,8 +21,8 @@ from models.common import iso, parse_age
 from models.states import ENDED
 
 PERIODS = ("day", "week", "month", "all")
-BY = ("user", "none")
-FIELDS = ("status", "owner", "created_at", "first_started_at", "started_at", "ended_at", "gpu_seconds",
+BY = ("user", "project", "none")
+FIELDS = ("status", "owner", "spec", "created_at", "first_started_at", "started_at", "ended_at", "gpu_seconds",
           "gpu_idle_seconds")  # fmt: skip
 CHUNK = 2000
 
@@ -53,6 +53,7 @@ def facts(rec: Job | dict[str, Any]) -> dict[str, Any]:
     return {
         "status": job.status,
         "owner": job.owner,
+        "project": job.spec.project,
         "ended_at": job.ended_at,
         "wait_s": None if started is None else max(0.0, started - job.created_at),
         "gpu_seconds": job.gpu_seconds,
@@ -125,14 +126,14 @@ def _percentile(values: list[float], q: float) -> float | None:
     return round(ordered[max(0, math.ceil(q * len(ordered)) - 1)], 1)
 
 
-def _row(period: str, owner: str | None, jobs: list[dict[str, Any]]) -> dict[str, Any]:
+def _row(period: str, who: tuple[str, str | None], jobs: list[dict[str, Any]]) -> dict[str, Any]:
     waits = [j["wait_s"] for j in jobs if j["wait_s"] is not None]
     states: dict[str, int] = {}
     for j in jobs:
         states[j["status"]] = states.get(j["status"], 0) + 1
     return {
         "period": period,
-        "owner": owner,
+        **({who[0]: who[1]} if who[0] != "none" else {}),
         "jobs": len(jobs),
         "by_state": dict(sorted(states.items())),
         "gpu_hours": round(sum(j["gpu_seconds"] for j in jobs) / 3600, 4),
@@ -143,13 +144,15 @@ def _row(period: str, owner: str | None, jobs: list[dict[str, Any]]) -> dict[str
 
 
 def usage(redis: Redis, since: float, until: float, by: str = "user", period: str = "all") -> dict[str, Any]:
-    """The accounts of the jobs that ended in [since, until): a row per period and (by user) owner, and the
-    totals."""
+    """The accounts of the jobs that ended in [since, until): a row per period and owner (`by` user) or project
+    (`by` project), and the totals."""
     jobs = ended_between(redis, since, until)
+    field = {"user": "owner", "project": "project"}.get(by)
     groups: dict[tuple[str, str | None], list[dict[str, Any]]] = {}
     for j in jobs:
-        key = (period_of(j["ended_at"], period), j["owner"] if by == "user" else None)
+        key = (period_of(j["ended_at"], period), j.get(field) if field else None)
         groups.setdefault(key, []).append(j)
-    rows = [_row(p, o, g) for (p, o), g in sorted(groups.items(), key=lambda kv: (kv[0][0], kv[0][1] or ""))]
-    total = _row("all", None, jobs)
+    ordered = sorted(groups.items(), key=lambda kv: (kv[0][0], kv[0][1] or ""))
+    rows = [_row(p, (field or "none", o), g) for (p, o), g in ordered]
+    total = _row("all", ("none", None), jobs)
     return {"since": iso(since), "until": iso(until), "by": by, "period": period, "rows": rows, "total": total}

@@ -289,6 +289,83 @@ def token_revoke(name, home) -> int:
     return EXIT_OK
 
 
+@click.group()
+def project() -> None:
+    """Projects, on the server against its Redis: create, add (a named token), rm, ls."""
+
+
+@project.command(name="create", cls=ServerCommand)
+@click.argument("name")
+@click.option("--max-gpus", type=int, metavar="N", help="the most GPUs the project's running jobs hold at once")
+@click.option("--max-queued", type=int, metavar="N", help="the most queued jobs it may have: more are refused")
+@click.option("--share", type=float, default=1.0, show_default=True, help="its weight (kept for fair share)")
+@home_option
+def project_create(name, max_gpus, max_queued, share, home) -> int:
+    """Create the project NAME."""
+    from jobs import projects, tokens
+
+    redis, who = _token_store(home)
+    made = projects.create(redis, name, max_gpus=max_gpus, max_queued=max_queued, share=share)
+    tokens.audit(redis, who, "local", "PROJECT", f"create {name}", 0)
+    caps = ", ".join(f"{k.replace('_', ' ')} {v}" for k, v in made.items() if k.startswith("max_") and v) or "no caps"
+    click.echo(f"project {name}: {caps}; gpudeck project add {name} USER puts a named token in it")
+    return EXIT_OK
+
+
+@project.command(name="add", cls=ServerCommand)
+@click.argument("name")
+@click.argument("users", nargs=-1, required=True)
+@click.option("--default", "as_default", is_flag=True, help="make it their default project")
+@home_option
+def project_add(name, users, as_default, home) -> int:
+    """Put named tokens in the project NAME (it becomes their default when they have none, or with --default)."""
+    from jobs import projects, tokens
+
+    redis, who = _token_store(home)
+    for user in users:
+        projects.add(redis, name, user, default=as_default)
+        tokens.audit(redis, who, "local", "PROJECT", f"add {user} to {name}", 0)
+        click.echo(f"{user} is in project {name} (their default: {projects.default_of(redis, user)})")
+    return EXIT_OK
+
+
+@project.command(name="rm", cls=ServerCommand)
+@click.argument("name")
+@click.argument("user", required=False)
+@home_option
+def project_rm(name, user, home) -> int:
+    """Take USER out of the project NAME, or (no USER) delete it; its jobs keep its name."""
+    from jobs import projects, tokens
+
+    redis, who = _token_store(home)
+    projects.remove(redis, name, user)
+    tokens.audit(redis, who, "local", "PROJECT", f"remove {user} from {name}" if user else f"delete {name}", 0)
+    click.echo(f"{user} is no longer in project {name}" if user else f"project {name} deleted")
+    return EXIT_OK
+
+
+@project.command(name="ls", cls=ServerCommand)
+@home_option
+@click.option("--json", "as_json", is_flag=True, help="print JSON instead of text")
+def project_ls(home, as_json) -> int:
+    """Every project: its caps and its members."""
+    from jobs import projects
+    from tui.cli.base import print_table
+
+    redis, _ = _token_store(home)
+    listed = projects.listing(redis)
+    if as_json:
+        click.echo(json.dumps(listed, indent=2))
+        return EXIT_OK
+    cap = lambda value: "-" if value is None else value  # noqa: E731
+    rows = [
+        (p["name"], cap(p["max_gpus"]), cap(p["max_queued"]), f"{p['share']:g}", ", ".join(p["members"]) or "-")
+        for p in listed
+    ]
+    print_table(("NAME", "MAX GPUS", "MAX QUEUED", "SHARE", "MEMBERS"), rows, right=[1, 2, 3])
+    return EXIT_OK
+
+
 @click.group(name="service")
 def service() -> None:
     """`gpudeck up` as a systemd service: started at boot, restarted on failure, logs in the journal."""
@@ -366,7 +443,7 @@ def server() -> None:
     """`python -m jobs.cli up|worker|token …`: the server commands alone."""
 
 
-for command in (up, worker, token):
+for command in (up, worker, token, project):
     server.add_command(command)
 
 

@@ -21,6 +21,7 @@ from jobs import (
     lifecycle,
     objectstore,
     plan,
+    projects,
     queues,
     quota,
     search,
@@ -72,9 +73,10 @@ def dry_run(redis: Redis, body: Any, settings: Settings, extra: dict[str, Any] |
     what, its expected start were it the last in line (the scheduler's plan: jobs.forecast), and the GPU-hours that
     is (its GPUs times its tasks times its expected duration; a share of a GPU counts its part)."""
     spec = queues.validate(redis, body, settings)
-    typed = Kept(spec)
     owner = (extra or {}).get("owner")
-    quota.check_fits(redis, owner, typed)
+    project = projects.settle(redis, owner, spec)
+    typed = Kept(spec)
+    quota.check_fits(redis, owner, typed, project)
     rec = Job(id=0, spec=spec, owner=owner)
     took, source = plan.expected(rec, plan.learned(redis, [rec]))
     start: float | None

@@ -384,6 +384,17 @@ def attempt_of(rq_id: str | None) -> int | None:
 
 
 # -- users ------------------------------------------------------------------------------------------
+PROJECTS_KEY = f"{PREFIX}:projects"
+"""Hash: a project's name -> its record (JSON: its caps, share, members)."""
+PROJECT_DEFAULTS_KEY = f"{PREFIX}:projects:defaults"
+"""Hash: a named token -> its default project (a job that names none belongs to it)."""
+
+
+def project_live_key(project: str) -> str:
+    """Set of the ids of a project's jobs not known to have ended (what its --max-queued counts)."""
+    return f"{PREFIX}:projects:live:{project}"
+
+
 TOKENS_KEY = f"{PREFIX}:tokens"
 """Hash: token name -> JSON (sha256 of the token, role, limits, created, expires, last used); never the token."""
 AUDIT_KEY = f"{PREFIX}:audit"

@@ -16,7 +16,7 @@ from typing import Any
 from redis import Redis
 from redis.exceptions import RedisError
 
-from jobs import datasets, quota, sources
+from jobs import datasets, projects, quota, sources
 from jobs import spec as spec_mod
 from jobs.backends import base as backends
 from jobs.errors import Conflict, ReferenceNotFound, Unprocessable, ValidationError
@@ -177,8 +177,9 @@ def submit(
     and the record keeps the snapshot's description."""
     s = settings
     spec = validate(redis, body, s)
+    project = projects.settle(redis, (extra or {}).get("owner"), spec)
     typed = Kept(spec)
-    quota.check_fits(redis, (extra or {}).get("owner"), typed)
+    quota.check_fits(redis, (extra or {}).get("owner"), typed, project)
     source = None
     if typed.source:
         sha = sourcetree.parse_ref(typed.source)
@@ -195,6 +196,8 @@ def submit(
     with redis.pipeline() as pipe:
         rec = store.create(job_id, spec, name, pipe=pipe, source=source, extra=extra)
         enqueue(pipe, job_id, typed, owner, waiting=bool(typed.after))
+        if project is not None:
+            projects.track(pipe, project["name"], job_id)
         if also is not None:
             also(pipe, job_id)
         pipe.execute()

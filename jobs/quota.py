@@ -48,9 +48,17 @@ def limit_for(redis: Redis, owner: str | None, gpus: int) -> int | None:
     return tokens.max_gpus(redis, owner) if owner and gpus else None
 
 
-def check_fits(redis: Redis, owner: str | None, spec: Kept) -> None:
-    """Forbidden for a job that needs more GPUs than its owner may ever hold at once: it could never start."""
+def check_fits(redis: Redis, owner: str | None, spec: Kept, project: dict[str, Any] | None = None) -> None:
+    """Forbidden for a job that needs more GPUs than its owner (or its project) may ever hold at once: it could
+    never start."""
     gpus = job_gpus(spec)
+    if project is not None and project.get("max_gpus") is not None and gpus > project["max_gpus"]:
+        name, cap = project["name"], project["max_gpus"]
+        raise Forbidden(
+            f"the job needs {gpus} GPUs and project {name} allows {cap} at once (--max-gpus): it could never start; "
+            "ask fewer GPUs or an admin for a larger --max-gpus",
+            {"rule": "project_max_gpus", "project": name, "gpus": gpus, "max_gpus": cap},
+        )
     limit = limit_for(redis, owner, gpus)
     if limit is not None and gpus > limit:
         raise Forbidden(

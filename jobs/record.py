@@ -81,6 +81,7 @@ class Kept:
     chief: Read[bool] = Read(declared("chief"))
     priority: Read[str] = Read(declared("priority"))
     tags: Read[Sequence[str]] = Read(())
+    project: Read[str | None] = Read(None)
     timeout: Read[int | None] = Read(None)
     expected_duration: Read[int | None] = Read(None)
     max_retries: Read[int] = Read(declared("max_retries"))

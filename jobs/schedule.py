@@ -40,7 +40,7 @@ from typing import Any
 from redis import Redis
 from rq import Queue
 
-from jobs import disk, gpuhealth, las, plan, queues, quota, share, sweeps, taskrecord, tokens
+from jobs import disk, gpuhealth, las, plan, projects, queues, quota, share, sweeps, taskrecord, tokens
 from jobs.depends import AFTER_SWEEP_S, CHECK_MAX, release_dependencies  # noqa: F401 (re-exported: their old home)
 from jobs.keys import (
     PLACE_DUE_KEY,
@@ -206,8 +206,11 @@ class Walk:
         """Reservations in time left to make (conservative backfill)."""
         self.used = share.usage(r.redis, s.fairshare_halflife_s, active, r.now) if s.fairshare else {}
         self.held: dict[str | None, float] = defaultdict(float)  # (GPUs each owner holds: a share counts its part)
+        self.project_held: dict[str, float] = defaultdict(float)  # (and each project)
         for one in active:
             self.held[one.get("owner")] += quota.holds(one)
+            if one.spec.project is not None:
+                self.project_held[one.spec.project] += quota.holds(one)
         self.sweep_running = Counter(one.get("sweep_id") for one in active if one.get("sweep_id") is not None)
         self.limits: dict[int, int | None] = {}
         self.stopping = _stopping(r.redis, active)
@@ -223,6 +226,7 @@ class Walk:
             if self.stopping.get(v["id"]) == PREEMPTED and v.get("preempted_by")
         }
         self.quotas = tokens.quotas(r.redis)
+        self.project_caps = projects.caps(r.redis)
 
     def can_preempt(self, rank: tuple[int, int]) -> bool:
         """Whether a job of `rank` (its priority's place, its band: jobs.las) may still preempt one running now."""
@@ -308,6 +312,11 @@ class Walk:
         if limit is not None and self.held[owner] + gpus > limit:
             _waiting(self.store, rec, quota.waiting(owner or "", self.held[owner], limit))
             return True
+        project = rec.spec.project
+        cap = self.project_caps.get(project) if project and gpus else None
+        if project and cap is not None and self.project_held[project] + gpus > cap:
+            _waiting(self.store, rec, quota.waiting(f"project {project}", self.project_held[project], cap))
+            return True
         return False
 
     def fits_now(
@@ -324,7 +333,10 @@ class Walk:
         taken = {x.name for p in chosen for x in p}
         r.free = [x for x in r.free if x.name not in taken]
         self.tl.take(taken, r.now, took, taken_of(spec, self.s.gpu_context_memory))
-        self.held[owner] += quota.holds(self.store.get(job_id)) if spec.gpu_memory else gpus
+        took_gpus = quota.holds(self.store.get(job_id)) if spec.gpu_memory else gpus
+        self.held[owner] += took_gpus
+        if spec.project is not None:
+            self.project_held[spec.project] += took_gpus
         if rec.get("sweep_id") is not None:
             self.sweep_running[rec["sweep_id"]] += 1
         return True

@@ -108,6 +108,7 @@ def job_view(
         "sweep_id": sweep_id(rec),
         "trial": rec.get("trial"),
         "schedule": rec.get("schedule"),
+        "project": spec.get("project"),
         "stopped_early": rec.get("reason") == Reason.STOPPED_EARLY.value,
         "early_stop": rec.get("early_stop"),
         "export": rec.get("export"),

@@ -145,6 +145,15 @@ class Common(BaseModel):
         Cli("--tag", "a tag (repeatable)", multiple=True),
         Form(10, "tags, separated by spaces or commas: baseline cifar", "words"),
     ] = Field(default_factory=list, max_length=50)
+    project: Annotated[
+        str | None,
+        Says("must be a project's name (gpudeck project ls), got {v!r}"),
+        Cli("--project", "the project it belongs to (default: your token's default project)"),
+    ] = Field(
+        None,
+        pattern=r"^[a-z][a-z0-9_.-]{0,31}$",
+        description="the project it belongs to and counts against (default: its owner's default project)",
+    )
     timeout: Annotated[
         int | None,
         Cli("--timeout", "stop the job after this: 3600, 90m, 12h", metavar="S|AGE", reads="duration"),

@@ -84,7 +84,7 @@ def paths() -> dict[str, Any]:
             "get": _op(
                 "The accounts: GPU-hours, idle GPU-hours, jobs by end state and queue waits of the jobs that ended "
                 "in a range (deleted ones too), per owner and period",
-                {"200": _json("Usage"), **_errors(400)},
+                {"200": _json("Accounts"), **_errors(400)},
                 parameters=[
                     _q("since", STR, "a date (2026-11-01, UTC), a date-time with its zone, or an age (30d): 30d"),
                     _q("until", STR, "the same (default now); the range ends before it"),

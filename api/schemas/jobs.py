@@ -245,6 +245,7 @@ class Job(Answer):
     )
     sweep_id: int | None = Field(None, description="the sweep that made this job (it also has a sweep:N tag)")
     trial: TrialOf | None = Field(None, description="the trial of a search this job is: its number and sampled values")
+    project: str | None = Field(None, description="the project it belongs to (its spec's, or its owner's default)")
     schedule: MadeBy | None = Field(
         None, description="the schedule and the firing that made this job (it also has a schedule:NAME tag)"
     )

@@ -226,9 +226,10 @@ class Share(Answer):
     owners: list[OwnerShare]
 
 
-class UsageRow(Answer):
+class AccountsRow(Answer):
     period: str = Field(description="the period's first day (UTC: a week's Monday, a month's 1st), or all")
-    owner: str | None = Field(description="by=user: whose jobs (null: no named token); by=none: null")
+    owner: str | None = Field(OMITTED, description="by=user: whose jobs (null: no named token)")
+    project: str | None = Field(OMITTED, description="by=project: their project (null: none)")
     jobs: int = Field(description="jobs that ended in it")
     by_state: dict[str, int] = Field(description="those jobs by their end state: succeeded, failed, canceled")
     gpu_hours: float = Field(description="GPU-hours they held (a share of a GPU counts its part)")
@@ -237,13 +238,13 @@ class UsageRow(Answer):
     wait_p95_s: float | None = Field(description="and the 95th percentile (null: none of them started)")
 
 
-class Usage(Answer):
+class Accounts(Answer):
     since: str
     until: str
-    by: Literal["user", "none"]
+    by: Literal["user", "project", "none"]
     period: Literal["day", "week", "month", "all"]
-    rows: list[UsageRow] = Field(description="a row per period and owner, oldest first")
-    total: UsageRow = Field(description="every job of the range")
+    rows: list[AccountsRow] = Field(description="a row per period and owner, oldest first")
+    total: AccountsRow = Field(description="every job of the range")
 
 
 class WhoAmI(Answer):

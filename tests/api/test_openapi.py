@@ -182,7 +182,7 @@ def test_real_answers_conform_to_the_document(gpu_api, spawn, gpu_env, tmp_path,
     call("POST", f"/api/v1/jobs/{parked}/cancel", 200)
     call("GET", "/api/v1/share", 200)
     call("GET", "/api/v1/usage?period=day", 200)
-    call("GET", "/api/v1/usage?by=project", 400)
+    call("GET", "/api/v1/usage?by=team", 400)
     call("GET", "/api/v1/line?limit=5", 200)
     for job_id in sweep["job_ids"]:
         call("POST", f"/api/v1/jobs/{job_id}/cancel", 200)

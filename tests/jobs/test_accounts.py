@@ -67,7 +67,7 @@ def test_the_api_and_the_cli_answer_the_accounts(client, redis, tmp_path):
     [row] = answer.json["rows"]
     assert (row["period"], row["owner"], row["gpu_hours"]) == ("2026-11-01", "alice", 3.0)
     assert answer.json["since"] == "2026-11-01T00:00:00.000Z"
-    for query, field in (("since=soon", "since"), ("by=project", "by"), ("period=year", "period"),
+    for query, field in (("since=soon", "since"), ("by=team", "by"), ("period=year", "period"),
                          ("since=2026-12-01&until=2026-11-01", "since"), ("color=red", "color")):  # fmt: skip
         refused = client.get(f"/api/v1/usage?{query}")
         assert refused.status_code == 400 and field in refused.json["message"], (query, refused.json)

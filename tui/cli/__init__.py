@@ -24,6 +24,7 @@ SERVER_COMMANDS = {
     "up": ("jobs.cli", "up", "Start Redis, the API and one worker per GPU; Ctrl-C stops all."),
     "worker": ("jobs.cli", "worker", "Run one worker pinned to GPUs (or the CPU)."),
     "token": ("jobs.cli", "token", "Named tokens, on the server: create, ls, revoke."),
+    "project": ("jobs.cli", "project", "Projects, on the server: create, add, rm, ls."),
     "api": ("api.serve", "api", "Serve the REST API (gunicorn)."),
     "service": ("jobs.cli", "service", "gpudeck up as a systemd service: install, status."),
     "bundle": ("jobs.cli", "bundle", "A wheelhouse for a box with no package index."),

@@ -224,7 +224,7 @@ def uncordon(where, as_json) -> int:
     return EXIT_OK
 
 
-USAGE_COLUMNS = ("PERIOD", "OWNER", "JOBS", "SUCCEEDED", "FAILED", "CANCELED", "GPU-H", "IDLE-GPU-H", "WAIT P50",
+USAGE_COLUMNS = ("PERIOD", "WHO", "JOBS", "SUCCEEDED", "FAILED", "CANCELED", "GPU-H", "IDLE-GPU-H", "WAIT P50",
                  "WAIT P95")  # fmt: skip
 
 
@@ -233,10 +233,10 @@ def usage_rows(doc: dict[str, Any]) -> list[list[str]]:
         return "-" if s is None else duration(s)
 
     return [
-        [r["period"], r["owner"] or "-", str(r["jobs"]), *(str(r["by_state"].get(s, 0)) for s in
+        [r["period"], r.get("owner", r.get("project")) or "-", str(r["jobs"]), *(str(r["by_state"].get(s, 0)) for s in
          ("succeeded", "failed", "canceled")), f"{r['gpu_hours']:.2f}", f"{r['idle_gpu_hours']:.2f}",
          wait(r["wait_p50_s"]), wait(r["wait_p95_s"])]
-        for r in [*doc["rows"], {**doc["total"], "period": "total", "owner": None}]
+        for r in [*doc["rows"], {**doc["total"], "period": "total"}]
     ]  # fmt: skip
 
 
@@ -244,8 +244,16 @@ def usage_rows(doc: dict[str, Any]) -> list[list[str]]:
 @connection_options
 @click.option("--since", help="from: a date (2026-11-01, UTC), a date-time with its zone, or an age (30d; default)")
 @click.option("--until", help="to (not included): the same; default now")
-@click.option("--by", type=click.Choice(["user", "none"]), default="user", show_default=True, help="a row per owner")
-@click.option("--period", type=click.Choice(["day", "week", "month", "all"]), default="all", show_default=True)
+@click.option(
+    "--by", type=click.Choice(["user", "project", "none"]), default="user", show_default=True, help="a row per owner"
+)
+@click.option(
+    "--period",
+    type=click.Choice(["day", "week", "month", "all"]),
+    default="all",
+    show_default=True,
+    help="a row per day, week or month (each named by its first day, UTC), or one for the range",
+)
 @click.option("--csv", "as_csv", is_flag=True, help="print CSV (a spreadsheet's)")
 @json_option
 def usage(since, until, by, period, as_csv, as_json) -> int:
@@ -261,10 +269,12 @@ def usage(since, until, by, period, as_csv, as_json) -> int:
         import sys
 
         out = csv.writer(sys.stdout, lineterminator="\n")
-        out.writerow([c.lower().replace(" ", "_").replace("-", "_") for c in USAGE_COLUMNS])
+        who = {"user": "owner", "project": "project"}.get(doc["by"], "-")
+        out.writerow([who if c == "WHO" else c.lower().replace(" ", "_").replace("-", "_") for c in USAGE_COLUMNS])
         out.writerows(rows[:-1])
         return EXIT_OK
-    print_table(USAGE_COLUMNS, rows, right=range(2, 10))
+    who = {"user": "OWNER", "project": "PROJECT"}.get(doc["by"], "-")
+    print_table([who if c == "WHO" else c for c in USAGE_COLUMNS], rows, right=range(2, 10))
     said = f"(jobs that ended from {doc['since']} to {doc['until']}; a job's GPU time counts where it ended)"
     click.echo(said, err=True)
     return EXIT_OK

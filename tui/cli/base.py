@@ -318,7 +318,8 @@ def job_row(
         accuracy_text(job, kind) or "-",
     ]
     if owners:
-        cells.insert(OWNER_AT, one_line(job.get("owner") or "-", 10))
+        who = job.get("owner") or "-"  # (and its project: alice/vision)
+        cells.insert(OWNER_AT, one_line(f"{who}/{job['project']}" if job.get("project") else who, 24))
     return cells
 
 

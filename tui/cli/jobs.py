@@ -205,7 +205,7 @@ def ls(status, model, tag, mine, owner, limit, cursor, every, as_json) -> int:
     if as_json:
         echo_json({**page, "jobs": jobs})
         return EXIT_OK
-    print_jobs(jobs, owners=any(job.get("owner") for job in jobs))
+    print_jobs(jobs, owners=any(job.get("owner") or job.get("project") for job in jobs))
     if page.get("next_cursor") is not None:  # on stderr: a script reading the table gets only the table
         click.echo(
             f"gpudeck: {len(jobs)} of {page.get('total', '?')} jobs shown; the next page: --cursor "

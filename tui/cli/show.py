@@ -106,6 +106,11 @@ def _what_rows(job: dict[str, Any]) -> list[tuple[str, Any]]:
     ]
 
 
+def made_by(schedule: dict[str, Any] | None) -> str | None:
+    """The schedule that made a job, and its firing."""
+    return None if schedule is None else f"{schedule['name']}, its firing at {schedule['firing']}"
+
+
 @click.command()
 @connection_options
 @job_id_argument
@@ -121,6 +126,8 @@ def show(job_id, as_json) -> int:
     rows = [
         ("job", f"{job['id']}  {job['name']}"),
         ("owner", job.get("owner")),
+        ("project", job.get("project")),
+        ("schedule", made_by(job.get("schedule"))),
         ("status", job["status"] + (f" ({job['reason']})" if job.get("reason") else "")),
         ("message", job.get("message")),
         ("warning", job.get("warning")),

@@ -1,0 +1,89 @@
+"""Projects (issue 69 #1), against a real Redis: a job belongs to its spec's project or its owner's default; a
+project nobody put you in is a 403 (an admin may submit into any), one that does not exist a 404; --max-queued
+refuses past it, --max-gpus holds the project's running GPUs (a job past it waits, saying so, and holds nobody
+else up); the accounts add up by project."""
+
+import time
+
+import pytest
+
+from jobs import accounts, control, projects, schedule, tokens
+from jobs.errors import BadRequest, Conflict, Forbidden, ReferenceNotFound
+from tests.support.policy import DEFAULTS
+from tests.support.workers import JOB, box, rec, submit
+
+
+@pytest.fixture
+def lab(redis):
+    for name, admin in (("alice", False), ("bob", False), ("root", True)):
+        tokens.create(redis, name, admin=admin)
+    projects.create(redis, "vision", max_gpus=1, max_queued=2)
+    projects.create(redis, "nlp")
+    projects.add(redis, "vision", "alice")
+    projects.add(redis, "nlp", "alice")  # (her second: vision stays her default)
+    projects.add(redis, "nlp", "bob")
+    return redis
+
+
+def test_a_job_belongs_to_its_project_or_its_owners_default_and_only_members_submit_into_one(lab):
+    assert projects.default_of(lab, "alice") == "vision" and projects.default_of(lab, "bob") == "nlp"
+    first = submit(lab, owner="alice")
+    assert rec(lab, first).spec.project == "vision"
+    assert rec(lab, submit(lab, owner="alice", project="nlp")).spec.project == "nlp"
+    with pytest.raises(Forbidden) as refused:
+        submit(lab, owner="bob", project="vision")
+    assert "gpudeck project add vision bob" in refused.value.message
+    # the dry run says the same
+    assert control.dry_run(lab, JOB, DEFAULTS, extra={"owner": "alice"})["spec"]["project"] == "vision"
+    assert rec(lab, submit(lab, owner="root", project="vision")).spec.project == "vision"  # (an admin: any)
+    with pytest.raises(ReferenceNotFound) as missing:
+        submit(lab, owner="alice", project="audio")
+    assert "project" in missing.value.fields
+    assert rec(lab, submit(lab)).spec.project is None  # (no owner, no project named: none)
+
+
+def test_max_queued_refuses_and_max_gpus_holds_the_projects_running_gpus(lab):
+    box(lab, 2)
+    running = submit(lab, owner="alice")  # vision: one GPU, and it starts
+    assert rec(lab, running)["status"] == "starting"
+    waits = submit(lab, owner="alice")  # vision holds 1 of 1: it waits, and holds nobody else up
+    assert rec(lab, waits)["status"] == "queued"
+    assert rec(lab, waits)["message"] == "waiting: project vision holds 1 of 1 GPU"
+    other = submit(lab, owner="alice", project="nlp")  # the free GPU goes to her other project's job
+    assert rec(lab, other)["status"] == "starting"
+    with pytest.raises(Forbidden) as never:
+        submit(lab, owner="alice", gpus=2)
+    assert never.value.details["rule"] == "project_max_gpus"
+    submit(lab, owner="alice")  # vision's second queued job
+    with pytest.raises(Forbidden) as refused:
+        submit(lab, owner="alice")
+    assert refused.value.details["rule"] == "max_queued" and "2 queued jobs" in refused.value.message
+    control.cancel(lab, waits)  # (one fewer queued: room again)
+    submit(lab, owner="alice")
+    assert schedule.place(lab, DEFAULTS) == []
+
+
+def test_projects_are_made_and_changed_as_an_admin_says(lab):
+    with pytest.raises(Conflict):
+        projects.create(lab, "vision")
+    for bad in ("Vision", "a b", ""):
+        with pytest.raises(BadRequest):
+            projects.create(lab, bad)
+    with pytest.raises(BadRequest):
+        projects.create(lab, "audio", max_gpus=0)
+    projects.add(lab, "nlp", "alice", default=True)
+    assert projects.default_of(lab, "alice") == "nlp"
+    projects.remove(lab, "nlp", "alice")
+    assert projects.default_of(lab, "alice") == "vision"  # (her other project)
+    projects.remove(lab, "nlp")
+    assert projects.default_of(lab, "bob") is None and [p["name"] for p in projects.listing(lab)] == ["vision"]
+
+
+def test_the_accounts_by_project(lab):
+    job = submit(lab, owner="alice")
+    lab.hset(f"gpudeck:job:{job}", "gpu_seconds", 7200.0)
+    from jobs.store import JobStore
+
+    assert JobStore(lab).transition(job, ("queued",), status="canceled", ended_at=time.time())
+    [row] = accounts.usage(lab, time.time() - 60, time.time() + 60, by="project")["rows"]
+    assert row["project"] == "vision" and row["gpu_hours"] == 2.0
