@@ -84,13 +84,15 @@ def parse_duration(text: str) -> int:
 
 def search_text(job: dict) -> str:
     """What a job list's `q` words (the API) and the TUI's filter are looked for in, lower case: the id, name,
-    model or command, status, reason, tags and owner of a job record or of its API answer (both have these)."""
+    model or command, status, reason, tags, owner and project of a job record or of its API answer (both have
+    these)."""
     spec = job["spec"]
     command = spec.get("command")
     shown = " ".join(command) if isinstance(command, list) else str(command or spec.get("kind", ""))
     what = spec.get("model") or shown
     words = [str(job["id"]), str(spec.get("name") or ""), what, job["status"], str(job.get("reason") or "")]
-    return " ".join([*words, *spec.get("tags", ()), str(job.get("owner") or "")]).lower()
+    owner = [str(job.get("owner") or ""), str(spec.get("project") or "")]
+    return " ".join([*words, *spec.get("tags", ()), *owner]).lower()
 
 
 NOTIFY_EVENTS = ("succeeded", "failed", "canceled", "stopped_early", "any")

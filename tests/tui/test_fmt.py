@@ -414,3 +414,13 @@ def test_every_holder_of_a_shared_gpu_is_shown_whole_at_every_width(columns):
     for said in ("job 1200 · alice · 10G", "job 1201 · bartholomew · 10G", "job 1202 · carol · 10G",
                  "foreign pid 4242 (dave) 2.0 GiB"):  # fmt: skip
         assert said in text, (said, out.getvalue())
+
+
+def test_a_jobs_owner_cell_names_its_project_and_the_filter_finds_it():
+    from models.common import search_text
+
+    job = {**RUNNING, "owner": "alice", "project": "vision", "spec": {**RUNNING["spec"], "project": "vision"}}
+    assert job_cells(job)["owner"] == "alice/vision" and job_cells({**job, "project": None})["owner"] == "alice"
+    assert "vision" in search_text(job).split()
+    head, row = job_lines([job], owners=True)
+    assert "alice/vision" in row.split()

@@ -300,8 +300,9 @@ class JobsScreen(Screen):
         for job_id in gone:
             del self.written[job_id]
         alike = len({gpus_text(j) for j in jobs}) == 1
-        if any(j.get("owner") for j in jobs) != self.owners or alike != self.gpus_alike:
-            self.owners, self.gpus_alike = any(j.get("owner") for j in jobs), alike
+        owners = any(j.get("owner") or j.get("project") for j in jobs)
+        if owners != self.owners or alike != self.gpus_alike:
+            self.owners, self.gpus_alike = owners, alike
             self._set_columns()
         compact, now = any(k == "time" for k, _ in self.columns), time.monotonic()
         order_by = (self.sort_column, self.sort_reverse, len(shown))

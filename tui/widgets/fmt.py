@@ -254,11 +254,17 @@ def priority_text(job: dict[str, Any]) -> Text:
     return Text(value, style=PRIORITY_STYLE.get(value, ""))
 
 
+def who(job: dict[str, Any]) -> str:
+    """A job's owner and its project: alice/vision (a job of no project: alice; of nobody: empty)."""
+    owner, project = job.get("owner") or "", job.get("project")
+    return f"{owner or '-'}/{project}" if project else owner
+
+
 def uncut(job: dict[str, Any]) -> dict[str, int]:
     """How wide a job's name, owner and model cells would be, uncut (what the table shrinks to fit)."""
     return {
         "name": cell_len(one_line(job.get("name") or "", 10_000)),
-        "owner": cell_len(job.get("owner") or ""),
+        "owner": cell_len(who(job)),
         "model": cell_len(what(job["spec"])),
     }
 
@@ -280,7 +286,7 @@ def job_cells(
         state = Text(FAILED_MARK + (REASON_SHORT.get(reason, reason) or "failed"), style=state.style)
     return {
         "id": job["id"],
-        "owner": one_line(job.get("owner") or "", caps.get("owner", 6 if compact else 12)),
+        "owner": one_line(who(job), caps.get("owner", 6 if compact else 12)),
         "name": keep_tail(job.get("name") or "", caps.get("name", 12 if compact else 24)),
         "model": one_line(what(job["spec"]), caps.get("model", 12 if compact else 16)),
         "status": state,

@@ -17,7 +17,7 @@ from textual.widgets import DataTable
 from textual.widgets.data_table import CellKey, ColumnKey, Row, RowKey
 
 from models.states import PRIORITIES
-from tui.widgets.fmt import PRIORITY_MARK, accuracy, what
+from tui.widgets.fmt import PRIORITY_MARK, accuracy, what, who
 
 COLUMNS = [
     ("id", "ID"),
@@ -74,7 +74,7 @@ SORT_VALUES = {
     "loss": lambda job: (job.get("metrics") or {}).get("loss"),
     "acc": lambda job: accuracy(job)[0],
     "gpu": lambda job: ",".join(job.get("gpu_ids") or []) or None,
-    "owner": lambda job: job.get("owner"),
+    "owner": lambda job: who(job),
     "elapsed": lambda job: job.get("elapsed_s"),
     "disk": lambda job: job.get("disk_bytes"),
     "eta": lambda job: job.get("eta_s") if job["status"] == "running" else None,
