@@ -6,7 +6,7 @@ from __future__ import annotations
 import os
 import signal
 import subprocess
-import threading
+import sys
 import time
 
 import pytest
@@ -52,36 +52,50 @@ def test_a_failure_and_a_missing_tool_raise_as_subprocess_run_does():
         output_of(["/nonexistent/nvidia-smi"], timeout=10)
 
 
+FORKING = """
+import os, signal, sys, threading, time
+from jobs.run import proc
+from jobs.run.proc import output_of
+
+calls, done = 0, threading.Event()
+
+
+def sampler():  # (the sampler's thread: a tool run after another)
+    global calls
+    for _ in range(300):
+        output_of(["true"], timeout=10)
+        calls += 1
+    done.set()
+
+
+horses = []
+try:
+    threading.Thread(target=sampler, daemon=True).start()
+    while not done.is_set() and len(horses) < 300:
+        with proc.SPAWNING:  # (as jobs.worker forks a work-horse)
+            pid = os.fork()
+            if pid == 0:  # a work-horse busy with a long job: it holds what it inherited until it exits
+                time.sleep(60)
+                os._exit(0)
+        horses.append(pid)
+    # every horse is still alive: the sampler's calls could only end if none of its pipes went to a horse
+    if not done.wait(30):
+        sys.exit(f"the sampler's thread is stuck after {calls} calls of 300 ({len(horses)} forks)")
+finally:
+    for pid in horses:
+        os.kill(pid, signal.SIGKILL)
+        os.waitpid(pid, 0)
+"""
+
+
 def test_a_work_horse_forked_meanwhile_does_not_hold_the_callers_round():
     """The worker forks work-horses (fork without exec: they keep a copy of every descriptor for their whole job)
     while its GPU sampler's thread runs nvidia-smi and dmesg. A fork between the Popen's exec-error pipe and the
-    exec kept that pipe open in the work-horse, and the sampler's round waited for the job's end."""
-    calls, done = 0, threading.Event()
-
-    def sampler() -> None:  # (the sampler's thread: a tool run after another)
-        nonlocal calls
-        for _ in range(300):
-            output_of(["true"], timeout=10)
-            calls += 1
-        done.set()
-
-    horses = []
-    try:
-        thread = threading.Thread(target=sampler, daemon=True)
-        thread.start()
-        while not done.is_set() and len(horses) < 300:
-            with proc.SPAWNING:  # (as jobs.worker forks a work-horse)
-                pid = os.fork()
-                if pid == 0:  # a work-horse busy with a long job: it holds what it inherited until it exits
-                    time.sleep(60)
-                    os._exit(0)
-            horses.append(pid)
-        # every horse is still alive: the sampler's calls could only end if none of its pipes went to a horse
-        assert done.wait(30), f"the sampler's thread is stuck after {calls} calls of 300 ({len(horses)} forks)"
-    finally:
-        for pid in horses:
-            os.kill(pid, signal.SIGKILL)
-            os.waitpid(pid, 0)
+    exec kept that pipe open in the work-horse, and the sampler's round waited for the job's end. (In a Python of
+    its own, as small as a worker: 300 forks of a test process that has imported what other tests import cost
+    30 CPU-s.)"""
+    ran = subprocess.run([sys.executable, "-c", FORKING], capture_output=True, text=True, timeout=120)
+    assert ran.returncode == 0, ran.stderr[-2000:]
 
 
 def test_a_work_horse_forked_under_the_lock_can_run_tools_itself():
