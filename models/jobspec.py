@@ -84,7 +84,7 @@ assert PRIORITIES == Priority.__args__  # type: ignore[attr-defined]
 class Common(BaseModel):
     """What every job may say: GPUs, name, line, limits, dependencies. A null is the field's default."""
 
-    model_config = ConfigDict(strict=True, extra="forbid", frozen=True)
+    model_config = ConfigDict(strict=True, extra="forbid", frozen=True, defer_build=True)
     kind_name: ClassVar[str] = ""
 
     @model_validator(mode="before")

@@ -8,8 +8,12 @@ import os
 import subprocess
 import sys
 
+import pytest
+
 from tests.support.live import start_api
 from tests.support.readme import run_block
+
+pytestmark = pytest.mark.slow  # (a real API process: make test runs it, make check does not)
 
 
 def test_the_readme_makes_a_project_and_a_job_belongs_to_it(spawn, child_env, tmp_path):

@@ -9,10 +9,13 @@ import os
 import subprocess
 import sys
 
+import pytest
 import requests
 
 from tests.support.live import start_api, until
 from tests.support.readme import run_block
+
+pytestmark = pytest.mark.slow  # (a real API process: make test runs it, make check does not)
 
 
 def test_the_readme_makes_a_schedule_and_a_schedule_fires(spawn, child_env, tmp_path):

@@ -11,11 +11,14 @@ import os
 import sys
 from datetime import datetime, timezone
 
+import pytest
 import requests
 
 from tests.support.live import start_api
 from tests.support.readme import run_block
 from tests.support.workers import booked
+
+pytestmark = pytest.mark.slow  # (a real API process: make test runs it, make check does not)
 
 NOV = datetime(2026, 11, 1, tzinfo=timezone.utc).timestamp()
 DAY = 86400.0
