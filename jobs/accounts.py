@@ -14,7 +14,7 @@ from typing import Any
 
 from redis import Redis
 
-from jobs.keys import ACCOUNTS_INDEXED_KEY, ACCOUNTS_KEY, ENDED_KEY, INDEX_KEY, job_key
+from jobs.keys import ACCOUNTS_INDEXED_KEY, ACCOUNTS_KEY, ACTIVE_KEY, ENDED_KEY, INDEX_KEY, job_key, project_used_key
 from jobs.record import Job
 from jobs.store import decode
 from models.common import iso, parse_age
@@ -103,6 +103,47 @@ def ended_between(redis: Redis, since: float, until: float) -> list[dict[str, An
             elif deleted is not None:
                 out.append(json.loads(deleted))
     return out
+
+
+USED_FOR_S = 30.0
+"""How long a project's GPU-hours this period are kept once counted (a round a second reads them)."""
+
+
+def period_start(ts: float, period: str) -> float:
+    """When the day, week (Monday) or month (the 1st) `ts` falls in began, UTC."""
+    return datetime.fromisoformat(period_of(ts, period)).replace(tzinfo=timezone.utc).timestamp()
+
+
+def project_used(redis: Redis, project: str, period: str, now: float | None = None) -> float:
+    """The GPU-hours project `project` used this `period`: its jobs that ended in it and its running jobs (what
+    they held so far). Counted at most every USED_FOR_S, and kept meanwhile."""
+    now = time.time() if now is None else now
+    key = project_used_key(project, period, period_of(now, period))
+    kept = redis.get(key)
+    if kept is not None:
+        return float(kept)
+    since = period_start(now, period)
+    ended = sum(j["gpu_seconds"] for j in ended_between(redis, since, now + 1) if j.get("project") == project)
+    active = [int(i) for i in redis.smembers(ACTIVE_KEY)]
+    with redis.pipeline(transaction=False) as pipe:
+        for job_id in active:
+            pipe.hmget(job_key(job_id), ["spec", "gpu_seconds"])
+        running = pipe.execute()
+    held = sum(float(s or 0) for spec, s in running if spec and json.loads(spec).get("project") == project)
+    used = round((ended + held) / 3600, 4)
+    redis.set(key, used, ex=int(USED_FOR_S))
+    return used
+
+
+def over_budget(redis: Redis, project: str | None, budgets: dict[str, tuple[float, str, str]]) -> str | None:
+    """Why project `project` may start no more jobs this period (its --max-gpu-hours used up), or None."""
+    if project is None or project not in budgets:
+        return None
+    budget, period, _ = budgets[project]
+    used = project_used(redis, project, period)
+    if used < budget:
+        return None
+    return f"project {project} used {used:g} of {budget:g} GPU-hours this {period} (--max-gpu-hours)"
 
 
 def period_of(ts: float, period: str) -> str:

@@ -12,6 +12,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 import click
 
@@ -299,15 +300,32 @@ def project() -> None:
 @click.option("--max-gpus", type=int, metavar="N", help="the most GPUs the project's running jobs hold at once")
 @click.option("--max-queued", type=int, metavar="N", help="the most queued jobs it may have: more are refused")
 @click.option("--share", type=float, default=1.0, show_default=True, help="its weight (kept for fair share)")
+@click.option(
+    "--max-gpu-hours",
+    metavar="N/PERIOD",
+    help="its GPU-hours a day, week or month (500/month: its jobs that ended this calendar month, UTC, and those "
+    "running), past which its jobs wait (or are refused: --over-budget refuse)",
+)
+@click.option(
+    "--over-budget",
+    type=click.Choice(["wait", "refuse"]),
+    default="wait",
+    show_default=True,
+    help="past --max-gpu-hours: its queued jobs wait for the next period, or new ones are refused",
+)
 @home_option
-def project_create(name, max_gpus, max_queued, share, home) -> int:
+def project_create(name, max_gpus, max_queued, share, max_gpu_hours, over_budget, home) -> int:
     """Create the project NAME."""
     from jobs import projects, tokens
 
     redis, who = _token_store(home)
-    made = projects.create(redis, name, max_gpus=max_gpus, max_queued=max_queued, share=share)
+    made = projects.create(
+        redis, name, max_gpus=max_gpus, max_queued=max_queued, share=share, max_gpu_hours=max_gpu_hours,
+        over_budget=over_budget,
+    )  # fmt: skip
     tokens.audit(redis, who, "local", "PROJECT", f"create {name}", 0)
-    caps = ", ".join(f"{k.replace('_', ' ')} {v}" for k, v in made.items() if k.startswith("max_") and v) or "no caps"
+    said = {**made, "max_gpu_hours": max_gpu_hours}
+    caps = ", ".join(f"{k.replace('_', ' ')} {v}" for k, v in said.items() if k.startswith("max_") and v) or "no caps"
     click.echo(f"project {name}: {caps}; gpudeck project add {name} USER puts a named token in it")
     return EXIT_OK
 
@@ -357,12 +375,18 @@ def project_ls(home, as_json) -> int:
     if as_json:
         click.echo(json.dumps(listed, indent=2))
         return EXIT_OK
-    cap = lambda value: "-" if value is None else value  # noqa: E731
+
+    def cap(value: Any) -> Any:
+        return "-" if value is None else value
+
+    def budget(p: dict[str, Any]) -> str:
+        return f"{p['max_gpu_hours']:g}/{p['budget_period']} ({p['over_budget']})" if p.get("max_gpu_hours") else "-"
+
     rows = [
-        (p["name"], cap(p["max_gpus"]), cap(p["max_queued"]), f"{p['share']:g}", ", ".join(p["members"]) or "-")
+        (p["name"], cap(p["max_gpus"]), cap(p["max_queued"]), budget(p), f"{p['share']:g}", ", ".join(p["members"]))
         for p in listed
     ]
-    print_table(("NAME", "MAX GPUS", "MAX QUEUED", "SHARE", "MEMBERS"), rows, right=[1, 2, 3])
+    print_table(("NAME", "MAX GPUS", "MAX QUEUED", "GPU-HOURS", "SHARE", "MEMBERS"), rows, right=[1, 2])
     return EXIT_OK
 
 

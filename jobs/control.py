@@ -75,6 +75,7 @@ def dry_run(redis: Redis, body: Any, settings: Settings, extra: dict[str, Any] |
     spec = queues.validate(redis, body, settings)
     owner = (extra or {}).get("owner")
     project = projects.settle(redis, owner, spec)
+    queues.refuse_over_budget(redis, project)
     typed = Kept(spec)
     quota.check_fits(redis, owner, typed, project)
     rec = Job(id=0, spec=spec, owner=owner)

@@ -390,6 +390,11 @@ PROJECT_DEFAULTS_KEY = f"{PREFIX}:projects:defaults"
 """Hash: a named token -> its default project (a job that names none belongs to it)."""
 
 
+def project_used_key(project: str, period: str, start: str) -> str:
+    """A project's GPU-hours of one period (its first day), as last counted: kept USED_FOR_S (jobs.accounts)."""
+    return f"{PREFIX}:projects:used:{project}:{period}:{start}"
+
+
 def project_live_key(project: str) -> str:
     """Set of the ids of a project's jobs not known to have ended (what its --max-queued counts)."""
     return f"{PREFIX}:projects:live:{project}"

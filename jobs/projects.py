@@ -28,9 +28,29 @@ def _read(redis: Redis, name: str) -> dict[str, Any]:
     return json.loads(raw)
 
 
+BUDGET = re.compile(r"^([0-9]+(?:\.[0-9]+)?)/(day|week|month)$")
+OVER_BUDGET = ("wait", "refuse")
+
+
+def budget_of(text: str) -> tuple[float, str]:
+    """`500/month` as (500.0, "month"); ValueError saying what is wrong."""
+    found = BUDGET.match(text.strip())
+    if not found or float(found.group(1)) <= 0:
+        raise ValueError(f"write GPU-hours per day, week or month: 500/month, 40/week; got {text!r}")
+    return float(found.group(1)), found.group(2)
+
+
 def create(
-    redis: Redis, name: str, max_gpus: int | None = None, max_queued: int | None = None, share: float = 1.0
+    redis: Redis,
+    name: str,
+    max_gpus: int | None = None,
+    max_queued: int | None = None,
+    share: float = 1.0,
+    max_gpu_hours: str | None = None,
+    over_budget: str = "wait",
 ) -> dict[str, Any]:
+    """A new project; `max_gpu_hours`: its GPU-hours a period (500/month: the GPU time of its jobs that ended in
+    the calendar month, UTC, and of those running now), past which its jobs wait or are refused (`over_budget`)."""
     if not NAME.match(name):
         raise BadRequest(
             f"a project's name is a lowercase letter, then up to 31 of a-z 0-9 _ . -, got {name!r}", {"field": "name"}
@@ -40,11 +60,22 @@ def create(
             raise BadRequest(f"{field} must be 1 or more, got {value}", {"field": field})
     if not share > 0:
         raise BadRequest(f"share must be above 0, got {share}", {"field": "share"})
+    budget = None
+    if max_gpu_hours is not None:
+        try:
+            budget = budget_of(max_gpu_hours)
+        except ValueError as exc:
+            raise BadRequest(f"max_gpu_hours: {exc}", {"field": "max_gpu_hours"}) from None
+    if over_budget not in OVER_BUDGET:
+        raise BadRequest(f"over_budget must be wait or refuse, got {over_budget!r}", {"field": "over_budget"})
     record: dict[str, Any] = {
         "name": name,
         "max_gpus": max_gpus,
         "max_queued": max_queued,
         "share": share,
+        "max_gpu_hours": None if budget is None else budget[0],
+        "budget_period": None if budget is None else budget[1],
+        "over_budget": over_budget,
         "members": [],
         "created_at": time.time(),
     }
@@ -155,6 +186,16 @@ def queued_of(redis: Redis, project: str) -> int:
     if gone:
         redis.srem(project_live_key(project), *gone)
     return sum(s == Status.QUEUED.value for s in statuses)
+
+
+def budgets(redis: Redis) -> dict[str, tuple[float, str, str]]:
+    """Each project's GPU-hour budget (those that have one): (GPU-hours, its period, wait or refuse)."""
+    out = {}
+    for name, raw in redis.hgetall(PROJECTS_KEY).items():
+        record = json.loads(raw)
+        if record.get("max_gpu_hours"):
+            out[name.decode()] = (float(record["max_gpu_hours"]), record["budget_period"], record["over_budget"])
+    return out
 
 
 def caps(redis: Redis) -> dict[str, int]:

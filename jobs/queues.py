@@ -16,10 +16,10 @@ from typing import Any
 from redis import Redis
 from redis.exceptions import RedisError
 
-from jobs import datasets, projects, quota, sources
+from jobs import accounts, datasets, projects, quota, sources
 from jobs import spec as spec_mod
 from jobs.backends import base as backends
-from jobs.errors import Conflict, ReferenceNotFound, Unprocessable, ValidationError
+from jobs.errors import Conflict, Forbidden, ReferenceNotFound, Unprocessable, ValidationError
 from jobs.keys import (
     AFTER_CHECK_KEY,
     AFTER_KEY,
@@ -178,6 +178,7 @@ def submit(
     s = settings
     spec = validate(redis, body, s)
     project = projects.settle(redis, (extra or {}).get("owner"), spec)
+    refuse_over_budget(redis, project)
     typed = Kept(spec)
     quota.check_fits(redis, (extra or {}).get("owner"), typed, project)
     source = None
@@ -202,6 +203,20 @@ def submit(
             also(pipe, job_id)
         pipe.execute()
     return rec
+
+
+def refuse_over_budget(redis: Redis, project: dict[str, Any] | None) -> None:
+    """Forbidden for a job of a project whose GPU-hours this period are used up, where the project says to refuse
+    (`--over-budget refuse`; `wait`: its jobs wait in line instead)."""
+    if project is None or not project.get("max_gpu_hours") or project.get("over_budget") != "refuse":
+        return
+    budget = (float(project["max_gpu_hours"]), project["budget_period"], "refuse")
+    why = accounts.over_budget(redis, project["name"], {project["name"]: budget})
+    if why is not None:
+        raise Forbidden(
+            f"{why}: new jobs are refused until the next {project['budget_period']} (or an admin raises the budget)",
+            {"rule": "max_gpu_hours", "project": project["name"]},
+        )
 
 
 def begins_at(spec: Kept) -> float | None:

@@ -40,7 +40,7 @@ from typing import Any
 from redis import Redis
 from rq import Queue
 
-from jobs import disk, gpuhealth, las, plan, projects, queues, quota, share, sweeps, taskrecord, tokens
+from jobs import accounts, disk, gpuhealth, las, plan, projects, queues, quota, share, sweeps, taskrecord, tokens
 from jobs.depends import AFTER_SWEEP_S, CHECK_MAX, release_dependencies  # noqa: F401 (re-exported: their old home)
 from jobs.keys import (
     PLACE_DUE_KEY,
@@ -227,6 +227,9 @@ class Walk:
         }
         self.quotas = tokens.quotas(r.redis)
         self.project_caps = projects.caps(r.redis)
+        self.budgets = projects.budgets(r.redis)
+        self.spent: dict[str, str | None] = {}
+        """Each project with a GPU-hour budget: why it may start nothing more this period (None: it may)."""
 
     def can_preempt(self, rank: tuple[int, int]) -> bool:
         """Whether a job of `rank` (its priority's place, its band: jobs.las) may still preempt one running now."""
@@ -313,6 +316,12 @@ class Walk:
             _waiting(self.store, rec, quota.waiting(owner or "", self.held[owner], limit))
             return True
         project = rec.spec.project
+        if project in self.budgets and gpus:
+            if project not in self.spent:
+                self.spent[project] = accounts.over_budget(self.r.redis, project, self.budgets)
+            if self.spent[project] is not None:
+                _waiting(self.store, rec, f"waiting: {self.spent[project]}")
+                return True
         cap = self.project_caps.get(project) if project and gpus else None
         if project and cap is not None and self.project_held[project] + gpus > cap:
             _waiting(self.store, rec, quota.waiting(f"project {project}", self.project_held[project], cap))

@@ -10,7 +10,7 @@ import pytest
 from jobs import accounts, control, projects, schedule, tokens
 from jobs.errors import BadRequest, Conflict, Forbidden, ReferenceNotFound
 from tests.support.policy import DEFAULTS
-from tests.support.workers import JOB, box, rec, submit
+from tests.support.workers import JOB, booked, box, rec, submit
 
 
 @pytest.fixture
@@ -87,3 +87,32 @@ def test_the_accounts_by_project(lab):
     assert JobStore(lab).transition(job, ("queued",), status="canceled", ended_at=time.time())
     [row] = accounts.usage(lab, time.time() - 60, time.time() + 60, by="project")["rows"]
     assert row["project"] == "vision" and row["gpu_hours"] == 2.0
+
+
+def forget_counts(redis) -> None:
+    for key in redis.keys("gpudeck:projects:used:*"):
+        redis.delete(key)
+
+
+def test_a_project_past_its_gpu_hours_this_period_waits_or_is_refused(redis):
+    tokens.create(redis, "alice")
+    projects.create(redis, "vision", max_gpu_hours="3/month")  # (past it: its jobs wait)
+    projects.create(redis, "audio", max_gpu_hours="3/month", over_budget="refuse")
+    for name in ("vision", "audio"):
+        projects.add(redis, name, "alice")
+    box(redis, 2)
+    now = time.time()
+    ended = max(now - 120, accounts.period_start(now, "month") + 1)  # (this month, whatever the date)
+    for name in ("vision", "audio"):
+        assert accounts.over_budget(redis, name, projects.budgets(redis)) is None
+        forget_counts(redis)  # (counted again: not what was kept 30 s)
+        booked(redis, "alice", ended - 3 * 3600 - 5, 5, 3, project=name)  # (3 GPU-hours, ended this month)
+    forget_counts(redis)
+    waits = submit(redis, owner="alice", project="vision")
+    assert rec(redis, waits)["status"] == "queued"
+    assert rec(redis, waits)["message"] == "waiting: project vision used 3 of 3 GPU-hours this month (--max-gpu-hours)"
+    with pytest.raises(Forbidden) as refused:
+        submit(redis, owner="alice", project="audio")
+    assert refused.value.details["rule"] == "max_gpu_hours" and "until the next month" in refused.value.message
+    with pytest.raises(BadRequest):
+        projects.create(redis, "nlp", max_gpu_hours="lots")

@@ -89,14 +89,15 @@ def running(redis, job_id: int, ago: float = 3600.0) -> None:
     assert JobStore(redis).transition(job_id, ("starting",), status="running", started_at=t, running_at=t)
 
 
-def booked(redis, owner, created, waited, hours, part=1.0, idle=False, status="succeeded", gpus=1):
-    """A job of `owner` submitted at `created`, started `waited` s later, that held `gpus` GPUs (each its `part`)
-    for `hours`, booked by the GPU sampler (jobs.usage.account) an hour at a time, then ended `status`."""
+def booked(redis, owner, created, waited, hours, part=1.0, idle=False, status="succeeded", gpus=1, project=None):
+    """A job of `owner` (in `project`) submitted at `created`, started `waited` s later, that held `gpus` GPUs (each
+    its `part`) for `hours`, booked by the GPU sampler (jobs.usage.account) an hour at a time, then ended `status`."""
     from jobs import usage
 
     store = JobStore(redis)
     job_id = store.next_id()
-    store.create(job_id, {**JOB, "gpus": gpus}, "gpus-1", extra={"owner": owner, "created_at": created})
+    spec = {**JOB, "gpus": gpus, **({"project": project} if project else {})}
+    store.create(job_id, spec, "gpus-1", extra={"owner": owner, "created_at": created})
     started = created + waited
     store.update(job_id, status="running", started_at=started, first_started_at=started, gpu_fraction=part)
     util = [{"index": str(i), "utilization": 0 if idle else 90} for i in range(gpus)]
