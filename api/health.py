@@ -12,7 +12,7 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from redis.exceptions import RedisError
 
 from api import deps
-from jobs import disk, gpuhealth, queues, store, tokens, usage
+from jobs import disk, gpuhealth, queues, quota, store, tokens, usage
 from jobs import gpus as gpus_mod
 from jobs import worker as worker_mod
 from jobs.keys import AFTER_KEY, PRIORITIES, job_key, queue_name
@@ -153,6 +153,16 @@ class _Collector:
         for owner, hours in sorted(usage.idle_gpu_hours(self.redis).items(), key=lambda kv: kv[0] or ""):
             idle.add_metric([owner or "-"], hours * 3600)
         yield idle
+        held = GaugeMetricFamily(
+            "gpudeck_project_gpus", "GPUs a project's running jobs hold (a share counts its part).", labels=["project"]
+        )
+        by_project: dict[str, float] = {}
+        for rec in JobStore(self.redis).active():
+            if rec.spec.project is not None:
+                by_project[rec.spec.project] = by_project.get(rec.spec.project, 0.0) + quota.holds(rec)
+        for project, gpus in sorted(by_project.items()):
+            held.add_metric([project], gpus)
+        yield held
         cordoned = GaugeMetricFamily("gpudeck_gpus_cordoned", "GPUs out of service after a hardware error.")
         cordoned.add_metric([], len(gpuhealth.cordons(self.redis)))
         yield cordoned

@@ -122,6 +122,7 @@ def remove(redis: Redis, name: str, user: str | None = None) -> None:
         redis.hset(PROJECTS_KEY, name, json.dumps(record))
     else:
         redis.hdel(PROJECTS_KEY, name)
+        redis.delete(project_live_key(name))
     for member in members:
         if (redis.hget(PROJECT_DEFAULTS_KEY, member) or b"").decode() == name:
             others = [p["name"] for p in listing(redis) if member in p["members"]]

@@ -197,7 +197,7 @@ def submit(
     with redis.pipeline() as pipe:
         rec = store.create(job_id, spec, name, pipe=pipe, source=source, extra=extra)
         enqueue(pipe, job_id, typed, owner, waiting=bool(typed.after))
-        if project is not None:
+        if project is not None and project.get("max_queued") is not None:  # (what --max-queued counts)
             projects.track(pipe, project["name"], job_id)
         if also is not None:
             also(pipe, job_id)

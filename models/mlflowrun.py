@@ -88,7 +88,8 @@ def series(points: Iterable[dict[str, Any]], started: float) -> list[tuple[str, 
 
 
 def tags_of(job: dict[str, Any]) -> dict[str, str]:
-    """The run's tags: who, which gpudeck job, its sweep and trial, git commit, status and reason."""
+    """The run's tags: who, which gpudeck job, its project, sweep and trial, the schedule that made it, git commit,
+    status and reason."""
     tags = {
         "gpudeck.job": str(job["id"]),
         "gpudeck.owner": job.get("owner") or "",
@@ -100,6 +101,9 @@ def tags_of(job: dict[str, Any]) -> dict[str, str]:
     }
     if job.get("sweep_id") is not None:
         tags["gpudeck.sweep"] = str(job["sweep_id"])
+    for field, tag in (("project", "gpudeck.project"), ("schedule", "gpudeck.schedule")):
+        if job.get(field):
+            tags[tag] = job[field] if field == "project" else job[field]["name"]
     commit = (job.get("source") or {}).get("git_commit")
     if commit:
         tags["gpudeck.git_commit"] = tags["mlflow.source.git.commit"] = commit

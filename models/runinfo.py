@@ -7,7 +7,7 @@ from __future__ import annotations
 import math
 from typing import Any, TypeGuard
 
-NOT_CONFIG = frozenset({"name", "after", "notify", "tags", "export"})
+NOT_CONFIG = frozenset({"name", "after", "notify", "tags", "export", "project"})
 """Spec fields that name or steer a job rather than configure what it trains."""
 POINT_KEYS = ("step", "epoch", "time", "run")
 """Fields of a metric point that place it rather than measure something."""

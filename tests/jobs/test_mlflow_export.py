@@ -57,7 +57,8 @@ def _points(n: int, lr: float = 0.1) -> list[dict]:
 
 
 def test_a_job_becomes_one_mlflow_run_with_every_point_and_again_the_same_run(redis, mlflow_settings):
-    rec = _ended(redis, mlflow_settings, 1, {**LENET, "export": ["mlflow"], "tags": ["paper"]}, _points(1500))
+    spec = {**LENET, "export": ["mlflow"], "tags": ["paper"], "project": "vision"}
+    rec = _ended(redis, mlflow_settings, 1, spec, _points(1500))
     assert export.enqueue(redis, rec) and JobStore(redis).get(1)["export"]["mlflow"]["status"] == "pending"
     assert export.deliver(redis, mlflow_settings) == 1
     state = JobStore(redis).get(1)["export"]["mlflow"]
@@ -74,6 +75,7 @@ def test_a_job_becomes_one_mlflow_run_with_every_point_and_again_the_same_run(re
     assert "name" not in params and "export" not in params
     tags = run.data.tags
     assert (tags["gpudeck.job"], tags["gpudeck.status"], tags["gpudeck.tag.paper"]) == ("1", "succeeded", "1")
+    assert tags["gpudeck.project"] == "vision" and "project" not in params  # (who it counts against: a tag)
     history = sorted(client.get_metric_history(run.info.run_id, "loss"), key=lambda m: m.step)
     assert [(m.step, m.value, m.timestamp) for m in history] == [
         (p["step"], p["loss"], int(p["time"] * 1000)) for p in _points(1500)

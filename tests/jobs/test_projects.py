@@ -42,7 +42,7 @@ def test_a_job_belongs_to_its_project_or_its_owners_default_and_only_members_sub
     assert rec(lab, submit(lab)).spec.project is None  # (no owner, no project named: none)
 
 
-def test_max_queued_refuses_and_max_gpus_holds_the_projects_running_gpus(lab):
+def test_max_queued_refuses_and_max_gpus_holds_the_projects_running_gpus(lab, client):
     box(lab, 2)
     running = submit(lab, owner="alice")  # vision: one GPU, and it starts
     assert rec(lab, running)["status"] == "starting"
@@ -58,6 +58,9 @@ def test_max_queued_refuses_and_max_gpus_holds_the_projects_running_gpus(lab):
     with pytest.raises(Forbidden) as refused:
         submit(lab, owner="alice")
     assert refused.value.details["rule"] == "max_queued" and "2 queued jobs" in refused.value.message
+    ops = {"Authorization": f"Bearer {tokens.create(lab, 'ops', admin=True)}"}
+    metrics = client.get("/metrics", headers=ops).get_data(as_text=True)  # (what each project holds, graphed)
+    assert 'gpudeck_project_gpus{project="vision"} 1.0' in metrics and 'project="nlp"} 1.0' in metrics
     control.cancel(lab, waits)  # (one fewer queued: room again)
     submit(lab, owner="alice")
     assert schedule.place(lab, DEFAULTS) == []
