@@ -16,7 +16,7 @@ from redis.exceptions import RedisError
 
 from api import deps
 from api.errors import error_response
-from jobs import tokens
+from jobs import projects, tokens
 from jobs.errors import BadRequest, Forbidden
 from jobs.keys import auth_failures_key
 from jobs.run import sandbox
@@ -107,11 +107,13 @@ def may_priority(priority: str) -> None:
         raise Forbidden(*refused)
 
 
-def may(owner: str | None, action: str, what: str) -> None:
+def may(owner: str | None, action: str, what: str, project: str | None = None) -> None:
     """Forbidden unless this request may `action` `what`, owned by `owner`: its owner or an admin (or anybody
-    where no tokens are configured)."""
+    where no tokens are configured); given its `project`, an admin of that project too (steering its jobs)."""
     who = user()
     if who is None or who.admin or (owner is not None and owner == who.name):
+        return
+    if project is not None and who.named and projects.steers(deps.redis(), project, who.name):
         return
     whose = f"belongs to {owner}" if owner else "has no owner (it was made before tokens had names)"
     raise Forbidden(

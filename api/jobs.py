@@ -52,7 +52,8 @@ def submit():
 
 @bp.post("/<int:job_id>/cancel")
 def cancel(job_id: int):
-    auth.may(deps.store().get(job_id).get("owner"), "cancel", f"job {job_id}")
+    steered = deps.store().get(job_id)  # (its owner, an admin, or an admin of its project)
+    auth.may(steered.get("owner"), "cancel", f"job {job_id}", steered.spec.project)
     rec = control.cancel(deps.redis(), job_id)
     if rec.get("stop_unrecorded"):  # 202: the stop is under way but Redis could not record it (its disk is full)
         message = (
@@ -74,7 +75,8 @@ def update(job_id: int):
         raise BadRequest(
             f"priority must be one of {', '.join(PRIORITIES)}, got {json.dumps(priority)}", {"field": "priority"}
         )
-    auth.may(deps.store().get(job_id).get("owner"), "change the priority of", f"job {job_id}")
+    steered = deps.store().get(job_id)
+    auth.may(steered.get("owner"), "change the priority of", f"job {job_id}", steered.spec.project)
     auth.may_priority(priority)
     rec = steer.reprioritize(deps.redis(), job_id, priority, deps.settings())
     return views([rec], with_tasks=True)[0]
@@ -93,7 +95,8 @@ def move(job_id: int):
     elif not isinstance(value, int) or isinstance(value, bool) or value < 1:
         raise BadRequest(f"{field} must be a job id, got {json.dumps(value)}", {"field": field})
     store = deps.store()
-    auth.may(store.get(job_id).get("owner"), "move", f"job {job_id}")
+    steered = store.get(job_id)
+    auth.may(steered.get("owner"), "move", f"job {job_id}", steered.spec.project)
     target = {"before": None, "after": None, **({field: value} if field != "top" else {})}
     rec = backends.of(deps.settings()).move(deps.redis(), job_id, **target)
     return views([rec], with_tasks=True)[0]

@@ -334,16 +334,18 @@ def project_create(name, max_gpus, max_queued, share, max_gpu_hours, over_budget
 @click.argument("name")
 @click.argument("users", nargs=-1, required=True)
 @click.option("--default", "as_default", is_flag=True, help="make it their default project")
+@click.option("--admin", is_flag=True, help="they may steer the project's jobs: cancel, priority, place in line")
 @home_option
-def project_add(name, users, as_default, home) -> int:
+def project_add(name, users, as_default, admin, home) -> int:
     """Put named tokens in the project NAME (it becomes their default when they have none, or with --default)."""
     from jobs import projects, tokens
 
     redis, who = _token_store(home)
     for user in users:
-        projects.add(redis, name, user, default=as_default)
-        tokens.audit(redis, who, "local", "PROJECT", f"add {user} to {name}", 0)
-        click.echo(f"{user} is in project {name} (their default: {projects.default_of(redis, user)})")
+        projects.add(redis, name, user, default=as_default, admin=admin)
+        tokens.audit(redis, who, "local", "PROJECT", f"add {user} to {name}", 0, detail="admin" if admin else "")
+        role = "an admin of" if admin else "in"
+        click.echo(f"{user} is {role} project {name} (their default: {projects.default_of(redis, user)})")
     return EXIT_OK
 
 
@@ -379,12 +381,14 @@ def project_ls(home, as_json) -> int:
     def cap(value: Any) -> Any:
         return "-" if value is None else value
 
+    def members(p: dict[str, Any]) -> str:  # (its admins marked: alice*)
+        return ", ".join(f"{m}*" if m in p.get("admins", []) else m for m in p["members"]) or "-"
+
     def budget(p: dict[str, Any]) -> str:
         return f"{p['max_gpu_hours']:g}/{p['budget_period']} ({p['over_budget']})" if p.get("max_gpu_hours") else "-"
 
     rows = [
-        (p["name"], cap(p["max_gpus"]), cap(p["max_queued"]), budget(p), f"{p['share']:g}", ", ".join(p["members"]))
-        for p in listed
+        (p["name"], cap(p["max_gpus"]), cap(p["max_queued"]), budget(p), f"{p['share']:g}", members(p)) for p in listed
     ]
     print_table(("NAME", "MAX GPUS", "MAX QUEUED", "GPU-HOURS", "SHARE", "MEMBERS"), rows, right=[1, 2])
     return EXIT_OK

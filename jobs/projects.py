@@ -77,6 +77,7 @@ def create(
         "budget_period": None if budget is None else budget[1],
         "over_budget": over_budget,
         "members": [],
+        "admins": [],
         "created_at": time.time(),
     }
     if not redis.hsetnx(PROJECTS_KEY, name, json.dumps(record)):
@@ -98,13 +99,16 @@ def listing(redis: Redis) -> list[dict[str, Any]]:
     return out
 
 
-def add(redis: Redis, name: str, user: str, default: bool = False) -> dict[str, Any]:
-    """Put the named token `user` in project `name` (their default project when they have none, or `default`)."""
+def add(redis: Redis, name: str, user: str, default: bool = False, admin: bool = False) -> dict[str, Any]:
+    """Put the named token `user` in project `name` (their default project when they have none, or `default`);
+    `admin`: they may steer the project's jobs (cancel, priority, place in line), as an admin may anyone's."""
     record = _read(redis, name)
     if redis.hget(TOKENS_KEY, user) is None:
         raise NotFound(f"no named token {user!r} (gpudeck token ls lists them)", {"user": user})
-    if user not in record["members"]:
-        record["members"] = sorted([*record["members"], user])
+    admins = set(record.get("admins", [])) | ({user} if admin else set())
+    if user not in record["members"] or admins != set(record.get("admins", [])):
+        record["members"] = sorted({*record["members"], user})
+        record["admins"] = sorted(admins)
         redis.hset(PROJECTS_KEY, name, json.dumps(record))
     if default:
         redis.hset(PROJECT_DEFAULTS_KEY, user, name)
@@ -119,6 +123,7 @@ def remove(redis: Redis, name: str, user: str | None = None) -> None:
     members = [user] if user is not None else record["members"]
     if user is not None:
         record["members"] = [m for m in record["members"] if m != user]
+        record["admins"] = [m for m in record.get("admins", []) if m != user]
         redis.hset(PROJECTS_KEY, name, json.dumps(record))
     else:
         redis.hdel(PROJECTS_KEY, name)
@@ -130,6 +135,12 @@ def remove(redis: Redis, name: str, user: str | None = None) -> None:
                 redis.hset(PROJECT_DEFAULTS_KEY, member, others[0])
             else:
                 redis.hdel(PROJECT_DEFAULTS_KEY, member)
+
+
+def steers(redis: Redis, project: str | None, user: str) -> bool:
+    """Whether `user` is an admin of `project` (`gpudeck project add NAME USER --admin`)."""
+    raw = redis.hget(PROJECTS_KEY, project) if project else None
+    return raw is not None and user in json.loads(raw).get("admins", [])
 
 
 def default_of(redis: Redis, user: str) -> str | None:

@@ -119,3 +119,21 @@ def test_a_project_past_its_gpu_hours_this_period_waits_or_is_refused(redis):
     assert refused.value.details["rule"] == "max_gpu_hours" and "until the next month" in refused.value.message
     with pytest.raises(BadRequest):
         projects.create(redis, "nlp", max_gpu_hours="lots")
+
+
+def test_a_projects_admin_steers_its_jobs_and_no_others(redis, client):
+    bearer = {n: {"Authorization": f"Bearer {tokens.create(redis, n)}"} for n in ("alice", "bob", "carol")}
+    projects.create(redis, "vision")
+    projects.create(redis, "nlp")
+    projects.add(redis, "vision", "alice")
+    projects.add(redis, "vision", "carol", admin=True)
+    projects.add(redis, "nlp", "bob")
+    theirs = client.post("/api/v1/jobs", json={**JOB, "gpus": 2}, headers=bearer["alice"]).json["id"]
+    other = client.post("/api/v1/jobs", json={**JOB, "gpus": 2}, headers=bearer["bob"]).json["id"]
+    carol = bearer["carol"]
+    assert client.patch(f"/api/v1/jobs/{theirs}", json={"priority": "low"}, headers=carol).status_code == 200
+    assert client.post(f"/api/v1/jobs/{theirs}/cancel", headers=carol).status_code == 200
+    refused = client.post(f"/api/v1/jobs/{other}/cancel", headers=carol)
+    assert refused.status_code == 403 and "belongs to bob" in refused.json["message"]
+    assert client.post(f"/api/v1/jobs/{theirs}/cancel", headers=bearer["bob"]).status_code == 403
+    assert [p["admins"] for p in projects.listing(redis)] == [[], ["carol"]]  # (nlp, vision)

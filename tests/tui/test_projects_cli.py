@@ -24,7 +24,7 @@ def test_the_readme_makes_a_project_and_a_job_belongs_to_it(spawn, child_env, tm
         "project vision: max gpus 4, max queued 200; gpudeck project add vision USER puts a named token in it"
     )
     assert added.strip() == "alice is in project vision (their default: vision)"
-    assert listed.splitlines()[1].split() == ["vision", "4", "200", "1", "alice"]
+    assert listed.splitlines()[1].split() == ["vision", "4", "200", "-", "1", "alice"]
     job_id = submitted.split()[2]
     head, row = ls.splitlines()[:2]
     assert "OWNER" in head.split() and row.split()[0] == job_id and "alice/vision" in row.split()
