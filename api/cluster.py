@@ -134,12 +134,14 @@ def line():
 def fair_share():
     """What each owner has used (decayed GPU-hours), their share of it, and what they run and wait for now."""
     settings = deps.settings()
+    owners = forecast.share_table(deps.redis(), settings)
     return {
         "fairshare": settings.fairshare,
         "halflife_s": settings.fairshare_halflife_s,
         "preempt": settings.preempt,
         "preempt_after_s": settings.preempt_after_s,
-        "owners": forecast.share_table(deps.redis(), settings),
+        "projects": forecast.project_table(deps.redis(), owners),
+        "owners": owners,
     }
 
 

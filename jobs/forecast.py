@@ -10,7 +10,7 @@ from typing import Any
 
 from redis import Redis
 
-from jobs import plan, queues, quota, share, usage
+from jobs import plan, projects, queues, quota, share, usage
 from jobs.keys import AFTER_KEY, BEGINS_KEY, job_key
 from jobs.placement import choose, live_slots, part_of, taken_of
 from jobs.queues import waiting_for
@@ -21,8 +21,8 @@ from jobs.store import JobStore
 
 
 def share_table(redis: Redis, settings: Settings) -> list[dict[str, Any]]:
-    """Per owner (like Slurm's sshare): decayed usage in GPU-hours, its share of everybody's, GPUs held now,
-    running and queued jobs."""
+    """Per owner (like Slurm's sshare): their project (their default one), decayed usage in GPU-hours, its share of
+    everybody's, GPUs held now, running and queued jobs; in the order the scheduler serves them."""
     s = settings
     store = JobStore(redis)
     active = store.active()
@@ -42,10 +42,20 @@ def share_table(redis: Redis, settings: Settings) -> list[dict[str, Any]]:
     idle = usage.idle_gpu_hours(redis)
     total = sum(used.values()) or 1.0
     idlers = {share.owner_of(o) for o in idle}  # (who held GPUs idle, even with no usage left to decay)
-    owners = sorted(set(used) | set(queued) | set(running) | idlers, key=lambda o: (used.get(o, 0.0), o))
+    groups = projects.groups(redis)  # (in the scheduler's order: the project first, by its usage over its share)
+    spent: dict[str | None, float] = defaultdict(float)
+    for o, seconds in used.items():
+        spent[groups.get(o, (None, 1.0))[0]] += seconds
+
+    def turn(o: str) -> tuple[float, float, str]:
+        project, weight = groups.get(o, (None, 1.0))
+        return spent[project] / weight, used.get(o, 0.0), o
+
+    owners = sorted(set(used) | set(queued) | set(running) | idlers, key=turn)
     return [
         {
             "owner": None if o == share.owner_of(None) else o,
+            "project": groups.get(o, (None, 1.0))[0],
             "usage_gpu_hours": round(used.get(o, 0.0) / 3600, 3),
             "share": round(used.get(o, 0.0) / total, 4),
             "gpus": round(gpus[o], 2),
@@ -55,6 +65,28 @@ def share_table(redis: Redis, settings: Settings) -> list[dict[str, Any]]:
         }
         for o in owners
     ]
+
+
+def project_table(redis: Redis, owners: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Per project, from the owners' rows of share_table (its people: those whose default project it is): its
+    share (its weight), decayed usage, that usage's part of everybody's, GPUs held, running and queued jobs; least
+    used for its share first. None where there are no projects."""
+    weights = {p["name"]: float(p.get("share", 1.0)) for p in projects.listing(redis)}
+    if not weights:
+        return []
+    out: dict[str, dict[str, Any]] = {}
+    for row in owners:
+        name = row.get("project")
+        if name is None:
+            continue
+        mine = out.setdefault(name, {"project": name, "weight": weights.get(name, 1.0), "usage_gpu_hours": 0.0,
+                                     "share": 0.0, "gpus": 0.0, "running": 0, "queued": 0})  # fmt: skip
+        for field in ("usage_gpu_hours", "share", "gpus", "running", "queued"):
+            mine[field] = round(mine[field] + row[field], 4)
+    for name, weight in weights.items():
+        out.setdefault(name, {"project": name, "weight": weight, "usage_gpu_hours": 0.0, "share": 0.0, "gpus": 0.0,
+                              "running": 0, "queued": 0})  # fmt: skip
+    return sorted(out.values(), key=lambda p: (p["usage_gpu_hours"] / p["weight"], p["project"]))
 
 
 NO_ESTIMATE = (

@@ -143,6 +143,17 @@ def steers(redis: Redis, project: str | None, user: str) -> bool:
     return raw is not None and user in json.loads(raw).get("admins", [])
 
 
+def groups(redis: Redis) -> dict[str, tuple[str, float]]:
+    """Each named token in a project -> (its default project, that project's share): the groups fair share orders
+    first (a person's line is counted with their default project's)."""
+    shares = {k.decode(): float(json.loads(v).get("share", 1.0)) for k, v in redis.hgetall(PROJECTS_KEY).items()}
+    out = {}
+    for user, project in redis.hgetall(PROJECT_DEFAULTS_KEY).items():
+        if project.decode() in shares:
+            out[user.decode()] = (project.decode(), shares[project.decode()])
+    return out
+
+
 def default_of(redis: Redis, user: str) -> str | None:
     raw = redis.hget(PROJECT_DEFAULTS_KEY, user)
     return raw.decode() if raw is not None else None

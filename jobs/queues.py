@@ -10,6 +10,7 @@ import heapq
 import itertools
 import json
 import time
+from collections import defaultdict
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
@@ -369,25 +370,42 @@ def order(
     ages: Ages | None = None,
     now: float = 0.0,
     age_max_s: float = 0.0,
+    groups: dict[str, tuple[str, float]] | None = None,
 ) -> Iterator[tuple[int, str, str | None]]:
     """The order the scheduler considers queued jobs in: (id, priority, owner). Priorities first (high, normal,
     low); within one, with `fair`, the next job is the oldest of the owner who has used least so far (decayed
     usage plus PICK_CHARGE_S a job taken), that usage counting less the longer the job has waited (`aged`; `ages`
     tells when jobs entered their lines); without, the order of submission (place) over all owners. `found`: the
-    head of each line; `more`: where the rest of a line is read from as the order reaches it (else only `found`)."""
+    head of each line; `more`: where the rest of a line is read from as the order reaches it (else only `found`).
+    `groups`: each owner's project and its share (jobs.projects.groups): fair share in two levels, as Slurm's fair
+    tree — first the project that has used least for its share (its people's usage over its share), then within
+    it the person (owners in no project are one group of share 1; with no projects, one group: as before). The age
+    factor acts within a project."""
     use_age = fair and ages is not None and age_max_s > 0
     since: dict[int, float | None] = {}
+    groups = groups or {}
+
+    def group(owner: str | None) -> tuple[str | None, float]:
+        return groups.get(owner_of(owner), (None, 1.0)) if owner is not None else (None, 1.0)
+
+    spent: dict[str | None, float] = defaultdict(float)  # (each project's usage: its people's)
+    if fair:
+        for name, used_s in used.items():
+            spent[groups.get(name, (None, 1.0))[0]] += used_s
 
     def learn(members: list[tuple[int, float]]) -> None:
         if use_age and ages is not None and members:
             since.update(zip([m[0] for m in members], ages([m[0] for m in members])))
 
-    def weight(owner: str | None, job_id: int) -> float:
-        return aged(base[owner], since.get(job_id), now, age_max_s) if use_age else base[owner]
+    def weight(owner: str | None, job_id: int) -> tuple[float, float]:
+        # (the age factor acts between the people of a project; projects go by their usage over their share)
+        project, share = group(owner)
+        mine = aged(base[owner], since.get(job_id), now, age_max_s) if use_age else base[owner]
+        return spent[project] / share, mine
 
     learn([m for (p, _), members in found.items() for m in members])
     for priority in PRIORITIES:
-        heap: list[tuple[float, float, int, str | None]] = []
+        heap: list[tuple[tuple[float, float], float, int, str | None]] = []
         queues: dict[str | None, list[tuple[int, float]]] = {}
         read: dict[str | None, int] = {}
         base: dict[str | None, float] = {}
@@ -399,7 +417,10 @@ def order(
             base[owner] = used.get(owner_of(owner), 0.0) if fair else 0.0
             heapq.heappush(heap, (weight(owner, job_id), place, job_id, owner))
         while heap:
-            _, _, job_id, owner = heapq.heappop(heap)
+            was, place, job_id, owner = heapq.heappop(heap)
+            if (now_weight := weight(owner, job_id)) > was:  # (its project took a job since: it waits its turn)
+                heapq.heappush(heap, (now_weight, place, job_id, owner))
+                continue
             yield job_id, priority, owner
             if not queues[owner] and more is not None:
                 fetched = more((priority, owner), read[owner])
@@ -409,6 +430,8 @@ def order(
             if queues[owner]:
                 nxt_id, place = queues[owner].pop()
                 base[owner] = base[owner] + PICK_CHARGE_S if fair else 0.0
+                if fair:
+                    spent[group(owner)[0]] += PICK_CHARGE_S
                 heapq.heappush(heap, (weight(owner, nxt_id), place, nxt_id, owner))
 
 
@@ -422,7 +445,8 @@ def scheduler_order(
 ) -> Iterator[tuple[int, str, str | None]]:
     """`order` as the scheduler reads the line under `settings` (fair share, its age factor read from Redis at
     `now`): the one order a round, expected starts and places in line all follow."""
-    return order(found, used, settings.fairshare, more, entered(redis), now, settings.fairshare_age_max_s)
+    groups = projects.groups(redis) if settings.fairshare else {}
+    return order(found, used, settings.fairshare, more, entered(redis), now, settings.fairshare_age_max_s, groups)
 
 
 def head(redis: Redis, settings: Settings, limit: int, now: float | None = None) -> tuple[list[int], int, int]:

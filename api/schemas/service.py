@@ -208,6 +208,7 @@ class Line(Answer):
 
 class OwnerShare(Answer):
     owner: str | None
+    project: str | None = Field(OMITTED, description="their default project: the group fair share orders first")
     usage_gpu_hours: float = Field(description="decayed GPU-hours")
     share: float = Field(description="of everybody's decayed usage")
     gpus: float = Field(description="GPUs held now (a share counts its part)")
@@ -218,12 +219,23 @@ class OwnerShare(Answer):
     )
 
 
+class ProjectShare(Answer):
+    project: str
+    weight: float = Field(description="its --share: GPU time goes between projects in these proportions")
+    usage_gpu_hours: float = Field(description="its people's decayed GPU-hours")
+    share: float = Field(description="of everybody's decayed usage")
+    gpus: float
+    running: int
+    queued: int
+
+
 class Share(Answer):
     fairshare: bool = Field(description="GPUDECK_FAIRSHARE: the line is ordered by usage")
     halflife_s: int = Field(description="GPUDECK_FAIRSHARE_HALFLIFE in seconds")
     preempt: bool = Field(OMITTED, description="GPUDECK_PREEMPT")
     preempt_after_s: int = Field(OMITTED, description="GPUDECK_PREEMPT_AFTER in seconds")
-    owners: list[OwnerShare]
+    projects: list[ProjectShare] = Field(OMITTED, description="least used for its weight first; empty: no projects")
+    owners: list[OwnerShare] = Field(description="in the order the scheduler serves them")
 
 
 class AccountsRow(Answer):

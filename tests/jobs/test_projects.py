@@ -3,6 +3,7 @@ project nobody put you in is a 403 (an admin may submit into any), one that does
 refuses past it, --max-gpus holds the project's running GPUs (a job past it waits, saying so, and holds nobody
 else up); the accounts add up by project."""
 
+import io
 import time
 
 import pytest
@@ -10,7 +11,7 @@ import pytest
 from jobs import accounts, control, projects, schedule, tokens
 from jobs.errors import BadRequest, Conflict, Forbidden, ReferenceNotFound
 from tests.support.policy import DEFAULTS
-from tests.support.workers import JOB, booked, box, rec, submit
+from tests.support.workers import JOB, booked, box, rec, running, submit, succeed
 
 
 @pytest.fixture
@@ -137,3 +138,46 @@ def test_a_projects_admin_steers_its_jobs_and_no_others(redis, client):
     assert refused.status_code == 403 and "belongs to bob" in refused.json["message"]
     assert client.post(f"/api/v1/jobs/{theirs}/cancel", headers=bearer["bob"]).status_code == 403
     assert [p["admins"] for p in projects.listing(redis)] == [[], ["carol"]]  # (nlp, vision)
+
+
+def test_fair_share_in_two_levels_projects_by_their_shares_then_their_people_evenly(redis, client):
+    """Two projects of shares 2:1 on a full box, two people each, everyone with more jobs than the box runs: GPU
+    time goes 2:1 between the projects (±10 %) and evenly between the people of each (as Slurm's fair tree)."""
+    for name in ("alice", "amy", "bob", "ben"):
+        tokens.create(redis, name)
+    projects.create(redis, "vision", share=2)
+    projects.create(redis, "nlp", share=1)
+    for name, project in (("alice", "vision"), ("amy", "vision"), ("bob", "nlp"), ("ben", "nlp")):
+        projects.add(redis, project, name)
+    for _ in range(30):  # (before the box has workers: nobody starts early)
+        for name in ("alice", "amy", "bob", "ben"):
+            submit(redis, owner=name)
+    box(redis, 3)
+    took: dict[str, int] = {}
+    for _ in range(30):  # every round, what ran for ten minutes ends and the scheduler fills the three GPUs again
+        placed = schedule.place(redis, DEFAULTS)
+        assert len(placed) == 3
+        for job_id in placed:
+            running(redis, job_id, ago=600)
+            succeed(redis, job_id)
+            took[rec(redis, job_id)["owner"]] = took.get(rec(redis, job_id)["owner"], 0) + 1
+    vision, nlp = took["alice"] + took["amy"], took["bob"] + took["ben"]
+    assert abs(vision / nlp - 2.0) <= 0.2, took
+    assert abs(took["alice"] - took["amy"]) <= 2 and abs(took["bob"] - took["ben"]) <= 2, took
+    # the share table says it the same way: projects above their people, in the order they are served
+    ops = {"Authorization": f"Bearer {tokens.create(redis, 'ops', admin=True)}"}
+    doc = client.get("/api/v1/share", headers=ops).json
+    rows = {p["project"]: p for p in doc["projects"]}
+    assert rows["vision"]["weight"] == 2.0 and rows["nlp"]["weight"] == 1.0
+    assert abs(rows["vision"]["usage_gpu_hours"] / rows["nlp"]["usage_gpu_hours"] - 2.0) <= 0.2
+    assert {o["owner"]: o["project"] for o in doc["owners"]} == {
+        "alice": "vision", "amy": "vision", "bob": "nlp", "ben": "nlp"
+    }  # fmt: skip
+    from rich.console import Console
+
+    from tui.screens.share import share_view
+
+    console = Console(record=True, width=120, file=io.StringIO())
+    console.print(share_view(doc))  # (the TUI's fair-share screen: projects above their people)
+    shown = console.export_text()
+    assert shown.index("PROJECT") < shown.index("OWNER") < shown.index("alice/vision"), shown

@@ -11,7 +11,17 @@ import click
 from models.common import EXIT_OK, EXIT_USAGE
 from models.sourcetree import human
 from tui.cli.base import client, connection_options, echo_json, json_option, print_table, settings
-from tui.widgets.fmt import SHARE_COLUMNS, cordon_cause, duration, gpu_amount, one_line, share_rows, share_rule
+from tui.widgets.fmt import (
+    PROJECT_COLUMNS,
+    SHARE_COLUMNS,
+    cordon_cause,
+    duration,
+    gpu_amount,
+    one_line,
+    project_rows,
+    share_rows,
+    share_rule,
+)
 
 
 @click.command()
@@ -289,6 +299,9 @@ def share(as_json) -> int:
     if as_json:
         echo_json(doc)
         return EXIT_OK
+    if doc.get("projects"):  # (projects first, as the scheduler orders them: then the people)
+        print_table(PROJECT_COLUMNS, project_rows(doc), right=[1, 2, 3, 4, 5, 6])
+        click.echo("")
     print_table(SHARE_COLUMNS, share_rows(doc), right=[1, 2, 3, 4, 5, 6])
     click.echo(f"({share_rule(doc)})", err=True)
     return EXIT_OK

@@ -16,20 +16,28 @@ from textual.screen import Screen
 from textual.widgets import Footer, Static
 
 from tui.widgets.chrome import chrome
-from tui.widgets.fmt import SHARE_COLUMNS, share_rows, share_rule
+from tui.widgets.fmt import PROJECT_COLUMNS, SHARE_COLUMNS, project_rows, share_rows, share_rule
 
 REFRESH_S = 5.0
 
 
-def share_view(doc: dict[str, Any]) -> Group:
+def _table(columns: tuple[str, ...], rows: list[tuple[Any, ...]]) -> Table:
     table = Table(box=None, padding=(0, 1), header_style="bold")
-    for n, col in enumerate(SHARE_COLUMNS):
+    for n, col in enumerate(columns):
         table.add_column(col, no_wrap=True, justify="right" if n else "left")
-    for row in share_rows(doc):
+    for row in rows:
         table.add_row(*(str(v) for v in row))
-    if not doc["owners"]:
+    return table
+
+
+def share_view(doc: dict[str, Any]) -> Group:
+    if not doc["owners"] and not doc.get("projects"):
         return Group(Text("Fair share: nobody has run or queued a job yet.", style="dim"))
-    return Group(Text("Fair share: who uses the box", style="bold"), table, Text(""), Text(share_rule(doc), "dim"))
+    parts: list[Any] = [Text("Fair share: who uses the box", style="bold")]
+    if doc.get("projects"):  # (projects above their people: the scheduler serves the project first)
+        parts += [_table(PROJECT_COLUMNS, project_rows(doc)), Text("")]
+    parts += [_table(SHARE_COLUMNS, share_rows(doc)), Text(""), Text(share_rule(doc), "dim")]
+    return Group(*parts)
 
 
 class ShareScreen(Screen):

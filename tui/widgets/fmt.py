@@ -518,7 +518,7 @@ def share_rows(doc: dict[str, Any]) -> list[tuple[Any, ...]]:
     """`GET /api/v1/share`'s owners as rows of SHARE_COLUMNS (least used first, as the scheduler orders them)."""
     return [
         (
-            o["owner"] or "-",
+            who(o) or "-",
             f"{o['usage_gpu_hours']:.2f}",
             f"{100 * o['share']:.1f}%",
             gpu_amount(o["gpus"]),
@@ -528,6 +528,18 @@ def share_rows(doc: dict[str, Any]) -> list[tuple[Any, ...]]:
         )
         for o in doc["owners"]
     ]
+
+
+PROJECT_COLUMNS = ("PROJECT", "WEIGHT", "GPU-HOURS", "SHARE", "GPUS", "RUNNING", "QUEUED")
+
+
+def project_rows(doc: dict[str, Any]) -> list[tuple[Any, ...]]:
+    """`GET /api/v1/share`'s projects as rows of PROJECT_COLUMNS (least used for its weight first)."""
+    return [
+        (p["project"], f"{p['weight']:g}", f"{p['usage_gpu_hours']:.2f}", f"{100 * p['share']:.1f}%",
+         gpu_amount(p["gpus"]), p["running"], p["queued"])
+        for p in doc.get("projects") or []
+    ]  # fmt: skip
 
 
 def share_rule(doc: dict[str, Any]) -> str:
