@@ -175,7 +175,7 @@ def compare(
     columns = result_columns(results)
     return {
         "jobs": [
-            {k: v.get(k) for k in ("id", "name", "owner", "status", "reason", "kind", "sweep_id", "trial")}
+            {k: v.get(k) for k in ("id", "name", "owner", "project", "status", "reason", "kind", "sweep_id", "trial")}
             for v in views
         ],
         "differs": rows,

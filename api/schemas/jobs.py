@@ -409,6 +409,7 @@ class ComparedJob(Answer):
     id: int
     name: str | None = None
     owner: str | None = Field(None, description="the name of the token that made it (null: no named tokens then)")
+    project: str | None = Field(None, description="the project it belongs to")
     status: StatusName
     reason: str | None = None
     kind: Literal["model", "command", "session"]

@@ -424,3 +424,6 @@ def test_a_jobs_owner_cell_names_its_project_and_the_filter_finds_it():
     assert "vision" in search_text(job).split()
     head, row = job_lines([job], owners=True)
     assert "alice/vision" in row.split()
+    from tui.widgets.jobtext import header_text
+
+    assert "alice/vision" in header_text({**job, "elapsed_s": 5}, 120).plain  # (the job screen's header)

@@ -29,6 +29,7 @@ from tui.widgets.fmt import (
     status,
     usage_text,
     value_of,
+    who,
 )
 
 
@@ -108,6 +109,7 @@ def header_text(job: dict[str, Any], width: int) -> Text:
             Text(f"job {job['id']}  {one_line(job.get('name'), 40)}", style="bold"),
             state,
             Text.assemble("priority ", priority_text(job)),
+            *([Text(f"{who(job)}", "cyan")] if job.get("owner") or job.get("project") else []),  # (alice/vision)
             Text(runs_text(job["spec"])),
             Text(f"{gpus_text(job)} on {job.get('worker') or '-'}"),
             *([Text(slurm_text(job["slurm"]), "cyan")] if job.get("slurm") else []),
