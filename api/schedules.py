@@ -17,14 +17,13 @@ def create_schedule():
     disk.ensure_room(deps.settings(), "a new schedule")
     body = deps.json_body()
     settings = deps.settings()
-    if isinstance(body, dict):
-        for what in ("job", "sweep"):
-            if isinstance(body.get(what), dict):
-                given = body[what] if what == "job" else body[what].get("base")
-                if isinstance(given, dict):
-                    given = auth.with_defaults(given)  # (its jobs tell the user's endpoints, as theirs do)
-                    body = {**body, what: given} if what == "job" else {**body, what: {**body[what], "base": given}}
-                    settings = auth.settings_for_submit(given)
+    # (its jobs tell the user's endpoints, as theirs do, and are checked by this token's rules, as a submission is)
+    if isinstance(body, dict) and isinstance(body.get("job"), dict):
+        body = {**body, "job": auth.with_defaults(body["job"])}
+        settings = auth.settings_for_submit(body["job"])
+    if isinstance(body, dict) and isinstance(body.get("sweep"), dict) and isinstance(body["sweep"].get("base"), dict):
+        body = {**body, "sweep": {**body["sweep"], "base": auth.with_defaults(body["sweep"]["base"])}}
+        settings = auth.settings_for_submit(body["sweep"]["base"])
     made = cronjobs.create(deps.redis(), body, settings, owner=auth.owner_name())
     return made, 201, {"Location": f"/api/v1/schedules/{made['name']}"}
 

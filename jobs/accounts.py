@@ -135,15 +135,16 @@ def project_used(redis: Redis, project: str, period: str, now: float | None = No
     return used
 
 
-def over_budget(redis: Redis, project: str | None, budgets: dict[str, tuple[float, str, str]]) -> str | None:
-    """Why project `project` may start no more jobs this period (its --max-gpu-hours used up), or None."""
-    if project is None or project not in budgets:
+def over_budget(redis: Redis, project: dict[str, Any] | None) -> str | None:
+    """Why a project (its record: jobs.projects) may start no more jobs this period (its --max-gpu-hours used up),
+    or None (none given, no budget, or some left)."""
+    if project is None or not project.get("max_gpu_hours"):
         return None
-    budget, period, _ = budgets[project]
-    used = project_used(redis, project, period)
+    name, budget, period = project["name"], float(project["max_gpu_hours"]), project["budget_period"]
+    used = project_used(redis, name, period)
     if used < budget:
         return None
-    return f"project {project} used {used:g} of {budget:g} GPU-hours this {period} (--max-gpu-hours)"
+    return f"project {name} used {used:g} of {budget:g} GPU-hours this {period} (--max-gpu-hours)"
 
 
 def period_of(ts: float, period: str) -> str:

@@ -39,22 +39,26 @@ CLAIM_S = 24 * 3600
 """How long a firing's claim is kept (a job's is its idempotency key, kept as long)."""
 
 
-def _read(redis: Redis, name: str) -> dict[str, Any]:
+def _read_or_none(redis: Redis, name: str) -> dict[str, Any] | None:
     raw = redis.hget(SCHEDULES_KEY, name)
-    if raw is None:
+    return None if raw is None else json.loads(raw)
+
+
+def _read(redis: Redis, name: str) -> dict[str, Any]:
+    record = _read_or_none(redis, name)
+    if record is None:
         raise NotFound(f"no schedule named {name!r} (gpudeck schedule ls lists them)", {"schedule": name})
-    return json.loads(raw)
+    return record
 
 
-def _write(redis: Redis, record: dict[str, Any], pipe: Any = None) -> None:
-    p = pipe if pipe is not None else redis.pipeline()
-    p.hset(SCHEDULES_KEY, record["name"], json.dumps(record))
-    if record["paused"] or record["next_at"] is None:
-        p.zrem(SCHEDULES_DUE_KEY, record["name"])
-    else:
-        p.zadd(SCHEDULES_DUE_KEY, {record["name"]: record["next_at"]})
-    if pipe is None:
-        p.execute()
+def _write(redis: Redis, record: dict[str, Any]) -> None:
+    with redis.pipeline() as pipe:
+        pipe.hset(SCHEDULES_KEY, record["name"], json.dumps(record))
+        if record["paused"] or record["next_at"] is None:
+            pipe.zrem(SCHEDULES_DUE_KEY, record["name"])
+        else:
+            pipe.zadd(SCHEDULES_DUE_KEY, {record["name"]: record["next_at"]})
+        pipe.execute()
 
 
 def create(
@@ -185,13 +189,14 @@ def _fire(redis: Redis, settings: Settings, record: dict[str, Any], now: float) 
     said: list[dict[str, Any]] = []
     if next_at < cut:
         missed = [next_at, *firings(cron, tz, next_at, cut, MISSED_COUNTED)]
-        first, last = iso(next_at), iso(last_firing(cron, tz, cut))
+        latest = last_firing(cron, tz, cut)
+        first, last = iso(next_at), iso(latest)
         many = f"{len(missed)}" if len(missed) <= MISSED_COUNTED else f"over {MISSED_COUNTED}"
         when = first if first == last else f"{many} from {first} to {last}"
         said.append({"firing": last, "at": iso(now), "made": None, "why": f"missed ({when}): the service was down"})
         if not on_time and record["catch_up"] == "one":
             said[-1]["why"] += "; caught up with one now"
-            on_time = [last_firing(cron, tz, cut)]
+            on_time = [latest]
     if on_time:  # (several on time: the service was away under a minute; they make one)
         said.append(_make(redis, settings, record, on_time[-1], now))
     record["next_at"] = next_firing(record["cron"], record["tz"], now)
@@ -202,11 +207,6 @@ def _fire(redis: Redis, settings: Settings, record: dict[str, Any], now: float) 
     record["paused"] = current["paused"]
     _write(redis, record)
     return said
-
-
-def _read_or_none(redis: Redis, name: str) -> dict[str, Any] | None:
-    raw = redis.hget(SCHEDULES_KEY, name)
-    return None if raw is None else json.loads(raw)
 
 
 def _make(redis: Redis, settings: Settings, record: dict[str, Any], firing: float, now: float) -> dict[str, Any]:

@@ -43,19 +43,17 @@ def share_table(redis: Redis, settings: Settings) -> list[dict[str, Any]]:
     total = sum(used.values()) or 1.0
     idlers = {share.owner_of(o) for o in idle}  # (who held GPUs idle, even with no usage left to decay)
     groups = projects.groups(redis)  # (in the scheduler's order: the project first, by its usage over its share)
-    spent: dict[str | None, float] = defaultdict(float)
-    for o, seconds in used.items():
-        spent[groups.get(o, (None, 1.0))[0]] += seconds
+    spent = projects.spent(used, groups)
 
     def turn(o: str) -> tuple[float, float, str]:
-        project, weight = groups.get(o, (None, 1.0))
+        project, weight = projects.group_of(groups, o)
         return spent[project] / weight, used.get(o, 0.0), o
 
     owners = sorted(set(used) | set(queued) | set(running) | idlers, key=turn)
     return [
         {
             "owner": None if o == share.owner_of(None) else o,
-            "project": groups.get(o, (None, 1.0))[0],
+            "project": projects.group_of(groups, o)[0],
             "usage_gpu_hours": round(used.get(o, 0.0) / 3600, 3),
             "share": round(used.get(o, 0.0) / total, 4),
             "gpus": round(gpus[o], 2),
@@ -71,7 +69,7 @@ def project_table(redis: Redis, owners: list[dict[str, Any]]) -> list[dict[str, 
     """Per project, from the owners' rows of share_table (its people: those whose default project it is): its
     share (its weight), decayed usage, that usage's part of everybody's, GPUs held, running and queued jobs; least
     used for its share first. None where there are no projects."""
-    weights = {p["name"]: float(p.get("share", 1.0)) for p in projects.listing(redis)}
+    weights = {name: float(p.get("share", 1.0)) for name, p in projects.records(redis).items()}
     if not weights:
         return []
     out: dict[str, dict[str, Any]] = {}

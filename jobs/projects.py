@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import re
 import time
+from collections import defaultdict
 from typing import Any
 
 from redis import Redis
@@ -16,9 +17,10 @@ from redis import Redis
 from jobs import tokens
 from jobs.errors import BadRequest, Conflict, Forbidden, NotFound, ReferenceNotFound
 from jobs.keys import PROJECT_DEFAULTS_KEY, PROJECTS_KEY, TOKENS_KEY, job_key, project_live_key
+from models.jobspec import PROJECT_NAME
 from models.states import Status
 
-NAME = re.compile(r"^[a-z][a-z0-9_.-]{0,31}$")
+NAME = re.compile(PROJECT_NAME)
 
 
 def _read(redis: Redis, name: str) -> dict[str, Any]:
@@ -143,14 +145,32 @@ def steers(redis: Redis, project: str | None, user: str) -> bool:
     return raw is not None and user in json.loads(raw).get("admins", [])
 
 
-def groups(redis: Redis) -> dict[str, tuple[str, float]]:
-    """Each named token in a project -> (its default project, that project's share): the groups fair share orders
-    first (a person's line is counted with their default project's)."""
-    shares = {k.decode(): float(json.loads(v).get("share", 1.0)) for k, v in redis.hgetall(PROJECTS_KEY).items()}
+Groups = dict[str, tuple[str, float]]
+"""A named token in a project -> (its default project, that project's share)."""
+
+
+def groups(redis: Redis) -> Groups:
+    """The groups fair share orders first: each named token in a project -> (its default project, that project's
+    share) (a person's line is counted with their default project's)."""
+    shares = {name: float(record.get("share", 1.0)) for name, record in records(redis).items()}
     out = {}
     for user, project in redis.hgetall(PROJECT_DEFAULTS_KEY).items():
         if project.decode() in shares:
             out[user.decode()] = (project.decode(), shares[project.decode()])
+    return out
+
+
+def group_of(groups: Groups, owner: str) -> tuple[str | None, float]:
+    """The project an owner's line counts with and its share: (None, 1.0) for one in no project (one group)."""
+    return groups.get(owner, (None, 1.0))
+
+
+def spent(used: dict[str, float], groups: Groups) -> defaultdict[str | None, float]:
+    """Each project's decayed usage: its people's (`used`: each owner's, by share.owner_of name; 0 for a project
+    none of whose people has any)."""
+    out: defaultdict[str | None, float] = defaultdict(float)
+    for owner, seconds in used.items():
+        out[group_of(groups, owner)[0]] += seconds
     return out
 
 
@@ -211,21 +231,6 @@ def queued_of(redis: Redis, project: str) -> int:
     return sum(s == Status.QUEUED.value for s in statuses)
 
 
-def budgets(redis: Redis) -> dict[str, tuple[float, str, str]]:
-    """Each project's GPU-hour budget (those that have one): (GPU-hours, its period, wait or refuse)."""
-    out = {}
-    for name, raw in redis.hgetall(PROJECTS_KEY).items():
-        record = json.loads(raw)
-        if record.get("max_gpu_hours"):
-            out[name.decode()] = (float(record["max_gpu_hours"]), record["budget_period"], record["over_budget"])
-    return out
-
-
-def caps(redis: Redis) -> dict[str, int]:
-    """Each project's --max-gpus (those that have one)."""
-    out = {}
-    for name, raw in redis.hgetall(PROJECTS_KEY).items():
-        cap = json.loads(raw).get("max_gpus")
-        if cap is not None:
-            out[name.decode()] = int(cap)
-    return out
+def records(redis: Redis) -> dict[str, dict[str, Any]]:
+    """Every project's record by name, in one read (what a scheduling round holds its caps and budgets to)."""
+    return {name.decode(): json.loads(raw) for name, raw in redis.hgetall(PROJECTS_KEY).items()}

@@ -10,7 +10,6 @@ import heapq
 import itertools
 import json
 import time
-from collections import defaultdict
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
@@ -209,10 +208,9 @@ def submit(
 def refuse_over_budget(redis: Redis, project: dict[str, Any] | None) -> None:
     """Forbidden for a job of a project whose GPU-hours this period are used up, where the project says to refuse
     (`--over-budget refuse`; `wait`: its jobs wait in line instead)."""
-    if project is None or not project.get("max_gpu_hours") or project.get("over_budget") != "refuse":
+    if project is None or project.get("over_budget") != "refuse":
         return
-    budget = (float(project["max_gpu_hours"]), project["budget_period"], "refuse")
-    why = accounts.over_budget(redis, project["name"], {project["name"]: budget})
+    why = accounts.over_budget(redis, project)
     if why is not None:
         raise Forbidden(
             f"{why}: new jobs are refused until the next {project['budget_period']} (or an admin raises the budget)",
@@ -370,7 +368,7 @@ def order(
     ages: Ages | None = None,
     now: float = 0.0,
     age_max_s: float = 0.0,
-    groups: dict[str, tuple[str, float]] | None = None,
+    groups: projects.Groups | None = None,
 ) -> Iterator[tuple[int, str, str | None]]:
     """The order the scheduler considers queued jobs in: (id, priority, owner). Priorities first (high, normal,
     low); within one, with `fair`, the next job is the oldest of the owner who has used least so far (decayed
@@ -386,12 +384,9 @@ def order(
     groups = groups or {}
 
     def group(owner: str | None) -> tuple[str | None, float]:
-        return groups.get(owner_of(owner), (None, 1.0)) if owner is not None else (None, 1.0)
+        return projects.group_of(groups, owner_of(owner)) if owner is not None else (None, 1.0)
 
-    spent: dict[str | None, float] = defaultdict(float)  # (each project's usage: its people's)
-    if fair:
-        for name, used_s in used.items():
-            spent[groups.get(name, (None, 1.0))[0]] += used_s
+    spent = projects.spent(used if fair else {}, groups)  # (each project's usage: its people's)
 
     def learn(members: list[tuple[int, float]]) -> None:
         if use_age and ages is not None and members:

@@ -226,8 +226,7 @@ class Walk:
             if self.stopping.get(v["id"]) == PREEMPTED and v.get("preempted_by")
         }
         self.quotas = tokens.quotas(r.redis)
-        self.project_caps = projects.caps(r.redis)
-        self.budgets = projects.budgets(r.redis)
+        self.projects = projects.records(r.redis)  # (their caps and GPU-hour budgets)
         self.spent: dict[str, str | None] = {}
         """Each project with a GPU-hour budget: why it may start nothing more this period (None: it may)."""
 
@@ -316,14 +315,15 @@ class Walk:
             _waiting(self.store, rec, quota.waiting(owner or "", self.held[owner], limit))
             return True
         project = rec.spec.project
-        if project in self.budgets and gpus:
-            if project not in self.spent:
-                self.spent[project] = accounts.over_budget(self.r.redis, project, self.budgets)
-            if self.spent[project] is not None:
-                _waiting(self.store, rec, f"waiting: {self.spent[project]}")
-                return True
-        cap = self.project_caps.get(project) if project and gpus else None
-        if project and cap is not None and self.project_held[project] + gpus > cap:
+        if not project or not gpus or (record := self.projects.get(project)) is None:
+            return False
+        if project not in self.spent:
+            self.spent[project] = accounts.over_budget(self.r.redis, record)
+        if self.spent[project] is not None:
+            _waiting(self.store, rec, f"waiting: {self.spent[project]}")
+            return True
+        cap = record.get("max_gpus")
+        if cap is not None and self.project_held[project] + gpus > cap:
             _waiting(self.store, rec, quota.waiting(f"project {project}", self.project_held[project], cap))
             return True
         return False

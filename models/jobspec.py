@@ -81,6 +81,10 @@ assert PRIORITIES == Priority.__args__  # type: ignore[attr-defined]
 # -- the job spec ---------------------------------------------------------------------------------------------------
 
 
+PROJECT_NAME = r"^[a-z][a-z0-9_.-]{0,31}$"
+"""A project's name (jobs.projects makes them): what a job's `project` may say."""
+
+
 class Common(BaseModel):
     """What every job may say: GPUs, name, line, limits, dependencies. A null is the field's default."""
 
@@ -151,7 +155,7 @@ class Common(BaseModel):
         Cli("--project", "the project it belongs to (default: your token's default project)"),
     ] = Field(
         None,
-        pattern=r"^[a-z][a-z0-9_.-]{0,31}$",
+        pattern=PROJECT_NAME,
         description="the project it belongs to and counts against (default: its owner's default project)",
     )
     timeout: Annotated[

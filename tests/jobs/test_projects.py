@@ -108,7 +108,7 @@ def test_a_project_past_its_gpu_hours_this_period_waits_or_is_refused(redis):
     now = time.time()
     ended = max(now - 120, accounts.period_start(now, "month") + 1)  # (this month, whatever the date)
     for name in ("vision", "audio"):
-        assert accounts.over_budget(redis, name, projects.budgets(redis)) is None
+        assert accounts.over_budget(redis, projects.get(redis, name)) is None
         forget_counts(redis)  # (counted again: not what was kept 30 s)
         booked(redis, "alice", ended - 3 * 3600 - 5, 5, 3, project=name)  # (3 GPU-hours, ended this month)
     forget_counts(redis)

@@ -112,32 +112,27 @@ def schedule_show(name, as_json) -> int:
     return EXIT_OK
 
 
-def _act(action: str, name: str, as_json: bool) -> int:
-    shown = client().schedule(name, action)
-    if as_json:
-        echo_json(shown)
-    else:
-        state = "paused" if shown["paused"] else f"next firing {shown['next_at']}"
-        click.echo(f"schedule {shown['name']}: {state}")
-    return EXIT_OK
+def _action(action: str, says: str) -> click.Command:
+    """`gpudeck schedule pause|resume NAME`: the schedule after `action`, as its state."""
+
+    @schedule.command(name=action, help=says)
+    @connection_options
+    @click.argument("name")
+    @json_option
+    def act(name, as_json) -> int:
+        shown = client().schedule(name, action)
+        if as_json:
+            echo_json(shown)
+        else:
+            state = "paused" if shown["paused"] else f"next firing {shown['next_at']}"
+            click.echo(f"schedule {shown['name']}: {state}")
+        return EXIT_OK
+
+    return act
 
 
-@schedule.command(name="pause")
-@connection_options
-@click.argument("name")
-@json_option
-def schedule_pause(name, as_json) -> int:
-    """No firing until resumed."""
-    return _act("pause", name, as_json)
-
-
-@schedule.command(name="resume")
-@connection_options
-@click.argument("name")
-@json_option
-def schedule_resume(name, as_json) -> int:
-    """Firing again, from its next time after now (what it missed paused is not made)."""
-    return _act("resume", name, as_json)
+schedule_pause = _action("pause", "No firing until resumed.")
+schedule_resume = _action("resume", "Firing again, from its next time after now (what it missed paused is not made).")
 
 
 @schedule.command(name="rm")
