@@ -93,8 +93,8 @@ def attach(port: int, secret: str, stdin: int | None = None, stdout: int | None 
     sel.register(sock, selectors.EVENT_READ, "out")
     sel.register(wake_r, selectors.EVENT_READ, "winch")
     try:
-        if on_tty:
-            tty.setraw(stdin)
+        if on_tty:  # (TCSANOW, not setraw's default TCSAFLUSH: what was typed while attaching is kept and sent)
+            tty.setraw(stdin, termios.TCSANOW)
         while True:
             for key, _ in sel.select():
                 if key.data == "out":

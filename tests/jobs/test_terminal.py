@@ -7,6 +7,7 @@ import os
 import socket
 import struct
 import subprocess
+import threading
 import time
 
 import pytest
@@ -14,7 +15,7 @@ import pytest
 from jobs.run import terminal
 from models import terminal as wire
 from tests.support.live import until
-from tui.attach import AttachError, connect
+from tui.attach import AttachError, attach, connect
 
 
 @pytest.fixture
@@ -77,6 +78,35 @@ def test_clients_with_the_secret_share_the_terminal_and_the_shell_sees_their_win
     until(lambda: r.attached == 0, 10, "nobody attached")
     time.sleep(0.2)
     assert r.idle_s() >= 0.2
+
+
+def test_what_was_typed_while_attaching_reaches_the_shell(relay):
+    """A user types before the session's terminal is theirs (the prompt not shown yet): attach keeps that type-ahead
+    on its own terminal and sends it, not a raw mode that flushes it."""
+    r, _, _ = relay
+    watcher = connect(r.port, r.secret, 24, 80)
+    mine, theirs = terminal.open_pty()  # (the user's terminal: `theirs` is attach's stdin, in cooked mode)
+    out_r, out_w = os.pipe()
+    os.write(mine, b"echo ahead-$((6*7))\r")
+    time.sleep(0.2)  # (the line typed and echoed on the user's terminal before attach takes it)
+    seen: list[bytes] = []
+
+    def watch() -> None:  # (attach runs in the main thread: it handles SIGWINCH)
+        try:
+            seen.append(received(watcher, b"ahead-42"))
+        finally:
+            os.write(mine, wire.DETACH_KEY)
+
+    watching = threading.Thread(target=watch)
+    watching.start()
+    try:
+        ended = attach(r.port, r.secret, theirs, out_w)
+    finally:
+        watching.join(20)
+        watcher.close()
+        for fd in (mine, theirs, out_r, out_w):
+            os.close(fd)
+    assert seen and ended.detached
 
 
 def test_a_client_that_vanishes_while_the_shell_writes_ends_nothing(relay):
