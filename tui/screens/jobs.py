@@ -106,7 +106,9 @@ KEYS = [
 
 class JobsScreen(Screen):
     # The footer at 80 columns: open, select, filter, cancel, new job, help, quit; the rest are in `?`. (enter is a
-    # priority binding: the table's own enter, which the footer would show instead, never shadows it.)
+    # priority binding: the table's own enter, which the footer would show instead, never shadows it. So is escape:
+    # a priority binding is handled as its key arrives, a plain one once the focused widget passes it on, so esc
+    # then enter typed at once would otherwise be handled enter first, in the filter, and open nothing.)
     BINDINGS = [
         Binding("enter", "open", "Open", priority=True),
         Binding("space", "select", "Select"),
@@ -125,7 +127,7 @@ class JobsScreen(Screen):
         Binding("plus", "priority(-1)", "Priority up", show=False),
         Binding("minus", "priority(1)", "Priority down", show=False),
         Binding("T", "top", "Top of line", show=False),
-        Binding("escape", "clear_filter", "Clear filter", show=False),
+        Binding("escape", "clear_filter", "Clear filter", show=False, priority=True),  # (as enter: in the order typed)
         Binding("a", "select_all", "Select all", show=False),
         Binding("A", "select_none", "Clear selection", show=False),
     ]
@@ -375,8 +377,10 @@ class JobsScreen(Screen):
 
     # -- actions -------------------------------------------------------------------------------
     def action_open(self) -> None:
-        if self.query_one("#filter", Input).has_focus:  # enter in the filter keeps it (a priority binding sees it)
-            self.query_one("#jobs", DataTable).focus()
+        # enter in the filter keeps it (a priority binding sees it). The focus as it is now, not the box's has_focus,
+        # which follows only once its blur is handled: enter right after esc opened nothing.
+        if self.app.focused is self.query_one("#filter", Input):
+            self.set_focus(self.query_one("#jobs", DataTable))
             return
         job_id = self._cursor_job()
         if job_id is not None:
@@ -431,7 +435,7 @@ class JobsScreen(Screen):
         box = self.query_one("#filter", Input)
         box.value = ""
         box.display = False
-        self.query_one("#jobs", DataTable).focus()
+        self.set_focus(self.query_one("#jobs", DataTable))  # (now, not as widget.focus() does, after what is queued)
 
     def action_move(self, rows: int) -> None:
         table = self.query_one("#jobs", DataTable)
