@@ -107,6 +107,12 @@ def up(host, port, home, gpus, cpu_workers, backend) -> int:
 @click.option("--name", help="worker name (default host.gpuN.pid)")
 @click.option("--burst", is_flag=True, help="exit when the queues are empty")
 @click.option(
+    "--idle-exit",
+    type=click.FloatRange(min=1),
+    metavar="SECONDS",
+    help="exit after this long without a job (gpudeck up's extra job slots, started for shares that waited)",
+)
+@click.option(
     "--stop-grace",
     type=float,
     default=DEFAULT_GRACE_S,
@@ -117,7 +123,7 @@ def up(host, port, home, gpus, cpu_workers, backend) -> int:
     type=Parsed("SIZE", parse_size, "a size like 8G or 512M"),
     help="cap each trainer's memory (RLIMIT_DATA), e.g. 16G",
 )
-def worker(gpus, cpu, name, burst, stop_grace, max_memory) -> int:
+def worker(gpus, cpu, name, burst, idle_exit, stop_grace, max_memory) -> int:
     """Run one worker pinned to GPUs (or the CPU); `gpudeck drain NAME` asks one to finish its job and exit."""
     if cpu and gpus:
         click.echo("gpudeck worker: --gpus and --cpu exclude each other: give one", err=True)
@@ -133,6 +139,7 @@ def worker(gpus, cpu, name, burst, stop_grace, max_memory) -> int:
         [] if cpu else [g.strip() for g in gpus.split(",") if g.strip()],
         name=name,
         burst=burst,
+        idle_exit_s=idle_exit,
         stop_grace_s=stop_grace,
         max_memory=max_memory,
     )

@@ -203,6 +203,13 @@ def warm_wanted_key(host: str, gpus: tuple[str, ...] | list[str]) -> str:
     return f"{PREFIX}:warm:{host}:{','.join(gpus) or 'cpu'}"
 
 
+def slots_wanted_key(host: str) -> str:
+    """A JSON {GPU index: job slots more} the last scheduling round wanted on `host`: shares that fit a GPU's memory
+    but found every worker of it busy; `gpudeck up` there starts as many extra workers, up to
+    GPUDECK_MAX_JOBS_PER_GPU (a short TTL: wanted while the round says so)."""
+    return f"{PREFIX}:slots:wanted:{host}"
+
+
 def gpus_booked_key(host: str) -> str:
     """When one host's GPU time was last booked on its jobs (epoch s), by whichever of its samplers booked it: each
     second of a GPU is booked once (jobs.usage.booked_seconds)."""

@@ -118,6 +118,19 @@ def choose(
     return fit(whole_pool(pool, busy) if gpus else pool, places, gpus)
 
 
+def slot_wanted(
+    slots: dict[str, Slot], free: Iterable[Slot], barred: Iterable[str], room: Callable[[GpuKey], float], part: float
+) -> GpuKey | None:
+    """Where one job slot more would let a share that did not fit now start: the GPU served by workers of its own
+    (one GPU each), none of them free nor `barred` (cordoned, draining, a foreign process: a slot more would not
+    serve either), whose memory has the most `room` (what shares may still take of it), if that is at least the
+    share's `part`. None: slots are not what it waits for."""
+    out = {key for x in free for key in gpu_keys(x)} | {key for n in barred if n in slots for key in gpu_keys(slots[n])}
+    served = {key for x in slots.values() if len(x.gpus) == 1 and not x.gpus[0].startswith(MIG) for key in gpu_keys(x)}
+    best = max(((room(key), key) for key in served - out), default=None)
+    return best[1] if best is not None and best[0] >= part else None
+
+
 def worker_names(redis: Redis) -> list[str]:
     """The workers RQ has registered (alive or not: their alive marks say), by name."""
     return sorted(k.decode().rsplit(":", 1)[1] for k in redis.smembers(RQ_WORKERS_KEY))

@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import contextlib
 import itertools
+import json
 import logging
 import time
 import uuid
@@ -56,6 +57,7 @@ from jobs.keys import (
     rq_hold_id,
     rq_job_id,
     rq_task_id,
+    slots_wanted_key,
     waiting_key,
 )
 from jobs.periodic import Periodic
@@ -69,6 +71,7 @@ from jobs.placement import (
     memory,
     part_of,
     partial,
+    slot_wanted,
     slots_of,
     taken_of,
 )
@@ -168,6 +171,7 @@ def _round(redis: Redis, s: Settings, now: float) -> list[int]:
         if not walk.goes_on(n, priority):
             break
         walk.consider(job_id, priority, owner, rec)
+    _say_slots_wanted(redis, r, walk.slots_wanted)
     return r.placed
 
 
@@ -229,6 +233,9 @@ class Walk:
         self.projects = projects.records(r.redis)  # (their caps and GPU-hour budgets)
         self.spent: dict[str, str | None] = {}
         """Each project with a GPU-hour budget: why it may start nothing more this period (None: it may)."""
+        self.slots_wanted: Counter[GpuKey] = Counter()
+        """Job slots more wanted on each GPU for shares that fit its memory but found its workers busy."""
+        self.promised: dict[GpuKey, float] = defaultdict(float)  # (the memory of those shares, GPU by GPU)
 
     def can_preempt(self, rank: tuple[int, int]) -> bool:
         """Whether a job of `rank` (its priority's place, its band: jobs.las) may still preempt one running now."""
@@ -270,6 +277,8 @@ class Walk:
         took = plan.expected(rec, self.history)[0] if wanted else None
         if self.fits_now(rec, spec, owner, gpus, part, took):
             return
+        if part:
+            self.want_slot(part)
         held = lambda key: self.tl.taken(key, self.r.now, self.r.now + 1)  # noqa: E731
         message = (
             _need_share(self.r, self.tl, spec, part) if part else _need(spec.workers, spec.gpus, self.r.free, held)
@@ -287,6 +296,22 @@ class Walk:
         if keep and not part:  # what it could use stays free for it, for good (a share keeps no GPU)
             self.keep_free(spec)
         _waiting(self.store, rec, message)
+
+    def want_slot(self, part: float) -> None:
+        """A share that did not fit now: one job slot more wanted on the GPU whose memory has room for it while its
+        workers are busy (placement.slot_wanted), for `gpudeck up` to start (jobs.supervisor)."""
+        r = self.r
+        if not r.capacity:
+            return
+
+        def room(key: GpuKey) -> float:
+            taken = self.tl.taken(key, r.now, r.now + 1) + self.promised[key]
+            return min(r.capacity.get(key, 0.0) - taken, r.live.get(key, plan.INF) - self.promised[key])
+
+        key = slot_wanted(r.slots, r.free, r.unavailable, room, part)
+        if key is not None:
+            self.slots_wanted[key] += 1
+            self.promised[key] += part
 
     def over_sweep_cap(self, rec: Job) -> bool:
         """Whether its sweep already runs as many jobs at once as it may (the job told so)."""
@@ -434,6 +459,23 @@ def _waiting(store: JobStore, rec: Job, message: str) -> None:
         store.transition(rec["id"], (Status.QUEUED.value,), message=message)
 
 
+SLOTS_WANTED_TTL_S = 5
+"""How long a round's word on the job slots wanted holds (the next rounds say it again while it is so)."""
+
+
+def _say_slots_wanted(redis: Redis, r: Round, wanted: Counter[GpuKey]) -> None:
+    """Each GPU host's job slots wanted (slots_wanted_key), for its `gpudeck up`; a host that wants none: none."""
+    hosts = {x.host for x in r.slots.values() if x.gpus}
+    with redis.pipeline(transaction=False) as pipe:
+        for host in sorted(hosts):
+            mine = {gpu: n for (h, gpu), n in sorted(wanted.items()) if h == host}
+            if mine:
+                pipe.set(slots_wanted_key(host), json.dumps(mine), ex=SLOTS_WANTED_TTL_S)
+            else:
+                pipe.delete(slots_wanted_key(host))
+        pipe.execute()
+
+
 def _say_waiting(redis: Redis, blocked: dict[str, str]) -> None:
     if blocked:
         with redis.pipeline(transaction=False) as pipe:
@@ -546,12 +588,16 @@ class Placer(Periodic):
         self.redis.delete(alive_key(self.worker))
 
 
+LOCK_WAIT_S = 10.0
+"""The longest the scheduler's lock is held (a holder that died frees it then): what one waits at most for it."""
+
+
 @contextlib.contextmanager
 def lock_round(redis: Redis, wait_s: float) -> Iterator[bool]:
     """The scheduler's lock for the block (False: another holder kept it past `wait_s`)."""
     token = uuid.uuid4().hex
     deadline = time.monotonic() + wait_s
-    while not (held := bool(redis.set(SCHEDULE_LOCK_KEY, token, nx=True, px=10_000))):
+    while not (held := bool(redis.set(SCHEDULE_LOCK_KEY, token, nx=True, px=int(LOCK_WAIT_S * 1000)))):
         if time.monotonic() >= deadline:
             break
         time.sleep(0.02)

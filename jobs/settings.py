@@ -133,14 +133,31 @@ def _seconds(env, name: str, default: Any) -> Any:
     return _checked(_duration, env, name) if env.get(name) else default
 
 
-def _jobs_per_gpu(raw: str) -> int:
+def _jobs_per_gpu(raw: str, name: str = "GPUDECK_JOBS_PER_GPU") -> int:
     """GPUDECK_JOBS_PER_GPU: workers `gpudeck up` starts on each GPU (its job slots: whole-GPU jobs take one, jobs
     with `gpu_memory` share the rest), 1 to 16; unset: 1."""
     if not raw.strip():
         return 1
     if not raw.strip().isdigit() or not 1 <= int(raw) <= 16:
-        raise ValueError(f"GPUDECK_JOBS_PER_GPU must be a whole number from 1 to 16, got {raw!r}")
+        raise ValueError(f"{name} must be a whole number from 1 to 16, got {raw!r}")
     return int(raw)
+
+
+DEMAND_SLOTS_MAX = 4
+"""GPUDECK_MAX_JOBS_PER_GPU's default where GPUDECK_JOBS_PER_GPU is not set either."""
+
+
+def _max_jobs_per_gpu(env, per_gpu: int) -> int:
+    """GPUDECK_MAX_JOBS_PER_GPU: the most job slots `gpudeck up` grows a GPU to while shares that fit its memory wait
+    for a slot (at least GPUDECK_JOBS_PER_GPU); unset: GPUDECK_JOBS_PER_GPU where that is set (fixed slots, as the
+    operator chose), else DEMAND_SLOTS_MAX (a default `up`: slots follow demand, issue 64)."""
+    name = "GPUDECK_MAX_JOBS_PER_GPU"
+    if not (env.get(name) or "").strip():
+        return per_gpu if (env.get("GPUDECK_JOBS_PER_GPU") or "").strip() else max(per_gpu, DEMAND_SLOTS_MAX)
+    most = _checked(lambda raw: _jobs_per_gpu(raw, name), env, name)
+    if most < per_gpu:
+        raise ConfigError(f"{name} ({most}) must be at least GPUDECK_JOBS_PER_GPU ({per_gpu})")
+    return most
 
 
 def _names(raw: str) -> tuple[str, ...]:
@@ -298,6 +315,8 @@ class Settings:
     `gpu_memory` and one context, and the watchdog allows each of a share's processes one."""
     gpu_memory_grace_s: int = 10
     jobs_per_gpu: int = 1
+    max_jobs_per_gpu: int = DEMAND_SLOTS_MAX
+    """GPUDECK_MAX_JOBS_PER_GPU (see _max_jobs_per_gpu): job slots a GPU grows to for shares that wait."""
     mps: bool = False
     idle_gpu: str = "off"
     idle_gpu_window_s: int = 1800
@@ -382,7 +401,8 @@ class Settings:
             gpu_memory_reserve=_size(env, "GPUDECK_GPU_MEMORY_RESERVE", cls.gpu_memory_reserve, zero=True),
             gpu_context_memory=_size(env, "GPUDECK_GPU_CONTEXT_MEMORY", cls.gpu_context_memory, zero=True),
             gpu_memory_grace_s=_seconds(env, "GPUDECK_GPU_MEMORY_GRACE", cls.gpu_memory_grace_s),
-            jobs_per_gpu=_checked(_jobs_per_gpu, env, "GPUDECK_JOBS_PER_GPU"),
+            jobs_per_gpu=(per_gpu := _checked(_jobs_per_gpu, env, "GPUDECK_JOBS_PER_GPU")),
+            max_jobs_per_gpu=_max_jobs_per_gpu(env, per_gpu),
             mps=_switch(env, "GPUDECK_MPS", False),
             idle_gpu=_choice(env, "GPUDECK_IDLE_GPU", ("off", "warn", "stop")),
             idle_gpu_window_s=_seconds(env, "GPUDECK_IDLE_GPU_WINDOW", cls.idle_gpu_window_s),

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import fcntl
+import json
 import logging
 import os
 import signal
@@ -14,10 +15,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO
 
+from redis import Redis
+from redis.exceptions import RedisError
+
 from jobs import mps
 from jobs.backends import base as backends
 from jobs.errors import ConfigError
 from jobs.gpus import list_gpus
+from jobs.keys import alive_key, slots_wanted_key
 from jobs.redis_server import EmbeddedRedis
 from jobs.run import sandbox
 from jobs.run.proc import become_subreaper, descendants, end_descendants, pdeathsig, python_module
@@ -35,6 +40,10 @@ MPS_CHECK_S = 2.0
 """How often `gpudeck up` looks whether each GPU's MPS control daemon still runs."""
 HEALTHY_S = 30.0
 """A worker that lived this long before it died starts the backoff over: it was not crash-looping."""
+GROW_EVERY_S = 1.0
+"""How often `gpudeck up` reads the job slots its GPUs want (jobs.schedule: shares that fit but found no slot)."""
+SLOT_IDLE_S = 60.0
+"""An extra job slot's worker that has had no job this long exits (`worker --idle-exit`): slots follow demand."""
 
 
 SPARE_CORES_PER_GPU = 4
@@ -70,6 +79,9 @@ class Child:
     started_at: float = 0.0
     env: dict[str, str] = field(default_factory=dict)
     drained: bool = False
+    extra_of: str | None = None
+    """The GPU an extra job slot serves (started for shares that waited; never restarted: wanted again, started
+    again)."""
 
     def start(self) -> None:
         self.started_at = time.monotonic()
@@ -121,6 +133,11 @@ class Stack:
         self._redis_started = 0.0
         self._redis_restart_at: float | None = None
         self._lock: IO[str] | None = None
+        self._served: list[str] = []
+        """The GPUs this stack's workers serve (their job slots may grow: _grow)."""
+        self._grown_at = 0.0
+        self._env: dict[str, str] = {}
+        self._client: Redis | None = None
 
     @property
     def logs_dir(self) -> Path:
@@ -167,6 +184,7 @@ class Stack:
                 mps.start(self.settings, gpu)
                 self.mps_gpus.append(gpu)
         per_gpu = self.settings.jobs_per_gpu  # (a GPU's job slots: whole-GPU jobs take one, shares the others)
+        self._served, self._env = list(gpus), env
         for gpu in gpus:
             for k in range(per_gpu):
                 suffix = f"-{k}" if per_gpu > 1 else ""
@@ -229,14 +247,53 @@ class Stack:
             self._keep(self.api, now, drainable=False)
             for w in self.workers:
                 self._keep(w, now, drainable=True)
+            self._grow(now)
             time.sleep(0.2)
         return 0
+
+    def _grow(self, now: float) -> None:
+        """Job slots that follow demand (issue 64): where the scheduler's last round wanted slots more on a GPU of
+        this host (shares that fit its memory found its workers busy: jobs.keys.slots_wanted_key), one worker more
+        on it, up to GPUDECK_MAX_JOBS_PER_GPU, one at a time (the next once the last one serves). An extra worker
+        exits after SLOT_IDLE_S without a job, and is not restarted."""
+        s = self.settings
+        if s.max_jobs_per_gpu <= s.jobs_per_gpu or not self._served or now < self._grown_at + GROW_EVERY_S:
+            return
+        self._grown_at = now
+        self.workers = [w for w in self.workers if w.extra_of is None or w.alive()]
+        try:
+            if self._client is None:
+                self._client = Redis.from_url(self.redis_url or "", socket_timeout=2)
+            redis = self._client
+            wanted = json.loads(redis.get(slots_wanted_key(socket.gethostname())) or "{}")
+            for gpu, n in sorted(wanted.items()):
+                extra = [w for w in self.workers if w.extra_of == gpu]
+                if gpu not in self._served or n < 1 or s.jobs_per_gpu + len(extra) >= s.max_jobs_per_gpu:
+                    continue
+                if any(not redis.exists(alive_key(_worker_name(w, gpu))) for w in extra):
+                    continue  # (the last one started does not serve yet: it may be the slot wanted)
+                self._start_slot(gpu, s.jobs_per_gpu + len(extra))
+        except (RedisError, ValueError, AttributeError) as exc:  # (Redis away or restarting: the next look)
+            log.debug("job slots wanted: not read (%s)", exc)
+
+    def _start_slot(self, gpu: str, k: int) -> None:
+        child = Child(
+            f"worker gpu {gpu} #{k}",
+            [*python_module("jobs.cli"), "worker", "--gpus", gpu, "--idle-exit", f"{SLOT_IDLE_S:g}"],
+            self.logs_dir / f"worker-gpu{gpu}-{k}.log",
+            env=self._env,
+            extra_of=gpu,
+        )
+        child.start()
+        self.workers.append(child)
+        pid = child.proc.pid if child.proc else "-"
+        log.info("%s started: a share that fits GPU %s waits for a job slot (pid %s)", child.name, gpu, pid)
 
     @staticmethod
     def _keep(child: Child, now: float, drainable: bool) -> None:
         """Restart `child` after it died, with a backoff that grows while it keeps dying; a worker that exits 0
         was drained or stopped on purpose and is left alone."""
-        if child.alive() or child.drained:
+        if child.alive() or child.drained or child.extra_of is not None:
             return
         if drainable and child.proc is not None and child.proc.returncode == 0 and child.restart_at is None:
             child.drained = True
@@ -365,6 +422,11 @@ def _check_port_free(host: str, port: int) -> None:
             raise ConfigError(
                 f"cannot listen on {host}:{port} ({exc.strerror}): is gpudeck already up? Pick another --port"
             ) from None
+
+
+def _worker_name(child: Child, gpu: str) -> str:
+    """The name a worker this stack started goes by (jobs.worker.run's default: host.gpuN.pid)."""
+    return f"{socket.gethostname()}.gpu{gpu}.{child.proc.pid if child.proc else 0}"
 
 
 def _tail(path: Path, n: int = 20) -> str:

@@ -247,7 +247,22 @@ class GpudeckWorker(Worker):
         # A scheduling round now, with this worker free (and alive for it): what it may run comes at once, and a
         # burst worker finds the jobs it may take placed on it before it looks.
         self._tolerant("scheduling round", self._place)
-        return super().dequeue_job_and_maintain_ttl(timeout, max_idle_time)
+        got = super().dequeue_job_and_maintain_ttl(timeout, max_idle_time)
+        if got is None and max_idle_time is not None and timeout is not None and not self._stop_requested:
+            return self.retire()
+        return got
+
+    def retire(self) -> Any:
+        """Idle for its --idle-exit (an extra job slot `gpudeck up` started for shares that waited, jobs.supervisor):
+        out of placement (draining) under the scheduler's lock, so no round places a job on it as it goes; a job a
+        round placed on it before is served first, and it stays. None: it exits (RQ's loop ends)."""
+        with schedule.lock_round(self.connection, wait_s=schedule.LOCK_WAIT_S):
+            self.connection.set(drain_key(self.name), "idle", ex=3600)
+        got = super().dequeue_job_and_maintain_ttl(None, None)  # (no wait: what is on its queue already)
+        if got is not None:
+            self.connection.delete(drain_key(self.name))
+            log.info("worker %s: a job came as it would leave; it stays", self.name)
+        return got
 
     def _place(self) -> None:
         self.connection.set(alive_key(self.name), f"{time.time():.3f}", ex=schedule.ALIVE_TTL_S)
@@ -495,10 +510,12 @@ def run(
     *,
     name: str | None = None,
     burst: bool = False,
+    idle_exit_s: float | None = None,
     stop_grace_s: float = DEFAULT_GRACE_S,
     max_memory: int | None = None,
 ) -> None:
-    """Pin to `gpus` ([] = CPU), then serve the queues for that GPU count until stopped."""
+    """Pin to `gpus` ([] = CPU), then serve the queues for that GPU count until stopped (or, `idle_exit_s`, idle that
+    long: an extra job slot of `gpudeck up`, GpudeckWorker.retire)."""
     if settings.sandbox == "bwrap" and sandbox.unavailable():
         raise ConfigError(f"GPUDECK_SANDBOX=bwrap, but {sandbox.unavailable()}")
     if sandbox.active(settings.sandbox):
@@ -562,7 +579,8 @@ def run(
     )
     log.info("worker %s: %s", name, isolation)
     try:
-        worker.work(burst=burst, logging_level="INFO")
+        idle = None if idle_exit_s is None else max(1, round(idle_exit_s))
+        worker.work(burst=burst, logging_level="INFO", max_idle_time=idle)
     finally:
         for helper in helpers:
             helper.stopped.set()

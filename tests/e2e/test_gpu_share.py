@@ -83,6 +83,37 @@ def test_four_shares_pack_one_gpu_and_the_watchdog_stops_only_the_overuser(tmp_p
         up.kill()
 
 
+def test_a_default_up_grows_a_gpus_job_slots_for_the_shares_that_fit_it(tmp_path, child_env):
+    """Job slots follow demand (issue 64): a default `gpudeck up` (no GPUDECK_JOBS_PER_GPU) starts one worker a GPU
+    on two FAKE GPUs of 80G; three 10G shares all run at once, the third on a worker `up` started for it, which
+    then serves like the others."""
+    fake_nvidia_smi(tmp_path / "bin", fake_gpus_in_use(2))
+    env = {**child_env, "PATH": f"{tmp_path / 'bin'}:{child_env['PATH']}", "GPUDECK_COMMAND_JOBS": "1"}
+    up = Up(tmp_path / "home", env, tmp_path / "up.log")
+    api = requests.Session()
+
+    def get(path: str):
+        return api.get(up.url + path, timeout=30).json()
+
+    try:
+        until(lambda: len(get("/api/v1/workers")["workers"]) == 2, 90, "a worker a GPU")
+        until(lambda: get("/api/v1/gpus")["hosts"], 30, "a GPU sample")
+        body = {"command": "exec sleep 300", "gpu_memory": "10G", "env": {"FAKE_GPU_MIB": "2048"}}
+        shares = [api.post(f"{up.url}/api/v1/jobs", json=body, timeout=30).json()["id"] for _ in range(3)]
+        for i in shares:
+            until(lambda i=i: get(f"/api/v1/jobs/{i}")["status"] == "running", 90, f"share {i} running")
+        workers = get("/api/v1/workers")["workers"]
+        assert len(workers) == 3
+        assert len({get(f"/api/v1/jobs/{i}")["worker"] for i in shares}) == 3
+        assert "a share that fits GPU" in up.log.read_text()  # (what `up` says it started, and why)
+        for i in shares:
+            api.post(f"{up.url}/api/v1/jobs/{i}/cancel", timeout=30)
+        for i in shares:
+            until(lambda i=i: get(f"/api/v1/jobs/{i}")["status"] == "canceled", 60, f"share {i} canceled")
+    finally:
+        up.kill()
+
+
 MIG_L = (
     "GPU 0: NVIDIA A100-SXM4-40GB (UUID: GPU-e91edf3b-b297-37c1-a2a7-7601c98e4fcd)\\n"
     "  MIG 3g.20gb     Device  0: (UUID: MIG-4c8ba8e8-bcb1-5b3a-b6d3-8f1bb7b8d3ad)\\n"

@@ -3,6 +3,7 @@ reserve and within what is free on it now, whole GPUs kept whole, a whole-GPU jo
 shares, preemption of shares, quotas and fair share counting a share's part. Workers are registered as `gpudeck up`
 registers GPUDECK_JOBS_PER_GPU of them per GPU (tests/e2e/test_gpu_share.py runs the real stack)."""
 
+import json
 import random
 import time
 from dataclasses import replace
@@ -12,7 +13,7 @@ import pytest
 from jobs import control, lifecycle, outcome, quota, schedule, share, sweeps
 from jobs.errors import ValidationError
 from jobs.gpus import IdlePolicy, Leftovers, Watchdog, write_sample
-from jobs.keys import stop_key
+from jobs.keys import slots_wanted_key, stop_key
 from jobs.store import JobStore
 from tests.support.policy import DEFAULTS
 from tests.support.workers import rec, register, taken
@@ -338,3 +339,30 @@ def test_only_an_admin_exempts_a_job_from_the_idle_policy(client, users):
     refused = client.post("/api/v1/jobs", json={**JOB, "idle_exempt": True}, headers=users["alice"])
     assert refused.status_code == 403 and refused.json["details"]["rule"] == "idle_exempt_admin_only"
     assert client.post("/api/v1/jobs", json={**JOB, "idle_exempt": True}, headers=users["root"]).status_code == 201
+
+
+def test_a_share_that_fits_a_gpu_whose_slots_are_busy_wants_one_more_there_and_takes_it(redis):
+    """Job slots that follow demand (issue 64): one worker a GPU, as a default `gpudeck up`; shares that fit a GPU's
+    memory but find its worker busy say so (slots_wanted_key), a GPU at a time as its memory allows, and a worker
+    more on that GPU takes one. Nothing is wanted where the memory is not there or the GPU is held whole."""
+    gpus(redis, per_gpu=1)
+    wanted = lambda: json.loads(redis.get(slots_wanted_key("box")) or "{}")  # noqa: E731
+    whole = submit(redis, gpus=1)
+    first = submit(redis, gpu_memory="10G")
+    held, other = on(redis, whole), on(redis, first)
+    assert {held, other} == {"0", "1"} and wanted() == {}
+    taken(redis, whole), taken(redis, first)  # (their workers run them)
+    second = submit(redis, gpu_memory="10G")
+    assert on(redis, second) is None and wanted() == {other: 1}  # (never beside the whole-GPU job)
+    end(redis, whole)
+    schedule.place(redis, DEFAULTS)
+    assert on(redis, second) == held and wanted() == {}
+    taken(redis, second)
+    third, fourth = submit(redis, gpu_memory="30G"), submit(redis, gpu_memory="30G")
+    assert on(redis, third) is None and on(redis, fourth) is None
+    assert wanted() == {"0": 1, "1": 1}  # (67.6G free on each: 31G of it promised to the first, so the second
+    huge = submit(redis, gpu_memory="60G")  # goes to the other GPU; 60G and its context fit neither then)
+    assert on(redis, huge) is None and wanted() == {"0": 1, "1": 1}
+    register(redis, "box.gpu1.extra", host="box", gpus=("1",))  # (what gpudeck up starts for it)
+    schedule.place(redis, DEFAULTS)
+    assert [on(redis, third), on(redis, fourth)].count("1") == 1 and wanted() == {"0": 1}
