@@ -1,4 +1,5 @@
-"""`gpudeck up`: Redis, the API and one worker per GPU as child processes; Ctrl-C stops them all."""
+"""`gpudeck up`: Redis, the API and the workers of each GPU (GPUDECK_JOBS_PER_GPU, and more while shares that fit a
+GPU wait for a job slot: Stack._grow) as child processes; Ctrl-C stops them all."""
 
 from __future__ import annotations
 
