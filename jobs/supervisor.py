@@ -139,6 +139,8 @@ class Stack:
         self._grown_at = 0.0
         self._env: dict[str, str] = {}
         self._client: Redis | None = None
+        self._grow_after: dict[str, float] = {}
+        """GPUs whose last extra worker failed: when one may be started there again."""
 
     @property
     def logs_dir(self) -> Path:
@@ -261,6 +263,10 @@ class Stack:
         if s.max_jobs_per_gpu <= s.jobs_per_gpu or not self._served or now < self._grown_at + GROW_EVERY_S:
             return
         self._grown_at = now
+        for w in self.workers:
+            if w.extra_of is not None and not w.alive() and w.proc is not None and w.proc.returncode != 0:
+                self._grow_after[w.extra_of] = now + HEALTHY_S  # (one that failed: none more there for a while)
+                log.warning("%s exited (%s); see %s", w.name, w.proc.returncode, w.log_path)
         self.workers = [w for w in self.workers if w.extra_of is None or w.alive()]
         try:
             if self._client is None:
@@ -270,6 +276,8 @@ class Stack:
             for gpu, n in sorted(wanted.items()):
                 extra = [w for w in self.workers if w.extra_of == gpu]
                 if gpu not in self._served or n < 1 or s.jobs_per_gpu + len(extra) >= s.max_jobs_per_gpu:
+                    continue
+                if now < self._grow_after.get(gpu, 0.0):
                     continue
                 if any(not redis.exists(alive_key(_worker_name(w, gpu))) for w in extra):
                     continue  # (the last one started does not serve yet: it may be the slot wanted)

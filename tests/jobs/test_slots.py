@@ -5,13 +5,16 @@ scheduler's side: tests/jobs/test_gpu_share.py; `up` growing a GPU's slots: test
 
 from __future__ import annotations
 
+import json
+import socket
+import sys
 import time
 
 import pytest
 
 from jobs import control, worker
 from jobs.errors import ConfigError
-from jobs.keys import drain_key, private_queue, rq_job_id
+from jobs.keys import drain_key, private_queue, rq_job_id, slots_wanted_key
 from jobs.run.launch import WorkerContext
 from jobs.settings import Settings
 from jobs.store import JobStore
@@ -54,3 +57,24 @@ def test_the_slot_settings_read_as_the_readme_says():
         with pytest.raises(ConfigError, match="GPUDECK_MAX_JOBS_PER_GPU") as err:
             Settings.from_env(env)
         assert words in str(err.value)
+
+
+def test_up_starts_a_slot_where_wanted_one_at_a_time_and_waits_after_one_that_failed(settings, redis, monkeypatch):
+    """`gpudeck up`'s side (jobs.supervisor.Stack._grow), its workers replaced by a command that fails at once (as a
+    worker refused by its GPU's missing MPS daemon would): one is started where a slot is wanted, and none more
+    there for a while after it failed, not one a second."""
+    from jobs import supervisor
+
+    monkeypatch.setattr(supervisor, "python_module", lambda *_: [sys.executable, "-c", "raise SystemExit(3)"])
+    stack = supervisor.Stack(settings, host="127.0.0.1", port=0, gpus=["0"], cpu_workers=0)
+    stack._served = ["0"]
+    redis.set(slots_wanted_key(socket.gethostname()), json.dumps({"0": 2, "7": 1}), ex=60)
+    stack._grow(now=100.0)
+    stack._grow(now=100.5)  # (not before GROW_EVERY_S)
+    assert [w.extra_of for w in stack.workers] == ["0"]  # one, on a GPU it serves; not on GPU 7
+    stack.workers[0].proc.wait(30)
+    stack._grow(now=102.0)
+    assert stack.workers == []  # it failed: gone, not restarted, and none more yet
+    stack._grow(now=102.0 + supervisor.HEALTHY_S + 1)
+    assert [w.extra_of for w in stack.workers] == ["0"]
+    stack.workers[0].proc.wait(30)
