@@ -16,6 +16,7 @@ from jobs import disk, gpuhealth, queues, quota, store, tokens, usage
 from jobs import gpus as gpus_mod
 from jobs import worker as worker_mod
 from jobs.keys import AFTER_KEY, PRIORITIES, job_key, queue_name
+from jobs.run import warm
 from jobs.store import JobStore
 
 bp = Blueprint("health", __name__)
@@ -126,6 +127,14 @@ class _Collector:
         for state, n in states.items():
             workers.add_metric([state], n)
         yield workers
+        ready = warm.ready(self.redis)  # (what warm starts cost: issue 65 #4)
+        yield GaugeMetricFamily("gpudeck_warm_trainers", "Warm trainers kept ready by workers.", value=len(ready))
+        held = GaugeMetricFamily(
+            "gpudeck_warm_memory_bytes", "Resident memory of a worker's warm trainer.", labels=["worker"]
+        )
+        for name, said in sorted(ready.items()):
+            held.add_metric([name], said["rss_bytes"])
+        yield held
         labels = ["host", "gpu", "uuid", "name"]
         util = GaugeMetricFamily("gpudeck_gpu_utilization_ratio", "GPU utilization (0-1).", labels=labels)
         used = GaugeMetricFamily("gpudeck_gpu_memory_used_bytes", "GPU memory in use.", labels=labels)

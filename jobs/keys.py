@@ -203,6 +203,11 @@ def warm_wanted_key(host: str, gpus: tuple[str, ...] | list[str]) -> str:
     return f"{PREFIX}:warm:{host}:{','.join(gpus) or 'cpu'}"
 
 
+WARM_READY_KEY = f"{PREFIX}:warm-trainers"
+"""A hash, worker name -> JSON {pid, rss_bytes, since, at}: the warm trainer each worker keeps, as it said last
+(jobs.run.warm.Report, every 5 s; a report older than 30 s is a gone worker's)."""
+
+
 def slots_wanted_key(host: str) -> str:
     """A JSON {GPU index: job slots more} the last scheduling round wanted on `host`: shares that fit a GPU's memory
     but found every worker of it busy; `gpudeck up` there starts as many extra workers, up to

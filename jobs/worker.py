@@ -477,6 +477,7 @@ def describe(redis: Redis) -> list[dict[str, Any]]:
     """Registered workers: identity (host, GPUs), state (`lost` when it stopped beating), current job, draining."""
     out = []
     workers = sorted(Worker.all(connection=redis), key=lambda w: w.name)
+    ready = warm.ready(redis)
     for w, beating in zip(workers, alive(redis, [w.name for w in workers])):
         raw = redis.get(worker_info_key(w.name))
         info = json.loads(raw) if raw else {}
@@ -498,6 +499,7 @@ def describe(redis: Redis) -> list[dict[str, Any]]:
                 "draining": bool(redis.exists(drain_key(w.name))),
                 "sandboxed": info.get("sandboxed"),
                 "isolation": info.get("isolation"),
+                "warm": ready.get(w.name),
                 "last_heartbeat": iso(w.last_heartbeat.timestamp()) if w.last_heartbeat else None,  # (one form)
             }
         )
@@ -565,6 +567,7 @@ def run(
         Searcher(settings),  # (one process at a time drives the searches: whichever holds the lock this round)
         Timetable(settings),  # (and makes the schedules' due firings)
         Notifier(settings),  # (and sends the notifications due: the API's does too, one of them at a time)
+        warm.Report(settings.redis_url, name, lambda: worker._warm),  # (what its warm trainer holds)
     ]
     helpers.append(Watch(settings.redis_url, list(helpers)))  # (says where one of them is stuck, should one be)
     for helper in helpers:

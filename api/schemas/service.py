@@ -24,6 +24,12 @@ class Error(Input):
     details: dict[str, Any]
 
 
+class WarmTrainer(Answer):
+    pid: int = Field(description="its sandbox's first process (the worker's child)")
+    rss_bytes: int = Field(description="resident memory of its processes, as its worker measured it last")
+    since: UnixS = Field(description="when it was started")
+
+
 class Worker(Answer):
     name: str
     host: str
@@ -37,6 +43,7 @@ class Worker(Answer):
     last_heartbeat: Time | None = None
     sandboxed: bool | None = Field(None, description="whether its jobs run in a bubblewrap sandbox")
     isolation: str | None = Field(None, description="how its jobs are isolated, as it said at start")
+    warm: WarmTrainer | None = Field(None, description="the trainer it keeps ready for the next zoo job, if any")
 
 
 class WorkerList(Answer):

@@ -36,14 +36,19 @@ import socket
 import subprocess
 import time
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import IO
 
+from redis import Redis
+
+from jobs.keys import WARM_READY_KEY
+from jobs.periodic import Periodic
 from jobs.record import Kept
 from jobs.run import launch, sandbox
 from jobs.run.launch import Attempt, WorkerContext
-from jobs.run.proc import python_module
+from jobs.run.proc import descendants, python_module
 from models.protocol import EVENTS_FD_ENV
 from models.warm import WARM_FD_ENV
 
@@ -310,3 +315,53 @@ def warm_wanted(spec: Kept) -> bool:
     """Whether a job of this spec may start warm, as the worker sees it before forking its work-horse: a zoo job of
     one worker (the work-horse checks the rest: `Warm.unusable`)."""
     return not spec.runs_code and spec.workers == 1
+
+
+REPORT_EVERY_S = 5.0
+"""How often a worker says what its warm trainer holds (Report)."""
+REPORT_FRESH_S = 30.0
+"""A report older than this is a worker's that is gone: not counted."""
+
+
+def tree_rss(pid: int) -> int:
+    """The resident memory of process `pid` and every process below it (its sandbox's, the trainer's), in bytes."""
+    total = 0
+    for p in (pid, *descendants(pid)):
+        try:
+            with open(f"/proc/{p}/status") as f:
+                total += next((int(line.split()[1]) * 1024 for line in f if line.startswith("VmRSS:")), 0)
+        except (OSError, ValueError):
+            continue
+    return total
+
+
+class Report(Periodic):
+    """In each worker: its warm trainer's processes and their resident memory, what warm costs (issue 65 #4), for
+    /metrics, the workers' list and `gpudeck doctor` (WARM_READY_KEY); nothing when it keeps none."""
+
+    what, every_s = "warm report", REPORT_EVERY_S
+
+    def __init__(self, redis_url: str, worker: str, held: Callable[[], Warm | None]):
+        super().__init__(redis_url, "gpudeck-warm-report")
+        self.worker, self.held = worker, held
+
+    def round(self) -> None:
+        w = self.held()
+        if w is None or not w.alive():
+            self.redis.hdel(WARM_READY_KEY, self.worker)
+            return
+        said = {"pid": w.proc.pid, "rss_bytes": tree_rss(w.proc.pid), "since": w.born, "at": time.time()}
+        self.redis.hset(WARM_READY_KEY, self.worker, json.dumps(said))
+
+    def closing(self) -> None:
+        self.redis.hdel(WARM_READY_KEY, self.worker)
+
+
+def ready(redis: Redis) -> dict[str, dict[str, float]]:
+    """Each worker's warm trainer as its worker last said (Report): pid, rss_bytes, since; fresh reports only."""
+    out = {}
+    for name, raw in redis.hgetall(WARM_READY_KEY).items():
+        said = json.loads(raw)
+        if time.time() - float(said.pop("at", 0)) <= REPORT_FRESH_S:
+            out[name.decode()] = said
+    return out

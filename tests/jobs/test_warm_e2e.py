@@ -92,6 +92,12 @@ def test_a_zoo_job_starts_in_the_warm_trainer_its_worker_made_once_per_job_on_it
     status = dict(line.split(":\t", 1) for line in Path(f"/proc/{pid}/status").read_text().splitlines())
     assert status["Uid"].split()[0] != "0" or os.geteuid() != 0  # (the job user, where the worker is root)
     assert int(status["CapEff"], 16) == 0
+    # what it costs is said: its worker's entry, /metrics (issue 65 #4)
+    kept = until(lambda: client.get("/api/v1/workers").json["workers"][0]["warm"], 30, "the warm trainer reported")
+    assert kept["pid"] == [pid, *above(pid, worker.proc.pid)][-1]  # (its sandbox's first process: the worker's child)
+    assert kept["rss_bytes"] > 20 << 20  # (a Python with its imports under way: tens of MiB at least)
+    text = client.get("/metrics").get_data(as_text=True)
+    assert "gpudeck_warm_trainers 1.0" in text and 'gpudeck_warm_memory_bytes{worker="' in text, text[-2000:]
 
     second = client.post("/api/v1/jobs", json=SPEC).json["id"]
     job, _ = wait_job(client, second)

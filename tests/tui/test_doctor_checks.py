@@ -1,7 +1,7 @@
 """What `gpudeck doctor` makes of GPU memory a process still holds after its job ended (/healthz's
 gpus_not_released; tests/e2e/test_doctor.py runs the doctor on a real stack)."""
 
-from tui.cli.doctor import _released
+from tui.cli.doctor import _released, _workers
 
 
 def test_memory_held_after_a_job_is_a_failed_check_naming_the_process_and_what_to_do():
@@ -12,6 +12,15 @@ def test_memory_held_after_a_job_is_a_failed_check_naming_the_process_and_what_t
     assert check.fix.startswith("kill those processes on their hosts")
     assert _released({"gpus_not_released": []})[0].result == "ok"
     assert _released({}) == []  # (an API that does not say)
+
+
+def test_what_the_warm_trainers_hold_is_said_and_nothing_where_there_are_none():
+    worker = {"name": "box.gpu0.1", "host": "box", "alive": True, "sandboxed": True, "warm": None}
+    assert "warm trainers" not in [c.name for c in _workers([worker])]
+    kept = {**worker, "warm": {"pid": 9, "rss_bytes": 600 << 20, "since": 0.0}}
+    gone = {**kept, "name": "box.gpu1.2", "alive": False}  # (a lost worker's report is not counted)
+    [check] = [c for c in _workers([kept, {**kept, "name": "box.gpu1.3"}, gone]) if c.name == "warm trainers"]
+    assert (check.result, check.detail) == ("ok", "2 kept ready, 1.2 GiB resident (GPUDECK_WARM=off: none)")
 
 
 class Answers:

@@ -84,6 +84,10 @@ def _workers(workers: list[dict[str, Any]]) -> list[Check]:
         out.append(Check("sandbox", "ok", "every job in bubblewrap (its own PID and mount namespace, no capability)"))
     elif alive:
         out.append(Check("sandbox", "skip", "the workers do not say (started by an older gpudeck)"))
+    kept = [w["warm"] for w in alive if w.get("warm")]
+    if kept:  # (what warm starts cost: a trainer a GPU that ran a zoo job lately, GPUDECK_WARM_MAX_AGE)
+        held = human(sum(int(k["rss_bytes"]) for k in kept))
+        out.append(Check("warm trainers", "ok", f"{len(kept)} kept ready, {held} resident (GPUDECK_WARM=off: none)"))
     return out
 
 
