@@ -356,6 +356,11 @@ def queue_name(gpus: int, priority: str) -> str:
     return base if priority == "normal" else f"{base}-{priority}"
 
 
+def worker_name(host: str, gpus: list[str], pid: int) -> str:
+    """A worker's name where none is given: host.gpuN.pid (host.gpu0+1.pid for several GPUs, host.cpu.pid)."""
+    return f"{host}.{'gpu' + '+'.join(gpus) if gpus else 'cpu'}.{pid}"
+
+
 def private_queue(worker: str) -> str:
     """The queue only worker `worker` serves, first of all its queues: tasks placed on it."""
     return f"tasks@{worker}"

@@ -30,12 +30,11 @@ from __future__ import annotations
 
 import contextlib
 import itertools
-import json
 import logging
 import time
 import uuid
 from collections import Counter, defaultdict
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Iterable, Iterator
 from typing import Any
 
 from redis import Redis
@@ -57,8 +56,6 @@ from jobs.keys import (
     rq_hold_id,
     rq_job_id,
     rq_task_id,
-    slots_wanted_key,
-    waiting_key,
 )
 from jobs.periodic import Periodic
 from jobs.placement import (
@@ -88,8 +85,8 @@ from jobs.record import Job, Kept
 from jobs.settings import Settings
 from jobs.spec import command_words
 from jobs.store import JobStore
-from models.common import size_text
-from models.states import PRIORITIES, Reason, Status
+from jobs.waiting import need, need_share, say_blocked, say_slots_wanted, tell
+from models.states import PRIORITIES, Status
 
 log = logging.getLogger(__name__)
 
@@ -171,7 +168,7 @@ def _round(redis: Redis, s: Settings, now: float) -> list[int]:
         if not walk.goes_on(n, priority):
             break
         walk.consider(job_id, priority, owner, rec)
-    _say_slots_wanted(redis, r, walk.slots_wanted)
+    say_slots_wanted(redis, r, walk.slots_wanted)
     return r.placed
 
 
@@ -186,7 +183,7 @@ def _look(redis: Redis, s: Settings, now: float) -> Round:
     blocked = foreign(redis, [slots[n] for n in slots if n not in holders], s.foreign_memory)
     out = cordoned(redis, slots.values())
     blocked.update(out)
-    _say_waiting(redis, blocked)
+    say_blocked(redis, blocked, int(3 * PLACE_EVERY_S) + 2)
     free = [x for n, x in slots.items() if n not in holders and n not in unavailable and n not in blocked]
     capacity, live, left = gpu_room(redis, s, slots)
     r = Round(redis, s, now, slots, free, active, holders, capacity=capacity, live=live, left=left)
@@ -280,9 +277,7 @@ class Walk:
         if part:
             self.want_slot(part)
         held = lambda key: self.tl.taken(key, self.r.now, self.r.now + 1)  # noqa: E731
-        message = (
-            _need_share(self.r, self.tl, spec, part) if part else _need(spec.workers, spec.gpus, self.r.free, held)
-        )
+        message = need_share(self.r, self.tl, spec, part) if part else need(spec.workers, spec.gpus, self.r.free, held)
         message += self.r.out if spec.gpus else ""
         rank = self.rank_of(rec, priority)
         if self.can_preempt(rank):
@@ -290,12 +285,12 @@ class Walk:
         keep = job_id in self.preempting or not (self.s.backfill or self.reserved)
         if self.s.backfill and job_id not in self.preempting and self.depth > 0:
             if self.reserve_in_time(spec, part, took):
-                _waiting(self.store, rec, message)
+                tell(self.store, rec, message)
                 return
             keep = not self.reserved  # (no known time: what it could use stays free for the first such job)
         if keep and not part:  # what it could use stays free for it, for good (a share keeps no GPU)
             self.keep_free(spec)
-        _waiting(self.store, rec, message)
+        tell(self.store, rec, message)
 
     def want_slot(self, part: float) -> None:
         """A share that did not fit now: one job slot more wanted on the GPU whose memory has room for it while its
@@ -322,7 +317,7 @@ class Walk:
             self.limits[sweep_id] = sweeps.max_concurrent(self.r.redis, sweep_id)
         cap, running = self.limits[sweep_id], self.sweep_running[sweep_id]
         if cap is not None and running >= cap:
-            _waiting(self.store, rec, f"waiting: sweep {sweep_id} runs {running} of {cap} at once")
+            tell(self.store, rec, f"waiting: sweep {sweep_id} runs {running} of {cap} at once")
             return True
         return False
 
@@ -337,7 +332,7 @@ class Walk:
         """Whether the job would take its owner past their GPU quota (the job told so)."""
         limit = self.quotas.get(owner) if owner and gpus else None
         if limit is not None and self.held[owner] + gpus > limit:
-            _waiting(self.store, rec, quota.waiting(owner or "", self.held[owner], limit))
+            tell(self.store, rec, quota.waiting(owner or "", self.held[owner], limit))
             return True
         project = rec.spec.project
         if not project or not gpus or (record := self.projects.get(project)) is None:
@@ -345,11 +340,11 @@ class Walk:
         if project not in self.spent:
             self.spent[project] = accounts.over_budget(self.r.redis, record)
         if self.spent[project] is not None:
-            _waiting(self.store, rec, f"waiting: {self.spent[project]}")
+            tell(self.store, rec, f"waiting: {self.spent[project]}")
             return True
         cap = record.get("max_gpus")
         if cap is not None and self.project_held[project] + gpus > cap:
-            _waiting(self.store, rec, quota.waiting(f"project {project}", self.project_held[project], cap))
+            tell(self.store, rec, quota.waiting(f"project {project}", self.project_held[project], cap))
             return True
         return False
 
@@ -425,63 +420,6 @@ def with_records(
         recs = store.get_many([job_id for job_id, _, _ in batch])
         for (job_id, priority, owner), rec in zip(batch, recs):
             yield job_id, priority, owner, rec
-
-
-def _need(places: int, k: int, free: list[Slot], taken: Callable[[GpuKey], float]) -> str:
-    """What a job of `places` workers of `k` GPUs each waits for, and the most GPUs free on one host now: GPUs
-    nothing holds (`taken`: what is held of each), not idle workers (a GPU of four slots held whole showed as
-    `3 free on one host`, issue 64)."""
-    if k == 0:
-        cpus = sum(1 for x in free if not x.gpus)
-        return f"waiting for {places} free CPU worker{'s' if places > 1 else ''}; {cpus} free now"
-    on = f"{k} GPU{'s' if k > 1 else ''} on one host" + (f", on each of {places} workers" if places > 1 else "")
-    idle: dict[str, set[GpuKey]] = defaultdict(set)
-    for x in free:
-        idle[x.host].update(key for key in gpu_keys(x) if not taken(key))
-    return f"waiting for {on}; {max(map(len, idle.values()), default=0)} free on one host now"
-
-
-def _need_share(r: Round, tl: plan.Timeline, spec: Kept, part: float) -> str:
-    wants = f"waiting for {size_text(spec.gpu_memory or 0)} of one GPU"
-    if not r.capacity:
-        return f"{wants}; no GPU's memory is known yet (no nvidia-smi sample)"
-    room = max(
-        (min(c - tl.taken(key, r.now, r.now + 1), r.live.get(key, plan.INF)) for key, c in r.capacity.items()),
-        default=0.0,
-    )
-    context = size_text(r.settings.gpu_context_memory)
-    return f"{wants} and its CUDA context ({context}); {size_text(max(0.0, room))} free on one GPU now"
-
-
-def _waiting(store: JobStore, rec: Job, message: str) -> None:
-    """A queued job's message says why it waits (a preempted one keeps saying so until it starts again)."""
-    if rec.get("message") != message and rec.get("reason") != Reason.PREEMPTED.value:
-        store.transition(rec["id"], (Status.QUEUED.value,), message=message)
-
-
-SLOTS_WANTED_TTL_S = 5
-"""How long a round's word on the job slots wanted holds (the next rounds say it again while it is so)."""
-
-
-def _say_slots_wanted(redis: Redis, r: Round, wanted: Counter[GpuKey]) -> None:
-    """Each GPU host's job slots wanted (slots_wanted_key), for its `gpudeck up`; a host that wants none: none."""
-    hosts = {x.host for x in r.slots.values() if x.gpus}
-    with redis.pipeline(transaction=False) as pipe:
-        for host in sorted(hosts):
-            mine = {gpu: n for (h, gpu), n in sorted(wanted.items()) if h == host}
-            if mine:
-                pipe.set(slots_wanted_key(host), json.dumps(mine), ex=SLOTS_WANTED_TTL_S)
-            else:
-                pipe.delete(slots_wanted_key(host))
-        pipe.execute()
-
-
-def _say_waiting(redis: Redis, blocked: dict[str, str]) -> None:
-    if blocked:
-        with redis.pipeline(transaction=False) as pipe:
-            for name, why in blocked.items():
-                pipe.set(waiting_key(name), why, ex=int(3 * PLACE_EVERY_S) + 2)
-            pipe.execute()
 
 
 # -- placing ---------------------------------------------------------------------------------------

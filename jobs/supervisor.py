@@ -23,7 +23,7 @@ from jobs import mps
 from jobs.backends import base as backends
 from jobs.errors import ConfigError
 from jobs.gpus import list_gpus
-from jobs.keys import alive_key, slots_wanted_key
+from jobs.keys import alive_key, slots_wanted_key, worker_name
 from jobs.redis_server import EmbeddedRedis
 from jobs.run import sandbox
 from jobs.run.proc import become_subreaper, descendants, end_descendants, pdeathsig, python_module
@@ -272,14 +272,15 @@ class Stack:
             if self._client is None:
                 self._client = Redis.from_url(self.redis_url or "", socket_timeout=2)
             redis = self._client
-            wanted = json.loads(redis.get(slots_wanted_key(socket.gethostname())) or "{}")
+            host = socket.gethostname()
+            wanted = json.loads(redis.get(slots_wanted_key(host)) or "{}")
             for gpu, n in sorted(wanted.items()):
                 extra = [w for w in self.workers if w.extra_of == gpu]
                 if gpu not in self._served or n < 1 or s.jobs_per_gpu + len(extra) >= s.max_jobs_per_gpu:
                     continue
                 if now < self._grow_after.get(gpu, 0.0):
                     continue
-                if any(not redis.exists(alive_key(_worker_name(w, gpu))) for w in extra):
+                if any(not redis.exists(alive_key(worker_name(host, [gpu], w.proc.pid))) for w in extra if w.proc):
                     continue  # (the last one started does not serve yet: it may be the slot wanted)
                 self._start_slot(gpu, s.jobs_per_gpu + len(extra))
         except (RedisError, ValueError, AttributeError) as exc:  # (Redis away or restarting: the next look)
@@ -431,11 +432,6 @@ def _check_port_free(host: str, port: int) -> None:
             raise ConfigError(
                 f"cannot listen on {host}:{port} ({exc.strerror}): is gpudeck already up? Pick another --port"
             ) from None
-
-
-def _worker_name(child: Child, gpu: str) -> str:
-    """The name a worker this stack started goes by (jobs.worker.run's default: host.gpuN.pid)."""
-    return f"{socket.gethostname()}.gpu{gpu}.{child.proc.pid if child.proc else 0}"
 
 
 def _tail(path: Path, n: int = 20) -> str:

@@ -14,7 +14,7 @@ from typing import Any
 from redis import Redis
 
 from jobs.keys import IDLE_GPU_KEY, gpus_booked_key, job_key, usage_key
-from jobs.run.proc import SHIM_FILE
+from jobs.run.proc import SHIM_FILE, descendants
 
 TTL_S = 10
 """A host's usage of a job expires this long after it was written (the job ended, the host went away)."""
@@ -32,6 +32,12 @@ def _stat(pid: str) -> tuple[int, int, float, int] | None:
         return None
     # after the name: state ppid pgrp session tty tpgid flags minflt cminflt majflt cmajflt utime stime … rss (22)
     return int(pid), int(fields[2]), (int(fields[11]) + int(fields[12])) / _TICK, int(fields[21]) * _PAGE
+
+
+def tree_rss(pid: int) -> int:
+    """The resident memory of process `pid` and every process below it, in bytes (a warm trainer's sandbox and all)."""
+    found = (_stat(str(p)) for p in (pid, *descendants(pid)))
+    return sum(st[3] for st in found if st is not None)
 
 
 class UsageMeter:

@@ -36,6 +36,7 @@ from jobs.keys import (
     waiting_key,
     warm_wanted_key,
     worker_info_key,
+    worker_name,
 )
 from jobs.lifecycle import worker_lost
 from jobs.notify import Notifier
@@ -526,8 +527,7 @@ def run(
     # Before anything can import TensorFlow: the trainers this worker starts inherit it.
     os.environ["CUDA_VISIBLE_DEVICES"] = ",".join(gpus)
     host = socket.gethostname()
-    label = f"gpu{'+'.join(gpus)}" if gpus else "cpu"
-    name = name or f"{host}.{label}.{os.getpid()}"
+    name = name or worker_name(host, gpus, os.getpid())
     context = WorkerContext(
         settings=settings, name=name, gpu_ids=list(gpus), stop_grace_s=stop_grace_s, max_memory=max_memory
     )

@@ -43,12 +43,13 @@ from typing import IO
 
 from redis import Redis
 
+from jobs import usage
 from jobs.keys import WARM_READY_KEY
 from jobs.periodic import Periodic
 from jobs.record import Kept
 from jobs.run import launch, sandbox
 from jobs.run.launch import Attempt, WorkerContext
-from jobs.run.proc import descendants, python_module
+from jobs.run.proc import python_module
 from models.protocol import EVENTS_FD_ENV
 from models.warm import WARM_FD_ENV
 
@@ -323,18 +324,6 @@ REPORT_FRESH_S = 30.0
 """A report older than this is a worker's that is gone: not counted."""
 
 
-def tree_rss(pid: int) -> int:
-    """The resident memory of process `pid` and every process below it (its sandbox's, the trainer's), in bytes."""
-    total = 0
-    for p in (pid, *descendants(pid)):
-        try:
-            with open(f"/proc/{p}/status") as f:
-                total += next((int(line.split()[1]) * 1024 for line in f if line.startswith("VmRSS:")), 0)
-        except (OSError, ValueError):
-            continue
-    return total
-
-
 class Report(Periodic):
     """In each worker: its warm trainer's processes and their resident memory, what warm costs (issue 65 #4), for
     /metrics, the workers' list and `gpudeck doctor` (WARM_READY_KEY); nothing when it keeps none."""
@@ -350,7 +339,7 @@ class Report(Periodic):
         if w is None or not w.alive():
             self.redis.hdel(WARM_READY_KEY, self.worker)
             return
-        said = {"pid": w.proc.pid, "rss_bytes": tree_rss(w.proc.pid), "since": w.born, "at": time.time()}
+        said = {"pid": w.proc.pid, "rss_bytes": usage.tree_rss(w.proc.pid), "since": w.born, "at": time.time()}
         self.redis.hset(WARM_READY_KEY, self.worker, json.dumps(said))
 
     def closing(self) -> None:

@@ -69,8 +69,8 @@ def schedule_create(name, cron, tz, overlap, catch_up, paused, file, as_json) ->
     if as_json:
         echo_json(made)
     else:
-        state = "paused" if made["paused"] else f"next firing {made['next_at']}"
-        click.echo(f"schedule {made['name']}: a {what} at each firing of {made['cron']!r} ({made['tz']}); {state}")
+        fires = f"a {what} at each firing of {made['cron']!r} ({made['tz']})"
+        click.echo(f"schedule {made['name']}: {fires}; {_state(made)}")
     return EXIT_OK
 
 
@@ -112,6 +112,11 @@ def schedule_show(name, as_json) -> int:
     return EXIT_OK
 
 
+def _state(shown: dict) -> str:
+    """A schedule's state in a line: `paused`, or its next firing."""
+    return "paused" if shown["paused"] else f"next firing {shown['next_at']}"
+
+
 def _action(action: str, says: str) -> click.Command:
     """`gpudeck schedule pause|resume NAME`: the schedule after `action`, as its state."""
 
@@ -124,8 +129,7 @@ def _action(action: str, says: str) -> click.Command:
         if as_json:
             echo_json(shown)
         else:
-            state = "paused" if shown["paused"] else f"next firing {shown['next_at']}"
-            click.echo(f"schedule {shown['name']}: {state}")
+            click.echo(f"schedule {shown['name']}: {_state(shown)}")
         return EXIT_OK
 
     return act
