@@ -73,6 +73,15 @@ class GpudeckJob(Job):
         return self.func(*self.args, context=self.context, **self.kwargs)
 
 
+def _unwanted(held: warm.Warm, want: warm.PythonWant | str | None) -> str | None:
+    """Why the warm process a worker keeps is not what its GPUs' jobs want now (None: keep it)."""
+    if want is None:
+        return None
+    if want == "zoo":
+        return None if held.want is None else "zoo jobs run on these GPUs now"
+    return None if held.want == want else "Python jobs of another environment (or other imports) run on these GPUs now"
+
+
 class GpudeckWorker(Worker):
     """RQ's forking worker, which also stops its trainer honestly when the worker goes away."""
 
@@ -134,11 +143,12 @@ class GpudeckWorker(Worker):
         now = time.time()
         max_age = self.context.settings.warm_max_age_s
         try:  # (the first worker of these GPUs keeps the next one warm, whichever slot ran this one)
-            self.connection.set(self._warm_key(), repr(now), ex=max(1, int(max_age)))
+            if not spec.runs_code:  # (a Python command's work-horse notes its environment at its end)
+                self.connection.set(self._warm_key(), repr(now), ex=max(1, int(max_age)))
         except RedisError:
             pass  # (no warm trainer made for the next job: it starts cold)
-        if self._warm is None:
-            return None
+        if self._warm is None or (self._warm.want is not None) != spec.runs_code:
+            return None  # (a zoo trainer for a command, an interpreter for a zoo job: kept for a job it serves)
         why = self._warm.stale(self.context.settings.warm_max_age_s)
         if why is not None:
             self._let_warm_go(self._warm, why)
@@ -153,16 +163,20 @@ class GpudeckWorker(Worker):
         if self.context is None or not self.context.settings.warm:
             return
         max_age = self.context.settings.warm_max_age_s
+        now = time.time()
+        want = self._keeps_warm(now, max_age)
         if self._warm is not None:
-            why = self._warm.stale(max_age)
+            why = self._warm.stale(max_age) or _unwanted(self._warm, want)
             if why is None:
                 return
             self._let_warm_go(self._warm, why)
             self._warm = None
-        now = time.time()
-        if now - self._warm_failed_at <= WARM_RETRY_S or not self._keeps_warm(now, max_age):
+        if now - self._warm_failed_at <= WARM_RETRY_S or want is None:
             return
-        self._warm = warm.start(self.context)
+        if isinstance(want, warm.PythonWant):
+            self._warm = warm.start_python(self.context, want)
+        else:
+            self._warm = warm.start(self.context)
         if self._warm is None:
             self._warm_failed_at = now
 
@@ -170,21 +184,22 @@ class GpudeckWorker(Worker):
         assert self.context is not None
         return warm_wanted_key(socket.gethostname(), self.context.gpu_ids)
 
-    def _keeps_warm(self, now: float, max_age: float) -> bool:
-        """Whether this worker makes a warm trainer ready now: a zoo job ran on its GPUs (any of their slots) in the
-        last `max_age` s, and it is the first by name of the live workers of these GPUs on this host — the one a
-        job of whole GPUs is placed on (placement.whole_pool). One warm trainer a GPU, not one a job slot (four
-        slots a GPU kept four, 577 MiB each: issue 64)."""
+    def _keeps_warm(self, now: float, max_age: float) -> warm.PythonWant | str | None:
+        """What this worker keeps warm now: "zoo" (a trainer) where a zoo job ran on its GPUs (any of their slots)
+        in the last `max_age` s, a warm interpreter's environment where a Python command job did (the last job's
+        kind wins), None for nothing — or where it is not the first by name of the live workers of these GPUs on
+        this host, the one a job of whole GPUs is placed on (placement.whole_pool). One warm process a GPU, not one
+        a job slot (four slots a GPU kept four, 577 MiB each: issue 64)."""
         try:
-            raw = self.connection.get(self._warm_key())
-            if raw is None or now - float(raw) >= max_age:
-                return False
+            want = warm.wanted(self.connection.get(self._warm_key()), now, max_age)
+            if want is None:
+                return None
             slots = live_slots(self.connection)[0]
-        except (RedisError, ValueError):
-            return False
+        except RedisError:
+            return None
         me = slots.get(self.name)
         mates = [s.name for s in slots.values() if me is not None and s.host == me.host and s.gpus == me.gpus]
-        return me is None or min(mates) == self.name
+        return want if me is None or min(mates) == self.name else None
 
     def _let_warm_go(self, w: warm.Warm, why: str | None) -> None:
         if why is not None:

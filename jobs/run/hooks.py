@@ -20,7 +20,7 @@ from jobs.run import launch, sandbox
 from jobs.run.launch import Attempt
 from jobs.run.proc import Started
 from jobs.run.projectenv import Building
-from jobs.run.warm import Adopted, Warm
+from jobs.run.warm import Adopted, Invocation, PythonWant, Warm, python_invocation, want_of
 from jobs.store import StopListener
 from models import protocol
 
@@ -43,6 +43,9 @@ class Run(Building, Protocol):
     warm: Warm | None
     adopted: Adopted | None
     stops: StopListener
+    python_want: PythonWant | None
+
+    def drop_warm(self) -> None: ...
 
 
 class Hooks:
@@ -89,14 +92,41 @@ class Hooks:
         readable += [built] if built is not None else []
         if run.reports:
             run.output.command_launched(how, spec, run.job_dir, built)
+        if self.warm_interpreter(run, spec, how, built):  # (it runs in the warm interpreter's sandbox, made already)
+            return how
         return launch.sandboxed(run.ctx, how, run.job_dir, readable, run.lifeline[0])
+
+    def warm_interpreter(self, run: Run, spec: Kept, how: launch.Launch, built: Path | None) -> bool:
+        """Whether a command job starts in the warm interpreter its worker handed it (jobs.run.warm, issue 65 #2);
+        the log says so, or why not. A Python job that could have notes its environment (`run.python_want`): the
+        next warm interpreter of these GPUs is made for it."""
+        s = run.ctx.settings
+        inv = python_invocation(spec.command)
+        if s.warm and isinstance(inv, Invocation) and not self.one_of_several:
+            want = want_of(how, inv, built, s.datasets_dir)
+            run.python_want = want if isinstance(want, PythonWant) and not spec.caches else None
+        if run.warm is None:
+            return False
+        why = run.warm.unusable_command(how, spec, run.data_dir, built, s.datasets_dir)
+        if why is None:
+            took = ", ".join(run.warm.want.imports[:6]) if run.warm.want and run.warm.want.imports else "nothing"
+            run.preamble.append(
+                f"gpudeck: warm start (a Python ready {time.time() - run.warm.born:.0f}s, {took} imported ahead)"
+            )
+            return True
+        run.preamble.append(f"gpudeck: cold start: the warm interpreter here cannot run it ({why})")
+        run.drop_warm()
+        return False
 
     def start(self, run: Run, how: launch.Launch, fds: tuple[int, ...]) -> Started:
         """Start the attempt's process, or hand the job to the warm trainer it chose (OSError when its job dir
         cannot move there)."""
         if run.warm is not None:
             user = sandbox.job_user(run.ctx.settings.job_user)
-            run.adopted = run.warm.begin(how.env, list(launch.TRAINER_ARGS), run.job_dir, user)
+            if run.warm.want is not None:  # (a warm interpreter: a command job)
+                run.adopted = run.warm.begin_command(how, run.spec, run.job_dir, user)
+            else:
+                run.adopted = run.warm.begin(how.env, list(launch.TRAINER_ARGS), run.job_dir, user)
             return run.adopted
         return run.spawn(how, fds)
 

@@ -289,6 +289,7 @@ def sandboxed(
     lifeline: int,
     writable: tuple[Path, ...] | list[Path] = (),
     status_fd: int | None = None,
+    warm_go: tuple[int, Path] | None = None,
 ) -> Launch:
     """`how` run in a sandbox of its own (jobs.run.sandbox) where this worker makes one; else as it is. `lifeline`:
     the read end of a pipe whose write end the work-horse holds (the job is stopped when it closes); `status_fd`:
@@ -320,6 +321,7 @@ def sandboxed(
         options_fd=options.fileno(),
         user=user,
         status_fd=status_fd,
+        warm_go=warm_go,
     )
     options.write(b"".join(a.encode() + b"\0" for a in args))
     options.seek(0)

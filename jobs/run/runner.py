@@ -8,16 +8,20 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
+import socket
 import subprocess
+import time
 import uuid
+from dataclasses import replace
 from functools import partial
 from pathlib import Path
 
 from redis import Redis
+from redis.exceptions import RedisError
 
 from jobs import datasets, mps
 from jobs.archives import tree_bytes
-from jobs.keys import metrics_key
+from jobs.keys import metrics_key, warm_wanted_key
 from jobs.periodic import not_stuck
 from jobs.record import Kept
 from jobs.run import launch, projectenv, upload
@@ -25,7 +29,7 @@ from jobs.run.hooks import Hooks
 from jobs.run.launch import NO_SPACE, LogFile, Refused, WorkerContext
 from jobs.run.proc import become_subreaper, end_descendants, kill_marked
 from jobs.run.pump import HEARTBEAT_EVERY_S, Output, Writes, pump
-from jobs.run.warm import Adopted, Warm, let_go, taken
+from jobs.run.warm import Adopted, PythonWant, Warm, let_go, note_python, recorded_imports, taken, wanted
 from jobs.store import JobStore, StopListener, through_outage
 from models.states import ACTIVE
 
@@ -79,6 +83,10 @@ class JobRun:
         self.warm: Warm | None = None
         """The warm trainer this attempt starts in (jobs.run.warm), once it chose to."""
         self.adopted: Adopted | None = None
+        self.python_want: PythonWant | None = None
+        """The warm interpreter a Python command job of this attempt could start in (noted at its end)."""
+        self.warm_key = warm_wanted_key(socket.gethostname(), ctx.gpu_ids)
+        """Where its worker's GPUs say what to keep warm (the worker's own GPUs, not the job's place)."""
         self.hooks.begin(self)
 
     def run(self) -> str:
@@ -159,6 +167,8 @@ class JobRun:
             if self.adopted is not None:
                 self.adopted.close()
         returncode = launch.exit_status(returncode, how.sandboxed or self.adopted is not None)
+        if self.python_want is not None:
+            self.note_python_want()
         self.log_full = log_file.full
         kill_marked(launch.RUN_ID_ENV, self.run_id)  # what it started and left behind, in its group or not
         end_descendants()  # and what dropped the mark: below this subreaper still
@@ -177,7 +187,27 @@ class JobRun:
         return warm
 
     def _cold(self) -> None:
-        self.ctx, self.warm, self._run_id = let_go(self.ctx), None, None
+        self.drop_warm()
+        self._run_id = None
+
+    def drop_warm(self) -> None:
+        """Let the warm process go: the attempt starts cold (with the run mark it has)."""
+        self.ctx, self.warm = let_go(self.ctx), None
+
+    def note_python_want(self) -> None:
+        """At a Python command job's end: these GPUs' first worker keeps a warm interpreter of its environment ready,
+        importing what this job imported (as its warm interpreter recorded it) or what the last one did."""
+        assert self.python_want is not None
+        imports = recorded_imports(self.job_dir) if self.adopted is not None else ()
+        s = self.ctx.settings
+        try:
+            if not imports:
+                now = wanted(self.redis.get(self.warm_key), time.time(), s.warm_max_age_s)
+                if isinstance(now, PythonWant) and now.same_place(self.python_want):
+                    imports = now.imports
+            note_python(self.redis, self.warm_key, replace(self.python_want, imports=imports), s.warm_max_age_s)
+        except RedisError:
+            log.warning("job %s: its warm interpreter's environment not noted (Redis)", self.job_id)
 
     def say(self, log_file: LogFile, *lines: str) -> None:
         """Lines of gpudeck's own into the job's log, as its output is written."""

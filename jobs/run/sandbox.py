@@ -200,6 +200,7 @@ def wrap(
     options_fd: int,
     user: tuple[int, int] | None = None,
     status_fd: int | None = None,
+    warm_go: tuple[int, Path] | None = None,
 ) -> tuple[list[str], list[str]]:
     """`argv` run by bubblewrap in a sandbox as the module's doc describes: `job_dir` (and `writable`, and `shared`:
     folders several jobs talk through, left their owner's) writable,
@@ -214,7 +215,9 @@ def wrap(
     process is root (job_user): the shim becomes that user, with no capability; None: a user namespace with no
     capability. `status_fd`:
     where bubblewrap writes its child's pid and, at the end, its exit code (`--json-status-fd`: a warm trainer's
-    work-horse is not its parent and cannot wait for it)."""
+    work-horse is not its parent and cannot wait for it). `warm_go`: (the descriptor a warm interpreter's job line
+    comes on, its folder): the shim keeps CAP_SYS_ADMIN until then, to mount the folder at the job dir's own path
+    (jobs.run.shim._warm); the interpreter never holds it."""
     args = ["--unshare-pid", "--unshare-ipc", "--cap-drop", "ALL"]
     if status_fd is not None:
         args += ["--json-status-fd", str(status_fd)]
@@ -222,6 +225,8 @@ def wrap(
         args += ["--cap-add", "CAP_SETUID", "--cap-add", "CAP_SETGID", "--cap-add", "CAP_SETPCAP"]
     else:
         args += ["--unshare-user"]
+    if warm_go is not None:
+        args += ["--cap-add", "CAP_SYS_ADMIN"]
     args += ["--ro-bind", "/", "/", "--proc", "/proc", "--dev", "/dev", "--perms", "1777", "--tmpfs", "/dev/shm"]
     for dev in sorted(glob.glob("/dev/nvidia*") + glob.glob("/dev/dri")):
         args += ["--dev-bind", dev, dev]
@@ -264,7 +269,8 @@ def wrap(
         args += ["--setenv", name, value]
     command = [shutil.which("bwrap") or "bwrap", "--args", str(options_fd), "--"]
     who = f"{user[0]}:{user[1]}" if user is not None else "-"
-    shim = [sys.executable, "-I", "-S", SHIM_FILE, str(lifeline), who, str(env_fd), "--"]
+    warm = ["--warm", str(warm_go[0]), str(warm_go[1])] if warm_go is not None else []
+    shim = [sys.executable, "-I", "-S", SHIM_FILE, str(lifeline), who, str(env_fd), *warm, "--"]
     return [*command, *shim, *argv], args
 
 

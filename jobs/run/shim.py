@@ -25,6 +25,7 @@ It imports nothing but the standard library: it runs before anything of the job.
 from __future__ import annotations
 
 import ctypes
+import json
 import os
 import select
 import signal
@@ -44,9 +45,12 @@ LAST_CAP = 63
 
 def become(user: str) -> str | None:
     """Become `user` (`UID:GID`, or `-`: stay) with no capability in any set; why not, or None when done."""
-    if user != "-":
+    libc = ctypes.CDLL(None, use_errno=True)
+    if user == "-":  # (a user namespace: what it holds there, as a warm sandbox's CAP_SYS_ADMIN, is dropped)
+        header = (ctypes.c_uint32 * 2)(CAP_VERSION_3, 0)
+        libc.capset(header, (ctypes.c_uint32 * 6)())
+    else:
         uid, gid = (int(x) for x in user.split(":"))
-        libc = ctypes.CDLL(None, use_errno=True)
         for cap in range(LAST_CAP + 1):
             libc.prctl(PR_CAPBSET_DROP, cap, 0, 0, 0)  # (EINVAL past the kernel's last capability: nothing to drop)
         libc.prctl(PR_CAP_AMBIENT, PR_CAP_AMBIENT_CLEAR_ALL, 0, 0, 0)
@@ -84,24 +88,34 @@ def read_env(fd: int) -> dict[str, str]:
 
 
 def main(argv: list[str]) -> int:
+    warm: list[str] = []
+    if argv[3:4] == ["--warm"]:  # (FD USER ENV_FD --warm GO_FD FOLDER -- COMMAND…)
+        warm, argv = argv[4:6], argv[:3] + argv[6:]
     try:
         fd, user, env_fd, sep, *command = argv
     except ValueError:
         sep, command = "", []
-    if sep != "--" or not command:
-        print("usage: python -I -S shim.py FD USER ENV_FD -- COMMAND…", file=sys.stderr)
+    if sep != "--" or not command or (warm and len(warm) != 2):
+        print("usage: python -I -S shim.py FD USER ENV_FD [--warm GO_FD FOLDER] -- COMMAND…", file=sys.stderr)
         return 2
     env = read_env(int(env_fd))
+    lifeline = int(fd)
+    if warm:
+        return _warm(int(warm[0]), warm[1], lifeline, user, env, command)
     why = become(user)
     if why is not None:
         print(f"gpudeck: the job was not started: its sandbox could not drop its privileges ({why})", file=sys.stderr)
         return 126
-    lifeline = int(fd)
     try:
         job = subprocess.Popen(command, env=env, pass_fds=_inherited(lifeline), preexec_fn=_default_term)
     except OSError as exc:  # (not found, not executable: as a shell says it)
         print(f"gpudeck: {command[0]}: {exc.strerror or exc}", file=sys.stderr)
         return 127 if isinstance(exc, FileNotFoundError) else 126
+    return _wait(job, lifeline)
+
+
+def _wait(job: subprocess.Popen[bytes], lifeline: int) -> int:
+    """Wait for the job; stop it as a cancel would when the lifeline closes; its exit status."""
     os.set_blocking(lifeline, False)
     stopping_since: float | None = None
     grace = float(os.environ.get(GRACE_ENV) or 30) + 5
@@ -121,6 +135,84 @@ def main(argv: list[str]) -> int:
     if stopping_since is not None:  # the work-horse, which ends what a job leaves, is gone: the shim does
         _end_the_rest()
     return 128 - code if code < 0 else code
+
+
+MS_BIND = 4096
+WARM_FD_ENV = "GPUDECK_WARM_FD"
+"""Where the warm interpreter (jobs.run.warmpy) reads its job's line: the read end of the shim's own pipe."""
+
+
+def _warm(go: int, folder: str, lifeline: int, user: str, env: dict[str, str], command: list[str]) -> int:
+    """A warm interpreter's sandbox (jobs.run.warm): its first process keeps, until the job comes, the one privilege
+    it needs then — to mount — while the interpreter runs as the job's user from its start. The job's line comes on
+    `go` (from the work-horse, not the job); the shim mounts `folder` (the warm one, which the host renamed to the job
+    dir) at the job dir's own path, drops every privilege (as `become`), and only then passes the line on. End of
+    file on `go` or on the lifeline (the worker let it go) ends the interpreter with no job."""
+    inner, line_w = os.pipe()
+    env = {**env, WARM_FD_ENV: str(inner)}
+    try:
+        job = subprocess.Popen(command, env=env, pass_fds=(inner,), preexec_fn=lambda: _as_job(user))
+    except OSError as exc:
+        print(f"gpudeck: {command[0]}: {exc.strerror or exc}", file=sys.stderr)
+        return 127 if isinstance(exc, FileNotFoundError) else 126
+    os.close(inner)
+    line = _job_line(go, lifeline, job.pid)
+    os.close(go)
+    if line is None:  # (no job: the interpreter reads end of file and exits)
+        os.close(line_w)
+        return _wait(job, lifeline)
+    job_dir = json.loads(line)["job_dir"]
+    why = _mount_job_dir(folder, job_dir) or become(user)
+    if why is not None:
+        print(f"gpudeck: the job was not started in its warm sandbox ({why})", file=sys.stderr)
+        job.kill()
+        job.wait()
+        return 126
+    os.write(line_w, line)
+    os.close(line_w)
+    return _wait(job, lifeline)
+
+
+def _as_job(user: str) -> None:
+    """In the warm interpreter's process, before it runs anything: the job's user, no privilege (else it exits)."""
+    _default_term()
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # (as a cold job has it: RQ's work-horse ignores it, and starts it)
+    why = become(user)
+    if why is not None:
+        os.write(2, f"gpudeck: the warm sandbox could not drop its privileges ({why})\n".encode())
+        os._exit(126)
+
+
+def _job_line(go: int, lifeline: int, pid: int) -> bytes | None:
+    """The job's line from `go`; None at its end, the lifeline's, or the interpreter's."""
+    raw = b""
+    watched = [go, lifeline, *_exit_of(pid)]
+    while not raw.endswith(b"\n"):
+        ready, _, _ = select.select(watched, [], [], 0.5)
+        if go in ready:
+            chunk = os.read(go, 1 << 16)
+            if not chunk:
+                return None
+            raw += chunk
+        elif ready:  # (the lifeline closed, or the interpreter exited)
+            return None
+    return raw
+
+
+def _mount_job_dir(folder: str, job_dir: str) -> str | None:
+    """Bind `folder` at `job_dir` inside the sandbox (folders made in its own tmpfs); why not, or None."""
+    if not os.path.isabs(job_dir) or os.path.normpath(job_dir) != job_dir:
+        return f"not a job dir: {job_dir!r}"
+    try:
+        os.makedirs(job_dir, mode=0o755, exist_ok=True)
+    except OSError as exc:
+        return f"cannot make {job_dir}: {exc}"
+    if os.path.realpath(job_dir) != job_dir:  # (nothing the interpreter made may redirect the mount)
+        return f"{job_dir} is not a plain folder"
+    libc = ctypes.CDLL(None, use_errno=True)
+    if libc.mount(folder.encode(), job_dir.encode(), None, MS_BIND, None) != 0:
+        return f"cannot mount the job dir: {os.strerror(ctypes.get_errno())}"
+    return None
 
 
 def _exit_of(pid: int) -> list[int]:

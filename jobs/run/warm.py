@@ -29,26 +29,29 @@ import hashlib
 import json
 import logging
 import os
+import re
 import select
+import shlex
 import shutil
 import signal
 import socket
+import stat
 import subprocess
 import time
 import uuid
 from collections.abc import Callable
-from dataclasses import dataclass, field, replace
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import IO
 
 from redis import Redis
 
-from jobs import usage
+from jobs import jobfiles, usage
 from jobs.keys import WARM_READY_KEY
 from jobs.periodic import Periodic
 from jobs.record import Kept
-from jobs.run import launch, sandbox
-from jobs.run.launch import Attempt, WorkerContext
+from jobs.run import launch, sandbox, warmpy
+from jobs.run.launch import Attempt, Launch, WorkerContext
 from jobs.run.proc import python_module
 from models.protocol import EVENTS_FD_ENV
 from models.warm import WARM_FD_ENV
@@ -64,7 +67,8 @@ def code_version() -> str:
     trainer made before an upgrade has another."""
     root = sandbox.runtime_paths()[-1]
     h = hashlib.sha256()
-    for path in sorted([*(root / "models").rglob("*.py"), root / "jobs" / "run" / "shim.py"]):
+    ours = [root / "jobs" / "run" / "shim.py", root / "jobs" / "run" / "warmpy.py"]
+    for path in sorted([*(root / "models").rglob("*.py"), *ours]):
         try:
             st = path.stat()
         except OSError:
@@ -88,6 +92,8 @@ class Warm:
     status: int
     events: int
     readable: list[Path] = field(default_factory=list)
+    want: PythonWant | None = None
+    """A warm interpreter's environment (jobs.run.warmpy); None: a zoo trainer (models.warm)."""
     born: float = field(default_factory=time.time)
     returncode: int | None = None
     _said: bytes = b""
@@ -126,9 +132,10 @@ class Warm:
 
     # -- in the work-horse -----------------------------------------------------------------------
     def unusable(self, command: bool, tasks: bool, data_dir: Path | None, env: dict[str, str]) -> str | None:
-        """Why the work-horse's job cannot start in it (it then starts cold), or None."""
-        if command:
-            return "a command job"
+        """Why the work-horse's job cannot start in it (it then starts cold), or None (a command job's is weighed
+        again once its launch is planned: unusable_command)."""
+        if command != (self.want is not None):
+            return "a command job" if command else "a zoo job (the warm process here is a Python interpreter)"
         if tasks:
             return "a task of a job of several workers"
         if env.get("CUDA_MPS_PIPE_DIRECTORY"):
@@ -138,6 +145,52 @@ class Warm:
         if self.exit_status() is not None:  # (bubblewrap said it ended: it went meanwhile)
             return "it exited"
         return None
+
+    def unusable_command(
+        self, how: Launch, spec: Kept, data_dir: Path | None, built: Path | None, datasets_dir: Path
+    ) -> str | None:
+        """Why a command job, as `how` would start it cold, cannot start in this warm interpreter, or None."""
+        inv = python_invocation(spec.command)
+        if isinstance(inv, str):
+            return inv
+        want = want_of(how, inv, built, datasets_dir)
+        if isinstance(want, str):
+            return want
+        assert self.want is not None
+        if want.python != self.want.python or want.readable != self.want.readable:
+            return f"the warm interpreter is another environment's ({self.want.python})"
+        read = sorted(k for k in {*how.env, *self.want.start_vars} if _read_at_start(k))
+        differ = [k for k in read if how.env.get(k) != self.want.start_vars.get(k)]
+        if differ:
+            return f"its environment sets {', '.join(differ)}, which Python reads as it starts"
+        if spec.caches:
+            return "it names shared caches, bound into a sandbox as it starts"
+        if inv.argv[0] != "-m" and not _plain_file(how.cwd / inv.argv[0]):
+            return f"its script {inv.argv[0]} is not a plain file of its source"
+        return self.unusable(True, False, data_dir, how.env)
+
+    def begin_command(self, how: Launch, spec: Kept, job_dir: Path, user: tuple[int, int] | None) -> Adopted:
+        """Hand a command job to this warm interpreter (jobs.run.warmpy): the job dir becomes its folder, mounted at
+        the job dir's path inside by its shim; then its environment, cwd and arguments go down `go`."""
+        inv = python_invocation(spec.command)
+        assert isinstance(inv, Invocation)
+        self._move_in(job_dir)
+        sandbox.hand_over(job_dir, user)
+        env = dict(how.env)
+        if isinstance(spec.command, str):  # (run cold by `/bin/sh -c`, which exports its cwd as PWD)
+            env["PWD"] = str(how.cwd)
+        line = {
+            "job_dir": str(job_dir),
+            "env": env,
+            "cwd": str(how.cwd),
+            "argv": inv.argv,
+            "orig_argv": [inv.word, *inv.flags, *inv.argv],
+            "record": str(job_dir / RECORD_NAME),
+        }
+        _write_all(self.go, json.dumps(line).encode() + b"\n")
+        os.close(self.go)
+        self.go = -1
+        return Adopted(self)
 
     def exit_status(self) -> int | None:
         """In the work-horse (not its parent): its exit status as bubblewrap writes it to the status pipe (after the
@@ -314,8 +367,219 @@ def start(ctx: WorkerContext) -> Warm | None:
 
 def warm_wanted(spec: Kept) -> bool:
     """Whether a job of this spec may start warm, as the worker sees it before forking its work-horse: a zoo job of
-    one worker (the work-horse checks the rest: `Warm.unusable`)."""
-    return not spec.runs_code and spec.workers == 1
+    one worker, or a command of one that runs a Python script or module (the work-horse checks the rest:
+    `Warm.unusable`, `Warm.unusable_command`)."""
+    if spec.workers != 1 or spec.is_session:
+        return False
+    return not spec.runs_code or isinstance(python_invocation(spec.command), Invocation)
+
+
+# -- warm interpreters (issue 65 #2) ------------------------------------------------------------------------------
+
+WARMPY_FILE = str(Path(__file__).resolve().with_name("warmpy.py"))
+"""The warm interpreter's script, run by its file with the environment's own Python."""
+RECORD_NAME = ".gpudeck-warm-imports"
+"""Where in its job dir a warm job's interpreter writes the modules it imported (read, then removed, at its end)."""
+PYTHON_WORD = re.compile(r"(?:.*/)?python(?:3(?:\.\d+)?)?")
+MODULE = re.compile(r"[A-Za-z_][A-Za-z0-9_]*(?:\.[A-Za-z_][A-Za-z0-9_]*)*")
+SHELL_CHARS = set("|&;<>()$`\\*?[]{}~#!\n\t=")
+"""In a command string, what a shell would read otherwise than as plain words: such a command starts cold."""
+
+
+@dataclass(frozen=True)
+class Invocation:
+    """`python [-u] script.py ARGS…` or `python [-u] -m module ARGS…`: the word that names Python, its flags, and
+    what `sys.argv` is (`-m` first for a module: runpy puts the module's file there, as Python does)."""
+
+    word: str
+    flags: tuple[str, ...]
+    argv: list[str]
+
+
+def python_invocation(command: str | list[str] | None) -> Invocation | str:
+    """The Python run `command` is, or why it is none a warm interpreter can take (the job then starts cold)."""
+    if command is None:
+        return "not a command"
+    if isinstance(command, str):
+        if SHELL_CHARS & set(command):
+            return "a shell command line (pipes, variables, globs or several commands)"
+        try:
+            words = shlex.split(command)
+        except ValueError:
+            return "a shell command line it cannot read as words"
+    else:
+        words = list(command)
+    if not words or not PYTHON_WORD.fullmatch(words[0]):
+        return f"it runs {words[0] if words else 'nothing'}, not python"
+    flags: list[str] = []
+    rest = words[1:]
+    while rest and rest[0] == "-u":
+        flags.append(rest.pop(0))
+    if not rest:
+        return "python with no script (an interactive interpreter)"
+    if rest[0] == "-m":
+        if len(rest) < 2 or not MODULE.fullmatch(rest[1]):
+            return "python -m with no module name"
+        return Invocation(words[0], tuple(flags), ["-m", *rest[1:]])
+    if rest[0].startswith("-"):
+        return f"python {rest[0]} (only a script, -m and -u start warm)"
+    return Invocation(words[0], tuple(flags), rest)
+
+
+@dataclass(frozen=True)
+class PythonWant:
+    """The environment a warm interpreter is made for: the Python a job's PATH finds, that PATH, its virtualenv,
+    what its sandbox shows beside the usual (a project's built environment, the datasets), the variables Python
+    reads as it starts, and the modules to import ahead."""
+
+    python: str
+    path: str
+    venv: str | None
+    readable: tuple[str, ...]
+    start_vars: dict[str, str]
+    imports: tuple[str, ...] = ()
+
+    def same_place(self, other: PythonWant) -> bool:
+        return (self.python, self.path, self.venv, self.readable) == (
+            other.python,
+            other.path,
+            other.venv,
+            other.readable,
+        )
+
+
+def _read_at_start(name: str) -> bool:
+    """A variable Python reads as it starts (a warm interpreter started without the job's cannot take it later)."""
+    return name.startswith(("PYTHON", "LC_")) or name in ("LANG", "LANGUAGE")
+
+
+def _plain_file(path: Path) -> bool:
+    try:
+        return stat.S_ISREG(os.lstat(path).st_mode)
+    except OSError:
+        return False
+
+
+def want_of(how: Launch, inv: Invocation, built: Path | None, datasets_dir: Path) -> PythonWant | str:
+    """The warm interpreter a command job as `how` would start cold needs, or why none can serve it."""
+    path = how.env.get("PATH", "")
+    found = inv.word if "/" in inv.word else shutil.which(inv.word, path=path)
+    if found is None:
+        return f"{inv.word} is not on its PATH"
+    if how.source is not None and Path(found).is_relative_to(how.source.parent):
+        return f"its {inv.word} is linked in its job dir"
+    readable = [p for p in (built, datasets_dir) if p is not None and p.is_dir()]
+    return PythonWant(
+        python=found,
+        path=path,
+        venv=how.env.get("VIRTUAL_ENV"),
+        readable=tuple(str(r) for r in readable),
+        start_vars={k: v for k, v in how.env.items() if _read_at_start(k)},
+    )
+
+
+def recorded_imports(job_dir: Path) -> tuple[str, ...]:
+    """The modules a warm job's interpreter wrote at its exit (RECORD_NAME, then removed): top-level names only,
+    at most MAX_IMPORTS; a file the job forged names modules its environment has, nothing more."""
+    try:
+        text = jobfiles.read_text(job_dir, RECORD_NAME, limit=16384)
+        jobfiles.unlink(job_dir, RECORD_NAME)
+    except (OSError, ValueError):
+        return ()
+    names = [n for n in text.split() if n.isidentifier() and not n.startswith("_")]
+    return tuple(dict.fromkeys(names))[: warmpy.MAX_IMPORTS]
+
+
+def note_python(redis: Redis, key: str, want: PythonWant, max_age_s: float) -> None:
+    """Say (at a warm-able command job's end, in its work-horse) that these GPUs' first worker keeps a warm
+    interpreter of `want` ready (the same key a zoo job's hand-off sets: the last job's kind wins)."""
+    said = {"kind": "python", "at": time.time(), **asdict(want)}
+    redis.set(key, json.dumps(said), ex=max(1, int(max_age_s)))
+
+
+def wanted(raw: bytes | None, now: float, max_age_s: float) -> PythonWant | str | None:
+    """What a GPUs' warm key says to keep ready: "zoo" (a trainer), a PythonWant (an interpreter), None (nothing:
+    no key, too old, unreadable)."""
+    if raw is None:
+        return None
+    try:
+        said = json.loads(raw)
+    except ValueError:
+        return None
+    if isinstance(said, (int, float)):
+        return "zoo" if now - float(said) < max_age_s else None
+    if not isinstance(said, dict) or now - float(said.pop("at", 0)) >= max_age_s or said.pop("kind", "") != "python":
+        return None
+    try:
+        return PythonWant(**{**said, "readable": tuple(said["readable"]), "imports": tuple(said["imports"])})
+    except (TypeError, KeyError):
+        return None
+
+
+def start_python(ctx: WorkerContext, want: PythonWant) -> Warm | None:
+    """Start a warm interpreter of `want` for this worker (its parent): the environment's Python running
+    jobs.run.warmpy in a sandbox as a command's (the job's user, the worker's allowlisted variables, no GPU), whose
+    shim mounts the job dir when it comes; None where it cannot (no sandbox; a failed start, logged)."""
+    s = ctx.settings
+    if not sandbox.active(s.sandbox):
+        return None
+    token = uuid.uuid4().hex[:12]
+    folder = s.home / "warm" / f"{socket.gethostname()}-{os.getpid()}-py-{token}"
+    opened: list[int] = []
+
+    def pipe() -> tuple[int, int]:
+        r, w = os.pipe()
+        opened.extend((r, w))
+        return r, w
+
+    try:
+        folder.mkdir(parents=True, mode=0o755)
+        (events_r, events_w), (go_r, go_w), (life_r, life_w), (status_r, status_w) = pipe(), pipe(), pipe(), pipe()
+        os.close(events_w)  # (a command sends no events: its pump reads end of file)
+        opened.remove(events_w)
+        attempt = Attempt(0, 0, f"warm-{ctx.name}.{token}", folder)
+        env = launch.base_env(attempt, s)
+        env.update(want.start_vars)
+        env.update({"PATH": want.path, "CUDA_VISIBLE_DEVICES": "", warmpy.IMPORTS_ENV: ",".join(want.imports)})
+        if want.venv:
+            env["VIRTUAL_ENV"] = want.venv
+        how = launch.Launch([want.python, WARMPY_FILE], folder, env)
+        readable = [Path(r) for r in want.readable]
+        boxed = launch.sandboxed(ctx, how, folder, readable, life_r, status_fd=status_w, warm_go=(go_r, folder))
+        try:
+            proc = launch.spawn(boxed, ctx.max_memory, (go_r, status_w))
+        finally:
+            boxed.close_files()
+            opened.remove(life_r)
+        for fd in (go_r, status_w):
+            os.close(fd)
+            opened.remove(fd)
+    except (OSError, subprocess.SubprocessError) as exc:
+        log.warning("worker %s: no warm interpreter (%s); Python command jobs start cold", ctx.name, exc)
+        for fd in opened:
+            os.close(fd)
+        shutil.rmtree(folder, ignore_errors=True)
+        return None
+    log.info("worker %s: warm interpreter pid %s (%s) made ready in %s", ctx.name, proc.pid, want.python, folder)
+    return Warm(
+        proc,
+        folder,
+        attempt.run_id,
+        code_version(),
+        events_inside=-1,
+        go=go_w,
+        lifeline=life_w,
+        status=status_r,
+        events=events_r,
+        readable=[Path(r).resolve() for r in want.readable],
+        want=want,
+    )
+
+
+def _write_all(fd: int, data: bytes) -> None:
+    view = memoryview(data)
+    while view:
+        view = view[os.write(fd, view) :]
 
 
 REPORT_EVERY_S = 5.0
