@@ -100,6 +100,7 @@ class Kept:
     requirements: Read[str | None] = Read(None)
     isolated_env: Read[bool] = Read(False)
     total_steps: Read[int | None] = Read(None)
+    warm_imports: Read[Sequence[str]] = Read(())
     classes: Read[int | None] = Read(None)
     jupyter: Read[bool] = Read(False)
     idle: Read[int] = Read(0)

@@ -329,6 +329,7 @@ def _normalized(
         "command": typed.command,
         **code,
         "total_steps": typed.total_steps,
+        **({"warm_imports": list(dict.fromkeys(typed.warm_imports))} if typed.warm_imports else {}),
         "name": typed.name or command_words({"command": typed.command})[:NAME_MAX],
         **common,
     }

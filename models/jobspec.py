@@ -523,6 +523,22 @@ class CommandJobSpec(Code):
         description="the number of classes the script's accuracy is over: a result whose accuracy is at chance (at "
         "most 1.5 / classes) gets a warning, as a zoo job's does",
     )
+    warm_imports: Annotated[
+        list[Annotated[str, Field(pattern=r"^[A-Za-z][A-Za-z0-9_]*$", max_length=100)]] | None,
+        COMMAND_ELSEWHERE,
+        Says('must be a list of top-level module names, e.g. ["torch", "transformers"]'),
+        Cli(
+            "--warm-import",
+            "a module a warm interpreter imports ahead for jobs like this one: torch (repeatable)",
+            multiple=True,
+        ),
+    ] = Field(
+        None,
+        max_length=32,
+        description="top-level modules that a warm interpreter of the job's environment imports ahead for the jobs "
+        "after it, beside those this job imports (a `python script.py` or `python -m module` job on a worker with "
+        "GPUDECK_WARM on)",
+    )
 
 
 class SessionSpec(Code):

@@ -109,10 +109,11 @@ class Hooks:
             return False
         why = run.warm.unusable_command(how, spec, run.data_dir, built, s.datasets_dir)
         if why is None:
-            took = ", ".join(run.warm.want.imports[:6]) if run.warm.want and run.warm.want.imports else "nothing"
-            run.preamble.append(
-                f"gpudeck: warm start (a Python ready {time.time() - run.warm.born:.0f}s, {took} imported ahead)"
-            )
+            names = run.warm.want.imports if run.warm.want else ()
+            many = f"{len(names)} module{'s' if len(names) > 1 else ''}"
+            took = f"{many} imported ahead: {', '.join(names[:5])}{', …' if names[5:] else ''}"
+            ready = f"a Python ready {time.time() - run.warm.born:.0f}s"
+            run.preamble.append(f"gpudeck: warm start ({ready}, {took if names else 'nothing imported ahead'})")
             return True
         run.preamble.append(f"gpudeck: cold start: the warm interpreter here cannot run it ({why})")
         run.drop_warm()

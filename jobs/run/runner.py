@@ -24,7 +24,7 @@ from jobs.archives import tree_bytes
 from jobs.keys import metrics_key, warm_wanted_key
 from jobs.periodic import not_stuck
 from jobs.record import Kept
-from jobs.run import launch, projectenv, upload
+from jobs.run import launch, projectenv, upload, warmpy
 from jobs.run.hooks import Hooks
 from jobs.run.launch import NO_SPACE, LogFile, Refused, WorkerContext
 from jobs.run.proc import become_subreaper, end_descendants, kill_marked
@@ -201,10 +201,11 @@ class JobRun:
         imports = recorded_imports(self.job_dir) if self.adopted is not None else ()
         s = self.ctx.settings
         try:
-            if not imports:
-                now = wanted(self.redis.get(self.warm_key), time.time(), s.warm_max_age_s)
-                if isinstance(now, PythonWant) and now.same_place(self.python_want):
-                    imports = now.imports
+            now = wanted(self.redis.get(self.warm_key), time.time(), s.warm_max_age_s)
+            last = now.imports if isinstance(now, PythonWant) and now.same_place(self.python_want) else ()
+            imports = tuple(dict.fromkeys([*imports, *self.spec.warm_imports]))[: warmpy.MAX_IMPORTS]
+            if not imports or set(imports) == set(last):  # (the same modules in another order: no new interpreter)
+                imports = last
             note_python(self.redis, self.warm_key, replace(self.python_want, imports=imports), s.warm_max_age_s)
         except RedisError:
             log.warning("job %s: its warm interpreter's environment not noted (Redis)", self.job_id)

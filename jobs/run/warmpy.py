@@ -88,12 +88,14 @@ def read_line(fd: int) -> dict | None:
 
 
 def record(path: str, before: set[str], own: list[str]) -> None:
-    """At the job's exit: the top-level modules it imported that this interpreter had not (not its own code: not
-    under `own`), in import order, to `path` — what the next warm interpreter of this environment imports ahead."""
+    """At the job's exit: the top-level modules it imported that this interpreter had not, in import order, to
+    `path` — what the next warm interpreter of this environment imports ahead. Only libraries: not the standard
+    library's (the libraries import what they need of it), not its own code (under `own`)."""
     names = []
+    stdlib: frozenset[str] = getattr(sys, "stdlib_module_names", frozenset())
     for name, module in list(sys.modules.items()):
         top = name.partition(".")[0]
-        if top in before or top in names or top.startswith("_") or name != top:
+        if top in before or top in names or top in stdlib or top.startswith("_") or name != top:
             continue
         where = getattr(module, "__file__", None) or ""
         if where and any(os.path.abspath(where).startswith(o + os.sep) for o in own):

@@ -111,3 +111,60 @@ def test_warm_start_command_jobs_gpudecks_own_start_up(command_client, spawn, ch
         f"p95 {pct(from_claim, 0.95) * 1000:.0f} ms; submit -> first line p50 "
         f"{statistics.median(from_submit) * 1000:.0f} ms p95 {pct(from_submit, 0.95) * 1000:.0f} ms"
     )
+
+
+GAP_S = 4.0
+"""Between one job's end and the next's submission, in the first pass (longer than TensorFlow's import here)."""
+TF_SCRIPT = "import time\nimport tensorflow as tf\nprint('first-line', time.time(), tf.__version__, flush=True)\n"
+"""A person's own script whose start is its heavy import (TensorFlow, the heavy library this machine has)."""
+
+
+@pytest.mark.timeout(3600)
+def test_warm_interpreter_python_script_submit_to_first_line(command_client, spawn, child_env, tmp_path):
+    """Issue 65 #2's measure: `python train.py`, whose script imports TensorFlow and prints once, submit -> its
+    first line and submit -> ended, on one CPU worker with GPUDECK_WARM=off and one with it on, interleaved in
+    halves; p50 / p95 over GPUDECK_WARM_BENCH_JOBS (30) jobs each, each submitted GAP_S after the one before
+    ended (as people and CI submit: a warm interpreter is made as its job's predecessor starts, and needs the
+    import's seconds); then the same back to back. The warm worker's first two jobs are not counted (the first
+    starts cold, the second records what the environment imports)."""
+    source = tmp_path / "roots" / "tfscript"
+    source.mkdir(parents=True)
+    (source / "train.py").write_text(TF_SCRIPT)
+    spec = {"command": "python train.py", "source": str(source), "gpus": 0}
+    from datetime import datetime
+
+    def one() -> tuple[float, float, bool]:
+        job_id = command_client.post("/api/v1/jobs", json=spec).json["id"]
+        job = command_client.get(f"/api/v1/jobs/{job_id}/wait?timeout=600").json
+        assert job["status"] == "succeeded", job
+        created = datetime.fromisoformat(job["created_at"].replace("Z", "+00:00")).timestamp()
+        ended = datetime.fromisoformat(job["ended_at"].replace("Z", "+00:00")).timestamp()
+        lines = command_client.get(f"/api/v1/jobs/{job_id}/logs").get_data(as_text=True).splitlines()
+        first = float(next(line for line in lines if line.startswith("first-line")).split()[1])
+        return first - created, ended - created, bool(job["warm_start"])
+
+    for gap in (GAP_S, 0.0):
+        first: dict[bool, list[float]] = {False: [], True: []}
+        ended: dict[bool, list[float]] = {False: [], True: []}
+        started_warm = 0
+        for _half in range(2):
+            for warm in (False, True):
+                w = worker_of(spawn, child_env, command_client, warm)
+                for _ in range(2 if warm else 0):
+                    one()
+                for _ in range(JOBS // 2):
+                    time.sleep(gap)
+                    a, b, was_warm = one()
+                    first[warm].append(a)
+                    ended[warm].append(b)
+                    started_warm += was_warm and warm
+                w.stop()
+        print(f"\n`python train.py` importing TensorFlow, one CPU worker, n={len(first[True])} each, {gap:.0f} s apart:")
+        for name, got in (("submit -> first line", first), ("submit -> ended", ended)):
+            cold, warm = got[False], got[True]
+            print(
+                f"  {name}: cold p50 {statistics.median(cold):.2f} s p95 {pct(cold, 0.95):.2f} s | warm p50 "
+                f"{statistics.median(warm):.2f} s p95 {pct(warm, 0.95):.2f} s | warm/cold p50 "
+                f"{statistics.median(warm) / statistics.median(cold):.2f}"
+            )
+        print(f"  {started_warm}/{len(first[True])} of the warm worker's jobs started warm")

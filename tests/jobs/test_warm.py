@@ -4,9 +4,12 @@ pipe by a process that is not bubblewrap's parent."""
 
 from __future__ import annotations
 
+import dataclasses
 import errno
+import json
 import os
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -24,12 +27,53 @@ def a_warm(tmp_path: Path, status: int = -1, readable: list[Path] | None = None)
     return Warm(proc, folder, "warm-w.abc", warm.code_version(), 9, -1, -1, status, -1, readable or [])
 
 
-def test_only_a_zoo_job_of_one_worker_is_handed_a_warm_trainer():
+def test_a_zoo_job_or_a_python_command_of_one_worker_is_handed_a_warm_process():
     assert warm.warm_wanted(Kept({"model": "lenet", "dataset": "synthetic"}))
     assert warm.warm_wanted(Kept({"model": "lenet", "dataset": "synthetic", "workers": 1}))
     assert not warm.warm_wanted(Kept({"model": "resnet20", "dataset": "synthetic", "workers": 2}))
-    assert not warm.warm_wanted(Kept({"command": "python train.py"}))
+    assert warm.warm_wanted(Kept({"command": "python train.py"}))
+    assert not warm.warm_wanted(Kept({"command": "python train.py", "workers": 2}))
+    assert not warm.warm_wanted(Kept({"command": "bash run.sh"}))
     assert not warm.warm_wanted(Kept({"kind": "session", "shell": True}))
+
+
+def test_which_commands_a_warm_interpreter_can_run_as_python_would():
+    inv = warm.python_invocation
+    assert inv("python train.py --lr 0.1") == warm.Invocation("python", (), ["train.py", "--lr", "0.1"])
+    assert inv("python3 -u -m pkg.train 'a b'") == warm.Invocation("python3", ("-u",), ["-m", "pkg.train", "a b"])
+    assert inv(["/opt/venv/bin/python3.11", "t.py"]) == warm.Invocation("/opt/venv/bin/python3.11", (), ["t.py"])
+    refused = {
+        "python train.py | tee out": "a shell command line",
+        "python train.py > out": "a shell command line",
+        "LR=1 python train.py": "a shell command line",
+        "python $SCRIPT": "a shell command line",
+        "python *.py": "a shell command line",
+        "python t.py; echo": "a shell command line",
+        "exec python t.py": "it runs exec, not python",
+        "torchrun --nproc-per-node 2 t.py": "it runs torchrun, not python",
+        "python": "python with no script",
+        "python -c pass": "python -c (only a script, -m and -u start warm)",
+        "python -O t.py": "python -O (only",
+        "python -m": "python -m with no module name",
+        "python -m 'a b'": "python -m with no module name",
+        "python 'unclosed": "a shell command line it cannot read",
+    }
+    for command, why in refused.items():
+        said = inv(command)
+        assert isinstance(said, str) and said.startswith(why), (command, said)
+
+
+def test_what_a_gpus_warm_key_says_to_keep_warm():
+    want = warm.PythonWant("/v/bin/python", "/v/bin:/usr/bin", "/v", ("/data",), {"PYTHONUNBUFFERED": "1"}, ("np",))
+    now = 1000.0
+    assert warm.wanted(None, now, 60) is None
+    assert warm.wanted(repr(now - 10).encode(), now, 60) == "zoo"
+    assert warm.wanted(repr(now - 61).encode(), now, 60) is None
+    said = {"kind": "python", "at": now - 10, **dataclasses.asdict(want)}
+    assert warm.wanted(json.dumps(said).encode(), now, 60) == want
+    assert warm.wanted(json.dumps({**said, "at": now - 61}).encode(), now, 60) is None
+    assert warm.wanted(json.dumps({**said, "python": None, "extra": 1}).encode(), now, 60) is None
+    assert warm.wanted(b"{not json", now, 60) is None
 
 
 def test_why_a_work_horse_starts_cold(tmp_path):
@@ -43,6 +87,8 @@ def test_why_a_work_horse_starts_cold(tmp_path):
         assert ready.unusable(False, False, None, {}) is None
         assert ready.unusable(False, False, datasets / "cifar" / "1", {}) is None
         assert ready.unusable(True, False, None, {}) == "a command job"
+        interpreter = dataclasses.replace(ready, want=warm.PythonWant("/p", "/", None, (), {}))
+        assert interpreter.unusable(False, False, None, {}).startswith("a zoo job")
         assert ready.unusable(False, True, None, {}) == "a task of a job of several workers"
         assert "MPS" in ready.unusable(False, False, None, {"CUDA_MPS_PIPE_DIRECTORY": "/run/mps/0"})
         assert "not in the warm sandbox's sight" in ready.unusable(False, False, elsewhere, {})
@@ -172,5 +218,31 @@ def test_one_warm_trainer_a_gpu_its_first_worker_keeps_whichever_slot_ran_the_zo
     keeps = lambda w: GpudeckWorker._keeps_warm(w, now, 600)  # noqa: E731
     assert not any(map(keeps, (first, second, other)))  # (no zoo job ran yet)
     redis.set(warm_wanted_key(host, ["0"]), repr(now - 5))  # a zoo job ran on GPU 0's second slot
-    assert [keeps(first), keeps(second), keeps(other)] == [True, False, False]
+    assert [keeps(first), keeps(second), keeps(other)] == ["zoo", None, None]
     assert not GpudeckWorker._keeps_warm(first, now + 600, 600)  # (too long ago)
+
+
+def test_a_warm_interpreter_records_the_libraries_its_job_imported(tmp_path):
+    """What the next warm interpreter imports ahead: the top-level libraries the job imported, in order, not the
+    standard library's, not the job's own modules; and what the work-horse reads back of it (names only)."""
+    own = tmp_path / "src"
+    own.mkdir()
+    (own / "mine.py").write_text("import json\n")
+    script = (
+        "import sys\n"
+        f"sys.path[:0] = [{str(Path(warm.WARMPY_FILE).parent)!r}, {str(own)!r}]\n"
+        "import warmpy\n"
+        "before = {n.partition('.')[0] for n in sys.modules}\n"
+        "import mine, numpy, csv, yaml\n"
+        f"warmpy.record({str(tmp_path / warm.RECORD_NAME)!r}, before, [{str(own)!r}])\n"
+    )
+    subprocess.run([sys.executable, "-c", script], check=True)
+    names = (tmp_path / warm.RECORD_NAME).read_text().split()
+    assert names[:1] == ["numpy"] and "yaml" in names
+    assert not {"mine", "csv", "json", "warmpy"} & set(names)
+    (tmp_path / warm.RECORD_NAME).write_text("numpy\n../etc/passwd\nos.path\n_private\nyaml\nnumpy\n")
+    assert warm.recorded_imports(tmp_path) == ("numpy", "yaml")
+    assert not (tmp_path / warm.RECORD_NAME).exists()
+    (tmp_path / "elsewhere").write_text("numpy\n")
+    (tmp_path / warm.RECORD_NAME).symlink_to(tmp_path / "elsewhere")  # (a link a job left: not followed)
+    assert warm.recorded_imports(tmp_path) == ()

@@ -77,8 +77,8 @@ def test_a_python_job_starts_in_a_warm_interpreter_and_sees_what_a_cold_run_sees
     worker = spawn("worker", "--cpu", env={**child_env, "GPUDECK_WARM": "on"})
     until(lambda: client.get("/api/v1/workers").json["workers"], 30, "the worker")
 
-    def ran(command: str, status: str = "failed") -> tuple[dict, dict, list[str]]:
-        job_id = client.post("/api/v1/jobs", json={"command": command, "source": str(source)}).json["id"]
+    def ran(command: str, status: str = "failed", **more) -> tuple[dict, dict, list[str]]:
+        job_id = client.post("/api/v1/jobs", json={"command": command, "source": str(source), **more}).json["id"]
         job, _ = wait_job(client, job_id, timeout=60)
         assert job["status"] == status, (job, client.get(f"/api/v1/jobs/{job_id}/logs").text[-3000:])
         return (job, *probe(client, job_id, settings.job_dir(job_id)))
@@ -87,10 +87,12 @@ def test_a_python_job_starts_in_a_warm_interpreter_and_sees_what_a_cold_run_sees
         (pid,) = until(lambda: interpreters(settings.home), 60, "a warm interpreter").keys()
         return pid
 
-    # The first Python job starts cold (nothing is warm yet); then its environment's interpreter waits, warm.
-    job, cold, rest = ran("python probe.py 3")
+    # The first Python job starts cold (nothing is warm yet); then its environment's interpreter waits, warm, with
+    # what the job named imported ahead (numpy, from the environment).
+    job, cold, rest = ran("python probe.py 3", warm_imports=["numpy"])
     assert job["warm_start"] is False and exit_of(job) == 3 and rest == ["atexit ran"], (job, rest)
     pid = ready()
+    until(lambda: "numpy" in interpreters(settings.home).get(pid, ""), 60, "numpy imported ahead")
     status = dict(line.split(":\t", 1) for line in Path(f"/proc/{pid}/status").read_text().splitlines())
     assert int(status["CapEff"], 16) == 0 and (status["Uid"].split()[0] != "0" or os.geteuid() != 0)
 
@@ -103,9 +105,9 @@ def test_a_python_job_starts_in_a_warm_interpreter_and_sees_what_a_cold_run_sees
     assert hot["parent"]["caps"] == ["0000000000000000"] * 3  # its sandbox's first process: no privilege left
     assert not alive(pid)  # one job, then it exited
     log = client.get(f"/api/v1/jobs/{job['id']}/logs").text
-    assert "gpudeck: warm start" in log
+    assert "gpudeck: warm start (a Python ready" in log and "1 module imported ahead: numpy)" in log
 
-    # The next interpreter imported ahead what the last warm job imported (numpy, from the environment).
+    # The next one imports what the last warm job imported (the job named nothing; the probe imports numpy).
     until(lambda: any("numpy" in maps for maps in interpreters(settings.home).values()), 60, "numpy imported ahead")
 
     # A module, an uncaught exception, an interrupt: as Python itself runs them (`exec python …` starts cold).
