@@ -159,7 +159,8 @@ def test_warm_interpreter_python_script_submit_to_first_line(command_client, spa
                     ended[warm].append(b)
                     started_warm += was_warm and warm
                 w.stop()
-        print(f"\n`python train.py` importing TensorFlow, one CPU worker, n={len(first[True])} each, {gap:.0f} s apart:")
+        n = len(first[True])
+        print(f"\n`python train.py` importing TensorFlow, one CPU worker, n={n} each, {gap:.0f} s apart:")
         for name, got in (("submit -> first line", first), ("submit -> ended", ended)):
             cold, warm = got[False], got[True]
             print(

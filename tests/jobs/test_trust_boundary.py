@@ -324,7 +324,7 @@ def test_the_doctors_trial_runs_at_the_callers_highest_allowed_priority():
 # -- the one module: nothing else opens a path where a job may write --------------------------------------------------
 JOBFILES_CALLERS = {
     "api/files.py", "jobs/artifacts.py", "jobs/export.py", "jobs/scalars.py", "jobs/run/launch.py",
-    "jobs/run/pyenv.py", "jobs/run/sessionrun.py", "jobs/run/upload.py",
+    "jobs/run/pyenv.py", "jobs/run/sessionrun.py", "jobs/run/upload.py", "jobs/run/warm.py",
 }  # fmt: skip
 RAW_IO = {
     # module -> what it opens by path (none of it a job's to write)
@@ -342,6 +342,7 @@ RAW_IO = {
     "jobs/run/proc.py": "/proc",
     "jobs/run/pyenv.py": "lock files in the service's envs folder",
     "jobs/run/shim.py": "/proc, inside the sandbox",
+    "jobs/run/warmpy.py": "the job's script and its record of imports, as the job user inside its sandbox",
     "jobs/run/warm.py": "renames inside the service's warm folder and job dir (no link followed)",
     "jobs/sources.py": "the service's sources folder",
     "jobs/supervisor.py": "gpudeck up's own logs and lock",

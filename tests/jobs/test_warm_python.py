@@ -74,7 +74,7 @@ def test_a_python_job_starts_in_a_warm_interpreter_and_sees_what_a_cold_run_sees
     source = tmp_path / "roots" / "probe"
     source.mkdir()
     shutil.copy(SCRIPTS / "probe.py", source)
-    worker = spawn("worker", "--cpu", env={**child_env, "GPUDECK_WARM": "on"})
+    spawn("worker", "--cpu", env={**child_env, "GPUDECK_WARM": "on"})
     until(lambda: client.get("/api/v1/workers").json["workers"], 30, "the worker")
 
     def ran(command: str, status: str = "failed", **more) -> tuple[dict, dict, list[str]]:
