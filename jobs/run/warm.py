@@ -37,6 +37,7 @@ import signal
 import socket
 import stat
 import subprocess
+import sys
 import time
 import uuid
 from collections.abc import Callable
@@ -53,6 +54,7 @@ from jobs.record import Kept
 from jobs.run import launch, sandbox, warmpy
 from jobs.run.launch import Attempt, Launch, WorkerContext
 from jobs.run.proc import python_module
+from jobs.settings import Settings
 from models.protocol import EVENTS_FD_ENV
 from models.warm import WARM_FD_ENV
 
@@ -147,13 +149,13 @@ class Warm:
         return None
 
     def unusable_command(
-        self, how: Launch, spec: Kept, data_dir: Path | None, built: Path | None, datasets_dir: Path
+        self, how: Launch, spec: Kept, data_dir: Path | None, built: Path | None, settings: Settings
     ) -> str | None:
         """Why a command job, as `how` would start it cold, cannot start in this warm interpreter, or None."""
         inv = python_invocation(spec.command)
         if isinstance(inv, str):
             return inv
-        want = want_of(how, inv, built, datasets_dir)
+        want = want_of(how, spec, inv, built, settings)
         if isinstance(want, str):
             return want
         assert self.want is not None
@@ -460,14 +462,28 @@ def _plain_file(path: Path) -> bool:
         return False
 
 
-def want_of(how: Launch, inv: Invocation, built: Path | None, datasets_dir: Path) -> PythonWant | str:
-    """The warm interpreter a command job as `how` would start cold needs, or why none can serve it."""
+def want_of(how: Launch, spec: Kept, inv: Invocation, built: Path | None, settings: Settings) -> PythonWant | str:
+    """The warm interpreter a command job as `how` would start cold needs, or why none can serve it. A warm
+    interpreter is made before its job is known and may serve anybody's next job of its environment: its Python is
+    the service's, a registered environment's or the project's built one (never one of a job's own folders), and
+    nothing of a job's own environment reaches it — a library may read a variable as it is imported (HF_HOME,
+    OMP_NUM_THREADS, a token), which would then be the last job's, not this one's."""
+    named = sorted({*spec.env, *spec.secret_env})
+    if named:
+        names = f"{', '.join(named[:3])}{', …' if named[3:] else ''}"
+        return f"its env sets {names}, which a library may read as it is imported"
     path = how.env.get("PATH", "")
     found = inv.word if "/" in inv.word else shutil.which(inv.word, path=path)
-    if found is None:
-        return f"{inv.word} is not on its PATH"
+    if found is None or not os.path.isabs(found):
+        return f"{inv.word} is not on its PATH as an absolute path"
+    roots = [Path(sys.prefix), Path(sys.base_prefix), *(env for _, env in settings.envs)]
+    if built is not None:
+        roots.append(built)
     if how.source is not None and Path(found).is_relative_to(how.source.parent):
         return f"its {inv.word} is linked in its job dir"
+    if not any(Path(found).is_relative_to(r) for r in roots):
+        return f"its {found} is not the service's Python, a registered environment's or its project's"
+    datasets_dir = settings.datasets_dir
     readable = [p for p in (built, datasets_dir) if p is not None and p.is_dir()]
     return PythonWant(
         python=found,

@@ -246,3 +246,38 @@ def test_a_warm_interpreter_records_the_libraries_its_job_imported(tmp_path):
     (tmp_path / "elsewhere").write_text("numpy\n")
     (tmp_path / warm.RECORD_NAME).symlink_to(tmp_path / "elsewhere")  # (a link a job left: not followed)
     assert warm.recorded_imports(tmp_path) == ()
+
+
+def test_a_warm_interpreter_is_made_of_what_no_job_chose(settings, tmp_path):
+    """Made before its job is known, it may serve anybody's next job of its environment: its Python is the
+    service's, a registered environment's or the project's built one, never one a job brought; and no variable a
+    job set reaches it (a library may read one as it is imported: the next job would get the last one's)."""
+    from dataclasses import replace
+
+    from jobs.run.launch import Launch
+
+    src = tmp_path / "jobs" / "7" / "src"
+    (src / "venv" / "bin").mkdir(parents=True)
+    (src / "venv" / "bin" / "python").symlink_to(sys.executable)
+    here = Path(sys.executable).parent
+    how = Launch(["/bin/sh", "-c", "python t.py"], src, {"PATH": f"{here}:/usr/bin", "LANG": "C.UTF-8"}, source=src)
+    spec = Kept({"command": "python t.py"})
+    inv = warm.python_invocation(spec.command)
+    want = warm.want_of(how, spec, inv, None, settings)
+    assert isinstance(want, warm.PythonWant) and want.python == str(here / "python"), want
+    assert want.start_vars == {"LANG": "C.UTF-8"}
+    said = lambda *a: warm.want_of(*a)  # noqa: E731
+    own = warm.python_invocation("venv/bin/python t.py")
+    assert "absolute" in said(how, spec, own, None, settings)
+    mine = warm.python_invocation(f"{src}/venv/bin/python t.py")
+    assert "linked in its job dir" in said(how, spec, mine, None, settings)
+    elsewhere = replace(how, env={"PATH": f"{tmp_path}/bin"})
+    (tmp_path / "bin").mkdir()
+    (tmp_path / "bin" / "python").symlink_to(sys.executable)
+    assert "not the service's Python" in said(elsewhere, spec, inv, None, settings)
+    registered = replace(settings, envs=(("mine", tmp_path / "bin"),))
+    assert isinstance(said(elsewhere, spec, inv, None, registered), warm.PythonWant)
+    with_env = Kept({"command": "python t.py", "env": {"HF_HOME": "/x"}, "secret_env": {"HF_TOKEN": "s"}})
+    assert said(how, with_env, inv, None, settings) == (
+        "its env sets HF_HOME, HF_TOKEN, which a library may read as it is imported"
+    )

@@ -102,7 +102,8 @@ def test_a_python_job_starts_in_a_warm_interpreter_and_sees_what_a_cold_run_sees
     assert hot == cold, differ(hot, cold)
     assert hot["argv"] == ["probe.py", "3"] and hot["cwd"] == "JOB_DIR/src" == hot["path0"] and hot["main"]
     assert hot["env"]["CUDA_VISIBLE_DEVICES"] == "" and hot["env"]["GPUDECK_JOB_ID"] == "ID"
-    assert hot["parent"]["caps"] == ["0000000000000000"] * 3  # its sandbox's first process: no privilege left
+    assert hot["first"]["caps"] == ["0000000000000000"] * 3  # its sandbox's first process: no privilege left
+    assert hot["other_jobs"] == [True]  # (no other job's dir in sight)
     assert not alive(pid)  # one job, then it exited
     log = client.get(f"/api/v1/jobs/{job['id']}/logs").text
     assert "gpudeck: warm start (a Python ready" in log and "1 module imported ahead: numpy)" in log
@@ -135,4 +136,4 @@ def test_a_python_job_starts_in_a_warm_interpreter_and_sees_what_a_cold_run_sees
     job, _ = wait_job(client, job_id, timeout=60)
     log = client.get(f"/api/v1/jobs/{job_id}/logs").text
     assert job["warm_start"] is False and job["status"] == "succeeded", job
-    assert "gpudeck: cold start: the warm interpreter here cannot run it (its environment sets PYTHONHASHSEED" in log
+    assert "gpudeck: cold start: the warm interpreter here cannot run it (its env sets PYTHONHASHSEED" in log

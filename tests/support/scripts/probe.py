@@ -9,7 +9,18 @@ import sys
 
 import numpy  # noqa: F401  (a library of its environment's, imported as a job's would be)
 
-parent = dict(line.split(":\t", 1) for line in open(f"/proc/{os.getppid()}/status").read().splitlines())
+first = dict(line.split(":\t", 1) for line in open("/proc/2/status").read().splitlines())  # (the sandbox's: the shim)
+
+
+def tried(what):
+    """What a hostile job would try: the answer, or the error's name."""
+    try:
+        return what()
+    except OSError as exc:
+        return type(exc).__name__
+
+
+me = os.environ["GPUDECK_JOB_ID"]
 seen = {
     "argv": sys.argv,
     "orig_argv": sys.orig_argv,
@@ -24,8 +35,11 @@ seen = {
     "sigterm": str(signal.getsignal(signal.SIGTERM)),
     "sigint": str(signal.getsignal(signal.SIGINT)),
     "uid": os.getuid(),
-    "parent": {"uid": parent["Uid"].split()[0], "caps": [parent[k].strip() for k in ("CapEff", "CapPrm", "CapBnd")]},
+    "first": {"uid": first["Uid"].split()[0], "caps": [first[k].strip() for k in ("CapEff", "CapPrm", "CapBnd")]},
     "job_dir": sorted(os.listdir(os.environ["JOB_DIR"])),
+    "other_jobs": tried(lambda: [n == me or n for n in os.listdir(f"{os.environ['JOB_DIR']}/..")]),
+    "first_environ": tried(lambda: len(open("/proc/2/environ", "rb").read())),
+    "first_mem": tried(lambda: len(open("/proc/2/mem", "rb").read(1))),
 }
 print("probe " + json.dumps(seen, sort_keys=True), flush=True)
 atexit.register(print, "atexit ran")
