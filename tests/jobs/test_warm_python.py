@@ -10,11 +10,13 @@ import json
 import os
 import re
 import shutil
+import signal
 from pathlib import Path
 
 import pytest
 
 from jobs.run import warm
+from tests.jobs.test_warm_e2e import group_gone
 from tests.support.live import alive, until, wait_job
 
 pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("warm")]
@@ -68,7 +70,7 @@ def probe(client, job_id: int, job_dir: Path) -> tuple[dict, list[str]]:
 
 
 def test_a_python_job_starts_in_a_warm_interpreter_and_sees_what_a_cold_run_sees(
-    command_client, spawn, child_env, settings, tmp_path
+    command_client, spawn, child_env, settings, tmp_path, redis
 ):
     client = command_client
     source = tmp_path / "roots" / "probe"
@@ -128,6 +130,22 @@ def test_a_python_job_starts_in_a_warm_interpreter_and_sees_what_a_cold_run_sees
                 "ValueError: as asked",
                 "atexit ran",
             ]
+
+    # A warm job is stopped as a cold one: SIGTERM to its process group (bubblewrap's, its worker's child).
+    ready()
+    job_id = client.post("/api/v1/jobs", json={"command": "python probe.py wait", "source": str(source)}).json["id"]
+    wait_job(client, job_id, lambda j: "probe " in client.get(f"/api/v1/jobs/{job_id}/logs").text)
+    assert client.post(f"/api/v1/jobs/{job_id}/cancel").status_code == 200
+    job, _ = wait_job(client, job_id, timeout=60)
+    assert job["status"] == "canceled" and job["warm_start"] is True, job
+    until(lambda: group_gone(int(redis.hget(f"gpudeck:job:{job_id}", "pid"))), 10, "its process group gone")
+
+    # A warm interpreter killed while it waits loses no job: the next one starts cold.
+    pid = ready()
+    os.kill(pid, signal.SIGKILL)
+    until(lambda: pid not in interpreters(settings.home), 10, "the warm interpreter gone")
+    job, _, _ = ran("python probe.py 0", "succeeded")
+    assert job["status"] == "succeeded"
 
     # What a warm interpreter cannot run starts cold, and its log says why.
     ready()

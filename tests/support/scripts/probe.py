@@ -1,11 +1,13 @@
 """What a Python job sees of how it was started (tests/jobs/test_warm_python.py runs it cold and warm): one line
-`probe {json}`, then the exit status its first argument names; `raise` raises, `interrupt` raises KeyboardInterrupt."""
+`probe {json}`, then the exit status its first argument names; `raise` raises, `interrupt` raises
+KeyboardInterrupt, `wait` waits to be stopped."""
 
 import atexit
 import json
 import os
 import signal
 import sys
+import time
 
 import numpy  # noqa: F401  (a library of its environment's, imported as a job's would be)
 
@@ -45,6 +47,8 @@ print("probe " + json.dumps(seen, sort_keys=True), flush=True)
 atexit.register(print, "atexit ran")
 if sys.argv[1] == "raise":
     raise ValueError("as asked")
+if sys.argv[1] == "wait":
+    time.sleep(120)
 if sys.argv[1] == "interrupt":
     raise KeyboardInterrupt
 sys.exit(int(sys.argv[1]))
