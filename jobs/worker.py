@@ -169,6 +169,8 @@ class GpudeckWorker(Worker):
             why = self._warm.stale(max_age) or _unwanted(self._warm, want)
             if why is None:
                 return
+            if 0 < (self._warm.proc.returncode or 0) < 128:  # (it failed by itself, not killed: as one whose
+                self._warm_failed_at = now  # imports touched a device; again after WARM_RETRY_S, not each job)
             self._let_warm_go(self._warm, why)
             self._warm = None
         if now - self._warm_failed_at <= WARM_RETRY_S or want is None:

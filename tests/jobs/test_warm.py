@@ -10,6 +10,7 @@ import json
 import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -281,3 +282,30 @@ def test_a_warm_interpreter_is_made_of_what_no_job_chose(settings, tmp_path):
     assert said(how, with_env, inv, None, settings) == (
         "its env sets HF_HOME, HF_TOKEN, which a library may read as it is imported"
     )
+
+
+def test_a_warm_process_that_failed_by_itself_is_made_again_after_a_while_not_at_each_job(tmp_path, monkeypatch):
+    """One whose imports touched a device exits 1 as it warms: made again at every job, it would cost every job
+    its imports' seconds of CPU. One that was killed (128 + N) is made again at once."""
+    from types import SimpleNamespace
+
+    from jobs.worker import WARM_RETRY_S, GpudeckWorker
+
+    started = []
+    monkeypatch.setattr(warm, "start", lambda ctx: started.append(ctx) or None)
+
+    def worker_holding(code: int) -> SimpleNamespace:
+        held = a_warm(tmp_path / str(code))
+        held.proc = subprocess.Popen(["sh", "-c", f"exit {code}"])
+        held.proc.wait()
+        settings = SimpleNamespace(warm=True, warm_max_age_s=600)
+        return SimpleNamespace(
+            _let_go=[], context=SimpleNamespace(settings=settings), _warm=held, _warm_failed_at=0.0,
+            _keeps_warm=lambda now, max_age: "zoo", _let_warm_go=lambda w, why: None,
+        )  # fmt: skip
+
+    failed, killed = worker_holding(1), worker_holding(137)
+    for w in (failed, killed):
+        GpudeckWorker._keep_warm(w)
+    assert len(started) == 1  # (the killed one's: at once)
+    assert time.time() - failed._warm_failed_at < WARM_RETRY_S
