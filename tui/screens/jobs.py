@@ -5,7 +5,6 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from rich.cells import cell_len
 from rich.text import Text
 from textual.app import ComposeResult
 from textual.binding import Binding
@@ -50,6 +49,7 @@ from tui.widgets.jobstable import (  # noqa: F401 (re-exported: their old home)
     SORT_VALUES,
     WIDE_COLUMNS,
     JobsTable,
+    Widths,
     fit_columns,
     id_of,
 )
@@ -142,6 +142,8 @@ class JobsScreen(Screen):
         self.eta = EtaSmoother()
         self.refreshed_at = 0.0
         self.written: dict[int, tuple[tuple, dict[str, str], dict[str, int]]] = {}
+        self.widths = Widths()
+        """Each column's widest cell over the rows written (what _fit fits the columns to)."""
         """Per row: (the answer it was written from, selected, compact, caps), the text of each cell written, and
         the width of its FLEX cells uncut."""
         self.state_line = ""
@@ -199,10 +201,7 @@ class JobsScreen(Screen):
         if not self.written:
             return
         table = self.query_one("#jobs", JobsTable)
-        natural: dict[str, int] = {}
-        for _, texts, full in self.written.values():
-            for key, text in (*texts.items(), *full.items()):
-                natural[key] = max(natural.get(key, 0), cell_len(text) if isinstance(text, str) else text)
+        natural = self.widths.natural()
         scrollbar = table.styles.scrollbar_size_vertical if table.row_count >= table.size.height - 1 else 0
         width = (table.size.width or self.app.size.width) - scrollbar
         base = self._columns_for(self.app.size.width)
@@ -224,6 +223,7 @@ class JobsScreen(Screen):
         table = self.query_one("#jobs", DataTable)
         table.clear(columns=True)
         self.written.clear()
+        self.widths.clear()
         for key, label in columns:
             table.add_column(label, key=key)
         if self.sort_column not in {k for k, _ in columns}:
@@ -301,6 +301,7 @@ class JobsScreen(Screen):
         table.remove_rows(str(job_id) for job_id in gone)  # (in one pass)
         for job_id in gone:
             del self.written[job_id]
+            self.widths.drop(job_id)
         alike = len({gpus_text(j) for j in jobs}) == 1
         owners = any(j.get("owner") or j.get("project") for j in jobs)
         if owners != self.owners or alike != self.gpus_alike:
@@ -331,6 +332,7 @@ class JobsScreen(Screen):
                 if changed:
                     changes[str(job_id)] = changed
             self.written[job_id] = (seen, texts, uncut(job))
+            self.widths.set(job_id, texts, self.written[job_id][2])
             wrote = True
         table.append_rows(added)  # (in one pass)
         table.set_cells(changes)
