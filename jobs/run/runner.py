@@ -160,6 +160,8 @@ class JobRun:
             uploader = upload.start(self.ctx.settings.artifacts, self.job_id, self.job_dir) if self.reports else None
             pump(self, proc, events, log_file, spec.timeout)
             returncode = proc.wait()
+            if self.python_want is not None:  # (its record of imports read and removed before the last upload)
+                self.note_python_want()
             fds.close(self.lifeline[1])
             if uploader is not None:  # (its last files up, the job's heartbeat kept meanwhile)
                 said = lambda *lines: self.say(log_file, *lines)  # noqa: E731
@@ -167,8 +169,6 @@ class JobRun:
             if self.adopted is not None:
                 self.adopted.close()
         returncode = launch.exit_status(returncode, how.sandboxed or self.adopted is not None)
-        if self.python_want is not None:
-            self.note_python_want()
         self.log_full = log_file.full
         kill_marked(launch.RUN_ID_ENV, self.run_id)  # what it started and left behind, in its group or not
         end_descendants()  # and what dropped the mark: below this subreaper still
