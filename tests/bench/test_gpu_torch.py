@@ -17,6 +17,7 @@ import shutil
 import subprocess
 import sys
 import time
+from datetime import datetime
 from pathlib import Path
 
 import pytest
@@ -351,3 +352,50 @@ def test_resnet20s_sharing_one_gpu_with_and_without_mps(gpus, tmp_path):
     alone = {mode: each for mode, n, each, _, _ in rows if n == 1}
     for mode, n, each, together, overlap in rows:
         print(f"{mode:>5} {n:>5} {each:>14,.0f} {together:>10,.0f} {together / alone[mode]:>12.2f}x {overlap:>11.1f}s")
+
+
+FIRST_OP = """import time
+import torch
+x = torch.ones(1, device="cuda")
+torch.cuda.synchronize()
+print("CUDA-OP", time.time(), flush=True)
+"""
+
+
+def test_a_pytorch_script_submit_to_its_first_cuda_op_cold_and_warm(gpus, tmp_path):
+    """Issue 65 #2 on a GPU box: `python first.py` (import torch, one op on the GPU) submitted GAP_S after the one
+    before ended, cold (`exec python …`, which no warm interpreter takes) and warm, interleaved, 5 of each: submit
+    -> the first CUDA op done, and submit -> ended (the job's record)."""
+    source = tmp_path / "roots" / "first"
+    source.mkdir(parents=True)
+    (source / "first.py").write_text(FIRST_OP)
+    up = stack(tmp_path, "warm", data_roots=str(tmp_path / "roots"), warm="on")
+    try:
+        api = started(up, 4)
+        took: dict[str, list[tuple[float, float]]] = {"cold": [], "warm": []}
+        for n in range(12):
+            kind = "warm" if n % 2 else "cold"
+            command = f"{'exec ' if kind == 'cold' else ''}python first.py"
+            job_id = api.submit(command, source=str(source), gpus=1)
+            ended = api.wait(job_id)
+            assert ended["status"] == "succeeded", (ended, api.log(job_id)[-2000:])
+            line = next(ln for ln in api.log(job_id).splitlines() if ln.startswith("CUDA-OP"))
+            t0 = datetime.fromisoformat(ended["created_at"].replace("Z", "+00:00")).timestamp()
+            t1 = datetime.fromisoformat(ended["ended_at"].replace("Z", "+00:00")).timestamp()
+            if n >= 2:  # (the first warm job starts cold: nothing is warm yet, and records torch)
+                assert ended["warm_start"] is (kind == "warm"), ended
+                took[kind].append((float(line.split()[1]) - t0, t1 - t0))
+            time.sleep(GAP_S)
+    finally:
+        if up.proc.poll() is None:
+            up.stop()
+        up.kill()
+    print(f"\n`python first.py` (import torch, one CUDA op) on {gpus[0]['name']}, {GAP_S:.0f} s apart, medians:")
+    for kind, rows in took.items():
+        ops, ends = sorted(r[0] for r in rows), sorted(r[1] for r in rows)
+        op, end = ops[len(ops) // 2], ends[len(ends) // 2]
+        print(f"  {kind}: submit -> first CUDA op {op:.2f} s, submit -> ended {end:.2f} s")
+
+
+GAP_S = 4.0
+"""Between a job's end and the next one's submission (a warm interpreter is made as the job before it starts)."""
