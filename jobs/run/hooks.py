@@ -103,11 +103,11 @@ class Hooks:
         s = run.ctx.settings
         inv = python_invocation(spec.command)
         if s.warm and isinstance(inv, Invocation) and not self.one_of_several:
-            want = want_of(how, spec, inv, built, s)
+            want = want_of(how, spec, inv, built, s, run.owner)
             run.python_want = want if isinstance(want, PythonWant) and not spec.caches else None
         if run.warm is None:
             return False
-        why = run.warm.unusable_command(how, spec, run.data_dir, built, s)
+        why = run.warm.unusable_command(how, spec, run.data_dir, built, s, run.owner)
         if why is None:
             names = run.warm.want.imports if run.warm.want else ()
             many = f"{len(names)} module{'s' if len(names) > 1 else ''}"

@@ -149,18 +149,26 @@ class Warm:
         return None
 
     def unusable_command(
-        self, how: Launch, spec: Kept, data_dir: Path | None, built: Path | None, settings: Settings
+        self,
+        how: Launch,
+        spec: Kept,
+        data_dir: Path | None,
+        built: Path | None,
+        settings: Settings,
+        owner: str | None = None,
     ) -> str | None:
         """Why a command job, as `how` would start it cold, cannot start in this warm interpreter, or None."""
         inv = python_invocation(spec.command)
         if isinstance(inv, str):
             return inv
-        want = want_of(how, spec, inv, built, settings)
+        want = want_of(how, spec, inv, built, settings, owner)
         if isinstance(want, str):
             return want
         assert self.want is not None
         if want.python != self.want.python or want.readable != self.want.readable:
             return f"the warm interpreter is another environment's ({self.want.python})"
+        if (want.owner, want.env) != (self.want.owner, self.want.env):
+            return "the warm interpreter was made for jobs with other variables (its env), or another user's"
         read = sorted(k for k in {*how.env, *self.want.start_vars} if _read_at_start(k))
         differ = [k for k in read if how.env.get(k) != self.want.start_vars.get(k)]
         if differ:
@@ -440,14 +448,14 @@ class PythonWant:
     readable: tuple[str, ...]
     start_vars: dict[str, str]
     imports: tuple[str, ...] = ()
+    owner: str | None = None
+    """Whose jobs it serves, where they set variables of their own (`env`): nobody else's."""
+    env: dict[str, str] = field(default_factory=dict)
+    """The job's own variables (its `env`, never its `secret_env`), set as it warms: a library imported ahead
+    reads them as the job's own import would."""
 
     def same_place(self, other: PythonWant) -> bool:
-        return (self.python, self.path, self.venv, self.readable) == (
-            other.python,
-            other.path,
-            other.venv,
-            other.readable,
-        )
+        return replace(self, imports=()) == replace(other, imports=())
 
 
 def _read_at_start(name: str) -> bool:
@@ -462,16 +470,23 @@ def _plain_file(path: Path) -> bool:
         return False
 
 
-def want_of(how: Launch, spec: Kept, inv: Invocation, built: Path | None, settings: Settings) -> PythonWant | str:
+def want_of(
+    how: Launch, spec: Kept, inv: Invocation, built: Path | None, settings: Settings, owner: str | None = None
+) -> PythonWant | str:
     """The warm interpreter a command job as `how` would start cold needs, or why none can serve it. A warm
-    interpreter is made before its job is known and may serve anybody's next job of its environment: its Python is
-    the service's, a registered environment's or the project's built one (never one of a job's own folders), and
-    nothing of a job's own environment reaches it — a library may read a variable as it is imported (HF_HOME,
-    OMP_NUM_THREADS, a token), which would then be the last job's, not this one's."""
-    named = sorted({*spec.env, *spec.secret_env})
-    if named:
-        names = f"{', '.join(named[:3])}{', …' if named[3:] else ''}"
-        return f"its env sets {names}, which a library may read as it is imported"
+    interpreter is made before its job is known: its Python is the service's, a registered environment's or the
+    project's built one (never one of a job's own folders). A library may read a variable as it is imported
+    (HF_HOME, OMP_NUM_THREADS, a token): one made for jobs that set variables of their own (`env`) has them as it
+    warms, and serves only their owner's next job with the very same ones; one for jobs that set none serves
+    anybody's such job. A job with a `secret_env` starts cold (no secret is kept warm, nor written where the
+    interpreter's environment is noted)."""
+    if spec.secret_env:
+        return "it has a secret_env (no secret is kept in a warm interpreter)"
+    loader = sorted(k for k in spec.env if k.startswith("LD_"))
+    if loader:
+        return f"its env sets {', '.join(loader)}, which the loader reads as the interpreter starts, in another folder"
+    if any(not os.path.isabs(p) for p in spec.env.get("PYTHONPATH", "/").split(os.pathsep) if p):
+        return "its PYTHONPATH names a folder relative to where it starts (a warm interpreter starts in another)"
     path = how.env.get("PATH", "")
     found = inv.word if "/" in inv.word else shutil.which(inv.word, path=path)
     if found is None or not os.path.isabs(found):
@@ -491,6 +506,8 @@ def want_of(how: Launch, spec: Kept, inv: Invocation, built: Path | None, settin
         venv=how.env.get("VIRTUAL_ENV"),
         readable=tuple(str(r) for r in readable),
         start_vars={k: v for k, v in how.env.items() if _read_at_start(k)},
+        owner=owner if spec.env else None,
+        env=dict(spec.env),
     )
 
 
@@ -556,6 +573,7 @@ def start_python(ctx: WorkerContext, want: PythonWant) -> Warm | None:
         attempt = Attempt(0, 0, f"warm-{ctx.name}.{token}", folder)
         env = launch.base_env(attempt, s)
         env.update(want.start_vars)
+        env.update(want.env)  # (its jobs' own variables, as a cold one has them when it imports: never a secret)
         env.update({"PATH": want.path, "CUDA_VISIBLE_DEVICES": "", warmpy.IMPORTS_ENV: ",".join(want.imports)})
         if want.venv:
             env["VIRTUAL_ENV"] = want.venv

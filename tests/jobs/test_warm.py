@@ -278,10 +278,19 @@ def test_a_warm_interpreter_is_made_of_what_no_job_chose(settings, tmp_path):
     assert "not the service's Python" in said(elsewhere, spec, inv, None, settings)
     registered = replace(settings, envs=(("mine", tmp_path / "bin"),))
     assert isinstance(said(elsewhere, spec, inv, None, registered), warm.PythonWant)
-    with_env = Kept({"command": "python t.py", "env": {"HF_HOME": "/x"}, "secret_env": {"HF_TOKEN": "s"}})
-    assert said(how, with_env, inv, None, settings) == (
-        "its env sets HF_HOME, HF_TOKEN, which a library may read as it is imported"
-    )
+    secret = Kept({"command": "python t.py", "env": {"HF_HOME": "/x"}, "secret_env": {"HF_TOKEN": "s"}})
+    assert said(how, secret, inv, None, settings).startswith("it has a secret_env")
+    loader = Kept({"command": "python t.py", "env": {"LD_PRELOAD": "lib/x.so"}})
+    assert said(how, loader, inv, None, settings).startswith("its env sets LD_PRELOAD")
+    relative = Kept({"command": "python t.py", "env": {"PYTHONPATH": "/opt/lib:src"}})
+    assert said(how, relative, inv, None, settings).startswith("its PYTHONPATH names a folder relative")
+    # Variables of its own: a warm interpreter made with them serves their owner's next job with the same ones.
+    own = Kept({"command": "python t.py", "env": {"HF_HOME": "/x", "PYTHONHASHSEED": "7"}})
+    alice = said(replace(how, env={**how.env, "PYTHONHASHSEED": "7"}), own, inv, None, settings, "alice")
+    assert alice.owner == "alice" and alice.env == {"HF_HOME": "/x", "PYTHONHASHSEED": "7"}
+    assert alice.start_vars["PYTHONHASHSEED"] == "7"
+    assert want.owner is None and want.env == {}  # (none of its own: anybody's)
+    assert not alice.same_place(want) and alice.same_place(replace(alice, imports=("numpy",)))
 
 
 def test_a_warm_process_that_failed_by_itself_is_made_again_after_a_while_not_at_each_job(tmp_path, monkeypatch):

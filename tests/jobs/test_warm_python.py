@@ -149,9 +149,14 @@ def test_a_python_job_starts_in_a_warm_interpreter_and_sees_what_a_cold_run_sees
 
     # What a warm interpreter cannot run starts cold, and its log says why.
     ready()
-    spec = {"command": "python probe.py 0", "source": str(source), "env": {"PYTHONHASHSEED": "7"}}
-    job_id = client.post("/api/v1/jobs", json=spec).json["id"]
-    job, _ = wait_job(client, job_id, timeout=60)
-    log = client.get(f"/api/v1/jobs/{job_id}/logs").text
-    assert job["warm_start"] is False and job["status"] == "succeeded", job
-    assert "gpudeck: cold start: the warm interpreter here cannot run it (its env sets PYTHONHASHSEED" in log
+    job, cold, _ = ran("python probe.py 0", "succeeded", env={"PYTHONHASHSEED": "7"})
+    log = client.get(f"/api/v1/jobs/{job['id']}/logs").text
+    assert job["warm_start"] is False
+    assert "gpudeck: cold start: the warm interpreter here cannot run it (the warm interpreter was made for jobs" in log
+
+    # The next one is made with its variables (a library imported ahead reads them, and Python as it starts: the
+    # same string hash as a cold run's), for this owner's jobs with the very same ones.
+    ready()
+    job, hot, _ = ran("python probe.py 0", "succeeded", env={"PYTHONHASHSEED": "7"})
+    assert job["warm_start"] is True and hot == cold, differ(hot, cold)
+    assert hot["env"]["PYTHONHASHSEED"] == "7" and hot["hash"] == cold["hash"]

@@ -25,6 +25,7 @@ def tried(what):
 me = os.environ["GPUDECK_JOB_ID"]
 seen = {
     "argv": sys.argv,
+    "hash": hash("gpudeck") if os.environ.get("PYTHONHASHSEED") else None,
     "orig_argv": sys.orig_argv,
     "cwd": os.getcwd(),
     "path0": sys.path[0],
