@@ -318,3 +318,25 @@ def test_a_warm_process_that_failed_by_itself_is_made_again_after_a_while_not_at
         GpudeckWorker._keep_warm(w)
     assert len(started) == 1  # (the killed one's: at once)
     assert time.time() - failed._warm_failed_at < WARM_RETRY_S
+
+
+def test_a_warm_sandboxs_first_process_mounts_only_a_plain_job_dir(tmp_path):
+    """The shim of a warm interpreter mounts its folder at the job dir's path that the work-horse sent: never a
+    relative or unnormalized path, nor one a link (which the interpreter, before its job, might have made) would
+    redirect. (Only its refusals are tried here: outside a sandbox, a mount would be the host's.)"""
+    from jobs.run import shim
+
+    folder = tmp_path / "warm"
+    folder.mkdir()
+    assert "not a job dir" in shim._mount_job_dir(str(folder), "jobs/12")
+    assert "not a job dir" in shim._mount_job_dir(str(folder), f"{tmp_path}/jobs/../etc")
+    (tmp_path / "elsewhere").mkdir()
+    (tmp_path / "jobs").symlink_to(tmp_path / "elsewhere")
+    assert "is not a plain folder" in shim._mount_job_dir(str(folder), f"{tmp_path}/jobs/12")
+    assert (tmp_path / "elsewhere" / "12").is_dir() and not os.path.ismount(tmp_path / "elsewhere" / "12")
+    usage = subprocess.run(
+        [sys.executable, "-I", "-S", shim.__file__, "3", "-", "4", "--warm", "5", "--"],
+        capture_output=True,
+        text=True,
+    )
+    assert usage.returncode == 2 and "usage:" in usage.stderr
