@@ -130,7 +130,7 @@ class _Collector:
         ready = warm.ready(self.redis)  # (what warm starts cost: issue 65 #4)
         yield GaugeMetricFamily("gpudeck_warm_trainers", "Warm trainers kept ready by workers.", value=len(ready))
         held = GaugeMetricFamily(
-            "gpudeck_warm_memory_bytes", "Resident memory of a worker's warm trainer.", labels=["worker"]
+            "gpudeck_warm_memory_bytes", "Resident memory of a worker's warm trainer or interpreter.", labels=["worker"]
         )
         for name, said in sorted(ready.items()):
             held.add_metric([name], said["rss_bytes"])

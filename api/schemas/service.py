@@ -28,6 +28,11 @@ class WarmTrainer(Answer):
     pid: int = Field(description="its sandbox's first process (the worker's child)")
     rss_bytes: int = Field(description="resident memory of its processes, as its worker measured it last")
     since: UnixS = Field(description="when it was started")
+    kind: Literal["trainer", "interpreter"] = Field(
+        "trainer",
+        description="a zoo trainer (TensorFlow and the zoo imported), or a Python interpreter of a command job's "
+        "environment (what its last such job imported, imported)",
+    )
 
 
 class Worker(Answer):

@@ -43,7 +43,7 @@ import uuid
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
-from typing import IO
+from typing import IO, Any
 
 from redis import Redis
 
@@ -637,15 +637,17 @@ class Report(Periodic):
         if w is None or not w.alive():
             self.redis.hdel(WARM_READY_KEY, self.worker)
             return
+        kind = "interpreter" if w.want is not None else "trainer"
         said = {"pid": w.proc.pid, "rss_bytes": usage.tree_rss(w.proc.pid), "since": w.born, "at": time.time()}
-        self.redis.hset(WARM_READY_KEY, self.worker, json.dumps(said))
+        self.redis.hset(WARM_READY_KEY, self.worker, json.dumps({**said, "kind": kind}))
 
     def closing(self) -> None:
         self.redis.hdel(WARM_READY_KEY, self.worker)
 
 
-def ready(redis: Redis) -> dict[str, dict[str, float]]:
-    """Each worker's warm trainer as its worker last said (Report): pid, rss_bytes, since; fresh reports only."""
+def ready(redis: Redis) -> dict[str, dict[str, Any]]:
+    """Each worker's warm process as its worker last said (Report): pid, rss_bytes, since, kind; fresh reports
+    only."""
     out = {}
     for name, raw in redis.hgetall(WARM_READY_KEY).items():
         said = json.loads(raw)

@@ -95,6 +95,8 @@ def test_a_python_job_starts_in_a_warm_interpreter_and_sees_what_a_cold_run_sees
     assert job["warm_start"] is False and exit_of(job) == 3 and rest == ["atexit ran"], (job, rest)
     pid = ready()
     until(lambda: "numpy" in interpreters(settings.home).get(pid, ""), 60, "numpy imported ahead")
+    kept = until(lambda: client.get("/api/v1/workers").json["workers"][0]["warm"], 30, "the warm process reported")
+    assert kept["kind"] == "interpreter" and kept["rss_bytes"] > 20 << 20, kept  # (what it costs is said)
     status = dict(line.split(":\t", 1) for line in Path(f"/proc/{pid}/status").read_text().splitlines())
     assert int(status["CapEff"], 16) == 0 and (status["Uid"].split()[0] != "0" or os.geteuid() != 0)
 

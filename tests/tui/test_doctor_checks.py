@@ -16,11 +16,13 @@ def test_memory_held_after_a_job_is_a_failed_check_naming_the_process_and_what_t
 
 def test_what_the_warm_trainers_hold_is_said_and_nothing_where_there_are_none():
     worker = {"name": "box.gpu0.1", "host": "box", "alive": True, "sandboxed": True, "warm": None}
-    assert "warm trainers" not in [c.name for c in _workers([worker])]
-    kept = {**worker, "warm": {"pid": 9, "rss_bytes": 600 << 20, "since": 0.0}}
+    assert "warm processes" not in [c.name for c in _workers([worker])]
+    kept = {**worker, "warm": {"pid": 9, "rss_bytes": 600 << 20, "since": 0.0}}  # (an older worker: no kind)
     gone = {**kept, "name": "box.gpu1.2", "alive": False}  # (a lost worker's report is not counted)
-    [check] = [c for c in _workers([kept, {**kept, "name": "box.gpu1.3"}, gone]) if c.name == "warm trainers"]
-    assert (check.result, check.detail) == ("ok", "2 kept ready, 1.2 GiB resident (GPUDECK_WARM=off: none)")
+    python = {**kept, "name": "box.gpu1.3", "warm": {**kept["warm"], "kind": "interpreter"}}
+    [check] = [c for c in _workers([kept, python, gone]) if c.name == "warm processes"]
+    said = "2 kept ready (1 interpreters, 1 trainers), 1.2 GiB resident (GPUDECK_WARM=off: none)"
+    assert (check.result, check.detail) == ("ok", said)
 
 
 class Answers:

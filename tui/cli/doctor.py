@@ -85,9 +85,12 @@ def _workers(workers: list[dict[str, Any]]) -> list[Check]:
     elif alive:
         out.append(Check("sandbox", "skip", "the workers do not say (started by an older gpudeck)"))
     kept = [w["warm"] for w in alive if w.get("warm")]
-    if kept:  # (what warm starts cost: a trainer a GPU that ran a zoo job lately, GPUDECK_WARM_MAX_AGE)
+    if kept:  # (what warm starts cost: one process a GPU that ran a zoo or Python job lately, GPUDECK_WARM_MAX_AGE)
         held = human(sum(int(k["rss_bytes"]) for k in kept))
-        out.append(Check("warm trainers", "ok", f"{len(kept)} kept ready, {held} resident (GPUDECK_WARM=off: none)"))
+        kinds = sorted({k.get("kind") or "trainer" for k in kept})
+        of = [f"{sum((k.get('kind') or 'trainer') == kind for k in kept)} {kind}s" for kind in kinds]
+        said = f"{len(kept)} kept ready ({', '.join(of)}), {held} resident (GPUDECK_WARM=off: none)"
+        out.append(Check("warm processes", "ok", said))
     return out
 
 
