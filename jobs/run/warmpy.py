@@ -122,7 +122,8 @@ def run(job: dict, before: set[str]) -> None:
     os.environ.update(job["env"])
     os.chdir(job["cwd"])
     argv = list(job["argv"])
-    sys.orig_argv[:] = job["orig_argv"]
+    if hasattr(sys, "orig_argv"):  # (Python 3.10 on: an environment's Python may be older)
+        sys.orig_argv[:] = job["orig_argv"]
     main = types.ModuleType("__main__")
     sys.modules["__main__"] = main
     if argv[0] == "-m":

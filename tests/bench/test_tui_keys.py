@@ -132,3 +132,45 @@ def test_jobs_screen_keys_with_thousands_of_jobs(tmp_path):
             ms = sorted(ms)
             p95 = ms[min(len(ms) - 1, int(0.95 * len(ms)))]
             print(f"  {name:32} p50 {statistics.median(ms):7.0f}  p95 {p95:7.0f}  max {ms[-1]:7.0f}  (n={len(ms)})")
+
+
+IDLE_S = float(os.environ.get("GPUDECK_BENCH_IDLE_S", "20"))
+
+
+async def _idle(url: str, n: int) -> dict[str, float]:
+    """The TUI process's CPU (every thread of it: the reads, the table) while the jobs screen sits, sorted by id
+    and then by the next column, over IDLE_S each: % of one core."""
+    from textual.widgets import DataTable
+
+    from tui.app import GpudeckApp
+
+    app = GpudeckApp(url)
+    got = {}
+    async with app.run_test(size=(120, 40)) as pilot:
+        table = app.screen.query_one("#jobs", DataTable)
+        while table.row_count < min(n, 1000):
+            await pilot.pause(0.01)
+        for sort in ("id", "the next column"):
+            if sort != "id":
+                await pilot.press("s")
+            await pilot.pause(5)  # (its first reads of that order)
+            c0, t0 = time.process_time(), time.monotonic()
+            await pilot.pause(IDLE_S)
+            got[f"idle, sorted by {sort}"] = (time.process_time() - c0) / (time.monotonic() - t0) * 100
+    return got
+
+
+@pytest.mark.timeout(1800)
+def test_jobs_screen_idle_cpu_with_thousands_of_jobs(tmp_path):
+    for n in SIZES:
+        server = EmbeddedRedis(tmp_path / f"redis-{n}", port=free_port(), appendonly=False)
+        redis = Redis.from_url(server.start())
+        _fill(redis, n)
+        try:
+            with api_on(server.url, tmp_path / f"home-{n}") as url:
+                got = asyncio.run(_idle(url, n))
+        finally:
+            server.stop()
+        print(f"\njobs screen with {n} jobs at rest (2 s refresh), the TUI's CPU, % of one core:")
+        for name, percent in got.items():
+            print(f"  {name:32} {percent:5.1f}")

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from jobs.run import warm
-from tests.support.live import alive, environ, fake_gpus, fake_nvidia_smi, until, wait_job
+from tests.support.live import alive, environ, fake_gpus, fake_nvidia_smi, group_gone, until, wait_job
 
 # One xdist group with tests/jobs/test_warm.py's code-version test: a test here moves models/warm.py's time to make its
 # worker's warm trainer stale, and a warm trainer another test's worker made meanwhile was let go as stale too (its
@@ -58,15 +58,6 @@ def warm_trainers(home: Path) -> dict[int, dict[str, str]]:
             if Path(f"/proc/{entry}/cwd").resolve().is_relative_to(home / "warm"):
                 found[int(entry)] = env
     return found
-
-
-def group_gone(pgid: int) -> bool:
-    """Whether no process of the group is left (bubblewrap, the worker's child, is reaped by its worker)."""
-    try:
-        os.killpg(pgid, 0)
-    except ProcessLookupError:
-        return True
-    return False
 
 
 def log_of(client, job_id: int) -> str:

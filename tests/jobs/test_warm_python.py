@@ -16,8 +16,7 @@ from pathlib import Path
 import pytest
 
 from jobs.run import warm
-from tests.jobs.test_warm_e2e import group_gone
-from tests.support.live import alive, until, wait_job
+from tests.support.live import alive, group_gone, until, wait_job
 
 pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("warm")]
 

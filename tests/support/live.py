@@ -454,3 +454,13 @@ def _answers(url: str) -> bool:
     except requests.RequestException:
         return False
     return True
+
+
+def group_gone(pgid: int) -> bool:
+    """Whether no process of the group is left (a warm process's bubblewrap, a worker's child, is reaped by its
+    worker)."""
+    try:
+        os.killpg(pgid, 0)
+    except ProcessLookupError:
+        return True
+    return False
