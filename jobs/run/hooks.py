@@ -100,14 +100,14 @@ class Hooks:
         """Whether a command job starts in the warm interpreter its worker handed it (jobs.run.warm, issue 65 #2);
         the log says so, or why not. A Python job that could have notes its environment (`run.python_want`): the
         next warm interpreter of these GPUs is made for it."""
-        s = run.ctx.settings
+        if not run.ctx.settings.warm or self.one_of_several:  # (then no warm process was handed either)
+            return False
         inv = python_invocation(spec.command)
-        if s.warm and isinstance(inv, Invocation) and not self.one_of_several:
-            want = want_of(how, spec, inv, built, s, run.owner)
-            run.python_want = want if isinstance(want, PythonWant) and not spec.caches else None
+        want = want_of(how, spec, inv, built, run.ctx.settings, run.owner) if isinstance(inv, Invocation) else inv
+        run.python_want = want if isinstance(want, PythonWant) else None
         if run.warm is None:
             return False
-        why = run.warm.unusable_command(how, spec, run.data_dir, built, s, run.owner)
+        why = run.warm.unusable_command(how, inv, want, run.data_dir)
         if why is None:
             names = run.warm.want.imports if run.warm.want else ()
             many = f"{len(names)} module{'s' if len(names) > 1 else ''}"

@@ -29,32 +29,40 @@ import hashlib
 import json
 import logging
 import os
-import re
 import select
-import shlex
 import shutil
 import signal
 import socket
-import stat
 import subprocess
-import sys
 import time
 import uuid
 from collections.abc import Callable
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import IO, Any
 
 from redis import Redis
 
-from jobs import jobfiles, usage
+from jobs import usage
 from jobs.keys import WARM_READY_KEY
 from jobs.periodic import Periodic
 from jobs.record import Kept
 from jobs.run import launch, sandbox, warmpy
 from jobs.run.launch import Attempt, Launch, WorkerContext
 from jobs.run.proc import python_module
-from jobs.settings import Settings
+from jobs.run.warmwant import (  # noqa: F401 (re-exported: their home before warmwant)
+    RECORD_NAME,
+    WARMPY_FILE,
+    Invocation,
+    PythonWant,
+    note_python,
+    plain_file,
+    python_invocation,
+    read_at_start,
+    recorded_imports,
+    want_of,
+    wanted,
+)
 from models.protocol import EVENTS_FD_ENV
 from models.warm import WARM_FD_ENV
 
@@ -149,33 +157,22 @@ class Warm:
         return None
 
     def unusable_command(
-        self,
-        how: Launch,
-        spec: Kept,
-        data_dir: Path | None,
-        built: Path | None,
-        settings: Settings,
-        owner: str | None = None,
+        self, how: Launch, inv: Invocation | str, want: PythonWant | str, data_dir: Path | None
     ) -> str | None:
-        """Why a command job, as `how` would start it cold, cannot start in this warm interpreter, or None."""
-        inv = python_invocation(spec.command)
-        if isinstance(inv, str):
-            return inv
-        want = want_of(how, spec, inv, built, settings, owner)
-        if isinstance(want, str):
-            return want
+        """Why a command job, as `how` would start cold, cannot start in this warm interpreter (`inv`: its command as
+        Python would run it, `want`: the interpreter it needs, each else why there is none: warmwant), or None."""
+        if isinstance(inv, str) or isinstance(want, str):
+            return inv if isinstance(inv, str) else str(want)
         assert self.want is not None
         if want.python != self.want.python or want.readable != self.want.readable:
             return f"the warm interpreter is another environment's ({self.want.python})"
         if (want.owner, want.env) != (self.want.owner, self.want.env):
             return "the warm interpreter was made for jobs with other variables (its env), or another user's"
-        read = sorted(k for k in {*how.env, *self.want.start_vars} if _read_at_start(k))
+        read = sorted(k for k in {*how.env, *self.want.start_vars} if read_at_start(k))
         differ = [k for k in read if how.env.get(k) != self.want.start_vars.get(k)]
         if differ:
             return f"its environment sets {', '.join(differ)}, which Python reads as it starts"
-        if spec.caches:
-            return "it names shared caches, bound into a sandbox as it starts"
-        if inv.argv[0] != "-m" and not _plain_file(how.cwd / inv.argv[0]):
+        if inv.argv[0] != "-m" and not plain_file(how.cwd / inv.argv[0]):
             return f"its script {inv.argv[0]} is not a plain file of its source"
         return self.unusable(True, False, data_dir, how.env)
 
@@ -324,13 +321,58 @@ def let_go(ctx: WorkerContext) -> WorkerContext:
 
 
 def start(ctx: WorkerContext) -> Warm | None:
-    """Start a warm trainer for this worker (its parent); None where it cannot (no sandbox here: GPUDECK_WARM needs
-    one; or the start failed, logged)."""
+    """Start a warm trainer for this worker (its parent): `python -m models.warm` in a sandbox as every trainer's,
+    its events going to the trainer; None where it cannot (no sandbox here: GPUDECK_WARM needs one; or the start
+    failed, logged)."""
+    datasets = ctx.settings.datasets_dir
+    readable = [datasets] if datasets.is_dir() else []
+
+    def boxed(attempt: Attempt, events_w: int, go_r: int, life_r: int, status_w: int) -> tuple[Launch, tuple]:
+        how = launch.trainer(ctx, attempt, events_w, {WARM_FD_ENV: str(go_r), "CUDA_VISIBLE_DEVICES": ""})
+        how = replace(how, argv=python_module("models.warm"))
+        return launch.sandboxed(ctx, how, attempt.job_dir, readable, life_r, status_fd=status_w), (events_w, go_r)
+
+    return _made(ctx, "trainer", "", boxed, readable, None)
+
+
+def start_python(ctx: WorkerContext, want: PythonWant) -> Warm | None:
+    """Start a warm interpreter of `want` for this worker (its parent): the environment's Python running
+    jobs.run.warmpy in a sandbox as a command's (the job's user, the worker's allowlisted variables, no GPU), whose
+    shim mounts the job dir when it comes; no events pipe reaches it (a command sends none: its pump reads end of
+    file). None where it cannot (no sandbox; a failed start, logged)."""
+    readable = [Path(r) for r in want.readable]
+
+    def boxed(attempt: Attempt, events_w: int, go_r: int, life_r: int, status_w: int) -> tuple[Launch, tuple]:
+        env = launch.base_env(attempt, ctx.settings)
+        env.update(want.start_vars)
+        env.update(want.env)  # (its jobs' own variables, as a cold one has them when it imports: never a secret)
+        env.update({"PATH": want.path, "CUDA_VISIBLE_DEVICES": "", warmpy.IMPORTS_ENV: ",".join(want.imports)})
+        if want.venv:
+            env["VIRTUAL_ENV"] = want.venv
+        folder = attempt.job_dir
+        how = launch.Launch([want.python, WARMPY_FILE], folder, env)
+        inside = launch.sandboxed(ctx, how, folder, readable, life_r, status_fd=status_w, warm_go=(go_r, folder))
+        return inside, (go_r,)
+
+    return _made(ctx, "interpreter", "py-", boxed, readable, want)
+
+
+Boxed = Callable[[Attempt, int, int, int, int], tuple[Launch, tuple]]
+"""What a warm process runs, sandboxed, given its attempt and its ends of the pipes (events, go, lifeline,
+bubblewrap's status), and which of those ends it inherits beside bubblewrap's status."""
+
+
+def _made(
+    ctx: WorkerContext, what: str, tag: str, boxed: Boxed, readable: list[Path], want: PythonWant | None
+) -> Warm | None:
+    """Start a warm `what` (trainer, interpreter) as `boxed` says, in a folder of its own under GPUDECK_HOME/warm,
+    keeping the parent ends of its pipes; None where no sandbox is made here, or it failed to start (logged, its
+    folder and pipes gone)."""
     s = ctx.settings
     if not sandbox.active(s.sandbox):
         return None
     token = uuid.uuid4().hex[:12]
-    folder = s.home / "warm" / f"{socket.gethostname()}-{os.getpid()}-{token}"
+    folder = s.home / "warm" / f"{socket.gethostname()}-{os.getpid()}-{tag}{token}"
     opened: list[int] = []
 
     def pipe() -> tuple[int, int]:
@@ -342,25 +384,22 @@ def start(ctx: WorkerContext) -> Warm | None:
         folder.mkdir(parents=True, mode=0o755)
         (events_r, events_w), (go_r, go_w), (life_r, life_w), (status_r, status_w) = pipe(), pipe(), pipe(), pipe()
         attempt = Attempt(0, 0, f"warm-{ctx.name}.{token}", folder)
-        how = launch.trainer(ctx, attempt, events_w, {WARM_FD_ENV: str(go_r), "CUDA_VISIBLE_DEVICES": ""})
-        how = replace(how, argv=python_module("models.warm"))
-        readable = [s.datasets_dir] if s.datasets_dir.is_dir() else []
-        boxed = launch.sandboxed(ctx, how, folder, readable, life_r, status_fd=status_w)
+        how, inherited = boxed(attempt, events_w, go_r, life_r, status_w)
         try:
-            proc = launch.spawn(boxed, ctx.max_memory, (events_w, go_r, status_w))
+            proc = launch.spawn(how, ctx.max_memory, (*inherited, status_w))
         finally:
-            boxed.close_files()  # (its options, and the lifeline's read end: the sandbox's now)
+            how.close_files()  # (its options, and the lifeline's read end: the sandbox's now)
             opened.remove(life_r)
-        for fd in (events_w, go_r, status_w):
+        for fd in (events_w, go_r, status_w):  # (the child's ends: its own now, or, not inherited, closed)
             os.close(fd)
             opened.remove(fd)
     except (OSError, subprocess.SubprocessError) as exc:
-        log.warning("worker %s: no warm trainer (%s); zoo jobs start cold", ctx.name, exc)
+        log.warning("worker %s: no warm %s (%s); its jobs start cold", ctx.name, what, exc)
         for fd in opened:
             os.close(fd)
         shutil.rmtree(folder, ignore_errors=True)
         return None
-    log.info("worker %s: warm trainer pid %s made ready in %s", ctx.name, proc.pid, folder)
+    log.info("worker %s: warm %s pid %s made ready in %s", ctx.name, what, proc.pid, folder)
     return Warm(
         proc,
         folder,
@@ -372,6 +411,7 @@ def start(ctx: WorkerContext) -> Warm | None:
         status=status_r,
         events=events_r,
         readable=[p.resolve() for p in readable],
+        want=want,
     )
 
 
@@ -382,232 +422,6 @@ def warm_wanted(spec: Kept) -> bool:
     if spec.workers != 1 or spec.is_session:
         return False
     return not spec.runs_code or isinstance(python_invocation(spec.command), Invocation)
-
-
-# -- warm interpreters (issue 65 #2) ------------------------------------------------------------------------------
-
-WARMPY_FILE = str(Path(__file__).resolve().with_name("warmpy.py"))
-"""The warm interpreter's script, run by its file with the environment's own Python."""
-RECORD_NAME = ".gpudeck-warm-imports"
-"""Where in its job dir a warm job's interpreter writes the modules it imported (read, then removed, at its end)."""
-PYTHON_WORD = re.compile(r"(?:.*/)?python(?:3(?:\.\d+)?)?")
-MODULE = re.compile(r"[A-Za-z_][A-Za-z0-9_]*(?:\.[A-Za-z_][A-Za-z0-9_]*)*")
-SHELL_CHARS = set("|&;<>()$`\\*?[]{}~#!\n\t=")
-"""In a command string, what a shell would read otherwise than as plain words: such a command starts cold."""
-
-
-@dataclass(frozen=True)
-class Invocation:
-    """`python [-u] script.py ARGS…` or `python [-u] -m module ARGS…`: the word that names Python, its flags, and
-    what `sys.argv` is (`-m` first for a module: runpy puts the module's file there, as Python does)."""
-
-    word: str
-    flags: tuple[str, ...]
-    argv: list[str]
-
-
-def python_invocation(command: str | list[str] | None) -> Invocation | str:
-    """The Python run `command` is, or why it is none a warm interpreter can take (the job then starts cold)."""
-    if command is None:
-        return "not a command"
-    if isinstance(command, str):
-        if SHELL_CHARS & set(command):
-            return "a shell command line (pipes, variables, globs or several commands)"
-        try:
-            words = shlex.split(command)
-        except ValueError:
-            return "a shell command line it cannot read as words"
-    else:
-        words = list(command)
-    if not words or not PYTHON_WORD.fullmatch(words[0]):
-        return f"it runs {words[0] if words else 'nothing'}, not python"
-    flags: list[str] = []
-    rest = words[1:]
-    while rest and rest[0] == "-u":
-        flags.append(rest.pop(0))
-    if not rest:
-        return "python with no script (an interactive interpreter)"
-    if rest[0] == "-m":
-        if len(rest) < 2 or not MODULE.fullmatch(rest[1]):
-            return "python -m with no module name"
-        return Invocation(words[0], tuple(flags), ["-m", *rest[1:]])
-    if rest[0].startswith("-"):
-        return f"python {rest[0]} (only a script, -m and -u start warm)"
-    return Invocation(words[0], tuple(flags), rest)
-
-
-@dataclass(frozen=True)
-class PythonWant:
-    """The environment a warm interpreter is made for: the Python a job's PATH finds, that PATH, its virtualenv,
-    what its sandbox shows beside the usual (a project's built environment, the datasets), the variables Python
-    reads as it starts, and the modules to import ahead."""
-
-    python: str
-    path: str
-    venv: str | None
-    readable: tuple[str, ...]
-    start_vars: dict[str, str]
-    imports: tuple[str, ...] = ()
-    owner: str | None = None
-    """Whose jobs it serves, where they set variables of their own (`env`): nobody else's."""
-    env: dict[str, str] = field(default_factory=dict)
-    """The job's own variables (its `env`, never its `secret_env`), set as it warms: a library imported ahead
-    reads them as the job's own import would."""
-
-    def same_place(self, other: PythonWant) -> bool:
-        return replace(self, imports=()) == replace(other, imports=())
-
-
-def _read_at_start(name: str) -> bool:
-    """A variable Python reads as it starts (a warm interpreter started without the job's cannot take it later)."""
-    return name.startswith(("PYTHON", "LC_")) or name in ("LANG", "LANGUAGE")
-
-
-def _plain_file(path: Path) -> bool:
-    try:
-        return stat.S_ISREG(os.lstat(path).st_mode)
-    except OSError:
-        return False
-
-
-def want_of(
-    how: Launch, spec: Kept, inv: Invocation, built: Path | None, settings: Settings, owner: str | None = None
-) -> PythonWant | str:
-    """The warm interpreter a command job as `how` would start cold needs, or why none can serve it. A warm
-    interpreter is made before its job is known: its Python is the service's, a registered environment's or the
-    project's built one (never one of a job's own folders). A library may read a variable as it is imported
-    (HF_HOME, OMP_NUM_THREADS, a token): one made for jobs that set variables of their own (`env`) has them as it
-    warms, and serves only their owner's next job with the very same ones; one for jobs that set none serves
-    anybody's such job. A job with a `secret_env` starts cold (no secret is kept warm, nor written where the
-    interpreter's environment is noted)."""
-    if spec.secret_env:
-        return "it has a secret_env (no secret is kept in a warm interpreter)"
-    loader = sorted(k for k in spec.env if k.startswith("LD_"))
-    if loader:
-        return f"its env sets {', '.join(loader)}, which the loader reads as the interpreter starts, in another folder"
-    if any(not os.path.isabs(p) for p in spec.env.get("PYTHONPATH", "/").split(os.pathsep) if p):
-        return "its PYTHONPATH names a folder relative to where it starts (a warm interpreter starts in another)"
-    path = how.env.get("PATH", "")
-    found = inv.word if "/" in inv.word else shutil.which(inv.word, path=path)
-    if found is None or not os.path.isabs(found):
-        return f"{inv.word} is not on its PATH as an absolute path"
-    roots = [Path(sys.prefix), Path(sys.base_prefix), *(env for _, env in settings.envs)]
-    if built is not None:
-        roots.append(built)
-    if how.source is not None and Path(found).is_relative_to(how.source.parent):
-        return f"its {inv.word} is linked in its job dir"
-    if not any(Path(found).is_relative_to(r) for r in roots):
-        return f"its {found} is not the service's Python, a registered environment's or its project's"
-    datasets_dir = settings.datasets_dir
-    readable = [p for p in (built, datasets_dir) if p is not None and p.is_dir()]
-    return PythonWant(
-        python=found,
-        path=path,
-        venv=how.env.get("VIRTUAL_ENV"),
-        readable=tuple(str(r) for r in readable),
-        start_vars={k: v for k, v in how.env.items() if _read_at_start(k)},
-        owner=owner if spec.env else None,
-        env=dict(spec.env),
-    )
-
-
-def recorded_imports(job_dir: Path) -> tuple[str, ...]:
-    """The modules a warm job's interpreter wrote at its exit (RECORD_NAME, then removed): top-level names only,
-    at most MAX_IMPORTS; a file the job forged names modules its environment has, nothing more."""
-    try:
-        text = jobfiles.read_text(job_dir, RECORD_NAME, limit=16384)
-        jobfiles.unlink(job_dir, RECORD_NAME)
-    except (OSError, ValueError):
-        return ()
-    names = [n for n in text.split() if n.isidentifier() and not n.startswith("_")]
-    return tuple(dict.fromkeys(names))[: warmpy.MAX_IMPORTS]
-
-
-def note_python(redis: Redis, key: str, want: PythonWant, max_age_s: float) -> None:
-    """Say (at a warm-able command job's end, in its work-horse) that these GPUs' first worker keeps a warm
-    interpreter of `want` ready (the same key a zoo job's hand-off sets: the last job's kind wins)."""
-    said = {"kind": "python", "at": time.time(), **asdict(want)}
-    redis.set(key, json.dumps(said), ex=max(1, int(max_age_s)))
-
-
-def wanted(raw: bytes | None, now: float, max_age_s: float) -> PythonWant | str | None:
-    """What a GPUs' warm key says to keep ready: "zoo" (a trainer), a PythonWant (an interpreter), None (nothing:
-    no key, too old, unreadable)."""
-    if raw is None:
-        return None
-    try:
-        said = json.loads(raw)
-    except ValueError:
-        return None
-    if isinstance(said, (int, float)):
-        return "zoo" if now - float(said) < max_age_s else None
-    if not isinstance(said, dict) or now - float(said.pop("at", 0)) >= max_age_s or said.pop("kind", "") != "python":
-        return None
-    try:
-        return PythonWant(**{**said, "readable": tuple(said["readable"]), "imports": tuple(said["imports"])})
-    except (TypeError, KeyError):
-        return None
-
-
-def start_python(ctx: WorkerContext, want: PythonWant) -> Warm | None:
-    """Start a warm interpreter of `want` for this worker (its parent): the environment's Python running
-    jobs.run.warmpy in a sandbox as a command's (the job's user, the worker's allowlisted variables, no GPU), whose
-    shim mounts the job dir when it comes; None where it cannot (no sandbox; a failed start, logged)."""
-    s = ctx.settings
-    if not sandbox.active(s.sandbox):
-        return None
-    token = uuid.uuid4().hex[:12]
-    folder = s.home / "warm" / f"{socket.gethostname()}-{os.getpid()}-py-{token}"
-    opened: list[int] = []
-
-    def pipe() -> tuple[int, int]:
-        r, w = os.pipe()
-        opened.extend((r, w))
-        return r, w
-
-    try:
-        folder.mkdir(parents=True, mode=0o755)
-        (events_r, events_w), (go_r, go_w), (life_r, life_w), (status_r, status_w) = pipe(), pipe(), pipe(), pipe()
-        os.close(events_w)  # (a command sends no events: its pump reads end of file)
-        opened.remove(events_w)
-        attempt = Attempt(0, 0, f"warm-{ctx.name}.{token}", folder)
-        env = launch.base_env(attempt, s)
-        env.update(want.start_vars)
-        env.update(want.env)  # (its jobs' own variables, as a cold one has them when it imports: never a secret)
-        env.update({"PATH": want.path, "CUDA_VISIBLE_DEVICES": "", warmpy.IMPORTS_ENV: ",".join(want.imports)})
-        if want.venv:
-            env["VIRTUAL_ENV"] = want.venv
-        how = launch.Launch([want.python, WARMPY_FILE], folder, env)
-        readable = [Path(r) for r in want.readable]
-        boxed = launch.sandboxed(ctx, how, folder, readable, life_r, status_fd=status_w, warm_go=(go_r, folder))
-        try:
-            proc = launch.spawn(boxed, ctx.max_memory, (go_r, status_w))
-        finally:
-            boxed.close_files()
-            opened.remove(life_r)
-        for fd in (go_r, status_w):
-            os.close(fd)
-            opened.remove(fd)
-    except (OSError, subprocess.SubprocessError) as exc:
-        log.warning("worker %s: no warm interpreter (%s); Python command jobs start cold", ctx.name, exc)
-        for fd in opened:
-            os.close(fd)
-        shutil.rmtree(folder, ignore_errors=True)
-        return None
-    log.info("worker %s: warm interpreter pid %s (%s) made ready in %s", ctx.name, proc.pid, want.python, folder)
-    return Warm(
-        proc,
-        folder,
-        attempt.run_id,
-        code_version(),
-        events_inside=-1,
-        go=go_w,
-        lifeline=life_w,
-        status=status_r,
-        events=events_r,
-        readable=[Path(r).resolve() for r in want.readable],
-        want=want,
-    )
 
 
 def _write_all(fd: int, data: bytes) -> None:

@@ -55,6 +55,18 @@ def _fill(redis: Redis, n: int) -> None:
     redis.set(COUNTER_KEY, n)
 
 
+def _with_jobs(tmp_path, n: int, measure):  # noqa: ANN001, ANN202
+    """`measure(url, n)` run against a real API on a Redis of its own holding `n` jobs (_fill)."""
+    server = EmbeddedRedis(tmp_path / f"redis-{n}", port=free_port(), appendonly=False)
+    redis = Redis.from_url(server.start())
+    _fill(redis, n)
+    try:
+        with api_on(server.url, tmp_path / f"home-{n}") as url:
+            return asyncio.run(measure(url, n))
+    finally:
+        server.stop()
+
+
 async def _keys(url: str, n: int) -> dict[str, list[float]]:
     from textual.widgets import DataTable, Static
 
@@ -119,14 +131,7 @@ async def _keys(url: str, n: int) -> dict[str, list[float]]:
 @pytest.mark.timeout(1800)
 def test_jobs_screen_keys_with_thousands_of_jobs(tmp_path):
     for n in SIZES:
-        server = EmbeddedRedis(tmp_path / f"redis-{n}", port=free_port(), appendonly=False)
-        redis = Redis.from_url(server.start())
-        _fill(redis, n)
-        try:
-            with api_on(server.url, tmp_path / f"home-{n}") as url:
-                took = asyncio.run(_keys(url, n))
-        finally:
-            server.stop()
+        took = _with_jobs(tmp_path, n, _keys)
         print(f"\njobs screen with {n} jobs, key press to the screen changed (ms):")
         for name, ms in took.items():
             ms = sorted(ms)
@@ -163,14 +168,7 @@ async def _idle(url: str, n: int) -> dict[str, float]:
 @pytest.mark.timeout(1800)
 def test_jobs_screen_idle_cpu_with_thousands_of_jobs(tmp_path):
     for n in SIZES:
-        server = EmbeddedRedis(tmp_path / f"redis-{n}", port=free_port(), appendonly=False)
-        redis = Redis.from_url(server.start())
-        _fill(redis, n)
-        try:
-            with api_on(server.url, tmp_path / f"home-{n}") as url:
-                got = asyncio.run(_idle(url, n))
-        finally:
-            server.stop()
+        got = _with_jobs(tmp_path, n, _idle)
         print(f"\njobs screen with {n} jobs at rest (2 s refresh), the TUI's CPU, % of one core:")
         for name, percent in got.items():
             print(f"  {name:32} {percent:5.1f}")
