@@ -324,7 +324,7 @@ def test_the_doctors_trial_runs_at_the_callers_highest_allowed_priority():
 # -- the one module: nothing else opens a path where a job may write --------------------------------------------------
 JOBFILES_CALLERS = {
     "api/files.py", "jobs/artifacts.py", "jobs/export.py", "jobs/scalars.py", "jobs/run/launch.py",
-    "jobs/run/pyenv.py", "jobs/run/sessionrun.py", "jobs/run/upload.py", "jobs/run/warm.py",
+    "jobs/run/pyenv.py", "jobs/run/sessionrun.py", "jobs/run/upload.py", "jobs/run/warmwant.py",
 }  # fmt: skip
 RAW_IO = {
     # module -> what it opens by path (none of it a job's to write)
