@@ -241,6 +241,8 @@ def test_mps_a_daemon_per_gpu_and_a_share_is_its_client_inside_its_sandbox(tmp_p
         monkeypatch.setenv("PATH", env["PATH"])  # (the FAKE daemon's)
         pipes.mkdir(parents=True, exist_ok=True)
         subprocess.run(["nvidia-cuda-mps-control", "-d"], env=mps._env(settings, "0"), check=True, timeout=30)
+        # (its FAKE daemon serves from a background process: under load not yet the instant `-d` returns)
+        until(lambda: mps.daemon_pids(settings, "0") and mps.alive(settings, "0"), 15, "the daemon a kill -9 left")
         left, started = mps.daemon_pids(settings, "0"), record.read_text().count("started gpu=0")
         assert left and mps.alive(settings, "0")
         mps.start(settings, "0")  # (what the next `up` does first for its GPU)
