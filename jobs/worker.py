@@ -45,7 +45,7 @@ from jobs.run import launch, proc, sandbox, warm
 from jobs.run.launch import WorkerContext
 from jobs.search import Searcher
 from jobs.settings import Settings
-from jobs.store import JobStore, iso, passing, write_refusal
+from jobs.store import JobStore, cannot_write, iso, passing, write_refusal
 from jobs.warmkeep import WARM_RETRY_S, KeepsWarm  # noqa: F401 (WARM_RETRY_S re-exported: its home before warmkeep)
 from models.protocol import DEFAULT_GRACE_S
 from models.sourcetree import human
@@ -170,7 +170,18 @@ class GpudeckWorker(KeepsWarm, Worker):
         # A scheduling round now, with this worker free (and alive for it): what it may run comes at once, and a
         # burst worker finds the jobs it may take placed on it before it looks.
         self._tolerant("scheduling round", self._place)
-        got = super().dequeue_job_and_maintain_ttl(timeout, max_idle_time)
+        said = False
+        while True:
+            try:
+                got = super().dequeue_job_and_maintain_ttl(timeout, max_idle_time)
+                break
+            except RedisError as exc:  # (the disk filled between its look above and RQ's BLMOVE: it rides it out)
+                if not cannot_write(exc) or timeout is None or self._stop_requested:
+                    raise
+                if not said:
+                    log.warning("worker %s takes no new job: Redis refuses writes (%s)", self.name, exc)
+                    said = True
+                time.sleep(LOW_DISK_POLL_S)
         if got is None and max_idle_time is not None and timeout is not None and not self._stop_requested:
             return self.retire()
         return got
